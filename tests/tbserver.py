@@ -1,0 +1,101 @@
+"""Start a real TensorBoard (with torch-tb-profiler) on a free loopback port, for tests.
+
+    with TensorBoard(logdir) as tb:
+        tb.wait_for_runs(["myrun"])
+        overview = tb.profiler("overview", run="myrun", worker=w, span=s)
+
+Nothing is mocked: this is the `tensorboard` the user runs, queried over HTTP on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+PLUGIN = "/data/plugin/pytorch_profiler"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TensorBoard:
+    def __init__(self, logdir: Path, startup_timeout_s: float = 60.0) -> None:
+        self.logdir = Path(logdir)
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.logdir.parent / f"tensorboard-{self.port}.log"
+
+    def __enter__(self) -> TensorBoard:
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", "--logdir", str(self.logdir), "--host", "127.0.0.1",
+             "--port", str(self.port), "--load_fast=false", "--reload_interval", "2"],
+            stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {self.log_text()}")
+            try:
+                self.get("/data/plugins_listing")
+                return self
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.5)
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {self.log_text()}")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+
+    def get_bytes(self, path: str, **params) -> bytes:
+        url = self.base + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        with urllib.request.urlopen(url, timeout=60) as r:
+            body = r.read()
+            if r.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            return body
+
+    def get(self, path: str, **params):
+        return json.loads(self.get_bytes(path, **params))
+
+    def profiler(self, route: str, **params):
+        """GET /data/plugin/pytorch_profiler/<route> as JSON."""
+        return self.get(f"{PLUGIN}/{route}", **params)
+
+    def wait_for_runs(self, runs: list[str], timeout_s: float = 180.0) -> list[str]:
+        """Wait until the plugin lists every run in ``runs`` and has finished loading."""
+        deadline = time.monotonic() + timeout_s
+        seen: dict = {}
+        while time.monotonic() < deadline:
+            seen = self.profiler("runs")
+            if set(runs) <= set(seen["runs"]) and not seen["loading"]:
+                return seen["runs"]
+            time.sleep(1.0)
+        raise TimeoutError(f"plugin listed {seen} after {timeout_s}s, wanted {runs}; log: {self.log_text()}")
+
+    def first_worker_span(self, run: str, view: str = "Overview") -> tuple[str, str]:
+        worker = self.profiler("workers", run=run, view=view)[0]
+        span = self.profiler("spans", run=run, worker=worker)[0]
+        return worker, span
