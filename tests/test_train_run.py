@@ -1,0 +1,74 @@
+"""Real training runs on the CPU: determinism, learning, run.json, scalars, Ctrl-C, package shadowing."""
+
+import signal
+import subprocess
+import sys
+import time
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from trainrun import FAST, REPO, TRAIN, run_json, run_train
+
+
+def test_same_seed_same_losses(tmp_path):
+    for name in ("a", "b"):
+        r = run_train([*FAST, "--steps", "8", "--seed", "3", "--logdir", str(tmp_path), "--run-name", name])
+        assert r.returncode == 0, r.stderr[-2000:]
+    a, b = run_json(tmp_path / "a"), run_json(tmp_path / "b")
+    assert a["loss_history"] == b["loss_history"] and len(a["loss_history"]) == 4
+    r = run_train([*FAST, "--steps", "8", "--seed", "4", "--logdir", str(tmp_path), "--run-name", "c"])
+    assert run_json(tmp_path / "c")["loss_history"] != a["loss_history"]
+
+
+def test_loss_falls_and_scalars_are_logged(tmp_path):
+    r = run_train([*FAST, "--steps", "40", "--logdir", str(tmp_path), "--run-name", "r"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = run_json(tmp_path / "r")
+    losses = [v for _, v in d["loss_history"]]
+    assert losses[-1] < 0.8 * losses[0]
+    assert d["final"]["eval_accuracy"] > 0.2  # 10 classes: chance is 0.1
+    assert d["environment"]["torch"] and d["world_size"] == 1 and d["config"]["steps"] == 40
+    assert set(d["final"]) >= {"steps", "train_loss", "eval_accuracy", "images_per_s"}
+    acc = EventAccumulator(str(tmp_path / "r"))
+    acc.Reload()
+    tags = acc.Tags()
+    assert {"train/loss", "train/lr", "perf/step_ms", "perf/images_per_s", "eval/accuracy"} <= set(tags["scalars"])
+    assert len(acc.Scalars("train/loss")) == 20
+    assert "config/text_summary" in tags["tensors"]
+
+
+def test_default_run_names_are_unique(tmp_path):
+    for _ in range(2):
+        assert run_train([*FAST, "--steps", "2", "--logdir", str(tmp_path)]).returncode == 0
+    assert len([p for p in tmp_path.iterdir() if (p / "run.json").exists()]) == 2
+
+
+def test_ctrl_c_flushes_and_exits_130(tmp_path):
+    args = [*FAST, "--steps", "100000", "--log-every", "5", "--profile", "--skip-first", "0", "--wait", "0",
+            "--warmup", "1", "--active", "100000", "--no-with-stack", "--no-profile-memory",
+            "--logdir", str(tmp_path), "--run-name", "int"]
+    p = subprocess.Popen([sys.executable, str(TRAIN), *args], cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "int"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(run.glob("events.out.tfevents.*")):
+        time.sleep(0.5)
+    time.sleep(6)  # let it record some steps
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 130, err[-3000:]
+    d = run_json(run)
+    assert d["status"] == "interrupted" and 0 < d["final"]["steps"] < 100000
+    assert d["traces"], out  # the recording cycle was stopped and written
+    assert (run / d["traces"][0]).exists() and list((run / "raw").glob("*/*.trace.json.gz"))
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    assert acc.Scalars("train/loss")  # scalars were flushed
+
+
+def test_scripts_import_our_packages_over_same_named_ones(tmp_path):
+    """Distributions named `kernels` (Hugging Face) or `trainer` may be installed; ours must win."""
+    for name in ("kernels", "trainer"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('the wrong {name} was imported')\n")
+    r = run_train([*FAST, "--steps", "2", "--logdir", str(tmp_path / "logs")], env={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -1,0 +1,115 @@
+"""Command line -> `TrainConfig`, and the checks that must pass before anything is written.
+
+Any bad value ends the program with one line on stderr and exit code 2, and no run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainer.config import (
+    ARCHS,
+    COMPILE_MODES,
+    DATASETS,
+    DEVICES,
+    OPS,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    ProfileConfig,
+    RunConfig,
+    TrainConfig,
+    validate,
+)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's default prints the whole usage first
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = TrainConfig()
+    p = OneLineParser(prog="train.py", description="Train a small ResNet, optionally under torch.profiler.")
+    B = argparse.BooleanOptionalAction
+    p.add_argument("--arch", default=d.model.arch, help=f"one of {', '.join(ARCHS)}")
+    p.add_argument("--ops", default=d.model.ops, help=f"elementwise ops: {', '.join(OPS)} (custom = kernels/)")
+    p.add_argument("--data", default=d.data.name, help=f"one of {', '.join(DATASETS)}")
+    p.add_argument("--data-dir", type=Path, default=d.data.data_dir, help="CIFAR-10 folder")
+    p.add_argument("--download", action="store_true", help="download CIFAR-10 into --data-dir")
+    p.add_argument("--workers", type=int, default=d.data.workers, help="DataLoader workers (cifar10)")
+    p.add_argument("--batch-size", type=int, default=d.data.batch_size, help="per rank under torchrun")
+    p.add_argument("--synthetic-train-size", type=int, default=d.data.synthetic_train_size)
+    p.add_argument("--synthetic-eval-size", type=int, default=d.data.synthetic_eval_size)
+    p.add_argument("--steps", type=int, default=d.steps, help="training steps")
+    p.add_argument("--lr", type=float, default=d.optim.lr, help="peak LR at batch 64 (scaled with batch)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--device", default=d.device, help=f"one of {', '.join(DEVICES)}")
+    p.add_argument("--bf16", action=B, default=d.bf16, help="bf16 autocast on CUDA")
+    p.add_argument("--channels-last", action=B, default=d.channels_last, help="channels_last on CUDA")
+    p.add_argument("--cuda-graphs", action="store_true", help="capture the whole step as one CUDA graph")
+    p.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
+                   help=f"torch.compile the model: {', '.join(COMPILE_MODES)}")
+    p.add_argument("--logdir", type=Path, default=d.run.logdir)
+    p.add_argument("--run-name", default=None, help="default: a unique timestamped name")
+    p.add_argument("--log-every", type=int, default=d.run.log_every, help="logging cadence in steps")
+    p.add_argument("--nvtx", action="store_true", help="also emit NVTX ranges (for nsys)")
+    g = p.add_argument_group("profiling")
+    pd = ProfileConfig()
+    g.add_argument("--profile", action="store_true", help="run the steps under torch.profiler")
+    for name in ("skip_first", "wait", "warmup", "active", "repeat"):
+        g.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(pd, name),
+                       help=f"profiler schedule (default {getattr(pd, name)})")
+    for name in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):
+        g.add_argument(f"--{name.replace('_', '-')}", action=B, default=getattr(pd, name))
+    g.add_argument("--gzip", action=B, default=pd.gzip, help="gzip the traces")
+    g.add_argument("--export-chrome-trace", action="store_true", help="also write a plain Chrome trace (Perfetto)")
+    g.add_argument("--flamegraph", action="store_true", help="also write an SVG flame graph of the call stacks")
+    g.add_argument("--memory-timeline", action="store_true", help="also write export_memory_timeline HTML")
+    return p
+
+
+def config_from_args(a: argparse.Namespace, cuda_available: bool) -> TrainConfig:
+    on_cuda = a.device == "cuda" or (a.device == "auto" and cuda_available)
+    return TrainConfig(
+        model=ModelConfig(arch=a.arch, ops=a.ops),
+        data=DataConfig(name=a.data, data_dir=a.data_dir, download=a.download, batch_size=a.batch_size,
+                        workers=a.workers, synthetic_train_size=a.synthetic_train_size,
+                        synthetic_eval_size=a.synthetic_eval_size),
+        optim=OptimConfig(lr=a.lr),
+        profile=ProfileConfig(enabled=a.profile, skip_first=a.skip_first, wait=a.wait, warmup=a.warmup,
+                              active=a.active, repeat=a.repeat, record_shapes=a.record_shapes,
+                              profile_memory=a.profile_memory, with_stack=a.with_stack, with_flops=a.with_flops,
+                              with_modules=a.with_modules, gzip=a.gzip, cuda=on_cuda,
+                              export_chrome_trace=a.export_chrome_trace, flamegraph=a.flamegraph,
+                              memory_timeline=a.memory_timeline),
+        run=RunConfig(logdir=a.logdir, run_name=a.run_name, log_every=a.log_every, nvtx=a.nvtx),
+        steps=a.steps, seed=a.seed, device=a.device, bf16=a.bf16, channels_last=a.channels_last,
+        cuda_graphs=a.cuda_graphs, compile=a.compile,
+    )
+
+
+def check_custom_ops(cfg: TrainConfig, cuda_available: bool) -> None:
+    if cfg.model.ops != "custom":
+        return
+    import kernels
+
+    device_type = "cuda" if cfg.profile.cuda else "cpu"
+    reason = kernels.unavailable_reason(device_type)
+    if reason is not None:
+        raise ConfigError(f"--ops custom is unavailable on {device_type}: {reason}")
+
+
+def parse_and_check(argv: list[str] | None, cuda_available: bool) -> TrainConfig:
+    """Parse, validate and check the environment; raises ConfigError with one line on any problem."""
+    from trainer.data import check_data
+
+    cfg = config_from_args(build_parser().parse_args(argv), cuda_available)
+    validate(cfg, cuda_available)
+    check_data(cfg.data)
+    check_custom_ops(cfg, cuda_available)
+    return cfg

@@ -1,0 +1,151 @@
+"""`train(cfg)`: the whole run, from a validated `TrainConfig` to `logs/<run>/`.
+
+1. environment (device, dtype, seed, process group), 2. data, 3. model with its elementwise ops injected,
+4. the loop: each step inside record_function ranges, a step clock, `prof.step()`, scalars at the logging
+cadence, evaluation each epoch, 5. the end: run.json, and for profiled runs the top-ops table, the
+TensorBoard command and the diagnosis.
+
+Host-device sync points in the loop, all at the logging cadence or the epoch end: `StepClock.drain`
+(waits for the last step boundary), the loss read-back, and the eval accuracy read-back.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from trainer.config import TrainConfig
+from trainer.data import build_data
+from trainer.distributed import all_reduce_sum, make_distributed
+from trainer.env import Env, make_env, seed_everything
+from trainer.finish import finish_run
+from trainer.models import build_model
+from trainer.optim import build_optimizer, loss_fn
+from trainer.phases import Phases
+from trainer.profiling import NullProfiler, Profiler, TraceWriter, worker_name
+from trainer.run_dir import create_run_dir, environment_info, git_sha, write_json_atomic
+from trainer.step import build_step
+from trainer.tb_log import NullLog, TBLog
+from trainer.timing import StepClock, Throughput
+
+
+@dataclass
+class Progress:
+    """What the run has reached; written to run.json whether it completes or not."""
+
+    steps: int = 0
+    train_loss: float = math.nan
+    eval_accuracy: float = math.nan
+    history: list = field(default_factory=list)  # (step, loss) at each logging point
+
+
+def step_kind(cfg: TrainConfig) -> str:
+    return "cuda-graphs" if cfg.cuda_graphs else "compile" if cfg.compile else "eager"
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data, env: Env) -> float:
+    model.eval()
+    correct = torch.zeros((), device=env.device, dtype=torch.long)
+    total = 0
+    for x, y in data.eval_batches():
+        with env.autocast():
+            correct += (model(x).argmax(1) == y).sum()
+        total += len(y)
+    model.train()
+    return correct.item() / max(1, total)  # sync point: once per epoch
+
+
+def train(cfg: TrainConfig) -> int:
+    """Run training; returns the process exit code (0, or 130 after Ctrl-C)."""
+    env = make_env(cfg.device, cfg.bf16, cfg.channels_last)
+    group = make_distributed(env)
+    try:
+        return _train(cfg, env, group)
+    finally:
+        group.shutdown()
+
+
+def _train(cfg: TrainConfig, env: Env, group) -> int:
+    seed_everything(cfg.seed)
+    data = build_data(cfg.data, env, cfg.model.num_classes, cfg.seed)
+    model = build_model(cfg.model).to(env.device, memory_format=env.memory_format)
+    eval_model = model
+    model = group.wrap(model)
+    opt, sched = build_optimizer(cfg.optim, model, env.device, cfg.data.batch_size * env.world_size, cfg.steps)
+    phases = Phases(cfg.run.nvtx)
+    batches = data.batches()
+    sample = next(batches) if cfg.cuda_graphs else None
+    step = build_step(step_kind(cfg), model, opt, loss_fn(cfg.optim.label_smoothing), env, phases,
+                      sample=sample, compile_mode=cfg.compile)
+
+    tag = f"{cfg.model.arch}-{cfg.model.ops}-{step_kind(cfg)}"
+    run_dir = group.create_run_dir(lambda: create_run_dir(cfg.run.logdir, cfg.run.run_name, tag))
+    log = TBLog(run_dir) if env.is_main else NullLog()
+    log.config(cfg.to_dict())
+    profile_cfg = cfg.profile
+    writer = None
+    prof: Profiler | NullProfiler = NullProfiler()
+    if profile_cfg.enabled:
+        writer = TraceWriter(profile_cfg, run_dir, worker_name(env.rank), env.device)
+        prof = Profiler(profile_cfg.build(writer))
+    meta = {"config": cfg.to_dict(), "environment": environment_info(env.device), "git_sha": git_sha(),
+            "world_size": env.world_size, "step_kind": step_kind(cfg), "run_dir": str(run_dir)}
+    if env.is_main:
+        write_json_atomic(run_dir / "run.json", {**meta, "status": "running"})
+
+    progress = Progress()
+    clock = StepClock(env.device)
+    thr = Throughput(cfg.data.batch_size * env.world_size)
+    bar = tqdm(total=cfg.steps, disable=None if env.is_main else True, unit="step", file=sys.stderr)
+
+    def log_window() -> None:
+        times = clock.drain()  # sync point: waits for the last step boundary
+        thr.add(times)
+        if step.loss_count:
+            loss = all_reduce_sum(step.loss_sum.clone()) / env.world_size
+            progress.train_loss = loss.item() / step.loss_count  # sync point: loss read-back
+            step.loss_sum.zero_()
+            step.loss_count = 0
+        progress.history.append((progress.steps, progress.train_loss))
+        kept = [t.ms for t in times if not t.excluded]
+        scalars = {"train/loss": progress.train_loss, "train/lr": sched.get_last_lr()[0]}
+        if kept:
+            window_ms = sum(kept) / len(kept)
+            scalars["perf/step_ms"] = window_ms
+            scalars["perf/images_per_s"] = thr.batch_size / (window_ms / 1e3)
+        if env.is_cuda:
+            scalars["perf/peak_cuda_mem_mb"] = torch.cuda.max_memory_allocated(env.device) / 2**20
+        log.scalars(scalars, progress.steps)
+        bar.set_postfix(loss=f"{progress.train_loss:.3f}", img_s=f"{thr.images_per_s:.0f}")
+
+    status = "interrupted"
+    try:
+        with prof:
+            clock.mark(prof.is_tracing())
+            for i in range(1, cfg.steps + 1):
+                with phases("data"):
+                    x, y = next(batches)
+                step(x, y)
+                sched.step()
+                prof.step()
+                clock.mark(prof.is_tracing())
+                progress.steps = i
+                bar.update(1)
+                if i % cfg.run.log_every == 0 or i == cfg.steps:
+                    log_window()
+                if i % data.steps_per_epoch == 0 or i == cfg.steps:
+                    progress.eval_accuracy = evaluate(eval_model, data, env)
+                    log.scalars({"eval/accuracy": progress.eval_accuracy}, i)
+        status = "completed"
+    except KeyboardInterrupt:
+        print(f"\ninterrupted at step {progress.steps}; flushing what the run has", file=sys.stderr)
+        if progress.steps:
+            log_window()
+    finally:
+        bar.close()
+    return finish_run(status, progress, thr, meta, run_dir, log, prof, writer, env, group)

@@ -1,0 +1,76 @@
+"""CIFAR-style ResNets (3x3 stem, stride 1, no max-pool) with injected elementwise ops.
+
+    resnet8               3 stages x 1 BasicBlock, widths 16/32/64: ~78k params, the CPU-friendly default
+    resnet18              4 stages x 2 BasicBlocks, widths 64..512: ~11.2M params
+    torchvision-resnet18  torchvision's model adapted to 32x32 (3x3 stem, no max-pool); its ReLU modules are
+                          swapped for the injected activation, but its residual add is hard-coded, so the
+                          fused add+activation is used only by our own resnets
+"""
+
+from __future__ import annotations
+
+import torch
+import torchvision
+from torch import nn
+
+from trainer.config import ModelConfig
+from trainer.elementwise import Activation, AddActivation, Elementwise, make_elementwise
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, ops: Elementwise) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.act1 = Activation(ops)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        self.add_act = AddActivation(ops)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.act1(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.add_act(out, self.shortcut(x))
+
+
+class CifarResNet(nn.Module):
+    def __init__(self, blocks_per_stage: list[int], widths: list[int], num_classes: int, ops: Elementwise) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]),
+                                  Activation(ops))
+        layers, cin = [], widths[0]
+        for i, (n, w) in enumerate(zip(blocks_per_stage, widths)):
+            for j in range(n):
+                layers.append(BasicBlock(cin, w, 2 if (i > 0 and j == 0) else 1, ops))
+                cin = w
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+def _torchvision_resnet18(num_classes: int, ops: Elementwise) -> nn.Module:
+    m = torchvision.models.resnet18(num_classes=num_classes)
+    m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+    m.maxpool = nn.Identity()
+    for parent in m.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, nn.ReLU):
+                setattr(parent, name, Activation(ops))
+    return m
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    ops = make_elementwise(cfg.ops)
+    if cfg.arch == "resnet8":
+        return CifarResNet([1, 1, 1], [16, 32, 64], cfg.num_classes, ops)
+    if cfg.arch == "resnet18":
+        return CifarResNet([2, 2, 2, 2], [64, 128, 256, 512], cfg.num_classes, ops)
+    if cfg.arch == "torchvision-resnet18":
+        return _torchvision_resnet18(cfg.num_classes, ops)
+    raise ValueError(f"unknown arch {cfg.arch!r}")

@@ -1,0 +1,156 @@
+"""The profiler: `ProfileConfig.build()` lands here, plus the trace writer that each finished cycle calls.
+
+Each cycle is exported once with `export_chrome_trace`, then written twice by `trainer.tbfix`:
+the untouched original under `raw/<span>/` (Perfetto, Holistic Trace Analysis) and a copy that
+torch-tb-profiler 0.4.3 reads correctly, under a name it lists. Both go through a temporary name and a
+rename, so no half-written trace is ever visible. Optional per-cycle exports: a plain Chrome trace, an
+SVG flame graph of the call stacks, and the memory timeline as HTML.
+
+Without `--profile` the loop gets `NullProfiler`, which has the same interface and does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
+
+from trainer.config import ProfileConfig
+from trainer.flamegraph import render_flamegraph
+from trainer.trace_files import load_trace, write_trace_atomic
+
+TRACED_ACTIONS = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+def worker_name(rank: int) -> str:
+    """`<host>_<pid>_rank<N>`: unique per process; the plugin reads `<host>` as the node and pid as the process."""
+    return f"{socket.gethostname()}_{os.getpid()}_rank{rank}"
+
+
+class NullProfiler:
+    """What the loop gets without --profile: every method is a no-op."""
+
+    written: list[Path] = []
+
+    def __enter__(self) -> NullProfiler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def step(self) -> None:
+        pass
+
+    def is_tracing(self) -> bool:
+        return False
+
+
+class Profiler:
+    """`torch.profiler.profile` plus what the loop asks of it: is this step traced?"""
+
+    def __init__(self, prof: profile) -> None:
+        self.prof = prof
+
+    def __enter__(self) -> Profiler:
+        self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # on Ctrl-C too: a cycle that was recording is stopped and its trace written
+        self.prof.__exit__(*exc)
+
+    def step(self) -> None:
+        self.prof.step()
+
+    def is_tracing(self) -> bool:
+        """True while the profiler is warming up or recording, or will export at the next step()."""
+        return self.prof.current_action in TRACED_ACTIONS
+
+
+def build_profiler(cfg: ProfileConfig, on_trace_ready) -> profile:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cfg.cuda else [])
+    experimental = None
+    if cfg.flamegraph:
+        # export_stacks() only has stacks to export when the profiler keeps them verbosely
+        experimental = torch._C._profiler._ExperimentalConfig(verbose=True)
+    return profile(
+        activities=activities,
+        schedule=schedule(skip_first=cfg.skip_first, wait=cfg.wait, warmup=cfg.warmup, active=cfg.active,
+                          repeat=cfg.repeat),
+        on_trace_ready=on_trace_ready,
+        record_shapes=cfg.record_shapes,
+        profile_memory=cfg.profile_memory,
+        with_stack=cfg.with_stack,
+        with_flops=cfg.with_flops,
+        with_modules=cfg.with_modules,
+        experimental_config=experimental,
+        acc_events=True,  # key_averages() at the end covers every cycle, not just the last
+    )
+
+
+class TraceWriter:
+    """`on_trace_ready` for our run layout (see trainer/trace_files.py)."""
+
+    def __init__(self, cfg: ProfileConfig, run_dir: Path, worker: str, device: torch.device) -> None:
+        self.cfg, self.run_dir, self.worker, self.device = cfg, Path(run_dir), worker, device
+        self.written: list[Path] = []
+        self.cycles = 0
+
+    def __call__(self, prof: profile) -> None:
+        from trainer.tbfix import write_adapted_pair
+
+        span = str(time.time_ns())
+        tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"
+        try:
+            prof.export_chrome_trace(str(tmp))
+            trace = load_trace(tmp)
+        finally:
+            tmp.unlink(missing_ok=True)
+        adapted, _raw = write_adapted_pair(self.run_dir, self.worker, span, trace, self.cfg.gzip)
+        self.written.append(adapted)
+        self.cycles += 1
+        stem = self.run_dir / f"{self.worker}.{span}"
+        if self.cfg.export_chrome_trace:
+            write_trace_atomic(Path(f"{stem}.chrome_trace.json"), trace)
+        if self.cfg.flamegraph:
+            self._flamegraph(prof, Path(f"{stem}.flamegraph.svg"))
+        if self.cfg.memory_timeline:
+            self._memory_timeline(prof, Path(f"{stem}.memory_timeline.html"))
+
+    def _flamegraph(self, prof: profile, out: Path) -> None:
+        metric = "self_cuda_time_total" if self.cfg.cuda else "self_cpu_time_total"
+        folded = out.with_suffix(".folded.tmp")
+        try:
+            prof.export_stacks(str(folded), metric)
+            text = folded.read_text()
+        finally:
+            folded.unlink(missing_ok=True)
+        unit = "µs of device time" if self.cfg.cuda else "µs of CPU time"
+        _atomic_text(out, render_flamegraph(text, title=f"{self.worker} ({metric})", unit=unit))
+
+    def _memory_timeline(self, prof: profile, out: Path) -> None:
+        dev = f"cuda:{self.device.index or 0}" if self.device.type == "cuda" else "cpu"
+        tmp = out.with_name(f".tmp-{out.name}")
+        try:
+            prof.export_memory_timeline(str(tmp), device=dev)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def top_ops_table(prof: Profiler | NullProfiler, cuda: bool, rows: int = 15) -> str:
+    """The PyTorch profiler recipe's table: top ops by self device time on GPU, by self CPU time on CPU."""
+    if not isinstance(prof, Profiler):
+        return ""
+    sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
+    return prof.prof.key_averages().table(sort_by=sort_by, row_limit=rows)

@@ -1,0 +1,73 @@
+"""The run directory `logs/<run>/` and its `run.json`.
+
+Run names are unique: a timestamp by default (with a numeric suffix on collision), or `--run-name`.
+An existing run is never overwritten: the directory is created with `mkdir` (atomic, fails if it exists)
+and `run.json` is replaced atomically each time it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+import torchvision
+
+from trainer.config import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def create_run_dir(logdir: Path, run_name: str | None, tag: str) -> Path:
+    logdir.mkdir(parents=True, exist_ok=True)
+    if run_name is not None:
+        path = logdir / run_name
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise ConfigError(f"run {path} already exists and is never overwritten; choose another --run-name") from None
+        return path
+    base = time.strftime("%Y%m%d-%H%M%S") + f"-{tag}"
+    for i in range(1000):
+        path = logdir / (base if i == 0 else f"{base}-{i}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ConfigError(f"could not find a free run name under {logdir} starting with {base}")
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment_info(device: torch.device) -> dict:
+    info = {
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
+    return info
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,115 @@
+"""One training step, three ways: eager, `torch.compile`d, or replayed from a whole-step CUDA graph.
+
+Each step object has `__call__(x, y)` and accumulates the loss on the device (`loss_sum`, `loss_count`)
+so the loop never syncs per step; the loop reads them at its logging cadence.
+
+Inside a step the phases are `record_function` ranges (and NVTX ranges with --nvtx): data, forward,
+backward, optimizer for eager and compiled steps; data, graph_replay for the CUDA-graph step (the loop
+opens the data range around fetching the batch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.env import Env
+from trainer.phases import Phases
+
+
+class EagerStep:
+    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn, env: Env, phases: Phases) -> None:
+        self.model, self.opt, self.loss_fn, self.env, self.phases = model, opt, loss_fn, env, phases
+        self.loss_sum = torch.zeros((), device=env.device)
+        self.loss_count = 0
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        with self.phases("forward"):
+            with self.env.autocast():
+                loss = self.loss_fn(self.model(x), y)
+        with self.phases("backward"):
+            loss.backward()
+        with self.phases("optimizer"):
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        self.loss_sum += loss.detach()
+        self.loss_count += 1
+
+
+class CompiledStep(EagerStep):
+    """The eager step around `torch.compile(model, mode=...)`; the optimizer step stays eager (fused)."""
+
+    def __init__(self, model: nn.Module, opt, loss_fn, env: Env, phases: Phases, mode: str) -> None:
+        super().__init__(torch.compile(model, mode=mode), opt, loss_fn, env, phases)
+        self.mode = mode
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        if self.mode == "reduce-overhead":
+            # tells cudagraph trees that a new iteration starts, so the last step's outputs may be reused
+            torch.compiler.cudagraph_mark_step_begin()
+        super().__call__(x, y)
+
+
+class GraphedStep:
+    """Forward, backward and optimizer captured as one CUDA graph over static input tensors.
+
+    Capture follows the PyTorch recipe: warm up on a side stream (cuDNN autotuning, allocator, momentum
+    buffers), then capture with autocast's weight cache off. The warm-up's updates are undone before
+    training starts (weights, BN statistics and momentum restored), so step 1 sees the initial model.
+    Each call copies the batch into the static inputs and replays: no host sync inside the step.
+    """
+
+    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn, env: Env, phases: Phases,
+                 sample: tuple[torch.Tensor, torch.Tensor], warmup_iters: int = 3) -> None:
+        self.phases = phases
+        self.static_x = sample[0].clone()
+        self.static_y = sample[1].clone()
+        self.loss_sum = torch.zeros((), device=env.device)
+        self.loss_count = 0
+        saved = [t.detach().clone() for t in model.state_dict().values()]
+
+        def fwd_bwd_opt() -> torch.Tensor:
+            with env.autocast(cache_enabled=False):
+                loss = loss_fn(model(self.static_x), self.static_y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup_iters):
+                opt.zero_grad(set_to_none=True)
+                fwd_bwd_opt()
+        torch.cuda.current_stream().wait_stream(side)
+        opt.zero_grad(set_to_none=True)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            loss = fwd_bwd_opt()
+            self.loss_sum += loss.detach()
+        with torch.no_grad():
+            for t, s in zip(model.state_dict().values(), saved):
+                t.copy_(s)
+            for state in opt.state.values():
+                buf = state.get("momentum_buffer")
+                if buf is not None:
+                    buf.zero_()  # zero momentum == the first step's buf = grad
+        self.loss_sum.zero_()
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.static_x.copy_(x)
+        self.static_y.copy_(y)
+        with self.phases("graph_replay"):
+            self.graph.replay()
+        self.loss_count += 1
+
+
+def build_step(kind: str, model: nn.Module, opt, loss_fn, env: Env, phases: Phases,
+               sample: tuple[torch.Tensor, torch.Tensor] | None = None, compile_mode: str | None = None):
+    if kind == "eager":
+        return EagerStep(model, opt, loss_fn, env, phases)
+    if kind == "compile":
+        return CompiledStep(model, opt, loss_fn, env, phases, compile_mode or "default")
+    if kind == "cuda-graphs":
+        return GraphedStep(model, opt, loss_fn, env, phases, sample)
+    raise ValueError(f"unknown step kind {kind!r}")
