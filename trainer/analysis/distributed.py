@@ -1,0 +1,159 @@
+"""Cross-rank analysis of one profiling cycle of a multi-process (torchrun/DDP) run.
+
+Traces of one cycle are matched the way torch-tb-profiler does it: by the index of the span within each
+worker's sorted spans (``tensorboard_trace_handler`` stamps each rank's file with its own time, so the span
+strings differ between ranks). Each rank comes from the trace's ``distributedInfo.rank``, else from a
+number in the worker name, else from the workers' order.
+
+Per rank: step time; compute (kernels or torch ops that are not collectives), communication (nccl kernels on
+a GPU; gloo/nccl collectives and c10d ops on the host for CPU runs) and their overlap, all in ms per step;
+``exposed_comm_ms`` is the part of the step where communication runs and nothing else does (the span's
+``communication`` bucket).
+
+Straggler. Collectives make every rank's step equally long: the ranks that arrive first wait inside the
+collective for the last one. So the step time cannot single out the slow rank; the time a rank spends
+*outside* exposed communication (``outside_comm_ms`` = step - exposed communication) can. A rank is a
+straggler when that exceeds ``STRAGGLER_RATIO`` x the median of the other ranks. 1.2 is a judgment call: a
+rank 20% slower than its peers makes each of them wait a sixth of its own work every step, which is worth
+fixing, while the smallest spread we measured between ranks that were balanced by construction (2-rank gloo,
+this recorder without its delay, a quiet run) was 1.09x. Over only a few profiled steps, scheduling noise on
+an oversubscribed host is larger (2 ranks on 2 cores: 2x to 3x in 2 of 3 runs); the flag reports what
+happened in the profiled window, so profile more steps to tell a persistent straggler from a transient one.
+With no collectives in the trace, outside_comm_ms is the step time, and the rule compares step times.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .findings import COMM, STRAGGLER, Finding
+
+if TYPE_CHECKING:
+    from .report import SpanReport
+
+STRAGGLER_RATIO = 1.2
+EXPOSED_COMM_PCT = 10.0  # a cross-rank communication finding from this median share of the step
+RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)|(\d+)$", re.I)
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    worker: str
+    span: str
+    verdict: str
+    step_ms: float
+    compute_ms: float
+    comm_ms: float
+    overlap_ms: float
+    exposed_comm_ms: float
+    outside_comm_ms: float
+    straggler: bool
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class CrossRankReport:
+    span_index: int  # 1-based, as in the plugin
+    ranks: tuple[RankRow, ...]
+    median_step_ms: float
+    stragglers: tuple[int, ...]
+    verdict: str
+    findings: tuple[Finding, ...]
+    remedies: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"span_index": self.span_index, "world_size": len(self.ranks),
+                "ranks": [r.to_dict() for r in self.ranks], "median_step_ms": round(self.median_step_ms, 4),
+                "straggler_ratio": STRAGGLER_RATIO, "stragglers": list(self.stragglers),
+                "verdict": self.verdict, "findings": [f.to_dict() for f in self.findings],
+                "remedies": list(self.remedies)}
+
+
+def cross_rank(spans: list[SpanReport]) -> list[CrossRankReport]:
+    """One report per profiling cycle that several workers took part in; [] for a single-process run."""
+    by_worker: dict[str, list[SpanReport]] = defaultdict(list)
+    for s in spans:
+        by_worker[s.worker].append(s)
+    cycles: dict[int, list[SpanReport]] = defaultdict(list)
+    for lst in by_worker.values():
+        for i, s in enumerate(sorted(lst, key=lambda s: s.span), 1):
+            cycles[i].append(s)
+    return [_cycle(i, members) for i, members in sorted(cycles.items()) if len(members) > 1]
+
+
+def rank_of(span: SpanReport, position: int) -> int:
+    if span.rank is not None:
+        return span.rank
+    m = RANK_IN_NAME.search(span.worker)
+    return int(m.group(1) or m.group(2)) if m else position
+
+
+def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
+    members = sorted(members, key=lambda s: s.worker)
+    rows = []
+    for pos, s in enumerate(members):
+        m, bd = s.metrics, s.breakdown
+        exposed = bd.ms_per_step("communication")
+        rows.append(RankRow(rank_of(s, pos), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
+                            m.comm_ms_per_step, m.overlap_ms_per_step, exposed, m.step_ms - exposed, False))
+    flagged = []
+    for r in rows:
+        others = [o.outside_comm_ms for o in rows if o is not r]
+        if r.outside_comm_ms > STRAGGLER_RATIO * statistics.median(others):
+            flagged.append(r.rank)
+    rows = sorted((RankRow(**{**r.__dict__, "straggler": r.rank in flagged}) for r in rows),
+                  key=lambda r: r.rank)
+    found = _findings(rows, members)
+    verdict = _verdict(rows)
+    remedies: list[str] = []
+    for f in found:
+        remedies += [x for x in f.remedies if x not in remedies]
+    return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
+                           tuple(sorted(flagged)), verdict, tuple(found), tuple(remedies))
+
+
+def _verdict(rows: list[RankRow]) -> str:
+    """The slowest straggler's verdict (fixing it frees every rank), else the ranks' most common verdict,
+    ties going to communication_bound."""
+    stragglers = [r for r in rows if r.straggler]
+    if stragglers:
+        return max(stragglers, key=lambda r: r.outside_comm_ms).verdict
+    counts = Counter(r.verdict for r in rows)
+    best = max(counts.values())
+    tied = sorted(v for v, c in counts.items() if c == best)
+    return "communication_bound" if "communication_bound" in tied else tied[0]
+
+
+def _findings(rows: list[RankRow], members: list[SpanReport]) -> list[Finding]:
+    out = []
+    by_worker = {s.worker: s for s in members}
+    for r in rows:
+        if not r.straggler:
+            continue
+        med = statistics.median(o.outside_comm_ms for o in rows if o is not r)
+        own = by_worker[r.worker]
+        out.append(Finding(
+            "straggler",
+            f"rank {r.rank} is a straggler: {r.outside_comm_ms:.2f} ms per step outside communication vs "
+            f"{med:.2f} ms median on the other ranks, which wait about {r.outside_comm_ms - med:.2f} ms per "
+            f"step for it in collectives; rank {r.rank} itself is {own.verdict}",
+            r.outside_comm_ms - med, (STRAGGLER, *own.remedies)))
+    med_exposed = statistics.median(r.exposed_comm_ms for r in rows)
+    med_step = statistics.median(r.step_ms for r in rows)
+    if med_step > 0 and 100.0 * med_exposed / med_step >= EXPOSED_COMM_PCT:
+        comm = statistics.median(r.comm_ms for r in rows)
+        overlap = statistics.median(r.overlap_ms for r in rows)
+        out.append(Finding(
+            "communication",
+            f"communication {comm:.2f} ms per step (median over ranks), {overlap:.2f} ms of it overlapped "
+            f"with compute; {med_exposed:.2f} ms per step ({100.0 * med_exposed / med_step:.0f}%) exposed"
+            + ("; most of it is waiting for the straggler" if any(r.straggler for r in rows) else ""),
+            med_exposed, (STRAGGLER, COMM) if any(r.straggler for r in rows) else (COMM,)))
+    return sorted(out, key=lambda f: f.cost_ms_per_step, reverse=True)

@@ -1,0 +1,195 @@
+"""Parse a Chrome-trace dict written by ``torch.profiler`` into typed events.
+
+    parsed = parse_trace(load_trace(path), worker="rank0", span="1795259107760373831")
+
+Accepts the untouched original (``cuda_runtime``/``cuda_driver`` categories), our TensorBoard-adapted copy
+(those rewritten to ``runtime``) and plain ``tensorboard_trace_handler`` output. Timestamps stay in µs, as in
+the file. Python-stack events (``python_function``) are skipped: no analysis needs them, and a trace of a hot
+Python loop holds hundreds of thousands of them. Raises ``TraceError`` (a ValueError) on input that is not a
+profiler trace of training steps.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+HOST_OP_CATEGORIES = {"cpu_op", "operator"}
+ANNOTATION_CATEGORIES = {"user_annotation"}
+RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
+DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset",
+                "memset": "memset"}
+
+# Runtime calls that put work on the GPU (their correlation id links them to the device activity).
+LAUNCH_CALLS = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpyAsync",
+                "cudaMemsetAsync", "cudaMemcpy", "cudaMemset", "cudaMemcpy2DAsync", "cuMemcpyAsync",
+                "cuMemsetD8Async", "cuMemsetD32Async"}
+# Runtime calls that block the host until the GPU has caught up.
+SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+              "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
+# Ops that read a device value on the host (.item(), `if tensor:`): each is a host-device sync on a GPU.
+SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"}
+DATALOADER_PREFIX = "enumerate(DataLoader)"
+DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
+COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
+
+
+class TraceError(ValueError):
+    """The input is not a torch.profiler trace of training steps; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class HostEvent:
+    """A span on a host thread: an op, an annotation or a runtime call."""
+
+    name: str
+    tid: int | str
+    start: float
+    end: float
+    correlation: int | None = None  # runtime calls only
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """A kernel, memcpy or memset on a GPU stream."""
+
+    name: str
+    kind: str  # "kernel" | "memcpy" | "memset"
+    device: int
+    stream: int
+    start: float
+    end: float
+    correlation: int | None
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    ts: float
+    device_type: int  # 0 CPU, 1 CUDA (c10::DeviceType)
+    total_allocated: int
+
+
+@dataclass(frozen=True)
+class ParsedTrace:
+    worker: str
+    span: str
+    rank: int | None
+    world_size: int | None
+    device_name: str | None
+    steps: tuple[Step, ...]
+    ops: tuple[HostEvent, ...]  # cpu_op
+    annotations: tuple[HostEvent, ...]  # user_annotation, except ProfilerStep#N
+    runtime: tuple[HostEvent, ...]  # cuda_runtime / cuda_driver / runtime
+    device: tuple[DeviceEvent, ...]  # sorted by start
+    data_spans: tuple[HostEvent, ...]  # DataLoader iteration and `data` ranges, any category
+    memory: tuple[MemorySample, ...]
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.device)
+
+
+def is_comm(name: str) -> bool:
+    return name.startswith(COMM_PREFIXES)
+
+
+def is_comm_kernel(name: str) -> bool:
+    return "nccl" in name.lower()
+
+
+def _span(e: dict, i: int) -> tuple[float, float]:
+    try:
+        ts, dur = float(e["ts"]), float(e["dur"])
+    except (KeyError, TypeError, ValueError):
+        raise TraceError(f"event #{i} ({e.get('name')!r}, cat {e.get('cat')!r}) has no numeric "
+                         "ts/dur") from None
+    return ts, ts + max(dur, 0.0)
+
+
+def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
+    """Typed events of one (worker, span) trace. Raises TraceError if it holds no ProfilerStep#N."""
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise TraceError(f"{worker}.{span}: not a Chrome trace (expected a JSON object with a "
+                         "traceEvents list)")
+    steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
+    for i, e in enumerate(trace["traceEvents"]):
+        if not isinstance(e, dict):
+            raise TraceError(f"{worker}.{span}: event #{i} is {type(e).__name__}, expected an object")
+        ph = e.get("ph")
+        cat = str(e.get("cat", "")).lower()
+        name = e.get("name")
+        if ph == "i" and name == "[memory]":
+            args = e.get("args") or {}
+            try:
+                memory.append(MemorySample(float(e["ts"]), int(args.get("Device Type", 0)),
+                                           int(args.get("Total Allocated", 0))))
+            except (KeyError, TypeError, ValueError):
+                raise TraceError(f"{worker}.{span}: [memory] event #{i} has no numeric ts/args") from None
+            continue
+        if ph != "X" or cat == "python_function" or not isinstance(name, str):
+            continue
+        args = e.get("args") or {}
+        if cat in DEVICE_KINDS:
+            s, t = _span(e, i)
+            device.append(DeviceEvent(name, DEVICE_KINDS[cat], int(args.get("device", e.get("pid", 0)) or 0),
+                                      int(args.get("stream", e.get("tid", 0)) or 0), s, t,
+                                      args.get("correlation")))
+            continue
+        if cat in RUNTIME_CATEGORIES:
+            s, t = _span(e, i)
+            runtime.append(HostEvent(name, e.get("tid"), s, t, args.get("correlation")))
+            continue
+        if name.startswith(DATALOADER_PREFIX):  # any category: our TensorBoard copy makes it a cpu_op
+            s, t = _span(e, i)
+            data_spans.append(HostEvent(name, e.get("tid"), s, t))
+            continue
+        if cat in HOST_OP_CATEGORIES:
+            s, t = _span(e, i)
+            ops.append(HostEvent(name, e.get("tid"), s, t))
+        elif cat in ANNOTATION_CATEGORIES:
+            s, t = _span(e, i)
+            m = PROFILER_STEP.match(name)
+            if m:
+                steps.append(Step(int(m.group(1)), s, t))
+            else:
+                annotations.append(HostEvent(name, e.get("tid"), s, t))
+                if name in DATA_ANNOTATIONS:
+                    data_spans.append(HostEvent(name, e.get("tid"), s, t))
+    if not steps:
+        raise TraceError(f"{worker}.{span}: no ProfilerStep#N events; profile with a schedule and call "
+                         "prof.step() once per training step")
+    dist = trace.get("distributedInfo") or {}
+    props = trace.get("deviceProperties") or []
+    return ParsedTrace(
+        worker=worker, span=span,
+        rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
+        device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
+        steps=tuple(sorted(steps, key=lambda s: s.start)),
+        ops=tuple(ops), annotations=tuple(annotations), runtime=tuple(runtime),
+        device=tuple(sorted(device, key=lambda d: d.start)),
+        data_spans=tuple(data_spans), memory=tuple(memory))
+
+
+def _int_or_none(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,138 @@
+"""Text forms of a RunReport: the console summary, the Markdown diagnosis, and TensorBoard scalars.
+
+    print(render_console(report))                     # verdict + evidence, a few lines per span
+    Path("logs/run/diagnosis.md").write_text(render_markdown(report))   # also TensorBoard's Text tab
+    for tag, value in summary_scalars(report).items(): writer.add_scalar(tag, value, step)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .distributed import CrossRankReport
+from .report import RunReport, SpanReport
+
+CONSOLE_EVIDENCE_LINES = 3
+CONSOLE_FINDINGS = 3
+SCALAR_METRICS = ("step_ms", "gpu_busy_pct", "kernels_per_step", "median_kernel_us", "median_launch_us",
+                  "syncs_per_step", "sync_ms_per_step", "data_ms_per_step", "memcpy_ms_per_step",
+                  "peak_gpu_memory_mib", "compute_ms_per_step", "comm_ms_per_step", "overlap_ms_per_step")
+
+
+def _title(s: SpanReport) -> str:
+    rank = f" rank {s.rank}" if s.rank is not None else ""
+    return f"{s.worker}{rank} (span {s.span or '-'}, {s.device})"
+
+
+def _headline(s: SpanReport) -> str:
+    m = s.metrics
+    busy = f", GPU busy {m.gpu_busy_pct:.0f}%" if m.gpu_busy_pct is not None else ""
+    return f"{s.verdict}: step {m.step_ms:.2f} ms{busy}"
+
+
+def render_console(report: RunReport) -> str:
+    lines = [f"stepscope diagnosis: {report.verdict}"]
+    for s in report.spans:
+        lines.append(f"  {_title(s)}: {_headline(s)}")
+        lines += [f"    {e}" for e in s.evidence[1: 1 + CONSOLE_EVIDENCE_LINES]]
+        lines += [_console_finding(f) for f in s.findings[:CONSOLE_FINDINGS]]
+    for d in report.distributed:
+        lines.append(f"  cross-rank (cycle {d.span_index}, {len(d.ranks)} ranks): {d.verdict}, "
+                     f"median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)}")
+        lines += [_console_finding(f) for f in d.findings[:CONSOLE_FINDINGS]]
+    return "\n".join(lines)
+
+
+def _console_finding(f) -> str:
+    return f"    - {f.text} [~{f.cost_ms_per_step:.2f} ms/step]"
+
+
+def _ranks(ranks) -> str:
+    return ", ".join(str(r) for r in ranks) or "none"
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def render_markdown(report: RunReport) -> str:
+    out = [f"# stepscope diagnosis: `{report.verdict}`", ""]
+    out.append(f"Run `{report.run_dir}`: {len(report.spans)} trace(s). The verdict is the most common one "
+               "among the traces below. Times are means over the profiled steps; profiling itself slows the "
+               "host, so host-side shares read higher than in an unprofiled run.")
+    out.append("")
+    for d in report.distributed:
+        out += _markdown_cross_rank(d)
+    for s in report.spans:
+        out += _markdown_span(s)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _markdown_span(s: SpanReport) -> list[str]:
+    out = [f"## {_title(s)}: `{s.verdict}`", "", f"**{_headline(s)}**", ""]
+    out += ["Where the step goes:", ""] + [f"- {e}" for e in s.evidence[1:]] + [""]
+    if s.findings:
+        out += ["| finding | cost (ms/step) |", "|---|---:|"]
+        out += [f"| {f.text} | {f.cost_ms_per_step:.2f} |" for f in s.findings] + [""]
+    if s.remedies:
+        out += ["Remedies, most valuable first:", ""] + [f"1. {r}" for r in s.remedies] + [""]
+    out += ["| metric | value |", "|---|---:|"]
+    out += [f"| {k} | {_fmt(v)} |" for k, v in s.metrics.to_dict().items()] + [""]
+    if s.metrics.top:
+        what = "kernel" if s.gpu else "op (self time)"
+        out += [f"| top {what} | ms/step | calls/step | % |", "|---|---:|---:|---:|"]
+        out += [f"| `{_cell(t.name)}` | {t.ms_per_step:.3f} | {t.count_per_step:g} | {t.pct:.1f} |"
+                for t in s.metrics.top] + [""]
+    return out
+
+
+def _markdown_cross_rank(d: CrossRankReport) -> list[str]:
+    out = [f"## Cross-rank, profiling cycle {d.span_index}: `{d.verdict}`", "",
+           f"{len(d.ranks)} ranks, median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)} "
+           "(a straggler spends more than 1.2x the other ranks' median time outside communication).", "",
+           "| rank | worker | verdict | step ms | compute ms | comm ms | overlap ms | exposed comm ms | "
+           "outside comm ms | straggler |",
+           "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    out += [f"| {r.rank} | {r.worker} | {r.verdict} | {r.step_ms:.2f} | {r.compute_ms:.2f} | "
+            f"{r.comm_ms:.2f} | {r.overlap_ms:.2f} | {r.exposed_comm_ms:.2f} | {r.outside_comm_ms:.2f} | "
+            f"{'yes' if r.straggler else ''} |" for r in d.ranks]
+    out.append("")
+    out += [f"- {f.text} (~{f.cost_ms_per_step:.2f} ms/step)" for f in d.findings]
+    if d.remedies:
+        out += ["", "Remedies:", ""] + [f"1. {r}" for r in d.remedies]
+    return out + [""]
+
+
+def _cell(name: str, n: int = 90) -> str:
+    name = name.replace("|", "\\|")
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def summary_scalars(report: RunReport) -> dict[str, float]:
+    """Scalars for SummaryWriter: ``diagnosis/<metric>`` (mean over the run's traces), the step-time shares
+    ``diagnosis/pct/<bucket>``, and per worker ``diagnosis/<worker>/<metric>`` when there are several.
+    None values (GPU terms on a CPU run) are left out."""
+    def means(spans: list[SpanReport]) -> dict[str, float]:
+        acc: dict[str, list[float]] = defaultdict(list)
+        for s in spans:
+            md = s.metrics.to_dict()
+            for k in SCALAR_METRICS:
+                if md.get(k) is not None:
+                    acc[k].append(float(md[k]))
+            for b in s.breakdown.buckets:
+                acc[f"pct/{b}"].append(s.breakdown.pct(b))
+        return {k: sum(v) / len(v) for k, v in acc.items()}
+
+    out = {f"diagnosis/{k}": v for k, v in means(list(report.spans)).items()}
+    workers = sorted({s.worker for s in report.spans})
+    if len(workers) > 1:
+        for w in workers:
+            mine = means([s for s in report.spans if s.worker == w])
+            out.update({f"diagnosis/{w}/{k}": v for k, v in mine.items()})
+    for d in report.distributed:
+        out[f"diagnosis/cross_rank/stragglers_cycle{d.span_index}"] = float(len(d.stragglers))
+    return out
