@@ -1,0 +1,139 @@
+"""Compare step variants side by side: eager, torch.compile and whole-step CUDA graphs, each with native and
+custom elementwise ops. Each variant is one `scripts/train.py --profile` run (its own process and its own
+TensorBoard run under one logdir), so TensorBoard's Scalars compare them directly.
+
+    python scripts/compare.py --arch resnet18 --batch-size 128 --steps 300          # on a GPU
+    python scripts/compare.py --device cpu --variants eager compile --ops native --steps 40
+    tensorboard --logdir logs/compare-<timestamp>
+
+Prints one row per variant: median ms/step, images/s, speedup vs eager (same ops, same invocation), GPU busy %
+and the verdict from the run's trace; writes compare.json and compare.md next to the runs. Variants that
+cannot run here (CUDA graphs on a CPU, custom ops without their build) are refused up front with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
+            "cuda-graphs": ["--cuda-graphs"]}
+OPS = ("native", "custom")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        sys.stderr.write(f"compare.py: error: {message}\n")
+        sys.exit(2)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = OneLineParser(prog="compare.py", description=__doc__.splitlines()[0])
+    p.add_argument("--variants", nargs="+", default=["eager", "compile", "cuda-graphs"], choices=list(VARIANTS))
+    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    p.add_argument("--arch", default="resnet18")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--logdir", type=Path, default=REPO / "logs")
+    p.add_argument("--name", default=None, help="folder under --logdir (default compare-<timestamp>)")
+    a = p.parse_args(argv)
+    if a.steps < 30:
+        p.error(f"--steps {a.steps} is too few: the default profiler schedule needs 20 and timing needs more; use >= 30")
+    return a
+
+
+def check_possible(a: argparse.Namespace) -> None:
+    import torch
+
+    on_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("compare.py: error: --device cuda but no CUDA GPU is visible; use --device cpu")
+    if "cuda-graphs" in a.variants and not on_cuda:
+        raise SystemExit("compare.py: error: variant cuda-graphs needs a CUDA GPU; drop it or run on a GPU")
+    if "custom" in a.ops:
+        import kernels
+
+        reason = kernels.unavailable_reason("cuda" if on_cuda else "cpu")
+        if reason:
+            raise SystemExit(f"compare.py: error: --ops custom is unavailable here: {reason}; use --ops native")
+
+
+def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str) -> dict:
+    name = f"{variant}-{ops}"
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--profile", "--arch", a.arch, "--batch-size",
+           str(a.batch_size), "--steps", str(a.steps), "--device", a.device, "--ops", ops, "--logdir", str(root),
+           "--run-name", name, "--log-every", "25", *VARIANTS[variant]]
+    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if r.returncode != 0:
+        return {"variant": variant, "ops": ops, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+    run = json.loads((root / name / "run.json").read_text())
+    row = {"variant": variant, "ops": ops, "run": name, "median_ms": run["final"]["median_step_ms"],
+           "mean_ms": run["final"]["mean_step_ms"], "images_per_s": run["final"]["images_per_s"],
+           "timed_steps": run["final"]["timed_steps"], "verdict": None, "gpu_busy_pct": None}
+    if run.get("diagnosis"):
+        from trainer.analysis import analyze_run
+
+        report = analyze_run(root / name).to_dict()
+        row["verdict"] = report["verdict"]
+        row["gpu_busy_pct"] = report["spans"][0]["metrics"].get("gpu_busy_pct")
+    return row
+
+
+def add_speedups(rows: list[dict]) -> None:
+    base = {r["ops"]: r["median_ms"] for r in rows if r["variant"] == "eager" and "error" not in r}
+    for r in rows:
+        if "error" not in r and r["ops"] in base:
+            r["speedup_vs_eager"] = base[r["ops"]] / r["median_ms"]
+
+
+def render(rows: list[dict]) -> str:
+    head = "| variant | ops | median ms/step | images/s | speedup vs eager | GPU busy % | verdict |\n|---|---|---|---|---|---|---|"
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['variant']} | {r['ops']} | failed: {r['error']} | | | | |")
+            continue
+        busy = "-" if r["gpu_busy_pct"] is None else f"{r['gpu_busy_pct']:.0f}"
+        sp = r.get("speedup_vs_eager")
+        lines.append(f"| {r['variant']} | {r['ops']} | {r['median_ms']:.2f} | {r['images_per_s']:.0f} | "
+                     f"{'-' if sp is None else f'{sp:.2f}x'} | {busy} | {r['verdict'] or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    try:
+        check_possible(a)
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    root = a.logdir / (a.name or time.strftime("compare-%Y%m%d-%H%M%S"))
+    try:
+        root.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        print(f"compare.py: error: {root} already exists and is never overwritten; pass another --name", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"compare.py: error: cannot create {root}: {e.strerror}; pass a writable --logdir", file=sys.stderr)
+        return 2
+    rows = [run_variant(a, root, v, o) for o in a.ops for v in a.variants]
+    add_speedups(rows)
+    table = render(rows)
+    (root / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (root / "compare.md").write_text(table)
+    print(table)
+    print(f"tensorboard --logdir {root}")
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
