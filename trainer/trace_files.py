@@ -85,6 +85,12 @@ def load_trace(path: Path) -> dict:
         return json.load(f)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_trace_atomic(path: Path, trace: dict) -> None:
     """Write ``trace`` as JSON (gzipped if the name ends in .gz) via a temporary name and a rename.
 
@@ -101,6 +107,7 @@ def write_trace_atomic(path: Path, trace: dict) -> None:
                     gz.write(data)
             else:
                 raw.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; a trace is as readable as any other file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

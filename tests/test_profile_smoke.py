@@ -1,0 +1,77 @@
+"""A 3-step profiled run writes traces, events and run.json, and opens in the real torch-tb-profiler plugin."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from tbserver import TensorBoard
+from trainrun import FAST, PROFILE_3_STEPS, run_json, run_train
+
+from trainer.trace_files import find_plugin_traces, find_raw_traces, load_trace
+
+CPU_VIEWS = {"Overview", "Operator", "Trace", "Memory", "Module"}
+
+
+@pytest.fixture(scope="module")
+def profiled_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("logs")
+    r = run_train([*FAST, "--steps", "3", *PROFILE_3_STEPS, "--export-chrome-trace", "--flamegraph",
+                   "--memory-timeline", "--logdir", str(logdir), "--run-name", "smoke"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return logdir, logdir / "smoke", r
+
+
+def test_files_of_a_profiled_run(profiled_run):
+    _, run, r = profiled_run
+    adapted = find_plugin_traces(run)
+    raw = find_raw_traces(run)
+    assert len(adapted) == 1 and len(raw) == 1
+    assert adapted[0].worker == raw[0].worker and adapted[0].span == raw[0].span
+    assert "_rank0" in adapted[0].worker
+    trace = load_trace(raw[0].path)
+    steps = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    assert len(steps) == 2  # the 2 active steps
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"data", "forward", "backward", "optimizer"} <= names
+    assert list(run.glob("events.out.tfevents.*"))
+    assert not list(run.glob(".tmp-*")) and not list(run.rglob("*.partial"))
+    d = run_json(run)
+    assert d["status"] == "completed" and d["final"]["steps"] == 3
+    assert d["traces"] == [adapted[0].path.name]
+    assert d["config"]["profile"]["enabled"] is True and d["git_sha"] is None or len(d["git_sha"]) == 40
+
+
+def test_console_output_of_a_profiled_run(profiled_run):
+    logdir, run, r = profiled_run
+    assert "Self CPU time total" in r.stdout  # key_averages() table, sorted by self CPU time on CPU
+    assert f"tensorboard --logdir {logdir}" in r.stdout
+    assert (run / "diagnosis.md").read_text().strip()
+    assert run_json(run)["diagnosis"]["verdict"] in r.stdout
+
+
+def test_exports(profiled_run):
+    _, run, _ = profiled_run
+    (chrome,) = run.glob("*.chrome_trace.json")
+    assert json.loads(chrome.read_text())["traceEvents"]
+    (svg,) = run.glob("*.flamegraph.svg")
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}rect")) > 10
+    (html,) = run.glob("*.memory_timeline.html")
+    assert "<img" in html.read_text() or "<html" in html.read_text().lower()
+
+
+def test_run_opens_in_the_plugin(profiled_run):
+    logdir, _, _ = profiled_run
+    with TensorBoard(logdir) as tb:
+        tb.wait_for_runs(["smoke"])
+        views = set(tb.profiler("views", run="smoke"))
+        assert CPU_VIEWS <= views and "Kernel" not in views  # no GPU here
+        worker, span = tb.first_worker_span("smoke")
+        ov = tb.profiler("overview", run="smoke", worker=worker, span=span)
+        assert len(ov["steps"]["rows"]) == 2
+        mem = tb.profiler("memory", run="smoke", worker=worker, span=span)
+        assert mem["rows"] or mem.get("metadata")
+        tree = tb.profiler("module", run="smoke", worker=worker, span=span)
+        assert tree
+        plugins = tb.get("/data/plugins_listing")
+        assert {"scalars", "text", "pytorch_profiler"} <= {k for k, v in plugins.items() if v.get("enabled")}
