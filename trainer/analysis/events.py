@@ -3,14 +3,17 @@
     parsed = parse_trace(load_trace(path), worker="rank0", span="1795259107760373831")
 
 Accepts the untouched original (``cuda_runtime``/``cuda_driver`` categories), our TensorBoard-adapted copy
-(those rewritten to ``runtime``) and plain ``tensorboard_trace_handler`` output. Timestamps stay in µs, as in
-the file. Python-stack events (``python_function``) are skipped: no analysis needs them, and a trace of a hot
-Python loop holds hundreds of thousands of them. Raises ``TraceError`` (a ValueError) on input that is not a
-profiler trace of training steps.
+(those rewritten to ``runtime``, DataLoader spans made ``cpu_op``) and plain ``tensorboard_trace_handler``
+output. Times are µs, as in the file, counted from ``base_us``. Device work is linked to its launch by the
+``correlation`` argument that both the runtime call and the kernel/memcpy/memset carry (the same id the
+``ac2g`` flow events use). Python-stack events (``python_function``) are skipped: no analysis needs them,
+and a trace of a hot Python loop holds hundreds of thousands of them. Raises ``TraceError`` (a ValueError)
+on input that is not a profiler trace of training steps.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -22,11 +25,6 @@ RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset",
                 "memset": "memset"}
 
-# Runtime calls that put work on the GPU (their correlation id links them to the device activity).
-LAUNCH_CALLS = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpyAsync",
-                "cudaMemsetAsync", "cudaMemcpy", "cudaMemset", "cudaMemcpy2DAsync", "cuMemcpyAsync",
-                "cuMemsetD8Async", "cuMemsetD32Async"}
 # Runtime calls that block the host until the GPU has caught up.
 SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
               "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
@@ -91,6 +89,7 @@ class MemorySample:
 class ParsedTrace:
     worker: str
     span: str
+    base_us: float  # every time below is µs after this one (see _base)
     rank: int | None
     world_size: int | None
     device_name: str | None
@@ -115,9 +114,9 @@ def is_comm_kernel(name: str) -> bool:
     return "nccl" in name.lower()
 
 
-def _span(e: dict, i: int) -> tuple[float, float]:
+def _span(e: dict, i: int, base: float) -> tuple[float, float]:
     try:
-        ts, dur = float(e["ts"]), float(e["dur"])
+        ts, dur = float(e["ts"]) - base, float(e["dur"])
     except (KeyError, TypeError, ValueError):
         raise TraceError(f"event #{i} ({e.get('name')!r}, cat {e.get('cat')!r}) has no numeric "
                          "ts/dur") from None
@@ -130,6 +129,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         raise TraceError(f"{worker}.{span}: not a Chrome trace (expected a JSON object with a "
                          "traceEvents list)")
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
+    base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
         if not isinstance(e, dict):
             raise TraceError(f"{worker}.{span}: event #{i} is {type(e).__name__}, expected an object")
@@ -139,7 +139,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         if ph == "i" and name == "[memory]":
             args = e.get("args") or {}
             try:
-                memory.append(MemorySample(float(e["ts"]), int(args.get("Device Type", 0)),
+                memory.append(MemorySample(float(e["ts"]) - base, int(args.get("Device Type", 0)),
                                            int(args.get("Total Allocated", 0))))
             except (KeyError, TypeError, ValueError):
                 raise TraceError(f"{worker}.{span}: [memory] event #{i} has no numeric ts/args") from None
@@ -148,24 +148,24 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             continue
         args = e.get("args") or {}
         if cat in DEVICE_KINDS:
-            s, t = _span(e, i)
+            s, t = _span(e, i, base)
             device.append(DeviceEvent(name, DEVICE_KINDS[cat], int(args.get("device", e.get("pid", 0)) or 0),
                                       int(args.get("stream", e.get("tid", 0)) or 0), s, t,
                                       args.get("correlation")))
             continue
         if cat in RUNTIME_CATEGORIES:
-            s, t = _span(e, i)
+            s, t = _span(e, i, base)
             runtime.append(HostEvent(name, e.get("tid"), s, t, args.get("correlation")))
             continue
         if name.startswith(DATALOADER_PREFIX):  # any category: our TensorBoard copy makes it a cpu_op
-            s, t = _span(e, i)
+            s, t = _span(e, i, base)
             data_spans.append(HostEvent(name, e.get("tid"), s, t))
             continue
         if cat in HOST_OP_CATEGORIES:
-            s, t = _span(e, i)
+            s, t = _span(e, i, base)
             ops.append(HostEvent(name, e.get("tid"), s, t))
         elif cat in ANNOTATION_CATEGORIES:
-            s, t = _span(e, i)
+            s, t = _span(e, i, base)
             m = PROFILER_STEP.match(name)
             if m:
                 steps.append(Step(int(m.group(1)), s, t))
@@ -179,13 +179,22 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
     dist = trace.get("distributedInfo") or {}
     props = trace.get("deviceProperties") or []
     return ParsedTrace(
-        worker=worker, span=span,
+        worker=worker, span=span, base_us=base,
         rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
         device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
         steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=tuple(ops), annotations=tuple(annotations), runtime=tuple(runtime),
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory))
+
+
+def _base(events: list) -> float:
+    """The first event's whole µs. Profiler clocks read ~4e12 µs, where a float resolves only ~1e-3 µs;
+    times relative to a nearby base keep ts + dur - ts equal to dur."""
+    for e in events:
+        if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
+            return float(math.floor(e["ts"]))
+    return 0.0
 
 
 def _int_or_none(v) -> int | None:

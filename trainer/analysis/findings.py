@@ -91,7 +91,7 @@ def evidence(bd: Breakdown, m: SpanMetrics, gpu: bool) -> list[str]:
     }
     order = sorted(bd.buckets, key=bd.buckets.get, reverse=True)
     lines = [f"step {m.step_ms:.2f} ms (mean of {m.steps} profiled steps)"]
-    lines += [f"{bd.pct(b):5.1f}% ({bd.ms_per_step(b):.2f} ms) {labels[b]}"
+    lines += [f"{bd.pct(b):.1f}% ({bd.ms_per_step(b):.2f} ms) {labels[b]}"
               for b in order if bd.buckets[b] > 0]
     return lines
 
@@ -135,7 +135,7 @@ def _gpu_candidates(bd: Breakdown, m: SpanMetrics) -> list[tuple[Finding, float]
         rel = "shorter than" if kd < 0.9 * ld else "about as long as" if kd <= 1.1 * ld else "vs"
         kernels += f", median {kd:.1f} µs, {rel} their launch call ({ld:.1f} µs)"
     if m.host_us_per_kernel is not None:
-        kernels += f"; the host spends {m.host_us_per_kernel:.1f} µs of step per kernel"
+        kernels += f"; the host spends {m.host_us_per_kernel:.1f} µs per kernel"
     out.append((Finding("launch_overhead",
                         f"{kernels}; GPU idle {bd.ms_per_step('launch'):.2f} ms per step "
                         f"({bd.pct('launch'):.0f}%) while the host dispatches ops and launches kernels",

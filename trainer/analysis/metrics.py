@@ -47,7 +47,7 @@ class SpanMetrics:
     host_step_ms: float  # mean ProfilerStep# range on the host
     gpu_busy_pct: float | None
     kernels_per_step: float | None
-    host_us_per_kernel: float | None  # host step time / kernels: what the host spends to issue one kernel
+    host_us_per_kernel: float | None  # host step time outside data loading / kernels: the host's cost of one
     median_kernel_us: float | None
     median_launch_us: float | None
     syncs_per_step: float | None
@@ -102,7 +102,8 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     return SpanMetrics(
         gpu_busy_pct=100.0 * busy_us / bd.total_us if bd.total_us > 0 else 0.0,
         kernels_per_step=len(kernels) / n,
-        host_us_per_kernel=common["host_step_ms"] * 1e3 * n / len(kernels) if kernels else None,
+        host_us_per_kernel=(common["host_step_ms"] - common["data_ms_per_step"]) * 1e3 * n / len(kernels)
+        if kernels else None,
         median_kernel_us=statistics.median(d.dur for d in kernels) if kernels else None,
         median_launch_us=statistics.median(r.dur for r in launches) if launches else None,
         syncs_per_step=len(episodes) / n,

@@ -114,15 +114,16 @@ def _cell(name: str, n: int = 90) -> str:
 
 def summary_scalars(report: RunReport) -> dict[str, float]:
     """Scalars for SummaryWriter: ``diagnosis/<metric>`` (mean over the run's traces), the step-time shares
-    ``diagnosis/pct/<bucket>``, and per worker ``diagnosis/<worker>/<metric>`` when there are several.
-    None values (GPU terms on a CPU run) are left out."""
+    ``diagnosis/pct/<bucket>``, per worker ``diagnosis/<worker>/<metric>`` when there are several, and
+    ``diagnosis/stragglers`` (most in any profiling cycle) on a multi-rank run. None values (GPU terms on a
+    CPU run) are left out."""
     def means(spans: list[SpanReport]) -> dict[str, float]:
         acc: dict[str, list[float]] = defaultdict(list)
         for s in spans:
-            md = s.metrics.to_dict()
             for k in SCALAR_METRICS:
-                if md.get(k) is not None:
-                    acc[k].append(float(md[k]))
+                v = getattr(s.metrics, k)
+                if v is not None:
+                    acc[k].append(float(v))
             for b in s.breakdown.buckets:
                 acc[f"pct/{b}"].append(s.breakdown.pct(b))
         return {k: sum(v) / len(v) for k, v in acc.items()}
@@ -133,6 +134,6 @@ def summary_scalars(report: RunReport) -> dict[str, float]:
         for w in workers:
             mine = means([s for s in report.spans if s.worker == w])
             out.update({f"diagnosis/{w}/{k}": v for k, v in mine.items()})
-    for d in report.distributed:
-        out[f"diagnosis/cross_rank/stragglers_cycle{d.span_index}"] = float(len(d.stragglers))
+    if report.distributed:
+        out["diagnosis/stragglers"] = float(max(len(d.stragglers) for d in report.distributed))
     return out
