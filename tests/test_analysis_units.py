@@ -1,0 +1,158 @@
+"""The analysis' rules on tiny hand-built traces, where every expected number can be worked out by hand,
+and the interval arithmetic against brute force.
+
+    pytest tests/test_analysis_units.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.analysis import analyze_trace
+from trainer.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
+
+
+def X(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def step(n: int, ts: float, dur: float) -> dict:
+    return X("user_annotation", f"ProfilerStep#{n}", ts, dur)
+
+
+def launch(ts: float, dur: float, corr: int, name: str = "cudaLaunchKernel") -> dict:
+    return X("cuda_runtime", name, ts, dur, correlation=corr)
+
+
+def kernel(ts: float, dur: float, corr: int, name: str = "k", stream: int = 7) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"correlation": corr, "stream": stream, "device": 0}}
+
+
+def analyze(*events):
+    # A realistic clock offset (~4.4e12 µs): the parser must keep durations exact anyway.
+    t0 = 4_402_081_693_000.0
+    shifted = [{**e, "ts": e["ts"] + t0} for e in events]
+    return analyze_trace({"traceEvents": shifted}, "w", "1")
+
+
+def us(report, bucket: str) -> float:
+    return report.breakdown.buckets[bucket]
+
+
+def test_host_gaps_split_into_launch_and_other():
+    r = analyze(step(0, 0, 100),
+                X("cpu_op", "aten::add", 0, 10), launch(5, 3, 1), kernel(9, 3, 1),
+                X("cpu_op", "aten::mul", 50, 10), launch(55, 3, 2), kernel(59, 3, 2))
+    # gaps: [0,9] host in aten::add; [12,59] Python until 50, then aten::mul; [62,100] nothing queued.
+    assert us(r, "gpu_busy") == pytest.approx(6)
+    assert us(r, "launch") == pytest.approx(9 + 9)
+    assert us(r, "other_host") == pytest.approx(38 + 38)
+    assert us(r, "device_idle") == us(r, "sync") == us(r, "data") == 0
+    assert r.verdict == "host_bound"
+    assert r.metrics.step_ms == pytest.approx(0.1)
+    assert r.metrics.kernels_per_step == 2
+    assert r.metrics.median_launch_us == pytest.approx(3)
+
+
+def test_gap_before_already_queued_work_is_device_side():
+    r = analyze(step(0, 0, 30), X("cpu_op", "aten::add", 0, 5), launch(1, 1, 1), launch(3, 1, 2),
+                kernel(5, 15, 1), kernel(25, 5, 2))
+    assert us(r, "launch") == pytest.approx(5)  # [0,5]: kernel 1 not launched yet at 0
+    assert us(r, "device_idle") == pytest.approx(5)  # [20,25]: kernel 2 queued since t=4
+    assert r.verdict == "gpu_bound"  # 20 busy + 5 device idle of 30
+
+
+def test_sync_and_the_relaunch_after_it():
+    r = analyze(step(0, 0, 100),
+                X("cpu_op", "aten::add", 0, 4), launch(1, 2, 1), kernel(4, 34, 1),
+                X("cpu_op", "aten::item", 10, 30), X("cpu_op", "aten::_local_scalar_dense", 11, 29),
+                launch(12, 28, 9, name="cudaStreamSynchronize"),
+                X("cpu_op", "aten::mul", 40, 10), launch(45, 3, 2), kernel(49, 3, 2))
+    # [38,49]: blocked in .item() until 40, then relaunching until 49: all of it caused by the sync.
+    assert us(r, "sync") == pytest.approx(11)
+    assert us(r, "launch") == pytest.approx(4)
+    assert us(r, "other_host") == pytest.approx(48)
+    assert r.metrics.syncs_per_step == 1  # item > _local_scalar_dense > cudaStreamSynchronize: one sync
+    assert r.metrics.sync_ms_per_step == pytest.approx(0.030)
+    (f,) = [f for f in r.findings if f.id == "host_sync"]
+    assert f.text.startswith("1 host sync per step, 0.03 ms blocked (aten::item)")
+
+
+def test_data_wait_outranks_the_ops_inside_it():
+    r = analyze(step(0, 0, 50), X("user_annotation", "data", 0, 30),
+                X("cpu_op", "aten::stack", 5, 20), X("cpu_op", "aten::copy_", 30, 6), launch(32, 2, 1),
+                kernel(36, 14, 1))
+    assert us(r, "data") == pytest.approx(30)
+    assert us(r, "launch") == pytest.approx(6)
+    assert r.verdict == "data_bound"
+    assert r.metrics.data_ms_per_step == pytest.approx(0.030)
+
+
+def test_windows_follow_the_gpu_when_it_lags_behind_the_host():
+    r = analyze(step(0, 0, 10), launch(1, 1, 1), step(1, 10, 10), launch(11, 1, 2),
+                kernel(0, 5, 99),  # launched in a warm-up step: its launch is not in the trace
+                kernel(5, 35, 1), kernel(40, 35, 2))
+    assert r.metrics.step_ms == pytest.approx(0.035)  # GPU period, not the 10 µs host ranges
+    assert r.metrics.gpu_busy_pct == pytest.approx(100)
+    assert r.metrics.kernels_per_step == 1
+    assert r.verdict == "gpu_bound"
+
+
+def test_communication_is_the_part_no_compute_hides():
+    r = analyze(step(0, 0, 100), launch(0, 1, 1), launch(1, 1, 2),
+                kernel(2, 38, 1), kernel(30, 60, 2, name="ncclDevKernel_AllReduce_Sum_f32", stream=20))
+    assert us(r, "gpu_busy") == pytest.approx(38)
+    assert us(r, "communication") == pytest.approx(50)
+    assert r.metrics.comm_ms_per_step == pytest.approx(0.060)
+    assert r.metrics.compute_ms_per_step == pytest.approx(0.038)
+    assert r.metrics.overlap_ms_per_step == pytest.approx(0.010)
+    assert r.metrics.gpu_busy_pct == pytest.approx(88)
+    assert r.verdict == "communication_bound"
+
+
+def test_cpu_only_breakdown_and_self_time():
+    r = analyze(step(0, 0, 100), X("user_annotation", "data", 0, 10),
+                X("cpu_op", "aten::linear", 10, 50), X("cpu_op", "aten::addmm", 20, 10))
+    assert r.breakdown.buckets == pytest.approx({"cpu_ops": 50, "data": 10, "communication": 0,
+                                                 "other_host": 40})
+    assert r.verdict == "cpu_bound"
+    assert [(t.name, t.ms_per_step) for t in r.metrics.top] == [("aten::linear", pytest.approx(0.040)),
+                                                                ("aten::addmm", pytest.approx(0.010))]
+    assert r.metrics.gpu_busy_pct is None and r.metrics.syncs_per_step is None
+
+
+def test_cpu_collective_time_is_communication_not_compute():
+    """DDP calls c10d::allreduce_ from inside AccumulateGrad; gloo runs the collective on its own thread."""
+    r = analyze(step(0, 0, 100), X("cpu_op", "autograd::engine::evaluate_function: AccumulateGrad", 0, 30),
+                X("cpu_op", "c10d::allreduce_", 10, 20),
+                X("user_annotation", "gloo:all_reduce", 15, 75, tid=2))
+    assert r.breakdown.buckets == pytest.approx({"cpu_ops": 10, "data": 0, "communication": 80,
+                                                 "other_host": 10})
+    assert r.metrics.comm_ms_per_step == pytest.approx(0.080)
+    assert r.verdict == "communication_bound"
+
+
+intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambda p: (p[0], p[0] + p[1])),
+                     max_size=12)
+
+
+def grid(ivs) -> set[int]:
+    return {t for s, e in ivs for t in range(s, e)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, intervals, st.integers(0, 80), st.integers(0, 80))
+def test_interval_set_matches_brute_force(a, b, lo, hi):
+    A, B = IntervalSet(a), IntervalSet(b)
+    assert A.total() == len(grid(a))
+    assert A.length_within(lo, hi) == len({t for t in grid(a) if lo <= t < hi})
+    assert grid(A.gaps(lo, hi)) == {t for t in range(lo, hi) if t not in grid(a)}
+    assert grid(intersect(A, B)) == grid(a) & grid(b)
+    assert grid(subtract(A, B)) == grid(a) - grid(b)
+    pieces = pieces_by_priority(lo, hi, [A, B])
+    assert pieces == [len({t for t in grid(a) if lo <= t < hi}),
+                      len({t for t in grid(b) - grid(a) if lo <= t < hi}),
+                      len({t for t in range(lo, hi)} - grid(a) - grid(b))]
