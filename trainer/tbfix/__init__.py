@@ -1,0 +1,15 @@
+"""Truthful traces for TensorBoard's PyTorch Profiler tab (torch-tb-profiler 0.4.3) on modern PyTorch.
+
+    from trainer.tbfix import adapt_trace, write_adapted_pair, export_tensorboard
+    fixed = adapt_trace(trace)                                   # pure: a new, plugin-ready dict
+    write_adapted_pair(run_dir, worker, span, trace)             # original under raw/, adapted copy listed
+    export_tensorboard(Path("plain_run"), Path("logs/fixed"))    # a plain tensorboard_trace_handler run
+
+``python scripts/analyze.py RUN_DIR --export-tensorboard OUT_DIR`` calls the last one; then
+``tensorboard --logdir OUT_DIR`` shows operator device time, Runtime, DataLoader and call stacks.
+"""
+
+from .adapt import adapt_trace
+from .export import export_tensorboard, write_adapted_pair
+
+__all__ = ["adapt_trace", "export_tensorboard", "write_adapted_pair"]

@@ -1,0 +1,84 @@
+"""Write plugin-ready traces next to their untouched originals, for our runs and for plain ones.
+
+    from trainer.tbfix import write_adapted_pair, export_tensorboard
+    adapted, raw = write_adapted_pair(Path("logs/run"), "host_1234", "1795259107760373831", trace)
+    export_tensorboard(Path("plain_run"), Path("logs/plain_fixed"))   # then: tensorboard --logdir logs
+
+The layout is ``trainer/trace_files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the
+plugin lists, ``raw/<span>/<worker>.trace.json.gz`` the original (for Perfetto and HTA), which the plugin
+does not list.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from trainer import trace_files
+
+from .adapt import adapt_trace
+
+
+def _check_names(worker: str, span: str) -> None:
+    name = trace_files.plugin_name(worker, span, gz=False)
+    m = trace_files.WORKER_PATTERN.match(name)
+    if "/" in worker or not m or m.group(1) != worker or (m.group(2) or "")[1:] != span:
+        raise ValueError(f"worker {worker!r} and span {span!r} do not round-trip through the plugin's file name "
+                         f"{name!r}: use a non-empty worker without '/' and a span of digits (time.time_ns())")
+
+
+def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: bool = True) -> tuple[Path, Path]:
+    """Write ``trace`` untouched under ``raw/`` and ``adapt_trace(trace)`` where the plugin lists it.
+
+    The original is written first and the adapted copy last, each atomically, so the plugin never lists
+    an adapted file whose original is missing. Nothing is written if adapting fails. Returns
+    (adapted_path, raw_path).
+    """
+    _check_names(worker, span)
+    run_dir = Path(run_dir)
+    adapted = adapt_trace(trace)
+    raw = trace_files.raw_path(run_dir, worker, span, gz)
+    adapted_path = run_dir / trace_files.plugin_name(worker, span, gz)
+    trace_files.write_trace_atomic(raw, trace)
+    trace_files.write_trace_atomic(adapted_path, adapted)
+    return adapted_path, raw
+
+
+def _span_of(tf: trace_files.TraceFile) -> str:
+    # A hand-named "<worker>.pt.trace.json" has no span; its mtime in ns has the width of time_ns().
+    return tf.span or str(tf.path.stat().st_mtime_ns)
+
+
+def export_tensorboard(src_run_dir: Path, out_dir: Path) -> list[Path]:
+    """Write the corrected copy of the run in ``src_run_dir`` to ``out_dir``; return the adapted paths.
+
+    ``src_run_dir`` holds traces from plain ``torch.profiler.tensorboard_trace_handler`` or from our
+    trainer (then its ``raw/`` originals are used). ``out_dir`` must be missing or empty. On any error
+    nothing is left half-written in ``out_dir``.
+    """
+    src, out = Path(src_run_dir), Path(out_dir)
+    if not src.is_dir():
+        raise ValueError(f"{src}: not a directory; expected a run directory holding "
+                         "<worker>.<span>.pt.trace.json[.gz] files from tensorboard_trace_handler")
+    traces = trace_files.find_traces(src)
+    if not traces:
+        raise ValueError(f"{src}: no traces found; expected <worker>.<span>.pt.trace.json[.gz] files "
+                         "(tensorboard_trace_handler) or raw/<span>/<worker>.trace.json[.gz]")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: exists and is not an empty directory; give a new or empty directory")
+    loaded = [(tf, trace_files.load_trace(tf.path)) for tf in traces]  # bad JSON fails before any write
+    created = not out.exists()
+    written: list[Path] = []
+    try:
+        for tf, trace in loaded:
+            adapted, raw = write_adapted_pair(out, tf.worker, _span_of(tf), trace, gz=tf.path.name.endswith(".gz"))
+            written += [raw, adapted]
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for p in written:
+                p.unlink(missing_ok=True)
+            shutil.rmtree(out / trace_files.RAW_DIR, ignore_errors=True)
+        raise
+    return written[1::2]

@@ -1,0 +1,146 @@
+"""Keep torch-tb-profiler 0.4.3 from building a zero-length step once it sees runtime events.
+
+Once launches are visible as ``runtime`` events, the plugin stretches each step to the end of the GPU
+work that the step launched, and starts the next step no earlier than that
+(``profiler/event_parser.py:300-390``). A step that launched no GPU work and ended on the host before
+the previous step's kernels finished therefore gets length 0, and the Overview divides by it:
+``ZeroDivisionError`` at ``profiler/run_generator.py:87`` (fixed upstream in kineto PR #941, never
+released). The untouched trace never got there, because without runtime events the plugin keeps the
+host spans (``event_parser.py:353-375``).
+
+``unlink_for_positive_steps`` replays the plugin's step arithmetic and, while some kept step would be
+zero-length, unlinks the launches that cause it: those of earlier steps whose GPU work ends at or after
+that step's host end. An unlinked launch still counts as Runtime; its kernels are shown the way 0.4.3
+showed every kernel before (under the call-tree root, without an operator).
+
+    from trainer.tbfix.step_guard import unlink_for_positive_steps
+    culprits = unlink_for_positive_steps(events)   # indices of runtime events to unlink
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+
+DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "gpu_memcpy", "memset", "gpu_memset"})
+STEP_PREFIX = "ProfilerStep#"
+HOST_CATEGORIES = frozenset({"cpu_op", "operator", "python"})  # what sets the plugin's cpu_min/max_ts
+
+
+@dataclass(frozen=True)
+class Launch:
+    index: int  # position in the event list
+    start: float
+    end: float
+    device_start: float  # start of the first device event it launched
+    device_end: float  # end of the last one
+    n_device: int  # how many: the plugin's tail-step rule counts device events, not launches
+
+
+def _span(e: dict) -> tuple[float, float]:
+    ts = float(e.get("ts", 0.0))
+    return ts, ts + float(e.get("dur", 0.0) or 0.0)
+
+
+def host_steps(events: list[dict]) -> list[tuple[float, float]]:
+    """The host spans of the ``ProfilerStep#`` events, or of all host events when there are none."""
+    steps = []
+    lo, hi = float(sys.maxsize), float(-sys.maxsize - 1)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = str(e.get("cat", "")).lower()
+        if cat in ("user_annotation", "cpu_op", "operator") and str(e.get("name", "")).startswith(STEP_PREFIX):
+            steps.append(_span(e))
+        if cat in HOST_CATEGORIES:
+            s, t = _span(e)
+            lo, hi = min(lo, s), max(hi, t)
+    steps.sort()
+    return steps or [(lo, hi)]
+
+
+def _launches(events: list[dict], runtime_indices: set[int]) -> tuple[list[Launch], list[tuple[float, float]]]:
+    device_by_corr: dict = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and str(e.get("cat", "")).lower() in DEVICE_CATEGORIES:
+            device_by_corr[(e.get("args") or {}).get("correlation")].append(_span(e))
+    launches, linked = [], set()
+    for i in sorted(runtime_indices):
+        corr = (events[i].get("args") or {}).get("correlation")
+        spans = device_by_corr.get(corr)
+        if spans:
+            linked.add(corr)
+            start, end = _span(events[i])
+            launches.append(Launch(i, start, end, min(s[0] for s in spans), max(s[1] for s in spans), len(spans)))
+    orphans = [s for corr, spans in device_by_corr.items() if corr not in linked for s in spans]
+    return sorted(launches, key=lambda r: r.start), orphans
+
+
+def plugin_step_spans(events: list[dict], runtime_indices: set[int]) -> list[tuple[float, float]]:
+    """The steps the plugin would show, given which events it reads as runtime (a port of
+    ``StepParser._find_device_steps`` and ``_update_steps_duration``, tail removal included)."""
+    steps = host_steps(events)
+    launches, orphans = _launches(events, runtime_indices)
+    big, small = float(sys.maxsize), float(-sys.maxsize - 1)
+    device = [(big, small)] * len(steps)
+    matched = [0] * len(steps)
+    matched_launches: list[Launch] = []
+    i_step = i_rt = 0
+    lo, hi = big, small
+    while i_step < len(steps) and i_rt < len(launches):
+        rt = launches[i_rt]
+        if rt.start < steps[i_step][0]:
+            i_rt += 1
+        elif rt.end <= steps[i_step][1]:
+            lo, hi = min(lo, rt.device_start), max(hi, rt.device_end)
+            matched[i_step] += rt.n_device
+            matched_launches.append(rt)
+            i_rt += 1
+        elif rt.start < steps[i_step][1]:
+            i_rt += 1
+        else:
+            device[i_step] = (lo, hi)
+            i_step, lo, hi = i_step + 1, big, small
+    if i_step < len(steps):
+        device[i_step] = (lo, hi)
+    if not matched_launches:
+        return steps
+    prev_end = steps[0][0]
+    if device[0][0] != big:
+        # Device work launched outside every step (before the trace window) that ended before step 0's.
+        matched_ids = {r.index for r in matched_launches}
+        unmatched = orphans + [(r.device_start, r.device_end) for r in launches if r.index not in matched_ids]
+        prev_end = max([prev_end] + [end for _, end in unmatched if end < device[0][0]])
+    out = []
+    for (host_start, host_end), (dev_start, dev_end) in zip(steps, device):
+        start = max(prev_end, host_start)
+        end = max(host_end, start) if dev_start == big else max(host_end, dev_end, start)
+        out.append((start, end))
+        prev_end = end
+    last = max((k for k in range(len(out)) if matched[k] > 0), default=-1)
+    if len(out) > 1 and last >= 0:
+        keep = last + 1
+        if last > 0 and matched[last - 1] * 0.8 > matched[last]:
+            keep = last
+        out = out[:keep]
+    return out
+
+
+def unlink_for_positive_steps(events: list[dict], runtime_indices: set[int]) -> set[int]:
+    """Runtime events whose link to their kernels must be cut so that no step the plugin keeps is
+    zero-length. Empty in the common case (every step launches GPU work)."""
+    linked = set(runtime_indices)
+    cut: set[int] = set()
+    while True:
+        spans = plugin_step_spans(events, linked)
+        zero = next((k for k, (s, t) in enumerate(spans) if t <= s), None)
+        if zero is None:
+            return cut
+        host_end = host_steps(events)[zero][1]
+        launches, _ = _launches(events, linked)
+        culprits = {r.index for r in launches if r.device_end >= host_end and r.start < host_end}
+        if not culprits:  # a zero-length host step: nothing launches across it, nothing to unlink
+            return cut
+        cut |= culprits
+        linked -= culprits
