@@ -5,7 +5,7 @@ runs plain ``torch.profiler`` with ``tensorboard_trace_handler`` and a worker na
 Rank ``--straggler-rank`` sleeps ``--straggler-ms`` in every step before its forward pass, so the trace
 holds a real straggler: the other rank waits for it inside the gradient all-reduce.
 
-Run on the CPU (2 processes, about 15 s on 2 cores):
+Run on the CPU (2 processes, about 10 s on 2 cores):
 
     torchrun --nproc_per_node 2 scripts/record_ddp_scenario.py --out tests/data/ddp_gloo
 
