@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 from torch_tb_profiler.profiler.data import RunProfileData
+from torch_tb_profiler.profiler.event_parser import EventParser
 from torch_tb_profiler.profiler.run_generator import RunGenerator
 
 from trainer import trace_files
 from trainer.tbfix import adapt_trace, export_tensorboard, write_adapted_pair
 from trainer.tbfix.adapt import UNLINKED_KEY
+from trainer.tbfix.step_guard import plugin_step_spans
 
 DATA = Path(__file__).parent / "data"
 SCENARIOS = sorted(p.name for p in DATA.iterdir() if p.is_dir() and list(p.glob("*.pt.trace.json*")))
@@ -207,6 +209,31 @@ def test_guard_unlinks_the_launch_that_would_empty_a_step():
     assert data.steps_names == ["0", "1", "2"]
     assert all(c.costs[-1] > 0 for c in data.steps_costs)
     assert profile.overview["performance"][0]["value"] > 0
+
+
+@pytest.mark.parametrize("scenario", ["big_batch", "cuda_graph", "eager_bs128", "slow_dataset"])
+@pytest.mark.parametrize("with_steps", [True, False])
+def test_guard_predicts_the_steps_the_plugin_builds(scenario, with_steps):
+    events = [e for e in load(scenario)["traceEvents"]
+              if with_steps or not str(e.get("name", "")).startswith("ProfilerStep#")]
+    adapted = adapt_trace({"traceEvents": events})["traceEvents"]
+    runtime = {i for i, e in enumerate(adapted) if e.get("cat") == "runtime"}
+    data = RunProfileData("w", "1", {"traceEvents": copy.deepcopy(adapted)})
+    parser = EventParser()
+    parser.parse(data.events, data.forward_backward_events)
+    predicted = plugin_step_spans(adapted, runtime)
+    assert len(predicted) == len(parser.steps) == (2 if with_steps else 1)
+    for mine, theirs in zip(predicted, parser.steps):
+        assert mine == pytest.approx(theirs, abs=1e-6)
+
+
+def test_forward_backward_links_are_left_alone():
+    # Renaming torch's "fwdbwd" flows to 0.4.3's "forward_backward" would switch on its backward-module
+    # builder, which crashes on these traces (op_tree.py:292 -> node.py:182, a None start time).
+    ev = load("eager_bs128")["traceEvents"]
+    links = [e for e in ev if e.get("cat") == "fwdbwd"]
+    assert len(links) == 412
+    assert adapt_trace({"traceEvents": links})["traceEvents"] == links
 
 
 # --- 5. purity and robustness ------------------------------------------------------------------------------

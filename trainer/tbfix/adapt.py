@@ -38,7 +38,10 @@ What 0.4.3 gets wrong on torch 2.x traces, and what is rewritten (plugin paths a
 6. Any event without ``name``, or a complete event without ``cat``, fails the whole file
    (``data.py:146``, ``trace.py:188``); such events get an empty name or category.
 
-Everything else passes through unchanged, so every view the plugin showed before is still there.
+Everything else passes through unchanged, so every view the plugin showed before is still there. Left
+alone on purpose: torch's ``fwdbwd`` flow events. 0.4.3 looks for ``forward_backward``
+(``data.py:46``), but renaming them switches on its backward-module builder, which crashes on these
+traces (``op_tree.py:292`` -> ``node.py:182``: a backward node without a start time).
 """
 
 from __future__ import annotations
