@@ -36,42 +36,38 @@ inline bool supported_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
 }
 
-template <class Op>
-std::string op_label(bool out_variant) {
-  return std::string("stepscope::") + Op::kName + (out_variant ? "_out" : "");
-}
-
-inline void check_same(const std::string& op, const char* name, const at::Tensor& t, const char* ref_name,
+// Errors name the op as "stepscope::<name><suffix>" (suffix "" or "_out"); TORCH_CHECK builds the
+// message only when the check fails, so the hot path allocates nothing.
+inline void check_same(const char* op, const char* suffix, const char* name, const at::Tensor& t, const char* ref_name,
                        const at::Tensor& ref) {
-  TORCH_CHECK(t.device() == ref.device(), op, ": argument '", name, "' is on device ", t.device(), " but '",
+  TORCH_CHECK(t.device() == ref.device(), "stepscope::", op, suffix, ": argument '", name, "' is on device ", t.device(), " but '",
               ref_name, "' is on device ", ref.device(), "; they must be on the same device");
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": argument '", name, "' has dtype ",
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "stepscope::", op, suffix, ": argument '", name, "' has dtype ",
               dtype_name(t.scalar_type()), " but '", ref_name, "' has dtype ", dtype_name(ref.scalar_type()),
               "; they must match (stepscope ops do no type promotion)");
-  TORCH_CHECK(t.sizes() == ref.sizes(), op, ": argument '", name, "' has shape ", t.sizes(), " but '", ref_name,
+  TORCH_CHECK(t.sizes() == ref.sizes(), "stepscope::", op, suffix, ": argument '", name, "' has shape ", t.sizes(), " but '", ref_name,
               "' has shape ", ref.sizes(), "; they must match (stepscope ops do not broadcast)");
 }
 
 template <class Op>
 void check_inputs(const std::array<at::Tensor, Op::kInputs>& in, bool out_variant) {
-  const std::string op = op_label<Op>(out_variant);
+  const char* suffix = out_variant ? "_out" : "";
   for (int k = 0; k < Op::kInputs; ++k) {
-    TORCH_CHECK(supported_dtype(in[k].scalar_type()), op, ": argument '", Op::kArgs[k], "' has dtype ",
+    TORCH_CHECK(supported_dtype(in[k].scalar_type()), "stepscope::", Op::kName, suffix, ": argument '", Op::kArgs[k], "' has dtype ",
                 dtype_name(in[k].scalar_type()),
                 "; supported dtypes: torch.float32, torch.float16, torch.bfloat16, torch.float64");
-    if (k > 0) check_same(op, Op::kArgs[k], in[k], Op::kArgs[0], in[0]);
+    if (k > 0) check_same(Op::kName, suffix, Op::kArgs[k], in[k], Op::kArgs[0], in[0]);
   }
 }
 
 template <class Op>
 void check_out(const std::array<at::Tensor, Op::kInputs>& in, const at::Tensor& out) {
-  const std::string op = op_label<Op>(true);
-  check_same(op, "out", out, Op::kArgs[0], in[0]);
-  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
+  check_same(Op::kName, "_out", "out", out, Op::kArgs[0], in[0]);
+  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, "stepscope::", Op::kName, "_out",
               ": argument 'out' has elements that share memory (e.g. from expand()); "
               "pass a tensor with its own memory for each element");
   for (int k = 0; k < Op::kInputs; ++k) {
-    TORCH_CHECK(at::get_overlap_status(out, in[k]) != at::MemOverlapStatus::Partial, op,
+    TORCH_CHECK(at::get_overlap_status(out, in[k]) != at::MemOverlapStatus::Partial, "stepscope::", Op::kName, "_out",
                 ": argument 'out' partially overlaps argument '", Op::kArgs[k],
                 "'; pass a separate tensor or exactly that argument");
   }

@@ -212,7 +212,8 @@ void run_cuda(const at::Tensor& out, const std::array<at::Tensor, Op::kInputs>& 
   // The current stream (what at::cuda::getCurrentCUDAStream returns), never the legacy default:
   // under graph capture or on a side stream that is the only correct choice.
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if (!is_flat(out, in) && long_dims(out) > kMaxDims) {
+  const bool flat = is_flat(out, in);
+  if (!flat && long_dims(out) > kMaxDims) {
     // Too many dimensions for kernel_strided: make every operand dense, run flat, copy back.
     const at::Tensor dst = at::empty_like(out, at::MemoryFormat::Contiguous);
     std::array<at::Tensor, Op::kInputs> src;
@@ -222,7 +223,7 @@ void run_cuda(const at::Tensor& out, const std::array<at::Tensor, Op::kInputs>& 
     return;
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "stepscope_cuda", [&] {
-    if (is_flat(out, in)) {
+    if (flat) {
       launch_flat<Op, scalar_t>(out, in, stream);
     } else {
       launch_strided<Op, scalar_t>(out, in, stream);

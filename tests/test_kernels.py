@@ -1,0 +1,327 @@
+"""Tests of the stepscope ops (kernels/): values, layouts, poisoned outputs, gradients, opcheck, fuzz, errors.
+
+    pytest -q tests/test_kernels.py     # CPU here (CI); on a GPU machine the cuda cases run too
+
+Every value test runs on cpu and on cuda (skipped without a GPU) against `reference`: PyTorch on
+the inputs widened to op-math (fp32, or fp64 for fp64) and rounded once, which is what eager
+PyTorch computes, so results must be bit-identical. The first test builds the CPU library (about
+10 s on 2 cores; cached in ~/.cache/stepscope afterwards). GPU-only behaviour (graphs, compile,
+streams, kernel versions) is in test_kernels_cuda.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernels
+
+REPO = Path(__file__).resolve().parent.parent
+OPS = {  # op -> reference on op-math tensors; the number of inputs is the reference's arity
+    "add": lambda a, b: a + b,
+    "relu": torch.relu,
+    "add_relu": lambda a, b: torch.relu(a + b),
+    "square": lambda x: x * x,
+    "relu_backward": lambda grad, result: torch.where(result > 0, grad, torch.zeros_like(grad)),
+    "square_backward": lambda grad, x: 2 * x * grad,
+}
+ARITY = {"add": 2, "relu": 1, "add_relu": 2, "square": 1, "relu_backward": 2, "square_backward": 2}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+SIZES = [0, 1, 3, 4097, 2**20 + 3]
+SHAPE = (3, 5, 7, 9)  # 945 elements: odd, so every vectorized path has a scalar tail
+HAS_CUDA = torch.cuda.is_available()
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no GPU")])]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library():
+    return kernels.load()  # builds once (cached); fails every test with the one-line reason if it can't
+
+
+def reference(op: str, *inputs: torch.Tensor) -> torch.Tensor:
+    acc = torch.float64 if inputs[0].dtype == torch.float64 else torch.float32
+    return OPS[op](*(t.to(acc) for t in inputs)).to(inputs[0].dtype)
+
+
+def run(op: str, *inputs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return getattr(kernels, op)(*inputs, out=out)
+
+
+def assert_exact(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+
+
+def make(shape, layout: str, dtype, device, requires_grad: bool = False) -> torch.Tensor:
+    """A random tensor (never zeros) of logical `shape`, laid out in memory as `layout`."""
+    n = 1
+    for s in shape:
+        n *= s
+    rand = lambda *size: torch.randn(*size, dtype=dtype, device=device)  # noqa: E731
+    if layout == "contiguous":
+        t = rand(*shape)
+    elif layout == "transposed":  # every dimension reversed: dense, but no stride is 1 where expected
+        t = rand(*shape[::-1]).permute(*reversed(range(len(shape))))
+    elif layout == "sliced":  # x[1:]: storage offset 1, so not 16-byte aligned
+        t = rand(n + 1)[1:].view(shape)
+    elif layout == "strided":  # every other element of the last dimension: not dense
+        t = rand(*shape[:-1], 2 * shape[-1])[..., ::2]
+    elif layout == "channels_last":
+        t = rand(*shape).contiguous(memory_format=torch.channels_last)
+    elif layout == "expanded":  # stride 0 along the last dimension (inputs only)
+        t = rand(*shape[:-1], 1).expand(shape)
+    else:
+        raise ValueError(layout)
+    return t.requires_grad_(requires_grad)
+
+
+def sample_inputs(op: str, device, *, requires_grad: bool, dtype=torch.float32) -> list[tuple[torch.Tensor, ...]]:
+    """Input tuples covering contiguous, transposed, misaligned and strided layouts (extension-cpp style)."""
+    cases = []
+    for layouts in [("contiguous",) * 2, ("transposed", "contiguous"), ("sliced", "strided")]:
+        cases.append(tuple(make((3, 5), layouts[k], dtype, device, requires_grad) for k in range(ARITY[op])))
+    return cases
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("numel", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", OPS)
+def test_parity_sizes_into_poisoned_output(op, dtype, numel, device):
+    inputs = [make((numel,), "contiguous", dtype, device) for _ in range(ARITY[op])]
+    expected = reference(op, *inputs)
+    assert_exact(run(op, *inputs), expected)
+    for offset in (0, 1):  # aligned, then misaligned; NaN guard elements on both sides
+        buffer = torch.full((numel + 2,), float("nan"), dtype=dtype, device=device)
+        assert_exact(run(op, *inputs, out=buffer[offset : offset + numel]), expected)
+        guards = torch.cat([buffer[:offset], buffer[offset + numel :]])
+        assert guards.isnan().all(), "wrote outside `out`"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_special_values(op, device):
+    # NaN passes through relu as in torch.relu; inf, -0.0, subnormals and fp16/bf16 overflow behave as eager.
+    values = [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1e-40, -1e-40, 300.0, -300.0, 3e38, 1.0, -1.0]
+    for dtype in [*DTYPES, torch.float64]:
+        x = torch.tensor(values, dtype=dtype, device=device)
+        inputs = [x, x.flip(0)][: ARITY[op]]
+        assert_exact(run(op, *inputs), reference(op, *inputs))
+
+
+LAYOUTS = ["contiguous", "transposed", "sliced", "strided", "channels_last", "expanded"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("op", OPS)
+def test_parity_layouts(op, layout, device):
+    for dtype in DTYPES:
+        combos = [(layout,) * 2, (layout, "contiguous"), ("contiguous", layout)]
+        for combo in combos[: 1 if ARITY[op] == 1 else 3]:
+            inputs = [make(SHAPE, combo[k], dtype, device) for k in range(ARITY[op])]
+            got = run(op, *inputs)
+            assert_exact(got, reference(op, *inputs))
+            assert got.stride() == torch.empty_like(inputs[0]).stride()  # same layout rule as the fake impl
+
+
+def out_view(buffer: torch.Tensor, layout: str) -> torch.Tensor:
+    """A view of SHAPE into `buffer` (numel 2 * 945 + 1) laid out as `layout`; the rest is untouched."""
+    n = 945
+    if layout == "contiguous":
+        return buffer[:n].view(SHAPE)
+    if layout == "sliced":
+        return buffer[1 : n + 1].view(SHAPE)
+    if layout == "transposed":
+        return buffer[:n].view(SHAPE[::-1]).permute(3, 2, 1, 0)
+    if layout == "strided":
+        return buffer[: 2 * n].view(*SHAPE[:-1], 2 * SHAPE[-1])[..., ::2]
+    if layout == "channels_last":
+        return buffer[:n].view(SHAPE[0], SHAPE[2], SHAPE[3], SHAPE[1]).permute(0, 3, 1, 2)
+    raise ValueError(layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("out_layout", ["contiguous", "sliced", "transposed", "strided", "channels_last"])
+@pytest.mark.parametrize("op", OPS)
+def test_poisoned_out_layouts(op, out_layout, device):
+    for dtype in DTYPES:
+        for in_layout in ["contiguous", out_layout]:
+            inputs = [make(SHAPE, in_layout, dtype, device) for _ in range(ARITY[op])]
+            buffer = torch.full((2 * 945 + 1,), float("nan"), dtype=dtype, device=device)
+            written = torch.zeros(buffer.shape, dtype=torch.bool, device=device)
+            out_view(written, out_layout).fill_(True)
+            assert_exact(run(op, *inputs, out=out_view(buffer, out_layout)), reference(op, *inputs))
+            assert buffer[~written].isnan().all(), "wrote outside `out`"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_gradcheck_float64(op, device):
+    # fp64 is a native dtype of every kernel, so gradcheck runs the real kernels, not a shadow path.
+    fn = getattr(torch.ops.stepscope, op)
+    for inputs in sample_inputs(op, device, requires_grad=True, dtype=torch.float64):
+        assert torch.autograd.gradcheck(fn, inputs)
+        assert torch.autograd.gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", ["add", "relu", "add_relu", "square"])
+def test_gradients_match_pytorch(op, dtype, device):
+    for inputs in sample_inputs(op, device, requires_grad=True, dtype=dtype):
+        ours = [t.detach().clone().requires_grad_() for t in inputs]
+        grad = torch.randn_like(inputs[0])
+        theirs = torch.autograd.grad(OPS[op](*inputs), inputs, grad)  # eager PyTorch in `dtype`
+        mine = torch.autograd.grad(run(op, *ours), ours, grad)
+        for m, t in zip(mine, theirs, strict=True):
+            torch.testing.assert_close(m, t)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_opcheck(op, device):
+    functional, out_op = getattr(torch.ops.stepscope, op).default, getattr(torch.ops.stepscope, f"{op}_out").default
+    for dtype in (torch.float32, torch.bfloat16):
+        for requires_grad in (False, True):
+            for inputs in sample_inputs(op, device, requires_grad=requires_grad, dtype=dtype):
+                torch.library.opcheck(functional, inputs)
+        for inputs in sample_inputs(op, device, requires_grad=False, dtype=dtype):
+            torch.library.opcheck(out_op, inputs, {"out": torch.empty_like(inputs[0])})
+
+
+def fuzz_tensor(data, shape: list[int], dtype, device) -> torch.Tensor:
+    """A view of `shape` into a bigger random tensor: any dimension order, step and offset."""
+    perm = data.draw(st.permutations(range(len(shape))))
+    steps = [data.draw(st.integers(1, 3)) for _ in shape]
+    offsets = [data.draw(st.integers(0, 2)) for _ in shape]
+    extent = [o + max(s - 1, 0) * k + 1 for s, k, o in zip(shape, steps, offsets, strict=True)]
+    base = torch.randn([extent[p] for p in perm], dtype=dtype, device=device)
+    logical = base.permute(tuple(perm.index(d) for d in range(len(shape))))
+    return logical[tuple(slice(o, o + max(s - 1, 0) * k + 1 if s else o, k) for s, k, o in zip(shape, steps, offsets, strict=True))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_fuzz_shapes_strides_dtypes(device, data):
+    op = data.draw(st.sampled_from(sorted(OPS)))
+    dtype = data.draw(st.sampled_from([*DTYPES, torch.float64]))
+    shape = data.draw(st.lists(st.integers(0, 6), max_size=4))
+    inputs = [fuzz_tensor(data, shape, dtype, device) for _ in range(ARITY[op])]
+    expected = reference(op, *inputs)
+    assert_exact(run(op, *inputs), expected)
+    out = fuzz_tensor(data, shape, dtype, device).fill_(float("nan"))
+    assert_exact(run(op, *inputs, out=out), expected)
+
+
+def error_of(fn) -> str:
+    with pytest.raises(RuntimeError) as info:
+        fn()
+    return str(info.value)
+
+
+ERROR_CASES = {  # case -> (call on tensors made on `device`, exact message)
+    "dtype": (
+        lambda d: torch.ops.stepscope.add(torch.ones(2, device=d), torch.ones(2, dtype=torch.float16, device=d)),
+        "stepscope::add: argument 'b' has dtype torch.float16 but 'a' has dtype torch.float32; "
+        "they must match (stepscope ops do no type promotion)",
+    ),
+    "shape": (
+        lambda d: torch.ops.stepscope.add_relu(torch.ones(2, 3, device=d), torch.ones(3, device=d)),
+        "stepscope::add_relu: argument 'b' has shape [3] but 'a' has shape [2, 3]; "
+        "they must match (stepscope ops do not broadcast)",
+    ),
+    "unsupported": (
+        lambda d: torch.ops.stepscope.relu(torch.ones(2, dtype=torch.int32, device=d)),
+        "stepscope::relu: argument 'x' has dtype torch.int32; "
+        "supported dtypes: torch.float32, torch.float16, torch.bfloat16, torch.float64",
+    ),
+    "out_shape": (
+        lambda d: torch.ops.stepscope.square_out(torch.ones(4, device=d), out=torch.ones(5, device=d)),
+        "stepscope::square_out: argument 'out' has shape [5] but 'x' has shape [4]; "
+        "they must match (stepscope ops do not broadcast)",
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", ERROR_CASES)
+def test_error_messages_eager_and_fake_alike(case, device):
+    call, message = ERROR_CASES[case]
+    assert error_of(lambda: call(device)) == message
+    assert error_of(lambda: call("meta")) == message  # meta runs the Python fake impl
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_overlap_errors(device):
+    x = torch.randn(4, device=device)
+    assert error_of(lambda: kernels.relu(x, out=torch.empty(1, device=device).expand(4))) == (
+        "stepscope::relu_out: argument 'out' has elements that share memory (e.g. from expand()); "
+        "pass a tensor with its own memory for each element"
+    )
+    buffer = torch.randn(5, device=device)
+    assert error_of(lambda: kernels.add(buffer[:4], x, out=buffer[1:])) == (
+        "stepscope::add_out: argument 'out' partially overlaps argument 'a'; pass a separate tensor or exactly that argument"
+    )
+    kernels.add(buffer[:4], x, out=buffer[:4])  # exactly the input: in place, allowed
+    with pytest.raises(RuntimeError, match=r"^kernels.add: out= does not support autograd, but an input requires grad$"):
+        kernels.add(x.requires_grad_(), x, out=torch.empty_like(x))
+
+
+def test_autocast_keeps_bf16():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = torch.nn.functional.linear(torch.randn(4, 8), torch.randn(8, 8))
+        y = kernels.add_relu(h, h)
+    assert h.dtype == y.dtype == torch.bfloat16
+    assert_exact(y, reference("add_relu", h, h))
+
+
+def test_unavailable_reason_here():
+    assert kernels.unavailable_reason("cpu") is None
+    expected = None if HAS_CUDA else "no CUDA GPU available (torch.cuda.is_available() is False)"
+    assert kernels.unavailable_reason("cuda") == expected
+    with pytest.raises(ValueError, match="device_type must be one of cpu, cuda; got 'tpu'"):
+        kernels.unavailable_reason("tpu")
+
+
+PROBE = """
+import torch, kernels
+print(kernels.unavailable_reason("cpu"))
+try:
+    kernels.relu(torch.ones(2))
+except RuntimeError as e:
+    print("RuntimeError:", e)
+"""
+
+
+@pytest.mark.parametrize(
+    "env, reason",
+    [({"PATH": "/nonexistent"}, "ninja not installed (pip install ninja)"), ({"CXX": "no-such-c++"}, "no C++ compiler (no-such-c++) found")],
+)
+def test_missing_tools_give_one_line_reason(tmp_path, env, reason):
+    full_env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "PYTHONPATH": str(REPO), **env}
+    done = subprocess.run([sys.executable, "-c", PROBE], env=full_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr  # `import kernels` itself never fails
+    assert done.stdout.splitlines() == [reason, f"RuntimeError: {reason}"]
+    assert list(tmp_path.iterdir()) == []  # nothing was built
+
+
+def test_bench_ops_cpu_quick(tmp_path):
+    out, plot = tmp_path / "bench.json", tmp_path / "sweep.png"
+    command = [sys.executable, str(REPO / "scripts" / "bench_ops.py"), "--device", "cpu", "--quick", "--no-compile"]
+    done = subprocess.run([*command, "--out", str(out), "--plot", str(plot)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    ops = {(row["op"], row["dtype"], row["impl"]) for row in results["ops"]}
+    assert ("add_relu", "float32", "custom") in ops and ("add_relu", "bfloat16", "eager") in ops
+    assert all(row["us"] > 0 for row in results["ops"])
+    assert [p["numel"] for p in results["sweep"]["points"]] == sorted(p["numel"] for p in results["sweep"]["points"])
+    assert plot.stat().st_size > 1000
