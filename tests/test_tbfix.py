@@ -9,7 +9,6 @@ tests/test_tbfix_plugin.py.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from pathlib import Path
@@ -45,7 +44,7 @@ def load_fresh(scenario: str) -> dict:
 def plugin_parse(trace: dict):
     """What the plugin's loader does with one trace file (profiler/loader.py:_process_data)."""
     logging.getLogger("pytorch_profiler").setLevel(logging.ERROR)  # it warns once per odd kernel
-    data = RunProfileData.from_json("w", "1", copy.deepcopy(trace))
+    data = RunProfileData.from_json("w", "1", trace)  # it only reads the dict
     data.trace_file_path = "unused.json"
     return data, RunGenerator("w", "1", data).generate_run_profile()
 
@@ -218,7 +217,7 @@ def test_guard_predicts_the_steps_the_plugin_builds(scenario, with_steps):
               if with_steps or not str(e.get("name", "")).startswith("ProfilerStep#")]
     adapted = adapt_trace({"traceEvents": events})["traceEvents"]
     runtime = {i for i, e in enumerate(adapted) if e.get("cat") == "runtime"}
-    data = RunProfileData("w", "1", {"traceEvents": copy.deepcopy(adapted)})
+    data = RunProfileData("w", "1", {"traceEvents": adapted})
     parser = EventParser()
     parser.parse(data.events, data.forward_backward_events)
     predicted = plugin_step_spans(adapted, runtime)

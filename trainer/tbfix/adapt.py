@@ -36,7 +36,8 @@ What 0.4.3 gets wrong on torch 2.x traces, and what is rewritten (plugin paths a
    work of its own zero-length and crash the Overview (see ``step_guard.py``). The few launches that
    would cause it are unlinked from their kernels.
 6. Any event without ``name``, or a complete event without ``cat``, fails the whole file
-   (``data.py:146``, ``trace.py:188``); such events get an empty name or category.
+   (``data.py:146``, ``trace.py:188``); such events get an empty name or category, and entries that are
+   not JSON objects are dropped.
 
 Everything else passes through unchanged, so every view the plugin showed before is still there. Left
 alone on purpose: torch's ``fwdbwd`` flow events. 0.4.3 looks for ``forward_backward``
@@ -138,10 +139,7 @@ def _with_args(e: dict, cat: str | None = None, **args) -> dict:
     out = dict(e)
     if cat is not None:
         out["cat"] = cat
-    new_args = dict(out.get("args") or {})
-    for k, v in args.items():
-        new_args[k] = v
-    out["args"] = new_args
+    out["args"] = {**(out.get("args") or {}), **args}
     return out
 
 
