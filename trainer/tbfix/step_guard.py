@@ -4,8 +4,8 @@ Once launches are visible as ``runtime`` events, the plugin stretches each step 
 work that the step launched, and starts the next step no earlier than that
 (``profiler/event_parser.py:300-390``). A step that launched no GPU work and ended on the host before
 the previous step's kernels finished therefore gets length 0, and the Overview divides by it:
-``ZeroDivisionError`` at ``profiler/run_generator.py:87`` (fixed upstream in kineto PR #941, never
-released). The untouched trace never got there, because without runtime events the plugin keeps the
+``ZeroDivisionError`` at ``profiler/run_generator.py:87`` (a guard was proposed upstream in kineto
+PR #941; no release has it). The untouched trace never got there, because without runtime events the plugin keeps the
 host spans (``event_parser.py:353-375``).
 
 ``unlink_for_positive_steps`` replays the plugin's step arithmetic and, while some kept step would be
@@ -13,8 +13,10 @@ zero-length, unlinks the launches that cause it: those of earlier steps whose GP
 that step's host end. An unlinked launch still counts as Runtime; its kernels are shown the way 0.4.3
 showed every kernel before (under the call-tree root, without an operator).
 
-    from trainer.tbfix.step_guard import unlink_for_positive_steps
-    culprits = unlink_for_positive_steps(events)   # indices of runtime events to unlink
+    from trainer.tbfix.step_guard import plugin_step_spans, unlink_for_positive_steps
+    spans = plugin_step_spans(events, runtime)          # the (start, end) of each step the plugin keeps
+    cut = unlink_for_positive_steps(events, runtime)    # indices of runtime events to unlink
+    # `runtime`: indices of the events the plugin reads as category "runtime"
 """
 
 from __future__ import annotations
