@@ -1,0 +1,37 @@
+"""`--ops custom`: the ResNet trains on stepscope::relu / stepscope::add_relu, forward and backward."""
+
+import pytest
+from tbserver import TensorBoard
+from trainrun import run_json, run_train
+
+import kernels
+
+pytestmark = pytest.mark.skipif(kernels.unavailable_reason("cpu") is not None,
+                                reason=f"stepscope ops unavailable: {kernels.unavailable_reason('cpu')}")
+TWENTY = ["--device", "cpu", "--steps", "20", "--seed", "5", "--batch-size", "32", "--log-every", "5"]
+
+
+def test_custom_and_native_ops_reach_the_same_loss_and_custom_ops_show_in_the_plugin(tmp_path):
+    r = run_train([*TWENTY, "--ops", "native", "--logdir", str(tmp_path), "--run-name", "native"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    # the default schedule (skip 10, wait 5, warm up 2, record 3) fits 20 steps exactly
+    r = run_train([*TWENTY, "--ops", "custom", "--profile", "--logdir", str(tmp_path), "--run-name", "custom"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    native = run_json(tmp_path / "native")["final"]["train_loss"]
+    custom = run_json(tmp_path / "custom")["final"]["train_loss"]
+    assert custom == pytest.approx(native, rel=1e-3)
+    with TensorBoard(tmp_path) as tb:
+        tb.wait_for_runs(["custom"])
+        worker, span = tb.first_worker_span("custom")
+        table = tb.profiler("operation/table", run="custom", worker=worker, span=span, group_by="Operation")["data"]
+        names = {op["name"] for op in table}
+        assert {"stepscope::relu", "stepscope::add_relu", "stepscope::relu_backward"} <= names, sorted(names)
+        assert "aten::relu" not in names and "aten::relu_" not in names
+
+
+def test_custom_ops_refused_up_front_when_they_cannot_be_built(tmp_path):
+    r = run_train([*TWENTY, "--ops", "custom", "--logdir", str(tmp_path / "logs")],
+                  env={"CXX": "/nonexistent/c++", "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")})
+    assert r.returncode == 2
+    assert r.stderr.strip() == "train.py: error: --ops custom is unavailable on cpu: no C++ compiler (/nonexistent/c++) found"
+    assert not (tmp_path / "logs").exists()
