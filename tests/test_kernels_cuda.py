@@ -155,16 +155,17 @@ def inputs_for(channels_last: bool):
     return x, torch.randn(8, 16, 20, 20, device=CUDA).contiguous(memory_format=fmt)
 
 
-@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_torch_compile_with_conv_before_the_op(mode, channels_last, monkeypatch):
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_torch_compile_training_with_conv_before_the_op(mode, channels_last, monkeypatch):
     # Full fp32 convolutions, so compiled and eager differ only by summation order.
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch.compiler.reset()
     conv, ours, eager = conv_block(channels_last)
     compiled = torch.compile(ours, fullgraph=True, mode=None if mode == "default" else mode)
-    for _ in range(4):  # reduce-overhead: warm-up, record, then replays, each with fresh inputs
-        torch.compiler.cudagraph_mark_step_begin()
+    # reduce-overhead: warm-up, record, then replays, each with fresh inputs. No
+    # cudagraph_mark_step_begin here: in training the backward ends each generation by itself.
+    for _ in range(4):
         x, skip = inputs_for(channels_last)
         got = compiled(x, skip)
         got.sum().backward()
@@ -175,6 +176,19 @@ def test_torch_compile_with_conv_before_the_op(mode, channels_last, monkeypatch)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got_grad, conv.weight.grad, rtol=1e-4, atol=1e-4)
         conv.weight.grad = None
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_torch_compile_reduce_overhead_inference(channels_last, monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    torch.compiler.reset()
+    _, ours, eager = conv_block(channels_last)
+    compiled = torch.compile(ours, fullgraph=True, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            torch.compiler.cudagraph_mark_step_begin()  # inference: each call is a new step
+            x, skip = inputs_for(channels_last)
+            torch.testing.assert_close(compiled(x, skip), eager(x, skip), rtol=1e-4, atol=1e-4)
 
 
 def test_side_stream():

@@ -32,6 +32,15 @@ inline std::string dtype_name(at::ScalarType t) {
   }
 }
 
+// Integers in messages go through std::to_string, never through std::ostream: on the device
+// machine (GCC 13.3, torch 2.11) formatting an integer with operator<< from this library's code
+// crashed with SIGSEGV inside libstdc++'s number formatting, while strings streamed fine.
+inline std::string shape_str(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
 inline bool supported_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
 }
@@ -40,13 +49,13 @@ inline bool supported_dtype(at::ScalarType t) {
 // message only when the check fails, so the hot path allocates nothing.
 inline void check_same(const char* op, const char* suffix, const char* name, const at::Tensor& t, const char* ref_name,
                        const at::Tensor& ref) {
-  TORCH_CHECK(t.device() == ref.device(), "stepscope::", op, suffix, ": argument '", name, "' is on device ", t.device(), " but '",
-              ref_name, "' is on device ", ref.device(), "; they must be on the same device");
+  TORCH_CHECK(t.device() == ref.device(), "stepscope::", op, suffix, ": argument '", name, "' is on device ", t.device().str(), " but '",
+              ref_name, "' is on device ", ref.device().str(), "; they must be on the same device");
   TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "stepscope::", op, suffix, ": argument '", name, "' has dtype ",
               dtype_name(t.scalar_type()), " but '", ref_name, "' has dtype ", dtype_name(ref.scalar_type()),
               "; they must match (stepscope ops do no type promotion)");
-  TORCH_CHECK(t.sizes() == ref.sizes(), "stepscope::", op, suffix, ": argument '", name, "' has shape ", t.sizes(), " but '", ref_name,
-              "' has shape ", ref.sizes(), "; they must match (stepscope ops do not broadcast)");
+  TORCH_CHECK(t.sizes() == ref.sizes(), "stepscope::", op, suffix, ": argument '", name, "' has shape ", shape_str(t.sizes()), " but '", ref_name,
+              "' has shape ", shape_str(ref.sizes()), "; they must match (stepscope ops do not broadcast)");
 }
 
 template <class Op>

@@ -67,7 +67,8 @@ static int64_t set_kernel_version(const std::string& family, int64_t version) {
   std::lock_guard<std::mutex> lock(families_mutex());
   KernelFamily& f = find_family("stepscope::set_kernel_version", family);
   TORCH_CHECK(version >= 0 && version <= f.count, "stepscope::set_kernel_version: family '", family,
-              "' has versions 1..", f.count, " (0 selects the default, ", f.best, "), got ", version);
+              "' has versions 1..", std::to_string(f.count), " (0 selects the default, ", std::to_string(f.best),
+              "), got ", std::to_string(version));  // to_string: see checks.h on integers in messages
   return f.current.exchange(version == 0 ? f.best : static_cast<int>(version));
 }
 

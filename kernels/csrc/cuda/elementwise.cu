@@ -177,7 +177,7 @@ void launch_flat(const at::Tensor& out, const std::array<at::Tensor, Op::kInputs
     case 1: kernel1<Op><<<blocks_for(f.n), kThreads, 0, stream>>>(f); break;
     case 2: kernel2<Op><<<blocks_for(packs), kThreads, 0, stream>>>(f); break;
     case 3: kernel3<Op><<<blocks_for((packs + kPacksPerThread - 1) / kPacksPerThread), kThreads, 0, stream>>>(f); break;
-    default: TORCH_CHECK(false, "stepscope: no elementwise kernel version ", version);
+    default: TORCH_CHECK(false, "stepscope: no elementwise kernel version ", std::to_string(version));
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
