@@ -12,8 +12,11 @@ Prints a progress bar (loss, images/s), and at the end a summary line; with --pr
 table, the TensorBoard command and the diagnosis (why the step is slow). Writes logs/<run>/: TensorBoard
 events, run.json, and with --profile the traces (see trainer/trace_files.py) and diagnosis.md.
 Bad flags: one line on stderr, exit code 2, nothing written. Ctrl-C: traces and scalars flushed, exit 130.
+Under torchrun each rank checks its flags the same way; a rank that fails ends the whole group, and
+torchrun's summary shows that rank's traceback as the root cause.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -26,11 +29,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainer.cli import parse_and_check
     from trainer.config import ConfigError
+    from trainer.distributed import check_distributed
+    from trainer.env import distributed_ranks
     from trainer.loop import train
 
     cuda_available = torch.cuda.is_available()
     try:
         cfg = parse_and_check(argv, cuda_available)
+        check_distributed(cfg, distributed_ranks(), torch.cuda.device_count())
         return train(cfg)
     except ConfigError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
@@ -38,4 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if "TORCHELASTIC_ERROR_FILE" in os.environ:
+        # under torchrun: an uncaught exception is also written to the error file that torchrun reports
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        sys.exit(record(main)())
     sys.exit(main())

@@ -1,15 +1,34 @@
 """Process group for `torchrun`: DDP with nccl on GPUs, gloo on CPU. A single process gets `SingleProcess`.
 
-    torchrun --nproc_per_node 2 scripts/train.py --profile
+    torchrun --nproc_per_node 2 scripts/train.py --profile        # --batch-size is per rank
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 scripts/train.py
 
-Rank 0 names and creates the run directory and broadcasts its name; every rank writes its own trace into it.
-A collective timeout bounds how long a rank waits for a dead peer; torchrun itself ends the group when one
-rank exits with an error.
+LOCAL_RANK picks the GPU, RANK is the identity (worker names, shards, who logs). Rank 0 names and creates
+the run directory and broadcasts it, with the base of the span names: cycle k of every rank is written as
+span `span_base + k`, so one cycle's traces of all ranks share `raw/<span>/` (what Holistic Trace Analysis
+reads: one file per rank per directory). Across nodes the logdir must be a shared filesystem to hold one run.
+
+Failures and Ctrl-C:
+- A rank that raises exits with its traceback; torchrun notices within its monitor interval (0.1 s) and
+  SIGTERMs the others, whose default action ends them at once. A collective timeout bounds any wait for a
+  peer that hangs rather than dies.
+- Ctrl-C: torchrun forwards SIGINT to every rank. `StopSignal` turns the first one into KeyboardInterrupt
+  (the loop then flushes traces and scalars and never starts another collective) and ignores repeats. On
+  NCCL a helper thread, woken through `signal.set_wakeup_fd` even while the main thread waits on the GPU,
+  aborts the communicator at once, so no CUDA sync can wait for an all-reduce that a stopped peer never
+  joins. A collective error after the stop request counts as part of the stop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,25 +36,132 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.config import ConfigError
+from trainer.config import ConfigError, TrainConfig
 from trainer.env import Env
 
+# long enough for legitimately slow collectives (NCCL set-up, ranks compiling at different speeds), short
+# enough that a hung peer ends the run
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
+
+
+@dataclass(frozen=True)
+class RunStart:
+    run_dir: Path
+    span_base: int  # rank 0's time.time_ns(): every rank names its cycle k `span_base + k`
+    workers: tuple[str, ...]  # each rank's worker name, by rank
+
+
+def check_distributed(cfg: TrainConfig, ranks: tuple[int, int, int], cuda_devices: int) -> None:
+    """Flags that cannot work with this many processes; raises ConfigError before anything is written."""
+    _rank, world, local_rank = ranks
+    if world <= 1:
+        return
+    if cfg.cuda_graphs:
+        raise ConfigError(f"--cuda-graphs is not supported under torchrun ({world} processes): DDP all-reduces "
+                          "gradients from hooks during backward, which our whole-step graph does not capture; "
+                          "use --compile reduce-overhead")
+    on_cuda = cfg.device == "cuda" or (cfg.device == "auto" and cuda_devices > 0)
+    if on_cuda and local_rank >= cuda_devices:
+        raise ConfigError(f"torchrun started local rank {local_rank} but only {cuda_devices} GPU(s) are visible; "
+                          f"use --nproc_per_node {cuda_devices} or fewer")
+    if cfg.data.name == "synthetic":
+        shard = cfg.data.synthetic_train_size // world
+        if shard < cfg.data.batch_size:
+            raise ConfigError(f"--synthetic-train-size {cfg.data.synthetic_train_size} split over {world} ranks "
+                              f"leaves {shard} samples per rank, fewer than --batch-size {cfg.data.batch_size} "
+                              f"(per rank); use --synthetic-train-size {cfg.data.batch_size * world} or more")
+
+
+class StopSignal:
+    """Ctrl-C in a single process: Python's default KeyboardInterrupt."""
+
+    def install(self) -> None:
+        pass
+
+    def deferred(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def explains(self, exc: BaseException) -> bool:
+        """True if `exc` ends the run as an interruption rather than as a failure."""
+        return isinstance(exc, KeyboardInterrupt)
+
+
+class TorchrunStopSignal(StopSignal):
+    """Ctrl-C under torchrun (see the module docstring)."""
+
+    def __init__(self, abort: Callable[[], None] | None) -> None:
+        self._requested = False
+        self._deferring = False
+        self._pending = False
+        self._abort = abort
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._on_sigint)
+        if self._abort is not None:
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(write_fd, False)
+            # Python runs signal handlers only in the main thread between bytecodes; the C-level handler
+            # writes the signal number to this fd at once, even while the main thread waits on the GPU.
+            signal.set_wakeup_fd(write_fd)
+            threading.Thread(target=self._watch, args=(read_fd,), name="stepscope-stop", daemon=True).start()
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self._requested:
+            return  # a repeat (torchrun forwards the user's Ctrl-C): let the flush finish
+        self._requested = True
+        if self._deferring:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Ctrl-C inside this block (a finished cycle's trace being written) takes effect when it ends."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
+
+    def _watch(self, read_fd: int) -> None:
+        while signal.SIGINT not in os.read(read_fd, 64):  # other handled signals (e.g. SIGCHLD) also land here
+            pass
+        self._abort()
+
+    def requested(self) -> bool:
+        return self._requested
+
+    def explains(self, exc: BaseException) -> bool:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        try:
+            # a collective that failed because a stopped peer left; calling a Python function lets CPython
+            # run a SIGINT handler that is still pending, which raises KeyboardInterrupt right here
+            return self.requested()
+        except KeyboardInterrupt:
+            return True
 
 
 class SingleProcess:
     world_size = 1
+    backend = None
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
 
-    def create_run_dir(self, create) -> Path:
-        return create()
+    def start_run(self, create: Callable[[], Path], worker: str) -> RunStart:
+        return RunStart(create(), time.time_ns(), (worker,))
+
+    def stop_signal(self) -> StopSignal:
+        return StopSignal()
 
     def barrier(self) -> None:
         pass
 
-    def shutdown(self) -> None:
+    def shutdown(self, clean: bool) -> None:
         pass
 
 
@@ -43,34 +169,51 @@ class Distributed:
     def __init__(self, env: Env) -> None:
         self.env = env
         self.world_size = env.world_size
-        backend = "nccl" if env.is_cuda else "gloo"
-        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT,
+        self.backend = "nccl" if env.is_cuda else "gloo"
+        dist.init_process_group(self.backend, timeout=COLLECTIVE_TIMEOUT,
                                 device_id=env.device if env.is_cuda else None)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         ids = [self.env.local_rank] if self.env.is_cuda else None
         return DistributedDataParallel(model, device_ids=ids)
 
-    def create_run_dir(self, create) -> Path:
-        """Rank 0 creates the directory; the others learn its path, or its error, by broadcast."""
+    def start_run(self, create: Callable[[], Path], worker: str) -> RunStart:
+        """Rank 0 creates the run directory; the others learn its path and span base, or its error."""
         msg: list = [None]
         if self.env.is_main:
             try:
-                msg[0] = ("ok", str(create()))
+                msg[0] = ("ok", str(create()), time.time_ns())
             except ConfigError as e:
-                msg[0] = ("error", str(e))
+                msg[0] = ("error", str(e), 0)
         dist.broadcast_object_list(msg, src=0)
-        kind, value = msg[0]
+        kind, value, span_base = msg[0]
         if kind == "error":
             raise ConfigError(value)
-        return Path(value)
+        run_dir = Path(value)
+        run_dir.mkdir(parents=True, exist_ok=True)  # another node without a shared filesystem keeps its own copy
+        workers: list = [None] * self.world_size
+        dist.all_gather_object(workers, worker)
+        return RunStart(run_dir, span_base, tuple(workers))
+
+    def stop_signal(self) -> StopSignal:
+        return TorchrunStopSignal(self.abort if self.backend == "nccl" else None)
 
     def barrier(self) -> None:
         dist.barrier()
 
-    def shutdown(self) -> None:
+    def abort(self) -> None:
+        """End in-flight NCCL collectives now (thread-safe), so that no CUDA sync waits for a stopped peer."""
         if dist.is_initialized():
+            dist.group.WORLD.abort()
+
+    def shutdown(self, clean: bool) -> None:
+        """After a clean run, destroy the group; after a failure or Ctrl-C, never wait on peers."""
+        if not dist.is_initialized():
+            return
+        if clean:
             dist.destroy_process_group()
+        elif self.backend == "nccl":
+            self.abort()  # destroying could wait for collectives that a failed peer never joins
 
 
 def make_distributed(env: Env) -> SingleProcess | Distributed:

@@ -1,5 +1,9 @@
 """The end of a run, completed or interrupted: run.json, and for profiled runs the top-ops table, the
 TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text and Scalars).
+
+Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
+at a barrier, so rank 0 sees all ranks' traces; after Ctrl-C nobody waits for anybody (a peer may be gone),
+and run.json lists the traces that exist at that moment.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from pathlib import Path
 
 from trainer.profiling import top_ops_table
 from trainer.run_dir import write_json_atomic
+from trainer.trace_files import find_plugin_traces
 
 
 def _num(x: float) -> float | None:
@@ -45,7 +50,7 @@ def finish_run(status: str, progress, thr, meta: dict, run_dir: Path, log, prof,
         group.barrier()  # every rank has written its traces before rank 0 analyses them
     if not env.is_main:
         return 0 if status == "completed" else 130
-    traces = [str(p.relative_to(run_dir)) for p in writer.written] if writer is not None else []
+    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's
     diagnosis = None
     if writer is not None:
         if writer.cycles:

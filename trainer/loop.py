@@ -7,11 +7,18 @@ TensorBoard command and the diagnosis.
 
 Host-device sync points in the loop, all at the logging cadence or the epoch end: `StepClock.drain`
 (waits for the last step boundary), the loss read-back, and the eval accuracy read-back.
+
+Under torchrun (see trainer/distributed.py) the loss is all-reduced at the logging cadence; after Ctrl-C no
+rank starts another collective: the last logged loss is then the rank's own.
+
+Test hook: STEPSCOPE_FAIL_AT_STEP=N (with STEPSCOPE_FAIL_RANK=R, default 0) makes rank R raise at step N,
+so that tests can check that one rank's failure ends the whole torchrun group with that rank's error.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -60,17 +67,29 @@ def evaluate(model: torch.nn.Module, data, env: Env) -> float:
     return correct.item() / max(1, total)  # sync point: once per epoch
 
 
+def injected_failure_step(rank: int) -> int | None:
+    """The step at which this rank must raise, from the test hook (module docstring); None normally."""
+    step = os.environ.get("STEPSCOPE_FAIL_AT_STEP")
+    if step is None or int(os.environ.get("STEPSCOPE_FAIL_RANK", "0")) != rank:
+        return None
+    return int(step)
+
+
 def train(cfg: TrainConfig) -> int:
     """Run training; returns the process exit code (0, or 130 after Ctrl-C)."""
     env = make_env(cfg.device, cfg.bf16, cfg.channels_last)
     group = make_distributed(env)
+    code = None
     try:
-        return _train(cfg, env, group)
+        code = _train(cfg, env, group)
+        return code
     finally:
-        group.shutdown()
+        group.shutdown(clean=code == 0)
 
 
 def _train(cfg: TrainConfig, env: Env, group) -> int:
+    stop = group.stop_signal()
+    stop.install()
     seed_everything(cfg.seed)
     data = build_data(cfg.data, env, cfg.model.num_classes, cfg.seed)
     model = build_model(cfg.model).to(env.device, memory_format=env.memory_format)
@@ -84,17 +103,20 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                       sample=sample, compile_mode=cfg.compile)
 
     tag = f"{cfg.model.arch}-{cfg.model.ops}-{step_kind(cfg)}"
-    run_dir = group.create_run_dir(lambda: create_run_dir(cfg.run.logdir, cfg.run.run_name, tag))
+    start = group.start_run(lambda: create_run_dir(cfg.run.logdir, cfg.run.run_name, tag), worker_name(env.rank))
+    run_dir = start.run_dir
     log = TBLog(run_dir) if env.is_main else NullLog()
     log.config(cfg.to_dict())
     profile_cfg = cfg.profile
     writer = None
     prof: Profiler | NullProfiler = NullProfiler()
     if profile_cfg.enabled:
-        writer = TraceWriter(profile_cfg, run_dir, worker_name(env.rank), env.device)
+        writer = TraceWriter(profile_cfg, run_dir, worker_name(env.rank), env.device, start.span_base)
         prof = Profiler(profile_cfg.build(writer))
     meta = {"config": cfg.to_dict(), "environment": environment_info(env.device), "git_sha": git_sha(),
-            "world_size": env.world_size, "step_kind": step_kind(cfg), "run_dir": str(run_dir)}
+            "world_size": env.world_size, "global_batch_size": cfg.data.batch_size * env.world_size,
+            "distributed": {"backend": group.backend, "workers": list(start.workers)},
+            "step_kind": step_kind(cfg), "run_dir": str(run_dir)}
     if env.is_main:
         write_json_atomic(run_dir / "run.json", {**meta, "status": "running"})
 
@@ -103,11 +125,11 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     thr = Throughput(cfg.data.batch_size * env.world_size)
     bar = tqdm(total=cfg.steps, disable=None if env.is_main else True, unit="step", file=sys.stderr)
 
-    def log_window() -> None:
+    def log_window(across_ranks: bool = True) -> None:
         times = clock.drain()  # sync point: waits for the last step boundary
         thr.add(times)
         if step.loss_count:
-            loss = all_reduce_sum(step.loss_sum.clone()) / env.world_size
+            loss = all_reduce_sum(step.loss_sum.clone()) / env.world_size if across_ranks else step.loss_sum
             progress.train_loss = loss.item() / step.loss_count  # sync point: loss read-back
             step.loss_sum.zero_()
             step.loss_count = 0
@@ -124,15 +146,20 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         bar.set_postfix(loss=f"{progress.train_loss:.3f}", img_s=f"{thr.images_per_s:.0f}")
 
     status = "interrupted"
+    fail_at = injected_failure_step(env.rank)
     try:
         with prof:
             clock.mark(prof.is_tracing())
             for i in range(1, cfg.steps + 1):
+                if i == fail_at:
+                    raise RuntimeError(f"injected failure at step {i} on rank {env.rank} "
+                                       "(test hook STEPSCOPE_FAIL_AT_STEP)")
                 with phases("data"):
                     x, y = next(batches)
                 step(x, y)
                 sched.step()
-                prof.step()
+                with stop.deferred():  # a trace being written is finished before Ctrl-C takes effect
+                    prof.step()
                 clock.mark(prof.is_tracing())
                 progress.steps = i
                 bar.update(1)
@@ -142,10 +169,15 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                     progress.eval_accuracy = evaluate(eval_model, data, env)
                     log.scalars({"eval/accuracy": progress.eval_accuracy}, i)
         status = "completed"
-    except KeyboardInterrupt:
-        print(f"\ninterrupted at step {progress.steps}; flushing what the run has", file=sys.stderr)
+    except BaseException as e:
+        if not stop.explains(e):
+            raise
+        who = f"rank {env.rank}: " if env.world_size > 1 else ""
+        if not isinstance(e, KeyboardInterrupt):
+            print(f"\n{who}after the stop request: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"\n{who}interrupted at step {progress.steps}; flushing what the run has", file=sys.stderr)
         if progress.steps:
-            log_window()
+            log_window(across_ranks=False)  # a peer may have stopped already: no more collectives
     finally:
         bar.close()
     return finish_run(status, progress, thr, meta, run_dir, log, prof, writer, env, group)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 import torch
@@ -93,17 +92,25 @@ def build_profiler(cfg: ProfileConfig, on_trace_ready) -> profile:
 
 
 class TraceWriter:
-    """`on_trace_ready` for our run layout (see trainer/trace_files.py)."""
+    """`on_trace_ready` for our run layout (see trainer/trace_files.py).
 
-    def __init__(self, cfg: ProfileConfig, run_dir: Path, worker: str, device: torch.device) -> None:
+    Cycle k is span `span_base + k`. Under torchrun every rank gets rank 0's `span_base`, so the k-th
+    cycles of all ranks share one span: the plugin pairs them for its Distributed view, and `raw/<span>/`
+    holds one file per rank, as Holistic Trace Analysis wants. The traces carry torch's own
+    `distributedInfo` (backend, rank, world size, process groups) whenever a process group exists.
+    """
+
+    def __init__(self, cfg: ProfileConfig, run_dir: Path, worker: str, device: torch.device,
+                 span_base: int) -> None:
         self.cfg, self.run_dir, self.worker, self.device = cfg, Path(run_dir), worker, device
+        self.span_base = span_base  # time.time_ns(): the plugin sorts spans as strings, so keep the width
         self.written: list[Path] = []
         self.cycles = 0
 
     def __call__(self, prof: profile) -> None:
         from trainer.tbfix import write_adapted_pair
 
-        span = str(time.time_ns())
+        span = str(self.span_base + self.cycles)
         tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"
         try:
             prof.export_chrome_trace(str(tmp))
