@@ -1,0 +1,233 @@
+"""DDP under torchrun on the CPU (gloo, 2 processes), the way a user runs it:
+
+- a profiled run: rank 0 logs, every rank writes its trace (with its rank) into one run directory, and the
+  plugin's Distributed view answers over HTTP;
+- a rank that raises ends the whole group promptly with its own error; a rank killed outright never hangs
+  the others;
+- Ctrl-C (SIGINT to torchrun's process group, as a terminal sends it) stops every rank, traces flushed;
+- flags that cannot work with several processes are refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tbserver import TensorBoard
+from trainrun import REPO, TRAIN, run_json
+
+from trainer.config import DataConfig, TrainConfig
+from trainer.data import SyntheticData
+from trainer.distributed import check_distributed
+from trainer.env import Env
+from trainer.trace_files import find_plugin_traces, find_raw_traces, load_trace
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+# 256 samples per rank, batch 32 per rank: a few steps take seconds on 2 cores
+DDP_FAST = ["--device", "cpu", "--synthetic-train-size", "512", "--synthetic-eval-size", "64", "--batch-size", "32",
+            "--log-every", "2"]
+PROFILE_3_STEPS = ["--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1", "--active", "2"]
+# Holistic Trace Analysis 0.5.0 (hta/common/trace_file.py) finds a trace's rank with this regex on its text
+HTA_RANK = re.compile(r'"rank":\s+(\d+)')
+
+
+def torchrun(args: list[str], env: dict | None = None, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
+    e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    t0 = time.monotonic()
+    r = subprocess.run([*TORCHRUN, str(TRAIN), *args], capture_output=True, text=True, timeout=timeout, env=e,
+                       cwd=REPO)
+    return r, time.monotonic() - t0
+
+
+def worker_rank(worker: str) -> int:
+    return int(re.fullmatch(r".+_\d+_rank(\d+)", worker).group(1))
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("ddp") / "logs"
+    r, elapsed = torchrun([*DDP_FAST, "--steps", "6", *PROFILE_3_STEPS, "--logdir", str(logdir), "--run-name", "r"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return logdir, logdir / "r", elapsed
+
+
+def test_rank0_logs_and_every_rank_writes_its_trace(ddp_run):
+    _logdir, run, elapsed = ddp_run
+    d = run_json(run)
+    assert d["status"] == "completed" and d["final"]["steps"] == 6
+    assert d["world_size"] == 2 and d["global_batch_size"] == 64 and d["config"]["data"]["batch_size"] == 32
+    assert d["distributed"]["backend"] == "gloo"
+    assert [worker_rank(w) for w in d["distributed"]["workers"]] == [0, 1]
+    assert len(list(run.glob("events.out.tfevents.*"))) == 1  # scalars from rank 0 only
+
+    adapted, raw = find_plugin_traces(run), find_raw_traces(run)
+    assert sorted(worker_rank(t.worker) for t in adapted) == [0, 1]
+    assert sorted(t.path.name for t in adapted) == sorted(d["traces"])
+    # the same span on both ranks, so raw/<span>/ holds one file per rank (what HTA reads)
+    assert len({t.span for t in adapted}) == 1 and [t.path.parent.name for t in raw] == [adapted[0].span] * 2
+    gloo_ops = []
+    for t in [*adapted, *raw]:
+        trace = load_trace(t.path)
+        info = trace["distributedInfo"]
+        assert (info["rank"], info["world_size"], info["backend"]) == (worker_rank(t.worker), 2, "gloo")
+        gloo_ops.append(sum(str(e.get("name", "")).startswith("gloo:") for e in trace["traceEvents"]))
+    assert gloo_ops[0] > 0 and len(set(gloo_ops)) == 1  # the Distributed view needs equal counts per worker
+    assert elapsed < 60, f"the 2-process run took {elapsed:.0f} s"
+
+
+def test_traces_carry_their_rank_in_the_form_hta_reads(ddp_run):
+    """HTA takes the first `"rank": N` (whitespace after the colon) in the file's text; compact JSON has none."""
+    _logdir, run, _ = ddp_run
+    for t in [*find_plugin_traces(run), *find_raw_traces(run)]:
+        with gzip.open(t.path, "rt") as f:
+            found = next((m for m in map(HTA_RANK.search, f) if m), None)
+        assert found is not None and int(found.group(1)) == worker_rank(t.worker), t.path
+
+
+def test_distributed_view_in_the_plugin(ddp_run):
+    logdir, run, _ = ddp_run
+    workers = sorted(t.worker for t in find_plugin_traces(run))
+    with TensorBoard(logdir) as tb:
+        tb.wait_for_runs(["r"])
+        assert "Distributed" in tb.profiler("views", run="r")
+        assert tb.profiler("workers", run="r", view="Distributed") == ["All"]
+        span = tb.profiler("spans", run="r", worker="All")[0]
+        q = {"run": "r", "worker": "All", "span": span}
+        assert tb.profiler("distributed/gpuinfo", **q) is None  # no GPU in a CPU run
+        overlap = tb.profiler("distributed/overlap", **q)["data"]["all"]
+        assert sorted(overlap) == workers and all(v[0] + v[1] > 0 for v in overlap.values())  # computation
+        wait = tb.profiler("distributed/waittime", **q)["data"]["all"]
+        assert sorted(wait) == workers
+        ops = tb.profiler("distributed/commops", **q)["data"]
+        assert sorted(ops) == workers
+        calls = {w: {row[0]: row[1] for row in table["rows"]} for w, table in ops.items()}
+        assert calls[workers[0]].get("gloo:all_reduce", 0) > 0 and calls[workers[0]] == calls[workers[1]]
+
+
+def test_each_rank_trains_on_its_own_shard():
+    cfg = DataConfig(synthetic_train_size=64, synthetic_eval_size=8, batch_size=8)
+    shards = [SyntheticData(cfg, Env(torch.device("cpu"), None, False, rank, 2, rank), 10, 0)
+              for rank in (0, 1)]
+    full = SyntheticData(cfg, Env(torch.device("cpu"), None, False), 10, 0)
+    rows = [{tuple(x.flatten()[:8].tolist()) for x in s.train_x} for s in shards]
+    assert len(rows[0]) == len(rows[1]) == 32 and not rows[0] & rows[1]
+    assert rows[0] | rows[1] == {tuple(x.flatten()[:8].tolist()) for x in full.train_x}
+    assert shards[0].steps_per_epoch == 4
+
+
+@pytest.mark.parametrize("cfg,ranks,gpus,message", [
+    (TrainConfig(cuda_graphs=True, device="cuda"), (0, 2, 0), 2, "--cuda-graphs is not supported under torchrun"),
+    (TrainConfig(device="cuda"), (3, 4, 3), 2, "local rank 3 but only 2 GPU(s) are visible"),
+    (TrainConfig(data=DataConfig(synthetic_train_size=100, batch_size=64)), (1, 2, 1), 0,
+     "--synthetic-train-size 100 split over 2 ranks leaves 50 samples per rank, fewer than --batch-size 64"),
+])
+def test_flags_that_cannot_work_with_several_processes(cfg, ranks, gpus, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_distributed(cfg, ranks, gpus)
+    check_distributed(cfg, (0, 1, 0), gpus)  # a single process is not affected
+
+
+def test_bad_flag_under_torchrun_writes_nothing(tmp_path):
+    logdir = tmp_path / "logs"
+    r, _ = torchrun([*DDP_FAST, "--synthetic-train-size", "48", "--logdir", str(logdir)])
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("train.py: error:")]
+    assert len(lines) == 2 and "split over 2 ranks leaves 24 samples per rank" in lines[0], r.stderr[-3000:]
+    assert not logdir.exists()
+
+
+def test_a_failing_rank_ends_the_group_with_its_error(tmp_path):
+    hook = {"STEPSCOPE_FAIL_AT_STEP": "3", "STEPSCOPE_FAIL_RANK": "1"}
+    r, elapsed = torchrun([*DDP_FAST, "--steps", "100000", "--logdir", str(tmp_path)], env=hook)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "RuntimeError: injected failure at step 3 on rank 1" in out, out[-3000:]
+    root_cause = out[out.index("Root Cause"):]
+    assert re.search(r"rank\s*: 1 ", root_cause) and "injected failure at step 3 on rank 1" in root_cause
+    assert elapsed < 60, f"the group took {elapsed:.0f} s to end"
+
+
+@contextlib.contextmanager
+def started_torchrun(args: list[str]):
+    """torchrun in a session of its own, like a terminal's foreground job (its workers start their own)."""
+    p = subprocess.Popen([*TORCHRUN, str(TRAIN), *args], cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    workers = []
+    try:
+        yield p
+    finally:
+        if p.poll() is None:  # the test failed half-way: end torchrun and the workers it started
+            with contextlib.suppress(Exception):
+                workers = [_child_with_rank(p.pid, rank) for rank in (0, 1)]
+            p.kill()
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        p.communicate()
+
+
+def _wait_for(folder: Path, pattern: str, p: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(folder.glob(pattern)):
+        assert p.poll() is None and time.monotonic() < deadline, f"no {pattern} in {folder}"
+        time.sleep(0.5)
+
+
+def _child_with_rank(parent: int, rank: int) -> int:
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"RANK={rank}".encode() in environ:
+                return int(pid)
+    raise AssertionError(f"no child of {parent} has RANK={rank}")
+
+
+def test_ctrl_c_stops_every_rank_with_traces_flushed(tmp_path):
+    run = tmp_path / "int"
+    # repeated 4-step cycles: traces are written all along, and the one in progress is flushed at Ctrl-C
+    with started_torchrun([*DDP_FAST, "--steps", "100000", "--profile", "--skip-first", "0", "--wait", "0",
+                           "--warmup", "1", "--active", "3", "--repeat", "0", "--no-with-stack",
+                           "--no-profile-memory", "--logdir", str(tmp_path), "--run-name", "int"]) as p:
+        _wait_for(run / "raw", "*/*rank1.trace.json.gz", p)
+        time.sleep(3)
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        out, _ = p.communicate(timeout=120)
+        stop_s = time.monotonic() - t0
+    for rank in (0, 1):
+        assert re.search(rf"rank {rank}: interrupted at step \d+; flushing", out), out[-4000:]
+    assert stop_s < 20, f"stopping took {stop_s:.0f} s (torchrun kills what is left after 30 s)"
+    d = run_json(run)
+    assert d["status"] == "interrupted" and d["final"]["steps"] > 0
+    raw = find_raw_traces(run)
+    assert all(any(span_dir.iterdir()) for span_dir in (run / "raw").iterdir())  # no cycle lost half-way
+    assert not list(run.rglob(".tmp-*"))
+    for rank in (0, 1):  # every 4-step cycle, including the one in progress at the stop, was written
+        stopped = int(re.search(rf"rank {rank}: interrupted at step (\d+)", out).group(1))
+        cycles = [t for t in raw if worker_rank(t.worker) == rank]
+        print(rank, stopped, len(cycles))
+        assert len(cycles) == -(-stopped // 4), (stopped, len(cycles))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_killed_rank_does_not_hang_the_others(tmp_path):
+    with started_torchrun([*DDP_FAST, "--steps", "100000", "--logdir", str(tmp_path), "--run-name", "k"]) as p:
+        _wait_for(tmp_path / "k", "events.out.tfevents.*", p)
+        time.sleep(2)
+        t0 = time.monotonic()
+        os.kill(_child_with_rank(p.pid, 1), signal.SIGKILL)  # like the kernel's OOM killer
+        out, _ = p.communicate(timeout=120)
+        assert time.monotonic() - t0 < 30
+    assert p.returncode != 0
+    root_cause = out[out.index("Root Cause"):]
+    assert re.search(r"rank\s*: 1 ", root_cause) and "SIGKILL" in root_cause, root_cause[:2000]
