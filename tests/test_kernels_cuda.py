@@ -157,12 +157,14 @@ def inputs_for(channels_last: bool):
 
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_torch_compile_training_with_conv_before_the_op(mode, channels_last, monkeypatch):
+@pytest.mark.parametrize("ops", ["stepscope", "native"])  # native: the control, same loop on PyTorch's ops
+def test_torch_compile_training_with_conv_before_the_op(ops, mode, channels_last, monkeypatch):
     # Full fp32 convolutions, so compiled and eager differ only by summation order.
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch.compiler.reset()
     conv, ours, eager = conv_block(channels_last)
-    compiled = torch.compile(ours, fullgraph=True, mode=None if mode == "default" else mode)
+    fn = ours if ops == "stepscope" else eager
+    compiled = torch.compile(fn, fullgraph=True, mode=None if mode == "default" else mode)
     # reduce-overhead: warm-up, record, then replays, each with fresh inputs. No
     # cudagraph_mark_step_begin here: in training the backward ends each generation by itself.
     for _ in range(4):
