@@ -66,6 +66,8 @@ def test_rank0_logs_and_every_rank_writes_its_trace(ddp_run):
     assert d["status"] == "completed" and d["final"]["steps"] == 6
     assert d["world_size"] == 2 and d["global_batch_size"] == 64 and d["config"]["data"]["batch_size"] == 32
     assert d["distributed"]["backend"] == "gloo"
+    assert d["distributed"]["ddp"] == {"broadcast_buffers": False, "gradient_as_bucket_view": True,
+                                       "dynamo_optimize_ddp": None}
     assert [worker_rank(w) for w in d["distributed"]["workers"]] == [0, 1]
     assert len(list(run.glob("events.out.tfevents.*"))) == 1  # scalars from rank 0 only
 
@@ -215,7 +217,6 @@ def test_ctrl_c_stops_every_rank_with_traces_flushed(tmp_path):
     for rank in (0, 1):  # every 4-step cycle, including the one in progress at the stop, was written
         stopped = int(re.search(rf"rank {rank}: interrupted at step (\d+)", out).group(1))
         cycles = [t for t in raw if worker_rank(t.worker) == rank]
-        print(rank, stopped, len(cycles))
         assert len(cycles) == -(-stopped // 4), (stopped, len(cycles))
 
 

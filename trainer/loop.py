@@ -94,7 +94,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     data = build_data(cfg.data, env, cfg.model.num_classes, cfg.seed)
     model = build_model(cfg.model).to(env.device, memory_format=env.memory_format)
     eval_model = model
-    model = group.wrap(model)
+    model = group.wrap(model, cfg.compile)
     opt, sched = build_optimizer(cfg.optim, model, env.device, cfg.data.batch_size * env.world_size, cfg.steps)
     phases = Phases(cfg.run.nvtx)
     batches = data.batches()
@@ -115,7 +115,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         prof = Profiler(profile_cfg.build(writer))
     meta = {"config": cfg.to_dict(), "environment": environment_info(env.device), "git_sha": git_sha(),
             "world_size": env.world_size, "global_batch_size": cfg.data.batch_size * env.world_size,
-            "distributed": {"backend": group.backend, "workers": list(start.workers)},
+            "distributed": {"backend": group.backend, "workers": list(start.workers), "ddp": group.options},
             "step_kind": step_kind(cfg), "run_dir": str(run_dir)}
     if env.is_main:
         write_json_atomic(run_dir / "run.json", {**meta, "status": "running"})
