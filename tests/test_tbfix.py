@@ -291,7 +291,9 @@ def test_plugin_parses_every_adapted_trace_and_keeps_what_it_showed(scenario):
     before, before_profile = plugin_parse(trace)
     after, after_profile = plugin_parse(adapt_trace(trace))
     assert [v.name for v in after_profile.views] == [v.name for v in before_profile.views]
-    assert after.steps_names == before.steps_names
+    # the same steps, once each: torch 2.11 also writes ProfilerStep#N on the GPU timeline (nccl_ddp), which
+    # the plugin counted as duplicate steps; the adapted copy renames those "GPU ProfilerStep#N"
+    assert after.steps_names == list(dict.fromkeys(before.steps_names))
     assert {o.name: o.calls for o in after.op_list_groupby_name} == {o.name: o.calls for o in before.op_list_groupby_name}
     if before.kernel_stat is not None:
         assert after.kernel_stat[["count", "sum"]].equals(before.kernel_stat[["count", "sum"]])

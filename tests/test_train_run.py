@@ -44,7 +44,7 @@ def test_default_run_names_are_unique(tmp_path):
 
 def test_ctrl_c_flushes_and_exits_130(tmp_path):
     args = [*FAST, "--steps", "100000", "--log-every", "5", "--profile", "--skip-first", "0", "--wait", "0",
-            "--warmup", "1", "--active", "100000", "--no-with-stack", "--no-profile-memory",
+            "--warmup", "1", "--active", "99000", "--no-with-stack", "--no-profile-memory",
             "--logdir", str(tmp_path), "--run-name", "int"]
     p = subprocess.Popen([sys.executable, str(TRAIN), *args], cwd=REPO, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)

@@ -39,6 +39,12 @@ What 0.4.3 gets wrong on torch 2.x traces, and what is rewritten (plugin paths a
    (``data.py:146``, ``trace.py:188``); such events get an empty name or category, and entries that are
    not JSON objects are dropped.
 
+7. torch 2.11 also records each ``ProfilerStep#N`` on the GPU timeline (``gpu_user_annotation``, seen on
+   single-GPU and NCCL DDP runs of our trainer). 0.4.3 takes every event of that name for a step
+   (``profiler/event_parser.py``), so it sees steps 17, 17, 18, 18, 19 with zero-length duplicates, and the
+   Overview divides by zero (``run_generator.py:87``): the worker does not load at all. The device-side copies
+   are renamed ``GPU ProfilerStep#N``; they stay on the GPU timeline of the Trace view.
+
 Everything else passes through unchanged, so every view the plugin showed before is still there. Left
 alone on purpose: torch's ``fwdbwd`` flow events. 0.4.3 looks for ``forward_backward``
 (``data.py:46``), but renaming them switches on its backward-module builder, which crashes on these
@@ -58,6 +64,7 @@ PLUGIN_OPERATOR = "cpu_op"
 ROOT_EXTERNAL_ID = 0
 COLLECTIVES = frozenset(f"{lib}:{op}" for lib in ("nccl", "gloo")
                         for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter"))
+DEVICE_STEP_PREFIX = "GPU "  # "GPU ProfilerStep#N": no longer read as a host step by the plugin
 UNLINKED_KEY = "stepscope unlinked correlation"  # where a cut correlation id is kept, for the reader
 
 
@@ -191,6 +198,10 @@ def adapt_trace(trace: dict) -> dict:
         got = type(trace).__name__ if not isinstance(trace, dict) else f"keys {sorted(trace)[:6]}"
         raise ValueError(f"adapt_trace wants a Chrome trace dict with a 'traceEvents' list, got {got}")
     events = [_guard_required_fields(e) for e in trace["traceEvents"] if isinstance(e, dict)]
+
+    for i, e in enumerate(events):
+        if _cat(e) == "gpu_user_annotation" and str(e.get("name", "")).startswith(STEP_PREFIX):
+            events[i] = dict(e, name=DEVICE_STEP_PREFIX + e["name"])
 
     for i in _clean_dataloader_spans(events):
         events[i] = _with_args(events[i], cat=PLUGIN_OPERATOR)
