@@ -40,6 +40,9 @@ from trainer.tb_log import NullLog, TBLog
 from trainer.timing import StepClock, Throughput
 
 
+WARMUP_STEPS = 10  # at most; never more than a tenth of the run
+
+
 @dataclass
 class Progress:
     """What the run has reached; written to run.json whether it completes or not."""
@@ -145,11 +148,13 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         log.scalars(scalars, progress.steps)
         bar.set_postfix(loss=f"{progress.train_loss:.3f}", img_s=f"{thr.images_per_s:.0f}")
 
+    # torch.compile, cuDNN autotuning and the allocator's growth land in the first steps
+    warmup_steps = min(WARMUP_STEPS, max(1, cfg.steps // 10))
     status = "interrupted"
     fail_at = injected_failure_step(env.rank)
     try:
         with prof:
-            clock.mark(prof.is_tracing())
+            clock.mark(excluded=True)  # step 1 is always warm-up
             for i in range(1, cfg.steps + 1):
                 if i == fail_at:
                     raise RuntimeError(f"injected failure at step {i} on rank {env.rank} "
@@ -160,13 +165,16 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                 sched.step()
                 with stop.deferred():  # a trace being written is finished before Ctrl-C takes effect
                     prof.step()
-                clock.mark(prof.is_tracing())
+                # the next step counts towards throughput unless it is warm-up or profiled
+                clock.mark(excluded=i < warmup_steps or prof.is_tracing())
                 progress.steps = i
                 bar.update(1)
                 if i % cfg.run.log_every == 0 or i == cfg.steps:
                     log_window()
                 if i % data.steps_per_epoch == 0 or i == cfg.steps:
+                    clock.exclude_since_last_mark()  # evaluation is not a training step
                     progress.eval_accuracy = evaluate(eval_model, data, env)
+                    clock.mark(excluded=i < warmup_steps or prof.is_tracing())
                     log.scalars({"eval/accuracy": progress.eval_accuracy}, i)
         status = "completed"
     except BaseException as e:

@@ -22,7 +22,7 @@ import torch
 @dataclass(frozen=True)
 class StepTime:
     ms: float
-    excluded: bool  # a profiled step (warm-up, recording, trace export): kept out of reported throughput
+    excluded: bool  # warm-up, profiled (warm-up, recording, trace export) or evaluation: not in throughput
 
 
 class StepClock:
@@ -38,6 +38,11 @@ class StepClock:
             self._marks.append((ev, excluded))
         else:
             self._marks.append((time.perf_counter(), excluded))
+
+    def exclude_since_last_mark(self) -> None:
+        """Keep the interval that started at the last mark (e.g. evaluation) out of throughput."""
+        if self._marks:
+            self._marks[-1] = (self._marks[-1][0], True)
 
     def drain(self) -> list[StepTime]:
         """Times of the steps completed since the last drain; the last mark is kept as the next start."""
