@@ -6,7 +6,7 @@ TensorBoard run under one logdir), so TensorBoard's Scalars compare them directl
     python scripts/compare.py --device cpu --variants eager compile --ops native --steps 40
     tensorboard --logdir logs/compare-<timestamp>
 
-Prints one row per variant: median ms/step, images/s, speedup vs eager (same ops, same invocation), GPU busy %
+Prints one row per variant: median ms/step, images/s (batch / median step), speedup vs eager (same ops, same invocation), GPU busy %
 and the verdict from the run's trace; writes compare.json and compare.md next to the runs. Variants that
 cannot run here (CUDA graphs on a CPU, custom ops without their build) are refused up front with exit code 2.
 """
@@ -76,8 +76,10 @@ def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str) -> di
     if r.returncode != 0:
         return {"variant": variant, "ops": ops, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     run = json.loads((root / name / "run.json").read_text())
-    row = {"variant": variant, "ops": ops, "run": name, "median_ms": run["final"]["median_step_ms"],
-           "mean_ms": run["final"]["mean_step_ms"], "images_per_s": run["final"]["images_per_s"],
+    median_ms = run["final"]["median_step_ms"]
+    row = {"variant": variant, "ops": ops, "run": name, "median_ms": median_ms,
+           "mean_ms": run["final"]["mean_step_ms"],
+           "images_per_s": run["config"]["data"]["batch_size"] * run["world_size"] / (median_ms / 1e3),
            "timed_steps": run["final"]["timed_steps"], "verdict": None, "gpu_busy_pct": None}
     if run.get("diagnosis"):
         from trainer.analysis import analyze_run

@@ -165,9 +165,11 @@ def test_torch_compile_training_with_conv_before_the_op(ops, mode, channels_last
     conv, ours, eager = conv_block(channels_last)
     fn = ours if ops == "stepscope" else eager
     compiled = torch.compile(fn, fullgraph=True, mode=None if mode == "default" else mode)
-    # reduce-overhead: warm-up, record, then replays, each with fresh inputs. No
-    # cudagraph_mark_step_begin here: in training the backward ends each generation by itself.
+    # reduce-overhead: warm-up, record, then replays, each with fresh inputs. Each iteration starts a new
+    # cudagraph-trees step, as scripts/train.py does; without it the native control fails exactly like our
+    # ops ("accessing tensor output of CUDAGraphs that has been overwritten"), so that is the loop's fault.
     for _ in range(4):
+        torch.compiler.cudagraph_mark_step_begin()
         x, skip = inputs_for(channels_last)
         got = compiled(x, skip)
         got.sum().backward()

@@ -66,6 +66,7 @@ def finish_run(status: str, progress, thr, meta: dict, run_dir: Path, log, prof,
         record["diagnosis"] = {"verdict": diagnosis["verdict"], "file": "diagnosis.md"}
     write_json_atomic(run_dir / "run.json", record)
     log.close()
+    speed = "no timed steps" if final["images_per_s"] is None else f"{final['images_per_s']:.0f} images/s"
     print(f"{status}: {progress.steps} steps, train loss {final['train_loss']}, eval accuracy "
-          f"{final['eval_accuracy']}, {final['images_per_s'] or float('nan'):.0f} images/s -> {run_dir}")
+          f"{final['eval_accuracy']}, {speed} -> {run_dir}")
     return 0 if status == "completed" else 130

@@ -39,7 +39,6 @@ from trainer.step import build_step
 from trainer.tb_log import NullLog, TBLog
 from trainer.timing import StepClock, Throughput
 
-
 WARMUP_STEPS = 10  # at most; never more than a tenth of the run
 
 
