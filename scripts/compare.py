@@ -23,15 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from trainer.cli import OneLineParser  # noqa: E402
+
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
             "cuda-graphs": ["--cuda-graphs"]}
 OPS = ("native", "custom")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        sys.stderr.write(f"compare.py: error: {message}\n")
-        sys.exit(2)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -12,6 +12,7 @@ import math
 import shlex
 from pathlib import Path
 
+from trainer.atomic import write_text_atomic
 from trainer.profiling import top_ops_table
 from trainer.run_dir import write_json_atomic
 from trainer.trace_files import find_plugin_traces
@@ -28,9 +29,7 @@ def diagnose(run_dir: Path, log, step: int) -> dict:
     report = analyze_run(run_dir)
     print(render_console(report))
     md = render_markdown(report)
-    tmp = run_dir / ".tmp-diagnosis.md"
-    tmp.write_text(md)
-    tmp.replace(run_dir / "diagnosis.md")
+    write_text_atomic(run_dir / "diagnosis.md", md)
     log.text("diagnosis", md, step)
     log.scalars(summary_scalars(report), step)
     return report.to_dict()

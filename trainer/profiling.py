@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
+from trainer.atomic import write_text_atomic
 from trainer.config import ProfileConfig
 from trainer.flamegraph import render_flamegraph
 from trainer.trace_files import load_trace, write_trace_atomic
@@ -142,7 +143,7 @@ class TraceWriter:
         finally:
             folded.unlink(missing_ok=True)
         unit = "µs of device time" if self.cfg.cuda else "µs of CPU time"
-        _atomic_text(out, render_flamegraph(text, title=f"{self.worker} ({metric})", unit=unit))
+        write_text_atomic(out, render_flamegraph(text, title=f"{self.worker} ({metric})", unit=unit))
 
     def _memory_timeline(self, prof: profile, out: Path) -> None:
         dev = f"cuda:{self.device.index or 0}" if self.device.type == "cuda" else "cpu"
@@ -152,12 +153,6 @@ class TraceWriter:
             os.replace(tmp, out)
         finally:
             tmp.unlink(missing_ok=True)
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def top_ops_table(prof: Profiler | NullProfiler, cuda: bool, rows: int = 15) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torchvision
 
+from trainer.atomic import write_text_atomic
 from trainer.config import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +69,4 @@ def environment_info(device: torch.device) -> dict:
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")

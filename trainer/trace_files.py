@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from trainer.atomic import write_bytes_atomic
 
 WORKER_PATTERN = re.compile(
     r"""^(.*?)          # worker name
@@ -85,32 +85,14 @@ def load_trace(path: Path) -> dict:
         return json.load(f)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_trace_atomic(path: Path, trace: dict) -> None:
     """Write ``trace`` as JSON (gzipped if the name ends in .gz) via a temporary name and a rename.
 
     The temporary name does not match the plugin's pattern, so a half-written file is never listed.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            # json's default separators on purpose: Holistic Trace Analysis finds a trace's rank with the regex
-            # '"rank":\s+(\d+)' on the raw text (hta/common/trace_file.py), which compact JSON never matches
-            data = json.dumps(trace).encode("utf-8")
-            if path.name.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as gz:
-                    gz.write(data)
-            else:
-                raw.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; a trace is as readable as any other file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # json's default separators on purpose: Holistic Trace Analysis finds a trace's rank with the regex
+    # '"rank":\s+(\d+)' on the raw text (hta/common/trace_file.py), which compact JSON never matches
+    data = json.dumps(trace).encode("utf-8")
+    if Path(path).name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=6)
+    write_bytes_atomic(path, data)
