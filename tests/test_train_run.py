@@ -72,3 +72,12 @@ def test_scripts_import_our_packages_over_same_named_ones(tmp_path):
         (tmp_path / name / "__init__.py").write_text(f"raise ImportError('the wrong {name} was imported')\n")
     r = run_train([*FAST, "--steps", "2", "--logdir", str(tmp_path / "logs")], env={"PYTHONPATH": str(tmp_path)})
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_nvtx_ranges_do_not_change_the_run(tmp_path):
+    """--nvtx adds NVTX ranges beside the record_function ones (for nsys); the run itself is the same."""
+    for name, extra in (("plain", []), ("nvtx", ["--nvtx"])):
+        r = run_train([*FAST, "--steps", "4", "--seed", "2", "--logdir", str(tmp_path), "--run-name", name, *extra])
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert run_json(tmp_path / "nvtx")["config"]["run"]["nvtx"] is True
+    assert run_json(tmp_path / "nvtx")["loss_history"] == run_json(tmp_path / "plain")["loss_history"]
