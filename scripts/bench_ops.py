@@ -36,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # our kernels/, not a same-named package
 import kernels  # noqa: E402
+from trainer.timing import time_fn  # noqa: E402
 
 EAGER = {  # op -> (number of inputs, eager PyTorch)
     "add": (2, lambda a, b: a + b),
@@ -72,25 +73,11 @@ class Timer:
             self.flush = torch.empty(max(2 * l2, 64 * MIB) // 4, dtype=torch.int32, device="cuda")
 
     def per_call(self, fn, warmup: int = 5) -> list[float]:
-        for _ in range(warmup):
-            fn()
-        if self.flush is None:
-            times = []
-            for _ in range(self.cfg.reps):
-                start = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - start)
-            return times
-        events = []
-        for _ in range(self.cfg.reps):
-            self.flush.zero_()  # evict the inputs from L2: every call reads device memory
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events.append((start, end))
-        torch.cuda.synchronize()  # sync point: all events done before reading them
-        return [s.elapsed_time(e) / 1e3 for s, e in events]
+        """Seconds per call, through trainer.timing (the one timing module of training and benchmarks)."""
+        # on the GPU, zeroing the flush buffer evicts the inputs from L2: every call reads device memory
+        flush = self.flush.zero_ if self.flush is not None else None
+        ms = time_fn(fn, torch.device(self.cfg.device), warmup=warmup, reps=self.cfg.reps, before_each=flush)
+        return [t / 1e3 for t in ms]
 
 
 def check(name: str, got: torch.Tensor, expected: torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""The one timing module, used by training (`StepClock`) and by the benchmarks (`time_fn`).
+"""The one timing module, used by training (`StepClock`) and by the benchmarks (`time_fn`, scripts/bench_ops.py).
 
 On CUDA everything is timed with CUDA events, never with a host clock around asynchronous work; the
 host reads the events only when asked (`StepClock.drain`, at the logging cadence), which is the one
@@ -89,13 +89,19 @@ class Throughput:
         return self.batch_size * self.steps / (self.total_ms / 1e3) if self.total_ms else float("nan")
 
 
-def time_fn(fn: Callable[[], object], device: torch.device, warmup: int = 10, reps: int = 50) -> list[float]:
-    """Milliseconds per call of `fn`, `reps` times after `warmup` calls: CUDA events on GPU, perf_counter on CPU."""
+def time_fn(fn: Callable[[], object], device: torch.device, warmup: int = 10, reps: int = 50,
+            before_each: Callable[[], object] | None = None) -> list[float]:
+    """Milliseconds per call of `fn`, `reps` times after `warmup` calls: CUDA events on GPU, perf_counter on CPU.
+
+    `before_each` (e.g. an L2 flush) runs before every timed call, outside the timed region.
+    """
     for _ in range(warmup):
         fn()
     if device.type != "cuda":
         out = []
         for _ in range(reps):
+            if before_each is not None:
+                before_each()
             t0 = time.perf_counter()
             fn()
             out.append((time.perf_counter() - t0) * 1e3)
@@ -103,12 +109,10 @@ def time_fn(fn: Callable[[], object], device: torch.device, warmup: int = 10, re
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends):
+        if before_each is not None:
+            before_each()
         s.record()
         fn()
         e.record()
     ends[-1].synchronize()  # sync point: once, after all reps were queued
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
