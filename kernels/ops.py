@@ -61,64 +61,44 @@ def _no_grad_for_out(name: str, *inputs: Tensor) -> None:
         raise RuntimeError(f"kernels.{name}: out= does not support autograd, but an input requires grad")
 
 
+def _dispatch(name: str, inputs: tuple[Tensor, ...], out: Tensor | None) -> Tensor:
+    """torch.ops.stepscope.<name>(*inputs), or <name>_out into `out` (no autograd there)."""
+    _require(*inputs)
+    if out is None:
+        return getattr(torch.ops.stepscope, name)(*inputs)
+    _no_grad_for_out(name, *inputs)
+    getattr(torch.ops.stepscope, f"{name}_out")(*inputs, out=out)
+    return out
+
+
 def add(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     """a + b. Backward: (grad, grad)."""
-    _require(a, b)
-    if out is None:
-        return torch.ops.stepscope.add(a, b)
-    _no_grad_for_out("add", a, b)
-    torch.ops.stepscope.add_out(a, b, out=out)
-    return out
+    return _dispatch("add", (a, b), out)
 
 
 def relu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """max(x, 0), NaN passing through as in torch.relu. Backward: relu_backward(grad, result)."""
-    _require(x)
-    if out is None:
-        return torch.ops.stepscope.relu(x)
-    _no_grad_for_out("relu", x)
-    torch.ops.stepscope.relu_out(x, out=out)
-    return out
+    return _dispatch("relu", (x,), out)
 
 
 def add_relu(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     """relu(a + b) in one pass (the fused residual). Backward: relu_backward(grad, result) for both."""
-    _require(a, b)
-    if out is None:
-        return torch.ops.stepscope.add_relu(a, b)
-    _no_grad_for_out("add_relu", a, b)
-    torch.ops.stepscope.add_relu_out(a, b, out=out)
-    return out
+    return _dispatch("add_relu", (a, b), out)
 
 
 def square(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """x * x. Backward: square_backward(grad, x) = 2 x grad."""
-    _require(x)
-    if out is None:
-        return torch.ops.stepscope.square(x)
-    _no_grad_for_out("square", x)
-    torch.ops.stepscope.square_out(x, out=out)
-    return out
+    return _dispatch("square", (x,), out)
 
 
 def relu_backward(grad: Tensor, result: Tensor, *, out: Tensor | None = None) -> Tensor:
     """grad where result > 0, else 0 (relu's gradient, given relu's output)."""
-    _require(grad, result)
-    if out is None:
-        return torch.ops.stepscope.relu_backward(grad, result)
-    _no_grad_for_out("relu_backward", grad, result)
-    torch.ops.stepscope.relu_backward_out(grad, result, out=out)
-    return out
+    return _dispatch("relu_backward", (grad, result), out)
 
 
 def square_backward(grad: Tensor, x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """2 * x * grad (square's gradient)."""
-    _require(grad, x)
-    if out is None:
-        return torch.ops.stepscope.square_backward(grad, x)
-    _no_grad_for_out("square_backward", grad, x)
-    torch.ops.stepscope.square_backward_out(grad, x, out=out)
-    return out
+    return _dispatch("square_backward", (grad, x), out)
 
 
 def kernel_version_count(family: str = "elementwise") -> int:
