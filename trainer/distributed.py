@@ -238,10 +238,6 @@ def make_distributed(env: Env) -> SingleProcess | Distributed:
     return SingleProcess()
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, DistributedDataParallel) else model
-
-
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t)
