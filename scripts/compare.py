@@ -77,12 +77,10 @@ def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str) -> di
            "mean_ms": run["final"]["mean_step_ms"],
            "images_per_s": run["config"]["data"]["batch_size"] * run["world_size"] / (median_ms / 1e3),
            "timed_steps": run["final"]["timed_steps"], "verdict": None, "gpu_busy_pct": None}
-    if run.get("diagnosis"):
-        from trainer.analysis import analyze_run
-
-        report = analyze_run(root / name).to_dict()
-        row["verdict"] = report["verdict"]
-        row["gpu_busy_pct"] = report["spans"][0]["metrics"].get("gpu_busy_pct")
+    diagnosis = run.get("diagnosis")
+    if diagnosis:  # the run analysed its own traces at its end; nothing to parse again
+        row["verdict"] = diagnosis["verdict"]
+        row["gpu_busy_pct"] = diagnosis["spans"][0]["metrics"].get("gpu_busy_pct")
     return row
 
 

@@ -46,7 +46,10 @@ def test_console_output_of_a_profiled_run(profiled_run):
     assert "Self CPU time total" in r.stdout  # key_averages() table, sorted by self CPU time on CPU
     assert f"tensorboard --logdir {logdir}" in r.stdout
     assert (run / "diagnosis.md").read_text().strip()
-    assert run_json(run)["diagnosis"]["verdict"] in r.stdout
+    diagnosis = run_json(run)["diagnosis"]
+    assert diagnosis["verdict"] in r.stdout
+    (span,) = diagnosis["spans"]  # per-span verdict and metrics, so tools need not parse the traces again
+    assert span["verdict"] == diagnosis["verdict"] and span["metrics"]["step_ms"] > 0
 
 
 def test_exports(profiled_run):

@@ -62,7 +62,9 @@ def finish_run(status: str, progress, thr, meta: dict, run_dir: Path, log, prof,
     record = {**meta, "status": status, "final": final, "traces": traces,
               "loss_history": [[s, _num(v)] for s, v in progress.history]}
     if diagnosis is not None:
-        record["diagnosis"] = {"verdict": diagnosis["verdict"], "file": "diagnosis.md"}
+        record["diagnosis"] = {
+            "verdict": diagnosis["verdict"], "file": "diagnosis.md",
+            "spans": [{k: sp[k] for k in ("worker", "span", "verdict", "metrics")} for sp in diagnosis["spans"]]}
     write_json_atomic(run_dir / "run.json", record)
     log.close()
     speed = "no timed steps" if final["images_per_s"] is None else f"{final['images_per_s']:.0f} images/s"
