@@ -30,13 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # our `trainer` before any installed one
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 from trainer.analysis import TraceError, analyze_run, render_console  # noqa: E402
+from trainer.cli import OneLineParser  # noqa: E402
 
 
 class UsageError(ValueError):
@@ -80,7 +80,7 @@ def _moved(path: Path, old_root: Path, new_root: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="analyze.py", description=__doc__.splitlines()[0])
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, e.g. logs/<run>")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--export-tensorboard", type=Path, metavar="OUT_DIR",

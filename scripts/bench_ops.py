@@ -21,7 +21,6 @@ the sweep to --plot as PNG.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import functools
 import json
@@ -36,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # our kernels/, not a same-named package
 import kernels  # noqa: E402
+from trainer.cli import OneLineParser  # noqa: E402
 from trainer.timing import time_fn  # noqa: E402
 
 EAGER = {  # op -> (number of inputs, eager PyTorch)
@@ -300,7 +300,7 @@ def print_summary(rows: list[dict], classic: list[dict], sweep: dict, checks: li
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="bench_ops.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, few repetitions (smoke test)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")

@@ -125,3 +125,11 @@ def test_export_with_json_keeps_stdout_one_document(tmp_path):
     assert json.loads(p.stdout)["verdict"] == "gpu_bound"
     assert "exported 1 trace(s)" in p.stderr
     assert len(list(out.glob("*.pt.trace.json.gz"))) == 1
+
+
+def test_bad_flags_get_one_line_and_exit_2():
+    for args, fragment in (((), "the following arguments are required: RUN_DIR"),
+                           ((DATA / "eager_bs128", "--bogus"), "unrecognized arguments: --bogus")):
+        p = run(*args)
+        assert p.returncode == 2 and p.stdout == ""
+        assert p.stderr.splitlines() == [f"analyze.py: error: {fragment}"]
