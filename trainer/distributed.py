@@ -1,6 +1,7 @@
 """Process group for `torchrun`: DDP with nccl on GPUs, gloo on CPU. A single process gets `SingleProcess`.
 
     torchrun --nproc_per_node 2 scripts/train.py --profile        # --batch-size is per rank
+    torchrun --nproc_per_node 2 scripts/train.py --cuda-graphs    # the all-reduces are captured in the step's graph
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 scripts/train.py
 
 LOCAL_RANK picks the GPU, RANK is the identity (worker names, shards, who logs). Rank 0 names and creates
@@ -56,10 +57,6 @@ def check_distributed(cfg: TrainConfig, ranks: tuple[int, int, int], cuda_device
     _rank, world, local_rank = ranks
     if world <= 1:
         return
-    if cfg.cuda_graphs:
-        raise ConfigError(f"--cuda-graphs is not supported under torchrun ({world} processes): DDP all-reduces "
-                          "gradients from hooks during backward, which our whole-step graph does not capture; "
-                          "use --compile reduce-overhead")
     on_cuda = cfg.device == "cuda" or (cfg.device == "auto" and cuda_devices > 0)
     if on_cuda and local_rank >= cuda_devices:
         raise ConfigError(f"torchrun started local rank {local_rank} but only {cuda_devices} GPU(s) are visible; "
@@ -149,6 +146,7 @@ class SingleProcess:
     world_size = 1
     backend = None
     options: dict = {}
+    graph_warmup_iters = 3  # cuDNN autotuning, the allocator and momentum buffers settle in a few steps
 
     def wrap(self, model: nn.Module, compile_mode: str | None) -> nn.Module:
         return model
@@ -167,11 +165,20 @@ class SingleProcess:
 
 
 class Distributed:
-    def __init__(self, env: Env) -> None:
+    # PyTorch's recipe for capturing DDP's backward (notes/cuda, "Usage with DistributedDataParallel"): DDP
+    # logs runtime statistics with CUDA event queries in its first 10 iterations, which capture cannot hold
+    graph_warmup_iters = 11
+
+    def __init__(self, env: Env, cuda_graphs: bool) -> None:
         self.env = env
         self.world_size = env.world_size
         self.backend = "nccl" if env.is_cuda else "gloo"
         self.options: dict = {}
+        if cuda_graphs:
+            # the same recipe: the NCCL watchdog's async error handling must stay out of a captured backward;
+            # collectives inside the graph are not watched anyway, and torchrun still ends the group when a
+            # rank dies. A value the user set wins.
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
         dist.init_process_group(self.backend, timeout=COLLECTIVE_TIMEOUT,
                                 device_id=env.device if env.is_cuda else None)
 
@@ -232,9 +239,9 @@ class Distributed:
             self.abort()  # destroying could wait for collectives that a failed peer never joins
 
 
-def make_distributed(env: Env) -> SingleProcess | Distributed:
+def make_distributed(env: Env, cuda_graphs: bool) -> SingleProcess | Distributed:
     if env.world_size > 1:
-        return Distributed(env)
+        return Distributed(env, cuda_graphs)
     return SingleProcess()
 
 

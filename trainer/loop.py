@@ -35,7 +35,7 @@ from trainer.optim import build_optimizer, loss_fn
 from trainer.phases import Phases
 from trainer.profiling import NullProfiler, Profiler, TraceWriter, worker_name
 from trainer.run_dir import create_run_dir, environment_info, git_sha, write_json_atomic
-from trainer.step import build_step
+from trainer.step import build_step, capture_stream, on_stream
 from trainer.tb_log import NullLog, TBLog
 from trainer.timing import StepClock, Throughput
 
@@ -80,7 +80,7 @@ def injected_failure_step(rank: int) -> int | None:
 def train(cfg: TrainConfig) -> int:
     """Run training; returns the process exit code (0, or 130 after Ctrl-C)."""
     env = make_env(cfg.device, cfg.bf16, cfg.channels_last)
-    group = make_distributed(env)
+    group = make_distributed(env, cfg.cuda_graphs)
     code = None
     try:
         code = _train(cfg, env, group)
@@ -96,13 +96,16 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     data = build_data(cfg.data, env, cfg.model.num_classes, cfg.seed)
     model = build_model(cfg.model).to(env.device, memory_format=env.memory_format)
     eval_model = model
-    model = group.wrap(model, cfg.compile)
+    stream = capture_stream(env, cfg.cuda_graphs)
+    with on_stream(stream):
+        model = group.wrap(model, cfg.compile)
     opt, sched = build_optimizer(cfg.optim, model, env.device, cfg.data.batch_size * env.world_size, cfg.steps)
     phases = Phases(cfg.run.nvtx)
     batches = data.batches()
     sample = next(batches) if cfg.cuda_graphs else None
     step = build_step(step_kind(cfg), model, opt, loss_fn(cfg.optim.label_smoothing), env, phases,
-                      sample=sample, compile_mode=cfg.compile)
+                      sample=sample, compile_mode=cfg.compile, stream=stream,
+                      graph_warmup_iters=group.graph_warmup_iters)
 
     tag = f"{cfg.model.arch}-{cfg.model.ops}-{step_kind(cfg)}"
     start = group.start_run(lambda: create_run_dir(cfg.run.logdir, cfg.run.run_name, tag), worker_name(env.rank))

@@ -10,6 +10,8 @@ opens the data range around fetching the batch).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -53,14 +55,16 @@ class CompiledStep(EagerStep):
 class GraphedStep:
     """Forward, backward and optimizer captured as one CUDA graph over static input tensors.
 
-    Capture follows the PyTorch recipe: warm up on a side stream (cuDNN autotuning, allocator, momentum
-    buffers), then capture with autocast's weight cache off. The warm-up's updates are undone before
-    training starts (weights, BN statistics and momentum restored), so step 1 sees the initial model.
-    Each call copies the batch into the static inputs and replays: no host sync inside the step.
+    Capture follows the PyTorch recipe: warm up on the capture stream (cuDNN autotuning, allocator, momentum
+    buffers; under DDP also its bucket rebuild and first-iterations logging), then capture on that stream with
+    autocast's weight cache off. Under DDP the graph holds the gradient all-reduces too, overlapping the
+    backward as in eager mode. The warm-up's updates are undone before training starts (weights, BN statistics
+    and momentum restored), so step 1 sees the initial model. Each call copies the batch into the static
+    inputs and replays: no host sync inside the step.
     """
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn, env: Env, phases: Phases,
-                 sample: tuple[torch.Tensor, torch.Tensor], warmup_iters: int = 3) -> None:
+                 sample: tuple[torch.Tensor, torch.Tensor], stream: torch.cuda.Stream, warmup_iters: int) -> None:
         self.phases = phases
         self.static_x = sample[0].clone()
         self.static_y = sample[1].clone()
@@ -75,16 +79,14 @@ class GraphedStep:
             opt.step()
             return loss
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with on_stream(stream):
             for _ in range(warmup_iters):
                 opt.zero_grad(set_to_none=True)
                 fwd_bwd_opt()
-        torch.cuda.current_stream().wait_stream(side)
         opt.zero_grad(set_to_none=True)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # sync point, once: entering torch.cuda.graph synchronizes, so no warm-up collective is in flight
+        with torch.cuda.graph(self.graph, stream=stream):
             loss = fwd_bwd_opt()
             self.loss_sum += loss.detach()
         with torch.no_grad():
@@ -104,12 +106,35 @@ class GraphedStep:
         self.loss_count += 1
 
 
+def capture_stream(env: Env, cuda_graphs: bool) -> torch.cuda.Stream | None:
+    """The stream that --cuda-graphs warms up and captures on; None without graphs."""
+    return torch.cuda.Stream(env.device) if cuda_graphs else None
+
+
+@contextlib.contextmanager
+def on_stream(stream: torch.cuda.Stream | None):
+    """Run the block on `stream`, ordered after the work queued so far and before the work queued next.
+
+    DDP must be built inside this block when the step is captured: it keeps each parameter's gradient
+    accumulator, and an accumulator made on another stream would make the captured backward wait on that
+    (uncaptured) stream. With `stream` None the block runs as is.
+    """
+    if stream is None:
+        yield
+        return
+    stream.wait_stream(torch.cuda.current_stream(stream.device))
+    with torch.cuda.stream(stream):
+        yield
+    torch.cuda.current_stream(stream.device).wait_stream(stream)
+
+
 def build_step(kind: str, model: nn.Module, opt, loss_fn, env: Env, phases: Phases,
-               sample: tuple[torch.Tensor, torch.Tensor] | None = None, compile_mode: str | None = None):
+               sample: tuple[torch.Tensor, torch.Tensor] | None = None, compile_mode: str | None = None,
+               stream: torch.cuda.Stream | None = None, graph_warmup_iters: int = 3):
     if kind == "eager":
         return EagerStep(model, opt, loss_fn, env, phases)
     if kind == "compile":
         return CompiledStep(model, opt, loss_fn, env, phases, compile_mode or "default")
     if kind == "cuda-graphs":
-        return GraphedStep(model, opt, loss_fn, env, phases, sample)
+        return GraphedStep(model, opt, loss_fn, env, phases, sample, stream, graph_warmup_iters)
     raise ValueError(f"unknown step kind {kind!r}")
