@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: compare plugin overhead tests bench
-#                                                     (default: compare plugin overhead tests)
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: ddp compare overhead plugin tests bench
+#                                                     (default: compare overhead plugin tests)
 #
-# Parts run in that order (most important first), each bounded by its own timeout, and write logs and JSON under
-# OUT_DIR as they go, so a cut-off run still leaves what it measured. Expects torch-tb-profiler (and pytest,
+# ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
+# plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
+# Parts run in the order given, each bounded by its own timeout, and write logs and JSON under
+# OUT_DIR as they go, so a cut-off run still leaves what it measured. Knobs: OVH_PAIRS (6), OVH_GRAPH_PAIRS (3),
+# OVH_TIMEOUT (420 s), BENCH_ARGS (e.g. "--no-compile --reps 50"), BENCH_TIMEOUT (300 s). Expects torch-tb-profiler (and pytest,
 # hypothesis) installed or as wheels in .whl/ (README, "Working on a GPU machine").
 set -uo pipefail
 OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
-PARTS=${*:-compare plugin overhead tests}
+PARTS=${*:-compare overhead plugin tests}
+for part in $PARTS; do
+  case $part in ddp|compare|overhead|plugin|tests|bench) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are ddp compare overhead plugin tests bench" >&2; exit 2;;
+  esac
+done
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ -d .whl ]; then
@@ -30,18 +38,63 @@ if has compare || has tests || has bench; then
   timeout 120 python3 -m kernels.build > "$OUT/kernels_build.log" 2>&1; tail -3 "$OUT/kernels_build.log"
 fi
 
-if has compare; then
+
+part_ddp() {
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # KINDS.md: multicast off
+  stamp "DDP CUDA tests (2 GPUs): graphed DDP vs eager DDP, train.py --cuda-graphs under torchrun"
+  timeout 200 python3 -m pytest -q tests/test_ddp_cuda.py -p no:cacheprovider > "$OUT/ddp_tests.log" 2>&1
+  graphs_ok=$?
+  tail -5 "$OUT/ddp_tests.log"
+  kinds="cuda-graphs eager"
+  [ $graphs_ok -eq 0 ] || { kinds=eager; echo "graphed DDP tests failed: scaling runs for eager only"; }
+  D=(--arch resnet18 --batch-size 128 --synthetic-train-size 131072 --synthetic-eval-size 1024 --log-every 50)
+  TR=(torchrun --standalone --nproc_per_node 2 scripts/train.py)
+  for rep in 1 2; do
+    for kind in $kinds; do
+      flags=$([ $kind = cuda-graphs ] && echo --cuda-graphs || true)
+      stamp "scaling: $kind rep $rep"
+      timeout 90 python3 scripts/train.py "${D[@]}" $flags --steps 400 --logdir "$L/ddp" \
+        --run-name "$kind-1gpu-$rep" > "$OUT/ddp-$kind-1gpu-$rep.log" 2>&1 || echo "failed: $kind 1 GPU"
+      timeout 120 "${TR[@]}" "${D[@]}" $flags --steps 400 --logdir "$L/ddp" \
+        --run-name "$kind-2gpu-$rep" > "$OUT/ddp-$kind-2gpu-$rep.log" 2>&1 || echo "failed: $kind 2 GPUs"
+    done
+  done
+  python3 scripts/ddp_scaling.py "$L/ddp" | tee "$OUT/ddp_scaling.txt"
+  stamp "profiled NCCL run (eager, 2 GPUs) in the plugin's Distributed view"
+  timeout 120 "${TR[@]}" "${D[@]}" --profile --steps 60 --logdir "$L/nccl" --run-name nccl \
+    > "$OUT/nccl_profiled.log" 2>&1 || echo "failed: profiled NCCL run"
+  timeout 150 python3 scripts/plugin_check.py "$L/nccl" nccl > "$OUT/nccl_plugin.json" 2> "$OUT/nccl_plugin.err"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['nccl']; print(d['views']); print(json.dumps(d.get('distributed', {}).get('commops_calls')))" "$OUT/nccl_plugin.json"
+  (cd "$L/nccl" && tar czf "$OUT/nccl_run.tgz" --exclude='events.out.*' nccl) 2>/dev/null
+  stamp "profiler overhead, 4 pairs side by side on the 2 GPUs"
+  timeout 240 python3 scripts/profiler_overhead.py --concurrent --arch resnet18 --batch-size 128 --steps 1000 \
+    --pairs 4 --logdir "$L" --name ovh2 > "$OUT/overhead_concurrent.log" 2>&1; echo "exit $?"
+  cp "$L/ovh2/overhead.json" "$OUT/overhead_concurrent.json" 2>/dev/null; tail -8 "$OUT/overhead_concurrent.log"
+}
+
+part_compare() {
   stamp "compare.py: eager / compile reduce-overhead / cuda-graphs x native / custom; resnet18 bs128"
   timeout 330 python3 scripts/compare.py --arch resnet18 --batch-size 128 --steps 300 --logdir "$L" --name cmp \
     > "$OUT/compare.log" 2>&1; echo "exit $?"
   cp "$L"/cmp/compare.json "$L"/cmp/compare.md "$OUT/" 2>/dev/null; cat "$OUT/compare.md" 2>/dev/null \
     || tail -20 "$OUT/compare.log"
   for r in "$L"/cmp/*/; do [ -f "$r/diagnosis.md" ] && { echo "## $r"; cat "$r/diagnosis.md"; } >> "$OUT/diagnoses.md"; done
-fi
+}
 
-if has plugin; then
+part_overhead() {
+  stamp "profiler overhead: ${OVH_PAIRS:-6} alternating pairs of 600-step runs, with vs without --profile"
+  timeout "${OVH_TIMEOUT:-420}" python3 scripts/profiler_overhead.py --arch resnet18 --batch-size 128 --steps 600 \
+    --pairs "${OVH_PAIRS:-6}" --logdir "$L" --name ovh > "$OUT/overhead.log" 2>&1; echo "exit $?"
+  cp "$L/ovh/overhead.json" "$OUT/" 2>/dev/null; tail -12 "$OUT/overhead.log"
+  stamp "profiler overhead, --cuda-graphs: ${OVH_GRAPH_PAIRS:-3} pairs"
+  timeout 120 python3 scripts/profiler_overhead.py --step-kind cuda-graphs --arch resnet18 --batch-size 128 \
+    --steps 600 --pairs "${OVH_GRAPH_PAIRS:-3}" --logdir "$L" --name ovh-graphs > "$OUT/overhead_graphs.log" 2>&1; echo "exit $?"
+  cp "$L/ovh-graphs/overhead.json" "$OUT/overhead_graphs.json" 2>/dev/null; tail -6 "$OUT/overhead_graphs.log"
+}
+
+part_plugin() {
   stamp "what the PyTorch Profiler tab shows for the eager runs (HTTP API)"
-  if [ -d "$L/cmp" ]; then root="$L/cmp"; runs="eager-native eager-custom"; else root="$L"; runs="ovh-profiled-1"; fi
+  if [ -d "$L/cmp" ]; then root="$L/cmp"; runs="eager-native eager-custom"; else root="$L/ovh"; runs="profiled-0"; fi
   timeout 120 python3 scripts/plugin_check.py "$root" $runs > "$OUT/plugin.json" 2> "$OUT/plugin.err"
   python3 - "$OUT/plugin.json" <<'EOF'
 import json, sys
@@ -50,40 +103,18 @@ for run, r in json.load(open(sys.argv[1])).items():
           "op device us", r["operator_device_self_us"], "kernel us", r.get("kernel_total_us"))
 EOF
   (cd "$root" && tar czf "$OUT/plugin_runs.tgz" --exclude='events.out.*' $runs) 2>/dev/null
-fi
+}
 
-if has overhead; then
-  stamp "profiler overhead: 600 steps, default schedule, with vs without --profile, 2 alternating pairs"
-  for i in 1 2; do
-    for p in plain profiled; do
-      flag=$([ $p = profiled ] && echo --profile || true)
-      timeout 60 python3 scripts/train.py $flag --arch resnet18 --batch-size 128 --steps 600 --log-every 50 \
-        --logdir "$L" --run-name "ovh-$p-$i" > "$OUT/ovh-$p-$i.log" 2>&1 || echo "overhead run $p $i failed"
-    done
-  done
-  python3 - "$L" <<'EOF' | tee "$OUT/overhead.txt"
-import json, statistics, sys
-from pathlib import Path
-L = Path(sys.argv[1])
-m = {p: [json.loads((L / f"ovh-{p}-{i}" / "run.json").read_text())["final"] for i in (1, 2)
-         if (L / f"ovh-{p}-{i}" / "run.json").exists()] for p in ("plain", "profiled")}
-for p, fs in m.items():
-    print(p, [(round(f["mean_step_ms"], 3), round(f["median_step_ms"], 3), f["timed_steps"]) for f in fs])
-a = statistics.median(f["mean_step_ms"] for f in m["plain"])
-b = statistics.median(f["mean_step_ms"] for f in m["profiled"])
-print(f"median of mean step ms: plain {a:.3f}, profiled {b:.3f}, overhead {100 * (b / a - 1):+.2f}%")
-EOF
-fi
-
-if has tests; then
+part_tests() {
   stamp "CUDA tests"
   timeout 150 python3 -m pytest -q -m cuda tests -p no:cacheprovider > "$OUT/cuda_tests.log" 2>&1
   tail -12 "$OUT/cuda_tests.log"
-fi
+}
 
-if has bench; then
-  stamp "scripts/bench_ops.py"
-  python3 scripts/bench_ops.py --out "$OUT/bench_ops.json" --plot "$OUT/sweep.png" > "$OUT/bench_ops.log" 2>&1
+part_bench() {
+  stamp "scripts/bench_ops.py ${BENCH_ARGS:-}"
+  timeout "${BENCH_TIMEOUT:-300}" python3 scripts/bench_ops.py ${BENCH_ARGS:-} --out "$OUT/bench_ops.json" --plot "$OUT/sweep.png" > "$OUT/bench_ops.log" 2>&1
   echo "exit $?"; tail -40 "$OUT/bench_ops.log"
-fi
+}
+for part in $PARTS; do "part_$part"; done
 stamp "done"

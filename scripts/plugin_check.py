@@ -5,6 +5,8 @@
 For each run: the views, and for the first worker/span: the Overview's step-time breakdown (Kernel, Memcpy,
 Memset, Runtime, DataLoader, CPU Exec, Other, in µs averaged over steps), the recommendations, the sum of
 operator device self time, the sum of kernel time, and the number of operators with non-zero device time.
+For a multi-rank run, also the Distributed view: GPU info, each worker's computation/overlap/communication
+time, wait time, and its collective calls.
 This is how the GPU claims in BENCHMARKS.md and the README are checked: through the plugin's own HTTP API.
 """
 
@@ -48,7 +50,19 @@ def summarize(tb: TensorBoard, run: str) -> dict:
         total_col = cols.index("Total Duration (us)")
         res["kernel_total_us"] = sum(r[total_col] for r in rows)
         res["kernels"] = len(rows)
+    if "Distributed" in views:
+        res["distributed"] = distributed_summary(tb, run)
     return res
+
+
+def distributed_summary(tb: TensorBoard, run: str) -> dict:
+    span = tb.profiler("spans", run=run, worker="All")[0]
+    q = dict(run=run, worker="All", span=span)
+    ops = tb.profiler("distributed/commops", **q)["data"]
+    return {"span": span, "gpuinfo": tb.profiler("distributed/gpuinfo", **q),
+            "overlap_us": tb.profiler("distributed/overlap", **q)["data"],
+            "waittime_us": tb.profiler("distributed/waittime", **q)["data"],
+            "commops_calls": {w: {row[0]: row[1] for row in t["rows"]} for w, t in ops.items()}}
 
 
 def main(argv: list[str]) -> int:
