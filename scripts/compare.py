@@ -17,13 +17,14 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trainer.cli import OneLineParser  # noqa: E402
+from trainer.config import ConfigError  # noqa: E402
+from trainer.run_dir import create_result_dir  # noqa: E402
 
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
             "cuda-graphs": ["--cuda-graphs"]}
@@ -51,15 +52,15 @@ def check_possible(a: argparse.Namespace) -> None:
 
     on_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
     if a.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("compare.py: error: --device cuda but no CUDA GPU is visible; use --device cpu")
+        raise ConfigError("--device cuda but no CUDA GPU is visible; use --device cpu")
     if "cuda-graphs" in a.variants and not on_cuda:
-        raise SystemExit("compare.py: error: variant cuda-graphs needs a CUDA GPU; drop it or run on a GPU")
+        raise ConfigError("variant cuda-graphs needs a CUDA GPU; drop it or run on a GPU")
     if "custom" in a.ops:
         import kernels
 
         reason = kernels.unavailable_reason("cuda" if on_cuda else "cpu")
         if reason:
-            raise SystemExit(f"compare.py: error: --ops custom is unavailable here: {reason}; use --ops native")
+            raise ConfigError(f"--ops custom is unavailable here: {reason}; use --ops native")
 
 
 def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str) -> dict:
@@ -109,17 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     try:
         check_possible(a)
-    except SystemExit as e:
-        print(e, file=sys.stderr)
-        return 2
-    root = a.logdir / (a.name or time.strftime("compare-%Y%m%d-%H%M%S"))
-    try:
-        root.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
-        print(f"compare.py: error: {root} already exists and is never overwritten; pass another --name", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"compare.py: error: cannot create {root}: {e.strerror}; pass a writable --logdir", file=sys.stderr)
+        root = create_result_dir(a.logdir, a.name, "compare")
+    except ConfigError as e:
+        print(f"compare.py: error: {e}", file=sys.stderr)
         return 2
     rows = [run_variant(a, root, v, o) for o in a.ops for v in a.variants]
     add_speedups(rows)

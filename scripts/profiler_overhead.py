@@ -22,13 +22,14 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trainer.cli import OneLineParser  # noqa: E402
+from trainer.config import ConfigError  # noqa: E402
+from trainer.run_dir import create_result_dir  # noqa: E402
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
 SIDES = ("plain", "profiled")
@@ -58,9 +59,9 @@ def check_possible(a: argparse.Namespace) -> None:
 
     gpus = torch.cuda.device_count()
     if a.concurrent and (a.device == "cpu" or gpus < 2):
-        raise SystemExit(f"profiler_overhead.py: error: --concurrent needs 2 GPUs, {gpus} visible; drop --concurrent")
+        raise ConfigError(f"--concurrent needs 2 GPUs, {gpus} visible; drop --concurrent")
     if a.device == "cuda" and gpus == 0:
-        raise SystemExit("profiler_overhead.py: error: --device cuda but no CUDA GPU is visible; use --device cpu")
+        raise ConfigError("--device cuda but no CUDA GPU is visible; use --device cpu")
 
 
 def train_cmd(a: argparse.Namespace, root: Path, name: str, profiled: bool) -> list[str]:
@@ -126,19 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     try:
         check_possible(a)
-    except SystemExit as e:
-        print(e, file=sys.stderr)
-        return 2
-    root = a.logdir / (a.name or time.strftime("overhead-%Y%m%d-%H%M%S"))
-    try:
-        root.mkdir(parents=True, exist_ok=False)
-    except FileExistsError:
-        print(f"profiler_overhead.py: error: {root} already exists and is never overwritten; pass another --name",
-              file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"profiler_overhead.py: error: cannot create {root}: {e.strerror}; pass a writable --logdir",
-              file=sys.stderr)
+        root = create_result_dir(a.logdir, a.name, "overhead")
+    except ConfigError as e:
+        print(f"profiler_overhead.py: error: {e}", file=sys.stderr)
         return 2
     pairs = []
     for i in range(a.pairs):

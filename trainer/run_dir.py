@@ -44,6 +44,18 @@ def create_run_dir(logdir: Path, run_name: str | None, tag: str) -> Path:
     raise ConfigError(f"could not find a free run name under {logdir} starting with {base}")
 
 
+def create_result_dir(logdir: Path, name: str | None, prefix: str) -> Path:
+    """A new folder `logdir/name` (default `<prefix>-<timestamp>`) for a script's runs; never an existing one."""
+    root = logdir / (name or time.strftime(f"{prefix}-%Y%m%d-%H%M%S"))
+    try:
+        root.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise ConfigError(f"{root} already exists and is never overwritten; pass another --name") from None
+    except OSError as e:
+        raise ConfigError(f"cannot create {root}: {e.strerror}; pass a writable --logdir") from None
+    return root
+
+
 def git_sha() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5)
