@@ -83,6 +83,8 @@ def train(cfg: TrainConfig) -> int:
     group = make_distributed(env, cfg.cuda_graphs)
     code = None
     try:
+        # the step, and with --cuda-graphs its graph, is freed when _train returns: destroying the process group
+        # while a graph that holds NCCL collectives is alive hangs (tests/ddp_graph_worker.py)
         code = _train(cfg, env, group)
         return code
     finally:
