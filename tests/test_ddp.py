@@ -16,14 +16,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 from tbserver import TensorBoard
-from trainrun import REPO, TRAIN, run_json
+from trainrun import REPO, TORCHRUN, TRAIN, run_json, run_torchrun
 
 from trainer.config import DataConfig, TrainConfig
 from trainer.data import SyntheticData
@@ -31,7 +30,6 @@ from trainer.distributed import check_distributed
 from trainer.env import Env
 from trainer.trace_files import find_plugin_traces, find_raw_traces, load_trace
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 # 256 samples per rank, batch 32 per rank: a few steps take seconds on 2 cores
 DDP_FAST = ["--device", "cpu", "--synthetic-train-size", "512", "--synthetic-eval-size", "64", "--batch-size", "32",
             "--log-every", "2"]
@@ -41,10 +39,8 @@ HTA_RANK = re.compile(r'"rank":\s+(\d+)')
 
 
 def torchrun(args: list[str], env: dict | None = None, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
-    e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     t0 = time.monotonic()
-    r = subprocess.run([*TORCHRUN, str(TRAIN), *args], capture_output=True, text=True, timeout=timeout, env=e,
-                       cwd=REPO)
+    r = run_torchrun([str(TRAIN), *args], env, timeout)
     return r, time.monotonic() - t0
 
 

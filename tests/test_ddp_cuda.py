@@ -6,29 +6,20 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from trainrun import REPO, TRAIN, run_json
+from trainrun import REPO, TRAIN, run_json, run_torchrun
 
 from trainer.trace_files import find_raw_traces, load_trace
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-
-
-def torchrun(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
 
 
 def test_graphed_ddp_trains_like_eager_ddp_and_keeps_ranks_in_sync(tmp_path):
     out = tmp_path / "result.json"
-    r = torchrun([str(REPO / "tests" / "ddp_graph_worker.py"), str(out)])
+    r = run_torchrun([str(REPO / "tests" / "ddp_graph_worker.py"), str(out)])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
     eager, graphed = res["eager"], res["graphed"]
@@ -41,7 +32,7 @@ def test_graphed_ddp_trains_like_eager_ddp_and_keeps_ranks_in_sync(tmp_path):
 
 def test_train_py_cuda_graphs_under_torchrun_with_profile(tmp_path):
     logdir = tmp_path / "logs"
-    r = torchrun([str(TRAIN), "--cuda-graphs", "--arch", "resnet8", "--batch-size", "64", "--steps", "40",
+    r = run_torchrun([str(TRAIN), "--cuda-graphs", "--arch", "resnet8", "--batch-size", "64", "--steps", "40",
                   "--log-every", "10", "--profile", "--skip-first", "20", "--wait", "0", "--warmup", "1",
                   "--active", "2", "--logdir", str(logdir), "--run-name", "g"])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -22,5 +22,14 @@ def run_train(args: list[str], env: dict | None = None, timeout: float = 300) ->
                           env=e, cwd=REPO)
 
 
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def run_torchrun(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """torchrun with 2 processes on one node; `args` start with the script (scripts/train.py or a test worker)."""
+    e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=REPO)
+
+
 def run_json(run_dir: Path) -> dict:
     return json.loads((run_dir / "run.json").read_text())
