@@ -30,16 +30,12 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def cifar_resnet18(num_classes: int = 10) -> nn.Module:
-    """torchvision's ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max-pool)."""
-    m = torchvision.models.resnet18(num_classes=num_classes)
-    m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-    m.maxpool = nn.Identity()
-    return m
+from trainer.models import torchvision_cifar_resnet18  # noqa: E402
+from trainer.timing import time_fn  # noqa: E402
 
 
 class SlowDataset(torch.utils.data.Dataset):
@@ -68,7 +64,7 @@ class Scenario:
                  item_hooks: bool = False, host_work: bool = False, loader: bool = False) -> None:
         self.name, self.device, self.batch = name, device, batch
         self.cuda = device.type == "cuda"
-        self.model = cifar_resnet18().to(device)
+        self.model = torchvision_cifar_resnet18(10).to(device)
         if self.cuda:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
@@ -167,32 +163,11 @@ SCENARIOS = {
 }
 
 
-def median_step_ms(sc, device: torch.device, warmup: int = 5, reps: int = 20) -> float:
-    for _ in range(warmup):
-        sc.step()
-    if device.type != "cuda":
-        t = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            sc.step()
-            t.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(t)
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        sc.step()
-        b.record()
-        b.synchronize()  # sync point: only here, outside the timed region's GPU work
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
 def record(name: str, out: Path, device: torch.device) -> str:
     factory, _ = SCENARIOS[name]
     torch.manual_seed(0)
     sc = factory(device)
-    ms = median_step_ms(sc, device)
+    ms = statistics.median(time_fn(sc.step, device, warmup=5, reps=20))
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     run_dir = out / name
     with profile(activities=acts, schedule=schedule(wait=1, warmup=2, active=2, repeat=1),

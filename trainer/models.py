@@ -54,10 +54,16 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
 
 
-def _torchvision_resnet18(num_classes: int, ops: Elementwise) -> nn.Module:
+def torchvision_cifar_resnet18(num_classes: int) -> nn.Module:
+    """torchvision's ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max-pool) and PyTorch's own ReLUs."""
     m = torchvision.models.resnet18(num_classes=num_classes)
     m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
     m.maxpool = nn.Identity()
+    return m
+
+
+def _torchvision_resnet18(num_classes: int, ops: Elementwise) -> nn.Module:
+    m = torchvision_cifar_resnet18(num_classes)
     for parent in m.modules():
         for name, child in parent.named_children():
             if isinstance(child, nn.ReLU):
