@@ -27,7 +27,6 @@ import json
 import math
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -166,36 +165,25 @@ def bench_classic(cfg: BenchConfig, timer: Timer, copy_gbps: dict) -> list[dict]
     return rows
 
 
-def per_call_batched(run_batch, one_call_s: float, target_s: float, batches: int = 7) -> tuple[float, int]:
-    """Median time per call of back-to-back calls, in batches of K calls lasting about target_s."""
+def batch_times_s(fn, k: int, device: torch.device, reps: int) -> list[float]:
+    """Seconds per batch of k back-to-back calls of fn, `reps` batches, through trainer.timing (no warm-up)."""
+
+    def batch() -> None:
+        for _ in range(k):
+            fn()
+
+    return [ms / 1e3 for ms in time_fn(batch, device, warmup=0, reps=reps)]
+
+
+def per_call_batched(fn, device: torch.device, target_s: float, batches: int = 7) -> tuple[float, int]:
+    """Median µs per call of back-to-back calls, in batches of K calls lasting about target_s."""
+    one_call_s = min(batch_times_s(fn, 1, device, 3))
     k = max(1, min(2000, math.ceil(target_s / max(one_call_s, 1e-7))))
-    return statistics.median(run_batch(k) / k for _ in range(batches)) * 1e6, k
+    return statistics.median(t / k for t in batch_times_s(fn, k, device, batches)) * 1e6, k
 
 
-def cpu_batch(fn):
-    def run(k: int) -> float:
-        start = time.perf_counter()
-        for _ in range(k):
-            fn()
-        return time.perf_counter() - start
-
-    return run
-
-
-def gpu_batch(fn):
-    def run(k: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(k):
-            fn()
-        end.record()
-        end.synchronize()  # sync point: the batch's end event
-        return start.elapsed_time(end) / 1e3
-
-    return run
-
-
-def graph_batch(fn, k: int):
+def graph_of(fn, k: int) -> torch.cuda.CUDAGraph:
+    """k back-to-back calls of fn captured as one CUDA graph."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -205,23 +193,23 @@ def graph_batch(fn, k: int):
     with torch.cuda.graph(graph):
         for _ in range(k):
             fn()
-    return gpu_batch(graph.replay), graph
+    return graph
 
 
 def sweep_point(cfg: BenchConfig, numel: int) -> dict:
     a, b = torch.randn(numel), torch.randn(numel)
     expected = torch.relu(a + b)
     check(f"sweep cpu {numel}", kernels.add_relu(a, b), expected)
-    run = cpu_batch(functools.partial(kernels.add_relu, a, b))
-    point = {"numel": numel, "cpu_us": per_call_batched(run, min(run(1) for _ in range(3)), 2e-3 if cfg.quick else 2e-2)[0]}
+    fn = functools.partial(kernels.add_relu, a, b)
+    point = {"numel": numel, "cpu_us": per_call_batched(fn, torch.device("cpu"), 2e-3 if cfg.quick else 2e-2)[0]}
     if cfg.device == "cuda":
         ga, gb = a.cuda(), b.cuda()
         check(f"sweep cuda {numel}", kernels.add_relu(ga, gb), expected.cuda())
+        cuda = torch.device("cuda")
         fn = functools.partial(kernels.add_relu, ga, gb)
-        run = gpu_batch(fn)
-        point["gpu_us"], k = per_call_batched(run, min(run(1) for _ in range(3)), 2e-3)
-        replay, _graph = graph_batch(fn, k)  # _graph: the replay needs it alive
-        point["graph_us"] = statistics.median(replay(1) / k for _ in range(7)) * 1e6
+        point["gpu_us"], k = per_call_batched(fn, cuda, 2e-3)
+        graph = graph_of(fn, k)
+        point["graph_us"] = statistics.median(t / k for t in batch_times_s(graph.replay, 1, cuda, 7)) * 1e6
     return point
 
 

@@ -29,6 +29,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer.timing import time_fn  # noqa: E402
+
 # Defaults: a model big enough that the all-reduce and the matmuls both show in the trace, small enough
 # that the trace stays a few hundred KB; a delay clearly above the step's compute (a few ms on 2 cores).
 WIDTH = 512
@@ -76,13 +80,7 @@ def main() -> int:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    for _ in range(3):
-        step()
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1e3)
+    times = time_fn(step, torch.device("cpu"), warmup=3, reps=10)
     run_dir = a.out
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=2, active=2, repeat=1),
                  on_trace_ready=tensorboard_trace_handler(str(run_dir), worker_name=f"ddp_gloo_rank{rank}",
