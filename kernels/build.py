@@ -1,7 +1,7 @@
 """Prebuild the stepscope ops library, or compile-check its CUDA sources (CI, no GPU needed).
 
-    python -m kernels.build                # build/load for this machine; prints where the library went
-    python -m kernels.build --check-cuda   # compile csrc/cuda/*.cu with nvcc only (CI)
+    python -m stepscope.kernels.build                # build/load for this machine; prints where the library went
+    python -m stepscope.kernels.build --check-cuda   # compile csrc/cuda/*.cu with nvcc only (CI)
 
 The build itself is kernels/loader.py's (cached; see there). --check-cuda compiles every .cu file
 with $CUDA_HOME/bin/nvcc for $TORCH_CUDA_ARCH_LIST (default 9.0) into object files, printing each
@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-
-from kernels.loader import (
+from stepscope.kernels.loader import (
     CSRC,
     CUDA_FLAGS,
     CUDA_SOURCES,

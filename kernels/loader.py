@@ -113,7 +113,7 @@ def _build_and_load(with_cuda: bool, verbose: bool) -> str:
         with_cuda=with_cuda,
         is_python_module=False,
     )
-    import kernels._registrations  # noqa: F401  fake impls and autograd, now that the ops exist
+    import stepscope.kernels._registrations  # noqa: F401  fake impls and autograd, now that the ops exist
 
     return str(library)
 
@@ -134,7 +134,7 @@ def load(verbose: bool = False) -> LoadResult:
                 first_line = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
                 host_missing = (
                     f"building the stepscope ops failed ({first_line[:200]}); "
-                    "run `python -m kernels.build` for the compiler output"
+                    "run `python -m stepscope.kernels.build` for the compiler output"
                 )
                 cuda_missing = cuda_missing or host_missing
         _result = LoadResult(library=library, reasons={"cpu": host_missing, "cuda": cuda_missing})

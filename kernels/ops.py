@@ -1,6 +1,6 @@
 """Typed wrappers for the stepscope elementwise ops (torch.ops.stepscope.*).
 
-    import kernels
+    from stepscope import kernels
     kernels.unavailable_reason("cuda")   # None, or one line saying what is missing
     y = kernels.add_relu(a, b)           # == torch.relu(a + b) in one pass; backward runs our kernels
 
@@ -17,9 +17,8 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from stepscope.kernels import loader
 from torch import Tensor
-
-from kernels import loader
 
 _READY: dict[str, bool] = {}  # device type -> library loaded and usable there
 

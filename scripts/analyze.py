@@ -25,18 +25,16 @@ exit code 2, nothing written.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # our `trainer` before any installed one
-
 import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
+import sys
 import tempfile  # noqa: E402
+from pathlib import Path
 
-from trainer.analysis import TraceError, analyze_run, render_console  # noqa: E402
-from trainer.cli import OneLineParser  # noqa: E402
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.cli import OneLineParser  # noqa: E402
+from stepscope.trainer.profiler.analysis import TraceError, analyze_run, render_console  # noqa: E402
 
 
 class UsageError(ValueError):
@@ -55,9 +53,9 @@ def check_out_dir(out_dir: Path) -> None:
 def export(run_dir: Path, out_dir: Path) -> list[Path]:
     """Export through a temporary sibling folder, renamed to ``out_dir`` only when complete."""
     try:
-        from trainer.tbfix import export_tensorboard
+        from stepscope.trainer.profiler.tbfix import export_tensorboard
     except ImportError as e:
-        raise UsageError(f"--export-tensorboard needs trainer.tbfix, which failed to import: {e}") from None
+        raise UsageError(f"--export-tensorboard needs stepscope.trainer.profiler.tbfix, which failed to import: {e}") from None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:

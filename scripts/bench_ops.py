@@ -30,12 +30,11 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # our kernels/, not a same-named package
-import kernels  # noqa: E402
-from trainer.cli import OneLineParser  # noqa: E402
-from trainer.timing import time_fn  # noqa: E402
+from stepscope import kernels  # noqa: E402
+from stepscope.trainer.cli import OneLineParser  # noqa: E402
+from stepscope.trainer.timing import time_fn  # noqa: E402
 
 EAGER = {  # op -> (number of inputs, eager PyTorch)
     "add": (2, lambda a, b: a + b),

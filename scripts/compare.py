@@ -20,11 +20,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from trainer.cli import OneLineParser  # noqa: E402
-from trainer.config import ConfigError  # noqa: E402
-from trainer.run_dir import create_result_dir  # noqa: E402
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.cli import OneLineParser  # noqa: E402
+from stepscope.trainer.config import ConfigError  # noqa: E402
+from stepscope.trainer.run_dir import create_result_dir  # noqa: E402
 
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
             "cuda-graphs": ["--cuda-graphs"]}
@@ -56,7 +55,7 @@ def check_possible(a: argparse.Namespace) -> None:
     if "cuda-graphs" in a.variants and not on_cuda:
         raise ConfigError("variant cuda-graphs needs a CUDA GPU; drop it or run on a GPU")
     if "custom" in a.ops:
-        import kernels
+        from stepscope import kernels
 
         reason = kernels.unavailable_reason("cuda" if on_cuda else "cpu")
         if reason:

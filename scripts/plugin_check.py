@@ -16,9 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from tbserver import TensorBoard  # noqa: E402
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.profiler.tbserver import TensorBoard  # noqa: E402
 
 
 def overview_breakdown(ov: dict) -> dict:

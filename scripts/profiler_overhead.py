@@ -25,11 +25,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from trainer.cli import OneLineParser  # noqa: E402
-from trainer.config import ConfigError  # noqa: E402
-from trainer.run_dir import create_result_dir  # noqa: E402
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.cli import OneLineParser  # noqa: E402
+from stepscope.trainer.config import ConfigError  # noqa: E402
+from stepscope.trainer.run_dir import create_result_dir  # noqa: E402
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
 SIDES = ("plain", "profiled")

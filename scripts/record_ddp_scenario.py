@@ -22,16 +22,14 @@ import sys
 import time
 from pathlib import Path
 
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from stepscope.trainer.timing import time_fn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from trainer.timing import time_fn  # noqa: E402
 
 # Defaults: a model big enough that the all-reduce and the matmuls both show in the trace, small enough
 # that the trace stays a few hundred KB; a delay clearly above the step's compute (a few ms on 2 cores).

@@ -18,35 +18,14 @@ torchrun's summary shows that rank's traceback as the root cause.
 
 import os
 import sys
-from pathlib import Path
 
-# Our trainer/ and kernels/ must win over same-named installed distributions (e.g. Hugging Face `kernels`).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    from trainer.cli import parse_and_check
-    from trainer.config import ConfigError
-    from trainer.distributed import check_distributed
-    from trainer.env import distributed_ranks
-    from trainer.loop import train
-
-    cuda_available = torch.cuda.is_available()
-    try:
-        cfg = parse_and_check(argv, cuda_available)
-        check_distributed(cfg, distributed_ranks(), torch.cuda.device_count())
-        return train(cfg)
-    except ConfigError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
-        return 2
-
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.command import train_main  # noqa: E402
 
 if __name__ == "__main__":
     if "TORCHELASTIC_ERROR_FILE" in os.environ:
         # under torchrun: an uncaught exception is also written to the error file that torchrun reports
         from torch.distributed.elastic.multiprocessing.errors import record
 
-        sys.exit(record(main)())
-    sys.exit(main())
+        sys.exit(record(train_main)())
+    sys.exit(train_main())

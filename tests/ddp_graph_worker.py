@@ -20,15 +20,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's trainer/, as scripts/ do
-
-from trainer.config import ModelConfig, OptimConfig  # noqa: E402
-from trainer.distributed import make_distributed  # noqa: E402
-from trainer.env import make_env, seed_everything  # noqa: E402
-from trainer.models import build_model  # noqa: E402
-from trainer.optim import build_optimizer, loss_fn  # noqa: E402
-from trainer.phases import Phases  # noqa: E402
-from trainer.step import EagerStep, GraphedStep, capture_stream, on_stream  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.config import ModelConfig, OptimConfig  # noqa: E402
+from stepscope.trainer.distributed import make_distributed  # noqa: E402
+from stepscope.trainer.env import configure_process, make_env, seed_everything  # noqa: E402
+from stepscope.trainer.models import build_model  # noqa: E402
+from stepscope.trainer.optim import build_optimizer, loss_fn  # noqa: E402
+from stepscope.trainer.profiler.phases import Phases  # noqa: E402
+from stepscope.trainer.step import EagerStep, GraphedStep, capture_stream, on_stream  # noqa: E402
 
 STEPS = 12
 BATCH = 32
@@ -58,10 +58,9 @@ def train(step, batches: list, world: int) -> list[float]:
     losses = []
     for x, y in batches:
         step(x, y)
-        loss = step.loss_sum.clone()
+        loss, _count = step.take_loss()
         dist.all_reduce(loss)
         losses.append(loss.item() / world)  # sync point: a test, per step
-        step.loss_sum.zero_()
     return losses
 
 
@@ -86,7 +85,8 @@ def train_copy(kind: str, initial: torch.nn.Module, batches: list, env, group) -
 def main(out: str) -> None:
     faulthandler.dump_traceback_later(90, exit=True)  # a hang ends with every thread's stack, not a test timeout
     env = make_env("cuda", bf16=False, channels_last=False)
-    group = make_distributed(env, cuda_graphs=True)
+    configure_process(env, profiling=False, cuda_graphs=True, compile_mode=None)
+    group = make_distributed(env)
     seed_everything(0)
     initial = build_model(ModelConfig(arch="resnet8")).to(env.device)
     batches = rank_batches(env.rank, env.device)

@@ -1,5 +1,5 @@
 """The diagnosis on the real H200/CPU scenario traces in tests/data/: verdicts, and metrics checked against
-counts taken straight from the raw JSON (independently of trainer.analysis).
+counts taken straight from the raw JSON (independently of stepscope.trainer.profiler.analysis).
 
     pytest tests/test_analysis.py -q
 """
@@ -11,10 +11,15 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-
-from trainer.analysis import VERDICTS, analyze_run, render_console, render_markdown, summary_scalars
-from trainer.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
-from trainer.trace_files import find_traces, load_trace
+from stepscope.trainer.profiler.analysis import (
+    VERDICTS,
+    analyze_run,
+    render_console,
+    render_markdown,
+    summary_scalars,
+)
+from stepscope.trainer.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
+from stepscope.trainer.profiler.files import find_traces, load_trace
 
 DATA = Path(__file__).parent / "data"
 EXPECTED = {  # scenario: verdict (scripts/record_scenarios.py says why each is what it is)
@@ -46,7 +51,7 @@ def raw(scenario: str) -> dict:
 
 
 def independent_counts(trace: dict) -> dict:
-    """Counts from the raw events, with nothing from trainer.analysis: steps, and the device events whose
+    """Counts from the raw events, with nothing from stepscope.trainer.profiler.analysis: steps, and the device events whose
     launch (same correlation id) ran inside a ProfilerStep."""
     ev = trace["traceEvents"]
     step_events = [e for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import copy
 import gzip
+import importlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-
-from trainer.analysis import TraceError, analyze_run, analyze_trace, parse_trace
-from trainer.trace_files import find_traces, load_trace, plugin_name, raw_path, write_trace_atomic
+from stepscope.trainer.profiler.analysis import TraceError, analyze_run, analyze_trace, parse_trace
+from stepscope.trainer.profiler.files import (
+    find_traces,
+    load_trace,
+    plugin_name,
+    raw_path,
+    write_trace_atomic,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -47,7 +53,7 @@ def test_runtime_category_renamed_gives_the_same_report(scenario):
 
 @pytest.mark.parametrize("scenario", ["eager_bs128", "slow_dataset", "cuda_graph", "cpu_resnet"])
 def test_tbfix_adapted_copy_gives_the_same_report(scenario):
-    tbfix = pytest.importorskip("trainer.tbfix", reason="trainer.tbfix (another engineer's) not importable")
+    tbfix = importlib.import_module("stepscope.trainer.profiler.tbfix")
     _, trace = scenario_trace(scenario)
     adapted = tbfix.adapt_trace(trace)
     assert comparable(analyze_trace(adapted, "w", "1")) == comparable(analyze_trace(trace, "w", "1"))

@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from trainer.analysis import analyze_trace
-from trainer.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
+from stepscope.trainer.profiler.analysis import analyze_trace
+from stepscope.trainer.profiler.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
 
 
 def X(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict:

@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 
@@ -96,7 +94,6 @@ def test_export_writes_nothing_when_the_input_is_bad(tmp_path):
 
 
 def test_export_tensorboard(tmp_path):
-    pytest.importorskip("trainer.tbfix", reason="trainer.tbfix (another engineer's module) not importable")
     src = tmp_path / "plain"  # what plain tensorboard_trace_handler writes
     shutil.copytree(DATA / "slow_dataset", src)
     out = tmp_path / "logs" / "fixed"
@@ -117,7 +114,6 @@ def test_export_tensorboard(tmp_path):
 
 
 def test_export_with_json_keeps_stdout_one_document(tmp_path):
-    pytest.importorskip("trainer.tbfix", reason="trainer.tbfix (another engineer's module) not importable")
     out = tmp_path / "out"
     out.mkdir()  # an existing empty directory is fine
     p = run(DATA / "cuda_graph", "--json", "--export-tensorboard", out)

@@ -29,10 +29,9 @@ from browser_helpers import (
     open_page,
     wait_for_response,
 )
-from tbserver import TensorBoard
+from stepscope.trainer.profiler.files import find_plugin_traces
+from stepscope.trainer.profiler.tbserver import TensorBoard
 from trainrun import FAST, PROFILE_3_STEPS, run_json, run_train
-
-from trainer.trace_files import find_plugin_traces
 
 pytestmark = [
     pytest.mark.browser,

@@ -5,11 +5,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from stepscope.trainer.config import ConfigError, DataConfig
+from stepscope.trainer.data import CIFAR_FILES, Cifar10Data, check_data
+from stepscope.trainer.env import Env
 from trainrun import FAST, run_json, run_train
-
-from trainer.config import ConfigError, DataConfig
-from trainer.data import CIFAR_FILES, Cifar10Data, check_data
-from trainer.env import Env
 
 N_PER_BATCH = 16
 

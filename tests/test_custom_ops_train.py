@@ -1,10 +1,9 @@
 """`--ops custom`: the ResNet trains on stepscope::relu / stepscope::add_relu, forward and backward."""
 
 import pytest
-from tbserver import TensorBoard
+from stepscope import kernels
+from stepscope.trainer.profiler.tbserver import TensorBoard
 from trainrun import run_json, run_train
-
-import kernels
 
 pytestmark = pytest.mark.skipif(kernels.unavailable_reason("cpu") is not None,
                                 reason=f"stepscope ops unavailable: {kernels.unavailable_reason('cpu')}")

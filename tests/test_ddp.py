@@ -21,14 +21,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from tbserver import TensorBoard
+from stepscope.trainer.config import DataConfig, TrainConfig
+from stepscope.trainer.data import SyntheticData
+from stepscope.trainer.distributed import check_distributed
+from stepscope.trainer.env import Env
+from stepscope.trainer.profiler.files import find_plugin_traces, find_raw_traces, load_trace
+from stepscope.trainer.profiler.tbserver import TensorBoard
 from trainrun import REPO, TORCHRUN, TRAIN, run_json, run_torchrun
 
-from trainer.config import DataConfig, TrainConfig
-from trainer.data import SyntheticData
-from trainer.distributed import check_distributed
-from trainer.env import Env
-from trainer.trace_files import find_plugin_traces, find_raw_traces, load_trace
+FAILING_WORKER = Path(__file__).resolve().parent / "failing_rank_worker.py"
 
 # 256 samples per rank, batch 32 per rank: a few steps take seconds on 2 cores
 DDP_FAST = ["--device", "cpu", "--synthetic-train-size", "512", "--synthetic-eval-size", "64", "--batch-size", "32",
@@ -147,8 +148,10 @@ def test_bad_flag_under_torchrun_writes_nothing(tmp_path):
 
 
 def test_a_failing_rank_ends_the_group_with_its_error(tmp_path):
-    hook = {"STEPSCOPE_FAIL_AT_STEP": "3", "STEPSCOPE_FAIL_RANK": "1"}
-    r, elapsed = torchrun([*DDP_FAST, "--steps", "100000", "--logdir", str(tmp_path)], env=hook)
+    t0 = time.monotonic()
+    r = run_torchrun([str(FAILING_WORKER), "3", "1", *DDP_FAST, "--steps", "100000", "--logdir", str(tmp_path)],
+                     timeout=120)
+    elapsed = time.monotonic() - t0
     out = r.stdout + r.stderr
     assert r.returncode != 0
     assert "RuntimeError: injected failure at step 3 on rank 1" in out, out[-3000:]

@@ -9,9 +9,8 @@ import json
 
 import pytest
 import torch
+from stepscope.trainer.profiler.files import find_raw_traces, load_trace
 from trainrun import REPO, TRAIN, run_json, run_torchrun
-
-from trainer.trace_files import find_raw_traces, load_trace
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]

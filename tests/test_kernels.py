@@ -21,8 +21,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import kernels
+from stepscope import kernels
 
 REPO = Path(__file__).resolve().parent.parent
 OPS = {  # op -> reference on op-math tensors; the number of inputs is the reference's arity

@@ -1,4 +1,4 @@
-"""Unit tests for trainer.tbfix: adapt_trace on events cut from the real H200 traces in tests/data, and the
+"""Unit tests for stepscope.trainer.profiler.tbfix: adapt_trace on events cut from the real H200 traces in tests/data, and the
 plugin's own parser (torch-tb-profiler 0.4.3, in-process, no server) on every committed trace.
 
     pytest tests/test_tbfix.py -q        # about 20 s on 2 cores, most of it the plugin parsing host_bound
@@ -14,14 +14,13 @@ import logging
 from pathlib import Path
 
 import pytest
+from stepscope.trainer.profiler import files as trace_files
+from stepscope.trainer.profiler.tbfix import adapt_trace, export_tensorboard, write_adapted_pair
+from stepscope.trainer.profiler.tbfix.adapt import UNLINKED_KEY
+from stepscope.trainer.profiler.tbfix.step_guard import plugin_step_spans
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.event_parser import EventParser
 from torch_tb_profiler.profiler.run_generator import RunGenerator
-
-from trainer import trace_files
-from trainer.tbfix import adapt_trace, export_tensorboard, write_adapted_pair
-from trainer.tbfix.adapt import UNLINKED_KEY
-from trainer.tbfix.step_guard import plugin_step_spans
 
 DATA = Path(__file__).parent / "data"
 SCENARIOS = sorted(p.name for p in DATA.iterdir() if p.is_dir() and list(p.glob("*.pt.trace.json*")))

@@ -6,10 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tbserver import TensorBoard
-
-from trainer import trace_files
-from trainer.tbfix import adapt_trace, export_tensorboard
+from stepscope.trainer.profiler import files as trace_files
+from stepscope.trainer.profiler.tbfix import adapt_trace, export_tensorboard
+from stepscope.trainer.profiler.tbserver import TensorBoard
 
 DATA = Path(__file__).parent / "data" / "nccl_ddp"
 

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainer.config import (
+from stepscope.trainer.config import (
     ARCHS,
     COMPILE_MODES,
     DATASETS,
@@ -22,6 +22,7 @@ from trainer.config import (
     ProfileConfig,
     RunConfig,
     TrainConfig,
+    resolve_device,
     validate,
 )
 
@@ -32,9 +33,9 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     d = TrainConfig()
-    p = OneLineParser(prog="train.py", description="Train a small ResNet, optionally under torch.profiler.")
+    p = OneLineParser(prog=prog, description="Train a small ResNet, optionally under torch.profiler.")
     B = argparse.BooleanOptionalAction
     p.add_argument("--arch", default=d.model.arch, help=f"one of {', '.join(ARCHS)}")
     p.add_argument("--ops", default=d.model.ops, help=f"elementwise ops: {', '.join(OPS)} (custom = kernels/)")
@@ -73,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(a: argparse.Namespace, cuda_available: bool) -> TrainConfig:
-    on_cuda = a.device == "cuda" or (a.device == "auto" and cuda_available)
+def config_from_args(a: argparse.Namespace, device: str) -> TrainConfig:
+    """The config of parsed flags; `device` is the resolved one ("cpu" or "cuda", see `resolve_device`)."""
     return TrainConfig(
         model=ModelConfig(arch=a.arch, ops=a.ops),
         data=DataConfig(name=a.data, data_dir=a.data_dir, download=a.download, batch_size=a.batch_size,
@@ -84,32 +85,32 @@ def config_from_args(a: argparse.Namespace, cuda_available: bool) -> TrainConfig
         profile=ProfileConfig(enabled=a.profile, skip_first=a.skip_first, wait=a.wait, warmup=a.warmup,
                               active=a.active, repeat=a.repeat, record_shapes=a.record_shapes,
                               profile_memory=a.profile_memory, with_stack=a.with_stack, with_flops=a.with_flops,
-                              with_modules=a.with_modules, gzip=a.gzip, cuda=on_cuda,
+                              with_modules=a.with_modules, gzip=a.gzip,
                               export_chrome_trace=a.export_chrome_trace, flamegraph=a.flamegraph,
                               memory_timeline=a.memory_timeline),
         run=RunConfig(logdir=a.logdir, run_name=a.run_name, log_every=a.log_every, nvtx=a.nvtx),
-        steps=a.steps, seed=a.seed, device=a.device, bf16=a.bf16, channels_last=a.channels_last,
+        steps=a.steps, seed=a.seed, device=device, bf16=a.bf16, channels_last=a.channels_last,
         cuda_graphs=a.cuda_graphs, compile=a.compile,
     )
 
 
-def check_custom_ops(cfg: TrainConfig, cuda_available: bool) -> None:
+def check_custom_ops(cfg: TrainConfig) -> None:
     if cfg.model.ops != "custom":
         return
-    import kernels
+    from stepscope import kernels
 
-    device_type = "cuda" if cfg.profile.cuda else "cpu"
-    reason = kernels.unavailable_reason(device_type)
+    reason = kernels.unavailable_reason(cfg.device)
     if reason is not None:
-        raise ConfigError(f"--ops custom is unavailable on {device_type}: {reason}")
+        raise ConfigError(f"--ops custom is unavailable on {cfg.device}: {reason}")
 
 
-def parse_and_check(argv: list[str] | None, cuda_available: bool) -> TrainConfig:
+def parse_and_check(argv: list[str] | None, cuda_available: bool, prog: str = "train.py") -> TrainConfig:
     """Parse, validate and check the environment; raises ConfigError with one line on any problem."""
-    from trainer.data import check_data
+    from stepscope.trainer.data import check_data
 
-    cfg = config_from_args(build_parser().parse_args(argv), cuda_available)
-    validate(cfg, cuda_available)
+    args = build_parser(prog).parse_args(argv)
+    cfg = config_from_args(args, resolve_device(args.device, cuda_available))
+    validate(cfg)
     check_data(cfg.data)
-    check_custom_ops(cfg, cuda_available)
+    check_custom_ops(cfg)
     return cfg

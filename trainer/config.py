@@ -63,7 +63,6 @@ class ProfileConfig:
     with_flops: bool = False
     with_modules: bool = False
     gzip: bool = True
-    cuda: bool = False  # set from the device, not from a flag: CUDA activities on a GPU
     export_chrome_trace: bool = False
     flamegraph: bool = False
     memory_timeline: bool = False
@@ -71,12 +70,6 @@ class ProfileConfig:
     def first_recorded_step(self) -> int:
         """0-based index of the first step the schedule records."""
         return self.skip_first + self.wait + self.warmup
-
-    def build(self, on_trace_ready):
-        """The `torch.profiler.profile` for this config; `on_trace_ready(prof)` gets each finished cycle."""
-        from trainer.profiling import build_profiler
-
-        return build_profiler(self, on_trace_ready)
 
 
 @dataclass(frozen=True)
@@ -96,7 +89,7 @@ class TrainConfig:
     run: RunConfig = field(default_factory=RunConfig)
     steps: int = 192  # 3 synthetic epochs at the defaults: the loss visibly falls within a minute on CPU
     seed: int = 0
-    device: str = "auto"
+    device: str = "auto"  # "auto" on the command line; `resolve_device` makes it "cpu" or "cuda" before validation
     bf16: bool = True  # bf16 autocast on CUDA (never on CPU)
     channels_last: bool = True  # on CUDA only
     cuda_graphs: bool = False
@@ -135,8 +128,18 @@ def _writable_logdir(logdir: Path) -> None:
         raise ConfigError(f"--logdir {logdir} is not writable ({p} denies write access); pass a writable --logdir")
 
 
-def validate(cfg: TrainConfig, cuda_available: bool) -> None:
-    """Raise ConfigError on the first bad value. Runs before anything is written."""
+def resolve_device(requested: str, cuda_available: bool) -> str:
+    """The one place the device is decided: "auto" becomes "cuda" when torch sees a GPU, else "cpu"."""
+    _choice("--device", requested, DEVICES)
+    if requested == "cuda" and not cuda_available:
+        raise ConfigError("--device cuda but no CUDA GPU is visible to torch; use --device cpu or auto")
+    if requested == "auto":
+        return "cuda" if cuda_available else "cpu"
+    return requested
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise ConfigError on the first bad value. Runs before anything is written; `cfg.device` is resolved."""
     _positive("--steps", cfg.steps)
     _positive("--batch-size", cfg.data.batch_size)
     _positive("--lr", cfg.optim.lr)
@@ -144,12 +147,10 @@ def validate(cfg: TrainConfig, cuda_available: bool) -> None:
     _non_negative("--workers", cfg.data.workers)
     _choice("--arch", cfg.model.arch, ARCHS)
     _choice("--data", cfg.data.name, DATASETS)
-    _choice("--device", cfg.device, DEVICES)
+    _choice("--device", cfg.device, ("cpu", "cuda"))
     _choice("--ops", cfg.model.ops, OPS)
     if cfg.compile is not None:
         _choice("--compile mode", cfg.compile, COMPILE_MODES)
-    if cfg.device == "cuda" and not cuda_available:
-        raise ConfigError("--device cuda but no CUDA GPU is visible to torch; use --device cpu or auto")
     if cfg.data.name == "synthetic":
         _positive("--synthetic-train-size", cfg.data.synthetic_train_size)
         _positive("--synthetic-eval-size", cfg.data.synthetic_eval_size)
@@ -162,8 +163,7 @@ def validate(cfg: TrainConfig, cuda_available: bool) -> None:
             raise ConfigError(f"--run-name {name!r} is not a plain directory name; use letters, digits, '-', '_'")
     _writable_logdir(cfg.run.logdir)
     _validate_profile(cfg)
-    on_cuda = cfg.device == "cuda" or (cfg.device == "auto" and cuda_available)
-    if cfg.cuda_graphs and not on_cuda:
+    if cfg.cuda_graphs and cfg.device != "cuda":
         raise ConfigError("--cuda-graphs needs a CUDA GPU (graphs capture CUDA work); drop it on CPU")
     if cfg.cuda_graphs and cfg.compile is not None:
         raise ConfigError("--cuda-graphs and --compile are exclusive; for compiled graphs use --compile reduce-overhead")

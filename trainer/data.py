@@ -16,10 +16,9 @@ import torch
 import torch.nn.functional as F
 import torchvision
 import torchvision.transforms as T
+from stepscope.trainer.config import ConfigError, DataConfig
+from stepscope.trainer.env import Env
 from torch.utils.data import DataLoader, DistributedSampler
-
-from trainer.config import ConfigError, DataConfig
-from trainer.env import Env
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR_FILES = ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch",

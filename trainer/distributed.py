@@ -11,22 +11,15 @@ reads: one file per rank per directory). Across nodes the logdir must be a share
 
 Failures and Ctrl-C:
 - A rank that raises exits with its traceback; torchrun notices within its monitor interval (0.1 s) and
-  SIGTERMs the others, whose default action ends them at once. A collective timeout bounds any wait for a
-  peer that hangs rather than dies.
-- Ctrl-C: torchrun forwards SIGINT to every rank. `StopSignal` turns the first one into KeyboardInterrupt
-  (the loop then flushes traces and scalars and never starts another collective) and ignores repeats. On
-  NCCL a helper thread, woken through `signal.set_wakeup_fd` even while the main thread waits on the GPU,
-  aborts the communicator at once, so no CUDA sync can wait for an all-reduce that a stopped peer never
-  joins. A collective error after the stop request counts as part of the stop.
+  SIGTERMs the others, which flush what they have and exit (trainer/stop.py). A collective timeout bounds
+  any wait for a peer that hangs rather than dies.
+- Ctrl-C: torchrun forwards SIGINT to every rank; `StopSignal` (trainer/stop.py) stops each one cleanly, and
+  on NCCL aborts the communicator at once so no rank waits for a stopped peer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,11 +27,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from stepscope.trainer.config import ConfigError, TrainConfig
+from stepscope.trainer.env import Env
+from stepscope.trainer.stop import StopSignal
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-
-from trainer.config import ConfigError, TrainConfig
-from trainer.env import Env
 
 # long enough for legitimately slow collectives (NCCL set-up, ranks compiling at different speeds), short
 # enough that a hung peer ends the run
@@ -57,8 +50,7 @@ def check_distributed(cfg: TrainConfig, ranks: tuple[int, int, int], cuda_device
     _rank, world, local_rank = ranks
     if world <= 1:
         return
-    on_cuda = cfg.device == "cuda" or (cfg.device == "auto" and cuda_devices > 0)
-    if on_cuda and local_rank >= cuda_devices:
+    if cfg.device == "cuda" and local_rank >= cuda_devices:
         raise ConfigError(f"torchrun started local rank {local_rank} but only {cuda_devices} GPU(s) are visible; "
                           f"use --nproc_per_node {cuda_devices} or fewer")
     if cfg.data.name == "synthetic":
@@ -69,84 +61,13 @@ def check_distributed(cfg: TrainConfig, ranks: tuple[int, int, int], cuda_device
                               f"(per rank); use --synthetic-train-size {cfg.data.batch_size * world} or more")
 
 
-class StopSignal:
-    """Ctrl-C in a single process: Python's default KeyboardInterrupt."""
-
-    def install(self) -> None:
-        pass
-
-    def deferred(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def explains(self, exc: BaseException) -> bool:
-        """True if `exc` ends the run as an interruption rather than as a failure."""
-        return isinstance(exc, KeyboardInterrupt)
-
-
-class TorchrunStopSignal(StopSignal):
-    """Ctrl-C under torchrun (see the module docstring)."""
-
-    def __init__(self, abort: Callable[[], None] | None) -> None:
-        self._requested = False
-        self._deferring = False
-        self._pending = False
-        self._abort = abort
-
-    def install(self) -> None:
-        signal.signal(signal.SIGINT, self._on_sigint)
-        if self._abort is not None:
-            read_fd, write_fd = os.pipe()
-            os.set_blocking(write_fd, False)
-            # Python runs signal handlers only in the main thread between bytecodes; the C-level handler
-            # writes the signal number to this fd at once, even while the main thread waits on the GPU.
-            signal.set_wakeup_fd(write_fd)
-            threading.Thread(target=self._watch, args=(read_fd,), name="stepscope-stop", daemon=True).start()
-
-    def _on_sigint(self, signum, frame) -> None:
-        if self._requested:
-            return  # a repeat (torchrun forwards the user's Ctrl-C): let the flush finish
-        self._requested = True
-        if self._deferring:
-            self._pending = True
-            return
-        raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def deferred(self):
-        """Ctrl-C inside this block (a finished cycle's trace being written) takes effect when it ends."""
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = False
-        if self._pending:
-            self._pending = False
-            raise KeyboardInterrupt
-
-    def _watch(self, read_fd: int) -> None:
-        while signal.SIGINT not in os.read(read_fd, 64):  # other handled signals (e.g. SIGCHLD) also land here
-            pass
-        self._abort()
-
-    def requested(self) -> bool:
-        return self._requested
-
-    def explains(self, exc: BaseException) -> bool:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        try:
-            # a collective that failed because a stopped peer left; calling a Python function lets CPython
-            # run a SIGINT handler that is still pending, which raises KeyboardInterrupt right here
-            return self.requested()
-        except KeyboardInterrupt:
-            return True
-
-
 class SingleProcess:
     world_size = 1
     backend = None
-    options: dict = {}
     graph_warmup_iters = 3  # cuDNN autotuning, the allocator and momentum buffers settle in a few steps
+
+    def __init__(self) -> None:
+        self.options: dict = {}
 
     def wrap(self, model: nn.Module, compile_mode: str | None) -> nn.Module:
         return model
@@ -169,16 +90,11 @@ class Distributed:
     # logs runtime statistics with CUDA event queries in its first 10 iterations, which capture cannot hold
     graph_warmup_iters = 11
 
-    def __init__(self, env: Env, cuda_graphs: bool) -> None:
+    def __init__(self, env: Env) -> None:
         self.env = env
         self.world_size = env.world_size
         self.backend = "nccl" if env.is_cuda else "gloo"
         self.options: dict = {}
-        if cuda_graphs:
-            # the same recipe: the NCCL watchdog's async error handling must stay out of a captured backward;
-            # collectives inside the graph are not watched anyway, and torchrun still ends the group when a
-            # rank dies. A value the user set wins.
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
         dist.init_process_group(self.backend, timeout=COLLECTIVE_TIMEOUT,
                                 device_id=env.device if env.is_cuda else None)
 
@@ -193,8 +109,6 @@ class Distributed:
           graph instead of one per bucket; the all-reduces then run after the backward instead of
           overlapping it, which costs little on NVLink but more on a slow inter-node network.
         """
-        if compile_mode == "reduce-overhead":
-            torch._dynamo.config.optimize_ddp = False
         self.options = {"broadcast_buffers": False, "gradient_as_bucket_view": True,
                         "dynamo_optimize_ddp": bool(torch._dynamo.config.optimize_ddp) if compile_mode else None}
         ids = [self.env.local_rank] if self.env.is_cuda else None
@@ -219,7 +133,7 @@ class Distributed:
         return RunStart(run_dir, span_base, tuple(workers))
 
     def stop_signal(self) -> StopSignal:
-        return TorchrunStopSignal(self.abort if self.backend == "nccl" else None)
+        return StopSignal(self.abort if self.backend == "nccl" else None)
 
     def barrier(self) -> None:
         dist.barrier()
@@ -239,9 +153,9 @@ class Distributed:
             self.abort()  # destroying could wait for collectives that a failed peer never joins
 
 
-def make_distributed(env: Env, cuda_graphs: bool) -> SingleProcess | Distributed:
+def make_distributed(env: Env) -> SingleProcess | Distributed:
     if env.world_size > 1:
-        return Distributed(env, cuda_graphs)
+        return Distributed(env)
     return SingleProcess()
 
 

@@ -1,6 +1,10 @@
-"""The execution environment, decided once: device, autocast, memory format, rank, seed.
+"""The execution environment, decided once: device, autocast, memory format, rank, seed, and the
+process-global knobs.
 
-Everything device-dependent below this module reads `Env`; nothing else asks `torch.cuda.is_available()`.
+The device itself is resolved once from the flags (`config.resolve_device`, "auto" -> "cuda" or "cpu");
+`make_env` turns it into an `Env` that everything device-dependent below reads. `configure_process` is the
+one place that sets process-global state: cuDNN autotuning and TF32, `TEARDOWN_CUPTI` for profiled GPU runs,
+`TORCH_NCCL_ASYNC_ERROR_HANDLING` for graphed DDP, and dynamo's DDP graph splitting for compiled DDP.
 """
 
 from __future__ import annotations
@@ -48,17 +52,36 @@ def distributed_ranks() -> tuple[int, int, int]:
 
 
 def make_env(device: str, bf16: bool, channels_last: bool) -> Env:
+    """`device` is "cpu" or "cuda" (already resolved); under torchrun LOCAL_RANK picks the GPU."""
     rank, world, local_rank = distributed_ranks()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         dev = torch.device("cuda", local_rank)
         torch.cuda.set_device(dev)
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
         return Env(dev, torch.bfloat16 if bf16 else None, channels_last, rank, world, local_rank)
     return Env(torch.device("cpu"), None, False, rank, world, local_rank)
+
+
+def configure_process(env: Env, *, profiling: bool, cuda_graphs: bool, compile_mode: str | None) -> None:
+    """Set every process-global knob the run needs, once, before the model is built. A value the user put
+    in the environment wins over ours."""
+    if not env.is_cuda:
+        return
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    if profiling:
+        # Kineto keeps CUPTI attached after a cycle unless TEARDOWN_CUPTI=1, and every later kernel launch
+        # pays for it: +23% step time over 600 ResNet-18 steps on an H100 (BENCHMARKS.md). torch itself sets
+        # it back to 0 where CUDA graphs make the teardown unsafe.
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
+    if env.world_size > 1 and cuda_graphs:
+        # PyTorch's recipe for capturing DDP: the NCCL watchdog's async error handling must stay out of a
+        # captured backward; collectives inside the graph are not watched anyway, and torchrun still ends
+        # the group when a rank dies.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+    if env.world_size > 1 and compile_mode == "reduce-overhead":
+        # one forward and one backward CUDA graph instead of one per DDP bucket (see distributed.wrap)
+        torch._dynamo.config.optimize_ddp = False
 
 
 def seed_everything(seed: int) -> None:

@@ -2,72 +2,72 @@
 TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text and Scalars).
 
 Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
-at a barrier, so rank 0 sees all ranks' traces; after Ctrl-C nobody waits for anybody (a peer may be gone),
-and run.json lists the traces that exist at that moment.
+at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
+gone), and run.json lists the traces that exist at that moment. A signal during the diagnosis ends it:
+run.json then says "interrupted" and no diagnosis.md is written.
 """
 
 from __future__ import annotations
 
-import math
 import shlex
+import sys
+from dataclasses import replace
 from pathlib import Path
 
-from trainer.atomic import write_text_atomic
-from trainer.profiling import top_ops_table
-from trainer.run_dir import write_json_atomic
-from trainer.trace_files import find_plugin_traces
+from stepscope.trainer.profiler.capture import top_ops_table
+from stepscope.trainer.profiler.diagnose import diagnose_run
+from stepscope.trainer.profiler.files import find_plugin_traces
+from stepscope.trainer.run_record import RunRecord, finite_or_none
 
 
-def _num(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
-def diagnose(run_dir: Path, log, step: int) -> dict:
-    """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars."""
-    from trainer.analysis import analyze_run, render_console, render_markdown, summary_scalars
-
-    report = analyze_run(run_dir)
-    print(render_console(report))
-    md = render_markdown(report)
-    write_text_atomic(run_dir / "diagnosis.md", md)
-    log.text("diagnosis", md, step)
-    log.scalars(summary_scalars(report), step)
-    return report.to_dict()
-
-
-def finish_run(status: str, progress, thr, meta: dict, run_dir: Path, log, prof, writer, env, group) -> int:
-    final = {
+def final_numbers(progress, thr) -> dict:
+    return {
         "steps": progress.steps,
-        "train_loss": _num(progress.train_loss),
-        "eval_accuracy": _num(progress.eval_accuracy),
-        "images_per_s": _num(thr.images_per_s),
-        "mean_step_ms": _num(thr.mean_ms),
-        "median_step_ms": _num(thr.median_ms),
+        "train_loss": finite_or_none(progress.train_loss),
+        "eval_accuracy": finite_or_none(progress.eval_accuracy),
+        "images_per_s": finite_or_none(thr.images_per_s),
+        "mean_step_ms": finite_or_none(thr.mean_ms),
+        "median_step_ms": finite_or_none(thr.median_ms),
         "timed_steps": thr.steps,  # profiled steps and the trace export are excluded
     }
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def finish_run(status: str, stop, progress, thr, record: RunRecord, log, prof, writer, env, group) -> int:
+    final = final_numbers(progress, thr)
     if status == "completed":
         group.barrier()  # every rank has written its traces before rank 0 analyses them
     if not env.is_main:
-        return 0 if status == "completed" else 130
+        return 0 if status == "completed" else stop.exit_code()
+    run_dir = Path(record.run_dir)
     traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's
     diagnosis = None
     if writer is not None:
         if writer.cycles:
             print(top_ops_table(prof, env.is_cuda))
-            diagnosis = diagnose(run_dir, log, progress.steps)
+            try:
+                diagnosis = diagnose_run(run_dir, log, progress.steps)
+            except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
+                status = "interrupted"
+                print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "
+                      f"{shlex.quote(str(run_dir))} later)", file=sys.stderr)
         else:
             print("the profiler recorded no complete cycle before the run stopped; no trace was written")
-        logdir = run_dir.parent
-        print(f"open it with:  tensorboard --logdir {shlex.quote(str(logdir))}   (run: {run_dir.name})")
-    record = {**meta, "status": status, "final": final, "traces": traces,
-              "loss_history": [[s, _num(v)] for s, v in progress.history]}
+        print(f"open it with:  tensorboard --logdir {shlex.quote(str(run_dir.parent))}   (run: {run_dir.name})")
+    done = replace(record, status=status, final=final, traces=traces,
+                   signal=stop.signal_name if status == "interrupted" else None,
+                   loss_history=[[s, finite_or_none(v)] for s, v in progress.history])
     if diagnosis is not None:
-        record["diagnosis"] = {
+        done = replace(done, diagnosis={
             "verdict": diagnosis["verdict"], "file": "diagnosis.md",
-            "spans": [{k: sp[k] for k in ("worker", "span", "verdict", "metrics")} for sp in diagnosis["spans"]]}
-    write_json_atomic(run_dir / "run.json", record)
+            "spans": [{k: sp[k] for k in ("worker", "span", "verdict", "metrics")} for sp in diagnosis["spans"]]})
+    done.write(run_dir)
     log.close()
     speed = "no timed steps" if final["images_per_s"] is None else f"{final['images_per_s']:.0f} images/s"
-    print(f"{status}: {progress.steps} steps, train loss {final['train_loss']}, eval accuracy "
-          f"{final['eval_accuracy']}, {speed} -> {run_dir}")
-    return 0 if status == "completed" else 130
+    print(f"{status}: {progress.steps} steps, train loss {_fmt(final['train_loss'], '.4f')}, eval accuracy "
+          f"{_fmt(final['eval_accuracy'], '.3f')}, {speed} -> {run_dir}")
+    return 0 if status == "completed" else stop.exit_code()
+

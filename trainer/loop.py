@@ -1,43 +1,45 @@
 """`train(cfg)`: the whole run, from a validated `TrainConfig` to `logs/<run>/`.
 
-1. environment (device, dtype, seed, process group), 2. data, 3. model with its elementwise ops injected,
-4. the loop: each step inside record_function ranges, a step clock, `prof.step()`, scalars at the logging
-cadence, evaluation each epoch, 5. the end: run.json, and for profiled runs the top-ops table, the
-TensorBoard command and the diagnosis.
+1. environment (device, dtype, seed, process-global knobs, process group), 2. data, 3. model with its
+elementwise ops injected, 4. the loop: each step inside record_function ranges, a step clock, `prof.step()`,
+scalars at the logging cadence, evaluation each epoch, 5. the end (trainer/finish.py): run.json, and for
+profiled runs the top-ops table, the TensorBoard command and the diagnosis.
 
 Host-device sync points in the loop, all at the logging cadence or the epoch end: `StepClock.drain`
 (waits for the last step boundary), the loss read-back, and the eval accuracy read-back.
 
-Under torchrun (see trainer/distributed.py) the loss is all-reduced at the logging cadence; after Ctrl-C no
-rank starts another collective: the last logged loss is then the rank's own.
-
-Test hook: STEPSCOPE_FAIL_AT_STEP=N (with STEPSCOPE_FAIL_RANK=R, default 0) makes rank R raise at step N,
-so that tests can check that one rank's failure ends the whole torchrun group with that rank's error.
+Under torchrun (see trainer/distributed.py) the loss is all-reduced at the logging cadence; after Ctrl-C or
+SIGTERM no rank starts another collective: the last logged loss is then the rank's own.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 
 import torch
+from stepscope.trainer.config import TrainConfig
+from stepscope.trainer.data import build_data
+from stepscope.trainer.distributed import all_reduce_sum, make_distributed
+from stepscope.trainer.env import Env, configure_process, make_env, seed_everything
+from stepscope.trainer.finish import finish_run
+from stepscope.trainer.models import build_model
+from stepscope.trainer.optim import build_optimizer, loss_fn
+from stepscope.trainer.profiler.capture import (
+    NullProfiler,
+    Profiler,
+    TraceWriter,
+    build_profiler,
+    worker_name,
+)
+from stepscope.trainer.profiler.phases import Phases
+from stepscope.trainer.run_dir import create_run_dir, environment_info, git_sha
+from stepscope.trainer.run_record import RunRecord
+from stepscope.trainer.step import build_step, capture_stream, on_stream
+from stepscope.trainer.tb_log import NullLog, TBLog
+from stepscope.trainer.timing import StepClock, Throughput
 from tqdm import tqdm
-
-from trainer.config import TrainConfig
-from trainer.data import build_data
-from trainer.distributed import all_reduce_sum, make_distributed
-from trainer.env import Env, make_env, seed_everything
-from trainer.finish import finish_run
-from trainer.models import build_model
-from trainer.optim import build_optimizer, loss_fn
-from trainer.phases import Phases
-from trainer.profiling import NullProfiler, Profiler, TraceWriter, worker_name
-from trainer.run_dir import create_run_dir, environment_info, git_sha, write_json_atomic
-from trainer.step import build_step, capture_stream, on_stream
-from trainer.tb_log import NullLog, TBLog
-from trainer.timing import StepClock, Throughput
 
 WARMUP_STEPS = 10  # at most; never more than a tenth of the run
 
@@ -69,18 +71,11 @@ def evaluate(model: torch.nn.Module, data, env: Env) -> float:
     return correct.item() / max(1, total)  # sync point: once per epoch
 
 
-def injected_failure_step(rank: int) -> int | None:
-    """The step at which this rank must raise, from the test hook (module docstring); None normally."""
-    step = os.environ.get("STEPSCOPE_FAIL_AT_STEP")
-    if step is None or int(os.environ.get("STEPSCOPE_FAIL_RANK", "0")) != rank:
-        return None
-    return int(step)
-
-
 def train(cfg: TrainConfig) -> int:
-    """Run training; returns the process exit code (0, or 130 after Ctrl-C)."""
+    """Run training; returns the process exit code (0, or 130/143 after SIGINT/SIGTERM)."""
     env = make_env(cfg.device, cfg.bf16, cfg.channels_last)
-    group = make_distributed(env, cfg.cuda_graphs)
+    configure_process(env, profiling=cfg.profile.enabled, cuda_graphs=cfg.cuda_graphs, compile_mode=cfg.compile)
+    group = make_distributed(env)
     code = None
     try:
         # the step, and with --cuda-graphs its graph, is freed when _train returns: destroying the process group
@@ -114,18 +109,18 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     run_dir = start.run_dir
     log = TBLog(run_dir) if env.is_main else NullLog()
     log.config(cfg.to_dict())
-    profile_cfg = cfg.profile
     writer = None
     prof: Profiler | NullProfiler = NullProfiler()
-    if profile_cfg.enabled:
-        writer = TraceWriter(profile_cfg, run_dir, worker_name(env.rank), env.device, start.span_base)
-        prof = Profiler(profile_cfg.build(writer))
-    meta = {"config": cfg.to_dict(), "environment": environment_info(env.device), "git_sha": git_sha(),
-            "world_size": env.world_size, "global_batch_size": cfg.data.batch_size * env.world_size,
-            "distributed": {"backend": group.backend, "workers": list(start.workers), "ddp": group.options},
-            "step_kind": step_kind(cfg), "run_dir": str(run_dir)}
+    if cfg.profile.enabled:
+        writer = TraceWriter(cfg.profile, run_dir, worker_name(env.rank), env.device, start.span_base)
+        prof = Profiler(build_profiler(cfg.profile, env.is_cuda, writer))
+    record = RunRecord(
+        config=cfg.to_dict(), environment=environment_info(env.device), git_sha=git_sha(),
+        world_size=env.world_size, global_batch_size=cfg.data.batch_size * env.world_size,
+        distributed={"backend": group.backend, "workers": list(start.workers), "ddp": group.options},
+        step_kind=step_kind(cfg), run_dir=str(run_dir))
     if env.is_main:
-        write_json_atomic(run_dir / "run.json", {**meta, "status": "running"})
+        record.write(run_dir)
 
     progress = Progress()
     clock = StepClock(env.device)
@@ -135,11 +130,10 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     def log_window(across_ranks: bool = True) -> None:
         times = clock.drain()  # sync point: waits for the last step boundary
         thr.add(times)
-        if step.loss_count:
-            loss = all_reduce_sum(step.loss_sum.clone()) / env.world_size if across_ranks else step.loss_sum
-            progress.train_loss = loss.item() / step.loss_count  # sync point: loss read-back
-            step.loss_sum.zero_()
-            step.loss_count = 0
+        loss_sum, count = step.take_loss()
+        if count:
+            loss = all_reduce_sum(loss_sum) / env.world_size if across_ranks else loss_sum
+            progress.train_loss = loss.item() / count  # sync point: loss read-back
         progress.history.append((progress.steps, progress.train_loss))
         kept = [t.ms for t in times if not t.excluded]
         scalars = {"train/loss": progress.train_loss, "train/lr": sched.get_last_lr()[0]}
@@ -155,19 +149,15 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     # torch.compile, cuDNN autotuning and the allocator's growth land in the first steps
     warmup_steps = min(WARMUP_STEPS, max(1, cfg.steps // 10))
     status = "interrupted"
-    fail_at = injected_failure_step(env.rank)
     try:
         with prof:
             clock.mark(excluded=True)  # step 1 is always warm-up
             for i in range(1, cfg.steps + 1):
-                if i == fail_at:
-                    raise RuntimeError(f"injected failure at step {i} on rank {env.rank} "
-                                       "(test hook STEPSCOPE_FAIL_AT_STEP)")
                 with phases("data"):
                     x, y = next(batches)
                 step(x, y)
                 sched.step()
-                with stop.deferred():  # a trace being written is finished before Ctrl-C takes effect
+                with stop.deferred():  # a trace being written is finished before a signal takes effect
                     prof.step()
                 # the next step counts towards throughput unless it is warm-up or profiled
                 clock.mark(excluded=i < warmup_steps or prof.is_tracing())
@@ -187,9 +177,9 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         who = f"rank {env.rank}: " if env.world_size > 1 else ""
         if not isinstance(e, KeyboardInterrupt):
             print(f"\n{who}after the stop request: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
-        print(f"\n{who}interrupted at step {progress.steps}; flushing what the run has", file=sys.stderr)
+        print(f"\n{who}{stop.signal_name} at step {progress.steps}; flushing what the run has", file=sys.stderr)
         if progress.steps:
             log_window(across_ranks=False)  # a peer may have stopped already: no more collectives
     finally:
         bar.close()
-    return finish_run(status, progress, thr, meta, run_dir, log, prof, writer, env, group)
+    return finish_run(status, stop, progress, thr, record, log, prof, writer, env, group)

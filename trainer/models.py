@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import torch
 import torchvision
+from stepscope.trainer.config import ModelConfig
+from stepscope.trainer.elementwise import Activation, AddActivation, Elementwise, make_elementwise
 from torch import nn
-
-from trainer.config import ModelConfig
-from trainer.elementwise import Activation, AddActivation, Elementwise, make_elementwise
 
 
 class BasicBlock(nn.Module):

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import torch
 import torchvision
-
-from trainer.atomic import write_text_atomic
-from trainer.config import ConfigError
+from stepscope.trainer.config import ConfigError
+from stepscope.trainer.profiler.atomic import write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,8 @@
 """One training step, three ways: eager, `torch.compile`d, or replayed from a whole-step CUDA graph.
 
-Each step object has `__call__(x, y)` and accumulates the loss on the device (`loss_sum`, `loss_count`)
-so the loop never syncs per step; the loop reads them at its logging cadence.
+Each step object has `__call__(x, y)` and accumulates the loss on the device, so the loop never syncs per
+step; at its logging cadence the loop calls `take_loss()`, which hands back the device sum and the number of
+steps in it and starts a new sum.
 
 Inside a step the phases are `record_function` ranges (and NVTX ranges with --nvtx): data, forward,
 backward, optimizer for eager and compiled steps; data, graph_replay for the CUDA-graph step (the loop
@@ -13,17 +14,30 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from stepscope.trainer.env import Env
+from stepscope.trainer.profiler.phases import Phases
 from torch import nn
 
-from trainer.env import Env
-from trainer.phases import Phases
 
+class LossAccumulator:
+    """The loss summed on the device over the steps since the last `take_loss()`."""
 
-class EagerStep:
-    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn, env: Env, phases: Phases) -> None:
-        self.model, self.opt, self.loss_fn, self.env, self.phases = model, opt, loss_fn, env, phases
-        self.loss_sum = torch.zeros((), device=env.device)
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
         self.loss_count = 0
+
+    def take_loss(self) -> tuple[torch.Tensor, int]:
+        """(device tensor holding the sum, number of steps in it), and a fresh sum. No host sync."""
+        taken = (self.loss_sum.clone(), self.loss_count)
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        return taken
+
+
+class EagerStep(LossAccumulator):
+    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn, env: Env, phases: Phases) -> None:
+        super().__init__(env.device)
+        self.model, self.opt, self.loss_fn, self.env, self.phases = model, opt, loss_fn, env, phases
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         with self.phases("forward"):
@@ -52,7 +66,7 @@ class CompiledStep(EagerStep):
         super().__call__(x, y)
 
 
-class GraphedStep:
+class GraphedStep(LossAccumulator):
     """Forward, backward and optimizer captured as one CUDA graph over static input tensors.
 
     Capture follows the PyTorch recipe: warm up on the capture stream (cuDNN autotuning, allocator, momentum
@@ -65,11 +79,10 @@ class GraphedStep:
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn, env: Env, phases: Phases,
                  sample: tuple[torch.Tensor, torch.Tensor], stream: torch.cuda.Stream, warmup_iters: int) -> None:
+        super().__init__(env.device)
         self.phases = phases
         self.static_x = sample[0].clone()
         self.static_y = sample[1].clone()
-        self.loss_sum = torch.zeros((), device=env.device)
-        self.loss_count = 0
         saved = [t.detach().clone() for t in model.state_dict().values()]
 
         def fwd_bwd_opt() -> torch.Tensor:

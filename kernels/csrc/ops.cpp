@@ -111,7 +111,7 @@ void run_cpu(const at::Tensor& out, const std::array<at::Tensor, Op::kInputs>& i
 
 TORCH_LIBRARY(stepscope, m) {
   // Fake (meta) impls and autograd formulas are registered from Python, in this module.
-  m.set_python_module("kernels._registrations");
+  m.set_python_module("stepscope.kernels._registrations");
   m.def("add(Tensor a, Tensor b) -> Tensor");
   m.def("add_out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()");
   m.def("relu(Tensor x) -> Tensor");

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.atomic import write_bytes_atomic
+from stepscope.trainer.profiler.atomic import write_bytes_atomic
 
 WORKER_PATTERN = re.compile(
     r"""^(.*?)          # worker name

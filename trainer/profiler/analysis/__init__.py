@@ -1,20 +1,22 @@
 """Why is a training step slow? A pure analysis of torch.profiler traces.
 
-    from trainer.analysis import analyze_run, render_console, render_markdown, summary_scalars
+    from stepscope.trainer.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
     report = analyze_run(Path("logs/myrun"))      # every (worker, span) trace, plus cross-rank when several
     print(render_console(report))                 # verdict and evidence
     report.to_dict()                              # the JSON of `scripts/analyze.py RUN_DIR --json`
 
 Modules, one job each: events (parse a trace into typed events), intervals (timeline arithmetic), steps
 (which GPU work belongs to which step), breakdown (where the step's time goes), metrics (per-span numbers),
-findings (verdict, findings, remedies), distributed (cross-rank), report (orchestration, JSON), render (text).
+findings (verdict, findings, remedies), span (one trace's report), cross_rank (several ranks of one cycle),
+report (a run directory, JSON), render (text).
 """
 
-from .distributed import CrossRankReport
+from .cross_rank import CrossRankReport
 from .events import TraceError, parse_trace
 from .findings import VERDICTS, Finding
 from .render import render_console, render_markdown, summary_scalars
-from .report import RunReport, SpanReport, analyze_parsed, analyze_run, analyze_trace
+from .report import RunReport, analyze_run
+from .span import SpanReport, analyze_parsed, analyze_trace
 
 __all__ = ["VERDICTS", "CrossRankReport", "Finding", "RunReport", "SpanReport", "TraceError",
            "analyze_parsed", "analyze_run", "analyze_trace", "parse_trace", "render_console",

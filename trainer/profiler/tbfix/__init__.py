@@ -1,6 +1,6 @@
 """Truthful traces for TensorBoard's PyTorch Profiler tab (torch-tb-profiler 0.4.3) on modern PyTorch.
 
-    from trainer.tbfix import adapt_trace, write_adapted_pair, export_tensorboard
+    from stepscope.trainer.profiler.tbfix import adapt_trace, write_adapted_pair, export_tensorboard
     fixed = adapt_trace(trace)                                   # pure: a new, plugin-ready dict
     write_adapted_pair(run_dir, worker, span, trace)             # original under raw/, adapted copy listed
     export_tensorboard(Path("plain_run"), Path("logs/fixed"))    # a plain tensorboard_trace_handler run

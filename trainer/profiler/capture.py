@@ -1,6 +1,6 @@
 """The profiler: `ProfileConfig.build()` lands here, plus the trace writer that each finished cycle calls.
 
-Each cycle is exported once with `export_chrome_trace`, then written twice by `trainer.tbfix`:
+Each cycle is exported once with `export_chrome_trace`, then written twice by `stepscope.trainer.profiler.tbfix`:
 the untouched original under `raw/<span>/` (Perfetto, Holistic Trace Analysis) and a copy that
 torch-tb-profiler 0.4.3 reads correctly, under a name it lists. Both go through a temporary name and a
 rename, so no half-written trace is ever visible. Optional per-cycle exports: a plain Chrome trace, an
@@ -16,12 +16,11 @@ import socket
 from pathlib import Path
 
 import torch
+from stepscope.trainer.config import ProfileConfig
+from stepscope.trainer.profiler.atomic import write_text_atomic
+from stepscope.trainer.profiler.files import load_trace, write_trace_atomic
+from stepscope.trainer.profiler.flamegraph import render_flamegraph
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
-
-from trainer.atomic import write_text_atomic
-from trainer.config import ProfileConfig
-from trainer.flamegraph import render_flamegraph
-from trainer.trace_files import load_trace, write_trace_atomic
 
 TRACED_ACTIONS = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -71,13 +70,10 @@ class Profiler:
         return self.prof.current_action in TRACED_ACTIONS
 
 
-def build_profiler(cfg: ProfileConfig, on_trace_ready) -> profile:
-    if cfg.cuda:
-        # Kineto keeps CUPTI attached after a cycle unless TEARDOWN_CUPTI=1, and every later kernel launch
-        # pays for it: +23% step time over 600 ResNet-18 steps on an H100 (BENCHMARKS.md). torch itself sets
-        # it back to 0 where CUDA graphs make the teardown unsafe; a value the user set is respected.
-        os.environ.setdefault("TEARDOWN_CUPTI", "1")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cfg.cuda else [])
+def build_profiler(cfg: ProfileConfig, cuda: bool, on_trace_ready) -> profile:
+    """The `torch.profiler.profile` for `cfg` (CUDA activities when `cuda`); `on_trace_ready(prof)` gets each
+    finished cycle. `env.configure_process` has set TEARDOWN_CUPTI for GPU runs before this is built."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     experimental = None
     if cfg.flamegraph:
         # export_stacks() only has stacks to export when the profiler keeps them verbosely
@@ -114,7 +110,7 @@ class TraceWriter:
         self.cycles = 0
 
     def __call__(self, prof: profile) -> None:
-        from trainer.tbfix import write_adapted_pair
+        from stepscope.trainer.profiler.tbfix import write_adapted_pair
 
         span = str(self.span_base + self.cycles)
         tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"
@@ -135,14 +131,15 @@ class TraceWriter:
             self._memory_timeline(prof, Path(f"{stem}.memory_timeline.html"))
 
     def _flamegraph(self, prof: profile, out: Path) -> None:
-        metric = "self_cuda_time_total" if self.cfg.cuda else "self_cpu_time_total"
+        cuda = self.device.type == "cuda"
+        metric = "self_cuda_time_total" if cuda else "self_cpu_time_total"
         folded = out.with_suffix(".folded.tmp")
         try:
             prof.export_stacks(str(folded), metric)
             text = folded.read_text()
         finally:
             folded.unlink(missing_ok=True)
-        unit = "µs of device time" if self.cfg.cuda else "µs of CPU time"
+        unit = "µs of device time" if cuda else "µs of CPU time"
         write_text_atomic(out, render_flamegraph(text, title=f"{self.worker} ({metric})", unit=unit))
 
     def _memory_timeline(self, prof: profile, out: Path) -> None:

@@ -1,6 +1,6 @@
 """Rewrite a modern torch.profiler trace so that torch-tb-profiler 0.4.3 reports true numbers.
 
-    from trainer.tbfix import adapt_trace
+    from stepscope.trainer.profiler.tbfix import adapt_trace
     fixed = adapt_trace(trace)     # a new dict; `trace` itself is never modified
 
 What 0.4.3 gets wrong on torch 2.x traces, and what is rewritten (plugin paths are relative to
@@ -55,10 +55,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..vocabulary import DEVICE_CATEGORIES, STEP_PREFIX, TORCH_RUNTIME_CATEGORIES
+from ..vocabulary import category as _cat
+from ..vocabulary import span as _span
 from .callstack import call_stacks
-from .step_guard import DEVICE_CATEGORIES, STEP_PREFIX, host_steps, unlink_for_positive_steps
+from .step_guard import host_steps, unlink_for_positive_steps
 
-RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 PLUGIN_RUNTIME = "runtime"
 PLUGIN_OPERATOR = "cpu_op"
 ROOT_EXTERNAL_ID = 0
@@ -72,15 +74,6 @@ def is_dataloader_span(name: str) -> bool:
     """The plugin's own DataLoader test (``event_parser.py:280-281``, ``node.py:297-298``)."""
     return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
         "enumerate(DataPipe)#")
-
-
-def _cat(e: dict) -> str:
-    return str(e.get("cat", "")).lower()
-
-
-def _span(e: dict) -> tuple[float, float]:
-    ts = float(e.get("ts", 0.0))
-    return ts, ts + float(e.get("dur", 0.0) or 0.0)
 
 
 def _external_id(e: dict):
@@ -170,7 +163,7 @@ def _rewrite_runtimes(events: list[dict]) -> set[int]:
     steps = host_steps(events)
     runtime_indices, rooted_correlations = set(), set()
     for i, e in enumerate(events):
-        if e.get("ph") == "X" and _cat(e) in RUNTIME_CATEGORIES:
+        if e.get("ph") == "X" and _cat(e) in TORCH_RUNTIME_CATEGORIES:
             if (e.get("args") or {}).get("correlation") not in launched and _outside(_span(e), steps):
                 continue  # e.g. the profiler's own flush sync: not step work (see the module docstring)
             runtime_indices.add(i)

@@ -1,4 +1,4 @@
-"""The analysis of one trace (SpanReport) and of a run directory (RunReport), and their JSON form.
+"""The analysis of a run directory (RunReport): every trace (span.py), plus cross-rank (cross_rank.py).
 
     report = analyze_run(Path("logs/myrun"))
     json.dumps(report.to_dict())
@@ -10,7 +10,7 @@ JSON shape (documented in the README):
                             "sync_ms_per_step", ...},
                 "breakdown_ms_per_step": {bucket: ms}, "top": [{"name", "ms_per_step", ...}],
                 "findings": [{"id", "text", "cost_ms_per_step", "remedies"}], "remedies": [str]}],
-     "distributed": [...]}     # only when several workers share a profiling cycle; see distributed.py
+     "distributed": [...]}     # only when several workers share a profiling cycle; see cross_rank.py
 """
 
 from __future__ import annotations
@@ -21,44 +21,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.trace_files import find_traces, load_trace
+from stepscope.trainer.profiler.files import find_traces, load_trace
 
-from .breakdown import Breakdown, breakdown
-from .distributed import CrossRankReport, cross_rank
-from .events import ParsedTrace, TraceError, parse_trace
-from .findings import Finding, evidence, findings, remedies, verdict
-from .metrics import SpanMetrics, span_metrics
-from .steps import step_windows
-
-
-@dataclass(frozen=True)
-class SpanReport:
-    worker: str
-    span: str
-    rank: int | None
-    device: str  # GPU name, or "cpu"
-    verdict: str
-    metrics: SpanMetrics
-    breakdown: Breakdown
-    evidence: tuple[str, ...]
-    findings: tuple[Finding, ...]
-    remedies: tuple[str, ...]
-
-    @property
-    def gpu(self) -> bool:
-        return self.metrics.gpu_busy_pct is not None
-
-    def to_dict(self) -> dict:
-        return {
-            "worker": self.worker, "span": self.span, "rank": self.rank, "device": self.device,
-            "verdict": self.verdict, "evidence": list(self.evidence), "metrics": self.metrics.to_dict(),
-            "breakdown_ms_per_step": {b: round(self.breakdown.ms_per_step(b), 4)
-                                      for b in self.breakdown.buckets},
-            "top": [{"name": t.name, "ms_per_step": round(t.ms_per_step, 4),
-                     "count_per_step": t.count_per_step, "pct": round(t.pct, 2)} for t in self.metrics.top],
-            "findings": [f.to_dict() for f in self.findings],
-            "remedies": list(self.remedies),
-        }
+from .cross_rank import CrossRankReport, cross_rank
+from .events import TraceError
+from .span import SpanReport, analyze_trace
 
 
 @dataclass(frozen=True)
@@ -73,22 +40,6 @@ class RunReport:
         if self.distributed:
             out["distributed"] = [d.to_dict() for d in self.distributed]
         return out
-
-
-def analyze_parsed(trace: ParsedTrace) -> SpanReport:
-    windows = step_windows(trace)
-    bd = breakdown(trace, windows)
-    m = span_metrics(trace, windows, bd)
-    v = verdict(bd, trace.has_gpu)
-    found = findings(bd, m, trace.has_gpu, v)
-    device = (trace.device_name or "gpu") if trace.has_gpu else "cpu"
-    return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd,
-                      tuple(evidence(bd, m, trace.has_gpu)), tuple(found), tuple(remedies(found)))
-
-
-def analyze_trace(trace: dict, worker: str, span: str) -> SpanReport:
-    """Analyse one parsed-JSON trace. Raises TraceError on a trace without training steps."""
-    return analyze_parsed(parse_trace(trace, worker, span))
 
 
 def analyze_run(run_dir: Path) -> RunReport:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .distributed import CrossRankReport
-from .report import RunReport, SpanReport
+from .cross_rank import CrossRankReport
+from .report import RunReport
+from .span import SpanReport
 
 CONSOLE_EVIDENCE_LINES = 3
 CONSOLE_FINDINGS = 3

@@ -28,12 +28,9 @@ import re
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .findings import COMM, STRAGGLER, Finding
-
-if TYPE_CHECKING:
-    from .report import SpanReport
+from .findings import COMM, STRAGGLER, Finding, remedies
+from .span import SpanReport
 
 STRAGGLER_RATIO = 1.2
 EXPOSED_COMM_PCT = 10.0  # a cross-rank communication finding from this median share of the step
@@ -111,12 +108,8 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
     rows = sorted((RankRow(**{**r.__dict__, "straggler": r.rank in flagged}) for r in rows),
                   key=lambda r: r.rank)
     found = _findings(rows, members)
-    verdict = _verdict(rows)
-    remedies: list[str] = []
-    for f in found:
-        remedies += [x for x in f.remedies if x not in remedies]
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
-                           tuple(sorted(flagged)), verdict, tuple(found), tuple(remedies))
+                           tuple(sorted(flagged)), _verdict(rows), tuple(found), tuple(remedies(found)))
 
 
 def _verdict(rows: list[RankRow]) -> str:

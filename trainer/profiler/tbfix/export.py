@@ -1,6 +1,6 @@
 """Write plugin-ready traces next to their untouched originals, for our runs and for plain ones.
 
-    from trainer.tbfix import write_adapted_pair, export_tensorboard
+    from stepscope.trainer.profiler.tbfix import write_adapted_pair, export_tensorboard
     adapted, raw = write_adapted_pair(Path("logs/run"), "host_1234", "1795259107760373831", trace)
     export_tensorboard(Path("plain_run"), Path("logs/plain_fixed"))   # then: tensorboard --logdir logs
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from trainer import trace_files
+from stepscope.trainer.profiler import files as trace_files
 
 from .adapt import adapt_trace
 

@@ -8,7 +8,7 @@ string on ``;`` and parses each frame with ``/\\([0-9]+\\)$/`` for "go to source
 records the stack as separate ``python_function`` events instead, so the string here is rebuilt from
 the Python frames that enclose each operator in time on the same thread.
 
-    from trainer.tbfix.callstack import call_stacks
+    from stepscope.trainer.profiler.tbfix.callstack import call_stacks
     stacks = call_stacks(events)     # {index of a cpu_op event: "a.py(3): f;b.py(9): main"}
 """
 
@@ -17,17 +17,14 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from ..vocabulary import OPERATOR_CATEGORIES, category
+from ..vocabulary import span as _span
+
 # A real Python frame, as kineto names it: "torch/nn/modules/conv.py(552): forward". C functions
 # ("<built-in method conv2d ...>") and module markers ("nn.Module: Conv2d_0") were never part of the
 # old Call stack, and the page could not parse them as file and line.
 PYTHON_FRAME = re.compile(r"^.+\(\d+\): .+$")
 STACK_SEPARATOR = ";"
-OPERATOR_CATEGORIES = frozenset({"cpu_op", "operator"})
-
-
-def _span(event: dict) -> tuple[float, float]:
-    ts = float(event.get("ts", 0.0))
-    return ts, ts + float(event.get("dur", 0.0) or 0.0)
 
 
 def call_stacks(events: list[dict]) -> dict[int, str]:
@@ -42,7 +39,7 @@ def call_stacks(events: list[dict]) -> dict[int, str]:
     for i, e in enumerate(events):
         if e.get("ph") != "X":
             continue
-        cat = str(e.get("cat", "")).lower()
+        cat = category(e)
         key = (e.get("pid"), e.get("tid"))
         if cat == "python_function":
             start, end = _span(e)

@@ -13,7 +13,7 @@ zero-length, unlinks the launches that cause it: those of earlier steps whose GP
 that step's host end. An unlinked launch still counts as Runtime; its kernels are shown the way 0.4.3
 showed every kernel before (under the call-tree root, without an operator).
 
-    from trainer.tbfix.step_guard import plugin_step_spans, unlink_for_positive_steps
+    from stepscope.trainer.profiler.tbfix.step_guard import plugin_step_spans, unlink_for_positive_steps
     spans = plugin_step_spans(events, runtime)          # the (start, end) of each step the plugin keeps
     cut = unlink_for_positive_steps(events, runtime)    # indices of runtime events to unlink
     # `runtime`: indices of the events the plugin reads as category "runtime"
@@ -25,9 +25,10 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
-DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "gpu_memcpy", "memset", "gpu_memset"})
-STEP_PREFIX = "ProfilerStep#"
-HOST_CATEGORIES = frozenset({"cpu_op", "operator", "python"})  # what sets the plugin's cpu_min/max_ts
+from ..vocabulary import DEVICE_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX, category
+from ..vocabulary import span as _span
+
+HOST_CATEGORIES = OPERATOR_CATEGORIES | {"python"}  # what sets the plugin's cpu_min/max_ts
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,6 @@ class Launch:
     n_device: int  # how many: the plugin's tail-step rule counts device events, not launches
 
 
-def _span(e: dict) -> tuple[float, float]:
-    ts = float(e.get("ts", 0.0))
-    return ts, ts + float(e.get("dur", 0.0) or 0.0)
-
-
 def host_steps(events: list[dict]) -> list[tuple[float, float]]:
     """The host spans of the ``ProfilerStep#`` events, or of all host events when there are none."""
     steps = []
@@ -52,7 +48,7 @@ def host_steps(events: list[dict]) -> list[tuple[float, float]]:
     for e in events:
         if e.get("ph") != "X":
             continue
-        cat = str(e.get("cat", "")).lower()
+        cat = category(e)
         if cat in ("user_annotation", "cpu_op", "operator") and str(e.get("name", "")).startswith(STEP_PREFIX):
             steps.append(_span(e))
         if cat in HOST_CATEGORIES:
@@ -65,7 +61,7 @@ def host_steps(events: list[dict]) -> list[tuple[float, float]]:
 def _launches(events: list[dict], runtime_indices: set[int]) -> tuple[list[Launch], list[tuple[float, float]]]:
     device_by_corr: dict = defaultdict(list)
     for e in events:
-        if e.get("ph") == "X" and str(e.get("cat", "")).lower() in DEVICE_CATEGORIES:
+        if e.get("ph") == "X" and category(e) in DEVICE_CATEGORIES:
             device_by_corr[(e.get("args") or {}).get("correlation")].append(_span(e))
     launches, linked = [], set()
     for i in sorted(runtime_indices):

@@ -1,0 +1,26 @@
+"""The end-of-run diagnosis of a run directory: console, `diagnosis.md`, TensorBoard Text and Scalars.
+
+    report = diagnose_run(run_dir, log, step)     # log: anything with .text(tag, md, step) and .scalars(d, step)
+
+Torch-free: it reads the traces on disk and writes text; `log` is the trainer's TensorBoard log or any
+object with the same two methods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stepscope.trainer.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
+from stepscope.trainer.profiler.atomic import write_text_atomic
+
+
+def diagnose_run(run_dir: Path, log, step: int) -> dict:
+    """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars.
+    Returns the report's JSON form."""
+    report = analyze_run(run_dir)
+    print(render_console(report))
+    md = render_markdown(report)
+    write_text_atomic(Path(run_dir) / "diagnosis.md", md)
+    log.text("diagnosis", md, step)
+    log.scalars(summary_scalars(report), step)
+    return report.to_dict()
