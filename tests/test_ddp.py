@@ -217,7 +217,7 @@ def test_ctrl_c_stops_every_rank_with_traces_flushed(tmp_path):
     assert all(any(span_dir.iterdir()) for span_dir in (run / "raw").iterdir())  # no cycle lost half-way
     assert not list(run.rglob(".tmp-*"))
     for rank in (0, 1):  # every 4-step cycle, including the one in progress at the stop, was written
-        stopped = int(re.search(rf"rank {rank}: interrupted at step (\d+)", out).group(1))
+        stopped = int(re.search(rf"rank {rank}: interrupted at step (\d+) ", out).group(1))
         cycles = [t for t in raw if worker_rank(t.worker) == rank]
         assert len(cycles) == -(-stopped // 4), (stopped, len(cycles))
 

@@ -177,7 +177,8 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         who = f"rank {env.rank}: " if env.world_size > 1 else ""
         if not isinstance(e, KeyboardInterrupt):
             print(f"\n{who}after the stop request: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
-        print(f"\n{who}{stop.signal_name} at step {progress.steps}; flushing what the run has", file=sys.stderr)
+        print(f"\n{who}interrupted at step {progress.steps} ({stop.signal_name}); flushing what the run has",
+              file=sys.stderr)
         if progress.steps:
             log_window(across_ranks=False)  # a peer may have stopped already: no more collectives
     finally:
