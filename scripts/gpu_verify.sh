@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: ddp compare overhead plugin tests bench
-#                                                     (default: compare overhead plugin tests)
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts verdicts_ddp ddp compare overhead plugin
+#                                                     tests bench (default: compare overhead plugin tests)
+#
+# verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
+# their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
+# scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced).
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
@@ -15,8 +19,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in ddp|compare|overhead|plugin|tests|bench) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are ddp compare overhead plugin tests bench" >&2; exit 2;;
+  case $part in verdicts|verdicts_ddp|ddp|compare|overhead|plugin|tests|bench) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts verdicts_ddp ddp compare overhead plugin tests bench" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -24,6 +28,10 @@ export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
+# this checkout as the `stepscope` namespace (stepscope.trainer, stepscope.kernels), without an install
+NS=/tmp/stepscope-ns
+rm -rf "$NS"; mkdir -p "$NS/stepscope" && ln -s "$PWD/trainer" "$NS/stepscope/trainer" && ln -s "$PWD/kernels" "$NS/stepscope/kernels"
+export PYTHONPATH="$NS${PYTHONPATH:+:$PYTHONPATH}"
 L=/tmp/stepscope-gpu-logs
 rm -rf "$L"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -35,9 +43,31 @@ stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 
 if has compare || has tests || has bench; then
   stamp "build the stepscope ops (CUDA)"
-  timeout 120 python3 -m kernels.build > "$OUT/kernels_build.log" 2>&1; tail -3 "$OUT/kernels_build.log"
+  timeout 120 python3 -m stepscope.kernels.build > "$OUT/kernels_build.log" 2>&1; tail -3 "$OUT/kernels_build.log"
 fi
 
+
+part_verdicts() {
+  stamp "verdict_bench.py: GPU scenarios, truth without the profiler"
+  timeout "${VERDICT_TIMEOUT:-420}" python3 scripts/verdict_bench.py --out "$L/vb" > "$OUT/verdicts.log" 2>&1
+  echo "exit $?"
+  stamp "Lightning's PyTorchProfiler"
+  timeout 150 python3 scripts/record_lightning.py --out "$L/vb/traces" > "$OUT/lightning.log" 2>&1; echo "exit $?"
+  tail -2 "$OUT/lightning.log"
+  python3 scripts/verdict_bench.py --rescore "$L/vb" > "$OUT/verdicts.md" 2>> "$OUT/verdicts.log"
+  cp "$L/vb/results.json" "$OUT/verdicts.json" 2>/dev/null; cat "$OUT/verdicts.md"
+  (cd "$L/vb" && tar cf - traces | split -b 15M - "$OUT/verdict_traces.tar.")
+}
+
+part_verdicts_ddp() {
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # KINDS.md: multicast off
+  for case in comm straggler balanced; do
+    stamp "verdict_ddp.py --case $case (NCCL, 2 GPUs)"
+    timeout 150 torchrun --standalone --nproc_per_node 2 scripts/verdict_ddp.py --case $case \
+      --out "$L/vb/traces/ddp_$case" > "$OUT/verdict_ddp_$case.log" 2>&1; echo "exit $?"; tail -1 "$OUT/verdict_ddp_$case.log"
+  done
+  (cd "$L/vb" && tar cf - traces | split -b 15M - "$OUT/verdict_ddp_traces.tar.")
+}
 
 part_ddp() {
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # KINDS.md: multicast off

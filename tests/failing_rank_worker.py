@@ -3,7 +3,7 @@
     torchrun --nproc_per_node 2 tests/failing_rank_worker.py STEP RANK [train.py flags...]
 
 Rank RANK raises `RuntimeError("injected failure at step STEP on rank RANK")` when the loop asks for the
-batch of step STEP; every other rank trains normally. tests/test_ddp.py checks that the whole group then
+batch of step STEP (`host_batches`); every other rank trains normally. tests/test_ddp.py checks that the whole group then
 ends promptly with that rank's error as torchrun's root cause.
 """
 
@@ -23,15 +23,15 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 def failing_data(build_data, fail_at: int, rank: int):
     def build(*args, **kwargs):
         data = build_data(*args, **kwargs)
-        batches = data.batches
+        host_batches = data.host_batches
 
         def failing_batches():
-            for step, batch in enumerate(batches(), 1):
+            for step, batch in enumerate(host_batches(), 1):
                 if step == fail_at and int(os.environ["RANK"]) == rank:
                     raise RuntimeError(f"injected failure at step {step} on rank {rank}")
                 yield batch
 
-        data.batches = failing_batches
+        data.host_batches = failing_batches
         return data
 
     return build

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,9 +27,20 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 
 def run_torchrun(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """torchrun with 2 processes on one node; `args` start with the script (scripts/train.py or a test worker)."""
+    """torchrun with 2 processes on one node; `args` start with the script (scripts/train.py or a test worker).
+
+    torchrun and its workers run in a session of their own; on timeout the whole session is killed, so a
+    test that fails never leaves workers training in the background."""
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=REPO)
+    p = subprocess.Popen([*TORCHRUN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+                         cwd=REPO, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def run_json(run_dir: Path) -> dict:

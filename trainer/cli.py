@@ -43,6 +43,10 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, default=d.data.data_dir, help="CIFAR-10 folder")
     p.add_argument("--download", action="store_true", help="download CIFAR-10 into --data-dir")
     p.add_argument("--workers", type=int, default=d.data.workers, help="DataLoader workers (cifar10)")
+    p.add_argument("--data-placement", default=d.data.placement,
+                   help="synthetic data: 'device' (generated on the GPU) or 'host' (copied in every step)")
+    p.add_argument("--pin-memory", action=B, default=d.data.pin_memory,
+                   help="host batches in pinned memory, copied with non_blocking=True (CUDA)")
     p.add_argument("--batch-size", type=int, default=d.data.batch_size, help="per rank under torchrun")
     p.add_argument("--synthetic-train-size", type=int, default=d.data.synthetic_train_size)
     p.add_argument("--synthetic-eval-size", type=int, default=d.data.synthetic_eval_size)
@@ -79,7 +83,8 @@ def config_from_args(a: argparse.Namespace, device: str) -> TrainConfig:
     return TrainConfig(
         model=ModelConfig(arch=a.arch, ops=a.ops),
         data=DataConfig(name=a.data, data_dir=a.data_dir, download=a.download, batch_size=a.batch_size,
-                        workers=a.workers, synthetic_train_size=a.synthetic_train_size,
+                        workers=a.workers, placement=a.data_placement, pin_memory=a.pin_memory,
+                        synthetic_train_size=a.synthetic_train_size,
                         synthetic_eval_size=a.synthetic_eval_size),
         optim=OptimConfig(lr=a.lr),
         profile=ProfileConfig(enabled=a.profile, skip_first=a.skip_first, wait=a.wait, warmup=a.warmup,

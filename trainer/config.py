@@ -13,6 +13,7 @@ from pathlib import Path
 ARCHS = ("resnet8", "resnet18", "torchvision-resnet18")
 DATASETS = ("synthetic", "cifar10")
 DEVICES = ("auto", "cpu", "cuda")
+PLACEMENTS = ("device", "host")
 OPS = ("native", "custom")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
@@ -34,7 +35,9 @@ class DataConfig:
     data_dir: Path = Path("data")
     download: bool = False
     batch_size: int = 64  # per rank under torchrun
-    workers: int = 2  # DataLoader workers (cifar10 only; synthetic data lives on the device)
+    workers: int = 2  # DataLoader workers (cifar10 only)
+    placement: str = "device"  # synthetic data: generated and kept on the device, or held in host memory
+    pin_memory: bool = True  # host batches in page-locked memory, copied with non_blocking=True (CUDA only)
     synthetic_train_size: int = 4096  # 64 steps per epoch at the default batch size
     synthetic_eval_size: int = 1024
 
@@ -149,6 +152,7 @@ def validate(cfg: TrainConfig) -> None:
     _choice("--data", cfg.data.name, DATASETS)
     _choice("--device", cfg.device, ("cpu", "cuda"))
     _choice("--ops", cfg.model.ops, OPS)
+    _choice("--data-placement", cfg.data.placement, PLACEMENTS)
     if cfg.compile is not None:
         _choice("--compile mode", cfg.compile, COMPILE_MODES)
     if cfg.data.name == "synthetic":
@@ -167,9 +171,9 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError("--cuda-graphs needs a CUDA GPU (graphs capture CUDA work); drop it on CPU")
     if cfg.cuda_graphs and cfg.compile is not None:
         raise ConfigError("--cuda-graphs and --compile are exclusive; for compiled graphs use --compile reduce-overhead")
-    if cfg.cuda_graphs and cfg.data.name != "synthetic":
-        raise ConfigError("--cuda-graphs needs --data synthetic for now: a DataLoader's host copies cannot be "
-                          "captured; use --compile reduce-overhead with cifar10")
+    if cfg.cuda_graphs and (cfg.data.name != "synthetic" or cfg.data.placement != "device"):
+        raise ConfigError("--cuda-graphs needs --data synthetic with --data-placement device: host batches and "
+                          "their copies cannot be captured; use --compile reduce-overhead instead")
 
 
 def _validate_profile(cfg: TrainConfig) -> None:

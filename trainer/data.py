@@ -1,7 +1,14 @@
 """Training data: a learnable synthetic set generated on the device, or CIFAR-10 through torchvision.
 
-Both give the loop the same thing: `batches()`, an endless iterator of `(images, labels)` already on the
-device in the model's memory format, `steps_per_epoch`, and `eval_batches()` for one pass over the eval set.
+Both give the loop the same thing: `host_batches()`, an endless iterator of `(images, labels)` where they
+are kept, `to_device(batch)`, which copies a batch to the device in the model's memory format (nothing to do
+for data already there), `batches()`, the two together, `steps_per_epoch`, and `eval_batches()` for one pass
+over the eval set. The loop times the wait for a batch and the copy separately (trainer/timing.py).
+
+Synthetic data lives on the device by default. `--data-placement host` keeps it in host memory, gathered
+into one shuffled tensor per epoch, so every step copies its batch: from page-locked memory with
+`non_blocking=True` (`--pin-memory`, the default), or from pageable memory, where the host waits for the
+copy (`--no-pin-memory`).
 Under torchrun each rank sees a distinct shard: a rank-strided slice of the synthetic set, or
 `DistributedSampler` for CIFAR-10.
 """
@@ -65,13 +72,40 @@ class SyntheticData:
         self.batch_size = cfg.batch_size
         self.steps_per_epoch = len(self.train_y) // cfg.batch_size
         self._gen = g
+        self.env = env
+        self.on_host = cfg.placement == "host" and env.is_cuda
+        self.pinned = self.on_host and cfg.pin_memory
+        if self.on_host:
+            self.train_x, self.train_y = self.train_x.cpu(), self.train_y.cpu()
+
+    def host_batches(self) -> Iterator[Batch]:
+        while True:
+            perm = torch.randperm(len(self.train_y), device=self._gen.device, generator=self._gen)
+            if not self.on_host:
+                for i in range(self.steps_per_epoch):
+                    idx = perm[i * self.batch_size:(i + 1) * self.batch_size]
+                    yield self.train_x[idx], self.train_y[idx]
+                continue
+            # one gather per epoch; each batch is then a slice, so a pinned epoch stays pinned
+            perm = perm.cpu()  # sync point: once per epoch, the permutation drawn on the device
+            x, y = self.train_x[perm], self.train_y[perm]
+            if self.pinned:
+                x, y = x.pin_memory(), y.pin_memory()
+            for i in range(self.steps_per_epoch):
+                sl = slice(i * self.batch_size, (i + 1) * self.batch_size)
+                yield x[sl], y[sl]
+
+    def to_device(self, batch: Batch) -> Batch:
+        if not self.on_host:
+            return batch
+        x, y = batch
+        # pageable memory: the host waits for the copy; pinned: it is queued and overlaps the GPU's work
+        x = x.to(self.env.device, non_blocking=self.pinned).contiguous(memory_format=self.env.memory_format)
+        return x, y.to(self.env.device, non_blocking=self.pinned)
 
     def batches(self) -> Iterator[Batch]:
-        while True:
-            perm = torch.randperm(len(self.train_y), device=self.train_y.device, generator=self._gen)
-            for i in range(self.steps_per_epoch):
-                idx = perm[i * self.batch_size:(i + 1) * self.batch_size]
-                yield self.train_x[idx], self.train_y[idx]
+        for batch in self.host_batches():
+            yield self.to_device(batch)
 
     def eval_batches(self) -> Iterator[Batch]:
         for i in range(0, len(self.eval_y), self.batch_size):
@@ -107,7 +141,8 @@ class Cifar10Data:
         self.sampler = None
         if env.world_size > 1:
             self.sampler = DistributedSampler(train, env.world_size, env.rank, shuffle=True, seed=seed, drop_last=True)
-        common = dict(batch_size=cfg.batch_size, num_workers=cfg.workers, pin_memory=env.is_cuda,
+        self.pinned = env.is_cuda and cfg.pin_memory
+        common = dict(batch_size=cfg.batch_size, num_workers=cfg.workers, pin_memory=self.pinned,
                       persistent_workers=cfg.workers > 0)
         self.train = DataLoader(train, shuffle=self.sampler is None, sampler=self.sampler, drop_last=True,
                                 generator=torch.Generator().manual_seed(seed), **common)
@@ -118,23 +153,27 @@ class Cifar10Data:
                               f"({len(train)} images per rank); use a smaller batch size")
         self.env = env
 
-    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> Batch:
-        # non_blocking: the copy from pinned memory overlaps with compute instead of syncing the host
-        x = x.to(self.env.device, non_blocking=True).contiguous(memory_format=self.env.memory_format)
-        return x, y.to(self.env.device, non_blocking=True)
+    def to_device(self, batch: Batch) -> Batch:
+        x, y = batch
+        # non_blocking from pinned memory: the copy overlaps with compute instead of holding the host
+        x = x.to(self.env.device, non_blocking=self.pinned).contiguous(memory_format=self.env.memory_format)
+        return x, y.to(self.env.device, non_blocking=self.pinned)
 
-    def batches(self) -> Iterator[Batch]:
+    def host_batches(self) -> Iterator[Batch]:
         epoch = 0
         while True:
             if self.sampler is not None:
                 self.sampler.set_epoch(epoch)
-            for x, y in self.train:
-                yield self._to_device(x, y)
+            yield from self.train
             epoch += 1
 
+    def batches(self) -> Iterator[Batch]:
+        for batch in self.host_batches():
+            yield self.to_device(batch)
+
     def eval_batches(self) -> Iterator[Batch]:
-        for x, y in self.test:
-            yield self._to_device(x, y)
+        for batch in self.test:
+            yield self.to_device(batch)
 
 
 def build_data(cfg: DataConfig, env: Env, num_classes: int, seed: int) -> SyntheticData | Cifar10Data:

@@ -29,6 +29,8 @@ def final_numbers(progress, thr) -> dict:
         "mean_step_ms": finite_or_none(thr.mean_ms),
         "median_step_ms": finite_or_none(thr.median_ms),
         "timed_steps": thr.steps,  # profiled steps and the trace export are excluded
+        # medians of the timed steps: the step and its phases as the run runs without the profiler
+        "telemetry": thr.telemetry(),
     }
 
 
@@ -49,7 +51,7 @@ def finish_run(status: str, stop, progress, thr, record: RunRecord, log, prof, w
         if writer.cycles:
             print(top_ops_table(prof, env.is_cuda))
             try:
-                diagnosis = diagnose_run(run_dir, log, progress.steps)
+                diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"])
             except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
                 status = "interrupted"
                 print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "

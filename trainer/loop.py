@@ -98,8 +98,8 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         model = group.wrap(model, cfg.compile)
     opt, sched = build_optimizer(cfg.optim, model, env.device, cfg.data.batch_size * env.world_size, cfg.steps)
     phases = Phases(cfg.run.nvtx)
-    batches = data.batches()
-    sample = next(batches) if cfg.cuda_graphs else None
+    host_batches = data.host_batches()
+    sample = data.to_device(next(host_batches)) if cfg.cuda_graphs else None
     step = build_step(step_kind(cfg), model, opt, loss_fn(cfg.optim.label_smoothing), env, phases,
                       sample=sample, compile_mode=cfg.compile, stream=stream,
                       graph_warmup_iters=group.graph_warmup_iters)
@@ -153,10 +153,15 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         with prof:
             clock.mark(excluded=True)  # step 1 is always warm-up
             for i in range(1, cfg.steps + 1):
+                clock.begin()
                 with phases("data"):
-                    x, y = next(batches)
+                    batch = next(host_batches)
+                clock.batch_ready()
+                with phases("copy"):
+                    x, y = clock.copy(lambda b=batch: data.to_device(b))
                 step(x, y)
                 sched.step()
+                clock.dispatched()
                 with stop.deferred():  # a trace being written is finished before a signal takes effect
                     prof.step()
                 # the next step counts towards throughput unless it is warm-up or profiled

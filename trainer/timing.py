@@ -1,12 +1,18 @@
 """The one timing module, used by training (`StepClock`) and by the benchmarks (`time_fn`, scripts/bench_ops.py).
 
-On CUDA everything is timed with CUDA events, never with a host clock around asynchronous work; the
-host reads the events only when asked (`StepClock.drain`, at the logging cadence), which is the one
-sync point. On the CPU the same interface uses `time.perf_counter`.
+On CUDA everything asynchronous is timed with CUDA events, never with a host clock around it; the host reads
+the events only when asked (`StepClock.drain`, at the logging cadence), which is the one sync point. On the
+CPU the same interface uses `time.perf_counter`.
 
 `StepClock` records one boundary per step, so step i's time is boundary[i+1] - boundary[i]: in steady
 state that is the true throughput time, whether the GPU or the host is the bottleneck, and it includes
 data loading between steps.
+
+It also keeps, for every step, the phases that decide a verdict, measured on the run as it runs (the
+profiler is not involved): the host's wait for the next batch (`data_ms`, perf_counter), the host-to-device
+input copy (`copy_ms`: CUDA events around it, i.e. its time on the GPU's stream; `copy_host_ms`: how long
+the host was held, long for a pageable copy), and the host's time to dispatch the step (`dispatch_ms`).
+Their cost is a few perf_counter reads and, only where a batch is copied, two CUDA events per step.
 """
 
 from __future__ import annotations
@@ -18,17 +24,50 @@ from dataclasses import dataclass
 
 import torch
 
+PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms")
+
 
 @dataclass(frozen=True)
 class StepTime:
     ms: float
     excluded: bool  # warm-up, profiled (warm-up, recording, trace export) or evaluation: not in throughput
+    phases: dict | None = None  # PHASES of this step, where measured
 
 
 class StepClock:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self._marks: list = []  # (event or perf_counter seconds, excluded flag of the step that starts here)
+        self._phases: list = []  # one dict per started step: host ms, and CUDA events of the copy
+        self._t0 = self._t1 = 0.0
+
+    def begin(self) -> None:
+        """The step's host work starts: waiting for its batch."""
+        self._t0 = time.perf_counter()
+        self._phases.append({})
+
+    def batch_ready(self) -> None:
+        self._t1 = time.perf_counter()
+        self._phases[-1]["data_ms"] = (self._t1 - self._t0) * 1e3
+
+    def copy(self, fn: Callable[[], object]):
+        """Run `fn` (the input copy to the device) and time it; returns what `fn` returns."""
+        t0 = time.perf_counter()
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            self._phases[-1]["copy_events"] = (start, end)
+        else:
+            out = fn()
+        self._phases[-1]["copy_host_ms"] = (time.perf_counter() - t0) * 1e3
+        self._t1 = time.perf_counter()
+        return out
+
+    def dispatched(self) -> None:
+        """The host has queued the whole step (forward, backward, optimizer)."""
+        self._phases[-1]["dispatch_ms"] = (time.perf_counter() - self._t1) * 1e3
 
     def mark(self, excluded: bool = False) -> None:
         """A step boundary; `excluded` tags the step that starts here."""
@@ -43,18 +82,34 @@ class StepClock:
         """Keep the interval that started at the last mark (e.g. evaluation) out of throughput."""
         if self._marks:
             self._marks[-1] = (self._marks[-1][0], True)
+            self._phases.append(None)  # the interval that starts there is not a step: it has no phases
 
     def drain(self) -> list[StepTime]:
         """Times of the steps completed since the last drain; the last mark is kept as the next start."""
         if len(self._marks) < 2:
             return []
+        n = len(self._marks) - 1
+        phases, self._phases = self._phases[:n], self._phases[n:]
+        phases += [None] * (n - len(phases))
         if self.cuda:
             self._marks[-1][0].synchronize()  # sync point: waits for the GPU to reach the last boundary
-            out = [StepTime(a.elapsed_time(b), ex) for (a, ex), (b, _) in zip(self._marks, self._marks[1:])]
+            ms = [a.elapsed_time(b) for (a, _), (b, _) in zip(self._marks, self._marks[1:])]
         else:
-            out = [StepTime((b - a) * 1e3, ex) for (a, ex), (b, _) in zip(self._marks, self._marks[1:])]
+            ms = [(b - a) * 1e3 for (a, _), (b, _) in zip(self._marks, self._marks[1:])]
+        out = [StepTime(t, ex, _finished(p)) for t, (_, ex), p in zip(ms, self._marks, phases)]
         self._marks = self._marks[-1:]
         return out
+
+
+def _finished(p: dict | None) -> dict | None:
+    """A step's phases in ms; the copy's CUDA events were passed by the drain's sync."""
+    if not p:
+        return None
+    out = {k: v for k, v in p.items() if k != "copy_events"}
+    if "copy_events" in p:
+        start, end = p["copy_events"]
+        out["copy_ms"] = start.elapsed_time(end)
+    return out
 
 
 @dataclass
@@ -65,9 +120,11 @@ class Throughput:
     steps: int = 0
     total_ms: float = 0.0
     all_ms: list | None = None
+    phases: list | None = None  # the timed steps' phase dicts
 
     def __post_init__(self) -> None:
         self.all_ms = []
+        self.phases = []
 
     def add(self, times: list[StepTime]) -> None:
         for t in times:
@@ -75,6 +132,19 @@ class Throughput:
                 self.steps += 1
                 self.total_ms += t.ms
                 self.all_ms.append(t.ms)
+                if t.phases:
+                    self.phases.append(t.phases)
+
+    def telemetry(self) -> dict | None:
+        """Medians over the timed (unprofiled, warm) steps: the step and its phases, in ms; None if none."""
+        if not self.all_ms:
+            return None
+        out = {"steps": self.steps, "step_ms": statistics.median(self.all_ms)}
+        for name in PHASES:
+            values = [p[name] for p in self.phases if name in p]
+            if values:
+                out[name] = statistics.median(values)
+        return out
 
     @property
     def mean_ms(self) -> float:

@@ -14,10 +14,11 @@ from stepscope.trainer.profiler.analysis import analyze_run, render_console, ren
 from stepscope.trainer.profiler.atomic import write_text_atomic
 
 
-def diagnose_run(run_dir: Path, log, step: int) -> dict:
+def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None) -> dict:
     """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars.
-    Returns the report's JSON form."""
-    report = analyze_run(run_dir)
+    `telemetry` is the run's own unprofiled step timing (trainer/timing.py), which makes the figures those of
+    the run without the profiler. Returns the report's JSON form."""
+    report = analyze_run(run_dir, telemetry=telemetry)
     print(render_console(report))
     md = render_markdown(report)
     write_text_atomic(Path(run_dir) / "diagnosis.md", md)

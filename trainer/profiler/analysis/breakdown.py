@@ -8,15 +8,16 @@ stream; the rest are idle gaps. Each gap is judged by the device activity that e
 - otherwise the GPU waited for the host, and the gap's time is split by what the host was doing, instant by
   instant, on any of its threads, first match wins:
   ``sync``  inside a blocking call (cudaStreamSynchronize/DeviceSynchronize/EventSynchronize, blocking
-            cudaMemcpy, a D2H copy to pageable memory, aten::item/_local_scalar_dense);
+            cudaMemcpy, a D2H copy to pageable memory, which is what `.item()` of a GPU tensor runs);
   ``data``  inside a DataLoader iteration or our ``data`` range;
   ``launch`` inside a torch op or a CUDA runtime call (dispatching ops, launching kernels);
   ``other_host`` anything else: Python outside torch ops, the GIL, sleeping.
   After a sync the queue is empty and the GPU waits while the host dispatches the next op: that launch time,
   inside a gap that overlaps a sync, is recovery from the sync and counts as ``sync``.
 - a gap at the end of the window that no device activity ends is host-caused too.
-Communication kernels (``nccl*``) are busy time of their own: ``communication`` is the part that no compute
-kernel overlaps. The buckets add up to the window exactly.
+Busy time has three buckets: ``gpu_busy`` (kernels and memsets), ``transfer`` (host<->device copies that no
+kernel overlaps: copies are not compute) and ``communication`` (collective kernels, ``nccl*``, that nothing
+else overlaps). The buckets add up to the window exactly.
 
 CPU-only traces. The host's step range is split, first match wins, into ``data``, ``cpu_ops`` (inside a torch
 op on any thread, collectives excluded), ``communication`` (inside a gloo/nccl collective or c10d op, no
@@ -28,11 +29,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from .events import SYNC_CALLS, SYNC_OPS, DeviceEvent, HostEvent, ParsedTrace, is_comm, is_comm_kernel
+from .events import SYNC_CALLS, DeviceEvent, HostEvent, ParsedTrace, is_comm, is_comm_kernel
 from .intervals import IntervalSet, pieces_by_priority, subtract
 from .steps import StepWindow, launches_by_correlation
 
-GPU_BUCKETS = ("gpu_busy", "device_idle", "communication", "launch", "data", "sync", "other_host")
+GPU_BUCKETS = ("gpu_busy", "transfer", "device_idle", "communication", "launch", "data", "sync", "other_host")
 CPU_BUCKETS = ("cpu_ops", "data", "communication", "other_host")
 # A sync that returned at most this long before a gap began still caused it: CPU and GPU clocks in a trace
 # are aligned to a few µs, and a sync returns only once the GPU has drained its queue.
@@ -69,9 +70,10 @@ def sync_primitives(trace: ParsedTrace) -> list[HostEvent]:
     """Host calls that block until the GPU catches up (see module doc), in time order."""
     blocking_copies = {d.correlation for d in trace.device
                        if d.kind == "memcpy" and "DtoH" in d.name and "Pageable" in d.name}
+    # Only a runtime call makes the host wait for the device: `.item()` of a GPU tensor shows one under it
+    # (a device-to-host copy and a stream synchronize), `.item()` of a CPU tensor (an optimizer's step
+    # counter, say) shows none and is no sync.
     out = [r for r in trace.runtime if r.name in SYNC_CALLS or (r.correlation in blocking_copies)]
-    if trace.has_gpu:  # on a CPU-only trace .item() reads host memory: no sync
-        out += [o for o in trace.ops if o.name in SYNC_OPS]
     return sorted(out, key=lambda e: e.start)
 
 
@@ -91,10 +93,20 @@ def host_sets(trace: ParsedTrace) -> HostSets:
 
 
 def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
-    """(all device activity, compute activity, communication not overlapped by compute)."""
+    """(all device activity, compute activity (copies included), communication not overlapped by compute)."""
     compute = IntervalSet((d.start, d.end) for d in trace.device if not is_comm_kernel(d.name))
     comm = IntervalSet((d.start, d.end) for d in trace.device if is_comm_kernel(d.name))
     return IntervalSet((d.start, d.end) for d in trace.device), compute, subtract(comm, compute)
+
+
+def busy_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
+    """The three busy buckets as disjoint sets: (kernels, copies no kernel overlaps, communication alone)."""
+    kernels = IntervalSet((d.start, d.end) for d in trace.device
+                          if d.kind != "memcpy" and not is_comm_kernel(d.name))
+    copies = IntervalSet((d.start, d.end) for d in trace.device if d.kind == "memcpy")
+    comm = IntervalSet((d.start, d.end) for d in trace.device if is_comm_kernel(d.name))
+    not_comm = IntervalSet([*kernels, *copies])
+    return kernels, subtract(copies, kernels), subtract(comm, not_comm)
 
 
 def breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
@@ -115,13 +127,15 @@ def _cpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
 
 def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     hs = host_sets(trace)
-    everything, compute, comm_only = device_sets(trace)
+    everything = IntervalSet((d.start, d.end) for d in trace.device)
+    kernels, transfer, comm_only = busy_sets(trace)
     launch = launches_by_correlation(trace)
     by_start = sorted(trace.device, key=lambda d: d.start)
     starts = [d.start for d in by_start]
     buckets = dict.fromkeys(GPU_BUCKETS, 0.0)
     for w in windows:
-        buckets["gpu_busy"] += compute.length_within(w.start, w.end)
+        buckets["gpu_busy"] += kernels.length_within(w.start, w.end)
+        buckets["transfer"] += transfer.length_within(w.start, w.end)
         buckets["communication"] += comm_only.length_within(w.start, w.end)
         for g0, g1 in everything.gaps(w.start, w.end):
             enders = _starting_at(by_start, starts, g1)

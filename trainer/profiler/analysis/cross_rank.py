@@ -13,26 +13,34 @@ a GPU; gloo/nccl collectives and c10d ops on the host for CPU runs) and their ov
 Straggler. Collectives make every rank's step equally long: the ranks that arrive first wait inside the
 collective for the last one. So the step time cannot single out the slow rank; the time a rank spends
 *outside* exposed communication (``outside_comm_ms`` = step - exposed communication) can. A rank is a
-straggler when that exceeds ``STRAGGLER_RATIO`` x the median of the other ranks. 1.2 is a judgment call: a
+straggler when that exceeds ``STRAGGLER_RATIO`` x the median of the other ranks, and by at least
+``STRAGGLER_MIN_SHARE`` of the median step, so that noise in a step that is mostly communication (a few ms
+outside it, on every rank) names nobody. 1.2 is a judgment call: a
 rank 20% slower than its peers makes each of them wait a sixth of its own work every step, which is worth
 fixing, while the smallest spread we measured between ranks that were balanced by construction (2-rank gloo,
 this recorder without its delay, a quiet run) was 1.09x. Over only a few profiled steps, scheduling noise on
 an oversubscribed host is larger (2 ranks on 2 cores: 2x to 3x in 2 of 3 runs); the flag reports what
 happened in the profiled window, so profile more steps to tell a persistent straggler from a transient one.
 With no collectives in the trace, outside_comm_ms is the step time, and the rule compares step times.
+
+The job's verdict is what bounds the job: a straggler's own verdict when there is one (fixing it frees every
+rank), else the verdict of the critical rank, the one that spends the most time outside communication (the
+others wait for it). A rank that mostly waits in a collective says little: when exposed communication
+dominates the critical rank's step, the job is communication_bound whatever the waiting ranks show.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 
 from .findings import COMM, STRAGGLER, Finding, remedies
 from .span import SpanReport
 
 STRAGGLER_RATIO = 1.2
+STRAGGLER_MIN_SHARE = 0.05
 EXPOSED_COMM_PCT = 10.0  # a cross-rank communication finding from this median share of the step
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)|(\d+)$", re.I)
 
@@ -101,9 +109,11 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
         rows.append(RankRow(rank_of(s, pos), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
                             m.comm_ms_per_step, m.overlap_ms_per_step, exposed, m.step_ms - exposed, False))
     flagged = []
+    median_step = statistics.median(r.step_ms for r in rows)
     for r in rows:
-        others = [o.outside_comm_ms for o in rows if o is not r]
-        if r.outside_comm_ms > STRAGGLER_RATIO * statistics.median(others):
+        others = statistics.median(o.outside_comm_ms for o in rows if o is not r)
+        if (r.outside_comm_ms > STRAGGLER_RATIO * others
+                and r.outside_comm_ms - others >= STRAGGLER_MIN_SHARE * median_step):
             flagged.append(r.rank)
     rows = sorted((RankRow(**{**r.__dict__, "straggler": r.rank in flagged}) for r in rows),
                   key=lambda r: r.rank)
@@ -113,15 +123,11 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
 
 
 def _verdict(rows: list[RankRow]) -> str:
-    """The slowest straggler's verdict (fixing it frees every rank), else the ranks' most common verdict,
-    ties going to communication_bound."""
+    """The slowest straggler's verdict, else the critical rank's (see the module docstring)."""
     stragglers = [r for r in rows if r.straggler]
     if stragglers:
         return max(stragglers, key=lambda r: r.outside_comm_ms).verdict
-    counts = Counter(r.verdict for r in rows)
-    best = max(counts.values())
-    tied = sorted(v for v, c in counts.items() if c == best)
-    return "communication_bound" if "communication_bound" in tied else tied[0]
+    return max(rows, key=lambda r: r.outside_comm_ms).verdict
 
 
 def _findings(rows: list[RankRow], members: list[SpanReport]) -> list[Finding]:

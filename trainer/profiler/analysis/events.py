@@ -6,8 +6,9 @@ Accepts the untouched original (``cuda_runtime``/``cuda_driver`` categories), ou
 (those rewritten to ``runtime``, DataLoader spans made ``cpu_op``) and plain ``tensorboard_trace_handler``
 output. Times are µs, as in the file, counted from ``base_us``. Device work is linked to its launch by the
 ``correlation`` argument that both the runtime call and the kernel/memcpy/memset carry (the same id the
-``ac2g`` flow events use). Python-stack events (``python_function``) are skipped: no analysis needs them,
-and a trace of a hot Python loop holds hundreds of thousands of them. Raises ``TraceError`` (a ValueError)
+``ac2g`` flow events use). Of the Python-stack events (``python_function``) only their start times are kept:
+they tell how much the profiler itself slowed the host (overhead.py), and a trace of a hot Python loop holds
+hundreds of thousands of them. Raises ``TraceError`` (a ValueError)
 on input that is not a profiler trace of training steps.
 """
 
@@ -28,8 +29,6 @@ DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", 
 # Runtime calls that block the host until the GPU has caught up.
 SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
               "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
-# Ops that read a device value on the host (.item(), `if tensor:`): each is a host-device sync on a GPU.
-SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"}
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
@@ -100,6 +99,8 @@ class ParsedTrace:
     device: tuple[DeviceEvent, ...]  # sorted by start
     data_spans: tuple[HostEvent, ...]  # DataLoader iteration and `data` ranges, any category
     memory: tuple[MemorySample, ...]
+    python_calls: tuple[float, ...] = ()  # start of every with_stack Python frame (python_function), sorted
+    recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
 
     @property
     def has_gpu(self) -> bool:
@@ -129,6 +130,8 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         raise TraceError(f"{worker}.{span}: not a Chrome trace (expected a JSON object with a "
                          "traceEvents list)")
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
+    python_calls: list[float] = []
+    shapes = False
     base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
         if not isinstance(e, dict):
@@ -144,7 +147,10 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             except (KeyError, TypeError, ValueError):
                 raise TraceError(f"{worker}.{span}: [memory] event #{i} has no numeric ts/args") from None
             continue
-        if ph != "X" or cat == "python_function" or not isinstance(name, str):
+        if ph == "X" and cat == "python_function":
+            python_calls.append(_span(e, i, base)[0])
+            continue
+        if ph != "X" or not isinstance(name, str):
             continue
         args = e.get("args") or {}
         if cat in DEVICE_KINDS:
@@ -164,6 +170,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         if cat in HOST_OP_CATEGORIES:
             s, t = _span(e, i, base)
             ops.append(HostEvent(name, e.get("tid"), s, t))
+            shapes = shapes or "Input Dims" in args
         elif cat in ANNOTATION_CATEGORIES:
             s, t = _span(e, i, base)
             m = PROFILER_STEP.match(name)
@@ -185,7 +192,8 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=tuple(ops), annotations=tuple(annotations), runtime=tuple(runtime),
         device=tuple(sorted(device, key=lambda d: d.start)),
-        data_spans=tuple(data_spans), memory=tuple(memory))
+        data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
+        recorded_shapes=shapes)
 
 
 def _base(events: list) -> float:

@@ -1,15 +1,17 @@
 """The verdict on one (worker, span), the evidence behind it, and findings with their cost and remedies.
 
-Verdicts (exactly one per span):
+Verdicts (exactly one per span), taken from the step as it runs without the profiler (unprofiled.py):
     gpu_bound            GPU trace: kernels run, or queued kernels wait on each other, >= 50% of the step
+    transfer_bound       GPU trace: host<->device copies that no kernel overlaps outweigh the kernels, and
+                         with them make up >= 50% of the step
     launch_bound         GPU mostly idle, mostly while the host dispatches ops and launches kernels
     data_bound           GPU (or CPU step) mostly waiting for the next batch
     host_bound           GPU mostly idle while the host is blocked in or recovering from syncs, or runs
                          other code (Python outside torch ops); CPU trace: mostly outside torch ops
     communication_bound  collectives not hidden behind compute take the largest share
     cpu_bound            CPU-only traces: the step is mostly spent computing inside torch ops
-The gpu_bound threshold is the issue's definition ("the GPU is busy for most of the step"). Otherwise the
-largest idle cause names the verdict, so a verdict never rests on a bucket that a bigger one outweighs.
+The gpu_bound threshold is "the GPU is busy for most of the step". Otherwise the largest idle cause names
+the verdict, so a verdict never rests on a bucket that a bigger one outweighs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from .breakdown import Breakdown
 from .metrics import SpanMetrics
 
-VERDICTS = ("launch_bound", "data_bound", "host_bound", "gpu_bound", "communication_bound", "cpu_bound")
+VERDICTS = ("launch_bound", "data_bound", "host_bound", "gpu_bound", "transfer_bound", "communication_bound",
+            "cpu_bound")
 GPU_BOUND_PCT = 50.0
 
 CUDA_GRAPHS = ("Replay the whole step as a CUDA graph (stepscope: `--cuda-graphs`) or use "
@@ -38,8 +41,16 @@ CHEAPER_DATA = ("Make each sample cheaper: decode/augment once and cache, batch 
                 "on the GPU.")
 HOST_WORK = ("Move host work off the critical path: run it every N steps, in a background thread or "
              "process, or on the GPU; find it in the trace's Python stacks (with_stack=True).")
-PINNED_COPIES = ("Keep data resident on the GPU, or copy from pinned memory with non_blocking=True so that "
-                 "copies overlap compute; avoid per-step host<->device transfers of constants.")
+PINNED_COPIES = ("Copy from pinned memory with non_blocking=True so that copies overlap compute "
+                 "(DataLoader(pin_memory=True); stepscope: `--pin-memory`), or keep the data resident on the GPU "
+                 "(stepscope: `--data-placement device`); avoid per-step host<->device transfers of constants.")
+UINT8_INPUTS = ("Send inputs as uint8 and normalise them on the GPU: a quarter of the bytes of float32.")
+GPU_AUGMENT = ("Augment on the GPU (batch-wise transforms on device tensors) instead of per sample on the host.")
+PREFETCH = ("Prefetch the next batch on a side stream (copy it while the current step computes), so that "
+            "no copy sits on the step's critical path.")
+WARM_UP_FIRST = ("Profile after warm-up: torch.profiler.schedule(skip_first=10, wait=5, warmup=2, active=3) "
+                 "(stepscope: `--skip-first`, `--wait`, `--warmup`), so that CUDA context creation, lazy module "
+                 "loading and cuDNN autotuning stay out of the recorded steps.")
 GPU_WORK = ("The GPU is the bottleneck, so make its work cheaper: bf16 autocast and channels_last "
             "(stepscope: `--bf16 --channels-last`), torch.compile to fuse memory-bound kernels "
             "(stepscope: `--compile max-autotune`), then the top kernels listed here.")
@@ -65,8 +76,9 @@ class Finding:
 
 def verdict(bd: Breakdown, gpu: bool) -> str:
     if gpu:
-        if bd.pct("gpu_busy") + bd.pct("device_idle") >= GPU_BOUND_PCT:
-            return "gpu_bound"
+        device = bd.pct("gpu_busy") + bd.pct("device_idle")
+        if device + bd.pct("transfer") >= GPU_BOUND_PCT:
+            return "transfer_bound" if bd.pct("transfer") > device else "gpu_bound"
         causes = {"launch_bound": bd.buckets["launch"], "data_bound": bd.buckets["data"],
                   "host_bound": bd.buckets["sync"] + bd.buckets["other_host"],
                   "communication_bound": bd.buckets["communication"]}
@@ -79,7 +91,8 @@ def verdict(bd: Breakdown, gpu: bool) -> str:
 def evidence(bd: Breakdown, m: SpanMetrics, gpu: bool) -> list[str]:
     """The numbers behind the verdict, largest share first: one line per time bucket."""
     labels = {
-        "gpu_busy": "GPU busy in kernels/copies",
+        "gpu_busy": "GPU busy in kernels",
+        "transfer": "GPU busy in host<->device copies (no kernel running)",
         "device_idle": "GPU idle between already-queued work",
         "communication": "communication not overlapped with compute",
         "launch": "GPU idle while the host dispatches ops / launches kernels",
@@ -90,7 +103,7 @@ def evidence(bd: Breakdown, m: SpanMetrics, gpu: bool) -> list[str]:
         "cpu_ops": "inside torch ops",
     }
     order = sorted(bd.buckets, key=bd.buckets.get, reverse=True)
-    lines = [f"step {m.step_ms:.2f} ms (mean of {m.steps} profiled steps)"]
+    lines = [f"step {m.step_ms:.2f} ms without the profiler ({m.steps} profiled steps analysed)"]
     lines += [f"{bd.pct(b):.1f}% ({bd.ms_per_step(b):.2f} ms) {labels[b]}"
               for b in order if bd.buckets[b] > 0]
     return lines
@@ -115,8 +128,8 @@ def remedies(found: list[Finding]) -> list[str]:
 def _threshold(finding_id: str) -> float:
     """Share of the step (%) from which a finding is reported. Any sync inside the step is worth naming; busy
     compute is a finding only where it is the bottleneck."""
-    return {"host_sync": 0.0, "data_loading": 5.0, "memcpy": 5.0, "gpu_compute": GPU_BOUND_PCT,
-            "cpu_compute": 50.0}.get(finding_id, 10.0)
+    return {"host_sync": 0.0, "data_loading": 5.0, "gpu_compute": GPU_BOUND_PCT,
+            "cpu_compute": 50.0, "transfer": 10.0}.get(finding_id, 10.0)
 
 
 def _primary(the_verdict: str, candidates: list[tuple[Finding, float]]) -> str:
@@ -124,7 +137,8 @@ def _primary(the_verdict: str, candidates: list[tuple[Finding, float]]) -> str:
         shares = {f.id: f.cost_ms_per_step for f, _ in candidates if f.id in ("host_work", "host_sync")}
         return max(shares, key=shares.get) if shares else "host_work"
     return {"launch_bound": "launch_overhead", "data_bound": "data_loading", "gpu_bound": "gpu_compute",
-            "cpu_bound": "cpu_compute", "communication_bound": "communication"}[the_verdict]
+            "cpu_bound": "cpu_compute", "communication_bound": "communication",
+            "transfer_bound": "transfer"}[the_verdict]
 
 
 def _gpu_candidates(bd: Breakdown, m: SpanMetrics) -> list[tuple[Finding, float]]:
@@ -156,10 +170,12 @@ def _gpu_candidates(bd: Breakdown, m: SpanMetrics) -> list[tuple[Finding, float]
                         "while the host runs code outside torch ops (Python between ops, metrics, logging)",
                         bd.ms_per_step("other_host"), (HOST_WORK, CUDA_GRAPHS)), bd.pct("other_host")))
     if m.memcpy_ms_per_step:
-        pct = 100.0 * m.memcpy_ms_per_step / m.step_ms
-        out.append((Finding("memcpy", f"memcpy {pct:.0f}% of step ({m.memcpy_ms_per_step:.2f} ms, "
-                                      f"{m.memcpy_per_step:.0f} copies per step)",
-                            m.memcpy_ms_per_step, (PINNED_COPIES,)), pct))
+        out.append((Finding("transfer",
+                            f"host<->device copies {m.memcpy_ms_per_step:.2f} ms per step "
+                            f"({m.memcpy_per_step:.0f} copies), {bd.ms_per_step('transfer'):.2f} ms of it "
+                            f"({bd.pct('transfer'):.0f}% of the step) with no kernel running",
+                            bd.ms_per_step("transfer"), (PINNED_COPIES, UINT8_INPUTS, GPU_AUGMENT, PREFETCH)),
+                    bd.pct("transfer")))
     out.append((Finding("device_idle",
                         f"GPU idle {bd.ms_per_step('device_idle'):.2f} ms per step "
                         f"({bd.pct('device_idle'):.0f}%) "
@@ -205,3 +221,18 @@ def _comm_finding(bd: Breakdown, m: SpanMetrics) -> Finding:
 
 def _short(name: str, n: int = 60) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def cold_start_finding(steps: tuple[int, ...], cold_ms: float, warm_ms: float, module_loads: int,
+                       whole_window: bool) -> Finding:
+    """Steps that do not represent the run (trust.py): named, costed, and left out of the verdict."""
+    loads = f", {module_loads} CUDA module loads" if module_loads else ""
+    if whole_window:
+        text = (f"every profiled step looks like cold start ({cold_ms:.1f} ms per step{loads}): the window "
+                "holds the process's first CUDA work, so the verdict below describes start-up, not training")
+    else:
+        names = ", ".join(f"#{s}" for s in steps)
+        text = (f"cold start: step{'s' if len(steps) > 1 else ''} {names} took {cold_ms:.1f} ms vs "
+                f"{warm_ms:.2f} ms for the others{loads} (CUDA context, lazy module loading, cuDNN autotuning); "
+                "left out of the verdict")
+    return Finding("cold_start", text, cold_ms - warm_ms, (WARM_UP_FIRST,))

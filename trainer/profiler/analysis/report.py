@@ -42,9 +42,11 @@ class RunReport:
         return out
 
 
-def analyze_run(run_dir: Path) -> RunReport:
+def analyze_run(run_dir: Path, telemetry: dict | None = None) -> RunReport:
     """Analyse every (worker, span) trace in a run directory, plus a cross-rank section when several workers
-    share a profiling cycle. Raises TraceError (a ValueError) with a one-line message on bad input."""
+    share a profiling cycle. `telemetry` is the run's own unprofiled step timing (the trainer's run.json
+    `final.telemetry`), when the run was made by stepscope's trainer. Raises TraceError (a ValueError) with a
+    one-line message on bad input."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise TraceError(f"{run_dir}: not a directory (expected a run directory such as logs/<run>)")
@@ -58,18 +60,19 @@ def analyze_run(run_dir: Path) -> RunReport:
             raw = load_trace(tf.path)
         except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TraceError(f"{tf.path}: unreadable trace ({type(e).__name__}: {e})") from None
-        spans.append(analyze_trace(raw, tf.worker, tf.span))
+        spans.append(analyze_trace(raw, tf.worker, tf.span, telemetry))
     dist = tuple(cross_rank(spans))
     return RunReport(str(run_dir), run_verdict(spans, dist), tuple(spans), dist)
 
 
 def run_verdict(spans: list[SpanReport], dist: tuple[CrossRankReport, ...]) -> str:
-    """The most common span verdict. Ties go to the cross-rank verdict when it is among them, else to the
-    verdict of the slowest tied span."""
+    """A multi-rank run: the job's verdict (cross_rank.py), the most common over its profiling cycles. One
+    process: the most common span verdict, ties going to the slowest tied span."""
+    if dist:
+        counts = Counter(d.verdict for d in dist)
+        best = max(counts.values())
+        return next(d.verdict for d in reversed(dist) if counts[d.verdict] == best)
     counts = Counter(s.verdict for s in spans)
     best = max(counts.values())
     tied = {v for v, c in counts.items() if c == best}
-    for d in dist:
-        if d.verdict in tied:
-            return d.verdict
     return max((s for s in spans if s.verdict in tied), key=lambda s: s.metrics.step_ms).verdict

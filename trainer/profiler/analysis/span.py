@@ -1,21 +1,28 @@
 """The analysis of one (worker, span) trace: `SpanReport`, and the pipeline that makes it.
 
     report = analyze_trace(trace_dict, worker="rank0", span="1795259107760373831")
+    report = analyze_trace(trace_dict, "rank0", "1", telemetry={"step_ms": 9.1, "data_ms": 0.1})
     report.verdict, report.to_dict()
 
-parse (events.py) -> step windows (steps.py) -> breakdown (breakdown.py) -> metrics (metrics.py) ->
-verdict, evidence and findings (findings.py).
+parse (events.py) -> step windows (steps.py) -> trust gate (trust.py: cold steps left out) -> breakdown of
+the profiled steps (breakdown.py) and their metrics (metrics.py) -> the same step without the profiler
+(unprofiled.py: from the run's own telemetry, else from the overhead model, overhead.py) -> verdict,
+evidence and findings of the unprofiled step (findings.py). The profiled figures stay in the report,
+labelled as such.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .breakdown import Breakdown, breakdown
 from .events import ParsedTrace, parse_trace
-from .findings import Finding, evidence, findings, remedies, verdict
+from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
 from .metrics import SpanMetrics, span_metrics
+from .overhead import Inflation, Recording, host_inflation, recording
 from .steps import step_windows
+from .trust import representative_steps
+from .unprofiled import loader_paced, unprofiled_view
 
 
 @dataclass(frozen=True)
@@ -25,40 +32,105 @@ class SpanReport:
     rank: int | None
     device: str  # GPU name, or "cpu"
     verdict: str
-    metrics: SpanMetrics
-    breakdown: Breakdown
+    metrics: SpanMetrics  # of the step without the profiler (step_ms, gpu_busy_pct); the rest as profiled
+    breakdown: Breakdown  # of the step without the profiler
     evidence: tuple[str, ...]
     findings: tuple[Finding, ...]
     remedies: tuple[str, ...]
+    profiled: SpanMetrics | None = None  # the profiled steps' own figures
+    breakdown_profiled: Breakdown | None = None
+    basis: str = "telemetry"  # where the unprofiled figures come from: telemetry | overhead_model
+    recording: Recording | None = None
+    inflation: Inflation | None = None
+    uncertainty: dict | None = None  # overhead_model only: {"gpu_busy_pct": [lo, hi], "verdicts": [...]}
 
     @property
     def gpu(self) -> bool:
         return self.metrics.gpu_busy_pct is not None
 
     def to_dict(self) -> dict:
-        return {
+        metrics = self.metrics.to_dict()
+        if self.profiled is not None:
+            metrics["profiled"] = {k: _r(getattr(self.profiled, k)) for k in ("step_ms", "host_step_ms",
+                                                                               "gpu_busy_pct")}
+        out = {
             "worker": self.worker, "span": self.span, "rank": self.rank, "device": self.device,
-            "verdict": self.verdict, "evidence": list(self.evidence), "metrics": self.metrics.to_dict(),
-            "breakdown_ms_per_step": {b: round(self.breakdown.ms_per_step(b), 4)
-                                      for b in self.breakdown.buckets},
+            "verdict": self.verdict, "basis": self.basis, "evidence": list(self.evidence), "metrics": metrics,
+            "breakdown_ms_per_step": _buckets(self.breakdown),
+        }
+        if self.breakdown_profiled is not None:
+            out["breakdown_profiled_ms_per_step"] = _buckets(self.breakdown_profiled)
+        if self.recording is not None:
+            out["recording"] = self.recording.to_dict()
+        if self.inflation is not None:
+            out["profiler_inflation"] = self.inflation.to_dict()
+        if self.uncertainty is not None:
+            out["uncertainty"] = self.uncertainty
+        out.update({
             "top": [{"name": t.name, "ms_per_step": round(t.ms_per_step, 4),
                      "count_per_step": t.count_per_step, "pct": round(t.pct, 2)} for t in self.metrics.top],
             "findings": [f.to_dict() for f in self.findings],
             "remedies": list(self.remedies),
-        }
+        })
+        return out
 
 
-def analyze_parsed(trace: ParsedTrace) -> SpanReport:
-    windows = step_windows(trace)
-    bd = breakdown(trace, windows)
-    m = span_metrics(trace, windows, bd)
-    v = verdict(bd, trace.has_gpu)
-    found = findings(bd, m, trace.has_gpu, v)
-    device = (trace.device_name or "gpu") if trace.has_gpu else "cpu"
-    return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd,
-                      tuple(evidence(bd, m, trace.has_gpu)), tuple(found), tuple(remedies(found)))
+def _r(v):
+    return round(v, 4) if isinstance(v, float) else v
 
 
-def analyze_trace(trace: dict, worker: str, span: str) -> SpanReport:
+def _buckets(bd: Breakdown) -> dict:
+    return {b: round(bd.ms_per_step(b), 4) for b in bd.buckets}
+
+
+def busy_pct(bd: Breakdown) -> float:
+    """Share of the step the GPU is doing anything: kernels, copies, collectives."""
+    return sum(bd.pct(b) for b in ("gpu_busy", "transfer", "communication"))
+
+
+def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanReport:
+    gpu = trace.has_gpu
+    kept, cold = representative_steps(trace, step_windows(trace))
+    bd_prof = breakdown(trace, kept)
+    m_prof = span_metrics(trace, kept, bd_prof)
+    inflation = host_inflation(trace, kept)
+    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation,
+                           loader_paced(trace, kept), telemetry)
+    bd = view.breakdown
+    m = replace(m_prof, step_ms=bd.total_us / bd.steps / 1e3, gpu_busy_pct=busy_pct(bd) if gpu else None)
+    v = verdict(bd, gpu)
+    found = findings(bd, m, gpu, v)
+    ev = evidence(bd, m, gpu)
+    uncertainty = None
+    if view.low is not None:
+        verdicts = sorted({verdict(b, gpu) for b in (view.low, bd, view.high)})
+        uncertainty = {"gpu_busy_pct": [round(busy_pct(view.low), 2), round(busy_pct(view.high), 2)] if gpu
+                       else None, "verdicts": verdicts}
+        ev.insert(1, _model_line(m_prof, m, inflation, verdicts, v))
+    if cold is not None:
+        found = sorted([*found, cold_start_finding(cold.steps, cold.cold_ms, cold.warm_ms, cold.module_loads,
+                                                   cold.whole_window)],
+                       key=lambda f: f.cost_ms_per_step, reverse=True)
+    device = (trace.device_name or "gpu") if gpu else "cpu"
+    return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
+                      tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
+                      recording=recording(trace), inflation=inflation, uncertainty=uncertainty)
+
+
+def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdicts: list[str], v: str) -> str:
+    busy = ""
+    if m.gpu_busy_pct is not None:
+        busy = f", GPU busy {m_prof.gpu_busy_pct:.0f}% as profiled, {m.gpu_busy_pct:.0f}% without"
+    line = (f"profiled step {m_prof.step_ms:.2f} ms; the profiler's own host cost is about "
+            f"{inflation.ms_per_step:.2f} ms per step ({inflation.low:.2f}-{inflation.high:.2f}){busy}")
+    others = [x for x in verdicts if x != v]
+    if others:
+        line += (f"; within that uncertainty the verdict could also be {', '.join(others)}: time the step "
+                 "without the profiler (CUDA events around a few hundred steps), or profile with "
+                 "record_shapes=False, profile_memory=False, with_stack=False, and compare")
+    return line
+
+
+def analyze_trace(trace: dict, worker: str, span: str, telemetry: dict | None = None) -> SpanReport:
     """Analyse one parsed-JSON trace. Raises TraceError on a trace without training steps."""
-    return analyze_parsed(parse_trace(trace, worker, span))
+    return analyze_parsed(parse_trace(trace, worker, span), telemetry)

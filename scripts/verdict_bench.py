@@ -1,0 +1,142 @@
+"""How often is the verdict right? Scenarios with injected, known causes, truth measured without the profiler.
+
+    python scripts/verdict_bench.py --out /tmp/vb                     # every GPU scenario (one device call)
+    python scripts/verdict_bench.py --out /tmp/vb --only gpt_tiny tiny_ops
+    python scripts/verdict_bench.py --out /tmp/vb --device cpu        # the CPU subset (CI-sized)
+    python scripts/verdict_bench.py --rescore /tmp/vb                 # re-analyse saved traces, no GPU needed
+
+For each scenario (scripts/verdict_workloads.py): measure the truth unprofiled (scripts/verdict_truth.py: step
+time, GPU time by CUDA-graph replay, the step with the cause removed), derive the expected verdict from those
+numbers, profile 3 steps with record_shapes, profile_memory and with_stack, and diagnose the trace as a
+stranger's trace would be (no telemetry). Writes OUT/results.json (one row per scenario: truth, expected and
+diagnosed verdict, GPU busy truth vs diagnosed vs as profiled, the profiler-inflation calibration data) and
+OUT/results.md (the rows, a confusion matrix, precision and recall per verdict, the GPU-busy error), and
+prints the Markdown. Traces stay under OUT/traces/<scenario>/ with truth.json beside each.
+Bad flags: one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import _checkout  # noqa: F401  this checkout's stepscope.trainer
+from stepscope.trainer.profiler.analysis import TraceError, analyze_run
+from verdict_score import score_rows, to_markdown
+
+CPU_SCENARIOS = ("cpu_compute", "cpu_loader", "cpu_host_python", "cpu_comm")
+GPU_ORDER = ("cold_start", "resnet18_bs32", "resnet18_bs128", "resnet18_bs1024", "resnet50_pinned", "gpt_tiny",
+             "gpt_large", "hf_gpt2_small", "tiny_ops", "loader_in_process", "loader_two_workers",
+             "pageable_copy", "host_python", "adamw_cpu_scalars", "compile_default")
+
+
+def diagnose(run_dir: Path) -> dict:
+    report = analyze_run(run_dir)
+    if report.distributed:  # a multi-rank scenario: the job's verdict and its stragglers
+        cycle = report.distributed[0]
+        return {"verdict": report.verdict, "stragglers": list(cycle.stragglers), "gpu_busy_pct": None,
+                "profiled_gpu_busy_pct": None, "ranks": [s.to_dict()["verdict"] for s in report.spans]}
+    (span,) = report.spans
+    d = span.to_dict()
+    return {"verdict": d["verdict"], "gpu_busy_pct": d["metrics"]["gpu_busy_pct"],
+            "profiled_gpu_busy_pct": d["metrics"]["profiled"]["gpu_busy_pct"],
+            "profiled_step_ms": d["metrics"]["profiled"]["step_ms"], "step_ms": d["metrics"]["step_ms"],
+            "uncertainty": d.get("uncertainty"), "syncs_per_step": d["metrics"]["syncs_per_step"],
+            "findings": [f["id"] for f in d["findings"]], "events_per_step":
+            d["profiler_inflation"]["events_per_step"], "host_step_ms": d["metrics"]["profiled"]["host_step_ms"],
+            "device_ms": sum(d["breakdown_profiled_ms_per_step"].get(b, 0.0)
+                             for b in ("gpu_busy", "transfer", "device_idle", "communication"))}
+
+
+def run_scenario(name: str, out: Path, device) -> dict:
+    import torch
+    from verdict_truth import expected_verdict, measure, record_trace
+    from verdict_workloads import WORKLOADS
+
+    torch.manual_seed(0)
+    w = WORKLOADS[name](device)
+    cold = name == "cold_start"
+    t0 = time.perf_counter()
+    if cold:
+        run_dir = record_trace(w, out / "traces", device, cold=True)
+        truth = measure(w, device)
+    else:
+        truth = measure(w, device)
+        run_dir = record_trace(w, out / "traces", device)
+    expected, confirmed = expected_verdict(w, truth)
+    truth.update(expected=expected, confirmed=confirmed, cause=w.cause, family=w.family,
+                 gpu_busy_pct=None if truth["gpu_ms"] is None else min(100.0, 100 * truth["gpu_ms"] / truth["step_ms"]))
+    (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    row = {"scenario": name, "truth": truth, "diagnosis": diagnose(run_dir), "seconds": time.perf_counter() - t0}
+    del w
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def cpu_scenario(name: str, out: Path) -> dict:
+    from verdict_cpu import run_cpu_scenario
+
+    run_dir, truth = run_cpu_scenario(name, out / "traces")
+    (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return {"scenario": name, "truth": truth, "diagnosis": diagnose(run_dir)}
+
+
+def rescore(out: Path) -> list[dict]:
+    """Re-diagnose saved traces against their truth.json (after an analysis change), no GPU needed."""
+    rows = []
+    for truth_file in sorted(out.glob("traces/*/truth.json")):
+        truth = json.loads(truth_file.read_text())
+        rows.append({"scenario": truth_file.parent.name, "truth": truth, "diagnosis": diagnose(truth_file.parent)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from stepscope.trainer.cli import OneLineParser
+
+    p = OneLineParser(prog="verdict_bench.py", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="where results and traces go (created)")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--only", nargs="+", metavar="SCENARIO")
+    p.add_argument("--rescore", type=Path, metavar="OUT", help="re-analyse the traces of an earlier --out")
+    a = p.parse_args(argv)
+    if a.rescore is not None:
+        if not a.rescore.is_dir():
+            p.error(f"--rescore {a.rescore}: not a directory of an earlier run")
+        rows, out = rescore(a.rescore), a.rescore
+    else:
+        if a.out is None:
+            p.error("--out is required (or --rescore)")
+        names = CPU_SCENARIOS if a.device == "cpu" else GPU_ORDER
+        unknown = [n for n in (a.only or []) if n not in names]
+        if unknown:
+            p.error(f"unknown scenario {unknown[0]!r} for --device {a.device}; valid: {', '.join(names)}")
+        import torch
+
+        if a.device == "cuda" and not torch.cuda.is_available():
+            p.error("--device cuda but no CUDA GPU is visible; use --device cpu")
+        out = a.out
+        out.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for name in [n for n in names if not a.only or n in a.only]:
+            print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
+            try:
+                row = cpu_scenario(name, out) if a.device == "cpu" else run_scenario(name, out, torch.device("cuda"))
+            except (TraceError, RuntimeError, OSError) as e:
+                traceback.print_exc()
+                row = {"scenario": name, "error": f"{type(e).__name__}: {e}"}
+            rows.append(row)
+            (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")  # as it goes
+    scored = score_rows(rows)
+    (out / "results.json").write_text(json.dumps({"rows": rows, "score": scored}, indent=1) + "\n")
+    md = to_markdown(rows, scored)
+    (out / "results.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The CPU subset of the verdict benchmark: cpu_bound, data_bound and host_bound on one process, and
+communication_bound over gloo under torchrun (2 processes). CI-sized: about a minute on 2 cores.
+
+    run_dir, truth = run_cpu_scenario("cpu_loader", Path("/tmp/vb/traces"))
+
+Each returns the run directory of its trace and its truth (verdict by construction, confirmed by removing
+the cause where there is one to remove). Used by scripts/verdict_bench.py --device cpu.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from verdict_truth import CONFIRM_SPEEDUP, record_trace, step_times
+from verdict_workloads import Workload, _ce, _cifar, _small_cnn, loader
+
+CPU = torch.device("cpu")
+
+
+def _workload(name: str, fixed: bool = False):
+    if name == "cpu_compute":
+        return Workload(name, "resnet8", "cpu_bound", CPU, _small_cnn(), _cifar(64), _ce)
+    if name == "cpu_loader":
+        return loader(CPU, name, 0, 0.0 if fixed else 3.0, batch=16)
+    if name == "cpu_host_python":
+        return Workload(name, "resnet8", "host_bound", CPU, _small_cnn(), _cifar(8), _ce,
+                        host_work=0 if fixed else 300_000)
+    raise ValueError(name)
+
+
+def run_cpu_scenario(name: str, traces: Path) -> tuple[Path, dict]:
+    if name == "cpu_comm":
+        return _gloo(traces / name)
+    torch.manual_seed(0)
+    w = _workload(name)
+    step = statistics.median(step_times(w.step, CPU, warmup=2, steps=6, budget_s=3))
+    fixed = None if name == "cpu_compute" else statistics.median(
+        step_times(_workload(name, fixed=True).step, CPU, warmup=2, steps=6, budget_s=3))
+    run_dir = record_trace(w, traces, CPU)
+    truth = {"step_ms": step, "fixed_step_ms": fixed, "intervention": None if fixed is None else "cause removed",
+             "confirmed": None if fixed is None else step / fixed >= CONFIRM_SPEEDUP, "expected": w.cause,
+             "cause": w.cause, "family": w.family, "gpu_ms": None, "gpu_busy_pct": None}
+    return run_dir, truth
+
+
+def _gloo(run_dir: Path) -> tuple[Path, dict]:
+    script = Path(__file__).with_name("verdict_ddp.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+           "--case", "comm", "--out", str(run_dir)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if r.returncode != 0:
+        raise RuntimeError(f"torchrun failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+    return run_dir, json.loads((run_dir / "truth.json").read_text())

@@ -1,0 +1,138 @@
+"""Ground truth for one workload, measured without the profiler, and its profiled trace.
+
+    truth = measure(workload, device)           # step time, GPU time, the intervention's step time
+    record_trace(workload, out_dir, cold=False) # 3 profiled steps, record_shapes + profile_memory + with_stack
+
+Step time: CUDA events at step boundaries (perf_counter on a CPU), median of the timed steps after a warm-up.
+GPU time: the step's device work replayed as a CUDA graph (no launch gaps, no host), plus the input copy
+timed alone where the step copies its batch; where the device work cannot be captured, None. The
+intervention removes the injected cause: the workload's `fixed()` variant, or for launch-bound workloads
+the CUDA-graph replay itself. The expected verdict follows from these numbers alone (`expected_verdict`),
+never from what the analysis says. Used by scripts/verdict_bench.py.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+GPU_BOUND_SHARE = 0.5  # the analysis's own threshold: the GPU busy for at least half of the step
+CONFIRM_SPEEDUP = 1.15  # removing a cause that bounds the step must speed it up at least this much
+
+
+def step_times(step, device: torch.device, warmup: int = 5, steps: int = 30, budget_s: float = 8.0) -> list[float]:
+    """ms of each step: boundary to boundary, as a training loop sees it."""
+    for _ in range(warmup):
+        step()
+    cuda = device.type == "cuda"
+    marks = []
+    t_end = time.perf_counter() + budget_s
+    for _ in range(steps + 1):
+        if cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            marks.append(ev)
+        else:
+            marks.append(time.perf_counter())
+        if len(marks) > steps or (len(marks) > 6 and time.perf_counter() > t_end):
+            break
+        step()
+    if cuda:
+        marks[-1].synchronize()  # sync point: once, after the timed steps
+        return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+    return [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
+
+
+def graph_ms(fn, reps: int = 20) -> float | None:
+    """Median ms of `fn`'s device work replayed as a CUDA graph; None if it cannot be captured."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+    except Exception:  # noqa: BLE001 - not capturable (host syncs, dynamic shapes): no graph time
+        torch.cuda.synchronize()
+        return None
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()  # sync point: per replay, outside any timed training step
+        times.append(a.elapsed_time(b))
+    del g
+    return statistics.median(times)
+
+
+def copy_ms(w) -> float:
+    """The step's host->device input copy alone, as the step does it."""
+    if not getattr(w, "copy_bytes", 0):
+        return 0.0
+    times = []
+    for _ in range(10):
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        w.x.copy_(w.host_x, non_blocking=w.pinned)
+        w.y.copy_(w.host_y, non_blocking=w.pinned)
+        b.record()
+        b.synchronize()  # sync point: the copy alone
+        times.append(a.elapsed_time(b))
+    return statistics.median(times[2:])
+
+
+def measure(w, device: torch.device) -> dict:
+    out = {"step_ms": statistics.median(step_times(w.step, device)), "gpu_ms": None, "copy_ms": 0.0,
+           "fixed_step_ms": None, "intervention": None}
+    if device.type == "cuda":
+        compute = graph_ms(w.gpu_part) if w.capturable() else None
+        out["copy_ms"] = copy_ms(w)
+        if compute is not None:
+            out["gpu_ms"] = compute + out["copy_ms"]
+    fixed = w.fixed()
+    if fixed is not None:
+        out["fixed_step_ms"] = statistics.median(step_times(fixed.step, device))
+        out["intervention"] = f"{fixed.name}"
+        del fixed
+    elif w.cause == "launch_bound" and out["gpu_ms"] is not None:
+        out["fixed_step_ms"], out["intervention"] = out["gpu_ms"], "whole step as a CUDA graph"
+    return out
+
+
+def expected_verdict(w, truth: dict) -> tuple[str, bool | None]:
+    """(the verdict the unprofiled numbers imply, whether removing the cause confirmed it)."""
+    gpu, step = truth["gpu_ms"], truth["step_ms"]
+    if gpu is not None and gpu / step >= GPU_BOUND_SHARE:
+        copy = truth["copy_ms"]
+        return ("transfer_bound" if copy > gpu - copy else "gpu_bound"), True
+    cause = "launch_bound" if w.cause == "gpu_bound" else w.cause
+    if gpu is None and w.cause in ("gpu_bound", "transfer_bound"):
+        return w.cause, None
+    fixed = truth["fixed_step_ms"]
+    confirmed = None if fixed is None else step / fixed >= CONFIRM_SPEEDUP
+    return cause, confirmed
+
+
+def record_trace(w, out_dir: Path, device: torch.device, cold: bool = False) -> Path:
+    """Profile 3 steps the way most users do; returns the run directory with the trace."""
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sched = schedule(wait=0, warmup=0, active=3) if cold else schedule(wait=1, warmup=1, active=3)
+    run_dir = out_dir / w.name
+    with profile(activities=acts, schedule=sched, record_shapes=True, profile_memory=True, with_stack=True,
+                 on_trace_ready=tensorboard_trace_handler(str(run_dir), worker_name=w.name, use_gzip=True)) as prof:
+        for _ in range(3 if cold else 5):
+            w.step()
+            prof.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return run_dir

@@ -1,0 +1,81 @@
+"""How much the profiler itself slowed the host in a trace: what was recorded, and a per-event cost model.
+
+    rec = recording(trace)                       # Recording(with_stack=True, record_shapes=True, ...)
+    est = host_inflation(trace, windows)         # Inflation(ms_per_step=21.3, low=..., high=...)
+
+Kernels run as fast under the profiler as without it, but every recorded host event costs the host time:
+an operator with its input shapes, a Python frame (with_stack traces every Python call), a CUDA runtime
+call (CUPTI's callback), an allocation (profile_memory). So a profiled step's host side is longer than the
+same step's without the profiler, and read naively a launch-bound step looks more launch-bound and a busy
+GPU looks idle. The model charges each recorded event a fixed host cost:
+
+    inflation per step = sum over kinds k of (events of kind k per step) x COST_US[k]
+
+COST_US was fitted on an H100 (torch 2.11) against the same steps timed without the profiler, over several
+models (BENCHMARKS.md, "Profiler overhead model"); UNCERTAINTY is the relative spread of that fit, which the
+analysis turns into a range of unprofiled figures and, where the range crosses a verdict boundary, a line
+that says so. Torch-free.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from .events import ParsedTrace
+from .steps import StepWindow
+
+# µs of host time per recorded event, with record_shapes, profile_memory and with_stack on (see docstring)
+COST_US = {"op": 1.5, "python": 0.4, "runtime": 1.5, "memory": 1.0}
+UNCERTAINTY = 0.35  # relative: the fit's residual spread over the calibration set
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What the trace was recorded with, as its events show."""
+
+    with_stack: bool  # python_function events
+    record_shapes: bool  # "Input Dims" on operators
+    profile_memory: bool  # [memory] events
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Inflation:
+    """The profiler's estimated host cost per step, in ms, with its range."""
+
+    ms_per_step: float
+    low: float
+    high: float
+    events_per_step: dict  # kind -> mean count per step
+
+    def to_dict(self) -> dict:
+        return {"ms_per_step": round(self.ms_per_step, 4), "low": round(self.low, 4),
+                "high": round(self.high, 4), "events_per_step": {k: round(v, 1)
+                                                                for k, v in self.events_per_step.items()}}
+
+
+def recording(trace: ParsedTrace) -> Recording:
+    return Recording(with_stack=bool(trace.python_calls), record_shapes=trace.recorded_shapes,
+                     profile_memory=bool(trace.memory))
+
+
+def _count_within(sorted_starts, lo: float, hi: float) -> int:
+    return bisect_left(sorted_starts, hi) - bisect_left(sorted_starts, lo)
+
+
+def events_per_step(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
+    """Mean number of recorded host events of each kind inside the steps' host ranges."""
+    kinds = {"op": sorted(o.start for o in trace.ops), "python": list(trace.python_calls),
+             "runtime": sorted(r.start for r in trace.runtime), "memory": sorted(m.ts for m in trace.memory)}
+    n = max(len(windows), 1)
+    return {k: sum(_count_within(starts, w.host_start, w.host_end) for w in windows) / n
+            for k, starts in kinds.items()}
+
+
+def host_inflation(trace: ParsedTrace, windows: list[StepWindow]) -> Inflation:
+    counts = events_per_step(trace, windows)
+    ms = sum(counts[k] * COST_US[k] for k in COST_US) / 1e3
+    return Inflation(ms, ms * (1 - UNCERTAINTY), ms * (1 + UNCERTAINTY), counts)

@@ -1,0 +1,111 @@
+"""The step as it runs without the profiler: the figures and buckets that the verdict is taken from.
+
+    view = unprofiled_view(profiled_breakdown, metrics, inflation, telemetry=run_telemetry)
+    view.breakdown            # a Breakdown of the unprofiled step (ms summed over the steps, like the trace's)
+    view.basis                # "telemetry" | "overhead_model"
+    view.low, view.high       # the same under the model's low and high inflation (None with telemetry)
+
+What the profiler leaves alone and what it does not:
+- GPU work (kernels, copies, collectives, the GPU's own gaps) runs as long as without it, so those buckets are
+  taken from the trace as they are;
+- the host is slower: every recorded event costs it time (overhead.py), so the step is shorter without the
+  profiler, and all of the difference is host-caused GPU idle.
+The unprofiled step time comes from the run itself where it was measured (the trainer times every unprofiled
+step and its phases: trainer/timing.py), else from the trace less the modelled inflation:
+
+    step = max(GPU path, profiled step - inflation)
+
+with one exception: when every profiled step waited for a DataLoader whose workers load in other processes,
+the loader paces the step and the profiler does not slow it, so the step stays and the inflation becomes
+waiting for data. The host-caused idle time (step - GPU path) is split into data (the measured wait, at
+most all of it) and then launch, sync and other host work in the proportions the trace shows. Torch-free.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from .breakdown import Breakdown, host_sets
+from .events import DATALOADER_PREFIX, ParsedTrace
+from .overhead import Inflation
+from .steps import StepWindow
+
+DEVICE_BUCKETS = ("gpu_busy", "transfer", "device_idle", "communication")
+HOST_SPLIT = ("launch", "sync", "other_host")  # GPU traces: the idle that is neither data nor device
+CPU_SPLIT = ("cpu_ops", "communication", "other_host")
+# A DataLoader paces the step when every profiled step waits for it at least this long (ms, and share)...
+PACING_WAIT_MS, PACING_WAIT_SHARE = 0.5, 0.02
+# ... and its batches come from worker processes: few ops and Python frames inside the wait per step
+IN_PROCESS_OPS, IN_PROCESS_FRAMES = 20, 200
+
+
+@dataclass(frozen=True)
+class UnprofiledView:
+    breakdown: Breakdown
+    basis: str
+    low: Breakdown | None = None  # under the low inflation estimate (the step longer)
+    high: Breakdown | None = None  # under the high one (the step shorter)
+
+
+def _per_step(bd: Breakdown) -> dict[str, float]:
+    return {b: bd.ms_per_step(b) for b in bd.buckets}
+
+
+def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, paced_by_loader: bool = False) -> Breakdown:
+    """The unprofiled step's buckets (ms per step in, sums over the steps out), given its length and the
+    host's wait for data."""
+    p = _per_step(profiled)
+    gpu = "gpu_busy" in p
+    device = {b: p[b] for b in DEVICE_BUCKETS} if gpu else {}
+    device_ms = sum(device.values())
+    if device_ms > step_ms > 0:  # the trace's GPU path is a little longer than the measured step: scale it
+        device = {b: v * step_ms / device_ms for b, v in device.items()}
+        device_ms = step_ms
+    step_ms = max(step_ms, device_ms)
+    idle = step_ms - device_ms
+    data = min(idle, max(data_ms, 0.0))
+    rest = idle - data
+    split = HOST_SPLIT if gpu else CPU_SPLIT
+    weights = {b: p[b] for b in split}
+    total = sum(weights.values())
+    if total <= 0:
+        weights, total = {split[0]: 1.0}, 1.0
+    buckets = dict.fromkeys(profiled.buckets, 0.0)
+    buckets.update(device)
+    buckets["data"] = data
+    for b, w in weights.items():
+        buckets[b] = rest * w / total
+    n = profiled.steps
+    return Breakdown({b: v * 1e3 * n for b, v in buckets.items()}, step_ms * 1e3 * n, n)
+
+
+def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_ms: float,
+                    inflation: Inflation, loader_paced: bool, telemetry: dict | None = None) -> UnprofiledView:
+    """See the module docstring. `telemetry` is the run's own {"step_ms", "data_ms", ...} medians."""
+    if telemetry and telemetry.get("step_ms"):
+        return UnprofiledView(rebuild(profiled, telemetry["step_ms"], telemetry.get("data_ms", 0.0)), "telemetry")
+
+    def at(inflation_ms: float) -> Breakdown:
+        if loader_paced:
+            return rebuild(profiled, profiled_step_ms, profiled_data_ms + inflation_ms)
+        return rebuild(profiled, profiled_step_ms - inflation_ms, profiled_data_ms)
+
+    return UnprofiledView(at(inflation.ms_per_step), "overhead_model", low=at(inflation.low), high=at(inflation.high))
+
+
+def loader_paced(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
+    """Every step waited for a worker-fed DataLoader (see the module docstring)."""
+    loader = [d for d in trace.data_spans if d.name.startswith(DATALOADER_PREFIX)]
+    if not loader or not windows:
+        return False
+    data = host_sets(trace).data
+    n = len(windows)
+    for w in windows:
+        wait_ms = data.length_within(w.host_start, w.host_end) / 1e3
+        if wait_ms < max(PACING_WAIT_MS, PACING_WAIT_SHARE * w.dur / 1e3):
+            return False
+    ops = sum(1 for o in trace.ops if data.covers(o.start)) / n
+    starts = trace.python_calls
+    frames = sum(bisect_left(starts, e) - bisect_left(starts, s) for s, e in data) / n
+    return ops < IN_PROCESS_OPS and frames < IN_PROCESS_FRAMES
