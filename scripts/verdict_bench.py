@@ -39,8 +39,7 @@ def diagnose(run_dir: Path) -> dict:
         cycle = report.distributed[0]
         return {"verdict": report.verdict, "stragglers": list(cycle.stragglers), "gpu_busy_pct": None,
                 "profiled_gpu_busy_pct": None, "ranks": [s.to_dict()["verdict"] for s in report.spans]}
-    (span,) = report.spans
-    d = span.to_dict()
+    d = report.spans[0].to_dict()  # one profiling cycle per scenario
     return {"verdict": d["verdict"], "gpu_busy_pct": d["metrics"]["gpu_busy_pct"],
             "profiled_gpu_busy_pct": d["metrics"]["profiled"]["gpu_busy_pct"],
             "profiled_step_ms": d["metrics"]["profiled"]["step_ms"], "step_ms": d["metrics"]["step_ms"],
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
             try:
                 row = cpu_scenario(name, out) if a.device == "cpu" else run_scenario(name, out, torch.device("cuda"))
-            except (TraceError, RuntimeError, OSError) as e:
+            except (TraceError, RuntimeError, OSError, ValueError) as e:
                 traceback.print_exc()
                 row = {"scenario": name, "error": f"{type(e).__name__}: {e}"}
             rows.append(row)

@@ -126,7 +126,7 @@ def expected_verdict(w, truth: dict) -> tuple[str, bool | None]:
 def record_trace(w, out_dir: Path, device: torch.device, cold: bool = False) -> Path:
     """Profile 3 steps the way most users do; returns the run directory with the trace."""
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    sched = schedule(wait=0, warmup=0, active=3) if cold else schedule(wait=1, warmup=1, active=3)
+    sched = schedule(wait=0, warmup=0, active=3, repeat=1) if cold else schedule(wait=1, warmup=1, active=3, repeat=1)
     run_dir = out_dir / w.name
     with profile(activities=acts, schedule=sched, record_shapes=True, profile_memory=True, with_stack=True,
                  on_trace_ready=tensorboard_trace_handler(str(run_dir), worker_name=w.name, use_gzip=True)) as prof:
