@@ -99,7 +99,8 @@ class ParsedTrace:
     device: tuple[DeviceEvent, ...]  # sorted by start
     data_spans: tuple[HostEvent, ...]  # DataLoader iteration and `data` ranges, any category
     memory: tuple[MemorySample, ...]
-    python_calls: tuple[float, ...] = ()  # start of every with_stack Python frame (python_function), sorted
+    python_calls: tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
+    python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
     recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
 
     @property
@@ -131,6 +132,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
                          "traceEvents list)")
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
     python_calls: list[float] = []
+    python_builtins: list[float] = []
     shapes = False
     base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
@@ -148,7 +150,8 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
                 raise TraceError(f"{worker}.{span}: [memory] event #{i} has no numeric ts/args") from None
             continue
         if ph == "X" and cat == "python_function":
-            python_calls.append(_span(e, i, base)[0])
+            start = _span(e, i, base)[0]
+            (python_builtins if str(name).startswith("<built-in") else python_calls).append(start)
             continue
         if ph != "X" or not isinstance(name, str):
             continue
@@ -193,7 +196,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         ops=tuple(ops), annotations=tuple(annotations), runtime=tuple(runtime),
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
-        recorded_shapes=shapes)
+        python_builtins=tuple(sorted(python_builtins)), recorded_shapes=shapes)
 
 
 def _base(events: list) -> float:

@@ -4,8 +4,8 @@
     est = host_inflation(trace, windows)         # Inflation(ms_per_step=21.3, low=..., high=...)
 
 Kernels run as fast under the profiler as without it, but every recorded host event costs the host time:
-an operator with its input shapes, a Python frame (with_stack traces every Python call), a CUDA runtime
-call (CUPTI's callback), an allocation (profile_memory). So a profiled step's host side is longer than the
+an operator with its input shapes, a Python function frame or a call of a built-in (with_stack traces every
+Python call), a CUDA runtime call (CUPTI's callback), an allocation (profile_memory). So a profiled step's host side is longer than the
 same step's without the profiler, and read naively a launch-bound step looks more launch-bound and a busy
 GPU looks idle. The model charges each recorded event a fixed host cost:
 
@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from .events import ParsedTrace
 from .steps import StepWindow
 
-# µs of host time per recorded event, with record_shapes, profile_memory and with_stack on (see docstring)
-COST_US = {"op": 1.5, "python": 0.4, "runtime": 1.5, "memory": 1.0}
-UNCERTAINTY = 0.35  # relative: the fit's residual spread over the calibration set
+# µs of host time per recorded event, with record_shapes, profile_memory and with_stack on (see docstring).
+# A Python function frame is dear to record, a call of a built-in cheap; runtime calls and allocations come
+# with operators in fixed proportions, so the fit gives them no cost of their own.
+COST_US = {"op": 1.41, "frame": 7.02, "builtin": 0.40, "runtime": 0.0, "memory": 0.0}
+UNCERTAINTY = 0.30  # relative: the fit's residual spread over the calibration set
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Inflation:
     low: float
     high: float
     events_per_step: dict  # kind -> mean count per step
+    in_data_ms: float = 0.0  # the part of ms_per_step inside data-loading spans (in-process loading)
 
     def to_dict(self) -> dict:
         return {"ms_per_step": round(self.ms_per_step, 4), "low": round(self.low, 4),
@@ -58,7 +61,7 @@ class Inflation:
 
 
 def recording(trace: ParsedTrace) -> Recording:
-    return Recording(with_stack=bool(trace.python_calls), record_shapes=trace.recorded_shapes,
+    return Recording(with_stack=bool(trace.python_calls or trace.python_builtins), record_shapes=trace.recorded_shapes,
                      profile_memory=bool(trace.memory))
 
 
@@ -66,16 +69,25 @@ def _count_within(sorted_starts, lo: float, hi: float) -> int:
     return bisect_left(sorted_starts, hi) - bisect_left(sorted_starts, lo)
 
 
+def _kinds(trace: ParsedTrace) -> dict[str, list[float]]:
+    return {"op": sorted(o.start for o in trace.ops), "frame": list(trace.python_calls),
+            "builtin": list(trace.python_builtins),
+            "runtime": sorted(r.start for r in trace.runtime), "memory": sorted(m.ts for m in trace.memory)}
+
+
 def events_per_step(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
     """Mean number of recorded host events of each kind inside the steps' host ranges."""
-    kinds = {"op": sorted(o.start for o in trace.ops), "python": list(trace.python_calls),
-             "runtime": sorted(r.start for r in trace.runtime), "memory": sorted(m.ts for m in trace.memory)}
     n = max(len(windows), 1)
     return {k: sum(_count_within(starts, w.host_start, w.host_end) for w in windows) / n
-            for k, starts in kinds.items()}
+            for k, starts in _kinds(trace).items()}
 
 
-def host_inflation(trace: ParsedTrace, windows: list[StepWindow]) -> Inflation:
+def host_inflation(trace: ParsedTrace, windows: list[StepWindow], data_ranges=()) -> Inflation:
+    """The model's host cost per step; `data_ranges` (start, end) are the data-loading spans, whose share of
+    the cost is reported apart."""
     counts = events_per_step(trace, windows)
     ms = sum(counts[k] * COST_US[k] for k in COST_US) / 1e3
-    return Inflation(ms, ms * (1 - UNCERTAINTY), ms * (1 + UNCERTAINTY), counts)
+    n = max(len(windows), 1)
+    in_data = sum(COST_US[k] * sum(_count_within(starts, a, b) for a, b in data_ranges)
+                  for k, starts in _kinds(trace).items() if COST_US[k]) / n / 1e3
+    return Inflation(ms, ms * (1 - UNCERTAINTY), ms * (1 + UNCERTAINTY), counts, min(in_data, ms))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .breakdown import Breakdown, breakdown
+from .breakdown import Breakdown, breakdown, host_sets
 from .events import ParsedTrace, parse_trace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
 from .metrics import SpanMetrics, span_metrics
@@ -93,7 +93,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     kept, cold = representative_steps(trace, step_windows(trace))
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
-    inflation = host_inflation(trace, kept)
+    inflation = host_inflation(trace, kept, list(host_sets(trace).data))
     view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation,
                            loader_paced(trace, kept), telemetry)
     bd = view.breakdown

@@ -17,7 +17,8 @@ step and its phases: trainer/timing.py), else from the trace less the modelled i
 
 with one exception: when every profiled step waited for a DataLoader whose workers load in other processes,
 the loader paces the step and the profiler does not slow it, so the step stays and the inflation becomes
-waiting for data. The host-caused idle time (step - GPU path) is split into data (the measured wait, at
+waiting for data. Loading in the main process is host code like any other: its share of the inflation comes
+off the data wait. The host-caused idle time (step - GPU path) is split into data (the measured wait, at
 most all of it) and then launch, sync and other host work in the proportions the trace shows. Torch-free.
 """
 
@@ -86,10 +87,13 @@ def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_
     if telemetry and telemetry.get("step_ms"):
         return UnprofiledView(rebuild(profiled, telemetry["step_ms"], telemetry.get("data_ms", 0.0)), "telemetry")
 
+    share_in_data = inflation.in_data_ms / inflation.ms_per_step if inflation.ms_per_step > 0 else 0.0
+
     def at(inflation_ms: float) -> Breakdown:
         if loader_paced:
             return rebuild(profiled, profiled_step_ms, profiled_data_ms + inflation_ms)
-        return rebuild(profiled, profiled_step_ms - inflation_ms, profiled_data_ms)
+        # loading in the main process was slowed like any host code
+        return rebuild(profiled, profiled_step_ms - inflation_ms, profiled_data_ms - share_in_data * inflation_ms)
 
     return UnprofiledView(at(inflation.ms_per_step), "overhead_model", low=at(inflation.low), high=at(inflation.high))
 
@@ -107,5 +111,5 @@ def loader_paced(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
             return False
     ops = sum(1 for o in trace.ops if data.covers(o.start)) / n
     starts = trace.python_calls
-    frames = sum(bisect_left(starts, e) - bisect_left(starts, s) for s, e in data) / n
+    frames = sum(bisect_left(starts, t1) - bisect_left(starts, t0) for t0, t1 in data) / n
     return ops < IN_PROCESS_OPS and frames < IN_PROCESS_FRAMES
