@@ -25,7 +25,6 @@ exit code 2, nothing written.
 
 from __future__ import annotations
 
-import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.cli import OneLineParser  # noqa: E402
-from stepscope.trainer.profiler.analysis import TraceError, analyze_run, render_console  # noqa: E402
+from stepscope.trainer.profiler.analysis import TraceError, analyze_run, json_out, render_console  # noqa: E402
 
 
 class UsageError(ValueError):
@@ -92,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     except (TraceError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
+    except MemoryError:  # past the per-file checks: e.g. many traces that fit one by one but not together
+        print(f"error: {a.run_dir}: too large to analyse in the memory available here", file=sys.stderr)
+        return 2
+    print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout
         print(f"exported {len(written)} trace(s) to {a.export_tensorboard}, originals under raw/ "

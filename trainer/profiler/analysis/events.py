@@ -17,6 +17,9 @@ import math
 import re
 from dataclasses import dataclass
 
+from .errors import TraceError
+from .validate import check_document, check_event, is_step_event
+
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 HOST_OP_CATEGORIES = {"cpu_op", "operator"}
@@ -33,10 +36,6 @@ SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"}
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
-
-
-class TraceError(ValueError):
-    """The input is not a torch.profiler trace of training steps; the message says what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -125,14 +124,11 @@ def _span(e: dict, i: int, base: float) -> tuple[float, float]:
 
 def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
     """Typed events of one (worker, span) trace. Raises TraceError if it holds no ProfilerStep#N."""
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise TraceError(f"{worker}.{span}: not a Chrome trace (expected a JSON object with a "
-                         "traceEvents list)")
+    check_document(trace, f"{worker}.{span}")
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
     base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
-        if not isinstance(e, dict):
-            raise TraceError(f"{worker}.{span}: event #{i} is {type(e).__name__}, expected an object")
+        check_event(e, i, f"{worker}.{span}")
         ph = e.get("ph")
         cat = str(e.get("cat", "")).lower()
         name = e.get("name")
@@ -147,6 +143,10 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         if ph != "X" or cat == "python_function" or not isinstance(name, str):
             continue
         args = e.get("args") or {}
+        if is_step_event(e):  # user_annotation; Operator in torch 1.8/1.9 traces
+            s, t = _span(e, i, base)
+            steps.append(Step(int(PROFILER_STEP.match(name).group(1)), s, t))
+            continue
         if cat in DEVICE_KINDS:
             s, t = _span(e, i, base)
             device.append(DeviceEvent(name, DEVICE_KINDS[cat], int(args.get("device", e.get("pid", 0)) or 0),
@@ -166,13 +166,9 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             ops.append(HostEvent(name, e.get("tid"), s, t))
         elif cat in ANNOTATION_CATEGORIES:
             s, t = _span(e, i, base)
-            m = PROFILER_STEP.match(name)
-            if m:
-                steps.append(Step(int(m.group(1)), s, t))
-            else:
-                annotations.append(HostEvent(name, e.get("tid"), s, t))
-                if name in DATA_ANNOTATIONS:
-                    data_spans.append(HostEvent(name, e.get("tid"), s, t))
+            annotations.append(HostEvent(name, e.get("tid"), s, t))
+            if name in DATA_ANNOTATIONS:
+                data_spans.append(HostEvent(name, e.get("tid"), s, t))
     if not steps:
         raise TraceError(f"{worker}.{span}: no ProfilerStep#N events; profile with a schedule and call "
                          "prof.step() once per training step")

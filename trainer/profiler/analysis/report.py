@@ -21,10 +21,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.profiler.files import find_traces, load_trace
+from stepscope.trainer.profiler.bounded_read import TraceTooLarge
+from stepscope.trainer.profiler.files import TraceFile, find_traces, load_trace
 
 from .cross_rank import CrossRankReport, cross_rank
-from .events import TraceError
+from .errors import TraceError
 from .span import SpanReport, analyze_trace
 
 
@@ -56,11 +57,31 @@ def analyze_run(run_dir: Path) -> RunReport:
     for tf in files:
         try:
             raw = load_trace(tf.path)
+        except TraceTooLarge as e:
+            raise TraceError(str(e)) from None
         except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TraceError(f"{tf.path}: unreadable trace ({type(e).__name__}: {e})") from None
-        spans.append(analyze_trace(raw, tf.worker, tf.span))
+        except RecursionError:
+            raise TraceError(f"{tf.path}: unreadable trace (JSON nested too deeply to parse)") from None
+        except MemoryError:
+            raise TraceError(f"{tf.path}: too large to load into the memory available here") from None
+        spans.append(analyze_file(raw, tf))
     dist = tuple(cross_rank(spans))
     return RunReport(str(run_dir), run_verdict(spans, dist), tuple(spans), dist)
+
+
+def analyze_file(raw: dict, tf: TraceFile) -> SpanReport:
+    """``analyze_trace`` with every failure turned into one TraceError line that names the file. Errors other
+    than TraceError mean input that no check foresaw; they are reported, not raised, so that a corrupt trace
+    never ends in a traceback."""
+    try:
+        return analyze_trace(raw, tf.worker, tf.span)
+    except TraceError as e:
+        raise TraceError(f"{tf.path}: {e}") from None
+    except MemoryError:
+        raise TraceError(f"{tf.path}: too large to analyse in the memory available here") from None
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        raise TraceError(f"{tf.path}: cannot analyse this trace ({type(e).__name__}: {e})") from None
 
 
 def run_verdict(spans: list[SpanReport], dist: tuple[CrossRankReport, ...]) -> str:
