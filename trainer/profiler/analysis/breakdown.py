@@ -4,7 +4,9 @@ GPU traces. Inside each step window (see steps.py) the GPU is busy where some ke
 stream; the rest are idle gaps. Each gap is judged by the device activity that ends it:
 
 - its launch finished before the gap began: the work was already queued, so the GPU itself paused
-  (dependencies, the ~1 µs between kernels of a CUDA graph, a memcpy engine turn-around): ``device_idle``;
+  (dependencies, the ~1 µs between kernels of a CUDA graph, a memcpy engine turn-around): ``device_idle``,
+  except for the part of the gap during which the host is blocked in a sync, which counts as ``sync``: a
+  host waiting for the queue to drain while the device idles is the sync's cost, not the device's own idle;
 - otherwise the GPU waited for the host, and the gap's time is split by what the host was doing, instant by
   instant, on any of its threads, first match wins:
   ``sync``  inside a blocking call (cudaStreamSynchronize/DeviceSynchronize/EventSynchronize, blocking
@@ -126,7 +128,9 @@ def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
         for g0, g1 in everything.gaps(w.start, w.end):
             enders = _starting_at(by_start, starts, g1)
             if enders and _queued_before(enders, launch, g0):
-                buckets["device_idle"] += g1 - g0
+                blocked = hs.sync.length_within(g0, g1)  # the host waits on this very queue: sync's cost
+                buckets["sync"] += blocked
+                buckets["device_idle"] += g1 - g0 - blocked
                 continue
             sync, data, busy, other = pieces_by_priority(g0, g1, [hs.sync, hs.data, hs.busy])
             if sync > 0 or hs.sync.length_within(g0 - SYNC_RECOVERY_TOLERANCE_US, g0) > 0:
