@@ -188,7 +188,7 @@ def _base(events: list) -> float:
     """The first event's whole µs. Profiler clocks read ~4e12 µs, where a float resolves only ~1e-3 µs;
     times relative to a nearby base keep ts + dur - ts equal to dur."""
     for e in events:
-        if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
+        if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)) and math.isfinite(e["ts"]):
             return float(math.floor(e["ts"]))
     return 0.0
 
