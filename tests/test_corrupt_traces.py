@@ -13,6 +13,7 @@ import copy
 import functools
 import gzip
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -55,6 +56,17 @@ def edited(what: str, **changes):
                 del e[k]
             else:
                 e[k] = v
+        write_trace_atomic(run / NAME, t)
+    return build
+
+
+def every_step(**changes):
+    """A trace whose host ProfilerStep#N events all have ``changes``."""
+    def build(run: Path) -> None:
+        t = base()
+        for e in t["traceEvents"]:
+            if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation":
+                e.update(changes)
         write_trace_atomic(run / NAME, t)
     return build
 
@@ -112,6 +124,7 @@ CASES = {
     "step_without_ph": (edited("step", ph=DELETE), "has ph None", None),
     "step_without_cat": (edited("step", cat=DELETE), None, None),
     "op_without_cat": (edited("op", cat=DELETE), None, None),
+    "steps_in_a_foreign_category": (every_step(cat="foreign"), "but none is a host step range", None),
     "string_ts": (edited("op", ts="1795259107072"), "has ts '1795259107072'", None),
     "int_name": (edited("op", name=123), "has a name that is a number", None),
     "nan_ts": (edited("op", ts=float("nan")), "has ts nan", None),
@@ -173,3 +186,18 @@ def test_json_output_has_null_where_a_number_is_not_finite():
 
     text = dumps({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")})
     assert strict_json(text) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
+
+
+def test_export_without_the_plugin_says_so_in_one_line(tmp_path):
+    """An export that cannot be checked is not called a success."""
+    shadow = tmp_path / "shadow" / "torch_tb_profiler"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    out = tmp_path / "exported"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), str(DATA / "cuda_graph"),
+                        "--export-tensorboard", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(shadow.parent)})
+    assert p.returncode == 2 and p.stdout == ""
+    (line,) = p.stderr.splitlines()
+    assert "torch_tb_profiler failed to import (ImportError: hidden by the test)" in line
+    assert not out.exists()

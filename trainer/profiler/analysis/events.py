@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import TraceError
-from .validate import check_document, check_event, is_step_event
+from .validate import check_document, check_event, is_step_event, no_steps_error
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -170,8 +170,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             if name in DATA_ANNOTATIONS:
                 data_spans.append(HostEvent(name, e.get("tid"), s, t))
     if not steps:
-        raise TraceError(f"{worker}.{span}: no ProfilerStep#N events; profile with a schedule and call "
-                         "prof.step() once per training step")
+        raise no_steps_error(trace["traceEvents"], f"{worker}.{span}")
     dist = trace.get("distributedInfo") or {}
     props = trace.get("deviceProperties") or []
     return ParsedTrace(

@@ -80,6 +80,20 @@ def check_event(e, i: int, where: str) -> None:
             raise TraceError(f"{where}: {label} lasts {e['dur']!r} µs; a step must last more than 0")
 
 
+def no_steps_error(events: list, where: str) -> TraceError:
+    """The error for a trace in which the parser found no step: says what the ProfilerStep#N events that are
+    there lack, if there are any."""
+    named = [(i, e) for i, e in enumerate(events) if isinstance(e, dict) and isinstance(e.get("name"), str)
+             and STEP_NAME.match(e["name"])]
+    if not named:
+        return TraceError(f"{where}: no ProfilerStep#N events; profile with a schedule and call prof.step() "
+                          "once per training step")
+    i, e = named[0]
+    return TraceError(f"{where}: {len(named)} ProfilerStep#N events but none is a host step range: event #{i} "
+                      f"has cat {_short(e.get('cat'))}, ph {_short(e.get('ph'))} (expected cat user_annotation "
+                      "or Operator, ph X)")
+
+
 def _check_time(v, key: str, label: str, where: str) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TraceError(f"{where}: {label} has {key} {_short(v)}, expected a number of µs")
