@@ -19,8 +19,9 @@ numbers, to OUT_DIR (which must not exist or be empty), and lists the files it w
 console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
 temporary folder beside OUT_DIR that is renamed into place only once complete.
 
-Bad input (no such directory, no traces, an unreadable trace, a non-empty OUT_DIR): one line on stderr,
-exit code 2, nothing written.
+Bad input (no such directory, no traces, an unreadable, corrupt or oversized trace, a non-empty OUT_DIR, an
+exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing written. ``--json``
+output is strict JSON: a value that is not a finite number is ``null``.
 """
 
 from __future__ import annotations
