@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from pathlib import Path
 
 
@@ -33,7 +34,8 @@ def plugin_problem(path: Path, worker: str = "worker", span: str = "1") -> str |
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        with tempfile.TemporaryDirectory(prefix="stepscope-plugin-cache-") as cache:
+        with tempfile.TemporaryDirectory(prefix="stepscope-plugin-cache-") as cache, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its pandas calls warn of deprecations: not about this trace
             data = RunProfileData.parse(worker, span, str(path), cache)
             RunGenerator(worker, span, data).generate_run_profile()
             DistributedRunProfileData(data)
