@@ -14,12 +14,14 @@ import functools
 import gzip
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from stepscope.trainer.profiler.analysis import TraceError, analyze_run
 from stepscope.trainer.profiler.files import find_traces, load_trace, write_trace_atomic
 from stepscope.trainer.profiler.tbfix import export_tensorboard
 
@@ -129,6 +131,9 @@ CASES = {
     "int_name": (edited("op", name=123), "has a name that is a number", None),
     "nan_ts": (edited("op", ts=float("nan")), "has ts nan", None),
     "ts_1e300": (edited("op", ts=1e300), "has ts 1e+300", None),
+    # past every input check: the analysis' own failure, still one line
+    "device_not_a_number": (edited("kernel", args={"device": "gpu0"}), "cannot analyse this trace (ValueError:",
+                            None),
 }
 
 
@@ -158,6 +163,10 @@ def test_corrupt_trace_gets_one_line_and_exit_2(case, tmp_path):
         (span,) = strict_json(p.stdout)["spans"]
         assert span["metrics"]["steps"] == 2
         return
+    if rlimit is None:  # the library call says the same
+        with pytest.raises(TraceError, match=re.escape(fragment)) as e:
+            analyze_run(run)
+        assert "\n" not in str(e.value) and NAME in str(e.value)
     p = run_analyze(run, "--json", "--export-tensorboard", out, rlimit=rlimit)
     assert p.returncode == 2, p.stderr[-2000:]
     assert p.stdout == ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .breakdown import Breakdown, breakdown
+from .errors import TraceError
 from .events import ParsedTrace, parse_trace
 from .findings import Finding, evidence, findings, remedies, verdict
 from .metrics import SpanMetrics, span_metrics
@@ -60,5 +61,13 @@ def analyze_parsed(trace: ParsedTrace) -> SpanReport:
 
 
 def analyze_trace(trace: dict, worker: str, span: str) -> SpanReport:
-    """Analyse one parsed-JSON trace. Raises TraceError on a trace without training steps."""
-    return analyze_parsed(parse_trace(trace, worker, span))
+    """Analyse one parsed-JSON trace. Raises TraceError (one line) on a trace without training steps or one
+    that is corrupt. Errors that no input check foresaw become a TraceError naming the exception, so that a
+    corrupt trace never ends in a traceback."""
+    try:
+        return analyze_parsed(parse_trace(trace, worker, span))
+    except TraceError:
+        raise
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        raise TraceError(f"{worker}.{span}: cannot analyse this trace ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
