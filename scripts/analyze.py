@@ -64,6 +64,9 @@ def export(run_dir: Path, out_dir: Path) -> list[Path]:
             written = export_tensorboard(run_dir, target)
         except ValueError as e:
             raise UsageError(f"--export-tensorboard: {e}") from None
+        except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
+            # the analysis accepted these traces, so this is a defect of the adapter: still one line
+            raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
         os.replace(target, out_dir)  # out_dir is missing or empty (checked before): rename(2) replaces it
         return [_moved(Path(p), target, out_dir) for p in written]
     finally:
