@@ -22,7 +22,6 @@ A negative ``dur`` elsewhere is tolerated (it counts as 0, see vocabulary.span).
 
 from __future__ import annotations
 
-import math
 import re
 
 from stepscope.trainer.profiler.vocabulary import ANNOTATION_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX
@@ -64,20 +63,22 @@ def check_event(e, i: int, where: str) -> None:
     if "name" in e and not isinstance(name, str):
         raise TraceError(f"{where}: event #{i} has a name that is {_json_type(name)} ({_short(name)}), "
                          "expected a string")
-    label = f"event #{i} ({_short(name)}, cat {_short(e.get('cat'))})"
-    if "args" in e and e["args"] is not None and not isinstance(e["args"], dict):
-        raise TraceError(f"{where}: {label} has args that is {_json_type(e['args'])}, expected an object")
+    args = e.get("args")
+    if args is not None and not isinstance(args, dict):
+        raise TraceError(f"{where}: {_label(e, i)} has args that is {_json_type(args)}, expected an object")
     for key in ("ts", "dur"):
-        if key in e:
-            _check_time(e[key], key, label, where)
+        v = e.get(key)
+        if v is not None and (type(v) not in (int, float) or not -MAX_TIME_US <= v <= MAX_TIME_US):
+            raise TraceError(f"{where}: {_label(e, i)} has {key} {_short(v)}, expected a finite number of µs "
+                             f"within ±{MAX_TIME_US:.0e}")
     if is_step_event(e):
         if e.get("ph") != "X":
-            raise TraceError(f"{where}: {label} has ph {_short(e.get('ph'))}; a step's host range must be a "
-                             "complete event (\"ph\": \"X\") with ts and dur")
-        if "ts" not in e or "dur" not in e:
-            raise TraceError(f"{where}: {label} has no numeric ts/dur; a step's host range needs both")
+            raise TraceError(f"{where}: {_label(e, i)} has ph {_short(e.get('ph'))}; a step's host range must "
+                             "be a complete event (\"ph\": \"X\") with ts and dur")
+        if e.get("ts") is None or e.get("dur") is None:
+            raise TraceError(f"{where}: {_label(e, i)} has no numeric ts/dur; a step's host range needs both")
         if e["dur"] <= 0:
-            raise TraceError(f"{where}: {label} lasts {e['dur']!r} µs; a step must last more than 0")
+            raise TraceError(f"{where}: {_label(e, i)} lasts {e['dur']!r} µs; a step must last more than 0")
 
 
 def no_steps_error(events: list, where: str) -> TraceError:
@@ -94,12 +95,8 @@ def no_steps_error(events: list, where: str) -> TraceError:
                       "or Operator, ph X)")
 
 
-def _check_time(v, key: str, label: str, where: str) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TraceError(f"{where}: {label} has {key} {_short(v)}, expected a number of µs")
-    if not math.isfinite(v) or abs(v) > MAX_TIME_US:
-        raise TraceError(f"{where}: {label} has {key} {v!r}, expected a finite number of µs below "
-                         f"{MAX_TIME_US:.0e}")
+def _label(e: dict, i: int) -> str:
+    return f"event #{i} ({_short(e.get('name'))}, cat {_short(e.get('cat'))})"
 
 
 def _json_type(v) -> str:
