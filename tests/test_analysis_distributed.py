@@ -125,7 +125,7 @@ def test_identical_ranks_have_no_straggler(tmp_path):
     for rank in (0, 1):
         t = {**trace}
         t.pop("distributedInfo")
-        write_trace_atomic(tmp_path / f"node_{rank}.{1000 + rank}.pt.trace.json.gz", t)
+        write_trace_atomic(tmp_path / f"node_rank{rank}.{1000 + rank}.pt.trace.json.gz", t)
     r = analyze_run(tmp_path)
     (cycle,) = r.distributed
     assert [x.rank for x in cycle.ranks] == [0, 1]

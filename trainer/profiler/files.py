@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.trainer.profiler.atomic import write_bytes_atomic
+from stepscope.trainer.profiler.bounded_read import open_trace
 
 WORKER_PATTERN = re.compile(
     r"""^(.*?)          # worker name
@@ -79,9 +80,7 @@ def find_traces(run_dir: Path) -> list[TraceFile]:
 
 def load_trace(path: Path) -> dict:
     """Parse a Chrome-trace JSON file, gzipped or not."""
-    path = Path(path)
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
+    with open_trace(Path(path)) as f:  # refuses more bytes than this process can afford to parse
         return json.load(f)
 
 

@@ -12,7 +12,8 @@ report (a run directory, JSON), render (text).
 """
 
 from .cross_rank import CrossRankReport
-from .events import TraceError, parse_trace
+from .errors import TraceError
+from .events import parse_trace
 from .findings import VERDICTS, Finding
 from .render import render_console, render_markdown, summary_scalars
 from .report import RunReport, analyze_run

@@ -4,7 +4,10 @@ GPU traces. Inside each step window (see steps.py) the GPU is busy where some ke
 stream; the rest are idle gaps. Each gap is judged by the device activity that ends it:
 
 - its launch finished before the gap began: the work was already queued, so the GPU itself paused
-  (dependencies, the ~1 µs between kernels of a CUDA graph, a memcpy engine turn-around): ``device_idle``;
+  (dependencies, the ~1 µs between kernels of a CUDA graph, a memcpy engine turn-around): ``device_idle``.
+  Except in a gap longer than such a turn-around (``DEVICE_TURNAROUND_US``) the part during which the host
+  is blocked in a sync counts as ``sync``: the host waits on the GPU and the GPU runs nothing, so that time
+  is the sync's cost, not the device's own idle;
 - otherwise the GPU waited for the host, and the gap's time is split by what the host was doing, instant by
   instant, on any of its threads, first match wins:
   ``sync``  inside a blocking call (cudaStreamSynchronize/DeviceSynchronize/EventSynchronize, blocking
@@ -38,6 +41,10 @@ CPU_BUCKETS = ("cpu_ops", "data", "communication", "other_host")
 # A sync that returned at most this long before a gap began still caused it: CPU and GPU clocks in a trace
 # are aligned to a few µs, and a sync returns only once the GPU has drained its queue.
 SYNC_RECOVERY_TOLERANCE_US = 5.0
+# The longest pause between already-queued device work that is the device's own turn-around even while the
+# host waits in a sync. The longest such pause under a sync in tests/data is 9.2 µs (a replayed CUDA graph
+# on an H200; most are 1-3 µs).
+DEVICE_TURNAROUND_US = 20.0
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,9 @@ def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
         for g0, g1 in everything.gaps(w.start, w.end):
             enders = _starting_at(by_start, starts, g1)
             if enders and _queued_before(enders, launch, g0):
-                buckets["device_idle"] += g1 - g0
+                blocked = hs.sync.length_within(g0, g1) if g1 - g0 > DEVICE_TURNAROUND_US else 0.0
+                buckets["sync"] += blocked
+                buckets["device_idle"] += g1 - g0 - blocked
                 continue
             sync, data, busy, other = pieces_by_priority(g0, g1, [hs.sync, hs.data, hs.busy])
             if sync > 0 or hs.sync.length_within(g0 - SYNC_RECOVERY_TOLERANCE_US, g0) > 0:

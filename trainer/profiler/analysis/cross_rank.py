@@ -2,8 +2,10 @@
 
 Traces of one cycle are matched the way torch-tb-profiler does it: by the index of the span within each
 worker's sorted spans (``tensorboard_trace_handler`` stamps each rank's file with its own time, so the span
-strings differ between ranks). Each rank comes from the trace's ``distributedInfo.rank``, else from a
-number in the worker name, else from the workers' order.
+strings differ between ranks). Each rank comes from the trace's ``distributedInfo.rank``, else from
+``rank<N>`` in the worker name (our trainer's ``<host>_<pid>_rank<N>``). A worker with neither is not a rank:
+two runs of a plain ``tensorboard_trace_handler`` script in one directory are two processes named by host and
+PID, not a distributed job, and get no cross-rank section.
 
 Per rank: step time; compute (kernels or torch ops that are not collectives), communication (nccl kernels on
 a GPU; gloo/nccl collectives and c10d ops on the host for CPU runs) and their overlap, all in ms per step;
@@ -42,7 +44,7 @@ from .span import SpanReport
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_SHARE = 0.05
 EXPOSED_COMM_PCT = 10.0  # a cross-rank communication finding from this median share of the step
-RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)|(\d+)$", re.I)
+RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ def cross_rank(spans: list[SpanReport]) -> list[CrossRankReport]:
     """One report per profiling cycle that several workers took part in; [] for a single-process run."""
     by_worker: dict[str, list[SpanReport]] = defaultdict(list)
     for s in spans:
-        by_worker[s.worker].append(s)
+        if rank_of(s) is not None:  # a bare host/PID name is a separate process, not a rank
+            by_worker[s.worker].append(s)
     cycles: dict[int, list[SpanReport]] = defaultdict(list)
     for lst in by_worker.values():
         for i, s in enumerate(sorted(lst, key=lambda s: s.span), 1):
@@ -93,20 +96,21 @@ def cross_rank(spans: list[SpanReport]) -> list[CrossRankReport]:
     return [_cycle(i, members) for i, members in sorted(cycles.items()) if len(members) > 1]
 
 
-def rank_of(span: SpanReport, position: int) -> int:
+def rank_of(span: SpanReport) -> int | None:
     if span.rank is not None:
         return span.rank
     m = RANK_IN_NAME.search(span.worker)
-    return int(m.group(1) or m.group(2)) if m else position
+    return int(m.group(1)) if m else None
 
 
 def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
     members = sorted(members, key=lambda s: s.worker)
     rows = []
-    for pos, s in enumerate(members):
-        m, bd = s.metrics, s.breakdown
+    for s in members:
+        # ranks are compared as the trace measured them: the profiler slows every rank's host alike
+        m, bd = s.profiled or s.metrics, s.breakdown_profiled or s.breakdown
         exposed = bd.ms_per_step("communication")
-        rows.append(RankRow(rank_of(s, pos), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
+        rows.append(RankRow(rank_of(s), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
                             m.comm_ms_per_step, m.overlap_ms_per_step, exposed, m.step_ms - exposed, False))
     flagged = []
     median_step = statistics.median(r.step_ms for r in rows)

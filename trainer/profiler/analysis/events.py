@@ -18,6 +18,9 @@ import math
 import re
 from dataclasses import dataclass
 
+from .errors import TraceError
+from .validate import check_document, check_event, is_step_event, no_steps_error
+
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 HOST_OP_CATEGORIES = {"cpu_op", "operator"}
@@ -32,10 +35,6 @@ SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
-
-
-class TraceError(ValueError):
-    """The input is not a torch.profiler trace of training steps; the message says what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -127,17 +126,14 @@ def _span(e: dict, i: int, base: float) -> tuple[float, float]:
 
 def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
     """Typed events of one (worker, span) trace. Raises TraceError if it holds no ProfilerStep#N."""
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise TraceError(f"{worker}.{span}: not a Chrome trace (expected a JSON object with a "
-                         "traceEvents list)")
+    check_document(trace, f"{worker}.{span}")
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
     python_calls: list[float] = []
     python_builtins: list[float] = []
     shapes = False
     base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
-        if not isinstance(e, dict):
-            raise TraceError(f"{worker}.{span}: event #{i} is {type(e).__name__}, expected an object")
+        check_event(e, i, f"{worker}.{span}")
         ph = e.get("ph")
         cat = str(e.get("cat", "")).lower()
         name = e.get("name")
@@ -156,6 +152,10 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         if ph != "X" or not isinstance(name, str):
             continue
         args = e.get("args") or {}
+        if is_step_event(e):  # user_annotation; Operator in torch 1.8/1.9 traces
+            s, t = _span(e, i, base)
+            steps.append(Step(int(PROFILER_STEP.match(name).group(1)), s, t))
+            continue
         if cat in DEVICE_KINDS:
             s, t = _span(e, i, base)
             device.append(DeviceEvent(name, DEVICE_KINDS[cat], int(args.get("device", e.get("pid", 0)) or 0),
@@ -176,16 +176,11 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             shapes = shapes or "Input Dims" in args
         elif cat in ANNOTATION_CATEGORIES:
             s, t = _span(e, i, base)
-            m = PROFILER_STEP.match(name)
-            if m:
-                steps.append(Step(int(m.group(1)), s, t))
-            else:
-                annotations.append(HostEvent(name, e.get("tid"), s, t))
-                if name in DATA_ANNOTATIONS:
-                    data_spans.append(HostEvent(name, e.get("tid"), s, t))
+            annotations.append(HostEvent(name, e.get("tid"), s, t))
+            if name in DATA_ANNOTATIONS:
+                data_spans.append(HostEvent(name, e.get("tid"), s, t))
     if not steps:
-        raise TraceError(f"{worker}.{span}: no ProfilerStep#N events; profile with a schedule and call "
-                         "prof.step() once per training step")
+        raise no_steps_error(trace["traceEvents"], f"{worker}.{span}")
     dist = trace.get("distributedInfo") or {}
     props = trace.get("deviceProperties") or []
     return ParsedTrace(
@@ -203,7 +198,7 @@ def _base(events: list) -> float:
     """The first event's whole µs. Profiler clocks read ~4e12 µs, where a float resolves only ~1e-3 µs;
     times relative to a nearby base keep ts + dur - ts equal to dur."""
     for e in events:
-        if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
+        if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)) and math.isfinite(e["ts"]):
             return float(math.floor(e["ts"]))
     return 0.0
 

@@ -9,12 +9,14 @@ Python call), a CUDA runtime call (CUPTI's callback), an allocation (profile_mem
 same step's without the profiler, and read naively a launch-bound step looks more launch-bound and a busy
 GPU looks idle. The model charges each recorded event a fixed host cost:
 
-    inflation per step = sum over kinds k of (events of kind k per step) x COST_US[k]
+    inflation per step = host speed x sum over kinds k of (events of kind k per step) x COST_US[k]
 
-COST_US was fitted on an H100 (torch 2.11) against the same steps timed without the profiler, over several
-models (BENCHMARKS.md, "Profiler overhead model"); UNCERTAINTY is the relative spread of that fit, which the
-analysis turns into a range of unprofiled figures and, where the range crosses a verdict boundary, a line
-that says so. Torch-free.
+The same events cost a slower host more: "host speed" is the trace's median kernel-launch call
+(``cudaLaunchKernel``) over REFERENCE_LAUNCH_US, the median on the host the costs were fitted on (1 for
+CPU-only traces). COST_US was fitted on an H100 host (torch 2.11) against the same steps timed without the
+profiler, over several models and causes (BENCHMARKS.md, "Profiler overhead model"); UNCERTAINTY is the
+relative spread of that fit, which the analysis turns into a range of unprofiled figures and, where the range
+crosses a verdict boundary, a line that says so. Torch-free.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from .steps import StepWindow
 # µs of host time per recorded event, with record_shapes, profile_memory and with_stack on (see docstring).
 # A Python function frame is dear to record, a call of a built-in cheap; runtime calls and allocations come
 # with operators in fixed proportions, so the fit gives them no cost of their own.
-COST_US = {"op": 1.41, "frame": 7.02, "builtin": 0.40, "runtime": 0.0, "memory": 0.0}
+COST_US = {"op": 2.28, "frame": 5.22, "builtin": 0.42, "runtime": 0.0, "memory": 0.0}
+REFERENCE_LAUNCH_US = 7.0
+HOST_SPEED_RANGE = (0.4, 2.5)  # a launch median outside this range says more about the launches than the host
 UNCERTAINTY = 0.30  # relative: the fit's residual spread over the calibration set
 
 
@@ -53,11 +57,12 @@ class Inflation:
     high: float
     events_per_step: dict  # kind -> mean count per step
     in_data_ms: float = 0.0  # the part of ms_per_step inside data-loading spans (in-process loading)
+    host_speed: float = 1.0
 
     def to_dict(self) -> dict:
         return {"ms_per_step": round(self.ms_per_step, 4), "low": round(self.low, 4),
-                "high": round(self.high, 4), "events_per_step": {k: round(v, 1)
-                                                                for k, v in self.events_per_step.items()}}
+                "high": round(self.high, 4), "host_speed": round(self.host_speed, 3),
+                "events_per_step": {k: round(v, 1) for k, v in self.events_per_step.items()}}
 
 
 def recording(trace: ParsedTrace) -> Recording:
@@ -82,12 +87,22 @@ def events_per_step(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, 
             for k, starts in _kinds(trace).items()}
 
 
-def host_inflation(trace: ParsedTrace, windows: list[StepWindow], data_ranges=()) -> Inflation:
+def host_speed(median_launch_us: float | None) -> float:
+    """How much slower (>1) or faster (<1) than the fitting host this trace's host records events."""
+    if not median_launch_us:
+        return 1.0
+    lo, hi = HOST_SPEED_RANGE
+    return min(hi, max(lo, median_launch_us / REFERENCE_LAUNCH_US))
+
+
+def host_inflation(trace: ParsedTrace, windows: list[StepWindow], median_launch_us: float | None,
+                   data_ranges=()) -> Inflation:
     """The model's host cost per step; `data_ranges` (start, end) are the data-loading spans, whose share of
     the cost is reported apart."""
     counts = events_per_step(trace, windows)
-    ms = sum(counts[k] * COST_US[k] for k in COST_US) / 1e3
+    speed = host_speed(median_launch_us)
+    ms = speed * sum(counts[k] * COST_US[k] for k in COST_US) / 1e3
     n = max(len(windows), 1)
-    in_data = sum(COST_US[k] * sum(_count_within(starts, a, b) for a, b in data_ranges)
-                  for k, starts in _kinds(trace).items() if COST_US[k]) / n / 1e3
-    return Inflation(ms, ms * (1 - UNCERTAINTY), ms * (1 + UNCERTAINTY), counts, min(in_data, ms))
+    in_data = speed * sum(COST_US[k] * sum(_count_within(starts, a, b) for a, b in data_ranges)
+                          for k, starts in _kinds(trace).items() if COST_US[k]) / n / 1e3
+    return Inflation(ms, ms * (1 - UNCERTAINTY), ms * (1 + UNCERTAINTY), counts, min(in_data, ms), speed)

@@ -25,10 +25,15 @@ def _title(s: SpanReport) -> str:
     return f"{s.worker}{rank} (span {s.span or '-'}, {s.device})"
 
 
+BASIS = {"telemetry": "the run's own timing of its unprofiled steps",
+         "overhead_model": "the profiled steps less the profiler's modelled host cost"}
+
+
 def _headline(s: SpanReport) -> str:
-    m = s.metrics
+    m, p = s.metrics, s.profiled
     busy = f", GPU busy {m.gpu_busy_pct:.0f}%" if m.gpu_busy_pct is not None else ""
-    return f"{s.verdict}: step {m.step_ms:.2f} ms{busy}"
+    profiled = f" ({p.step_ms:.2f} as profiled)" if p is not None else ""
+    return f"{s.verdict}: step {m.step_ms:.2f} ms without the profiler{profiled}{busy}"
 
 
 def render_console(report: RunReport) -> str:
@@ -62,9 +67,9 @@ def _fmt(v) -> str:
 
 def render_markdown(report: RunReport) -> str:
     out = [f"# stepscope diagnosis: `{report.verdict}`", ""]
-    out.append(f"Run `{report.run_dir}`: {len(report.spans)} trace(s). The verdict is the most common one "
-               "among the traces below. Times are means over the profiled steps; profiling itself slows the "
-               "host, so host-side shares read higher than in an unprofiled run.")
+    out.append(f"Run `{report.run_dir}`: {len(report.spans)} trace(s). Verdicts and figures describe the steps "
+               "as they run without the profiler, which slows the host (not the GPU); the profiled steps' own "
+               "figures are given beside them, labelled \"as profiled\".")
     out.append("")
     for d in report.distributed:
         out += _markdown_cross_rank(d)
@@ -75,7 +80,13 @@ def render_markdown(report: RunReport) -> str:
 
 def _markdown_span(s: SpanReport) -> list[str]:
     out = [f"## {_title(s)}: `{s.verdict}`", "", f"**{_headline(s)}**", ""]
-    out += ["Where the step goes:", ""] + [f"- {e}" for e in s.evidence[1:]] + [""]
+    if s.basis in BASIS:
+        out += [f"Unprofiled figures from {BASIS[s.basis]}.", ""]
+    out += ["Where the step goes without the profiler:", ""] + [f"- {e}" for e in s.evidence[1:]] + [""]
+    if s.breakdown_profiled is not None:
+        out += ["| bucket | ms/step | ms/step as profiled |", "|---|---:|---:|"]
+        out += [f"| {b} | {s.breakdown.ms_per_step(b):.2f} | {s.breakdown_profiled.ms_per_step(b):.2f} |"
+                for b in s.breakdown.buckets] + [""]
     if s.findings:
         out += ["| finding | cost (ms/step) |", "|---|---:|"]
         out += [f"| {f.text} | {f.cost_ms_per_step:.2f} |" for f in s.findings] + [""]
@@ -114,8 +125,9 @@ def _cell(name: str, n: int = 90) -> str:
 
 
 def summary_scalars(report: RunReport) -> dict[str, float]:
-    """Scalars for SummaryWriter: ``diagnosis/<metric>`` (mean over the run's traces), the step-time shares
-    ``diagnosis/pct/<bucket>``, per worker ``diagnosis/<worker>/<metric>`` when there are several, and
+    """Scalars for SummaryWriter: ``diagnosis/<metric>`` (mean over the run's traces, the step as it runs
+    without the profiler), the step-time shares ``diagnosis/pct/<bucket>``, the profiled steps' own
+    ``diagnosis/profiled/step_ms`` and ``diagnosis/profiled/gpu_busy_pct``, per worker ``diagnosis/<worker>/<metric>`` when there are several, and
     ``diagnosis/stragglers`` (most in any profiling cycle) on a multi-rank run. None values (GPU terms on a
     CPU run) are left out."""
     def means(spans: list[SpanReport]) -> dict[str, float]:
@@ -127,6 +139,11 @@ def summary_scalars(report: RunReport) -> dict[str, float]:
                     acc[k].append(float(v))
             for b in s.breakdown.buckets:
                 acc[f"pct/{b}"].append(s.breakdown.pct(b))
+            if s.profiled is not None:
+                for k in ("step_ms", "gpu_busy_pct"):
+                    v = getattr(s.profiled, k)
+                    if v is not None:
+                        acc[f"profiled/{k}"].append(float(v))
         return {k: sum(v) / len(v) for k, v in acc.items()}
 
     out = {f"diagnosis/{k}": v for k, v in means(list(report.spans)).items()}

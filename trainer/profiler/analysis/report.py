@@ -21,10 +21,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.profiler.files import find_traces, load_trace
+from stepscope.trainer.profiler.bounded_read import TraceTooLarge
+from stepscope.trainer.profiler.files import TraceFile, find_traces, load_trace
 
 from .cross_rank import CrossRankReport, cross_rank
-from .events import TraceError
+from .errors import TraceError
 from .span import SpanReport, analyze_trace
 
 
@@ -58,11 +59,27 @@ def analyze_run(run_dir: Path, telemetry: dict | None = None) -> RunReport:
     for tf in files:
         try:
             raw = load_trace(tf.path)
+        except TraceTooLarge as e:
+            raise TraceError(str(e)) from None
         except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TraceError(f"{tf.path}: unreadable trace ({type(e).__name__}: {e})") from None
-        spans.append(analyze_trace(raw, tf.worker, tf.span, telemetry))
+        except RecursionError:
+            raise TraceError(f"{tf.path}: unreadable trace (JSON nested too deeply to parse)") from None
+        except MemoryError:
+            raise TraceError(f"{tf.path}: too large to load into the memory available here") from None
+        spans.append(analyze_file(raw, tf, telemetry))
     dist = tuple(cross_rank(spans))
     return RunReport(str(run_dir), run_verdict(spans, dist), tuple(spans), dist)
+
+
+def analyze_file(raw: dict, tf: TraceFile, telemetry: dict | None = None) -> SpanReport:
+    """``analyze_trace`` with its one-line TraceError, and running out of memory, naming the file."""
+    try:
+        return analyze_trace(raw, tf.worker, tf.span, telemetry)
+    except TraceError as e:
+        raise TraceError(f"{tf.path}: {e}") from None
+    except MemoryError:
+        raise TraceError(f"{tf.path}: too large to analyse in the memory available here") from None
 
 
 def run_verdict(spans: list[SpanReport], dist: tuple[CrossRankReport, ...]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .breakdown import Breakdown, breakdown, host_sets
+from .errors import TraceError
 from .events import ParsedTrace, parse_trace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
 from .metrics import SpanMetrics, span_metrics
@@ -93,7 +94,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     kept, cold = representative_steps(trace, step_windows(trace))
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
-    inflation = host_inflation(trace, kept, list(host_sets(trace).data))
+    inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
     view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation,
                            loader_paced(trace, kept), telemetry)
     bd = view.breakdown
@@ -132,5 +133,13 @@ def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdi
 
 
 def analyze_trace(trace: dict, worker: str, span: str, telemetry: dict | None = None) -> SpanReport:
-    """Analyse one parsed-JSON trace. Raises TraceError on a trace without training steps."""
-    return analyze_parsed(parse_trace(trace, worker, span), telemetry)
+    """Analyse one parsed-JSON trace. Raises TraceError (one line) on a trace without training steps or one
+    that is corrupt. Errors that no input check foresaw become a TraceError naming the exception, so that a
+    corrupt trace never ends in a traceback."""
+    try:
+        return analyze_parsed(parse_trace(trace, worker, span), telemetry)
+    except TraceError:
+        raise
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        raise TraceError(f"{worker}.{span}: cannot analyse this trace ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None

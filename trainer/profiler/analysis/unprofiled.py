@@ -53,14 +53,15 @@ def _per_step(bd: Breakdown) -> dict[str, float]:
     return {b: bd.ms_per_step(b) for b in bd.buckets}
 
 
-def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, paced_by_loader: bool = False) -> Breakdown:
+def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool) -> Breakdown:
     """The unprofiled step's buckets (ms per step in, sums over the steps out), given its length and the
-    host's wait for data."""
+    host's wait for data. A `measured` step shorter than the trace's GPU path scales that path down (the
+    GPU ran a little faster unprofiled); an estimated one is never shorter than the GPU path."""
     p = _per_step(profiled)
     gpu = "gpu_busy" in p
     device = {b: p[b] for b in DEVICE_BUCKETS} if gpu else {}
     device_ms = sum(device.values())
-    if device_ms > step_ms > 0:  # the trace's GPU path is a little longer than the measured step: scale it
+    if measured and device_ms > step_ms > 0:
         device = {b: v * step_ms / device_ms for b, v in device.items()}
         device_ms = step_ms
     step_ms = max(step_ms, device_ms)
@@ -85,15 +86,17 @@ def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_
                     inflation: Inflation, loader_paced: bool, telemetry: dict | None = None) -> UnprofiledView:
     """See the module docstring. `telemetry` is the run's own {"step_ms", "data_ms", ...} medians."""
     if telemetry and telemetry.get("step_ms"):
-        return UnprofiledView(rebuild(profiled, telemetry["step_ms"], telemetry.get("data_ms", 0.0)), "telemetry")
+        return UnprofiledView(rebuild(profiled, telemetry["step_ms"], telemetry.get("data_ms", 0.0), measured=True),
+                              "telemetry")
 
     share_in_data = inflation.in_data_ms / inflation.ms_per_step if inflation.ms_per_step > 0 else 0.0
 
     def at(inflation_ms: float) -> Breakdown:
         if loader_paced:
-            return rebuild(profiled, profiled_step_ms, profiled_data_ms + inflation_ms)
+            return rebuild(profiled, profiled_step_ms, profiled_data_ms + inflation_ms, measured=False)
         # loading in the main process was slowed like any host code
-        return rebuild(profiled, profiled_step_ms - inflation_ms, profiled_data_ms - share_in_data * inflation_ms)
+        return rebuild(profiled, profiled_step_ms - inflation_ms, profiled_data_ms - share_in_data * inflation_ms,
+                       measured=False)
 
     return UnprofiledView(at(inflation.ms_per_step), "overhead_model", low=at(inflation.low), high=at(inflation.high))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from stepscope.trainer.profiler import files as trace_files
 
 from .adapt import adapt_trace
+from .plugin_check import plugin_problem
 
 
 def _check_names(worker: str, span: str) -> None:
@@ -53,8 +54,9 @@ def export_tensorboard(src_run_dir: Path, out_dir: Path) -> list[Path]:
     """Write the corrected copy of the run in ``src_run_dir`` to ``out_dir``; return the adapted paths.
 
     ``src_run_dir`` holds traces from plain ``torch.profiler.tensorboard_trace_handler`` or from our
-    trainer (then its ``raw/`` originals are used). ``out_dir`` must be missing or empty. On any error
-    nothing is left half-written in ``out_dir``.
+    trainer (then its ``raw/`` originals are used). ``out_dir`` must be missing or empty. Each adapted copy
+    is loaded back with torch-tb-profiler's own parser (plugin_check.py): a copy it cannot load is a
+    ValueError. On any error nothing is left half-written in ``out_dir``.
     """
     src, out = Path(src_run_dir), Path(out_dir)
     if not src.is_dir():
@@ -73,6 +75,8 @@ def export_tensorboard(src_run_dir: Path, out_dir: Path) -> list[Path]:
         for tf, trace in loaded:
             adapted, raw = write_adapted_pair(out, tf.worker, _span_of(tf), trace, gz=tf.path.name.endswith(".gz"))
             written += [raw, adapted]
+            if problem := plugin_problem(adapted):  # a copy TensorBoard would drop is no export
+                raise ValueError(f"{tf.path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")
     except BaseException:
         if created:
             shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,212 @@
+"""Corrupt and hostile traces never crash `scripts/analyze.py`: one line on stderr naming the file and the
+problem, exit code 2, no export written; and what it does print with ``--json`` is strict JSON.
+
+    pytest tests/test_corrupt_traces.py -q
+
+Every case starts from a real trace (tests/data/eager_bs32) and breaks one thing. The gzip bomb and the
+out-of-memory case run under an address-space limit (``RLIMIT_AS``), so that they cost the test little.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import gzip
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from stepscope.trainer.profiler.analysis import TraceError, analyze_run
+from stepscope.trainer.profiler.files import find_traces, load_trace, write_trace_atomic
+from stepscope.trainer.profiler.tbfix import export_tensorboard
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+SPAN = "1795259107072492233"
+NAME = f"w.{SPAN}.pt.trace.json.gz"
+
+
+@functools.cache
+def _base() -> dict:
+    (tf,) = find_traces(DATA / "eager_bs32")
+    return load_trace(tf.path)
+
+
+def base() -> dict:
+    return copy.deepcopy(_base())
+
+
+def first(trace: dict, what: str) -> dict:
+    """The first event of a kind: "op" (cpu_op), "kernel" or "step" (ProfilerStep#N)."""
+    test = {"op": lambda e: e.get("cat") == "cpu_op", "kernel": lambda e: e.get("cat") == "kernel",
+            "step": lambda e: str(e.get("name", "")).startswith("ProfilerStep#")}[what]
+    return next(e for e in trace["traceEvents"] if test(e))
+
+
+def edited(what: str, **changes):
+    """A trace whose first ``what`` event has ``changes`` (a value of DELETE removes the key)."""
+    def build(run: Path) -> None:
+        t = base()
+        e = first(t, what)
+        for k, v in changes.items():
+            if v is DELETE:
+                del e[k]
+            else:
+                e[k] = v
+        write_trace_atomic(run / NAME, t)
+    return build
+
+
+def every_step(**changes):
+    """A trace whose host ProfilerStep#N events all have ``changes``."""
+    def build(run: Path) -> None:
+        t = base()
+        for e in t["traceEvents"]:
+            if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation":
+                e.update(changes)
+        write_trace_atomic(run / NAME, t)
+    return build
+
+
+def top_level(**changes):
+    def build(run: Path) -> None:
+        write_trace_atomic(run / NAME, {**base(), **changes})
+    return build
+
+
+def raw_gz(*members: bytes, repeat_last: int = 1):
+    """A .gz file of these gzip members, the last one repeated: many members of one highly compressible
+    block make a file of a few MB that inflates to GB, without compressing GB here."""
+    def build(run: Path) -> None:
+        with open(run / NAME, "wb") as f:
+            for m in members[:-1]:
+                f.write(m)
+            for _ in range(repeat_last):
+                f.write(members[-1])
+    return build
+
+
+def deep_nesting(run: Path) -> None:
+    raw_gz(gzip.compress(b'{"traceEvents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"))(run)
+
+
+def gzip_bomb(run: Path) -> None:  # 4 GiB of JSON whitespace from ~4 MB of gzip
+    raw_gz(gzip.compress(b'{"traceEvents": ['), gzip.compress(b" " * (64 << 20), 1), repeat_last=64)(run)
+
+
+def huge_trace(run: Path) -> None:
+    """350,000 ops of 20 inputs each, 59 MiB of JSON: under the read ceiling of a 256 MiB process
+    (64 MiB), about 1 GB once parsed (an empty list is 2 bytes of JSON and 56 of Python)."""
+    op = (b'{"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+          b'"args": {"Input Dims": [' + b",".join([b"[]"] * 20) + b"]}}")
+    text = b'{"traceEvents": [' + b",".join([op] * 350_000) + b"]}"
+    (run / NAME).write_bytes(gzip.compress(text, 1))
+
+
+DELETE = object()
+GIB = 1 << 30
+# id: (builder, fragment of the one error line, or None where the trace must be analysed, RLIMIT_AS or None)
+CASES = {
+    "args_not_object": (edited("op", args=["Input Dims"]), "has args that is an array", None),
+    "distributedInfo_string": (top_level(distributedInfo="rank0"), "distributedInfo is a string", None),
+    "deviceProperties_dict": (top_level(deviceProperties={"name": "H100"}), "deviceProperties is an object",
+                              None),
+    "step_zero_length": (edited("step", dur=0), "lasts 0 µs", None),
+    "step_negative": (edited("step", dur=-250.5), "lasts -250.5 µs", None),
+    "deep_nesting": (deep_nesting, "nested too deeply", None),
+    "gzip_bomb": (gzip_bomb, "refused: yields more than", GIB // 4),
+    "out_of_memory": (huge_trace, "too large to load into the memory", GIB // 4),
+    "nan_dur": (edited("kernel", dur=float("nan")), "has dur nan", None),
+    "infinite_dur": (edited("kernel", dur=float("inf")), "has dur inf", None),
+    "step_without_ph": (edited("step", ph=DELETE), "has ph None", None),
+    "step_without_cat": (edited("step", cat=DELETE), None, None),
+    "op_without_cat": (edited("op", cat=DELETE), None, None),
+    "steps_in_a_foreign_category": (every_step(cat="foreign"), "but none is a host step range", None),
+    "string_ts": (edited("op", ts="1795259107072"), "has ts '1795259107072'", None),
+    "int_name": (edited("op", name=123), "has a name that is a number", None),
+    "nan_ts": (edited("op", ts=float("nan")), "has ts nan", None),
+    "ts_1e300": (edited("op", ts=1e300), "has ts 1e+300", None),
+    # past every input check: the analysis' own failure, still one line
+    "device_not_a_number": (edited("kernel", args={"device": "gpu0"}), "cannot analyse this trace (ValueError:",
+                            None),
+}
+
+
+def run_analyze(run: Path, *args, rlimit: int | None = None) -> subprocess.CompletedProcess:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (rlimit, rlimit))
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), str(run), *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          preexec_fn=limit if rlimit else None)
+
+
+def strict_json(text: str):
+    def refuse(c):
+        raise ValueError(f"{c} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_corrupt_trace_gets_one_line_and_exit_2(case, tmp_path):
+    build, fragment, rlimit = CASES[case]
+    run, out = tmp_path / "run", tmp_path / "exported"
+    run.mkdir()
+    build(run)
+    if fragment is None:  # tolerated: analysed as if the field were there, strict JSON out
+        p = run_analyze(run, "--json", rlimit=rlimit)
+        assert p.returncode == 0, p.stderr
+        (span,) = strict_json(p.stdout)["spans"]
+        assert span["metrics"]["steps"] == 2
+        return
+    if rlimit is None:  # the library call says the same
+        with pytest.raises(TraceError, match=re.escape(fragment)) as e:
+            analyze_run(run)
+        assert "\n" not in str(e.value) and NAME in str(e.value)
+    p = run_analyze(run, "--json", "--export-tensorboard", out, rlimit=rlimit)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stdout == ""
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr[-2000:]
+    assert NAME in lines[0] and fragment in lines[0], lines[0]
+    assert "no ProfilerStep#N" not in lines[0]
+    assert not out.exists() and [f.name for f in tmp_path.iterdir()] == ["run"]  # nothing written
+
+
+@pytest.mark.parametrize("change", [{"ts": "1795259107072"}, {"name": 123}, {"ts": float("nan")},
+                                    {"ts": 1e300}], ids=["string_ts", "int_name", "nan_ts", "ts_1e300"])
+def test_export_checks_the_copy_with_the_plugins_own_loader(change, tmp_path):
+    """Called directly (the analysis would refuse these first): the plugin cannot load such a copy, so the
+    export fails and leaves nothing behind."""
+    run, out = tmp_path / "run", tmp_path / "exported"
+    run.mkdir()
+    edited("op", **change)(run)
+    with pytest.raises(ValueError, match=f"{NAME}: torch-tb-profiler 0.4.3 cannot load the exported copy"):
+        export_tensorboard(run, out)
+    assert not out.exists()
+
+
+def test_json_output_has_null_where_a_number_is_not_finite():
+    from stepscope.trainer.profiler.analysis.json_out import dumps
+
+    text = dumps({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")})
+    assert strict_json(text) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
+
+
+def test_export_without_the_plugin_says_so_in_one_line(tmp_path):
+    """An export that cannot be checked is not called a success."""
+    shadow = tmp_path / "shadow" / "torch_tb_profiler"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    out = tmp_path / "exported"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), str(DATA / "cuda_graph"),
+                        "--export-tensorboard", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(shadow.parent)})
+    assert p.returncode == 2 and p.stdout == ""
+    (line,) = p.stderr.splitlines()
+    assert "torch_tb_profiler failed to import (ImportError: hidden by the test)" in line
+    assert not out.exists()

@@ -1,0 +1,46 @@
+"""Load a written trace file the way torch-tb-profiler 0.4.3 does, to know that TensorBoard will show it.
+
+    problem = plugin_problem(Path("out/w.1795259107760373831.pt.trace.json.gz"))   # None: the plugin loads it
+
+The plugin loads each worker in a subprocess (``profiler/loader.py:_process_data``): it parses the file
+(``RunProfileData.parse``), builds the views (``RunGenerator.generate_run_profile``) and the distributed
+summary (``DistributedRunProfileData``); any exception there only logs a warning and the worker is missing
+from the run (the plugin lists ``workers=[]``). ``plugin_problem`` runs the same three calls in-process and
+returns that exception as one line, or None. The plugin is imported on first use; when it is not
+installed, ``PluginMissing`` (a ValueError) says so in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+
+
+class PluginMissing(ValueError):
+    """torch_tb_profiler cannot be imported, so an export cannot be checked."""
+
+
+def plugin_problem(path: Path, worker: str = "worker", span: str = "1") -> str | None:
+    """None if torch-tb-profiler loads the trace file at ``path``; else ``"<Exception>: <message>"``."""
+    try:
+        from torch_tb_profiler.profiler.data import DistributedRunProfileData, RunProfileData
+        from torch_tb_profiler.profiler.run_generator import RunGenerator
+    except Exception as e:  # ImportError, or the plugin failing while it imports
+        raise PluginMissing(f"cannot check the export: torch_tb_profiler failed to import "
+                            f"({type(e).__name__}: {e}); install torch-tb-profiler==0.4.3") from None
+    log = logging.getLogger("pytorch_profiler")  # the plugin warns once per odd kernel
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="stepscope-plugin-cache-") as cache, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its pandas calls warn of deprecations: not about this trace
+            data = RunProfileData.parse(worker, span, str(path), cache)
+            RunGenerator(worker, span, data).generate_run_profile()
+            DistributedRunProfileData(data)
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+    finally:
+        log.setLevel(level)
+    return None
