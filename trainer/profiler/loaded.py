@@ -1,0 +1,88 @@
+"""Load what `discover.py` found, and analyse any set of loaded traces as one run.
+
+    loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
+    report = report_of(loaded)                          # RunReport, as for a run directory
+
+A trace recognised by its name (``*.pt.trace.json[.gz]``, ``raw/<span>/...``) that does not parse is an
+error (TraceError, one line). A file that was only sniffed as a Chrome trace is skipped instead when it
+has no ProfilerStep# events. A trace whose name carries no span gets one: the file's mtime in ns, shared
+by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepscope.trainer.profiler.analysis import TraceError
+from stepscope.trainer.profiler.analysis.cross_rank import cross_rank
+from stepscope.trainer.profiler.analysis.report import RunReport, run_verdict
+from stepscope.trainer.profiler.analysis.span import analyze_trace
+from stepscope.trainer.profiler.discover import NAMED_KINDS, Found, Skipped, has_profiler_steps
+from stepscope.trainer.profiler.files import load_trace
+
+LOAD_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    found: Found
+    span: str  # found.span, or the one given to a spanless trace
+    trace: dict
+
+    @property
+    def worker(self) -> str:
+        return self.found.worker
+
+
+def read(found: Found) -> dict:
+    """Parse one found trace completely; TraceError (one line) when it is not readable JSON."""
+    try:
+        trace = load_trace(found.path)
+    except LOAD_ERRORS as e:
+        raise TraceError(f"{found.path}: unreadable trace ({type(e).__name__}: {e})") from None
+    if not isinstance(trace, dict):
+        raise TraceError(f"{found.path}: unreadable trace (a JSON {type(trace).__name__}, not an object)")
+    return trace
+
+
+def skip_reason(found: Found, trace: dict) -> str | None:
+    """Why a sniffed (not named) file is not a trace to analyse after all; None when it is one."""
+    if found.kind in NAMED_KINDS or has_profiler_steps(trace):
+        return None
+    return "no ProfilerStep# events"
+
+
+def assign_spans(found: list[Found]) -> dict[Path, str]:
+    """Each trace's span: its own, or the smallest mtime in ns among the spanless traces of its folder."""
+    shared: dict[Path, int] = {}
+    for f in found:
+        if not f.span:
+            mtime = f.path.stat().st_mtime_ns
+            shared[f.path.parent] = min(mtime, shared.get(f.path.parent, mtime))
+    return {f.path: f.span or str(shared[f.path.parent]) for f in found}
+
+
+def load_found(found: list[Found] | tuple[Found, ...]) -> tuple[list[Loaded], list[Skipped]]:
+    """Parse every found trace; skip sniffed ones without ProfilerStep# events."""
+    spans = assign_spans(list(found))
+    loaded, skipped = [], []
+    for f in found:
+        trace = read(f)
+        reason = skip_reason(f, trace)
+        if reason:
+            skipped.append(Skipped(f.path, reason))
+        else:
+            loaded.append(Loaded(f, spans[f.path], trace))
+    return loaded, skipped
+
+
+def report_of(loaded: list[Loaded], label: str = "") -> RunReport:
+    """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared.
+    Raises TraceError (one line, naming worker.span) when a trace cannot be analysed (no ProfilerStep#)."""
+    spans = [analyze_trace(item.trace, item.worker, item.span) for item in loaded]
+    dist = tuple(cross_rank(spans))
+    return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)
