@@ -61,6 +61,8 @@ def load_function(place: str, function: str):
     path = Path(__file__).resolve().parents[1] / place[len(CHECKOUT):]
     if not path.is_file():
         raise CommandUnavailable(f"{path} is not in this install (it comes with a clone of the repository)")
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # as when run as a script: its own folder first (scripts/_checkout)
     spec = importlib.util.spec_from_file_location(f"_stepscope_cmd_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
