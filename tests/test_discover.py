@@ -108,24 +108,31 @@ def test_no_traces_says_what_was_skipped(tmp_path):
     assert line.startswith("error: ") and "no traces" in line and "notes.json (not a profiler trace)" in line
 
 
-def test_watcher_publishes_only_complete_traces_and_a_rewrite_as_a_new_run(tmp_path):
+def test_watcher_publishes_only_complete_traces_and_later_ones_as_a_new_run(tmp_path):
     src, shadow = tmp_path / "src", tmp_path / "shadow"
     (src / "exp").mkdir(parents=True)
     watcher = Watcher(WatchConfig(src, shadow / "logdir", shadow / ".staging"))
     data = gzip.compress(trace_bytes("cpu_resnet"))
     trace = src / "exp" / "w.1795000000000000000.pt.trace.json.gz"
+    events = src / "exp" / "events.out.tfevents.1.host.1.0"  # the loop's own Scalars, growing
+    events.write_bytes(b"first records")
     trace.write_bytes(data[: len(data) // 2])  # still being written
     assert watcher.poll() == []  # first sight
+    mirrored = shadow / "logdir" / "exp" / events.name
+    assert mirrored.read_bytes() == b"first records"
+    with open(events, "ab") as f:
+        f.write(b", then more")
     (rejected,) = watcher.poll()  # the same size and mtime twice, but not a whole gzip file
     assert rejected.startswith("! ") and "unreadable trace" in rejected
-    assert watcher.poll() == [] and not (shadow / "logdir" / "exp").exists()
+    assert watcher.poll() == [] and not list((shadow / "logdir" / "exp").glob("*.pt.trace.json*"))
+    assert mirrored.read_bytes() == b"first records, then more"
     trace.write_bytes(data)  # finished: it changed, so it is looked at again
     assert watcher.poll() == []
     assert watcher.poll() == ["+ run exp: 1 trace (tensorboard_trace_handler): cpu_bound"]
     run = shadow / "logdir" / "exp"
     assert sorted(p.name for p in run.iterdir() if not p.name.startswith("events.out")) == [
         "diagnosis.md", "raw", "w.1795000000000000000.pt.trace.json.gz"]
-    assert list(run.glob("events.out.tfevents.*"))
+    assert len(list(run.glob("events.out.tfevents.*"))) == 2  # the mirrored one and the diagnosis
     assert watcher.poll() == []  # published once
     second = src / "exp" / "w.1795000000000000001.pt.trace.json.gz"
     second.write_bytes(data)

@@ -9,8 +9,9 @@ TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdi
     <name>/raw/<span>/<worker>.trace.json[.gz]    untouched original
     <name>/diagnosis.md, events.out.tfevents.*    Text "diagnosis" and "diagnosis/*" Scalars
 
-torch-tb-profiler parses a run folder once, when it first appears, so a run is never added to: traces that
-arrive later for the same source run are published as a new run, `<name>@2`, `<name>@3`, ...
+torch-tb-profiler parses a run folder once, when it first has a trace, so a run's traces are never added to:
+traces that arrive later for the same source run are published as a new run, `<name>@2`, `<name>@3`, ...
+`<name>` may already hold the source run's mirrored event files (mirror.py); the built run joins them.
 Torch-free.
 """
 
@@ -24,19 +25,38 @@ from pathlib import Path
 from stepscope.trainer.profiler.analysis import TraceError
 from stepscope.trainer.profiler.atomic import write_text_atomic
 from stepscope.trainer.profiler.diagnose import write_diagnosis
+from stepscope.trainer.profiler.files import WORKER_PATTERN
 from stepscope.trainer.profiler.loaded import Loaded, report_of
 from stepscope.trainer.profiler.tb_events import EventLog
 from stepscope.trainer.profiler.tbfix import write_adapted_pair
 
 
+def has_traces(folder: Path) -> bool:
+    """Whether the plugin would list `folder` as a run (it may already have parsed it)."""
+    return folder.is_dir() and any(WORKER_PATTERN.match(p.name) for p in folder.iterdir())
+
+
 def free_name(logdir: Path, base: str) -> str:
-    """`base` if logdir has no such run yet, else the first free `base@N` (N >= 2)."""
-    if not (logdir / base).exists():
+    """`base` unless the plugin may have read it already, else the first free `base@N` (N >= 2). A `base`
+    holding only mirrored event files (mirror.py) is free: the plugin has not looked at it."""
+    if not has_traces(logdir / base):
         return base
     n = 2
     while (logdir / f"{base}@{n}").exists():
         n += 1
     return f"{base}@{n}"
+
+
+def _move_in(work: Path, target: Path) -> None:
+    """Move a built run into `target`: in one rename when `target` does not exist, else entry by entry with
+    the plugin-listed traces last, so the plugin never sees a trace before the rest of its run."""
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(work, target)  # atomic; fails rather than merging if the name was taken meanwhile
+        return
+    entries = sorted(work.iterdir(), key=lambda p: (WORKER_PATTERN.match(p.name) is not None, p.name))
+    for entry in entries:
+        os.rename(entry, target / entry.name)
 
 
 def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str) -> tuple[Path, str]:
@@ -58,10 +78,8 @@ def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str) ->
             else:
                 verdict = report.verdict
                 write_diagnosis(work, report, log, 0)
-        name = free_name(logdir, base)
-        target = logdir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(work, target)  # atomic; fails rather than merging if the name was taken meanwhile
+        target = logdir / free_name(logdir, base)
+        _move_in(work, target)
         return target, verdict
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -9,7 +9,9 @@
 A trace is published only once it is complete: its size and mtime must be the same at two consecutive polls,
 and it must then parse completely (gzip and JSON). A file that stays unparsable is reported once and
 retried only when it changes. A file that changes after it was published (accelerate rewrites
-`profile_<rank>.json` each time) is published again, as a new run. The source directory is only read.
+`profile_<rank>.json` each time) is published again, as a new run. Event files under the source (a trainer
+run's loss, learning rate, ...) are mirrored into the run of the same name (mirror.py). The source
+directory is only read.
 Torch-free.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from stepscope.trainer.profiler.analysis import TraceError
 from stepscope.trainer.profiler.discover import Found, discover
 from stepscope.trainer.profiler.loaded import Loaded, assign_spans, read, skip_reason
+from stepscope.trainer.profiler.mirror import EventsMirror
 from stepscope.trainer.profiler.shadow import publish_run
 
 Signature = tuple[int, int]  # (size, mtime_ns)
@@ -54,6 +57,11 @@ class Watcher:
         self.cfg = cfg
         self.state = _State()
         self.runs: list[Path] = []  # every shadow run published so far
+        self.mirror = EventsMirror(cfg.source, cfg.logdir)
+
+    def run_name(self, run: str) -> str:
+        """The shadow run of a source folder (relative to the source; "" is the source itself)."""
+        return run or self.cfg.source.resolve().name
 
     def poll(self) -> list[str]:
         """One look at the source: publish every trace that has become stable. Returns one line per
@@ -70,6 +78,7 @@ class Watcher:
         lines = []
         for run, items in sorted(stable.items()):
             lines += self._publish(run, items)
+        self.mirror.poll(self.run_name)  # the source's own Scalars and Text, e.g. a trainer run's loss
         return lines
 
     def _publish(self, run: str, items: list[tuple[Found, Signature]]) -> list[str]:
@@ -91,8 +100,8 @@ class Watcher:
             loaded.append((Loaded(found, spans[found.path], trace), sig))
         if not loaded:
             return lines
-        base = run or self.cfg.source.resolve().name
-        path, verdict = publish_run([item for item, _ in loaded], self.cfg.logdir, self.cfg.staging, base)
+        path, verdict = publish_run([item for item, _ in loaded], self.cfg.logdir, self.cfg.staging,
+                                    self.run_name(run))
         self.runs.append(path)
         for item, sig in loaded:
             self.state.published[item.found.path] = sig
