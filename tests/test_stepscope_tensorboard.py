@@ -121,8 +121,9 @@ def test_every_run_is_listed_once_and_the_non_trace_is_skipped(server):
     runs = server.runs()["runs"]
     assert sorted(runs) == sorted(["plain", "chrome", *(p.name for p in LIGHTNING)])
     text = server.output()
-    assert "+ run plain: 1 trace (tensorboard_trace_handler): cpu_bound" in text
-    assert "+ run chrome: 1 trace (export_chrome_trace): cpu_bound" in text
+    # the loop computes on the CPU and waits 16 ms per batch for data: either may dominate on a busy machine
+    assert re.search(r"^\+ run plain: 1 trace \(tensorboard_trace_handler\): (cpu|data)_bound$", text, re.M)
+    assert re.search(r"^\+ run chrome: 1 trace \(export_chrome_trace\): (cpu|data)_bound$", text, re.M)
     assert "notes.json" not in text  # not a trace, and nothing to say about it
 
 
@@ -132,7 +133,7 @@ def test_plain_loop_shows_dataloader_time_and_its_diagnosis(server):
     assert over["Step"] > 0
     assert any(r["name"] == "aten::conv2d" for r in server.op_rows("plain"))
     text = server.diagnosis_text("plain")
-    assert "stepscope diagnosis" in text and "cpu_bound" in text
+    assert re.search(r"stepscope diagnosis: <code>(cpu|data)_bound</code>", text), text[:300]
     tags = server.get("/data/plugin/scalars/tags")["plain"]
     assert any(tag.startswith("diagnosis/") for tag in tags), tags
 
