@@ -37,7 +37,6 @@ HANDLER = "tensorboard_trace_handler"
 LIGHTNING = "Lightning"
 ACCELERATE = "accelerate"
 CHROME = "export_chrome_trace"
-NAMED_KINDS = (STEPSCOPE, HANDLER, LIGHTNING)  # recognised by name: a bad file is an error, not a skip
 
 # Lightning's PyTorchProfiler names the worker "<stage>-<filename>-<action>", the action being e.g.
 # "[Strategy]SingleDeviceStrategy.training_step" or "[LightningModule]MyModel.validation_step".

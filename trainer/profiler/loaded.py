@@ -3,9 +3,8 @@
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
     report = report_of(loaded)                          # RunReport, as for a run directory
 
-A trace recognised by its name (``*.pt.trace.json[.gz]``, ``raw/<span>/...``) that does not parse is an
-error (TraceError, one line). A file that was only sniffed as a Chrome trace is skipped instead when it
-has no ProfilerStep# events. A trace whose name carries no span gets one: the file's mtime in ns, shared
+A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a file that was only
+sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared
 by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
 Torch-free.
 """
@@ -21,9 +20,10 @@ from stepscope.trainer.profiler.analysis import TraceError
 from stepscope.trainer.profiler.analysis.cross_rank import cross_rank
 from stepscope.trainer.profiler.analysis.report import RunReport, run_verdict
 from stepscope.trainer.profiler.analysis.span import analyze_trace
-from stepscope.trainer.profiler.discover import NAMED_KINDS, Found, Skipped, has_profiler_steps
+from stepscope.trainer.profiler.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
 from stepscope.trainer.profiler.files import load_trace
 
+STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 LOAD_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError)
 
 
@@ -50,8 +50,11 @@ def read(found: Found) -> dict:
 
 
 def skip_reason(found: Found, trace: dict) -> str | None:
-    """Why a sniffed (not named) file is not a trace to analyse after all; None when it is one."""
-    if found.kind in NAMED_KINDS or has_profiler_steps(trace):
+    """Why a found file is not a trace to analyse after all; None when it is one. Traces of stepscope and
+    tensorboard_trace_handler are always analysed (a missing ProfilerStep# is then an error that says how to
+    fix the loop); Lightning's also profiles actions without steps (e.g. validation_step), which are skipped,
+    as are sniffed files without steps."""
+    if found.kind in STEPS_REQUIRED or has_profiler_steps(trace):
         return None
     return "no ProfilerStep# events"
 
