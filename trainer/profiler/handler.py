@@ -15,9 +15,10 @@ arguments. Each finished cycle writes, into `dir_name` (files.py's layout):
     diagnosis.md, events.out.tfevents.*     the diagnosis of every cycle so far: Text "diagnosis" and
                                             Scalars "diagnosis/*" at step = cycle number (0, 1, ...)
 
-Prints nothing; every file appears atomically. Under torch.distributed, give each rank its own
-`worker_name` (default `<host>_<pid>`, as tensorboard_trace_handler) and only rank 0's diagnosis covers
-the ranks whose traces are already there. Needs no torch import of its own.
+Prints nothing; every file appears atomically. The default `worker_name` is `<host>_<pid>`, as with
+tensorboard_trace_handler, so the ranks of a torch.distributed job sharing `dir_name` get one file each;
+each rank's diagnosis then covers the traces already in the folder when its cycle ends. Needs no torch
+import of its own.
 """
 
 from __future__ import annotations
