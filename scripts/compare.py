@@ -1,127 +1,21 @@
-"""Compare step variants side by side: eager, torch.compile and whole-step CUDA graphs, each with native and
-custom elementwise ops. Each variant is one `scripts/train.py --profile` run (its own process and its own
-TensorBoard run under one logdir), so TensorBoard's Scalars compare them directly.
+"""Compare step variants side by side (eager, torch.compile, CUDA graphs; native and custom ops), one
+`scripts/train.py --profile` run each under logs/compare-<timestamp>/.
 
     python scripts/compare.py --arch resnet18 --batch-size 128 --steps 300          # on a GPU
     python scripts/compare.py --device cpu --variants eager compile --ops native --steps 40
-    tensorboard --logdir logs/compare-<timestamp>
 
-Prints one row per variant: median ms/step, images/s (batch / median step), speedup vs eager (same ops, same invocation), GPU busy %
-and the verdict from the run's trace; writes compare.json and compare.md next to the runs. Variants that
-cannot run here (CUDA graphs on a CPU, custom ops without their build) are refused up front with exit code 2.
+The same as `stepscope compare`, run from this checkout (trainer/compare.py says what it prints); each
+variant runs this checkout's scripts/train.py and the default --logdir is this checkout's logs/.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
 
+import _checkout  # noqa: F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.compare import main
+
 REPO = Path(__file__).resolve().parents[1]
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
-from stepscope.trainer.cli import OneLineParser  # noqa: E402
-from stepscope.trainer.config import ConfigError  # noqa: E402
-from stepscope.trainer.run_dir import create_result_dir  # noqa: E402
-
-VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
-            "cuda-graphs": ["--cuda-graphs"]}
-OPS = ("native", "custom")
-
-
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = OneLineParser(prog="compare.py", description=__doc__.splitlines()[0])
-    p.add_argument("--variants", nargs="+", default=["eager", "compile", "cuda-graphs"], choices=list(VARIANTS))
-    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
-    p.add_argument("--arch", default="resnet18")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--logdir", type=Path, default=REPO / "logs")
-    p.add_argument("--name", default=None, help="folder under --logdir (default compare-<timestamp>)")
-    a = p.parse_args(argv)
-    if a.steps < 30:
-        p.error(f"--steps {a.steps} is too few: the default profiler schedule needs 20 and timing needs more; use >= 30")
-    return a
-
-
-def check_possible(a: argparse.Namespace) -> None:
-    import torch
-
-    on_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
-    if a.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda but no CUDA GPU is visible; use --device cpu")
-    if "cuda-graphs" in a.variants and not on_cuda:
-        raise ConfigError("variant cuda-graphs needs a CUDA GPU; drop it or run on a GPU")
-    if "custom" in a.ops:
-        from stepscope import kernels
-
-        reason = kernels.unavailable_reason("cuda" if on_cuda else "cpu")
-        if reason:
-            raise ConfigError(f"--ops custom is unavailable here: {reason}; use --ops native")
-
-
-def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str) -> dict:
-    name = f"{variant}-{ops}"
-    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--profile", "--arch", a.arch, "--batch-size",
-           str(a.batch_size), "--steps", str(a.steps), "--device", a.device, "--ops", ops, "--logdir", str(root),
-           "--run-name", name, "--log-every", "25", *VARIANTS[variant]]
-    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    if r.returncode != 0:
-        return {"variant": variant, "ops": ops, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
-    run = json.loads((root / name / "run.json").read_text())
-    median_ms = run["final"]["median_step_ms"]
-    row = {"variant": variant, "ops": ops, "run": name, "median_ms": median_ms,
-           "mean_ms": run["final"]["mean_step_ms"],
-           "images_per_s": run["config"]["data"]["batch_size"] * run["world_size"] / (median_ms / 1e3),
-           "timed_steps": run["final"]["timed_steps"], "verdict": None, "gpu_busy_pct": None}
-    diagnosis = run.get("diagnosis")
-    if diagnosis:  # the run analysed its own traces at its end; nothing to parse again
-        row["verdict"] = diagnosis["verdict"]
-        row["gpu_busy_pct"] = diagnosis["spans"][0]["metrics"].get("gpu_busy_pct")
-    return row
-
-
-def add_speedups(rows: list[dict]) -> None:
-    base = {r["ops"]: r["median_ms"] for r in rows if r["variant"] == "eager" and "error" not in r}
-    for r in rows:
-        if "error" not in r and r["ops"] in base:
-            r["speedup_vs_eager"] = base[r["ops"]] / r["median_ms"]
-
-
-def render(rows: list[dict]) -> str:
-    head = "| variant | ops | median ms/step | images/s | speedup vs eager | GPU busy % | verdict |\n|---|---|---|---|---|---|---|"
-    lines = [head]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['variant']} | {r['ops']} | failed: {r['error']} | | | | |")
-            continue
-        busy = "-" if r["gpu_busy_pct"] is None else f"{r['gpu_busy_pct']:.0f}"
-        sp = r.get("speedup_vs_eager")
-        lines.append(f"| {r['variant']} | {r['ops']} | {r['median_ms']:.2f} | {r['images_per_s']:.0f} | "
-                     f"{'-' if sp is None else f'{sp:.2f}x'} | {busy} | {r['verdict'] or '-'} |")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    a = parse(argv)
-    try:
-        check_possible(a)
-        root = create_result_dir(a.logdir, a.name, "compare")
-    except ConfigError as e:
-        print(f"compare.py: error: {e}", file=sys.stderr)
-        return 2
-    rows = [run_variant(a, root, v, o) for o in a.ops for v in a.variants]
-    add_speedups(rows)
-    table = render(rows)
-    (root / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (root / "compare.md").write_text(table)
-    print(table)
-    print(f"tensorboard --logdir {root}")
-    return 1 if any("error" in r for r in rows) else 0
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="compare.py", train_cmd=(sys.executable, str(REPO / "scripts" / "train.py")),
+                  default_logdir=REPO / "logs", cwd=REPO))

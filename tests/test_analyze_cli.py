@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -32,19 +33,22 @@ def assert_usage_error(p: subprocess.CompletedProcess, *fragments: str) -> None:
 
 
 def test_console_output():
-    p = run(DATA / "eager_bs128")
+    p = run(DATA / "eager_bs32")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0] == "stepscope diagnosis: launch_bound"
-    assert "launch_bound: step 10.44 ms, GPU busy 29%" in lines[1]
-    assert any(line.strip().startswith("- 378 kernels per step") for line in lines)
+    assert re.search(r"launch_bound: step \d+\.\d\d ms without the profiler \(13\.21 as profiled\), GPU busy \d+%",
+                     lines[1]), lines[1]
+    assert any("the profiler's own host cost is about" in line for line in lines)
+    assert any(line.strip().startswith("- 360 kernels per step") for line in lines)
 
 
 def test_json_output():
     p = run(DATA / "item_per_layer", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
-    assert d["verdict"] == "launch_bound"
+    # 3.65 of 6.83 ms on the GPU unprofiled (53%): the GPU is the busier side, near the line
+    assert "gpu_bound" in d["spans"][0]["uncertainty"]["verdicts"]
     (s,) = d["spans"]
     assert s["metrics"]["syncs_per_step"] == 20
     (sync,) = [f for f in s["findings"] if f["id"] == "host_sync"]

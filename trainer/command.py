@@ -1,7 +1,9 @@
 """The `stepscope` command: one entry point for every tool.
 
     stepscope train --profile                   # = python scripts/train.py --profile
-    stepscope analyze logs/<run>                # = python scripts/analyze.py logs/<run>
+    stepscope analyze logs/<run>                # = python scripts/analyze.py logs/<run>; a file or any folder
+    stepscope compare --device cpu --variants eager --ops native --steps 40    # = python scripts/compare.py
+    stepscope tensorboard --logdir DIR          # TensorBoard + plugin on DIR's traces, whatever wrote them
     stepscope --help                            # the subcommands
 
 Each subcommand has its own `--help`; bad input gets one line on stderr and exit code 2.
@@ -9,7 +11,10 @@ Each subcommand has its own `--help`; bad input gets one line on stderr and exit
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
+from pathlib import Path
 
 
 def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
@@ -31,9 +36,37 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
         return 2
 
 
-SUBCOMMANDS = {
+# name -> (where its main lives, the function). Each function takes (argv, prog=...) and returns an exit
+# code. The place is a dotted module of the package, or "checkout:<path>", a file relative to the checkout
+# this package was loaded from (tools that only exist in a clone, not in a wheel).
+# Open slots, wired once their modules take (argv, prog): "verify" (scripts/verify.py) and "bench-ops"
+# (scripts/bench_ops.py, or its module once it moves into the package).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("stepscope.trainer.command", "train_main"),
+    "analyze": ("stepscope.trainer.profiler.analyze_cli", "main"),
+    "compare": ("stepscope.trainer.compare", "main"),
+    "tensorboard": ("stepscope.trainer.profiler.tb_command", "main"),
 }
+CHECKOUT = "checkout:"
+
+
+class CommandUnavailable(Exception):
+    """The subcommand's code is not in this install; the message is the one line printed."""
+
+
+def load_function(place: str, function: str):
+    """The callable named by a SUBCOMMANDS entry."""
+    if not place.startswith(CHECKOUT):
+        return getattr(importlib.import_module(place), function)
+    path = Path(__file__).resolve().parents[1] / place[len(CHECKOUT):]
+    if not path.is_file():
+        raise CommandUnavailable(f"{path} is not in this install (it comes with a clone of the repository)")
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # as when run as a script: its own folder first (scripts/_checkout)
+    spec = importlib.util.spec_from_file_location(f"_stepscope_cmd_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, function)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,10 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"stepscope: error: unknown command {name!r}; valid: {names}", file=sys.stderr)
         return 2
-    module, function = SUBCOMMANDS[name]
-    import importlib
-
-    return getattr(importlib.import_module(module), function)(rest, prog=f"stepscope {name}")
+    try:
+        function = load_function(*SUBCOMMANDS[name])
+    except CommandUnavailable as e:
+        print(f"stepscope {name}: error: {e}", file=sys.stderr)
+        return 2
+    return function(rest, prog=f"stepscope {name}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The end-of-run diagnosis of a run directory: console, `diagnosis.md`, TensorBoard Text and Scalars.
 
     report = diagnose_run(run_dir, log, step)     # log: anything with .text(tag, md, step) and .scalars(d, step)
+    write_diagnosis(run_dir, report, log, step)   # the same outputs, silently, for a RunReport in hand
 
 Torch-free: it reads the traces on disk and writes text; `log` is the trainer's TensorBoard log or any
 object with the same two methods.
@@ -10,7 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepscope.trainer.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
+from stepscope.trainer.profiler.analysis import (
+    RunReport,
+    analyze_run,
+    render_console,
+    render_markdown,
+    summary_scalars,
+)
 from stepscope.trainer.profiler.atomic import write_text_atomic
 
 
@@ -20,8 +27,13 @@ def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None) -
     the run without the profiler. Returns the report's JSON form."""
     report = analyze_run(run_dir, telemetry=telemetry)
     print(render_console(report))
+    write_diagnosis(run_dir, report, log, step)
+    return report.to_dict()
+
+
+def write_diagnosis(run_dir: Path, report: RunReport, log, step: int) -> None:
+    """Write `report` as run_dir/diagnosis.md, Text `diagnosis` and `diagnosis/*` Scalars; print nothing."""
     md = render_markdown(report)
     write_text_atomic(Path(run_dir) / "diagnosis.md", md)
     log.text("diagnosis", md, step)
     log.scalars(summary_scalars(report), step)
-    return report.to_dict()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.trainer.profiler.bounded_read import TraceTooLarge
-from stepscope.trainer.profiler.files import TraceFile, find_traces, load_trace
+from stepscope.trainer.profiler.files import find_traces, load_trace
 
 from .cross_rank import CrossRankReport, cross_rank
 from .errors import TraceError
@@ -55,31 +55,36 @@ def analyze_run(run_dir: Path, telemetry: dict | None = None) -> RunReport:
     if not files:
         raise TraceError(f"{run_dir}: no traces (expected <worker>.<span>.pt.trace.json[.gz], or "
                          "raw/<span>/<worker>.trace.json[.gz])")
-    spans = []
-    for tf in files:
-        try:
-            raw = load_trace(tf.path)
-        except TraceTooLarge as e:
-            raise TraceError(str(e)) from None
-        except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TraceError(f"{tf.path}: unreadable trace ({type(e).__name__}: {e})") from None
-        except RecursionError:
-            raise TraceError(f"{tf.path}: unreadable trace (JSON nested too deeply to parse)") from None
-        except MemoryError:
-            raise TraceError(f"{tf.path}: too large to load into the memory available here") from None
-        spans.append(analyze_file(raw, tf, telemetry))
+    spans = [analyze_file(read_trace(tf.path), tf.path, tf.worker, tf.span, telemetry) for tf in files]
     dist = tuple(cross_rank(spans))
     return RunReport(str(run_dir), run_verdict(spans, dist), tuple(spans), dist)
 
 
-def analyze_file(raw: dict, tf: TraceFile, telemetry: dict | None = None) -> SpanReport:
+def read_trace(path: Path) -> dict:
+    """A trace file's JSON object; TraceError (one line naming the file) when it cannot be read."""
+    try:
+        trace = load_trace(path)
+    except TraceTooLarge as e:
+        raise TraceError(str(e)) from None
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path}: unreadable trace ({type(e).__name__}: {e})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: unreadable trace (JSON nested too deeply to parse)") from None
+    except MemoryError:
+        raise TraceError(f"{path}: too large to load into the memory available here") from None
+    if not isinstance(trace, dict):
+        raise TraceError(f"{path}: unreadable trace (a JSON {type(trace).__name__}, not an object)")
+    return trace
+
+
+def analyze_file(raw: dict, path: Path, worker: str, span: str, telemetry: dict | None = None) -> SpanReport:
     """``analyze_trace`` with its one-line TraceError, and running out of memory, naming the file."""
     try:
-        return analyze_trace(raw, tf.worker, tf.span, telemetry)
+        return analyze_trace(raw, worker, span, telemetry)
     except TraceError as e:
-        raise TraceError(f"{tf.path}: {e}") from None
+        raise TraceError(f"{path}: {e}") from None
     except MemoryError:
-        raise TraceError(f"{tf.path}: too large to analyse in the memory available here") from None
+        raise TraceError(f"{path}: too large to analyse in the memory available here") from None
 
 
 def run_verdict(spans: list[SpanReport], dist: tuple[CrossRankReport, ...]) -> str:

@@ -1,0 +1,87 @@
+"""The `stepscope` command: every subcommand answers --help, and bad input gets one line and exit code 2.
+
+    pytest tests/test_command.py -q
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HERE = [sys.executable, str(REPO / "tests" / "stepscope_here.py")]
+
+
+def stepscope(*args, cwd=REPO, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([*HERE, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def assert_one_line_error(p: subprocess.CompletedProcess, prefix: str, *fragments: str) -> None:
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(prefix), p.stderr
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
+
+
+def test_top_level_help_lists_every_subcommand():
+    p = stepscope("--help")
+    assert p.returncode == 0, p.stderr
+    for name in ("train", "analyze", "compare", "tensorboard"):
+        assert name in p.stdout.splitlines()[0]
+    assert_one_line_error(stepscope("bogus"), "stepscope: error: unknown command 'bogus'")
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("train", "--profile"), ("analyze", "--export-tensorboard"), ("compare", "--variants"),
+    ("tensorboard", "--shadow"),
+])
+def test_each_subcommand_has_help(name, expected):
+    p = stepscope(name, "--help")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"usage: stepscope {name}") and expected in p.stdout
+
+
+def test_analyze_errors_name_the_subcommand(tmp_path):
+    p = stepscope("analyze", "--bogus", tmp_path)
+    assert p.stderr.splitlines() == ["stepscope analyze: error: unrecognized arguments: --bogus"]
+    assert p.returncode == 2
+    assert_one_line_error(stepscope("analyze", tmp_path / "missing"), "error: ", "not a directory")
+
+
+def test_compare_refuses_too_few_steps(tmp_path):
+    p = stepscope("compare", "--steps", "3", "--logdir", tmp_path)
+    assert_one_line_error(p, "stepscope compare: error: --steps 3 is too few")
+    assert not any(tmp_path.iterdir())
+
+
+def test_tensorboard_bad_input(tmp_path):
+    prefix = "stepscope tensorboard: error: "
+    assert_one_line_error(stepscope("tensorboard"), prefix, "--logdir")
+    assert_one_line_error(stepscope("tensorboard", "--logdir", tmp_path / "nope"), prefix, "not a directory")
+    assert_one_line_error(stepscope("tensorboard", "--logdir", tmp_path, "--port", "0"), prefix, "not a TCP port")
+    inside = tmp_path / "shadow"
+    assert_one_line_error(stepscope("tensorboard", "--logdir", tmp_path, "--shadow", inside), prefix,
+                          "must be outside --logdir")
+    assert not inside.exists()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert_one_line_error(stepscope("tensorboard", "--logdir", tmp_path, "--port", port), prefix,
+                              f"--port {port}: cannot listen there")
+    assert not any(tmp_path.iterdir())
+
+
+def test_dispatcher_loads_a_checkout_file_and_refuses_a_missing_one(capsys):
+    from stepscope.trainer.command import CommandUnavailable, load_function
+
+    main = load_function("checkout:scripts/analyze.py", "main")  # a script that imports _checkout first
+    assert main([str(REPO / "tests" / "data" / "cuda_graph")], prog="stepscope analyze") == 0
+    assert capsys.readouterr().out.startswith("stepscope diagnosis: gpu_bound")
+    with pytest.raises(CommandUnavailable, match="scripts/no_such_tool.py is not in this install"):
+        load_function("checkout:scripts/no_such_tool.py", "main")

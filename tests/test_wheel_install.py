@@ -1,0 +1,98 @@
+"""stepscope's wheel installs next to another distribution named `kernels`, and its command works from anywhere.
+
+    pytest tests/test_wheel_install.py -q      # about a minute on 2 idle cores (mostly the 3-step training run)
+
+Builds the wheel from this checkout's tracked files (in a temporary copy, so nothing is written into the
+checkout), and a stub distribution `kernels` (`kernels.STUB = True`); installs both into a fresh venv that
+reuses the system's torch (--system-site-packages; nothing is downloaded); then, from a folder outside the
+repository, runs `stepscope train --profile` (3 CPU steps) and `stepscope analyze` on its run. The system
+site may hold an editable stepscope of another checkout: the checks make sure the venv's wheel is what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STUB_PYPROJECT = """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "kernels"
+version = "0.0.1"
+
+[tool.setuptools]
+packages = ["kernels"]
+"""
+TRAIN = ["--profile", "--device", "cpu", "--steps", "3", "--skip-first", "0", "--wait", "0", "--warmup", "1",
+         "--active", "2", "--synthetic-train-size", "64", "--synthetic-eval-size", "32", "--batch-size", "16",
+         "--run-name", "wheel"]
+
+
+def run(cmd, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    p = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert p.returncode == 0, f"{cmd}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def copy_tracked(dest: Path) -> None:
+    """The files the wheel is built from, as committed in this checkout (plus uncommitted edits)."""
+    files = subprocess.run(["git", "ls-files", "pyproject.toml", "README.md", "trainer", "kernels"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((REPO / name).read_bytes())
+
+
+def build_wheels(tmp: Path) -> list[Path]:
+    src, stub, wheels = tmp / "src", tmp / "stub", tmp / "wheels"
+    copy_tracked(src)
+    (stub / "kernels").mkdir(parents=True)
+    (stub / "pyproject.toml").write_text(STUB_PYPROJECT)
+    (stub / "kernels" / "__init__.py").write_text("STUB = True\n")
+    for project in (src, stub):  # the system's setuptools builds both; offline, no build isolation
+        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+             "-w", wheels, project], cwd=tmp)
+    return sorted(wheels.glob("*.whl"))
+
+
+@pytest.mark.slow
+def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
+    wheels = build_wheels(tmp_path)
+    assert [w.name.split("-")[0] for w in wheels] == ["kernels", "stepscope"]
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True, with_pip=False)  # the system's pip installs into it
+    bin_dir = env_dir / "bin"
+    run([sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-deps", "--no-index",
+         *wheels], cwd=tmp_path)
+
+    away = tmp_path / "elsewhere"  # not the repository, and no scripts/_checkout.py on any path
+    away.mkdir()
+    probe = run([bin_dir / "python", "-c",
+                 "import json, kernels, stepscope.trainer, stepscope.kernels, stepscope.trainer.command as c;"
+                 "print(json.dumps([getattr(kernels, 'STUB', False), kernels.__file__, stepscope.trainer.__file__,"
+                 " stepscope.kernels.__file__, c.__file__]))"], cwd=away)
+    stub_flag, kernels_file, trainer_file, our_kernels_file, command_file = json.loads(probe.stdout)
+    site = str(env_dir.resolve())
+    assert stub_flag is True and kernels_file.startswith(site)
+    for f in (trainer_file, our_kernels_file, command_file):
+        assert f.startswith(site) and "/site-packages/stepscope/" in f, f
+
+    train = run([bin_dir / "stepscope", "train", *TRAIN], cwd=away, timeout=400)
+    assert "completed: 3 steps" in train.stdout
+    run_dir = away / "logs" / "wheel"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+    analyze = run([bin_dir / "stepscope", "analyze", "logs/wheel", "--json"], cwd=away)
+    assert analyze.stderr.splitlines()[-1] == "found 1 trace (1 stepscope)"
+    assert json.loads(analyze.stdout)["verdict"] == "cpu_bound"

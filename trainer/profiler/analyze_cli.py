@@ -1,0 +1,138 @@
+"""Say why training steps are slow, from the torch.profiler traces in a file or a directory.
+
+    stepscope analyze logs/myrun                 # verdict + evidence + top findings per trace
+    stepscope analyze trace.json --json          # the whole report as one JSON document
+    stepscope analyze plain_run --export-tensorboard logs/plain_fixed   # + a plugin-ready copy
+    python scripts/analyze.py ...                # the same, from a checkout
+
+PATH is a trace file or a directory holding traces from stepscope's trainer (``logs/<run>/``, whose
+untouched originals under ``raw/`` are preferred), plain ``tensorboard_trace_handler``, Lightning's
+``PyTorchProfiler``, accelerate's ``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace``
+(see discover.py). All traces found are analysed as one run. First, one line on stderr says what was found
+and skipped, e.g. ``found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (not a
+profiler trace)``. The console text on stdout looks like
+
+    stepscope diagnosis: launch_bound
+      eager_bs128 (span 1795259107760373831, NVIDIA H200): launch_bound: step 10.44 ms, GPU busy 29%
+         48.4% (5.05 ms) GPU idle while the host dispatches ops / launches kernels
+        ...
+
+``--json`` prints ``{"verdict", "spans": [...], "distributed": [...]}`` (schema in the README).
+``--export-tensorboard OUT_DIR`` also writes the traces, rewritten so that torch-tb-profiler 0.4.3 shows true
+numbers, to OUT_DIR (which must not exist or be empty), and lists the files it wrote: on stdout after the
+console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
+temporary folder beside OUT_DIR that is renamed into place only once complete.
+
+Bad input (no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty OUT_DIR, an
+exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing written.
+``--json`` output is strict JSON: a value that is not a finite number is ``null``. Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from stepscope.trainer.cli import OneLineParser
+from stepscope.trainer.profiler.analysis import TraceError, json_out, render_console
+from stepscope.trainer.profiler.discover import discover, summary_line
+from stepscope.trainer.profiler.loaded import Loaded, load_found, report_of
+
+
+class UsageError(ValueError):
+    """Bad input to this command; the message is the one line printed."""
+
+
+def check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--export-tensorboard {out_dir}: exists and is not a directory; "
+                         "give a new or empty directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise UsageError(f"--export-tensorboard {out_dir}: directory is not empty; give a new or empty "
+                         "directory")
+
+
+def find_and_load(path: Path) -> tuple[list[Loaded], str]:
+    """Every trace under ``path``, parsed, and the one-line summary of what was found and skipped."""
+    if not path.exists() or not (path.is_dir() or path.is_file()):
+        raise UsageError(f"{path}: not a directory or a trace file (expected a run directory such as "
+                         "logs/<run>, or a trace file)")
+    found = discover(path)
+    loaded, skipped = load_found(found.traces)
+    line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
+    if not loaded:
+        raise UsageError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
+                         "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
+                         + (f"; {line}" if found.skipped or skipped else ""))
+    return loaded, line
+
+
+def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
+    """Write each trace's adapted copy and its original (raw/) to ``out_dir`` through a temporary sibling
+    folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
+    try:
+        from stepscope.trainer.profiler.tbfix import write_adapted_pair
+        from stepscope.trainer.profiler.tbfix.plugin_check import PluginMissing, plugin_problem
+    except ImportError as e:
+        raise UsageError(f"--export-tensorboard needs stepscope.trainer.profiler.tbfix, which failed to "
+                         f"import: {e}") from None
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    try:
+        target = staging / out_dir.name
+        written = []
+        for item in loaded:
+            gz = item.found.path.name.endswith(".gz")
+            try:
+                adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
+            except ValueError as e:
+                raise UsageError(f"--export-tensorboard: {e}") from None
+            except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
+                # the analysis accepted these traces, so this is a defect of the adapter: still one line
+                raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
+            try:
+                problem = plugin_problem(adapted)  # a copy TensorBoard would drop is no export
+            except PluginMissing as e:
+                raise UsageError(f"--export-tensorboard: {e}") from None
+            if problem:
+                raise UsageError(f"--export-tensorboard: {item.found.path}: torch-tb-profiler 0.4.3 cannot load "
+                                 f"the exported copy ({problem})")
+            written.append(out_dir / adapted.name)
+        os.replace(target, out_dir)  # out_dir is missing or empty (checked before): rename(2) replaces it
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
+    p = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                   help="a run directory (e.g. logs/<run>), any folder of traces, or one trace file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--export-tensorboard", type=Path, metavar="OUT_DIR",
+                   help="also write a copy that torch-tb-profiler 0.4.3 reads correctly to OUT_DIR")
+    a = p.parse_args(argv)
+    try:
+        if a.export_tensorboard is not None:
+            check_out_dir(a.export_tensorboard)
+        loaded, found_line = find_and_load(a.run_dir)
+        report = report_of(loaded, str(a.run_dir))  # validates every trace before anything is written
+        written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
+    except (TraceError, UsageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError:  # past the per-file checks: e.g. many traces that fit one by one but not together
+        print(f"error: {a.run_dir}: too large to analyse in the memory available here", file=sys.stderr)
+        return 2
+    print(found_line, file=sys.stderr)
+    print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
+    if written is not None:
+        stream = sys.stderr if a.json else sys.stdout
+        print(f"exported {len(written)} trace(s) to {a.export_tensorboard}, originals under raw/ "
+              f"(tensorboard --logdir {a.export_tensorboard.parent}):", file=stream)
+        for path in written:
+            print(f"  {path}", file=stream)
+    return 0

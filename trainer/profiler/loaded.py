@@ -1,0 +1,79 @@
+"""Load what `discover.py` found, and analyse any set of loaded traces as one run.
+
+    loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
+    report = report_of(loaded)                          # RunReport, as for a run directory
+
+A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a file that was only
+sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared
+by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepscope.trainer.profiler.analysis.cross_rank import cross_rank
+from stepscope.trainer.profiler.analysis.report import RunReport, analyze_file, read_trace, run_verdict
+from stepscope.trainer.profiler.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
+
+STEPS_REQUIRED = (STEPSCOPE, HANDLER)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    found: Found
+    span: str  # found.span, or the one given to a spanless trace
+    trace: dict
+
+    @property
+    def worker(self) -> str:
+        return self.found.worker
+
+
+def read(found: Found) -> dict:
+    """Parse one found trace completely; TraceError (one line) when it is not readable JSON."""
+    return read_trace(found.path)
+
+
+def skip_reason(found: Found, trace: dict) -> str | None:
+    """Why a found file is not a trace to analyse after all; None when it is one. Traces of stepscope and
+    tensorboard_trace_handler are always analysed (a missing ProfilerStep# is then an error that says how to
+    fix the loop); Lightning's also profiles actions without steps (e.g. validation_step), which are skipped,
+    as are sniffed files without steps."""
+    if found.kind in STEPS_REQUIRED or has_profiler_steps(trace):
+        return None
+    return "no ProfilerStep# events"
+
+
+def assign_spans(found: list[Found]) -> dict[Path, str]:
+    """Each trace's span: its own, or the smallest mtime in ns among the spanless traces of its folder."""
+    shared: dict[Path, int] = {}
+    for f in found:
+        if not f.span:
+            mtime = f.path.stat().st_mtime_ns
+            shared[f.path.parent] = min(mtime, shared.get(f.path.parent, mtime))
+    return {f.path: f.span or str(shared[f.path.parent]) for f in found}
+
+
+def load_found(found: list[Found] | tuple[Found, ...]) -> tuple[list[Loaded], list[Skipped]]:
+    """Parse every found trace; skip sniffed ones without ProfilerStep# events."""
+    spans = assign_spans(list(found))
+    loaded, skipped = [], []
+    for f in found:
+        trace = read(f)
+        reason = skip_reason(f, trace)
+        if reason:
+            skipped.append(Skipped(f.path, reason))
+        else:
+            loaded.append(Loaded(f, spans[f.path], trace))
+    return loaded, skipped
+
+
+def report_of(loaded: list[Loaded], label: str = "") -> RunReport:
+    """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared.
+    Raises TraceError (one line, naming worker.span) when a trace cannot be analysed (no ProfilerStep#)."""
+    spans = [analyze_file(item.trace, item.found.path, item.worker, item.span) for item in loaded]
+    dist = tuple(cross_rank(spans))
+    return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)

@@ -1,0 +1,85 @@
+"""Publish loaded traces as one TensorBoard run of a shadow logdir: adapted copies, originals, diagnosis.
+
+    path = publish_run(loaded, logdir, staging, "myrun")     # -> logdir/myrun (or logdir/myrun@2, ...)
+
+The run is built complete in a folder under `staging` (same filesystem as `logdir`, outside it, so neither
+TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdir`:
+
+    <name>/<worker>.<span>.pt.trace.json[.gz]     adapted copy (trainer layout, see files.py)
+    <name>/raw/<span>/<worker>.trace.json[.gz]    untouched original
+    <name>/diagnosis.md, events.out.tfevents.*    Text "diagnosis" and "diagnosis/*" Scalars
+
+torch-tb-profiler parses a run folder once, when it first has a trace, so a run's traces are never added to:
+traces that arrive later for the same source run are published as a new run, `<name>@2`, `<name>@3`, ...
+`<name>` may already hold the source run's mirrored event files (mirror.py); the built run joins them.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from stepscope.trainer.profiler.analysis import TraceError
+from stepscope.trainer.profiler.atomic import write_text_atomic
+from stepscope.trainer.profiler.diagnose import write_diagnosis
+from stepscope.trainer.profiler.files import WORKER_PATTERN
+from stepscope.trainer.profiler.loaded import Loaded, report_of
+from stepscope.trainer.profiler.tb_events import EventLog
+from stepscope.trainer.profiler.tbfix import write_adapted_pair
+
+
+def has_traces(folder: Path) -> bool:
+    """Whether the plugin would list `folder` as a run (it may already have parsed it)."""
+    return folder.is_dir() and any(WORKER_PATTERN.match(p.name) for p in folder.iterdir())
+
+
+def free_name(logdir: Path, base: str) -> str:
+    """`base` unless the plugin may have read it already, else the first free `base@N` (N >= 2). A `base`
+    holding only mirrored event files (mirror.py) is free: the plugin has not looked at it."""
+    if not has_traces(logdir / base):
+        return base
+    n = 2
+    while (logdir / f"{base}@{n}").exists():
+        n += 1
+    return f"{base}@{n}"
+
+
+def _move_in(work: Path, target: Path) -> None:
+    """Move a built run into `target`: in one rename when `target` does not exist, else entry by entry with
+    the plugin-listed traces last, so the plugin never sees a trace before the rest of its run."""
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(work, target)  # atomic; fails rather than merging if the name was taken meanwhile
+        return
+    entries = sorted(work.iterdir(), key=lambda p: (WORKER_PATTERN.match(p.name) is not None, p.name))
+    for entry in entries:
+        os.rename(entry, target / entry.name)
+
+
+def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str) -> tuple[Path, str]:
+    """Write `loaded` as a new run named after `base` (see free_name); return (its folder, the verdict or
+    the reason there is none). Nothing appears in `logdir` unless the whole run was written."""
+    logdir, staging = Path(logdir), Path(staging)
+    staging.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=staging))
+    try:
+        for item in loaded:
+            write_adapted_pair(work, item.worker, item.span, item.trace, item.found.path.name.endswith(".gz"))
+        with EventLog(work) as log:
+            try:
+                report = report_of(loaded, base)
+            except TraceError as e:
+                verdict = f"no diagnosis: {e}"
+                write_text_atomic(work / "diagnosis.md", verdict + "\n")
+                log.text("diagnosis", verdict, 0)
+            else:
+                verdict = report.verdict
+                write_diagnosis(work, report, log, 0)
+        target = logdir / free_name(logdir, base)
+        _move_in(work, target)
+        return target, verdict
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

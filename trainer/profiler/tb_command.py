@@ -1,0 +1,154 @@
+"""`stepscope tensorboard`: TensorBoard with the PyTorch Profiler tab on any directory of traces.
+
+    stepscope tensorboard --logdir DIR                      # http://127.0.0.1:6006/#pytorch_profiler
+    stepscope tensorboard --logdir DIR --port 6007 --host 0.0.0.0 --shadow /tmp/dir-tb
+
+Finds every trace under DIR (discover.py: stepscope runs, tensorboard_trace_handler, Lightning, accelerate,
+export_chrome_trace), publishes each complete one, adapted for torch-tb-profiler 0.4.3 and with its
+diagnosis (Text "diagnosis", Scalars "diagnosis/*"), as a run of a shadow logdir (shadow.py), and serves
+that with `tensorboard` as a child process. DIR is only read. While it runs, DIR is polled every
+--poll seconds: a new trace shows up within two polls plus the plugin's 10 s rescan; traces that arrive
+for a run already shown appear as a new run `<run>@2`, `<run>@3`, ...
+
+Prints one line per published run ("+ run exp1: 2 traces (tensorboard_trace_handler): launch_bound"), one
+per rejected file ("! ..."), and the URL. The shadow logdir is a temporary folder removed at exit, or
+--shadow DIR2/logdir (kept; DIR2 must be outside DIR). Ctrl-C (or SIGTERM) stops TensorBoard, waits for it,
+and exits 130 (143 on SIGTERM). Bad input (no such DIR, a port in use, --shadow inside DIR): one line on
+stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepscope.trainer.cli import OneLineParser
+from stepscope.trainer.profiler.watch import WatchConfig, Watcher
+
+
+class UsageError(ValueError):
+    """Bad input to this command; the message is the one line printed."""
+
+
+class Stop(Exception):
+    """SIGINT or SIGTERM arrived; `code` is the exit code to return."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    source: Path
+    host: str
+    port: int
+    shadow: Path | None  # None: a temporary folder, removed at exit
+    poll_s: float
+
+
+def parse(argv: list[str] | None, prog: str) -> ServeConfig:
+    p = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("--logdir", type=Path, required=True, metavar="DIR", help="the directory of traces")
+    p.add_argument("--port", type=int, default=6006)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--shadow", type=Path, default=None, metavar="DIR2",
+                   help="keep the adapted runs in DIR2/logdir (default: a temporary folder)")
+    p.add_argument("--poll", type=float, default=2.0, metavar="S", help="seconds between looks at DIR")
+    a = p.parse_args(argv)
+    if not a.logdir.is_dir():
+        p.error(f"--logdir {a.logdir}: not a directory")
+    if not 0 < a.port < 65536:
+        p.error(f"--port {a.port}: not a TCP port (1-65535)")
+    if not 0.1 <= a.poll <= 60:
+        p.error(f"--poll {a.poll}: use 0.1 to 60 seconds")
+    if a.shadow is not None:
+        src, shadow = a.logdir.resolve(), a.shadow.resolve()
+        if shadow == src or src in shadow.parents or shadow in src.parents:
+            p.error(f"--shadow {a.shadow}: must be outside --logdir {a.logdir} (DIR is never written) and not "
+                    "contain it")
+    return ServeConfig(a.logdir, a.host, a.port, a.shadow, a.poll)
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise UsageError(f"--host {host} --port {port}: cannot listen there ({e.strerror}); "
+                             "pick another --port") from None
+
+
+def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", host, "--port",
+            str(port), "--load_fast=false", "--reload_interval", "5"]
+
+
+def _raise_stop(signum, _frame) -> None:
+    raise Stop(128 + signum)
+
+
+def serve(cfg: ServeConfig) -> int:
+    check_port_free(cfg.host, cfg.port)
+    root = Path(tempfile.mkdtemp(prefix="stepscope-tb-")) if cfg.shadow is None else cfg.shadow
+    logdir, staging = root / "logdir", root / ".staging"
+    logdir.mkdir(parents=True, exist_ok=True)
+    watcher = Watcher(WatchConfig(cfg.source, logdir, staging))
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    proc = None
+    try:
+        for _ in range(2):  # two looks: a trace must be the same at both before it is published
+            for line in watcher.poll():
+                print(line, flush=True)
+            time.sleep(cfg.poll_s)
+        for line in watcher.poll():
+            print(line, flush=True)
+        proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port))
+        print(f"TensorBoard (pid {proc.pid}) at http://{cfg.host}:{cfg.port}/#pytorch_profiler serving "
+              f"{len(watcher.runs)} run(s) from {logdir}; watching {cfg.source}; Ctrl-C stops", flush=True)
+        while proc.poll() is None:
+            time.sleep(cfg.poll_s)
+            for line in watcher.poll():
+                print(line, flush=True)
+        print(f"tensorboard exited with code {proc.returncode}", file=sys.stderr)
+        return proc.returncode or 1
+    except Stop as stop:
+        return stop.code
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_IGN if s == signal.SIGINT else handler)  # no second Ctrl-C mid-cleanup
+        if proc is not None:
+            stop_child(proc)
+        if cfg.shadow is None:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def stop_child(proc: subprocess.Popen, timeout_s: float = 15.0) -> None:
+    """SIGTERM, wait, then SIGKILL: TensorBoard is gone when this returns."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main(argv: list[str] | None = None, prog: str = "stepscope tensorboard") -> int:
+    cfg = parse(argv, prog)
+    try:
+        return serve(cfg)
+    except UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
