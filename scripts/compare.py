@@ -13,9 +13,10 @@ from pathlib import Path
 
 import _checkout  # noqa: F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.compare import main
+from stepscope.trainer.launch import checkout_train
 
 REPO = Path(__file__).resolve().parents[1]
 
 if __name__ == "__main__":
-    sys.exit(main(prog="compare.py", train_cmd=(sys.executable, str(REPO / "scripts" / "train.py")),
+    sys.exit(main(prog="compare.py", train_cmd=checkout_train(REPO),
                   default_logdir=REPO / "logs", cwd=REPO))

@@ -45,6 +45,8 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=d.data.workers, help="DataLoader workers (cifar10)")
     p.add_argument("--data-placement", default=d.data.placement,
                    help="synthetic data: 'device' (generated on the GPU) or 'host' (copied in every step)")
+    p.add_argument("--augment", default=d.data.augment,
+                   help="cifar10 augmentation: 'basic' (crop, flip) or 'heavy' (+ RandAugment, colour jitter)")
     p.add_argument("--pin-memory", action=B, default=d.data.pin_memory,
                    help="host batches in pinned memory, copied with non_blocking=True (CUDA)")
     p.add_argument("--batch-size", type=int, default=d.data.batch_size, help="per rank under torchrun")
@@ -84,6 +86,7 @@ def config_from_args(a: argparse.Namespace, device: str) -> TrainConfig:
         model=ModelConfig(arch=a.arch, ops=a.ops),
         data=DataConfig(name=a.data, data_dir=a.data_dir, download=a.download, batch_size=a.batch_size,
                         workers=a.workers, placement=a.data_placement, pin_memory=a.pin_memory,
+                        augment=a.augment,
                         synthetic_train_size=a.synthetic_train_size,
                         synthetic_eval_size=a.synthetic_eval_size),
         optim=OptimConfig(lr=a.lr),

@@ -39,13 +39,13 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
 # name -> (where its main lives, the function). Each function takes (argv, prog=...) and returns an exit
 # code. The place is a dotted module of the package, or "checkout:<path>", a file relative to the checkout
 # this package was loaded from (tools that only exist in a clone, not in a wheel).
-# Open slots, wired once their modules take (argv, prog): "verify" (scripts/verify.py) and "bench-ops"
-# (scripts/bench_ops.py, or its module once it moves into the package).
+# Open slot, wired once its module takes (argv, prog): "bench-ops" (scripts/bench_ops.py).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("stepscope.trainer.command", "train_main"),
     "analyze": ("stepscope.trainer.profiler.analyze_cli", "main"),
     "compare": ("stepscope.trainer.compare", "main"),
     "tensorboard": ("stepscope.trainer.profiler.tb_command", "main"),
+    "verify": ("stepscope.trainer.verify", "main"),
 }
 CHECKOUT = "checkout:"
 

@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 from stepscope.trainer.cli import OneLineParser
 from stepscope.trainer.config import ConfigError
+from stepscope.trainer.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.trainer.run_dir import create_result_dir
-
-# How each variant's training run is started: the installed package's `stepscope train`, or a checkout's
-# scripts/train.py (whose `_checkout` makes the child run that checkout's code).
-INSTALLED_TRAIN = (sys.executable, "-m", "stepscope.trainer.command", "train")
 
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
             "cuda-graphs": ["--cuda-graphs"]}
@@ -73,10 +69,10 @@ def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str, train
            str(a.batch_size), "--steps", str(a.steps), "--device", a.device, "--ops", ops, "--logdir", str(root),
            "--run-name", name, "--log-every", "25", *VARIANTS[variant]]
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-    if r.returncode != 0:
-        return {"variant": variant, "ops": ops, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
-    run = json.loads((root / name / "run.json").read_text())
+    try:
+        run = run_train(cmd[len(train_cmd):], train_cmd, cwd)
+    except TrainFailed as e:
+        return {"variant": variant, "ops": ops, "error": str(e)}
     median_ms = run["final"]["median_step_ms"]
     row = {"variant": variant, "ops": ops, "run": name, "median_ms": median_ms,
            "mean_ms": run["final"]["mean_step_ms"],

@@ -14,6 +14,7 @@ ARCHS = ("resnet8", "resnet18", "torchvision-resnet18")
 DATASETS = ("synthetic", "cifar10")
 DEVICES = ("auto", "cpu", "cuda")
 PLACEMENTS = ("device", "host")
+AUGMENTS = ("basic", "heavy")
 OPS = ("native", "custom")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
@@ -38,6 +39,7 @@ class DataConfig:
     workers: int = 2  # DataLoader workers (cifar10 only)
     placement: str = "device"  # synthetic data: generated and kept on the device, or held in host memory
     pin_memory: bool = True  # host batches in page-locked memory, copied with non_blocking=True (CUDA only)
+    augment: str = "basic"  # cifar10: random crop and flip; "heavy" adds RandAugment and colour jitter per sample
     synthetic_train_size: int = 4096  # 64 steps per epoch at the default batch size
     synthetic_eval_size: int = 1024
 
@@ -153,6 +155,7 @@ def validate(cfg: TrainConfig) -> None:
     _choice("--device", cfg.device, ("cpu", "cuda"))
     _choice("--ops", cfg.model.ops, OPS)
     _choice("--data-placement", cfg.data.placement, PLACEMENTS)
+    _choice("--augment", cfg.data.augment, AUGMENTS)
     if cfg.compile is not None:
         _choice("--compile mode", cfg.compile, COMPILE_MODES)
     if cfg.data.name == "synthetic":

@@ -132,7 +132,9 @@ class CIFAR10Files(torchvision.datasets.CIFAR10):
 
 class Cifar10Data:
     def __init__(self, cfg: DataConfig, env: Env, seed: int) -> None:
-        train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+        heavy = [T.RandAugment(num_ops=2, magnitude=9), T.ColorJitter(0.4, 0.4, 0.4, 0.1)] \
+            if cfg.augment == "heavy" else []
+        train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), *heavy, T.ToTensor(),
                               T.Normalize(CIFAR_MEAN, CIFAR_STD)])
         eval_tf = T.Compose([T.ToTensor(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
         root = str(cfg.data_dir)

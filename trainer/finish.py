@@ -65,7 +65,9 @@ def finish_run(status: str, stop, progress, thr, record: RunRecord, log, prof, w
     if diagnosis is not None:
         done = replace(done, diagnosis={
             "verdict": diagnosis["verdict"], "file": "diagnosis.md",
-            "spans": [{k: sp[k] for k in ("worker", "span", "verdict", "metrics")} for sp in diagnosis["spans"]]})
+            "spans": [{**{k: sp[k] for k in ("worker", "span", "verdict", "basis", "metrics")},
+                       "findings": [{k: f[k] for k in ("id", "cost_ms_per_step")} for f in sp["findings"]]}
+                      for sp in diagnosis["spans"]]})
     done.write(run_dir)
     log.close()
     speed = "no timed steps" if final["images_per_s"] is None else f"{final['images_per_s']:.0f} images/s"

@@ -1,0 +1,91 @@
+"""stepscope verify: its refusals (one line, exit 2, nothing written), the remedy it picks for each verdict,
+and the flags it reruns the training with. Its GPU runs (launch-bound fixed by --cuda-graphs, data-bound fixed
+by --workers) are recorded in BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from stepscope.trainer.config import TrainConfig
+from stepscope.trainer.verify import VerifyError, _flag_args, _with, remedy_for
+from trainrun import FAST, PROFILE_3_STEPS, REPO, run_train
+
+VERIFY = [sys.executable, str(REPO / "scripts" / "verify.py")]
+
+
+def cfg(**changes) -> dict:
+    d = TrainConfig(device="cuda").to_dict()
+    for key, value in changes.items():
+        section, _, name = key.rpartition("__")
+        (d[section] if section else d)[name] = value
+    return d
+
+
+@pytest.mark.parametrize("verdict,config,findings,flags", [
+    ("launch_bound", cfg(), [], ("--cuda-graphs",)),
+    ("launch_bound", cfg(data__name="cifar10"), [], ("--compile", "reduce-overhead")),
+    ("data_bound", cfg(data__name="cifar10", data__workers=0), [], ("--workers", "4", "--pin-memory")),
+    ("data_bound", cfg(data__name="cifar10", data__workers=6), [], ("--workers", "12", "--pin-memory")),
+    ("transfer_bound", cfg(data__placement="host", data__pin_memory=False), [], ("--pin-memory",)),
+    ("transfer_bound", cfg(data__placement="host"), [], ("--data-placement", "device")),
+    ("host_bound", cfg(), [{"id": "host_sync"}], ("--log-every", "100")),
+])
+def test_remedy_for_each_verdict(verdict, config, findings, flags):
+    assert remedy_for(verdict, config, findings).flags == flags
+
+
+@pytest.mark.parametrize("verdict,config,message", [
+    ("gpu_bound", cfg(), "gpu_bound: no trainer option expresses its remedy"),
+    ("cpu_bound", cfg(device="cpu"), "cpu_bound: no trainer option expresses its remedy"),
+    ("launch_bound", cfg(cuda_graphs=True), "--cuda-graphs already on"),
+    ("data_bound", cfg(), "data_bound on synthetic data"),
+    ("host_bound", cfg(), "host work outside torch ops"),
+])
+def test_verdicts_without_a_trainer_remedy_are_refused(verdict, config, message):
+    with pytest.raises(VerifyError, match=message):
+        remedy_for(verdict, config, [])
+
+
+def test_rerun_flags_reproduce_the_config_and_apply_the_remedy():
+    base = _flag_args(cfg(data__name="cifar10", data__workers=0, compile="default"))
+    assert base[base.index("--workers") + 1] == "0" and base[base.index("--compile") + 1] == "default"
+    fixed = _with(base, ("--workers", "4", "--pin-memory"))
+    assert fixed[fixed.index("--workers") + 1] == "4" and fixed.count("--workers") == 1
+    graphs = _with(_flag_args(cfg(compile="default")), ("--cuda-graphs",))
+    assert "--cuda-graphs" in graphs and "--compile" not in graphs  # exclusive with compile
+    assert _with(["--no-bf16"], ("--bf16",)) == ["--bf16"]
+
+
+def verify(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([*VERIFY, *map(str, args)], capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def test_refusals_one_line_exit_2_nothing_written(tmp_path):
+    not_a_run = tmp_path / "empty"
+    not_a_run.mkdir()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "run.json").write_text(json.dumps({"some": "other tool"}))
+    for path, message in ((not_a_run, "no run.json"), (foreign, "not a stepscope training run")):
+        r = verify(path)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        assert not (path / "verify").exists()
+    r = verify(foreign, "--steps", "3")
+    assert r.returncode == 2 and "--steps 3 is too few" in r.stderr
+
+
+def test_an_unprofiled_run_and_a_cpu_bound_run_are_refused(tmp_path):
+    """End to end on the CPU: a real run without --profile has no diagnosis; a profiled CPU run is
+    cpu_bound, whose remedy (a GPU) no trainer flag expresses. Nothing is written into either run."""
+    plain = run_train([*FAST, "--steps", "3", "--logdir", str(tmp_path), "--run-name", "plain"])
+    profiled = run_train([*FAST, "--steps", "3", *PROFILE_3_STEPS, "--logdir", str(tmp_path), "--run-name", "prof"])
+    assert plain.returncode == profiled.returncode == 0, profiled.stderr[-2000:]
+    r = verify(tmp_path / "plain")
+    assert r.returncode == 2 and "no diagnosis in run.json; run stepscope train with --profile" in r.stderr
+    r = verify(tmp_path / "prof")
+    assert r.returncode == 2 and "no trainer option expresses its remedy" in r.stderr
+    run = json.loads((tmp_path / "prof" / "run.json").read_text())
+    assert "verification" not in run and not (tmp_path / "prof" / "verify").exists()

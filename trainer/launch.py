@@ -1,0 +1,36 @@
+"""Start a training run as a child process and read what it wrote: the one launcher of compare, verify and
+the profiler-overhead script.
+
+    run = run_train(["--steps", "200", "--run-name", "a", "--logdir", "logs/x"], INSTALLED_TRAIN)
+    run["final"]["median_step_ms"]
+
+`train_cmd` is how training is started: the installed package's `stepscope train` (INSTALLED_TRAIN), or a
+checkout's scripts/train.py (`checkout_train(repo)`), whose `_checkout` makes the child run that checkout's
+code. A failed run raises `TrainFailed` with the child's last stderr line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+INSTALLED_TRAIN = (sys.executable, "-m", "stepscope.trainer.command", "train")
+
+
+class TrainFailed(RuntimeError):
+    """The child exited non-zero; the message is its last stderr line."""
+
+
+def checkout_train(repo: Path) -> tuple[str, ...]:
+    return (sys.executable, str(Path(repo) / "scripts" / "train.py"))
+
+
+def run_train(args: list[str], train_cmd: tuple[str, ...] = INSTALLED_TRAIN, cwd: Path | None = None) -> dict:
+    """Run training with `args` (which name --logdir and --run-name) and return its run.json."""
+    r = subprocess.run([*train_cmd, *args], capture_output=True, text=True, cwd=cwd)
+    if r.returncode != 0:
+        raise TrainFailed((r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1])
+    logdir = Path(args[args.index("--logdir") + 1])
+    return json.loads((logdir / args[args.index("--run-name") + 1] / "run.json").read_text())
