@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.loader import (
+from .loader import (
     CSRC,
     CUDA_FLAGS,
     CUDA_SOURCES,
