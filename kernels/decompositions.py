@@ -14,7 +14,7 @@ where we had stepscope ops, and Inductor fuses them with their neighbours. Eager
 and every other backend (aot_eager, opcheck) still run our kernels. Autograd is unaffected: it is
 our C++ autograd (csrc/autograd.cpp) that AOTAutograd traces; only the ops it calls are decomposed.
 
-Registered by kernels.loader after the library is loaded; importing torch._inductor.decomposition
+kernels.loader calls register() after loading the library; importing torch._inductor.decomposition
 costs about 0.3 s once torch._dynamo is imported (about 2 s if not). The _out ops stay opaque
 (Inductor functionalizes them and calls our kernel); models use the functional ops.
 
@@ -47,6 +47,3 @@ def register() -> None:
         op = getattr(torch.ops.stepscope, name).default
         if op not in decompositions:
             register_decomposition(op)(fn)
-
-
-register()

@@ -135,8 +135,9 @@ def _build_and_load(with_cuda: bool, verbose: bool) -> str:
         with_cuda=with_cuda,
         is_python_module=False,
     )
-    from . import _registrations, decompositions  # noqa: F401  fake impls, Inductor decompositions
+    from . import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
 
+    decompositions.register()
 
     return str(library)
 
