@@ -14,7 +14,8 @@ where we had stepscope ops, and Inductor fuses them with their neighbours. Eager
 and every other backend (aot_eager, opcheck) still run our kernels. Autograd is unaffected: it is
 our C++ autograd (csrc/autograd.cpp) that AOTAutograd traces; only the ops it calls are decomposed.
 
-kernels.loader calls register() after loading the library; importing torch._inductor.decomposition
+kernels.loader calls register() after loading the library (it also drops the copy of the table that
+Inductor caches at its first compile, which would not see entries added later); importing torch._inductor.decomposition
 costs about 0.3 s once torch._dynamo is imported (about 2 s if not). The _out ops stay opaque
 (Inductor functionalizes them and calls our kernel); models use the functional ops.
 
@@ -40,10 +41,25 @@ DECOMPOSITIONS: dict[str, Callable[..., Tensor]] = {
 
 
 def register() -> None:
-    """Adds every op of DECOMPOSITIONS to Inductor's decomposition table (once per process)."""
-    from torch._inductor.decomposition import decompositions, register_decomposition
+    """Adds every op of DECOMPOSITIONS to Inductor's decomposition table (idempotent)."""
+    from torch._inductor import decomposition as inductor
 
     for name, fn in DECOMPOSITIONS.items():
         op = getattr(torch.ops.stepscope, name).default
-        if op not in decompositions:
-            register_decomposition(op)(fn)
+        if op not in inductor.decompositions:
+            inductor.register_decomposition(op)(fn)
+    forget_inductors_copy()
+
+
+def forget_inductors_copy() -> None:
+    """Drops the merged copy of its table that Inductor keeps from its first compile on.
+
+    Inductor compiles with select_decomp_table(), which returns a functools.cache'd copy of the table
+    (fast_random_decomps): entries added after the process's first compile are ignored until the copy
+    is dropped. Our library may well be loaded after something else was compiled.
+    """
+    from torch._inductor import decomposition as inductor
+
+    cache_clear = getattr(getattr(inductor, "fast_random_decomps", None), "cache_clear", None)
+    if cache_clear is not None:
+        cache_clear()

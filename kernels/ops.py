@@ -46,26 +46,37 @@ def unavailable_reason(device_type: str) -> str | None:
     """
     if device_type not in loader.DEVICE_TYPES:
         raise ValueError(f"device_type must be one of {', '.join(loader.DEVICE_TYPES)}; got {device_type!r}")
-    return loader.load().reasons[device_type]
+    return _loaded().reasons[device_type]
 
 
 def load() -> str:
     """Builds (first time) and loads the library; returns its path. Raises RuntimeError if it can't."""
-    result = loader.load()
+    result = _loaded()
     if result.library is None:
         raise RuntimeError(result.reasons["cpu"])
     return result.library
 
 
+def _loaded() -> loader.LoadResult:
+    """loader.load(), and from then on the wrappers call torch.ops.stepscope directly."""
+    global _ops
+    result = loader.load()
+    if result.library is not None:
+        _ops = torch.ops.stepscope
+    return result
+
+
 class _Unloaded:
-    """Stands in for torch.ops.stepscope until the first call, which loads the library."""
+    """Stands in for torch.ops.stepscope until the library is loaded: the first wrapper call loads it.
+
+    Loading before torch.compile traces a wrapper (kernels.load() or unavailable_reason(), as the
+    trainer does) keeps that trace free of this object; otherwise its first trace breaks the graph here.
+    """
 
     @torch.compiler.disable
     def __getattr__(self, name: str):
-        global _ops
         load()
-        _ops = torch.ops.stepscope
-        return getattr(_ops, name)
+        return getattr(torch.ops.stepscope, name)
 
 
 _ops = _Unloaded()  # torch.ops.stepscope once loaded

@@ -414,40 +414,60 @@ def test_every_op_has_a_decomposition_equal_to_the_kernel():
             assert_exact(decomposed(*inputs), run(op, *inputs))
 
 
-def compiled_code(fn, *inputs) -> tuple[object, str]:
-    """(result, all code Inductor generated) of torch.compile(fn)(*inputs), backward included if fn runs one."""
+def compiled_code(fn, *inputs, device: str = "cpu", **compile_options) -> tuple[object, tuple, str]:
+    """(output, input grads, all code Inductor generated) of torch.compile(fn)(*inputs) then backward."""
     from torch._inductor.utils import run_and_get_code
 
     torch.compiler.reset()
-    result, codes = run_and_get_code(torch.compile(fn, fullgraph=True), *inputs)
-    return result, "\n".join(codes)
+    compiled = torch.compile(fn, fullgraph=True, **compile_options)
+
+    def forward_backward():
+        y = compiled(*inputs)
+        if not y.requires_grad:
+            return y, ()
+        return y, torch.autograd.grad(y.sum(), inputs)
+
+    (y, grads), codes = run_and_get_code(forward_backward)
+    return y, grads, "\n".join(codes)
 
 
 def block(x, weight, skip):
-    """BatchNorm, then our add_relu and square: the end of a residual block, forward and backward."""
+    """BatchNorm, then our add_relu and square: the end of a residual block."""
     h = torch.nn.functional.batch_norm(x, None, None, weight, None, training=True)
-    y = kernels.square(kernels.add_relu(h, skip))
-    grads = torch.autograd.grad(y.sum(), (x, weight, skip))
-    return y, grads
+    return kernels.square(kernels.add_relu(h, skip))
+
+
+def block_inputs(device: str, dtype=torch.float64) -> tuple[torch.Tensor, ...]:
+    x, skip = (torch.randn(4, 8, 5, 5, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+    return x, torch.randn(8, dtype=dtype, device=device, requires_grad=True), skip
 
 
 @pytest.mark.slow
 def test_inductor_compiles_our_ops_as_fusable_aten_ops(monkeypatch):
-    x, skip = (torch.randn(4, 8, 5, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    weight = torch.randn(8, dtype=torch.float64, requires_grad=True)
-    (y, grads), code = compiled_code(block, x, weight, skip)
+    # Compile for real: Inductor's on-disk caches key on the traced graph, not on the decomposition table.
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    inputs = block_inputs("cpu")
+    y, grads, code = compiled_code(block, *inputs)
     assert "stepscope" not in code  # no extern call of our ops, forward or backward: all fused
-    y_eager, grads_eager = block(x, weight, skip)
+    y_eager = block(*inputs)
     torch.testing.assert_close(y, y_eager)
-    for got, expected in zip(grads, grads_eager, strict=True):
+    for got, expected in zip(grads, torch.autograd.grad(y_eager.sum(), inputs), strict=True):
         torch.testing.assert_close(got, expected)
-    # Control: without its decomposition add_relu stays an opaque extern call, which the check above would see.
+    # Control: without its decomposition add_relu stays an opaque extern call, which the check above would
+    # see. Inductor keeps a copy of its table from its first compile on: register() must reach it.
     from torch._inductor.decomposition import decompositions as table
 
-    monkeypatch.delitem(table, torch.ops.stepscope.add_relu.default)
-    with torch.no_grad():
-        _, opaque = compiled_code(lambda a, b: kernels.add_relu(a, b) * 2, skip.detach(), skip.detach())
-    assert "torch.ops.stepscope.add_relu.default" in opaque
+    del table[torch.ops.stepscope.add_relu.default]
+    decompositions.forget_inductors_copy()
+    try:
+        a = torch.randn(16)
+        _, _, opaque = compiled_code(lambda a, b: kernels.add_relu(a, b) * 2, a, a)
+        assert "torch.ops.stepscope.add_relu.default(" in opaque
+        decompositions.register()
+        _, _, fused = compiled_code(lambda a, b: kernels.add_relu(a, b) * 2, a, a)
+        assert "stepscope" not in fused
+    finally:
+        decompositions.register()  # puts it back (idempotent)
 
 
 # ---------------------------------------------------------------- scripts/bench_ops.py flags
