@@ -378,6 +378,19 @@ def test_forward_and_backward_run_no_python_autograd():
     assert_exact(grads["ab"][1], expected)
 
 
+def test_autograd_records_only_when_an_input_requires_grad():
+    a, b = torch.randn(8, requires_grad=True), torch.randn(8)
+    y = torch.ops.stepscope.add_relu(a, b)  # one of two inputs requires grad: recorded, gradient for that one
+    assert y.requires_grad and y.grad_fn is not None
+    (grad_a,) = torch.autograd.grad(y, a, torch.ones(8))
+    assert_exact(grad_a, (torch.relu(a + b) > 0).to(a.dtype))
+    with torch.no_grad():
+        in_no_grad = torch.ops.stepscope.add_relu(a, b)
+    for y in (torch.ops.stepscope.add_relu(a.detach(), b), in_no_grad):
+        assert not y.requires_grad and y.grad_fn is None  # nothing to record: straight to the kernel
+        assert_exact(y, torch.relu(a.detach() + b))
+
+
 def test_argument_names_come_from_the_schemas():
     from kernels import _registrations
 

@@ -131,14 +131,27 @@ struct OpFunction : public torch::autograd::Function<OpFunction<Op>> {
   }
 };
 
+// The Autograd kernel. Without a gradient to record (grad mode off, or no input requires grad) it
+// skips the autograd node, which Function::apply would build anyway, and goes straight below
+// autograd as generated ATen kernels do: that saves about as much as the rest of the call costs.
+// (Forward-mode AD is not supported by these ops either way.)
+template <class Op, class... T>
+Tensor autograd_kernel(const T&... in) {
+  if (!at::GradMode::is_enabled() || !(in.requires_grad() || ...)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return handle<Op>().call(in...);
+  }
+  return OpFunction<Op>::apply(in...);
+}
+
 template <class Op>
 Tensor autograd_unary(const Tensor& x) {
-  return OpFunction<Op>::apply(x);
+  return autograd_kernel<Op>(x);
 }
 
 template <class Op>
 Tensor autograd_binary(const Tensor& a, const Tensor& b) {
-  return OpFunction<Op>::apply(a, b);
+  return autograd_kernel<Op>(a, b);
 }
 
 template <class Op>
