@@ -5,33 +5,11 @@
     y = kernels.add_relu(a, b)          # builds/loads on first use; autograd and torch.compile work
 
 Prebuild with `python -m stepscope.kernels.build`. See kernels/ops.py for the op semantics and
-kernels/csrc/cuda/elementwise.cu for the CUDA kernel versions.
+kernels/csrc/cuda/elementwise.cu for the CUDA kernel versions; kernels/README.md for how the
+ops reach the dispatcher, autograd and torch.compile, and for adding an op.
 """
 
-from stepscope.kernels.ops import (
-    add,
-    add_relu,
-    kernel_version,
-    kernel_version_count,
-    load,
-    relu,
-    relu_backward,
-    set_kernel_version,
-    square,
-    square_backward,
-    unavailable_reason,
-)
+from . import ops
+from .ops import *  # noqa: F403  every wrapper, as listed in ops.__all__
 
-__all__ = [
-    "add",
-    "add_relu",
-    "kernel_version",
-    "kernel_version_count",
-    "load",
-    "relu",
-    "relu_backward",
-    "set_kernel_version",
-    "square",
-    "square_backward",
-    "unavailable_reason",
-]
+__all__ = ops.__all__

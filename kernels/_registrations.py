@@ -1,9 +1,12 @@
-"""Fake impls (torch.compile, meta tensors) and autograd formulas for the stepscope ops.
+"""Fake impls of the stepscope ops (torch.compile, meta tensors), registered with torch.library.register_fake.
 
-Imported by kernels.build right after the library is loaded (the ops must exist first); the C++
-schemas name this module with set_python_module, so torch imports it by itself when needed.
-The fake impls word their errors exactly as csrc/checks.h does (tests assert both texts), and
-every backward formula runs our own ops, so backward runs our kernels too.
+Imported by kernels.loader right after the library is loaded (the ops must exist first); the C++
+library names this module with set_python_module, so torch imports it by itself when needed.
+Autograd is not here: it is registered in C++ (csrc/autograd.cpp), so eager calls never enter Python.
+
+The ops are found in the library itself: every stepscope::X with a twin stepscope::X_out is an
+elementwise op, and its argument names come from its schema, so adding an op needs nothing here.
+The fake impls word their errors exactly as csrc/checks.h does (tests assert both texts).
 """
 
 from __future__ import annotations
@@ -11,15 +14,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-ARGS = {  # op -> argument names, as in the schemas of csrc/ops.cpp
-    "add": ("a", "b"),
-    "relu": ("x",),
-    "add_relu": ("a", "b"),
-    "square": ("x",),
-    "relu_backward": ("grad", "result"),
-    "square_backward": ("grad", "x"),
-}
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def elementwise_ops() -> dict[str, tuple[str, ...]]:
+    """Every elementwise op of the loaded library: name -> its Tensor argument names, in schema order."""
+    names = {n.removeprefix("stepscope::") for n in torch._C._dispatch_get_all_op_names() if n.startswith("stepscope::")}
+    ops = {}
+    for name in sorted(n for n in names if f"{n}_out" in names):
+        schema = getattr(torch.ops.stepscope, name).default._schema
+        ops[name] = tuple(arg.name for arg in schema.arguments)
+    return ops
 
 
 def _check_same(op: str, name: str, t: Tensor, ref_name: str, ref: Tensor) -> None:
@@ -67,61 +72,6 @@ def _register_fakes(name: str, names: tuple[str, ...]) -> None:
     torch.library.register_fake(op_out, fake_out)
 
 
+ARGS = elementwise_ops()  # op -> argument names
 for _name, _names in ARGS.items():
     _register_fakes(_name, _names)
-
-
-# ---------------------------------------------------------------- autograd
-
-
-def _save_result(ctx, inputs: tuple[Tensor, ...], output: Tensor) -> None:
-    ctx.save_for_backward(output)
-
-
-def _save_inputs(ctx, inputs: tuple[Tensor, ...], output: Tensor) -> None:
-    ctx.save_for_backward(*inputs)
-
-
-def _add_backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
-    return grad, grad
-
-
-def _relu_backward(ctx, grad: Tensor) -> Tensor:
-    (result,) = ctx.saved_tensors
-    return torch.ops.stepscope.relu_backward(grad, result)
-
-
-def _add_relu_backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
-    (result,) = ctx.saved_tensors
-    g = torch.ops.stepscope.relu_backward(grad, result)
-    return g, g
-
-
-def _square_backward(ctx, grad: Tensor) -> Tensor:
-    (x,) = ctx.saved_tensors
-    return torch.ops.stepscope.square_backward(grad, x)
-
-
-# Double backward. relu_backward(g, r) = g * [r > 0]: linear in g, and its derivative in r is zero
-# almost everywhere (as for torch's threshold_backward).
-def _relu_backward_backward(ctx, gg: Tensor) -> tuple[Tensor, None]:
-    _, result = ctx.saved_tensors
-    return torch.ops.stepscope.relu_backward(gg, result), None
-
-
-# square_backward(g, x) = 2 g x, symmetric in g and x: each partial is square_backward(gg, other).
-def _square_backward_backward(ctx, gg: Tensor) -> tuple[Tensor | None, Tensor | None]:
-    grad, x = ctx.saved_tensors
-    d_grad = torch.ops.stepscope.square_backward(gg, x) if ctx.needs_input_grad[0] else None
-    d_x = torch.ops.stepscope.square_backward(gg, grad) if ctx.needs_input_grad[1] else None
-    return d_grad, d_x
-
-
-torch.library.register_autograd("stepscope::add", _add_backward)
-torch.library.register_autograd("stepscope::relu", _relu_backward, setup_context=_save_result)
-torch.library.register_autograd("stepscope::add_relu", _add_relu_backward, setup_context=_save_result)
-torch.library.register_autograd("stepscope::square", _square_backward, setup_context=_save_inputs)
-torch.library.register_autograd("stepscope::relu_backward", _relu_backward_backward, setup_context=_save_inputs)
-torch.library.register_autograd(
-    "stepscope::square_backward", _square_backward_backward, setup_context=_save_inputs
-)

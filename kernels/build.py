@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 import torch
-from stepscope.kernels.loader import (
+
+from .loader import (
     CSRC,
     CUDA_FLAGS,
     CUDA_SOURCES,

@@ -3,13 +3,18 @@
 load() never raises: it returns the library path, or for each device type one line saying what is
 missing. The library is built by torch.utils.cpp_extension.load with ninja into
 $TORCH_EXTENSIONS_DIR/<name> (default ~/.cache/stepscope/torch_extensions/<name>). <name> carries
-the torch version and whether the CUDA kernels are in, so each torch gets its own build; later
-loads reuse it (ninja recompiles only changed sources). The CUDA kernels are built only where
+the torch version, whether the CUDA kernels are in, and a hash of the sources and flags, so each
+torch and each version of the sources gets its own build (a build of other sources is never
+reused); later loads of the same sources reuse it. The CUDA kernels are built only where
 torch.cuda.is_available(); elsewhere the library holds the CPU kernels alone.
+
+After loading, the Python side is registered: fake impls (_registrations.py) and Inductor
+decompositions (decompositions.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import platform
@@ -23,11 +28,19 @@ from pathlib import Path
 import torch
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-CPU_SOURCES = [CSRC / "ops.cpp"]
+CPU_SOURCES = sorted(CSRC.glob("*.cpp"))
 CUDA_SOURCES = sorted((CSRC / "cuda").glob("*.cu"))
+HEADERS = sorted(CSRC.rglob("*.h"))
+# The package this copy is imported as ("kernels"; "stepscope.kernels" once packaged so): the C++
+# library names its fake-impl module, <package>._registrations, for torch to import when needed.
+PYTHON_PACKAGE = __package__ or "kernels"
 # -mf16c: hardware fp16<->fp32 conversion (every x86-64 CPU since 2013); without it c10::Half
 # converts in software through denormal arithmetic, about 50x slower than eager PyTorch.
-CXX_FLAGS = ["-O3", *(["-mf16c"] if platform.machine() in ("x86_64", "AMD64") else [])]
+CXX_FLAGS = [
+    "-O3",
+    *(["-mf16c"] if platform.machine() in ("x86_64", "AMD64") else []),
+    f"-DSTEPSCOPE_PYTHON_PACKAGE={PYTHON_PACKAGE}",
+]
 CUDA_FLAGS = ["-O3", "-lineinfo"]  # -lineinfo: ncu can map time to source lines; no speed cost
 DEVICE_TYPES = ("cpu", "cuda")
 
@@ -44,9 +57,18 @@ _lock = threading.Lock()
 _result: LoadResult | None = None
 
 
+def sources_hash(with_cuda: bool) -> str:
+    """Eight hex digits of a hash of every source, header and compiler flag the build uses."""
+    digest = hashlib.sha256()
+    for path in [*CPU_SOURCES, *HEADERS, *(CUDA_SOURCES if with_cuda else [])]:
+        digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(repr((CXX_FLAGS, CUDA_FLAGS if with_cuda else None)).encode())
+    return digest.hexdigest()[:8]
+
+
 def library_name(with_cuda: bool) -> str:
     torch_tag = re.sub(r"[^0-9A-Za-z]+", "_", torch.__version__)
-    return f"stepscope_ops_torch{torch_tag}_{'cuda' if with_cuda else 'cpu'}"
+    return f"stepscope_ops_torch{torch_tag}_{'cuda' if with_cuda else 'cpu'}_{sources_hash(with_cuda)}"
 
 
 def build_directory(name: str) -> Path:
@@ -113,7 +135,9 @@ def _build_and_load(with_cuda: bool, verbose: bool) -> str:
         with_cuda=with_cuda,
         is_python_module=False,
     )
-    import stepscope.kernels._registrations  # noqa: F401  fake impls and autograd, now that the ops exist
+    from . import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
+
+    decompositions.register()
 
     return str(library)
 

@@ -9,6 +9,9 @@ cached build, and loads it; from then on torch.ops.stepscope.<op> exist too. Eve
 fp32, fp16, bf16 or fp64 tensors of one shape, dtype and device (no broadcasting, no promotion),
 any strides, and returns a new tensor laid out like its first input. With out=, the result is
 written into `out` instead (same shape, dtype and device; no autograd).
+
+The wrappers are thin: after the first call, `kernels.add_relu(a, b)` is `torch.ops.stepscope.add_relu(a, b)`
+plus one Python call; dispatch and autograd run in C++ (csrc/autograd.cpp).
 """
 
 from __future__ import annotations
@@ -17,10 +20,23 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
-from stepscope.kernels import loader
 from torch import Tensor
 
-_READY: dict[str, bool] = {}  # device type -> library loaded and usable there
+from . import loader
+
+__all__ = [
+    "add",
+    "add_relu",
+    "kernel_version",
+    "kernel_version_count",
+    "load",
+    "relu",
+    "relu_backward",
+    "set_kernel_version",
+    "square",
+    "square_backward",
+    "unavailable_reason",
+]
 
 
 def unavailable_reason(device_type: str) -> str | None:
@@ -30,74 +46,125 @@ def unavailable_reason(device_type: str) -> str | None:
     """
     if device_type not in loader.DEVICE_TYPES:
         raise ValueError(f"device_type must be one of {', '.join(loader.DEVICE_TYPES)}; got {device_type!r}")
-    return loader.load().reasons[device_type]
+    return _loaded().reasons[device_type]
 
 
 def load() -> str:
     """Builds (first time) and loads the library; returns its path. Raises RuntimeError if it can't."""
-    result = loader.load()
+    result = _loaded()
     if result.library is None:
         raise RuntimeError(result.reasons["cpu"])
     return result.library
 
 
-@torch.compiler.disable
-def _make_ready(device_type: str) -> None:
-    reason = loader.load().reasons.get(device_type, loader.load().reasons["cpu"])
-    if reason is not None:
-        raise RuntimeError(reason)
-    _READY[device_type] = True
+def _loaded() -> loader.LoadResult:
+    """loader.load(), and from then on the wrappers call torch.ops.stepscope directly."""
+    global _ops
+    result = loader.load()
+    if result.library is not None:
+        _ops = torch.ops.stepscope
+    return result
 
 
-def _require(*tensors: Tensor) -> None:
-    for t in tensors:
-        if not _READY.get(t.device.type, False):  # after the first call: one dict lookup
-            _make_ready(t.device.type)
+class _Unloaded:
+    """Stands in for torch.ops.stepscope until the library is loaded: the first wrapper call loads it.
+
+    Loading before torch.compile traces a wrapper (kernels.load() or unavailable_reason(), as the
+    trainer does) keeps that trace free of this object; otherwise its first trace breaks the graph here.
+    """
+
+    @torch.compiler.disable
+    def __getattr__(self, name: str):
+        load()
+        return getattr(torch.ops.stepscope, name)
 
 
-def _no_grad_for_out(name: str, *inputs: Tensor) -> None:
+_ops = _Unloaded()  # torch.ops.stepscope once loaded
+
+
+def _unavailable(inputs: tuple[Tensor, ...], error: Exception) -> Exception:
+    """The one-line reason as a RuntimeError if an input's device has no kernels in this build, else `error`."""
+    reasons = loader.load().reasons
+    for t in inputs:
+        reason = reasons.get(t.device.type)
+        if reason is not None:
+            return RuntimeError(reason)
+    return error
+
+
+def _into(name: str, inputs: tuple[Tensor, ...], out: Tensor) -> Tensor:
+    """torch.ops.stepscope.<name>_out(*inputs, out=out); returns out. No autograd there."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
         raise RuntimeError(f"kernels.{name}: out= does not support autograd, but an input requires grad")
-
-
-def _dispatch(name: str, inputs: tuple[Tensor, ...], out: Tensor | None) -> Tensor:
-    """torch.ops.stepscope.<name>(*inputs), or <name>_out into `out` (no autograd there)."""
-    _require(*inputs)
-    if out is None:
-        return getattr(torch.ops.stepscope, name)(*inputs)
-    _no_grad_for_out(name, *inputs)
-    getattr(torch.ops.stepscope, f"{name}_out")(*inputs, out=out)
+    try:
+        getattr(_ops, f"{name}_out").default(*inputs, out=out)
+    except NotImplementedError as e:
+        raise _unavailable(inputs, e) from e
     return out
+
+
+# Each wrapper calls the op's OpOverload directly: the least Python between the caller and the
+# dispatcher (the NotImplementedError branch costs nothing unless taken).
 
 
 def add(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     """a + b. Backward: (grad, grad)."""
-    return _dispatch("add", (a, b), out)
+    if out is not None:
+        return _into("add", (a, b), out)
+    try:
+        return _ops.add.default(a, b)
+    except NotImplementedError as e:
+        raise _unavailable((a, b), e) from e
 
 
 def relu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """max(x, 0), NaN passing through as in torch.relu. Backward: relu_backward(grad, result)."""
-    return _dispatch("relu", (x,), out)
+    if out is not None:
+        return _into("relu", (x,), out)
+    try:
+        return _ops.relu.default(x)
+    except NotImplementedError as e:
+        raise _unavailable((x,), e) from e
 
 
 def add_relu(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     """relu(a + b) in one pass (the fused residual). Backward: relu_backward(grad, result) for both."""
-    return _dispatch("add_relu", (a, b), out)
+    if out is not None:
+        return _into("add_relu", (a, b), out)
+    try:
+        return _ops.add_relu.default(a, b)
+    except NotImplementedError as e:
+        raise _unavailable((a, b), e) from e
 
 
 def square(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """x * x. Backward: square_backward(grad, x) = 2 x grad."""
-    return _dispatch("square", (x,), out)
+    if out is not None:
+        return _into("square", (x,), out)
+    try:
+        return _ops.square.default(x)
+    except NotImplementedError as e:
+        raise _unavailable((x,), e) from e
 
 
 def relu_backward(grad: Tensor, result: Tensor, *, out: Tensor | None = None) -> Tensor:
     """grad where result > 0, else 0 (relu's gradient, given relu's output)."""
-    return _dispatch("relu_backward", (grad, result), out)
+    if out is not None:
+        return _into("relu_backward", (grad, result), out)
+    try:
+        return _ops.relu_backward.default(grad, result)
+    except NotImplementedError as e:
+        raise _unavailable((grad, result), e) from e
 
 
 def square_backward(grad: Tensor, x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """2 * x * grad (square's gradient)."""
-    return _dispatch("square_backward", (grad, x), out)
+    if out is not None:
+        return _into("square_backward", (grad, x), out)
+    try:
+        return _ops.square_backward.default(grad, x)
+    except NotImplementedError as e:
+        raise _unavailable((grad, x), e) from e
 
 
 def kernel_version_count(family: str = "elementwise") -> int:

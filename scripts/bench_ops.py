@@ -2,6 +2,7 @@
 
     python scripts/bench_ops.py --out bench.json --plot sweep.png      # GPU (about 3 min on an H100)
     python scripts/bench_ops.py --device cpu --quick --no-compile --out /tmp/b.json --plot /tmp/s.png
+    python scripts/bench_ops.py --per-call --out per_call.json         # only the per-call costs (about 1 min)
 
 Method. GPU: CUDA events around each call after warm-up, L2 flushed before each call, median of
 --reps calls (at least 50); every tensor is 256 MiB (64 Mi fp32 or 128 Mi fp16/bf16 elements) of
@@ -15,8 +16,16 @@ The size sweep (fp32 add_relu, 10^2..10^8 elements) reports the time per call of
 calls: CPU, GPU launched from Python, and GPU launched from a CUDA graph; small sizes show the
 launch-overhead floor, the crossover where the GPU starts to win is printed and plotted.
 
-Prints a short table and the issue's target checks; writes everything to --out as JSON and
-the sweep to --plot as PNG.
+Per-call cost (also alone with --per-call): the time per call from Python of our add_relu (the
+kernels.add_relu wrapper and torch.ops.stepscope.add_relu) next to native torch.relu and a + b, at
+10^2..10^5 fp32 elements, with and without inputs that require grad, on CUDA (when present) and the
+CPU, all in the same run: back-to-back calls timed with CUDA events (perf_counter on the CPU) after
+warm-up, so at these sizes the number is the host's cost of issuing one op (Python, dispatcher,
+autograd, launch). Prints ours / native.
+
+Prints a short table and the performance target checks; writes everything to --out as JSON and
+the sweep to --plot as PNG. Bad arguments (too few --reps, an --out or --plot that cannot be
+written, a --plot that is not a .png file) are refused before anything is built or run.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import datetime
 import functools
 import json
 import math
+import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -224,6 +234,51 @@ def bench_sweep(cfg: BenchConfig) -> dict:
     return result
 
 
+PER_CALL_SIZES = (10**2, 10**3, 10**4, 10**5)
+
+
+def per_call_impls(a: torch.Tensor, b: torch.Tensor) -> dict:
+    """name -> (call, expected result): ours through the wrapper and through torch.ops, and native ops."""
+    both = torch.relu(a + b)
+    return {
+        "ours": (functools.partial(kernels.add_relu, a, b), both),  # the wrapper the trainer calls
+        "ours torch.ops": (functools.partial(torch.ops.stepscope.add_relu, a, b), both),
+        "torch.relu": (functools.partial(torch.relu, a), torch.relu(a)),
+        "a + b": (functools.partial(torch.add, a, b), a + b),
+        "relu(a + b)": (lambda: torch.relu(a + b), both),  # what add_relu replaces: two native ops
+    }
+
+
+def bench_per_call(devices: list[str], quick: bool) -> list[dict]:
+    """Time per call from Python of our add_relu and of native ops, back to back, in one run."""
+    rows = []
+    for device_name in devices:
+        device = torch.device(device_name)
+        for numel in PER_CALL_SIZES:
+            for grad in (False, True):
+                a, b = (torch.randn(numel, device=device, requires_grad=grad) for _ in range(2))
+                for impl, (fn, expected) in per_call_impls(a, b).items():
+                    check(f"per-call {impl} {device_name} {numel}", fn(), expected)
+                    for _ in range(20):  # warm-up: first-call caches, allocator blocks
+                        fn()
+                    us, k = per_call_batched(fn, device, 2e-3 if quick else 2e-2)
+                    rows.append({"device": device_name, "numel": numel, "grad": grad, "impl": impl, "us": us, "calls": k})
+    return rows
+
+
+def print_per_call(rows: list[dict]) -> None:
+    us = {(r["device"], r["numel"], r["grad"], r["impl"]): r["us"] for r in rows}
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    print("per-call µs from Python, back-to-back calls (ours = kernels.add_relu; grad = inputs require grad)")
+    print(f"{'device':<6} {'numel':>7} {'grad':<5} " + " ".join(f"{i:>14}" for i in impls)
+          + f" {'ours/relu':>9} {'ours/add':>8} {'ours/relu(a+b)':>14}")  # fmt: skip
+    for device, numel, grad in dict.fromkeys((r["device"], r["numel"], r["grad"]) for r in rows):
+        cell = {i: us[(device, numel, grad, i)] for i in impls}
+        ours = cell["ours"]
+        print(f"{device:<6} {numel:>7} {str(grad):<5} " + " ".join(f"{cell[i]:14.2f}" for i in impls)
+              + f" {ours / cell['torch.relu']:9.2f} {ours / cell['a + b']:8.2f} {ours / cell['relu(a + b)']:14.2f}")  # fmt: skip
+
+
 def plot_sweep(sweep: dict, path: Path, title: str) -> None:
     import matplotlib
 
@@ -286,43 +341,84 @@ def print_summary(rows: list[dict], classic: list[dict], sweep: dict, checks: li
         print(f"target {'MET   ' if c['met'] else 'MISSED'} {c['target']}: {c['value']:.3f}")
 
 
+def writable_file_error(path: Path, flag: str) -> str | None:
+    """Why `path` cannot be written as a file, or None; creates missing parent folders, writes nothing."""
+    if path.is_dir():
+        return f"{flag} {path} is a folder; give a file name"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"{flag} {path}: cannot create its folder ({e.strerror})"
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        return f"{flag} {path} is not writable ({e.strerror})"
+    if not existed:
+        os.remove(path)
+    return None
+
+
+def check_args(parser, args) -> int:
+    """Refuses bad arguments before anything is built or timed (parser.error: one line, exit 2); returns reps."""
+    reps = args.reps if args.reps is not None else (5 if args.quick else 100)
+    least = 2 if args.quick else 50
+    if reps < least:
+        parser.error(f"--reps {reps} is too few; use at least {least} (the median and quantiles need them)")
+    if args.plot is None and not args.per_call:
+        parser.error("--plot is required (except with --per-call)")
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        parser.error(f"--plot {args.plot} must name a .png file")
+    for flag, path in (("--out", args.out), ("--plot", args.plot)):
+        error = writable_file_error(path, flag) if path is not None else None
+        if error:
+            parser.error(error)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but no CUDA GPU is available; use --device cpu")
+    return reps
+
+
 def main() -> int:
     parser = OneLineParser(prog="bench_ops.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, few repetitions (smoke test)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    parser.add_argument("--per-call", action="store_true", help="only the per-call cost of ours vs native ops")
     parser.add_argument("--reps", type=int, default=None, help="timed calls per measurement (default 100; quick 5)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the full results")
-    parser.add_argument("--plot", type=Path, required=True, help="PNG file for the size sweep")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG file for the size sweep (required without --per-call)")
     args = parser.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_ops: --device cuda but no CUDA GPU is available; use --device cpu", file=sys.stderr)
-        return 2
+    reps = check_args(parser, args)
     reason = kernels.unavailable_reason(args.device)
     if reason is not None:
         print(f"bench_ops: stepscope ops unavailable on {args.device}: {reason}", file=sys.stderr)
         return 2
-    reps = args.reps or (5 if args.quick else 100)
-    if reps < (2 if args.quick else 50):
-        print(f"bench_ops: --reps {reps} is too few; use at least 50 (the median needs them)", file=sys.stderr)
-        return 2
     cfg = BenchConfig(device=args.device, quick=args.quick, compile=not args.no_compile, reps=reps,
                       bytes_per_tensor=(MIB // 4 if args.quick else 256 * MIB), sweep_max_exp=5 if args.quick else 8)  # fmt: skip
     torch.manual_seed(0)
+    name = torch.cuda.get_device_name(0) if cfg.device == "cuda" else "CPU"
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": name,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "argv": sys.argv, "config": asdict(cfg)}  # fmt: skip
+    per_call = bench_per_call(["cuda", "cpu"] if cfg.device == "cuda" else ["cpu"], cfg.quick)
+    if args.per_call:
+        args.out.write_text(json.dumps({"meta": meta, "per_call": per_call}, indent=1))
+        print(f"# {name}, torch {torch.__version__}")
+        print_per_call(per_call)
+        print(f"wrote {args.out}")
+        return 0
     timer = Timer(cfg)
     rows, copy_gbps = bench_ops(cfg, timer)
     classic = bench_classic(cfg, timer, copy_gbps)
     sweep = bench_sweep(cfg)
     checks = targets(rows) if cfg.device == "cuda" else []
-    name = torch.cuda.get_device_name(0) if cfg.device == "cuda" else "CPU"
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": name,
-            "torch": torch.__version__, "cuda": torch.version.cuda, "argv": sys.argv, "config": asdict(cfg),
-            "copy_gbps": copy_gbps}  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "ops": rows, "classic": classic, "sweep": sweep, "targets": checks}, indent=1))
+    meta["copy_gbps"] = copy_gbps
+    args.out.write_text(json.dumps({"meta": meta, "ops": rows, "classic": classic, "sweep": sweep, "per_call": per_call,
+                                    "targets": checks}, indent=1))  # fmt: skip
     plot_sweep(sweep, args.plot, f"add_relu fp32, time per call ({name}, torch {torch.__version__})")
     print(f"# {name}, torch {torch.__version__}, {cfg.reps} reps, {cfg.bytes_per_tensor // MIB} MiB per tensor")
     print_summary(rows, classic, sweep, checks)
+    print_per_call(per_call)
     print(f"wrote {args.out} and {args.plot}")
     return 0
 

@@ -43,7 +43,7 @@ stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 
 if has compare || has tests || has bench; then
   stamp "build the stepscope ops (CUDA)"
-  timeout 120 python3 -m stepscope.kernels.build > "$OUT/kernels_build.log" 2>&1; tail -3 "$OUT/kernels_build.log"
+  timeout 400 python3 -m stepscope.kernels.build > "$OUT/kernels_build.log" 2>&1; tail -3 "$OUT/kernels_build.log"
 fi
 
 

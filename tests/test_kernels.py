@@ -5,8 +5,10 @@
 Every value test runs on cpu and on cuda (skipped without a GPU) against `reference`: PyTorch on
 the inputs widened to op-math (fp32, or fp64 for fp64) and rounded once, which is what eager
 PyTorch computes, so results must be bit-identical. The first test builds the CPU library (about
-10 s on 2 cores; cached in ~/.cache/stepscope afterwards). GPU-only behaviour (graphs, compile,
-streams, kernel versions) is in test_kernels_cuda.py.
+90 s on 2 cores; cached in ~/.cache/stepscope afterwards, per version of the sources). Also here: the
+autograd kernels are C++ (no Python runs in forward or backward), torch.compile gets our ops
+decomposed into ATen ops it can fuse, and scripts/bench_ops.py refuses bad flags up front.
+GPU-only behaviour (graphs, compile, streams, kernel versions) is in test_kernels_cuda.py.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stepscope import kernels
+from stepscope.kernels import decompositions, loader
 
 REPO = Path(__file__).resolve().parent.parent
 OPS = {  # op -> reference on op-math tensors; the number of inputs is the reference's arity
@@ -324,3 +327,203 @@ def test_bench_ops_cpu_quick(tmp_path):
     assert all(row["us"] > 0 for row in results["ops"])
     assert [p["numel"] for p in results["sweep"]["points"]] == sorted(p["numel"] for p in results["sweep"]["points"])
     assert plot.stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- autograd in C++
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_autograd_kernel_is_registered_in_cpp(op):
+    name = f"stepscope::{op}"
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Autograd")
+    autograd_lines = [line for line in torch._C._dispatch_dump(name).splitlines() if line.startswith("Autograd")]
+    assert len(autograd_lines) == 1 and "csrc/autograd.cpp" in autograd_lines[0], autograd_lines
+    inputs = [torch.randn(3, requires_grad=True) for _ in range(ARITY[op])]
+    assert getattr(torch.ops.stepscope, op)(*inputs).grad_fn.name().startswith("torch::autograd::CppNode<stepscope::OpFunction<")
+
+
+THIS_FILE = Path(__file__).resolve().as_posix()
+
+
+def python_calls(fn) -> set[str]:
+    """"file:function" of every Python function that runs while fn() runs."""
+    calls = set()
+
+    def hook(frame, event, arg):
+        if event == "call":
+            calls.add(f"{Path(frame.f_code.co_filename).as_posix()}:{frame.f_code.co_name}")
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_forward_and_backward_run_no_python_autograd():
+    a, b = (torch.randn(64, requires_grad=True) for _ in range(2))
+    op = torch.ops.stepscope.add_relu.default
+    op(a, b)  # first call: lazy caches
+    out = {}
+    forward = {c for c in python_calls(lambda: out.setdefault("y", op(a, b))) if not c.startswith(THIS_FILE)}
+    assert {c.rsplit("/", 1)[-1] for c in forward} == {"_ops.py:__call__"}, forward  # OpOverload.__call__, then C++
+    grads = {}
+    backward = python_calls(lambda: grads.setdefault("ab", torch.autograd.grad(out["y"], (a, b), torch.ones(64))))
+    python_autograd = [c for c in backward if "/torch/_library/" in c or "/torch/autograd/function.py" in c or "/kernels/" in c]
+    assert python_autograd == [], python_autograd
+    expected = (torch.relu(a + b) > 0).float()
+    assert_exact(grads["ab"][0], expected)
+    assert_exact(grads["ab"][1], expected)
+
+
+def test_autograd_records_only_when_an_input_requires_grad():
+    a, b = torch.randn(8, requires_grad=True), torch.randn(8)
+    y = torch.ops.stepscope.add_relu(a, b)  # one of two inputs requires grad: recorded, gradient for that one
+    assert y.requires_grad and y.grad_fn is not None
+    (grad_a,) = torch.autograd.grad(y, a, torch.ones(8))
+    assert_exact(grad_a, (torch.relu(a + b) > 0).to(a.dtype))
+    with torch.no_grad():
+        in_no_grad = torch.ops.stepscope.add_relu(a, b)
+    for y in (torch.ops.stepscope.add_relu(a.detach(), b), in_no_grad):
+        assert not y.requires_grad and y.grad_fn is None  # nothing to record: straight to the kernel
+        assert_exact(y, torch.relu(a.detach() + b))
+
+
+def test_argument_names_come_from_the_schemas():
+    from stepscope.kernels import _registrations
+
+    assert _registrations.ARGS == {
+        "add": ("a", "b"), "add_relu": ("a", "b"), "relu": ("x",), "relu_backward": ("grad", "result"),
+        "square": ("x",), "square_backward": ("grad", "x"),
+    }  # fmt: skip
+    assert str(torch.ops.stepscope.add_relu_out.default._schema) == (
+        "stepscope::add_relu_out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()"
+    )
+
+
+def test_library_name_changes_with_sources_and_flags(monkeypatch):
+    name = loader.library_name(False)
+    assert name.startswith("stepscope_ops_torch") and name.rsplit("_", 1)[1] == loader.sources_hash(False)
+    monkeypatch.setattr(loader, "CXX_FLAGS", [*loader.CXX_FLAGS, "-DSOMETHING_ELSE"])
+    assert loader.library_name(False) != name
+    monkeypatch.undo()
+    cuda_name = loader.library_name(True)
+    monkeypatch.setattr(loader, "CUDA_FLAGS", [*loader.CUDA_FLAGS, "-DSOMETHING_ELSE"])
+    assert loader.library_name(True) != cuda_name and loader.library_name(False) == name  # CUDA flags: CUDA builds only
+
+
+# ---------------------------------------------------------------- torch.compile: Inductor decompositions
+
+
+def test_every_op_has_a_decomposition_equal_to_the_kernel():
+    from stepscope.kernels import _registrations
+
+    assert set(decompositions.DECOMPOSITIONS) == set(_registrations.ARGS)
+    for op, decomposed in decompositions.DECOMPOSITIONS.items():
+        for dtype in (torch.float32, torch.float64):
+            inputs = [make(SHAPE, "contiguous", dtype, "cpu") for _ in range(ARITY[op])]
+            assert_exact(decomposed(*inputs), run(op, *inputs))
+
+
+def compiled_code(fn, *inputs, device: str = "cpu", **compile_options) -> tuple[object, tuple, str]:
+    """(output, input grads, all code Inductor generated) of torch.compile(fn)(*inputs) then backward."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.compiler.reset()
+    compiled = torch.compile(fn, fullgraph=True, **compile_options)
+
+    def forward_backward():
+        y = compiled(*inputs)
+        if not y.requires_grad:
+            return y, ()
+        return y, torch.autograd.grad(y.sum(), inputs)
+
+    (y, grads), codes = run_and_get_code(forward_backward)
+    return y, grads, "\n".join(codes)
+
+
+def block(x, weight, skip):
+    """BatchNorm, then our add_relu and square: the end of a residual block."""
+    h = torch.nn.functional.batch_norm(x, None, None, weight, None, training=True)
+    return kernels.square(kernels.add_relu(h, skip))
+
+
+def block_inputs(device: str, dtype=torch.float64) -> tuple[torch.Tensor, ...]:
+    x, skip = (torch.randn(4, 8, 5, 5, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+    return x, torch.randn(8, dtype=dtype, device=device, requires_grad=True), skip
+
+
+@pytest.mark.slow
+def test_inductor_compiles_our_ops_as_fusable_aten_ops(monkeypatch):
+    # Compile for real: Inductor's on-disk caches key on the traced graph, not on the decomposition table.
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    inputs = block_inputs("cpu")
+    y, grads, code = compiled_code(block, *inputs)
+    assert "stepscope" not in code  # no extern call of our ops, forward or backward: all fused
+    y_eager = block(*inputs)
+    torch.testing.assert_close(y, y_eager)
+    for got, expected in zip(grads, torch.autograd.grad(y_eager.sum(), inputs), strict=True):
+        torch.testing.assert_close(got, expected)
+    # Control: without its decomposition add_relu stays an opaque extern call, which the check above would
+    # see. Inductor keeps a copy of its table from its first compile on: register() must reach it.
+    from torch._inductor.decomposition import decompositions as table
+
+    del table[torch.ops.stepscope.add_relu.default]
+    decompositions.forget_inductors_copy()
+    try:
+        a = torch.randn(16)
+        _, _, opaque = compiled_code(lambda a, b: kernels.add_relu(a, b) * 2, a, a)
+        assert "torch.ops.stepscope.add_relu.default(" in opaque
+        decompositions.register()
+        _, _, fused = compiled_code(lambda a, b: kernels.add_relu(a, b) * 2, a, a)
+        assert "stepscope" not in fused
+    finally:
+        decompositions.register()  # puts it back (idempotent)
+
+
+# ---------------------------------------------------------------- scripts/bench_ops.py flags
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--reps", "0"], "bench_ops.py: error: --reps 0 is too few; use at least 2 (the median and quantiles need them)"),
+        (["--plot", "{tmp}"], "bench_ops.py: error: --plot {tmp} must name a .png file"),
+        (["--plot", "{tmp}/dir.png"], "bench_ops.py: error: --plot {tmp}/dir.png is a folder; give a file name"),
+        (["--out", "{tmp}/file/out.json"], "bench_ops.py: error: --out {tmp}/file/out.json: cannot create its folder (File exists)"),
+        (["--device", "cuda"], None),  # refused on a machine without a GPU
+    ],
+)
+def test_bench_ops_refuses_bad_flags_up_front(tmp_path, flags, message):
+    if flags[0] == "--device" and HAS_CUDA:
+        pytest.skip("this machine has a GPU")
+    (tmp_path / "dir.png").mkdir()
+    (tmp_path / "file").write_text("")
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    defaults = {"--device": "cpu", "--out": str(tmp_path / "b.json"), "--plot": str(tmp_path / "s.png")}
+    for flag, value in defaults.items():
+        if flag not in flags:
+            flags += [flag, value]
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    command = [sys.executable, str(REPO / "scripts" / "bench_ops.py"), "--quick", "--no-compile", *flags]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench_ops.py: error: "), done.stderr
+    if message is not None:
+        assert lines[0] == message.format(tmp=tmp_path)
+    assert not (tmp_path / "ext").exists(), "built the library before refusing"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.png", "file"]  # wrote nothing, no <dir>.png
+
+
+def test_bench_ops_per_call_cpu_quick(tmp_path):
+    out = tmp_path / "per_call.json"
+    command = [sys.executable, str(REPO / "scripts" / "bench_ops.py"), "--device", "cpu", "--quick", "--per-call"]
+    done = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())["per_call"]
+    assert {r["numel"] for r in rows} == {100, 1000, 10000, 100000}
+    assert {r["impl"] for r in rows} == {"ours", "ours torch.ops", "torch.relu", "a + b", "relu(a + b)"}
+    assert all(r["us"] > 0 and r["device"] == "cpu" for r in rows)
+    assert "ours/relu" in done.stdout

@@ -17,7 +17,18 @@ from stepscope.trainer.models import build_model
 from stepscope.trainer.optim import build_optimizer, loss_fn
 from stepscope.trainer.profiler.phases import Phases
 from stepscope.trainer.step import build_step
-from test_kernels import ARITY, DTYPES, OPS, assert_exact, make, reference, run
+from test_kernels import (
+    ARITY,
+    DTYPES,
+    OPS,
+    assert_exact,
+    block,
+    block_inputs,
+    compiled_code,
+    make,
+    reference,
+    run,
+)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")]
 CUDA = "cuda"
@@ -222,6 +233,21 @@ def test_torch_compile_reduce_overhead_inference(channels_last, monkeypatch):
             torch.compiler.cudagraph_mark_step_begin()  # inference: each call is a new step
             x, skip = inputs_for(channels_last)
             torch.testing.assert_close(compiled(x, skip), eager(x, skip), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_inductor_fuses_our_ops_into_its_own_kernels(mode, monkeypatch):
+    # Our ops reach Inductor as ATen ops (kernels/decompositions.py): BatchNorm + add_relu + square fuse
+    # into Triton kernels, forward and backward, and no stepscope op is called from the compiled code.
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)  # compile for real
+    inputs = block_inputs(CUDA, torch.float32)
+    y, grads, code = compiled_code(block, *inputs, mode=mode)
+    assert "stepscope" not in code and "@triton.jit" in code
+    y_eager = block(*inputs)
+    torch.testing.assert_close(y, y_eager, rtol=1e-4, atol=1e-4)
+    for got, expected in zip(grads, torch.autograd.grad(y_eager.sum(), inputs), strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_side_stream():

@@ -1,5 +1,10 @@
 // The math of every stepscope op, shared by the CPU kernels (ops.cpp) and the CUDA kernels
 // (cuda/elementwise.cu): one definition, so the CPU path is the reference for the CUDA path.
+// ElementwiseOps (at the end) lists them: every entry gets its schemas, CPU, CUDA and autograd
+// kernels from registration.h; see kernels/README.md for adding one.
+//
+// Each functor names its op (kName, the schema name) and its Tensor arguments (kArgs, the schema's
+// argument names, in order).
 //
 // Each functor maps op-math values to an op-math value (float for fp16/bf16/fp32, double for fp64):
 // callers widen the inputs once and round the result once, so fp16/bf16 results are bit-identical
@@ -79,5 +84,14 @@ STEPSCOPE_HD T apply(const T (&v)[Op::kInputs]) {
     return static_cast<T>(Op{}(static_cast<Acc>(v[0]), static_cast<Acc>(v[1])));
   }
 }
+
+// A list of functor types (a template parameter pack, walked with fold expressions).
+template <class... Ops>
+struct OpList {};
+
+// Every elementwise op of the library. Adding a functor here defines stepscope::<kName> and
+// stepscope::<kName>_out and registers their CPU, CUDA and autograd kernels; autograd.cpp must
+// then give its derivative (a compile error says so otherwise).
+using ElementwiseOps = OpList<AddOp, ReluOp, AddReluOp, SquareOp, ReluBackwardOp, SquareBackwardOp>;
 
 }  // namespace stepscope

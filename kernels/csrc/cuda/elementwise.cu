@@ -15,7 +15,8 @@
 // compare both with PyTorch. Napkin math, H100, add_relu on 64 Mi fp32: 3 x 256 MiB = 805 MB at
 // ~2.9 TB/s (copy_) = ~275 us floor; eager relu(a + b) moves 5 x 256 MiB (~460 us).
 //
-// Every launch goes to the current stream (CUDA graphs, side streams) and is checked.
+// Every launch goes to the current stream (CUDA graphs, side streams) and is checked. The ops
+// registered here are ElementwiseOps (../elementwise.h), through ../registration.h.
 #include <algorithm>
 #include <limits>
 
@@ -29,6 +30,7 @@
 
 #include "../checks.h"
 #include "../elementwise.h"
+#include "../registration.h"
 #include "../versions.h"
 
 namespace stepscope {
@@ -232,20 +234,17 @@ void run_cuda(const at::Tensor& out, const std::array<at::Tensor, Op::kInputs>& 
 }
 
 }  // namespace
+
+// CUDA as a device of ../registration.h.
+struct Cuda {
+  template <class Op>
+  static void run(const at::Tensor& out, const std::array<at::Tensor, Op::kInputs>& in) {
+    run_cuda<Op>(out, in);
+  }
+};
+
 }  // namespace stepscope
 
 TORCH_LIBRARY_IMPL(stepscope, CUDA, m) {
-  using namespace stepscope;
-  m.impl("add", &binary<AddOp, run_cuda<AddOp>>);
-  m.impl("add_out", &binary_out<AddOp, run_cuda<AddOp>>);
-  m.impl("relu", &unary<ReluOp, run_cuda<ReluOp>>);
-  m.impl("relu_out", &unary_out<ReluOp, run_cuda<ReluOp>>);
-  m.impl("add_relu", &binary<AddReluOp, run_cuda<AddReluOp>>);
-  m.impl("add_relu_out", &binary_out<AddReluOp, run_cuda<AddReluOp>>);
-  m.impl("square", &unary<SquareOp, run_cuda<SquareOp>>);
-  m.impl("square_out", &unary_out<SquareOp, run_cuda<SquareOp>>);
-  m.impl("relu_backward", &binary<ReluBackwardOp, run_cuda<ReluBackwardOp>>);
-  m.impl("relu_backward_out", &binary_out<ReluBackwardOp, run_cuda<ReluBackwardOp>>);
-  m.impl("square_backward", &binary<SquareBackwardOp, run_cuda<SquareBackwardOp>>);
-  m.impl("square_backward_out", &binary_out<SquareBackwardOp, run_cuda<SquareBackwardOp>>);
+  stepscope::impl_ops<stepscope::Cuda>(m, stepscope::ElementwiseOps{});
 }
