@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts verdicts_ddp ddp compare overhead plugin
-#                                                     tests bench (default: compare overhead plugin tests)
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts verdicts_ddp verify ddp compare overhead
+#                                                     plugin tests bench (default: compare overhead plugin tests)
 #
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
-# scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced).
+# scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
+# a launch-bound eager run and on a data-bound CIFAR-format run.
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
@@ -19,8 +20,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|verdicts_ddp|ddp|compare|overhead|plugin|tests|bench) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts verdicts_ddp ddp compare overhead plugin tests bench" >&2; exit 2;;
+  case $part in verdicts|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts verdicts_ddp verify ddp compare overhead plugin tests bench" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -57,6 +58,22 @@ part_verdicts() {
   python3 scripts/verdict_bench.py --rescore "$L/vb" > "$OUT/verdicts.md" 2>> "$OUT/verdicts.log"
   cp "$L/vb/results.json" "$OUT/verdicts.json" 2>/dev/null; cat "$OUT/verdicts.md"
   (cd "$L/vb" && tar cf - traces | split -b 15M - "$OUT/verdict_traces.tar.")
+}
+
+part_verify() {
+  stamp "verify: eager ResNet-18 batch 128 (launch-bound), the remedy timed unprofiled"
+  timeout 150 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --steps 200 --log-every 50 \
+    --logdir "$L/ver" --run-name eager > "$OUT/verify_eager_train.log" 2>&1; echo "exit $?"
+  timeout 200 python3 scripts/verify.py "$L/ver/eager" --steps 300 > "$OUT/verify_eager.log" 2>&1; echo "exit $?"
+  tail -4 "$OUT/verify_eager.log"
+  stamp "verify: a full-size CIFAR-format folder, --workers 0 --augment heavy (data-bound)"
+  python3 scripts/make_cifar_folder.py "$L/cifar" --per-file 10000
+  timeout 200 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --data cifar10 --data-dir "$L/cifar" \
+    --workers 0 --augment heavy --steps 80 --log-every 20 --logdir "$L/ver" --run-name cifar \
+    > "$OUT/verify_cifar_train.log" 2>&1; echo "exit $?"
+  timeout 240 python3 scripts/verify.py "$L/ver/cifar" --steps 80 > "$OUT/verify_cifar.log" 2>&1; echo "exit $?"
+  tail -4 "$OUT/verify_cifar.log"
+  for r in eager cifar; do cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null; done
 }
 
 part_verdicts_ddp() {

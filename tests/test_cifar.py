@@ -1,12 +1,11 @@
 """The real CIFAR-10 loading path (torchvision.datasets.CIFAR10 + DataLoader) on a tiny CIFAR-format folder."""
 
-import pickle
 
-import numpy as np
 import pytest
 import torch
+from make_cifar_folder import write_cifar_folder
 from stepscope.trainer.config import ConfigError, DataConfig
-from stepscope.trainer.data import CIFAR_FILES, Cifar10Data, check_data
+from stepscope.trainer.data import Cifar10Data, check_data
 from stepscope.trainer.env import Env
 from trainrun import FAST, run_json, run_train
 
@@ -15,17 +14,7 @@ N_PER_BATCH = 16
 
 def write_tiny_cifar(root, n=N_PER_BATCH, seed=0):
     """Same files, keys and layout as the real cifar-10-batches-py, with n random images per batch file."""
-    rng = np.random.default_rng(seed)
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    for name in CIFAR_FILES[:-1]:
-        entry = {"batch_label": name, "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                 "labels": rng.integers(0, 10, n).tolist(), "filenames": [f"{name}_{i}.png" for i in range(n)]}
-        with open(folder / name, "wb") as f:
-            pickle.dump(entry, f)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": [f"class{i}" for i in range(10)], "num_cases_per_batch": n}, f)
-    return folder
+    return write_cifar_folder(root, n, seed)
 
 
 def test_loader_reads_tiny_cifar(tmp_path):
