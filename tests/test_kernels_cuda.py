@@ -243,7 +243,7 @@ def test_inductor_fuses_our_ops_into_its_own_kernels(mode, monkeypatch):
     monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)  # compile for real
     inputs = block_inputs(CUDA, torch.float32)
     y, grads, code = compiled_code(block, *inputs, mode=mode)
-    assert "stepscope" not in code and "@triton.jit" in code
+    assert "torch.ops.stepscope" not in code and "@triton.jit" in code  # comments may name the source ops
     y_eager = block(*inputs)
     torch.testing.assert_close(y, y_eager, rtol=1e-4, atol=1e-4)
     for got, expected in zip(grads, torch.autograd.grad(y_eager.sum(), inputs), strict=True):
