@@ -19,6 +19,12 @@ torchrun's summary shows that rank's traceback as the root cause.
 import os
 import sys
 
+# c10 (torch's C++ core) reads its log level once, when torch is imported. At its default, WARNING, a profiled
+# run prints "[W... CPUAllocator.cpp] Memory block of unknown size was allocated before the profiling started"
+# into the progress bar: --profile-memory cannot account for a tensor allocated before the cycle began, which
+# every run has (the data set, the weights). Errors still print; TORCH_CPP_LOG_LEVEL=WARNING brings the rest back.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.command import train_main  # noqa: E402
 

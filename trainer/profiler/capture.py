@@ -19,7 +19,7 @@ import torch
 from stepscope.trainer.config import ProfileConfig
 from stepscope.trainer.profiler.atomic import write_text_atomic
 from stepscope.trainer.profiler.files import load_trace, write_trace_atomic
-from stepscope.trainer.profiler.flamegraph import render_flamegraph
+from stepscope.trainer.profiler.flamegraph import keep_working_threads, render_flamegraph
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
 TRACED_ACTIONS = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -139,8 +139,10 @@ class TraceWriter:
             text = folded.read_text()
         finally:
             folded.unlink(missing_ok=True)
-        unit = "µs of device time" if cuda else "µs of CPU time"
-        write_text_atomic(out, render_flamegraph(text, title=f"{self.worker} ({metric})", unit=unit))
+        # on the CPU, torch ops count CPU time but Python calls count wall time (waits included)
+        unit = "µs of device time" if cuda else "µs of self time (ops: CPU, Python calls: wall)"
+        title = f"{self.worker} ({metric}, threads that ran torch code)"
+        write_text_atomic(out, render_flamegraph(keep_working_threads(text), title=title, unit=unit))
 
     def _memory_timeline(self, prof: profile, out: Path) -> None:
         dev = f"cuda:{self.device.index or 0}" if self.device.type == "cuda" else "cpu"
