@@ -3,12 +3,14 @@ custom elementwise ops. Each variant is one `scripts/train.py --profile` run (it
 TensorBoard run under one logdir), so TensorBoard's Scalars compare them directly.
 
     python scripts/compare.py --arch resnet18 --batch-size 128 --steps 300          # on a GPU
-    python scripts/compare.py --device cpu --variants eager compile --ops native --steps 40
+    python scripts/compare.py --device cpu --arch resnet8 --batch-size 32 --variants eager --ops native --steps 30
     tensorboard --logdir logs/compare-<timestamp>
 
-Prints one row per variant: median ms/step, images/s (batch / median step), speedup vs eager (same ops, same invocation), GPU busy %
-and the verdict from the run's trace; writes compare.json and compare.md next to the runs. Variants that
-cannot run here (CUDA graphs on a CPU, custom ops without their build) are refused up front with exit code 2.
+On 2 CPU cores the CPU line takes about a minute per variant (torch.compile adds a few minutes of compiling).
+Prints a line as each variant starts and finishes, then one row per variant: median ms/step, images/s (batch / median step), speedup vs eager (same ops, same invocation), GPU busy %
+and the verdict from the run's trace; writes compare.json and compare.md next to the runs. Every variant's
+train.py flags go through the trainer's own checks first: a bad value or a variant that cannot run here (CUDA
+graphs on a CPU, custom ops without their build) is one line on stderr, exit code 2, and nothing written.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.cli import OneLineParser  # noqa: E402
-from stepscope.trainer.config import ConfigError  # noqa: E402
+from stepscope.trainer.config import ConfigError, plain_name  # noqa: E402
 from stepscope.trainer.run_dir import create_result_dir  # noqa: E402
 
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
@@ -47,30 +50,35 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_possible(a: argparse.Namespace) -> None:
+    """Each variant's train.py flags, checked by the trainer's own validation before anything is written."""
     import torch
+    from stepscope.trainer.cli import parse_and_check
 
-    on_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
-    if a.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda but no CUDA GPU is visible; use --device cpu")
-    if "cuda-graphs" in a.variants and not on_cuda:
-        raise ConfigError("variant cuda-graphs needs a CUDA GPU; drop it or run on a GPU")
-    if "custom" in a.ops:
-        from stepscope import kernels
+    if a.name is not None:
+        plain_name("--name", a.name)
+    root = a.logdir / (a.name or "compare-check")  # not created: the check only needs its writable parent
+    for o in a.ops:
+        for v in a.variants:
+            parse_and_check(train_cmd(a, root, v, o)[2:], torch.cuda.is_available(), prog="compare.py")
 
-        reason = kernels.unavailable_reason("cuda" if on_cuda else "cpu")
-        if reason:
-            raise ConfigError(f"--ops custom is unavailable here: {reason}; use --ops native")
+
+def train_cmd(a: argparse.Namespace, root: Path, variant: str, ops: str) -> list[str]:
+    return [sys.executable, str(REPO / "scripts" / "train.py"), "--profile", "--arch", a.arch, "--batch-size",
+            str(a.batch_size), "--steps", str(a.steps), "--device", a.device, "--ops", ops, "--logdir", str(root),
+            "--run-name", f"{variant}-{ops}", "--log-every", "25", *VARIANTS[variant]]
 
 
 def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str) -> dict:
     name = f"{variant}-{ops}"
-    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--profile", "--arch", a.arch, "--batch-size",
-           str(a.batch_size), "--steps", str(a.steps), "--device", a.device, "--ops", ops, "--logdir", str(root),
-           "--run-name", name, "--log-every", "25", *VARIANTS[variant]]
-    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+    cmd = train_cmd(a, root, variant, ops)
+    print(f"[{name}] started: {' '.join(cmd[1:])}", flush=True)
+    t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    took = f"{time.monotonic() - t0:.0f} s"
     if r.returncode != 0:
-        return {"variant": variant, "ops": ops, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        error = (r.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"[{name}] failed after {took}: {error}", flush=True)
+        return {"variant": variant, "ops": ops, "error": error}
     run = json.loads((root / name / "run.json").read_text())
     median_ms = run["final"]["median_step_ms"]
     row = {"variant": variant, "ops": ops, "run": name, "median_ms": median_ms,
@@ -81,6 +89,7 @@ def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str) -> di
     if diagnosis:  # the run analysed its own traces at its end; nothing to parse again
         row["verdict"] = diagnosis["verdict"]
         row["gpu_busy_pct"] = diagnosis["spans"][0]["metrics"].get("gpu_busy_pct")
+    print(f"[{name}] finished in {took}: median {median_ms:.2f} ms/step", flush=True)
     return row
 
 

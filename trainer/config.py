@@ -117,15 +117,15 @@ SEED_MAX = 2**32 - 1  # numpy's seed range; torch accepts more, but one seed mus
 NAME_MAX_BYTES = 255  # the longest file name most file systems accept
 
 
-def _run_name(name: str) -> None:
+def plain_name(flag: str, name: str) -> None:
     """A plain, printable directory name of at most 255 bytes: no path separators, no control characters."""
     if not name or name in (".", "..") or "/" in name or os.sep in name or name.startswith("-"):
-        raise ConfigError(f"--run-name {name!r} is not a plain directory name; use letters, digits, '-', '_'")
+        raise ConfigError(f"{flag} {name!r} is not a plain directory name; use letters, digits, '-', '_'")
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise ConfigError(f"--run-name {name!r} contains control characters; use letters, digits, '-', '_'")
+        raise ConfigError(f"{flag} {name!r} contains control characters; use letters, digits, '-', '_'")
     size = len(name.encode("utf-8", "surrogateescape"))
     if size > NAME_MAX_BYTES:
-        raise ConfigError(f"--run-name is {size} bytes long; a directory name may have at most {NAME_MAX_BYTES}")
+        raise ConfigError(f"{flag} is {size} bytes long; a directory name may have at most {NAME_MAX_BYTES}")
 
 
 def _non_negative(name: str, value: int) -> None:
@@ -181,7 +181,7 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"--batch-size {cfg.data.batch_size} exceeds --synthetic-train-size "
                               f"{cfg.data.synthetic_train_size}; use a batch size of at most that")
     if cfg.run.run_name is not None:
-        _run_name(cfg.run.run_name)
+        plain_name("--run-name", cfg.run.run_name)
     _writable_logdir(cfg.run.logdir)
     _validate_profile(cfg)
     if cfg.cuda_graphs and cfg.device != "cuda":
