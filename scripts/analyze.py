@@ -19,8 +19,8 @@ numbers, to OUT_DIR (which must not exist or be empty), and lists the files it w
 console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
 temporary folder beside OUT_DIR that is renamed into place only once complete.
 
-Bad input (no such directory, no traces, an unreadable trace, a non-empty OUT_DIR): one line on stderr,
-exit code 2, nothing written.
+Bad input (no such directory, an unreadable RUN_DIR, no traces, an unreadable trace, a non-empty OUT_DIR, an
+OUT_DIR under a file or in a directory that cannot be written): one line on stderr, exit code 2, nothing written.
 """
 
 from __future__ import annotations
@@ -41,7 +41,24 @@ class UsageError(ValueError):
     """Bad input to this command; the message is the one line printed."""
 
 
+def check_run_dir(run_dir: Path) -> None:
+    if not run_dir.is_dir():
+        return  # analyze_run says what is wrong with it
+    if not os.access(run_dir, os.R_OK | os.X_OK):
+        raise UsageError(f"RUN_DIR {run_dir}: permission denied; give a run directory you can read")
+
+
 def check_out_dir(out_dir: Path) -> None:
+    """OUT_DIR must be new or empty, and creatable: its nearest existing ancestor a writable directory."""
+    ancestor = out_dir.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor != out_dir.absolute() and not ancestor.is_dir():
+        raise UsageError(f"--export-tensorboard {out_dir}: {ancestor} is a file, not a directory; give a new "
+                         "or empty directory")
+    if not os.access(ancestor if ancestor.is_dir() else ancestor.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--export-tensorboard {out_dir}: {ancestor} is not writable; give a directory you "
+                         "can write to")
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--export-tensorboard {out_dir}: exists and is not a directory; "
                          "give a new or empty directory")
@@ -85,12 +102,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="also write a copy that torch-tb-profiler 0.4.3 reads correctly to OUT_DIR")
     a = p.parse_args(argv)
     try:
+        check_run_dir(a.run_dir)
         if a.export_tensorboard is not None:
             check_out_dir(a.export_tensorboard)
         report = analyze_run(a.run_dir)  # validates every trace before anything is written
         written = export(a.run_dir, a.export_tensorboard) if a.export_tensorboard is not None else None
     except (TraceError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # what the checks above cannot foresee: a file that vanished, a disk that filled up
+        print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(json.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
     if written is not None:
