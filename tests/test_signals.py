@@ -2,8 +2,9 @@
 
     python -m pytest -q tests/test_signals.py
 
-Each case starts the trainer as a subprocess in its own process group, waits for an observable moment (a
-progress count on stderr, a `.tmp-*` trace in the run directory, the top-ops table on stdout), sends the
+Each case starts the trainer as a subprocess in its own process group, waits for an observable moment (run.json,
+a logged step in the TensorBoard events file, a `.tmp-*` trace in the run directory, the top-ops table on
+stdout), sends the
 signal, and checks the contract: exit code 130 (SIGINT) or 143 (SIGTERM); run.json says "interrupted" and
 names the signal; every trace written loads as JSON with ProfilerStep events; no `.tmp-*` or `*.partial`
 file is left. Every child runs a bounded number of steps and cycles, and is killed with its group if it
@@ -13,7 +14,6 @@ outlives the test's timeout, so a lost signal cannot leave a run profiling forev
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from stepscope.trainer.profiler.files import find_plugin_traces, find_raw_traces, load_trace
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from trainrun import FAST, REPO, TORCHRUN, TRAIN, run_json
 
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -59,15 +60,21 @@ class Child:
                 pytest.fail(f"no {what} within {WAIT_S}s:\n{self.text()[1][-3000:]}")
             time.sleep(poll_s)
 
-    def steps_done(self) -> int:
-        counts = re.findall(r"\|\s*(\d+)/\d+ \[", self.err.read_text(errors="replace"))
-        return int(counts[-1]) if counts else 0
-
     def finish(self, timeout: float = 300) -> int:
         try:
             return self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             pytest.fail(f"still running {timeout}s after the signal:\n{self.text()[1][-3000:]}")
+
+
+def logged_steps(run: Path) -> int:
+    """The last step whose train/loss reached the TensorBoard events file (flushed every 10 s)."""
+    last = 0
+    for f in run.glob("events.out.tfevents.*"):
+        for ev in EventFileLoader(str(f)).Load():  # stops quietly at a record still being written
+            if any(v.tag == "train/loss" for v in ev.summary.value):
+                last = max(last, ev.step)
+    return last
 
 
 def train_cmd(tmp: Path, *args: str) -> list[str]:
@@ -115,12 +122,12 @@ def test_signal_inside_the_profiled_cycle(tmp_path, sig):
                     "--active", "590", "--repeat", "1", *LIGHT)
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
-        c.wait_for("3 finished steps", lambda: c.steps_done() >= 3)
+        c.wait_for("step 2's loss in the events file", lambda: logged_steps(run) >= 2, poll_s=0.5)
         c.p.send_signal(sig)
         code = c.finish()
         out, err = c.text()
     d = assert_interrupted(run, sig, code, err)
-    assert 3 <= d["final"]["steps"] < 590
+    assert 2 <= d["final"]["steps"] < 590
     assert_readable_traces(run, d)
     assert f"{sig.name} at step" in err
 
@@ -175,7 +182,7 @@ def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
            *LIGHT]
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
-        c.wait_for("3 finished steps", lambda: c.steps_done() >= 3)
+        c.wait_for("step 2's loss in the events file", lambda: logged_steps(run) >= 2, poll_s=0.5)
         c.p.send_signal(sig)
         c.finish()
         out, err = c.text()
