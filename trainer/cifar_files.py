@@ -104,7 +104,8 @@ class CIFAR10Files(torchvision.datasets.CIFAR10):
 def download_cifar(data_dir: Path) -> None:
     """torchvision's download (archive MD5-checked) into `data_dir`, unless the files are already there.
 
-    Offline or on a bad archive: ConfigError with one line, and what this call created is removed."""
+    Offline or on a bad archive: ConfigError with one line. On any failure, Ctrl-C included, what this call
+    created is removed."""
     data_dir = Path(data_dir)
     folder = data_dir / CIFAR10Files.base_folder
     if all((folder / f).is_file() for f in CIFAR_FILES):
@@ -113,10 +114,12 @@ def download_cifar(data_dir: Path) -> None:
     try:
         torchvision.datasets.utils.download_and_extract_archive(
             CIFAR10Files.url, str(data_dir), filename=CIFAR10Files.filename, md5=CIFAR10Files.tgz_md5)
-    except (OSError, RuntimeError) as e:
+    except BaseException as e:  # Ctrl-C during the download too: nothing half-downloaded stays
         for p, was_there in sorted(existed.items(), key=lambda kv: len(kv[0].parts), reverse=True):
             if not was_there and p.exists():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
+        if not isinstance(e, (OSError, RuntimeError)):
+            raise
         reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e)
         raise ConfigError(f"could not download CIFAR-10 from {CIFAR10Files.url} into --data-dir {data_dir}: "
                           f"{(str(reason).splitlines() or ['?'])[0]}; check the network, or put "
