@@ -54,9 +54,8 @@ def check_possible(a: argparse.Namespace) -> None:
     import torch
     from stepscope.trainer.cli import parse_and_check
 
-    if a.name is not None:
-        plain_name("--name", a.name)
-    root = a.logdir / (a.name or "compare-check")  # not created: the check only needs its writable parent
+    plain_name("--name", a.name)
+    root = a.logdir / a.name  # not created yet: the checks only need its nearest existing parent to be writable
     for o in a.ops:
         for v in a.variants:
             parse_and_check(train_cmd(a, root, v, o)[2:], torch.cuda.is_available(), prog="compare.py")
@@ -116,6 +115,7 @@ def render(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    a.name = a.name or time.strftime("compare-%Y%m%d-%H%M%S")
     try:
         check_possible(a)
         root = create_result_dir(a.logdir, a.name, "compare")

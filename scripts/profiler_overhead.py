@@ -25,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,12 +63,11 @@ def check_possible(a: argparse.Namespace) -> None:
     import torch
     from stepscope.trainer.cli import parse_and_check
 
-    if a.name is not None:
-        plain_name("--name", a.name)
+    plain_name("--name", a.name)
     gpus = torch.cuda.device_count()
     if a.concurrent and (a.device == "cpu" or gpus < 2):
         raise ConfigError(f"--concurrent needs 2 GPUs, {gpus} visible; drop --concurrent")
-    root = a.logdir / (a.name or "overhead-check")  # not created: the check only needs its writable parent
+    root = a.logdir / a.name  # not created yet: the checks only need its nearest existing parent to be writable
     for profiled in (False, True):
         parse_and_check(train_cmd(a, root, "check", profiled)[2:], torch.cuda.is_available(),
                         prog="profiler_overhead.py")
@@ -142,6 +142,7 @@ def render(pairs: list[dict], summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    a.name = a.name or time.strftime("overhead-%Y%m%d-%H%M%S")
     try:
         check_possible(a)
         root = create_result_dir(a.logdir, a.name, "overhead")
