@@ -43,8 +43,8 @@ GENERATION_FACTOR = 5
 
 def available_memory(device: str) -> int | None:
     """Bytes this process may still allocate on `device` ("cpu": MemAvailable; "cuda": the GPU's free memory)."""
-    if device == "cuda":
-        return torch.cuda.mem_get_info()[0]
+    if device == "cuda":  # this rank's GPU (env.make_env picks it the same way), not GPU 0 for every rank
+        return torch.cuda.mem_get_info(int(os.environ.get("LOCAL_RANK", 0)))[0]
     try:
         with open("/proc/meminfo") as f:
             for line in f:
