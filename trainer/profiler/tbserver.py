@@ -54,14 +54,17 @@ class TensorBoard:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {self.log_text()}")
+                text = self.log_text()
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {text}")
             try:
                 self.get("/data/plugins_listing")
                 return self
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.5)
+        text = self.log_text()  # read before __exit__ removes the log
         self.__exit__(None, None, None)
-        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {self.log_text()}")
+        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {text}")
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
