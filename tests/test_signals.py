@@ -91,12 +91,15 @@ def assert_interrupted(run: Path, sig: int, code: int, err: str) -> dict:
     return d
 
 
-def assert_readable_traces(run: Path, d: dict) -> None:
+def assert_readable_traces(run: Path, d: dict, listed_all: bool = True) -> None:
+    """Every trace on disk loads with ProfilerStep events; run.json lists them (some of them, where a peer rank
+    may still have been writing its own when rank 0 wrote run.json)."""
     assert d["traces"], d
     for tf in [*find_plugin_traces(run), *find_raw_traces(run)]:
         events = load_trace(tf.path)["traceEvents"]
         assert any(str(e.get("name", "")).startswith("ProfilerStep#") for e in events), tf.path
-    assert {tf.path.name for tf in find_plugin_traces(run)} == set(d["traces"])
+    on_disk = {tf.path.name for tf in find_plugin_traces(run)}
+    assert on_disk == set(d["traces"]) if listed_all else set(d["traces"]) <= on_disk, (on_disk, d["traces"])
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
@@ -189,7 +192,7 @@ def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
     assert code != 0, err[-3000:]  # torchrun reports the signal as its own failure
     d = run_json(run)
     assert d["status"] == "interrupted" and d["signal"] == sig.name, err[-3000:]
-    assert f"{sig.name} at step" in err
-    assert len(d["traces"]) == 2, d["traces"]  # one cycle per rank
-    assert_readable_traces(run, d)
+    assert f"rank 0: {sig.name} at step" in err and f"rank 1: {sig.name} at step" in err
+    assert len(find_plugin_traces(run)) == 2  # one cycle per rank
+    assert_readable_traces(run, d, listed_all=False)  # after a signal rank 0 waits for nobody
     assert not [p for p in run.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".partial")]
