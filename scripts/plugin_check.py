@@ -8,6 +8,10 @@ operator device self time, the sum of kernel time, and the number of operators w
 For a multi-rank run, also the Distributed view: GPU info, each worker's computation/overlap/communication
 time, wait time, and its collective calls.
 This is how the GPU claims in BENCHMARKS.md and the README are checked: through the plugin's own HTTP API.
+
+A RUN that holds no trace the plugin would list is refused at once (one line naming the runs that do, exit
+code 2), before TensorBoard starts. Nothing is written under LOGDIR or beside it: TensorBoard's own log goes
+to a temporary directory that is removed on exit.
 """
 
 from __future__ import annotations
@@ -17,7 +21,18 @@ import sys
 from pathlib import Path
 
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
+from stepscope.trainer.profiler.files import WORKER_PATTERN  # noqa: E402
 from stepscope.trainer.profiler.tbserver import TensorBoard  # noqa: E402
+
+
+def profiler_runs(logdir: Path) -> list[str]:
+    """The runs torch-tb-profiler lists: every folder under `logdir` holding a trace it recognises, by path."""
+    runs = set()
+    for path in logdir.rglob("*"):
+        if WORKER_PATTERN.match(path.name) and path.is_file():
+            rel = path.parent.relative_to(logdir)
+            runs.add("." if rel == Path(".") else rel.as_posix())
+    return sorted(runs)
 
 
 def overview_breakdown(ov: dict) -> dict:
@@ -71,6 +86,12 @@ def main(argv: list[str]) -> int:
     logdir = Path(argv[0])
     if not logdir.is_dir():
         print(f"plugin_check.py: error: LOGDIR {logdir} is not a directory", file=sys.stderr)
+        return 2
+    runs = profiler_runs(logdir)
+    unknown = [r for r in argv[1:] if r not in runs]
+    if unknown:
+        print(f"plugin_check.py: error: no run {unknown[0]!r} with profiler traces in {logdir}; runs there: "
+              f"{', '.join(runs) or 'none'}", file=sys.stderr)
         return 2
     with TensorBoard(logdir) as tb:
         tb.wait_for_runs(argv[1:])

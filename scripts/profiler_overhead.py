@@ -10,8 +10,11 @@ trace-export steps excluded, as the README says). Pairs alternate which run goes
 machine does not favour one side. With `--concurrent` the two runs of a pair start together, one per GPU
 (swapping GPUs from pair to pair), so that host noise hits both at once.
 
-Prints one row per pair (plain ms, profiled ms, ratio) and the summary: the median and the mean of the pair
-ratios, and the overhead they give. Writes overhead.json and overhead.md next to the runs.
+Prints one row per pair (plain ms, profiled ms, ratio; a ratio more than 50% from 1 is marked "noise?") and the
+summary: the median and the mean of the pair ratios, and the overhead they give, with a warning line when the
+pairs' spread exceeds the median overhead. Writes overhead.json and overhead.md next to the runs.
+Both sides' train.py flags go through the trainer's own checks first: a bad value (or a step kind this machine
+cannot run) is one line on stderr, exit code 2, and nothing written.
 """
 
 from __future__ import annotations
@@ -22,16 +25,18 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.cli import OneLineParser  # noqa: E402
-from stepscope.trainer.config import ConfigError  # noqa: E402
+from stepscope.trainer.config import ConfigError, plain_name  # noqa: E402
 from stepscope.trainer.run_dir import create_result_dir  # noqa: E402
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
 SIDES = ("plain", "profiled")
+NOISY_PAIR = 0.5  # a pair whose runs are more than 50% apart measures the machine, not the profiler
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -54,13 +59,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_possible(a: argparse.Namespace) -> None:
+    """--name and --concurrent here; both sides' train.py flags by the trainer's own validation."""
     import torch
+    from stepscope.trainer.cli import parse_and_check
 
+    plain_name("--name", a.name)
     gpus = torch.cuda.device_count()
     if a.concurrent and (a.device == "cpu" or gpus < 2):
         raise ConfigError(f"--concurrent needs 2 GPUs, {gpus} visible; drop --concurrent")
-    if a.device == "cuda" and gpus == 0:
-        raise ConfigError("--device cuda but no CUDA GPU is visible; use --device cpu")
+    root = a.logdir / a.name  # not created yet: the checks only need its nearest existing parent to be writable
+    for profiled in (False, True):
+        parse_and_check(train_cmd(a, root, "check", profiled)[2:], torch.cuda.is_available(),
+                        prog="profiler_overhead.py")
 
 
 def train_cmd(a: argparse.Namespace, root: Path, name: str, profiled: bool) -> list[str]:
@@ -103,10 +113,12 @@ def summarize(pairs: list[dict]) -> dict:
     ratios = [p["ratio"] for p in pairs if "ratio" in p]
     if not ratios:
         return {"pairs": 0}
+    spread_pct = 100 * (max(ratios) - min(ratios))  # in percentage points of overhead
     return {"pairs": len(ratios), "median_ratio": statistics.median(ratios), "mean_ratio": statistics.fmean(ratios),
             "min_ratio": min(ratios), "max_ratio": max(ratios),
             "overhead_pct_median": 100 * (statistics.median(ratios) - 1),
-            "overhead_pct_mean": 100 * (statistics.fmean(ratios) - 1)}
+            "overhead_pct_mean": 100 * (statistics.fmean(ratios) - 1),
+            "spread_pct": spread_pct, "noisy": spread_pct > abs(100 * (statistics.median(ratios) - 1))}
 
 
 def render(pairs: list[dict], summary: dict) -> str:
@@ -114,16 +126,23 @@ def render(pairs: list[dict], summary: dict) -> str:
     for p in pairs:
         cells = [p[s].get("error", "") or f"{p[s]['mean_ms']:.3f}" for s in SIDES]
         ratio = f"{p['ratio']:.3f}" if "ratio" in p else "failed"
+        if "ratio" in p and abs(p["ratio"] - 1) > NOISY_PAIR:
+            ratio += f" (noise? over {NOISY_PAIR:.0%} apart)"
         lines.append(f"| {p['pair']} | {' then '.join(p['order'])} | {cells[0]} | {cells[1]} | {ratio} |")
     if summary["pairs"]:
         lines.append(f"\noverhead over {summary['pairs']} pairs: median {summary['overhead_pct_median']:+.1f}%, mean "
                      f"{summary['overhead_pct_mean']:+.1f}% (pair ratios {summary['min_ratio']:.3f} to "
                      f"{summary['max_ratio']:.3f})")
+        if summary["noisy"]:
+            lines.append(f"warning: the pairs disagree by {summary['spread_pct']:.1f} points, more than the median "
+                         f"overhead ({abs(summary['overhead_pct_median']):.1f}%): the machine is too noisy for this "
+                         "number; run more --pairs, longer --steps, or on an idle machine")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    a.name = a.name or time.strftime("overhead-%Y%m%d-%H%M%S")
     try:
         check_possible(a)
         root = create_result_dir(a.logdir, a.name, "overhead")

@@ -11,13 +11,20 @@
 Prints a progress bar (loss, images/s), and at the end a summary line; with --profile also the top-15 ops
 table, the TensorBoard command and the diagnosis (why the step is slow). Writes logs/<run>/: TensorBoard
 events, run.json, and with --profile the traces (see trainer/trace_files.py) and diagnosis.md.
-Bad flags: one line on stderr, exit code 2, nothing written. Ctrl-C: traces and scalars flushed, exit 130.
+Bad flags (or a full disk under --logdir): one line on stderr, exit code 2, nothing half-written. Ctrl-C or
+SIGTERM: the cycle's trace and the scalars flushed, run.json "interrupted", exit code 130 or 143.
 Under torchrun each rank checks its flags the same way; a rank that fails ends the whole group, and
 torchrun's summary shows that rank's traceback as the root cause.
 """
 
 import os
 import sys
+
+# c10 (torch's C++ core) reads its log level once, when torch is imported. At its default, WARNING, a profiled
+# run prints "[W... CPUAllocator.cpp] Memory block of unknown size was allocated before the profiling started"
+# into the progress bar: --profile-memory cannot account for a tensor allocated before the cycle began, which
+# every run has (the data set, the weights). Errors still print; TORCH_CPP_LOG_LEVEL=WARNING brings the rest back.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.command import train_main  # noqa: E402

@@ -1,9 +1,13 @@
 """The real CIFAR-10 loading path (torchvision.datasets.CIFAR10 + DataLoader) on a tiny CIFAR-format folder."""
 
+import os
+import pickle
 
+import numpy as np
 import pytest
 import torch
 from make_cifar_folder import write_cifar_folder
+from stepscope.trainer.cifar_files import CIFAR10Files, download_cifar
 from stepscope.trainer.config import ConfigError, DataConfig
 from stepscope.trainer.data import Cifar10Data, check_data
 from stepscope.trainer.env import Env
@@ -54,3 +58,82 @@ def test_train_on_tiny_cifar_with_workers(tmp_path):
     d = run_json(tmp_path / "logs" / "c")
     assert d["status"] == "completed" and d["final"]["steps"] == 4
     assert d["final"]["train_loss"] > 0 and 0 <= d["final"]["eval_accuracy"] <= 1
+
+
+class _Poison:
+    """Unpickling this calls os.system: what a crafted batches.meta could do with plain pickle.load."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _one_line_exit_2(r, *needles):
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("train.py: error: ") and all(n in lines[0] for n in needles), lines[0]
+
+
+def test_poisoned_meta_runs_no_code_and_exits_2(tmp_path):
+    folder = write_tiny_cifar(tmp_path / "data")
+    marker = tmp_path / "pwned"
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": _Poison(marker)}, f)
+    with pytest.raises(ConfigError, match="refusing to load .*batches.meta: it refers to (posix|os).system"):
+        CIFAR10Files(str(tmp_path / "data"), train=False)
+    assert not marker.exists()
+    r = run_train([*FAST, "--data", "cifar10", "--data-dir", str(tmp_path / "data"), "--workers", "0",
+                   "--batch-size", "8", "--steps", "2", "--logdir", str(tmp_path / "logs")])
+    _one_line_exit_2(r, "refusing to load", "batches.meta")
+    assert not marker.exists() and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "not a dict", "wrong shape"])
+def test_corrupt_batch_file_is_one_line(tmp_path, damage):
+    folder = write_tiny_cifar(tmp_path)
+    path = folder / "test_batch"
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00\x01not a pickle at all" * 10)
+    elif damage == "not a dict":
+        path.write_bytes(pickle.dumps([1, 2, 3]))
+    else:
+        path.write_bytes(pickle.dumps({"data": np.zeros((4, 10), np.uint8), "labels": [0, 1, 2, 3]}))
+    with pytest.raises(ConfigError, match="is not a CIFAR-10 batch file") as e:
+        CIFAR10Files(str(tmp_path), train=False)
+    assert "\n" not in str(e.value)
+
+
+def test_corrupt_batch_file_exits_2_and_writes_nothing(tmp_path):
+    folder = write_tiny_cifar(tmp_path / "data")
+    (folder / "data_batch_3").write_bytes(b"garbage")
+    r = run_train([*FAST, "--data", "cifar10", "--data-dir", str(tmp_path / "data"), "--workers", "0",
+                   "--batch-size", "8", "--steps", "2", "--logdir", str(tmp_path / "logs")])
+    _one_line_exit_2(r, "data_batch_3 is not a CIFAR-10 batch file")
+    assert not (tmp_path / "logs").exists()
+
+
+OFFLINE = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
+
+
+def test_offline_download_is_one_line_and_leaves_no_data_dir(tmp_path):
+    """The proxy variables point at a closed loopback port: the download fails as it does offline."""
+    r = run_train([*FAST, "--data", "cifar10", "--download", "--data-dir", str(tmp_path / "data"),
+                   "--workers", "0", "--steps", "2", "--logdir", str(tmp_path / "logs")], env=OFFLINE)
+    _one_line_exit_2(r, "could not download CIFAR-10", str(tmp_path / "data"))
+    assert not (tmp_path / "data").exists() and not (tmp_path / "logs").exists()
+
+
+def test_offline_download_keeps_an_existing_data_dir_as_it_was(tmp_path, monkeypatch):
+    for k, v in OFFLINE.items():
+        monkeypatch.setenv(k, v)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "mine.txt").write_text("keep")
+    with pytest.raises(ConfigError, match="could not download CIFAR-10") as e:
+        download_cifar(tmp_path / "data")
+    assert "\n" not in str(e.value)
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["mine.txt"]

@@ -4,7 +4,9 @@ import json
 import subprocess
 import sys
 
+import profiler_overhead
 import pytest
+import torch
 from trainrun import REPO
 
 OVERHEAD = [sys.executable, str(REPO / "scripts" / "profiler_overhead.py")]
@@ -26,12 +28,40 @@ def test_one_pair_compares_a_plain_and_a_profiled_run(tmp_path):
     assert out["summary"]["pairs"] == 1 and "overhead over 1 pairs" in r.stdout
 
 
-@pytest.mark.parametrize("args,message", [
+BAD = [
     (["--pairs", "0"], "--pairs 0 must be at least 1"),
     (["--steps", "10"], "--steps 10 is too few"),
-])
+    (["--batch-size", "0"], "profiler_overhead.py: error: --batch-size must be a positive number, got 0"),
+    (["--arch", "resnet9000"], "profiler_overhead.py: error: unknown --arch 'resnet9000'"),
+    (["--name", "../../x"], "profiler_overhead.py: error: --name '../../x' is not a plain directory name"),
+]
+if not torch.cuda.is_available():
+    BAD.append((["--step-kind", "cuda-graphs"], "profiler_overhead.py: error: --cuda-graphs needs a CUDA GPU"))
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_flags_get_one_line_and_exit_2(tmp_path, args, message):
-    r = subprocess.run([*OVERHEAD, *args, "--logdir", str(tmp_path)], capture_output=True, text=True, timeout=60,
-                       cwd=REPO)
-    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert not any(tmp_path.iterdir())
+    r = subprocess.run([*OVERHEAD, "--device", "cpu", *args, "--logdir", str(tmp_path / "logs")],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "logs").exists() and not list(tmp_path.rglob("overhead-*"))
+
+
+def _pair(i, plain_ms, profiled_ms):
+    return {"pair": i, "order": ["plain", "profiled"], "plain": {"mean_ms": plain_ms},
+            "profiled": {"mean_ms": profiled_ms}, "ratio": profiled_ms / plain_ms}
+
+
+def test_noisy_pairs_are_flagged():
+    pairs = [_pair(0, 100, 102), _pair(1, 100, 170), _pair(2, 100, 99)]
+    summary = profiler_overhead.summarize(pairs)
+    text = profiler_overhead.render(pairs, summary)
+    rows = text.splitlines()[2:5]
+    assert ["noise?" in row for row in rows] == [False, True, False]
+    assert summary["noisy"] and "warning: the pairs disagree by 71.0 points" in text
+
+
+def test_agreeing_pairs_are_not_flagged():
+    pairs = [_pair(0, 100, 110), _pair(1, 100, 112)]
+    text = profiler_overhead.render(pairs, profiler_overhead.summarize(pairs))
+    assert "noise?" not in text and "warning" not in text

@@ -1,5 +1,6 @@
 """Real training runs on the CPU: determinism, learning, run.json, scalars, Ctrl-C, package shadowing."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -43,21 +44,27 @@ def test_default_run_names_are_unique(tmp_path):
 
 
 def test_ctrl_c_flushes_and_exits_130(tmp_path):
-    args = [*FAST, "--steps", "100000", "--log-every", "5", "--profile", "--skip-first", "0", "--wait", "0",
-            "--warmup", "1", "--active", "99000", "--no-with-stack", "--no-profile-memory",
+    # bounded: 2000 steps in one cycle, and the child's whole group is killed if it outlives the test
+    args = [*FAST, "--steps", "2000", "--log-every", "5", "--profile", "--skip-first", "0", "--wait", "0",
+            "--warmup", "1", "--active", "1990", "--repeat", "1", "--no-with-stack", "--no-profile-memory",
             "--logdir", str(tmp_path), "--run-name", "int"]
     p = subprocess.Popen([sys.executable, str(TRAIN), *args], cwd=REPO, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    run = tmp_path / "int"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(run.glob("events.out.tfevents.*")):
-        time.sleep(0.5)
-    time.sleep(6)  # let it record some steps
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=180)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        run = tmp_path / "int"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(run.glob("events.out.tfevents.*")):
+            time.sleep(0.5)
+        time.sleep(6)  # let it record some steps
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     assert p.returncode == 130, err[-3000:]
     d = run_json(run)
-    assert d["status"] == "interrupted" and 0 < d["final"]["steps"] < 100000
+    assert d["status"] == "interrupted" and d["signal"] == "SIGINT" and 0 < d["final"]["steps"] < 2000
     assert d["traces"], out  # the recording cycle was stopped and written
     assert (run / d["traces"][0]).exists() and list((run / "raw").glob("*/*.trace.json.gz"))
     acc = EventAccumulator(str(run))

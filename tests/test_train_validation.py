@@ -28,6 +28,19 @@ BAD = [
     (["--flamegraph"], "--flamegraph needs --profile"),
     (["--data", "cifar10", "--data-dir", "{tmp}/nothing-here"], "CIFAR-10 not found in"),
     (["--run-name", "../escape"], "--run-name '../escape' is not a plain directory name"),
+    (["--lr", "nan"], "--lr must be a finite positive number, got nan"),
+    (["--lr", "inf"], "--lr must be a finite positive number, got inf"),
+    (["--lr", "-0.1"], "--lr must be a finite positive number, got -0.1"),
+    (["--seed", "-1"], "--seed must be between 0 and 4294967295 (2**32-1), got -1"),
+    (["--seed", str(2**32)], f"--seed must be between 0 and 4294967295 (2**32-1), got {2**32}"),
+    (["--synthetic-train-size", str(10**12)], "needs about"),
+    (["--synthetic-eval-size", str(10**12)], "GiB of cpu memory to generate"),
+    (["--run-name", "x" * 256], "--run-name is 256 bytes long; a directory name may have at most 255"),
+    (["--run-name", "é" * 128], "--run-name is 256 bytes long"),
+    (["--run-name", "two\nlines"], "--run-name 'two\\nlines' contains control characters"),
+    (["--run-name", "tab\there"], "contains control characters"),
+    (["--logdir", ""], "argument --logdir: must not be empty"),
+    (["--data-dir", " "], "argument --data-dir: must not be empty"),
 ]
 
 
@@ -54,7 +67,11 @@ def test_bad_flag_is_refused_with_one_line(tmp_path, args, message, capsys):
     assert not logdir.exists()
 
 
-@pytest.mark.parametrize("args,message", [BAD[0], BAD[8]], ids=["config rule", "argparse"])
+SUBPROCESS = [BAD[0], BAD[8], (["--lr", "nan"], "--lr must be a finite"),
+              (["--synthetic-train-size", str(10**12)], "needs about")]
+
+
+@pytest.mark.parametrize("args,message", SUBPROCESS, ids=["config rule", "argparse", "nan lr", "huge synthetic"])
 def test_bad_flag_exits_2_with_one_line_and_writes_nothing(tmp_path, args, message):
     logdir = tmp_path / "logs"
     r = run_train([*FAST, "--logdir", str(logdir), *args])

@@ -33,6 +33,13 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def non_empty_path(text: str) -> Path:
+    """argparse type for a directory flag: "" would silently mean the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty; give a directory, e.g. logs")
+    return Path(text)
+
+
 def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     d = TrainConfig()
     p = OneLineParser(prog=prog, description="Train a small ResNet, optionally under torch.profiler.")
@@ -40,7 +47,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p.add_argument("--arch", default=d.model.arch, help=f"one of {', '.join(ARCHS)}")
     p.add_argument("--ops", default=d.model.ops, help=f"elementwise ops: {', '.join(OPS)} (custom = kernels/)")
     p.add_argument("--data", default=d.data.name, help=f"one of {', '.join(DATASETS)}")
-    p.add_argument("--data-dir", type=Path, default=d.data.data_dir, help="CIFAR-10 folder")
+    p.add_argument("--data-dir", type=non_empty_path, default=d.data.data_dir, help="CIFAR-10 folder")
     p.add_argument("--download", action="store_true", help="download CIFAR-10 into --data-dir")
     p.add_argument("--workers", type=int, default=d.data.workers, help="DataLoader workers (cifar10)")
     p.add_argument("--data-placement", default=d.data.placement,
@@ -61,7 +68,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p.add_argument("--cuda-graphs", action="store_true", help="capture the whole step as one CUDA graph")
     p.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
                    help=f"torch.compile the model: {', '.join(COMPILE_MODES)}")
-    p.add_argument("--logdir", type=Path, default=d.run.logdir)
+    p.add_argument("--logdir", type=non_empty_path, default=d.run.logdir)
     p.add_argument("--run-name", default=None, help="default: a unique timestamped name")
     p.add_argument("--log-every", type=int, default=d.run.log_every, help="logging cadence in steps")
     p.add_argument("--nvtx", action="store_true", help="also emit NVTX ranges (for nsys)")
@@ -114,11 +121,12 @@ def check_custom_ops(cfg: TrainConfig) -> None:
 
 def parse_and_check(argv: list[str] | None, cuda_available: bool, prog: str = "train.py") -> TrainConfig:
     """Parse, validate and check the environment; raises ConfigError with one line on any problem."""
-    from stepscope.trainer.data import check_data
+    from stepscope.trainer.data import check_data, check_synthetic_fits
 
     args = build_parser(prog).parse_args(argv)
     cfg = config_from_args(args, resolve_device(args.device, cuda_available))
     validate(cfg)
     check_data(cfg.data)
+    check_synthetic_fits(cfg.data, cfg.device)
     check_custom_ops(cfg)
     return cfg

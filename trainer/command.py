@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 
 def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
     """Train a small ResNet, optionally under torch.profiler (the flags: `stepscope train --help`)."""
+    # torch's C++ warnings (read once, when torch is imported) would land in the progress bar; errors still
+    # print, and TORCH_CPP_LOG_LEVEL=WARNING brings the rest back
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     import torch
     from stepscope.trainer.cli import parse_and_check
     from stepscope.trainer.config import ConfigError

@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.config import ConfigError
+from stepscope.trainer.config import ConfigError, plain_name
 from stepscope.trainer.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.trainer.run_dir import create_result_dir
 
@@ -46,33 +47,37 @@ def parse(argv: list[str] | None, prog: str, default_logdir: Path) -> argparse.N
     return a
 
 
-def check_possible(a: argparse.Namespace) -> None:
+def train_args(a: argparse.Namespace, root: Path, variant: str, ops: str) -> list[str]:
+    return ["--profile", "--arch", a.arch, "--batch-size", str(a.batch_size), "--steps", str(a.steps), "--device",
+            a.device, "--ops", ops, "--logdir", str(root), "--run-name", f"{variant}-{ops}", "--log-every", "25",
+            *VARIANTS[variant]]
+
+
+def check_possible(a: argparse.Namespace, prog: str) -> None:
+    """Each variant's train flags, checked by the trainer's own validation before anything is written."""
     import torch
+    from stepscope.trainer.cli import parse_and_check
 
-    on_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
-    if a.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda but no CUDA GPU is visible; use --device cpu")
-    if "cuda-graphs" in a.variants and not on_cuda:
-        raise ConfigError("variant cuda-graphs needs a CUDA GPU; drop it or run on a GPU")
-    if "custom" in a.ops:
-        from stepscope import kernels
-
-        reason = kernels.unavailable_reason("cuda" if on_cuda else "cpu")
-        if reason:
-            raise ConfigError(f"--ops custom is unavailable here: {reason}; use --ops native")
+    plain_name("--name", a.name)
+    root = a.logdir / a.name  # not created yet: the checks only need its nearest existing parent to be writable
+    for o in a.ops:
+        for v in a.variants:
+            parse_and_check(train_args(a, root, v, o), torch.cuda.is_available(), prog=prog)
 
 
 def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str, train_cmd: tuple[str, ...],
                 cwd: Path | None) -> dict:
     name = f"{variant}-{ops}"
-    cmd = [*train_cmd, "--profile", "--arch", a.arch, "--batch-size",
-           str(a.batch_size), "--steps", str(a.steps), "--device", a.device, "--ops", ops, "--logdir", str(root),
-           "--run-name", name, "--log-every", "25", *VARIANTS[variant]]
-    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+    args = train_args(a, root, variant, ops)
+    print(f"[{name}] started: {' '.join(args)}", flush=True)
+    t0 = time.monotonic()
     try:
-        run = run_train(cmd[len(train_cmd):], train_cmd, cwd)
+        run = run_train(args, train_cmd, cwd)
     except TrainFailed as e:
+        print(f"[{name}] failed after {time.monotonic() - t0:.0f} s: {e}", flush=True)
         return {"variant": variant, "ops": ops, "error": str(e)}
+    print(f"[{name}] finished in {time.monotonic() - t0:.0f} s: median {run['final']['median_step_ms']:.2f} ms/step",
+          flush=True)
     median_ms = run["final"]["median_step_ms"]
     row = {"variant": variant, "ops": ops, "run": name, "median_ms": median_ms,
            "mean_ms": run["final"]["mean_step_ms"],
@@ -111,8 +116,9 @@ def main(argv: list[str] | None = None, prog: str = "stepscope compare",
          cwd: Path | None = None) -> int:
     """`train_cmd` starts one training run (the flags follow); `cwd` is where it runs (None: here)."""
     a = parse(argv, prog, default_logdir)
+    a.name = a.name or time.strftime("compare-%Y%m%d-%H%M%S")
     try:
-        check_possible(a)
+        check_possible(a, prog)
         root = create_result_dir(a.logdir, a.name, "compare")
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)

@@ -6,6 +6,7 @@ Only `train()` sees the whole `TrainConfig`; each builder receives its own sub-c
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,6 +113,26 @@ def _positive(name: str, value: int | float) -> None:
         raise ConfigError(f"{name} must be a positive number, got {value}")
 
 
+def _finite_positive(name: str, value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite positive number, got {value}")
+
+
+SEED_MAX = 2**32 - 1  # numpy's seed range; torch accepts more, but one seed must seed both
+NAME_MAX_BYTES = 255  # the longest file name most file systems accept
+
+
+def plain_name(flag: str, name: str) -> None:
+    """A plain, printable directory name of at most 255 bytes: no path separators, no control characters."""
+    if not name or name in (".", "..") or "/" in name or os.sep in name or name.startswith("-"):
+        raise ConfigError(f"{flag} {name!r} is not a plain directory name; use letters, digits, '-', '_'")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ConfigError(f"{flag} {name!r} contains control characters; use letters, digits, '-', '_'")
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > NAME_MAX_BYTES:
+        raise ConfigError(f"{flag} is {size} bytes long; a directory name may have at most {NAME_MAX_BYTES}")
+
+
 def _non_negative(name: str, value: int) -> None:
     if value < 0:
         raise ConfigError(f"{name} must be 0 or more, got {value}")
@@ -147,7 +168,9 @@ def validate(cfg: TrainConfig) -> None:
     """Raise ConfigError on the first bad value. Runs before anything is written; `cfg.device` is resolved."""
     _positive("--steps", cfg.steps)
     _positive("--batch-size", cfg.data.batch_size)
-    _positive("--lr", cfg.optim.lr)
+    _finite_positive("--lr", cfg.optim.lr)
+    if not 0 <= cfg.seed <= SEED_MAX:
+        raise ConfigError(f"--seed must be between 0 and {SEED_MAX} (2**32-1), got {cfg.seed}")
     _positive("--log-every", cfg.run.log_every)
     _non_negative("--workers", cfg.data.workers)
     _choice("--arch", cfg.model.arch, ARCHS)
@@ -165,9 +188,7 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"--batch-size {cfg.data.batch_size} exceeds --synthetic-train-size "
                               f"{cfg.data.synthetic_train_size}; use a batch size of at most that")
     if cfg.run.run_name is not None:
-        name = cfg.run.run_name
-        if not name or name in (".", "..") or "/" in name or os.sep in name or name.startswith("-"):
-            raise ConfigError(f"--run-name {name!r} is not a plain directory name; use letters, digits, '-', '_'")
+        plain_name("--run-name", cfg.run.run_name)
     _writable_logdir(cfg.run.logdir)
     _validate_profile(cfg)
     if cfg.cuda_graphs and cfg.device != "cuda":

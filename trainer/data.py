@@ -15,21 +15,19 @@ Under torchrun each rank sees a distinct shard: a rank-strided slice of the synt
 
 from __future__ import annotations
 
-import pickle
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import torchvision
 import torchvision.transforms as T
+from stepscope.trainer.cifar_files import CIFAR_FILES, CIFAR10Files, download_cifar
 from stepscope.trainer.config import ConfigError, DataConfig
 from stepscope.trainer.env import Env
 from torch.utils.data import DataLoader, DistributedSampler
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-CIFAR_FILES = ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch",
-               "batches.meta"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -43,6 +41,48 @@ def check_data(cfg: DataConfig) -> None:
     if missing:
         raise ConfigError(f"CIFAR-10 not found in {folder} (missing {missing[0]}); add --download to fetch it "
                           f"into --data-dir {cfg.data_dir}, or point --data-dir at a folder holding cifar-10-batches-py/")
+
+
+IMAGE_BYTES = 3 * 32 * 32 * 4  # one float32 image
+# generating a set holds the set plus about four same-sized temporaries (class means, nuisance, noise, sums)
+GENERATION_FACTOR = 5
+
+
+def available_memory(device: str) -> int | None:
+    """Bytes this process may still allocate on `device` ("cpu": MemAvailable; "cuda": the GPU's free memory)."""
+    if device == "cuda":  # this rank's GPU (env.make_env picks it the same way), not GPU 0 for every rank
+        return torch.cuda.mem_get_info(int(os.environ.get("LOCAL_RANK", 0)))[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def check_synthetic_fits(cfg: DataConfig, device: str) -> None:
+    """Refuse a synthetic set that cannot be generated in memory, before anything is written.
+
+    Every rank generates the whole set; on the CPU the ranks of one node share its memory."""
+    if cfg.name != "synthetic":
+        return
+    available = available_memory(device)
+    if available is None:
+        return
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if device == "cpu" else 1
+    per_image = IMAGE_BYTES * ranks
+    biggest = max(cfg.synthetic_train_size, cfg.synthetic_eval_size)
+    need = per_image * (cfg.synthetic_train_size + cfg.synthetic_eval_size + (GENERATION_FACTOR - 1) * biggest)
+    if need > available:
+        fits = available // (per_image * (GENERATION_FACTOR + 1))
+        raise ConfigError(f"--synthetic-train-size {cfg.synthetic_train_size} with --synthetic-eval-size "
+                          f"{cfg.synthetic_eval_size} needs about {need / 2**30:.1f} GiB of {device} memory to "
+                          f"generate, {available / 2**30:.1f} GiB is available; use at most about {fits} images each")
 
 
 class SyntheticData:
@@ -112,24 +152,6 @@ class SyntheticData:
             yield self.eval_x[i:i + self.batch_size], self.eval_y[i:i + self.batch_size]
 
 
-class CIFAR10Files(torchvision.datasets.CIFAR10):
-    """torchvision's CIFAR10, checking that the batch files exist rather than their MD5 sums.
-
-    torchvision still verifies the archive's checksum when it downloads; skipping the per-file MD5 here lets
-    the same loading code read a small CIFAR-format file (the tests write one). A corrupt file still fails,
-    when it is unpickled.
-    """
-
-    def _check_integrity(self) -> bool:
-        folder = Path(self.root) / self.base_folder
-        return all((folder / f).is_file() for f in CIFAR_FILES)
-
-    def _load_meta(self) -> None:  # torchvision's, less the MD5 check
-        with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as f:
-            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-
-
 class Cifar10Data:
     def __init__(self, cfg: DataConfig, env: Env, seed: int) -> None:
         heavy = [T.RandAugment(num_ops=2, magnitude=9), T.ColorJitter(0.4, 0.4, 0.4, 0.1)] \
@@ -138,8 +160,10 @@ class Cifar10Data:
                               T.Normalize(CIFAR_MEAN, CIFAR_STD)])
         eval_tf = T.Compose([T.ToTensor(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
         root = str(cfg.data_dir)
-        train = CIFAR10Files(root, train=True, transform=train_tf, download=cfg.download)
-        test = CIFAR10Files(root, train=False, transform=eval_tf, download=False)
+        if cfg.download:
+            download_cifar(cfg.data_dir)
+        train = CIFAR10Files(root, train=True, transform=train_tf)
+        test = CIFAR10Files(root, train=False, transform=eval_tf)
         self.sampler = None
         if env.world_size > 1:
             self.sampler = DistributedSampler(train, env.world_size, env.rank, shuffle=True, seed=seed, drop_last=True)

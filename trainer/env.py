@@ -4,7 +4,7 @@ process-global knobs.
 The device itself is resolved once from the flags (`config.resolve_device`, "auto" -> "cuda" or "cpu");
 `make_env` turns it into an `Env` that everything device-dependent below reads. `configure_process` is the
 one place that sets process-global state: cuDNN autotuning and TF32, `TEARDOWN_CUPTI` for profiled GPU runs,
-`TORCH_NCCL_ASYNC_ERROR_HANDLING` for graphed DDP, and dynamo's DDP graph splitting for compiled DDP.
+`KINETO_LOG_LEVEL` for profiled CPU runs, `TORCH_NCCL_ASYNC_ERROR_HANDLING` for graphed DDP, and dynamo's DDP graph splitting for compiled DDP.
 """
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ def configure_process(env: Env, *, profiling: bool, cuda_graphs: bool, compile_m
     """Set every process-global knob the run needs, once, before the model is built. A value the user put
     in the environment wins over ours."""
     if not env.is_cuda:
+        if profiling:
+            # A CUDA build of torch on a machine without a GPU driver: Kineto still asks CUDA for the device
+            # count when it writes a trace, and logs "ERROR: gpuGetDeviceCount failed with code 35" (no driver)
+            # plus "USDT: profiler_start/stop" lines into the progress bar. A CPU trace has nothing device-related
+            # to say; 6 is above Kineto's highest level (USDT = 5), so it prints nothing. Read when Kineto starts,
+            # i.e. when the first profiler is entered.
+            os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         return
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True

@@ -3,8 +3,9 @@ TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text
 
 Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
 at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
-gone), and run.json lists the traces that exist at that moment. A signal during the diagnosis ends it:
-run.json then says "interrupted" and no diagnosis.md is written.
+gone), and run.json lists the traces that exist at that moment. A signal during the top-ops table or the
+diagnosis ends it: run.json then says "interrupted" and no diagnosis.md is written. Once the diagnosis is
+over, a signal is only recorded: run.json is written as the run stands.
 """
 
 from __future__ import annotations
@@ -41,22 +42,29 @@ def _fmt(x: float | None, spec: str) -> str:
 def finish_run(status: str, stop, progress, thr, record: RunRecord, log, prof, writer, env, group) -> int:
     final = final_numbers(progress, thr)
     if status == "completed":
-        group.barrier()  # every rank has written its traces before rank 0 analyses them
+        try:
+            group.barrier()  # every rank has written its traces before rank 0 analyses them
+        except BaseException as e:
+            if not stop.explains(e):
+                raise
+            status = "interrupted"
     if not env.is_main:
         return 0 if status == "completed" else stop.exit_code()
     run_dir = Path(record.run_dir)
-    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's
     diagnosis = None
-    if writer is not None:
-        if writer.cycles:
+    try:
+        if writer is not None and writer.cycles and status != "failed":
             print(top_ops_table(prof, env.is_cuda))
-            try:
-                diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"])
-            except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
-                status = "interrupted"
-                print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "
-                      f"{shlex.quote(str(run_dir))} later)", file=sys.stderr)
-        else:
+            diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"])
+    except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
+        status = "interrupted"
+        print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "
+              f"{shlex.quote(str(run_dir))} later)", file=sys.stderr)
+    # what follows records the run as it now stands: a signal from here on changes nothing
+    stop.hold()
+    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's
+    if writer is not None:
+        if not writer.cycles:
             print("the profiler recorded no complete cycle before the run stopped; no trace was written")
         print(f"open it with:  tensorboard --logdir {shlex.quote(str(run_dir.parent))}   (run: {run_dir.name})")
     done = replace(record, status=status, final=final, traces=traces,
@@ -68,8 +76,12 @@ def finish_run(status: str, stop, progress, thr, record: RunRecord, log, prof, w
             "spans": [{**{k: sp[k] for k in ("worker", "span", "verdict", "basis", "metrics")},
                        "findings": [{k: f[k] for k in ("id", "cost_ms_per_step")} for f in sp["findings"]]}
                       for sp in diagnosis["spans"]]})
-    done.write(run_dir)
-    log.close()
+    try:
+        done.write(run_dir)
+        log.close()
+    except OSError:
+        if status != "failed":  # the disk is full: the caller reports the first failure, not this one
+            raise
     speed = "no timed steps" if final["images_per_s"] is None else f"{final['images_per_s']:.0f} images/s"
     print(f"{status}: {progress.steps} steps, train loss {_fmt(final['train_loss'], '.4f')}, eval accuracy "
           f"{_fmt(final['eval_accuracy'], '.3f')}, {speed} -> {run_dir}")

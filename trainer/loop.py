@@ -34,7 +34,7 @@ from stepscope.trainer.profiler.capture import (
     worker_name,
 )
 from stepscope.trainer.profiler.phases import Phases
-from stepscope.trainer.run_dir import create_run_dir, environment_info, git_sha
+from stepscope.trainer.run_dir import NoSpace, create_run_dir, environment_info, git_sha, no_space
 from stepscope.trainer.run_record import RunRecord
 from stepscope.trainer.step import build_step, capture_stream, on_stream
 from stepscope.trainer.tb_log import NullLog, TBLog
@@ -72,7 +72,8 @@ def evaluate(model: torch.nn.Module, data, env: Env) -> float:
 
 
 def train(cfg: TrainConfig) -> int:
-    """Run training; returns the process exit code (0, or 130/143 after SIGINT/SIGTERM)."""
+    """Run training; returns the process exit code (0, or 130/143 after SIGINT/SIGTERM). A full disk under
+    --logdir raises `NoSpace` (one line, exit code 2) after run.json says "failed", if it still fits."""
     env = make_env(cfg.device, cfg.bf16, cfg.channels_last)
     configure_process(env, profiling=cfg.profile.enabled, cuda_graphs=cfg.cuda_graphs, compile_mode=cfg.compile)
     group = make_distributed(env)
@@ -82,6 +83,10 @@ def train(cfg: TrainConfig) -> int:
         # while a graph that holds NCCL collectives is alive hangs (tests/ddp_graph_worker.py)
         code = _train(cfg, env, group)
         return code
+    except OSError as e:
+        if no_space(e):
+            raise NoSpace(e) from None
+        raise
     finally:
         group.shutdown(clean=code == 0)
 
@@ -90,7 +95,13 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     stop = group.stop_signal()
     stop.install()
     seed_everything(cfg.seed)
-    data = build_data(cfg.data, env, cfg.model.num_classes, cfg.seed)
+    try:
+        data = build_data(cfg.data, env, cfg.model.num_classes, cfg.seed)  # a download stops at once on Ctrl-C
+    except KeyboardInterrupt:
+        print(f"\n{stop.signal_name} before the first step; nothing was written", file=sys.stderr)
+        return stop.exit_code()
+    # from here until the loop, a signal takes effect once run.json exists, so that it always says "interrupted"
+    stop.hold()
     model = build_model(cfg.model).to(env.device, memory_format=env.memory_format)
     eval_model = model
     stream = capture_stream(env, cfg.cuda_graphs)
@@ -113,7 +124,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     prof: Profiler | NullProfiler = NullProfiler()
     if cfg.profile.enabled:
         writer = TraceWriter(cfg.profile, run_dir, worker_name(env.rank), env.device, start.span_base)
-        prof = Profiler(build_profiler(cfg.profile, env.is_cuda, writer))
+        prof = Profiler(build_profiler(cfg.profile, env.is_cuda, writer), guard=stop.deferred)
     record = RunRecord(
         config=cfg.to_dict(), environment=environment_info(env.device), git_sha=git_sha(),
         world_size=env.world_size, global_batch_size=cfg.data.batch_size * env.world_size,
@@ -148,8 +159,9 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
 
     # torch.compile, cuDNN autotuning and the allocator's growth land in the first steps
     warmup_steps = min(WARMUP_STEPS, max(1, cfg.steps // 10))
-    status = "interrupted"
+    status, failure = "interrupted", None
     try:
+        stop.release()
         with prof:
             clock.mark(excluded=True)  # step 1 is always warm-up
             for i in range(1, cfg.steps + 1):
@@ -162,8 +174,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                 step(x, y)
                 sched.step()
                 clock.dispatched()
-                with stop.deferred():  # a trace being written is finished before a signal takes effect
-                    prof.step()
+                prof.step()  # a trace being written is finished before a signal takes effect
                 # the next step counts towards throughput unless it is warm-up or profiled
                 clock.mark(excluded=i < warmup_steps or prof.is_tracing())
                 progress.steps = i
@@ -177,15 +188,21 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                     log.scalars({"eval/accuracy": progress.eval_accuracy}, i)
         status = "completed"
     except BaseException as e:
-        if not stop.explains(e):
+        if no_space(e):  # a full disk: record what the run reached if run.json still fits, then fail
+            status, failure = "failed", e
+        elif not stop.explains(e):
             raise
-        who = f"rank {env.rank}: " if env.world_size > 1 else ""
-        if not isinstance(e, KeyboardInterrupt):
-            print(f"\n{who}after the stop request: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
-        print(f"\n{who}interrupted at step {progress.steps} ({stop.signal_name}); flushing what the run has",
-              file=sys.stderr)
-        if progress.steps:
-            log_window(across_ranks=False)  # a peer may have stopped already: no more collectives
+        else:
+            who = f"rank {env.rank}: " if env.world_size > 1 else ""
+            if not isinstance(e, KeyboardInterrupt):
+                print(f"\n{who}after the stop request: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
+            print(f"\n{who}interrupted at step {progress.steps} ({stop.signal_name}); flushing what the run has",
+                  file=sys.stderr)
+            if progress.steps:
+                log_window(across_ranks=False)  # a peer may have stopped already: no more collectives
     finally:
         bar.close()
-    return finish_run(status, stop, progress, thr, record, log, prof, writer, env, group)
+    code = finish_run(status, stop, progress, thr, record, log, prof, writer, env, group)
+    if failure is not None:
+        raise failure
+    return code

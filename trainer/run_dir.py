@@ -7,6 +7,7 @@ and `run.json` is replaced atomically each time it is written.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -21,6 +22,19 @@ from stepscope.trainer.config import ConfigError
 from stepscope.trainer.profiler.atomic import write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk full, quota reached, file size limit
+
+
+def no_space(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS
+
+
+class NoSpace(ConfigError):
+    """The disk under --logdir filled up: one line, exit code 2, as for an unwritable --logdir."""
+
+    def __init__(self, e: OSError) -> None:
+        where = f" writing {e.filename}" if e.filename else ""
+        super().__init__(f"{(e.strerror or str(e)).lower()}{where}; free some space or pass another --logdir")
 
 
 def create_run_dir(logdir: Path, run_name: str | None, tag: str) -> Path:

@@ -6,10 +6,10 @@
 
 Fields, in the file's order: config (the resolved configuration), environment (torch/CUDA/GPU/host versions),
 git_sha, world_size, global_batch_size, distributed (backend, every rank's worker, DDP options), step_kind,
-run_dir, status ("running", "completed" or "interrupted"), signal (the signal's name when interrupted), final
-(steps, train_loss, eval_accuracy, images_per_s, mean/median_step_ms, timed_steps, and the unprofiled step
-telemetry), traces, loss_history, and after a profiled run diagnosis (verdict and each span's verdict and
-metrics).
+run_dir, status ("running", "completed", "interrupted", or "failed" when the disk filled up), signal (the
+signal's name when interrupted), final (steps, train_loss, eval_accuracy, images_per_s, mean/median_step_ms,
+timed_steps, and the unprofiled step telemetry), traces, loss_history, and after a profiled run diagnosis
+(verdict and each span's verdict and metrics).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
     stop.install()
     with stop.deferred():              # a finished cycle's trace is being written
         prof.step()
+    stop.hold(); ...; stop.release()   # the same, across code that is not one block
     stop.exit_code()                   # 130 after SIGINT, 143 after SIGTERM
 
 SIGINT (Ctrl-C) and SIGTERM (`kill`, Slurm or Kubernetes preemption, `docker stop`) are handled alike: the
@@ -56,17 +57,26 @@ class StopSignal:
             return
         raise KeyboardInterrupt
 
+    def hold(self) -> None:
+        """From now on a signal is only recorded; it takes effect at `release()`."""
+        self._deferring = True
+
+    def release(self) -> None:
+        """End a `hold()`: a signal that arrived meanwhile raises KeyboardInterrupt here."""
+        self._deferring = False
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
+
     @contextlib.contextmanager
     def deferred(self):
         """A signal inside this block takes effect when the block ends."""
-        self._deferring = True
+        self.hold()
         try:
             yield
         finally:
             self._deferring = False
-        if self._pending:
-            self._pending = False
-            raise KeyboardInterrupt
+        self.release()
 
     def _watch(self, read_fd: int) -> None:
         # other handled signals (e.g. SIGCHLD) also land here

@@ -46,7 +46,22 @@ class UsageError(ValueError):
     """Bad input to this command; the message is the one line printed."""
 
 
+def check_run_dir(run_dir: Path) -> None:
+    if run_dir.is_dir() and not os.access(run_dir, os.R_OK | os.X_OK):
+        raise UsageError(f"RUN_DIR {run_dir}: permission denied; give a run directory you can read")
+
+
 def check_out_dir(out_dir: Path) -> None:
+    """OUT_DIR must be new or empty, and creatable: its nearest existing ancestor a writable directory."""
+    ancestor = out_dir.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor != out_dir.absolute() and not ancestor.is_dir():
+        raise UsageError(f"--export-tensorboard {out_dir}: {ancestor} is a file, not a directory; give a new "
+                         "or empty directory")
+    if not os.access(ancestor if ancestor.is_dir() else ancestor.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--export-tensorboard {out_dir}: {ancestor} is not writable; give a directory you "
+                         "can write to")
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--export-tensorboard {out_dir}: exists and is not a directory; "
                          "give a new or empty directory")
@@ -116,6 +131,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
                    help="also write a copy that torch-tb-profiler 0.4.3 reads correctly to OUT_DIR")
     a = p.parse_args(argv)
     try:
+        check_run_dir(a.run_dir)
         if a.export_tensorboard is not None:
             check_out_dir(a.export_tensorboard)
         loaded, found_line = find_and_load(a.run_dir)
@@ -126,6 +142,9 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         return 2
     except MemoryError:  # past the per-file checks: e.g. many traces that fit one by one but not together
         print(f"error: {a.run_dir}: too large to analyse in the memory available here", file=sys.stderr)
+        return 2
+    except OSError as e:  # what the checks above cannot foresee: a file that vanished, a disk that filled up
+        print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(found_line, file=sys.stderr)
     print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))

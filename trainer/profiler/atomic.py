@@ -25,8 +25,10 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; these files are as readable as any other
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(path)  # a failed write() names no file; say which one could not be written
         raise
 
 

@@ -11,7 +11,10 @@ Without `--profile` the loop gets `NullProfiler`, which has the same interface a
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -19,9 +22,10 @@ import torch
 from stepscope.trainer.config import ProfileConfig
 from stepscope.trainer.profiler.atomic import write_text_atomic
 from stepscope.trainer.profiler.files import load_trace, write_trace_atomic
-from stepscope.trainer.profiler.flamegraph import render_flamegraph
+from stepscope.trainer.profiler.flamegraph import keep_working_threads, render_flamegraph
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
+FULL_BYTES = 1 << 20  # a trace export that failed with less than this left on the disk failed for want of space
 TRACED_ACTIONS = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
@@ -49,10 +53,14 @@ class NullProfiler:
 
 
 class Profiler:
-    """`torch.profiler.profile` plus what the loop asks of it: is this step traced?"""
+    """`torch.profiler.profile` plus what the loop asks of it: is this step traced?
 
-    def __init__(self, prof: profile) -> None:
+    `guard` (e.g. `StopSignal.deferred`) wraps every call that may write a trace, `step()` and the exit: a
+    signal that arrives while a cycle's trace is being written takes effect once the trace is complete."""
+
+    def __init__(self, prof: profile, guard=contextlib.nullcontext) -> None:
         self.prof = prof
+        self.guard = guard
 
     def __enter__(self) -> Profiler:
         self.prof.__enter__()
@@ -60,10 +68,12 @@ class Profiler:
 
     def __exit__(self, *exc) -> None:
         # on Ctrl-C too: a cycle that was recording is stopped and its trace written
-        self.prof.__exit__(*exc)
+        with self.guard():
+            self.prof.__exit__(*exc)
 
     def step(self) -> None:
-        self.prof.step()
+        with self.guard():
+            self.prof.step()
 
     def is_tracing(self) -> bool:
         """True while the profiler is warming up or recording, or will export at the next step()."""
@@ -114,11 +124,19 @@ class TraceWriter:
 
         span = str(self.span_base + self.cycles)
         tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"
+        kineto_tmp = tmp.with_name(tmp.name + ".tmp")  # Kineto writes here, then renames it to `tmp`
         try:
             prof.export_chrome_trace(str(tmp))
-            trace = load_trace(tmp)
+            try:
+                trace = load_trace(tmp)
+            except (FileNotFoundError, ValueError):
+                # Kineto reports no write error: on a full disk it leaves a truncated file or none at all
+                if shutil.disk_usage(self.run_dir).free < FULL_BYTES:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from None
+                raise
         finally:
             tmp.unlink(missing_ok=True)
+            kineto_tmp.unlink(missing_ok=True)
         adapted, _raw = write_adapted_pair(self.run_dir, self.worker, span, trace, self.cfg.gzip)
         self.written.append(adapted)
         self.cycles += 1
@@ -139,8 +157,10 @@ class TraceWriter:
             text = folded.read_text()
         finally:
             folded.unlink(missing_ok=True)
-        unit = "µs of device time" if cuda else "µs of CPU time"
-        write_text_atomic(out, render_flamegraph(text, title=f"{self.worker} ({metric})", unit=unit))
+        # on the CPU, torch ops count CPU time but Python calls count wall time (waits included)
+        unit = "µs of device time" if cuda else "µs of self time (ops: CPU, Python calls: wall)"
+        title = f"{self.worker} ({metric}, threads that ran torch code)"
+        write_text_atomic(out, render_flamegraph(keep_working_threads(text), title=title, unit=unit))
 
     def _memory_timeline(self, prof: profile, out: Path) -> None:
         dev = f"cuda:{self.device.index or 0}" if self.device.type == "cuda" else "cpu"

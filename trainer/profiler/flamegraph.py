@@ -45,6 +45,31 @@ def parse_folded(text: str) -> Frame:
     return root
 
 
+THREAD_ROOT = "threading.py("  # a Python thread's stacks start in threading.py's _bootstrap
+THREAD_PREFIX_FRAMES = 4  # _bootstrap;_bootstrap_inner;run;<the thread's target>
+
+
+def _runs_torch(frame: str) -> bool:
+    return frame.startswith("nn.Module:") or "torch/" in frame or "Tensor_object" in frame
+
+
+def keep_working_threads(folded: str) -> str:
+    """Only the stacks of threads that ran torch code: the training thread and e.g. a pin-memory thread.
+
+    Python call events count wall time, so an idle thread (TensorBoard's event writer, tqdm's monitor) adds
+    one wide bar per thread of pure waiting, which would dwarf the training step. Lines of other threads
+    are dropped; a thread is told apart by its first frames (its root, or threading's bootstrap and target)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for line in folded.splitlines():
+        stack = line.strip().rpartition(" ")[0]
+        frames = stack.split(";")
+        key = tuple(frames[:THREAD_PREFIX_FRAMES]) if frames[0].startswith(THREAD_ROOT) else (frames[0],)
+        groups.setdefault(key, []).append(line)
+    kept = [ln for lines in groups.values() if any(_runs_torch(f) for ln in lines for f in ln.split(";"))
+            for ln in lines]
+    return "\n".join(kept) + ("\n" if kept else "")
+
+
 def _depth(f: Frame) -> int:
     return 1 + max((_depth(c) for c in f.children.values()), default=0)
 

@@ -4,16 +4,20 @@
         tb.wait_for_runs(["myrun"])
         overview = tb.profiler("overview", run="myrun", worker=w, span=s)
 
-Nothing is mocked: this is the `tensorboard` the user runs, queried over HTTP on 127.0.0.1 only.
+Nothing is mocked: this is the `tensorboard` the user runs, queried over HTTP on 127.0.0.1 only. Its output
+goes to a log in a temporary directory (never beside the logdir, which may be read-only), removed on exit.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -36,9 +40,12 @@ class TensorBoard:
         self.base = f"http://127.0.0.1:{self.port}"
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
-        self.log_path = self.logdir.parent / f"tensorboard-{self.port}.log"
+        self._log_dir: str | None = None
+        self.log_path = Path(os.devnull)
 
     def __enter__(self) -> TensorBoard:
+        self._log_dir = tempfile.mkdtemp(prefix="stepscope-tensorboard-")
+        self.log_path = Path(self._log_dir) / f"tensorboard-{self.port}.log"
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tensorboard.main", "--logdir", str(self.logdir), "--host", "127.0.0.1",
@@ -47,14 +54,17 @@ class TensorBoard:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {self.log_text()}")
+                text = self.log_text()
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {text}")
             try:
                 self.get("/data/plugins_listing")
                 return self
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.5)
+        text = self.log_text()  # read before __exit__ removes the log
         self.__exit__(None, None, None)
-        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {self.log_text()}")
+        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {text}")
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -65,6 +75,9 @@ class TensorBoard:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+        if self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._log_dir = None
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""

@@ -1,0 +1,51 @@
+"""A profiled CPU run prints no spurious errors or warnings, a rounded summary, and a flame graph of the work.
+
+    python -m pytest -q tests/test_cpu_noise.py
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from trainrun import FAST, PROFILE_3_STEPS, run_json, run_train
+
+NOISE = re.compile(r"ERROR|[Ww]arning|USDT|^\[W\d|CPUAllocator")
+
+
+@pytest.fixture(scope="module")
+def profiled_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("noise") / "logs"
+    r = run_train([*FAST, *PROFILE_3_STEPS, "--steps", "4", "--flamegraph", "--logdir", str(logdir),
+                   "--run-name", "n"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r, logdir / "n"
+
+
+def test_stderr_has_only_the_progress_bar(profiled_run):
+    r, _ = profiled_run
+    lines = [ln for ln in r.stderr.replace("\r", "\n").splitlines() if ln.strip()]
+    noisy = [ln for ln in lines if NOISE.search(ln)]
+    assert not noisy, noisy
+    bar = re.compile(r"^\s*\d+%\|.*\| \d+/\d+ \[")
+    assert all(bar.match(ln) for ln in lines), [ln for ln in lines if not bar.match(ln)]
+
+
+def test_summary_is_rounded(profiled_run):
+    r, run = profiled_run
+    final = run_json(run)["final"]
+    summary = r.stdout.strip().splitlines()[-1]
+    assert summary.startswith("completed: 4 steps, train loss ") and "None" not in summary
+    assert f"train loss {final['train_loss']:.4f}, eval accuracy {final['eval_accuracy']:.3f}" in summary
+
+
+def test_flamegraph_is_the_training_thread(profiled_run):
+    _, run = profiled_run
+    (svg,) = run.glob("*.flamegraph.svg")
+    frames = [(html.unescape(name), float(value)) for name, value in
+              re.findall(r"<title>(.*?) \((\d+(?:\.\d+)?) ", svg.read_text())]
+    name, value = max((f for f in frames if f[0] != "all"), key=lambda f: f[1])
+    assert re.match(r"train\.py\(\d+\):_<module>", name), (name, value)
+    assert not [n for n, _ in frames if "tqdm/_monitor" in n or "event_file_writer" in n]
+    assert "threads that ran torch code" in svg.read_text()

@@ -1,0 +1,198 @@
+"""SIGINT and SIGTERM at each moment of a real `scripts/train.py` run (and under torchrun).
+
+    python -m pytest -q tests/test_signals.py
+
+Each case starts the trainer as a subprocess in its own process group, waits for an observable moment (run.json,
+a logged step in the TensorBoard events file, a `.tmp-*` trace in the run directory, the top-ops table on
+stdout), sends the
+signal, and checks the contract: exit code 130 (SIGINT) or 143 (SIGTERM); run.json says "interrupted" and
+names the signal; every trace written loads as JSON with ProfilerStep events; no `.tmp-*` or `*.partial`
+file is left. Every child runs a bounded number of steps and cycles, and is killed with its group if it
+outlives the test's timeout, so a lost signal cannot leave a run profiling forever.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from stepscope.trainer.profiler.files import find_plugin_traces, find_raw_traces, load_trace
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from trainrun import FAST, REPO, TORCHRUN, TRAIN, run_json
+
+EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+LIGHT = ["--no-with-stack", "--no-profile-memory"]
+WAIT_S = 240  # for a moment to come; the machine may be shared and slow
+
+
+class Child:
+    """A trainer process with stdout/stderr in files (readable while it runs), killed with its group on exit."""
+
+    def __init__(self, cmd: list[str], tmp: Path) -> None:
+        self.out, self.err = tmp / "stdout.txt", tmp / "stderr.txt"
+        with open(self.out, "w") as o, open(self.err, "w") as e:
+            self.p = subprocess.Popen(cmd, cwd=REPO, stdout=o, stderr=e, start_new_session=True,
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait()
+
+    def text(self) -> tuple[str, str]:
+        return self.out.read_text(errors="replace"), self.err.read_text(errors="replace")
+
+    def wait_for(self, what: str, ready, poll_s: float = 0.01) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not ready():
+            if self.p.poll() is not None:
+                pytest.fail(f"the run ended (exit {self.p.returncode}) before {what}:\n{self.text()[1][-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} within {WAIT_S}s:\n{self.text()[1][-3000:]}")
+            time.sleep(poll_s)
+
+    def finish(self, timeout: float = 300) -> int:
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {timeout}s after the signal:\n{self.text()[1][-3000:]}")
+
+
+def logged_steps(run: Path) -> int:
+    """The last step whose train/loss reached the TensorBoard events file (flushed every 10 s)."""
+    last = 0
+    for f in run.glob("events.out.tfevents.*"):
+        for ev in EventFileLoader(str(f)).Load():  # stops quietly at a record still being written
+            if any(v.tag == "train/loss" for v in ev.summary.value):
+                last = max(last, ev.step)
+    return last
+
+
+def train_cmd(tmp: Path, *args: str) -> list[str]:
+    return [sys.executable, str(TRAIN), *FAST, "--logdir", str(tmp / "logs"), "--run-name", "r", *args]
+
+
+def assert_interrupted(run: Path, sig: int, code: int, err: str) -> dict:
+    assert code == EXIT[sig], err[-3000:]
+    d = run_json(run)
+    assert d["status"] == "interrupted" and d["signal"] == sig.name, d
+    left = [p for p in run.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".partial")]
+    assert not left, left
+    assert "Traceback" not in err, err[-3000:]
+    return d
+
+
+def assert_readable_traces(run: Path, d: dict, listed_all: bool = True) -> None:
+    """Every trace on disk loads with ProfilerStep events; run.json lists them (some of them, where a peer rank
+    may still have been writing its own when rank 0 wrote run.json)."""
+    assert d["traces"], d
+    for tf in [*find_plugin_traces(run), *find_raw_traces(run)]:
+        events = load_trace(tf.path)["traceEvents"]
+        assert any(str(e.get("name", "")).startswith("ProfilerStep#") for e in events), tf.path
+    on_disk = {tf.path.name for tf in find_plugin_traces(run)}
+    assert on_disk == set(d["traces"]) if listed_all else set(d["traces"]) <= on_disk, (on_disk, d["traces"])
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_signal_in_the_first_steps(tmp_path, sig):
+    """Before the profiler's cycle: nothing to write, the run is still recorded as interrupted."""
+    cmd = train_cmd(tmp_path, "--steps", "300", "--profile", "--skip-first", "250", "--wait", "0", "--warmup",
+                    "1", "--active", "2", "--repeat", "1", *LIGHT)
+    run = tmp_path / "logs" / "r"
+    with Child(cmd, tmp_path) as c:
+        c.wait_for("run.json", lambda: (run / "run.json").exists())
+        c.p.send_signal(sig)
+        code = c.finish()
+        out, err = c.text()
+    d = assert_interrupted(run, sig, code, err)
+    assert d["traces"] == [] and d["final"]["steps"] < 250
+    assert "recorded no complete cycle" in out
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_signal_inside_the_profiled_cycle(tmp_path, sig):
+    """The cycle being recorded is stopped and written."""
+    cmd = train_cmd(tmp_path, "--steps", "600", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
+                    "--active", "590", "--repeat", "1", *LIGHT)
+    run = tmp_path / "logs" / "r"
+    with Child(cmd, tmp_path) as c:
+        c.wait_for("step 2's loss in the events file", lambda: logged_steps(run) >= 2, poll_s=0.5)
+        c.p.send_signal(sig)
+        code = c.finish()
+        out, err = c.text()
+    d = assert_interrupted(run, sig, code, err)
+    assert 2 <= d["final"]["steps"] < 590
+    assert_readable_traces(run, d)
+    assert f"{sig.name} at step" in err
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_signal_during_the_trace_export(tmp_path, sig):
+    """A signal while a cycle's trace is being exported (its `.tmp-*` file exists) lets that trace finish."""
+    cmd = train_cmd(tmp_path, "--steps", "300", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
+                    "--active", "6", "--repeat", "20")
+    run = tmp_path / "logs" / "r"
+    exporting: list[Path] = []
+
+    def tmp_trace() -> bool:
+        exporting[:] = list(run.glob(".tmp-*.chrome.json")) if run.is_dir() else []
+        return bool(exporting)
+
+    with Child(cmd, tmp_path) as c:
+        c.wait_for("a trace being exported", tmp_trace, poll_s=0.002)
+        c.p.send_signal(sig)
+        code = c.finish()
+        out, err = c.text()
+    d = assert_interrupted(run, sig, code, err)
+    assert_readable_traces(run, d)
+    span = exporting[0].name.removesuffix(".chrome.json").rpartition("-")[2]
+    assert any(name.endswith(f".{span}.pt.trace.json.gz") for name in d["traces"]), (span, d["traces"])
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_signal_during_the_diagnosis(tmp_path, sig):
+    """The run's last step completes the only cycle; once the top-ops table is printed, the diagnosis runs."""
+    cmd = train_cmd(tmp_path, "--steps", "21", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
+                    "--active", "20", "--repeat", "1")
+    run = tmp_path / "logs" / "r"
+    with Child(cmd, tmp_path) as c:
+        c.wait_for("the top-ops table", lambda: "Self CPU time total" in c.out.read_text(errors="replace"),
+                   poll_s=0.002)
+        c.p.send_signal(sig)
+        code = c.finish()
+        out, err = c.text()
+    d = assert_interrupted(run, sig, code, err)
+    assert d["final"]["steps"] == 21 and "diagnosis" not in d
+    assert f"{sig.name} during the diagnosis" in err
+    assert not (run / "diagnosis.md").exists()
+    assert_readable_traces(run, d)
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
+    """torchrun forwards the signal to both ranks; each writes its cycle, rank 0 writes run.json."""
+    cmd = [*TORCHRUN, str(TRAIN), *FAST, "--logdir", str(tmp_path / "logs"), "--run-name", "r", "--steps", "400",
+           "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1", "--active", "390", "--repeat", "1",
+           *LIGHT]
+    run = tmp_path / "logs" / "r"
+    with Child(cmd, tmp_path) as c:
+        c.wait_for("step 2's loss in the events file", lambda: logged_steps(run) >= 2, poll_s=0.5)
+        c.p.send_signal(sig)
+        code = c.finish()
+        out, err = c.text()
+    assert code != 0, err[-3000:]  # torchrun reports the signal as its own failure
+    d = run_json(run)
+    assert d["status"] == "interrupted" and d["signal"] == sig.name, err[-3000:]
+    assert f"rank 0: {sig.name} at step" in err and f"rank 1: {sig.name} at step" in err
+    assert len(find_plugin_traces(run)) == 2  # one cycle per rank
+    assert_readable_traces(run, d, listed_all=False)  # after a signal rank 0 waits for nobody
+    assert not [p for p in run.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".partial")]
