@@ -92,10 +92,11 @@ def copy_ms(w) -> float:
 
 
 def measure(w, device: torch.device) -> dict:
+    # the graph first: a DataLoader's pin-memory thread, once started, may not allocate during a capture
+    compute = graph_ms(w.gpu_part) if device.type == "cuda" and w.capturable() else None
     out = {"step_ms": statistics.median(step_times(w.step, device)), "gpu_ms": None, "copy_ms": 0.0,
            "fixed_step_ms": None, "intervention": None}
     if device.type == "cuda":
-        compute = graph_ms(w.gpu_part) if w.capturable() else None
         out["copy_ms"] = copy_ms(w)
         if compute is not None:
             out["gpu_ms"] = compute + out["copy_ms"]

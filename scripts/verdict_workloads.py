@@ -98,7 +98,7 @@ class Workload:
             self.host_x, self.host_y = x.pin_memory(), y.pin_memory()
         self.x, self.y = x.to(device), y.to(device)
         self.loss_fn, self.loader, self.host_input, self.pinned = loss, loader, host_input, pinned
-        self.loader_iter = iter(loader) if loader is not None else None
+        self.loader_iter = None  # started at the first step, after the truth's graph capture
         self.host_work, self.bf16 = host_work, bf16 and self.cuda
         self.fwd = torch.compile(self.model, mode=compile_mode) if compile_mode else self.model
         self._fixed = fixed
@@ -128,7 +128,9 @@ class Workload:
 
     def step(self) -> None:
         with record_function("data"):
-            if self.loader_iter is not None:
+            if self.loader is not None:
+                if self.loader_iter is None:
+                    self.loader_iter = iter(self.loader)
                 xb, yb = next(self.loader_iter)
                 self.x.copy_(xb.to(self.device, non_blocking=True))
                 self.y.copy_(yb.to(self.device, non_blocking=True))
