@@ -1,0 +1,78 @@
+"""The verdict on real H100 traces of workloads with known, injected causes (tests/data/suite/, and Lightning's
+own PyTorchProfiler output in tests/data/lightning_h100/), against the truth measured without the profiler.
+
+Each folder holds the trace (3 steps, record_shapes + profile_memory + with_stack) and truth.json, written by
+scripts/verdict_bench.py (scripts/record_lightning.py for Lightning): the unprofiled step time, the step's GPU
+time replayed as a CUDA graph, the step with the cause removed, and the verdict those numbers imply. The
+analysis reads each trace as a stranger's: no telemetry, only the profiler-overhead model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from stepscope.trainer.profiler.analysis import analyze_run, render_console
+
+DATA = Path(__file__).parent / "data"
+CASES = sorted(p.parent for p in [*DATA.glob("suite/*/truth.json"), *DATA.glob("lightning_h100/truth.json")])
+BUSY_PP = 5.0
+# Where the estimate misses the truth by more than 5 points (measured 2026-11-22, BENCHMARKS.md): a GPU-bound
+# decoder whose profiled host fell behind its GPU (the model under-counts that host's cost: 70 vs 99%), a
+# pageable copy that the profiled step ran slower than the copy timed alone (93 vs 77%), and two launch-bound
+# steps read 6 points low (16 vs 22%).
+KNOWN_MISSES = {"gpt_large", "pageable_copy", "resnet18_bs32", "resnet50_pinned"}
+
+
+def case(path: Path):
+    return json.loads((path / "truth.json").read_text()), analyze_run(path).spans[0]
+
+
+def test_the_suite_spans_families_and_verdicts():
+    truths = [json.loads((p / "truth.json").read_text()) for p in CASES]
+    assert len(CASES) >= 14
+    assert len({t["family"] for t in truths}) >= 6
+    assert {t["expected"] for t in truths} >= {"launch_bound", "gpu_bound", "data_bound", "host_bound",
+                                               "transfer_bound"}
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
+def test_verdict_matches_the_unprofiled_truth(path):
+    truth, s = case(path)
+    assert truth["confirmed"] is not False  # removing the injected cause sped the step up
+    assert s.verdict == truth["expected"], render_console(analyze_run(path))
+
+
+@pytest.mark.parametrize("path", [p for p in CASES if json.loads((p / "truth.json").read_text())["gpu_busy_pct"]],
+                         ids=lambda p: p.name)
+def test_gpu_busy_against_the_unprofiled_truth(path):
+    """Within 5 points of the unprofiled truth; the known misses at least closer than the profiled steps'
+    own reading."""
+    truth, s = case(path)
+    got, profiled, true = s.metrics.gpu_busy_pct, s.profiled.gpu_busy_pct, truth["gpu_busy_pct"]
+    if path.name in KNOWN_MISSES:
+        assert BUSY_PP < abs(got - true) < abs(profiled - true)  # still a miss, or this list is stale
+    else:
+        assert abs(got - true) <= BUSY_PP, (got, true)
+
+
+def test_cpu_scalars_are_not_host_syncs():
+    """AdamW(foreach=False) reads its CPU step counters with .item(): no device copy, no synchronize."""
+    _, s = case(DATA / "suite" / "adamw_cpu_scalars")
+    assert s.metrics.syncs_per_step == 0
+
+
+def test_copies_are_not_compute():
+    _, s = case(DATA / "suite" / "pageable_copy")
+    assert s.breakdown.pct("transfer") > s.breakdown.pct("gpu_busy")
+    assert s.findings[0].id == "transfer"
+    assert any("pin" in r and "non_blocking" in r for r in s.remedies)
+
+
+def test_a_cold_window_is_named_and_left_out():
+    truth, s = case(DATA / "suite" / "cold_start")
+    (cold,) = [f for f in s.findings if f.id == "cold_start"]
+    assert "left out of the verdict" in cold.text and "skip_first" in cold.remedies[0]
+    assert s.metrics.steps == 2  # of 3 recorded
+    assert s.verdict == truth["expected"]
