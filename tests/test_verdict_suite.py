@@ -23,6 +23,10 @@ BUSY_PP = 5.0
 # pageable copy that the profiled step ran slower than the copy timed alone (93 vs 77%), and two launch-bound
 # steps read 6 points low (16 vs 22%).
 KNOWN_MISSES = {"gpt_large", "pageable_copy", "resnet18_bs32", "resnet50_pinned"}
+# A DataLoader whose 2 workers cannot keep up unprofiled (34 ms steps, 3.8x faster with 16 workers), profiled
+# after they had prefetched: the 3 recorded steps ran on ready batches (0.3 ms waits). Nothing in the trace
+# shows the stall; the report must say that data_bound is possible rather than claim its verdict outright.
+VERDICT_NOT_IN_TRACE = {"loader_two_workers"}
 
 
 def case(path: Path):
@@ -41,6 +45,10 @@ def test_the_suite_spans_families_and_verdicts():
 def test_verdict_matches_the_unprofiled_truth(path):
     truth, s = case(path)
     assert truth["confirmed"] is not False  # removing the injected cause sped the step up
+    if path.name in VERDICT_NOT_IN_TRACE:
+        assert s.verdict != truth["expected"]  # still not in the trace, or this list is stale
+        assert truth["expected"] in s.uncertainty["verdicts"] and "worker processes" in s.evidence[2]
+        return
     assert s.verdict == truth["expected"], render_console(analyze_run(path))
 
 
@@ -51,7 +59,9 @@ def test_gpu_busy_against_the_unprofiled_truth(path):
     own reading."""
     truth, s = case(path)
     got, profiled, true = s.metrics.gpu_busy_pct, s.profiled.gpu_busy_pct, truth["gpu_busy_pct"]
-    if path.name in KNOWN_MISSES:
+    if path.name in VERDICT_NOT_IN_TRACE:  # the stall is not in the trace, so neither is the idle it causes
+        assert abs(got - true) > BUSY_PP
+    elif path.name in KNOWN_MISSES:
         assert BUSY_PP < abs(got - true) < abs(profiled - true)  # still a miss, or this list is stale
     else:
         assert abs(got - true) <= BUSY_PP, (got, true)
@@ -76,3 +86,19 @@ def test_a_cold_window_is_named_and_left_out():
     assert "left out of the verdict" in cold.text and "skip_first" in cold.remedies[0]
     assert s.metrics.steps == 2  # of 3 recorded
     assert s.verdict == truth["expected"]
+
+
+DDP = DATA / "suite_ddp"  # 2 H200s over NCCL (scripts/verdict_ddp.py): the job's verdict and its stragglers
+
+
+@pytest.mark.parametrize("name,verdict,stragglers", [("comm", "communication_bound", ()),
+                                                     ("straggler", "host_bound", (1,)),
+                                                     ("balanced", None, ())])
+def test_multi_rank_verdicts_and_stragglers(name, verdict, stragglers):
+    truth = json.loads((DDP / name / "truth.json").read_text())
+    r = analyze_run(DDP / name)
+    (cycle,) = r.distributed
+    assert truth["confirmed"] is not False and truth["stragglers"] == list(stragglers)
+    assert cycle.stragglers == stragglers, render_console(r)  # a balanced run names nobody
+    if verdict is not None:
+        assert truth["expected"] == verdict and r.verdict == verdict

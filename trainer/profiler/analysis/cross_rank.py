@@ -15,9 +15,10 @@ a GPU; gloo/nccl collectives and c10d ops on the host for CPU runs) and their ov
 Straggler. Collectives make every rank's step equally long: the ranks that arrive first wait inside the
 collective for the last one. So the step time cannot single out the slow rank; the time a rank spends
 *outside* exposed communication (``outside_comm_ms`` = step - exposed communication) can. A rank is a
-straggler when that exceeds ``STRAGGLER_RATIO`` x the median of the other ranks, and by at least
-``STRAGGLER_MIN_SHARE`` of the median step, so that noise in a step that is mostly communication (a few ms
-outside it, on every rank) names nobody. 1.2 is a judgment call: a
+straggler when that time, as the step runs without the profiler, exceeds ``STRAGGLER_RATIO`` x the median of
+the other ranks, by at least ``STRAGGLER_MIN_SHARE`` of the median step, and by more than the profiler's own
+host cost on that rank (its modelled inflation): profiling slows ranks unevenly, and a difference it alone
+could make names nobody. 1.2 is a judgment call: a
 rank 20% slower than its peers makes each of them wait a sixth of its own work every step, which is worth
 fixing, while the smallest spread we measured between ranks that were balanced by construction (2-rank gloo,
 this recorder without its delay, a quiet run) was 1.09x. Over only a few profiled steps, scheduling noise on
@@ -112,18 +113,29 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
         exposed = bd.ms_per_step("communication")
         rows.append(RankRow(rank_of(s), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
                             m.comm_ms_per_step, m.overlap_ms_per_step, exposed, m.step_ms - exposed, False))
-    flagged = []
-    median_step = statistics.median(r.step_ms for r in rows)
-    for r in rows:
-        others = statistics.median(o.outside_comm_ms for o in rows if o is not r)
-        if (r.outside_comm_ms > STRAGGLER_RATIO * others
-                and r.outside_comm_ms - others >= STRAGGLER_MIN_SHARE * median_step):
-            flagged.append(r.rank)
+    flagged = [r.rank for r, s in zip(rows, members, strict=True) if _straggles(s, members)]
     rows = sorted((RankRow(**{**r.__dict__, "straggler": r.rank in flagged}) for r in rows),
                   key=lambda r: r.rank)
     found = _findings(rows, members)
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
                            tuple(sorted(flagged)), _verdict(rows), tuple(found), tuple(remedies(found)))
+
+
+def _outside_comm(s: SpanReport) -> float:
+    """ms per step outside exposed communication, as the step runs without the profiler."""
+    return s.metrics.step_ms - s.breakdown.ms_per_step("communication")
+
+
+def _straggles(s: SpanReport, members: list[SpanReport]) -> bool:
+    """More than STRAGGLER_RATIO x the others' median time outside communication, by at least
+    STRAGGLER_MIN_SHARE of the median step, and by more than the profiler's own host cost on that rank could
+    explain (every rank's host is slowed by the profiler, and not always alike)."""
+    others = statistics.median(_outside_comm(o) for o in members if o is not s)
+    excess = _outside_comm(s) - others
+    median_step = statistics.median(o.metrics.step_ms for o in members)
+    noise = s.inflation.ms_per_step if s.inflation is not None else 0.0
+    return _outside_comm(s) > STRAGGLER_RATIO * others and excess >= STRAGGLER_MIN_SHARE * median_step \
+        and excess > noise
 
 
 def _verdict(rows: list[RankRow]) -> str:

@@ -23,7 +23,12 @@ from .metrics import SpanMetrics, span_metrics
 from .overhead import Inflation, Recording, host_inflation, recording
 from .steps import step_windows
 from .trust import representative_steps
-from .unprofiled import loader_paced, unprofiled_view
+from .unprofiled import loader_paced, unprofiled_view, worker_fed
+
+WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which the trace does not show: a short "
+                  "profiled window can run on batches they had prefetched, so whether they keep up without the "
+                  "profiler cannot be read from here; time the wait for each batch over a few hundred unprofiled "
+                  "steps (stepscope train records it as telemetry data_ms)")
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,8 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
-    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation,
-                           loader_paced(trace, kept), telemetry)
+    paced = loader_paced(trace, kept)
+    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry)
     bd = view.breakdown
     m = replace(m_prof, step_ms=bd.total_us / bd.steps / 1e3, gpu_busy_pct=busy_pct(bd) if gpu else None)
     v = verdict(bd, gpu)
@@ -105,9 +110,14 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     uncertainty = None
     if view.low is not None:
         verdicts = sorted({verdict(b, gpu) for b in (view.low, bd, view.high)})
+        unseen_workers = not paced and v != "data_bound" and worker_fed(trace, kept)
+        if unseen_workers:
+            verdicts = sorted({*verdicts, "data_bound"})
         uncertainty = {"gpu_busy_pct": [round(busy_pct(view.low), 2), round(busy_pct(view.high), 2)] if gpu
                        else None, "verdicts": verdicts}
         ev.insert(1, _model_line(m_prof, m, inflation, verdicts, v))
+        if unseen_workers:
+            ev.insert(2, WORKERS_UNSEEN)
     if cold is not None:
         found = sorted([*found, cold_start_finding(cold.steps, cold.cold_ms, cold.warm_ms, cold.module_loads,
                                                    cold.whole_window)],

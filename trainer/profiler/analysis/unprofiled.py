@@ -101,18 +101,23 @@ def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_
     return UnprofiledView(at(inflation.ms_per_step), "overhead_model", low=at(inflation.low), high=at(inflation.high))
 
 
-def loader_paced(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
-    """Every step waited for a worker-fed DataLoader (see the module docstring)."""
+def worker_fed(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
+    """A DataLoader feeds the steps from worker processes: its waits hold few ops and Python frames."""
     loader = [d for d in trace.data_spans if d.name.startswith(DATALOADER_PREFIX)]
     if not loader or not windows:
         return False
     data = host_sets(trace).data
     n = len(windows)
-    for w in windows:
-        wait_ms = data.length_within(w.host_start, w.host_end) / 1e3
-        if wait_ms < max(PACING_WAIT_MS, PACING_WAIT_SHARE * w.dur / 1e3):
-            return False
     ops = sum(1 for o in trace.ops if data.covers(o.start)) / n
     starts = trace.python_calls
     frames = sum(bisect_left(starts, t1) - bisect_left(starts, t0) for t0, t1 in data) / n
     return ops < IN_PROCESS_OPS and frames < IN_PROCESS_FRAMES
+
+
+def loader_paced(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
+    """Every step waited for a worker-fed DataLoader (see the module docstring)."""
+    if not worker_fed(trace, windows):
+        return False
+    data = host_sets(trace).data
+    return all(data.length_within(w.host_start, w.host_end) / 1e3 >= max(PACING_WAIT_MS, PACING_WAIT_SHARE * w.dur / 1e3)
+               for w in windows)
