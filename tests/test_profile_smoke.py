@@ -61,7 +61,7 @@ def test_exports(profiled_run):
     assert root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}rect")) > 10
     (html,) = run.glob("*.memory_timeline.html")
     # export_memory_timeline's HTML embeds the plot as a base64 PNG
-    assert '<img src="data:image/png;base64,' in html.read_text()
+    assert "<img src='data:image/png;base64," in html.read_text()
 
 
 def test_run_opens_in_the_plugin(profiled_run):

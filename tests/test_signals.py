@@ -132,7 +132,7 @@ def test_signal_inside_the_profiled_cycle(tmp_path, sig):
     d = assert_interrupted(run, sig, code, err)
     assert 2 <= d["final"]["steps"] < 590
     assert_readable_traces(run, d)
-    assert f"{sig.name} at step" in err
+    assert "interrupted at step" in err and f"({sig.name})" in err
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
@@ -192,7 +192,7 @@ def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
     assert code != 0, err[-3000:]  # torchrun reports the signal as its own failure
     d = run_json(run)
     assert d["status"] == "interrupted" and d["signal"] == sig.name, err[-3000:]
-    assert f"rank 0: {sig.name} at step" in err and f"rank 1: {sig.name} at step" in err
+    assert "rank 0: interrupted at step" in err and "rank 1: interrupted at step" in err and f"({sig.name})" in err
     assert len(find_plugin_traces(run)) == 2  # one cycle per rank
     assert_readable_traces(run, d, listed_all=False)  # after a signal rank 0 waits for nobody
     assert not [p for p in run.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".partial")]
