@@ -148,7 +148,8 @@ class TinyOps:
 
 
 SCENARIOS = {
-    # name: (factory, expected verdict) -- the expectation is what the tests assert
+    # name: (factory, the cause it was built to show); tests/test_analysis.py takes its expected verdicts from
+    # the unprofiled step times in BENCHMARKS.md, not from here
     "eager_bs32": (lambda d: Scenario("eager_bs32", d, 32), "launch_bound"),
     "eager_bs128": (lambda d: Scenario("eager_bs128", d, 128), "launch_bound"),
     "big_batch": (lambda d: Scenario("big_batch", d, 1024), "gpu_bound"),
