@@ -301,7 +301,7 @@ def plot_sweep(sweep: dict, path: Path, title: str) -> None:
 
 
 def targets(rows: list[dict]) -> list[dict]:
-    """The issue's H100 targets, checked on this run's numbers."""
+    """The H100 targets for these kernels (>= 98% of copy_, faster than eager), checked on this run's numbers."""
     us = {(r["op"], r["dtype"], r["impl"]): r for r in rows if r["kind"] == "op"}
     checks = []
     for dtype in ("float32", "bfloat16"):

@@ -40,8 +40,8 @@ EXPECTED = {
 # Near the 50% line the model's range of unprofiled figures spans two verdicts: there the report must name the
 # true one among them rather than claim the wrong one outright.
 UNCERTAIN = {"eager_bs128"}
-# Unprofiled median step times measured with CUDA events when the traces were recorded (tests/data README
-# in the brief). Where the GPU is the slower side, profiling barely slows the step, so the step time read
+# Unprofiled median step times measured with CUDA events when the traces were recorded (BENCHMARKS.md,
+# "Scenario traces in tests/data"). Where the GPU is the slower side, profiling barely slows the step, so the step time read
 # from the trace must match them; a host-span reading would give 0.39 ms for the graph and 10.95 ms for
 # big_batch.
 UNPROFILED_MS = {"big_batch": 16.12, "cuda_graph": 3.29}

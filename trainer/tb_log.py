@@ -30,9 +30,6 @@ class TBLog:
         body = "\n".join("    " + line for line in json.dumps(cfg, indent=2, default=str).splitlines())
         self.text("config", body)
 
-    def flush(self) -> None:
-        self.writer.flush()
-
     def close(self) -> None:
         self.writer.close()
 
@@ -47,9 +44,6 @@ class NullLog:
         pass
 
     def config(self, cfg: dict) -> None:
-        pass
-
-    def flush(self) -> None:
         pass
 
     def close(self) -> None:

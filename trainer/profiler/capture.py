@@ -37,8 +37,6 @@ def worker_name(rank: int) -> str:
 class NullProfiler:
     """What the loop gets without --profile: every method is a no-op."""
 
-    written: list[Path] = []
-
     def __enter__(self) -> NullProfiler:
         return self
 
@@ -116,7 +114,6 @@ class TraceWriter:
                  span_base: int) -> None:
         self.cfg, self.run_dir, self.worker, self.device = cfg, Path(run_dir), worker, device
         self.span_base = span_base  # time.time_ns(): the plugin sorts spans as strings, so keep the width
-        self.written: list[Path] = []
         self.cycles = 0
 
     def __call__(self, prof: profile) -> None:
@@ -138,7 +135,6 @@ class TraceWriter:
             tmp.unlink(missing_ok=True)
             kineto_tmp.unlink(missing_ok=True)
         adapted, _raw = write_adapted_pair(self.run_dir, self.worker, span, trace, self.cfg.gzip)
-        self.written.append(adapted)
         self.cycles += 1
         stem = self.run_dir / f"{self.worker}.{span}"
         if self.cfg.export_chrome_trace:

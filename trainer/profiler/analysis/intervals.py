@@ -78,9 +78,6 @@ class IntervalSet:
             out.append((cursor, hi))
         return out
 
-    def first_start_at_or_after(self, t: float) -> float | None:
-        i = bisect_left(self.starts, t)
-        return self.starts[i] if i < len(self.starts) else None
 
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
