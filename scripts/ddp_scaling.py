@@ -19,7 +19,7 @@ def collect(logdir: Path) -> dict[tuple[str, int], list[float]]:
     rows: dict[tuple[str, int], list[float]] = {}
     for rj in sorted(logdir.glob("*/run.json")):
         r = json.loads(rj.read_text())
-        kind, gpus, _rep = rj.parent.name.rsplit("-", 2)
+        kind, gpus = r["step_kind"], r["world_size"]  # what the run was, not what its name says
         f = r["final"]
         if r["status"] != "completed" or not f.get("median_step_ms"):
             print(f"{rj.parent.name}: {r['status']}, no timing")
@@ -27,7 +27,7 @@ def collect(logdir: Path) -> dict[tuple[str, int], list[float]]:
         img_s = r["global_batch_size"] / (f["median_step_ms"] / 1e3)
         print(f"{rj.parent.name}: world {r['world_size']}, median {f['median_step_ms']:.3f} ms, mean "
               f"{f['mean_step_ms']:.3f} ms, {f['timed_steps']} timed steps, {img_s:.0f} images/s")
-        rows.setdefault((kind, int(gpus.removesuffix("gpu"))), []).append(img_s)
+        rows.setdefault((kind, gpus), []).append(img_s)
     return rows
 
 

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 from stepscope.trainer.cli import OneLineParser  # noqa: E402
 from stepscope.trainer.config import ConfigError, plain_name  # noqa: E402
+from stepscope.trainer.launch import checkout_train, last_line, read_run  # noqa: E402
 from stepscope.trainer.run_dir import create_result_dir  # noqa: E402
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
@@ -74,7 +75,7 @@ def check_possible(a: argparse.Namespace) -> None:
 
 
 def train_cmd(a: argparse.Namespace, root: Path, name: str, profiled: bool) -> list[str]:
-    return [sys.executable, str(REPO / "scripts" / "train.py"), *(["--profile"] if profiled else []),
+    return [*checkout_train(REPO), *(["--profile"] if profiled else []),
             "--arch", a.arch, "--batch-size", str(a.batch_size), "--steps", str(a.steps), "--device", a.device,
             "--log-every", "50", "--logdir", str(root), "--run-name", name, *STEP_KINDS[a.step_kind]]
 
@@ -87,8 +88,8 @@ def start(cmd: list[str], gpu: int | None) -> subprocess.Popen:
 def result(root: Path, name: str, proc: subprocess.Popen) -> dict:
     _, err = proc.communicate()
     if proc.returncode != 0:
-        return {"run": name, "error": (err.strip().splitlines() or ["?"])[-1]}
-    final = json.loads((root / name / "run.json").read_text())["final"]
+        return {"run": name, "error": last_line(err, proc.returncode)}
+    final = read_run(["--logdir", str(root), "--run-name", name])["final"]
     return {"run": name, "mean_ms": final["mean_step_ms"], "median_ms": final["median_step_ms"],
             "timed_steps": final["timed_steps"]}
 

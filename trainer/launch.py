@@ -27,10 +27,19 @@ def checkout_train(repo: Path) -> tuple[str, ...]:
     return (sys.executable, str(Path(repo) / "scripts" / "train.py"))
 
 
+def read_run(args: list[str]) -> dict:
+    """The run.json of the run that `args` (naming --logdir and --run-name) wrote."""
+    logdir = Path(args[args.index("--logdir") + 1])
+    return json.loads((logdir / args[args.index("--run-name") + 1] / "run.json").read_text())
+
+
+def last_line(stderr: str, returncode: int) -> str:
+    return (stderr.strip().splitlines() or [f"exit code {returncode}"])[-1]
+
+
 def run_train(args: list[str], train_cmd: tuple[str, ...] = INSTALLED_TRAIN, cwd: Path | None = None) -> dict:
     """Run training with `args` (which name --logdir and --run-name) and return its run.json."""
     r = subprocess.run([*train_cmd, *args], capture_output=True, text=True, cwd=cwd)
     if r.returncode != 0:
-        raise TrainFailed((r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1])
-    logdir = Path(args[args.index("--logdir") + 1])
-    return json.loads((logdir / args[args.index("--run-name") + 1] / "run.json").read_text())
+        raise TrainFailed(last_line(r.stderr, r.returncode))
+    return read_run(args)
