@@ -44,6 +44,7 @@ import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and steps
 import torch
 from stepscope import kernels  # noqa: E402
 from stepscope.trainer.cli import OneLineParser  # noqa: E402
+from stepscope.trainer.step import capture_graph  # noqa: E402
 from stepscope.trainer.timing import time_fn  # noqa: E402
 
 EAGER = {  # op -> (number of inputs, eager PyTorch)
@@ -193,16 +194,11 @@ def per_call_batched(fn, device: torch.device, target_s: float, batches: int = 7
 
 def graph_of(fn, k: int) -> torch.cuda.CUDAGraph:
     """k back-to-back calls of fn captured as one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()  # warm-up off the capture stream
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def k_calls() -> None:
         for _ in range(k):
             fn()
-    return graph
+
+    return capture_graph(k_calls, warmup=1)
 
 
 def sweep_point(cfg: BenchConfig, numel: int) -> dict:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from stepscope.trainer.step import capture_graph
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 GPU_BOUND_SHARE = 0.5  # the analysis's own threshold: the GPU busy for at least half of the step
@@ -50,15 +51,8 @@ def step_times(step, device: torch.device, warmup: int = 5, steps: int = 30, bud
 def graph_ms(fn, reps: int = 20) -> float | None:
     """Median ms of `fn`'s device work replayed as a CUDA graph; None if it cannot be captured."""
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
+        # thread-local: a DataLoader's pin-memory thread may use CUDA while the step is captured
+        g = capture_graph(fn, warmup=3, capture_error_mode="thread_local")
     except Exception:  # noqa: BLE001 - not capturable (host syncs, dynamic shapes): no graph time
         torch.cuda.synchronize()
         return None

@@ -141,6 +141,19 @@ def on_stream(stream: torch.cuda.Stream | None):
     torch.cuda.current_stream(stream.device).wait_stream(stream)
 
 
+def capture_graph(fn, warmup: int = 3, capture_error_mode: str = "global") -> torch.cuda.CUDAGraph:
+    """`fn`'s device work as a CUDA graph: `warmup` calls on a side stream first (cuDNN autotuning, the caching
+    allocator, lazy module loading stay out of the capture), then one captured call. Replay with `.replay()`.
+    The benchmarks' recipe; `GraphedStep` adds what a training step needs (DDP, undoing the warm-up)."""
+    with on_stream(torch.cuda.Stream()):
+        for _ in range(warmup):
+            fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode=capture_error_mode):
+        fn()
+    return graph
+
+
 def build_step(kind: str, model: nn.Module, opt, loss_fn, env: Env, phases: Phases,
                sample: tuple[torch.Tensor, torch.Tensor] | None = None, compile_mode: str | None = None,
                stream: torch.cuda.Stream | None = None, graph_warmup_iters: int = 3):
