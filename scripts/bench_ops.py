@@ -375,8 +375,8 @@ def check_args(parser, args) -> int:
     return reps
 
 
-def main() -> int:
-    parser = OneLineParser(prog="bench_ops.py", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "bench_ops.py") -> int:
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, few repetitions (smoke test)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
@@ -384,7 +384,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=None, help="timed calls per measurement (default 100; quick 5)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the full results")
     parser.add_argument("--plot", type=Path, default=None, help="PNG file for the size sweep (required without --per-call)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     reps = check_args(parser, args)
     reason = kernels.unavailable_reason(args.device)
     if reason is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from verdict_truth import CONFIRM_SPEEDUP, record_trace, step_times
-from verdict_workloads import Workload, _ce, _cifar, _small_cnn, loader
+from verdict_workloads import SlowSamples, Workload, _ce, _cifar, _small_cnn
 
 CPU = torch.device("cpu")
 
@@ -26,11 +26,12 @@ CPU = torch.device("cpu")
 def _workload(name: str, fixed: bool = False):
     if name == "cpu_compute":
         return Workload(name, "resnet8", "cpu_bound", CPU, _small_cnn(), _cifar(64), _ce)
-    if name == "cpu_loader":
-        return loader(CPU, name, 0, 0.0 if fixed else 3.0, batch=16)
-    if name == "cpu_host_python":
+    if name == "cpu_loader":  # 10 ms a sample in the main process, 16 samples a batch: 160 ms of loading
+        dl = torch.utils.data.DataLoader(SlowSamples(1_000_000, 0.0 if fixed else 10.0), batch_size=16)
+        return Workload(name, "resnet8", "data_bound", CPU, _small_cnn(), _cifar(16), _ce, loader=dl)
+    if name == "cpu_host_python":  # about 100 ms of Python after each step
         return Workload(name, "resnet8", "host_bound", CPU, _small_cnn(), _cifar(8), _ce,
-                        host_work=0 if fixed else 300_000)
+                        host_work=0 if fixed else 1_000_000)
     raise ValueError(name)
 
 

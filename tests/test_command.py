@@ -31,14 +31,14 @@ def assert_one_line_error(p: subprocess.CompletedProcess, prefix: str, *fragment
 def test_top_level_help_lists_every_subcommand():
     p = stepscope("--help")
     assert p.returncode == 0, p.stderr
-    for name in ("train", "analyze", "compare", "tensorboard"):
+    for name in ("train", "analyze", "compare", "tensorboard", "verify", "bench-ops"):
         assert name in p.stdout.splitlines()[0]
     assert_one_line_error(stepscope("bogus"), "stepscope: error: unknown command 'bogus'")
 
 
 @pytest.mark.parametrize("name, expected", [
     ("train", "--profile"), ("analyze", "--export-tensorboard"), ("compare", "--variants"),
-    ("tensorboard", "--shadow"),
+    ("tensorboard", "--shadow"), ("verify", "--steps"), ("bench-ops", "--per-call"),
 ])
 def test_each_subcommand_has_help(name, expected):
     p = stepscope(name, "--help")

@@ -43,13 +43,13 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
 # name -> (where its main lives, the function). Each function takes (argv, prog=...) and returns an exit
 # code. The place is a dotted module of the package, or "checkout:<path>", a file relative to the checkout
 # this package was loaded from (tools that only exist in a clone, not in a wheel).
-# Open slot, wired once its module takes (argv, prog): "bench-ops" (scripts/bench_ops.py).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("stepscope.trainer.command", "train_main"),
     "analyze": ("stepscope.trainer.profiler.analyze_cli", "main"),
     "compare": ("stepscope.trainer.compare", "main"),
     "tensorboard": ("stepscope.trainer.profiler.tb_command", "main"),
     "verify": ("stepscope.trainer.verify", "main"),
+    "bench-ops": ("checkout:scripts/bench_ops.py", "main"),  # a maintainer's benchmark: in a clone only
 }
 CHECKOUT = "checkout:"
 
@@ -69,6 +69,7 @@ def load_function(place: str, function: str):
         sys.path.insert(0, str(path.parent))  # as when run as a script: its own folder first (scripts/_checkout)
     spec = importlib.util.spec_from_file_location(f"_stepscope_cmd_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name
     spec.loader.exec_module(module)
     return getattr(module, function)
 
