@@ -63,11 +63,15 @@ class Decoder(nn.Module):
         return self.ln(x) @ self.tok.weight.t()
 
 
-def _sync_host_work(out: torch.Tensor, iters: int) -> None:
+def _sync_host_work(out: torch.Tensor, iters: int, calls: bool = True) -> None:
     logits = out.detach().float().cpu()  # sync point: deliberate, the anti-pattern under test
     acc = 0.0
-    for i in range(iters):  # per-sample metrics in Python
-        acc += math.sqrt(i)
+    if calls:
+        for i in range(iters):  # per-sample metrics in Python, a built-in call each (with_stack records them)
+            acc += math.sqrt(i)
+    else:
+        for i in range(iters):  # the same without calls: nothing for with_stack to record
+            acc += i * 0.5
     logits.numpy().argsort(axis=1)
 
 
@@ -77,7 +81,8 @@ class Workload:
     def __init__(self, name: str, family: str, cause: str, device: torch.device, model: nn.Module,
                  make_batch: Callable[[torch.Generator], tuple], loss: Callable, *, opt: str = "sgd",
                  loader: torch.utils.data.DataLoader | None = None, host_input: bool = False,
-                 pinned: bool = False, host_work: int = 0, compile_mode: str | None = None,
+                 pinned: bool = False, host_work: int = 0, host_calls: bool = True,
+                 compile_mode: str | None = None,
                  bf16: bool = True, fixed: Callable[[], Workload] | None = None) -> None:
         self.name, self.family, self.cause, self.device = name, family, cause, device
         self.cuda = device.type == "cuda"
@@ -99,7 +104,7 @@ class Workload:
         self.x, self.y = x.to(device), y.to(device)
         self.loss_fn, self.loader, self.host_input, self.pinned = loss, loader, host_input, pinned
         self.loader_iter = None  # started at the first step, after the truth's graph capture
-        self.host_work, self.bf16 = host_work, bf16 and self.cuda
+        self.host_work, self.host_calls, self.bf16 = host_work, host_calls, bf16 and self.cuda
         self.fwd = torch.compile(self.model, mode=compile_mode) if compile_mode else self.model
         self._fixed = fixed
         self.copy_bytes = (x.numel() * x.element_size() + y.numel() * y.element_size()) if host_input else 0
@@ -146,7 +151,7 @@ class Workload:
             self.opt.zero_grad(set_to_none=True)
         if self.host_work:
             with record_function("host_postprocess"):
-                _sync_host_work(out, self.host_work)
+                _sync_host_work(out, self.host_work, self.host_calls)
 
     def fixed(self) -> Workload | None:
         return self._fixed() if self._fixed is not None else None
