@@ -1,5 +1,6 @@
-"""Large-trace machinery: streamed and parallel parses give the in-memory result, step windows and time
-ranges select what they say, bad windows are one-line errors, and a ~50 MB trace stays in its memory budget.
+"""Large-trace machinery: the streamed parse gives the in-memory result, ranks in parallel processes too,
+step windows and time ranges select what they say, bad windows are one-line errors, and a ~50 MB trace
+stays in its memory budget.
 
     python -m pytest -q tests/test_analysis_scale.py            # builds its traces in a temporary folder
 
@@ -32,8 +33,9 @@ DATA = ROOT / "tests" / "data"
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_analysis  # noqa: E402
 
-# Peak RSS of `analyze.py --json` on the ~50 MB replica, all processes together. Measured: about 220 MiB
-# (two range parsers and the main process, see BENCHMARKS.md); an in-memory json.load of it takes ~330 MiB.
+# Peak RSS of `analyze.py --json` on the ~50 MB replica, all processes together. The streamed parse keeps
+# only the event objects (181 MiB on the 100 MB replica, see BENCHMARKS.md); an in-memory json.load of the
+# 50 MB file takes ~330 MiB.
 RSS_BUDGET_MIB = 300
 
 

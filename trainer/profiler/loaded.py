@@ -5,9 +5,10 @@
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
 the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
-report or error. A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a file that was only
-sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared
-by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
+report or error. A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a
+file that was only sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see
+skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
+trace of the same run folder so that the ranks of an accelerate run pair up.
 Torch-free.
 """
 

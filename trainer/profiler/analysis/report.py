@@ -114,15 +114,12 @@ def analyze_path(path: Path, worker: str, span: str, telemetry: dict | None = No
 
 
 def parse_path(path: Path, worker: str, span: str) -> ParsedTrace | None:
-    """The streamed parse of a trace file; None when it must be read whole (StreamFallback)."""
+    """The streamed parse of a trace file; None when it must be read whole (StreamFallback), and when it is
+    too large: ``read_trace`` then raises the one-line error, in the order the caller reads the files."""
     try:
         return parse_trace_file(path, worker, span)
-    except StreamFallback:
+    except (StreamFallback, TraceTooLarge, MemoryError):
         return None
-    except TraceTooLarge as e:
-        raise TraceError(str(e)) from None
-    except MemoryError:
-        raise TraceError(f"{path}: too large to load into the memory available here") from None
 
 
 def analyze_parsed_file(parsed: ParsedTrace, path: Path, telemetry: dict | None = None,

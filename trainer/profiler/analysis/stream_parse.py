@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 from stepscope.trainer.profiler.bounded_read import TraceTooLarge, open_trace
 
+from ..vocabulary import STEP_PREFIX
 from .events import (
     ANNOTATION_CATEGORIES,
     DATA_ANNOTATIONS,
@@ -37,7 +38,7 @@ from .events import (
     Step,
     _int_or_none,
 )
-from .jsonstream import TraceStream
+from .jsonstream import BLOCK, TraceStream
 from .validate import MAX_TIME_US, STEP_CATEGORIES, STEP_NAME
 
 UNSET = msgspec.UNSET
@@ -75,10 +76,6 @@ def _decode(text) -> list[_Event]:
     return _DECODER.decode(text)
 
 
-def _time_ok(v) -> bool:
-    return v is None or (type(v) in (int, float) and -MAX_TIME_US <= v <= MAX_TIME_US)
-
-
 class _Collector:
     """``parse_trace``'s loop over events, for decoded structs; raises StreamFallback where it raises."""
 
@@ -89,6 +86,7 @@ class _Collector:
         self.python_calls: list[float] = []
         self.python_builtins: list[float] = []
         self.shapes = False
+        self._lowered: dict[str, str] = {}  # category -> lower-cased
 
     def find_base(self, events: list[_Event]) -> bool:
         """``events._base`` over the events seen so far; False while none has a finite numeric ts."""
@@ -99,13 +97,22 @@ class _Collector:
         return False
 
     def add(self, events: list[_Event]) -> None:
-        base = self.base
+        base, lowered, span = self.base, self._lowered, self._span
+        lo, hi = -MAX_TIME_US, MAX_TIME_US
         for e in events:
             name, ph, ts, dur = e.name, e.ph, e.ts, e.dur
-            if (name is not UNSET and type(name) is not str) or not _time_ok(ts) or not _time_ok(dur):
+            if ((name is not UNSET and type(name) is not str)
+                    or (ts is not None and ((type(ts) is not float and type(ts) is not int) or not lo <= ts <= hi))
+                    or (dur is not None and ((type(dur) is not float and type(dur) is not int)
+                                             or not lo <= dur <= hi))):
                 raise StreamFallback("an event fails validate.check_event")
-            cat = str(e.cat).lower()
-            step = type(name) is str and STEP_NAME.match(name) is not None and cat in STEP_CATEGORIES
+            cat = lowered.get(e.cat) if type(e.cat) is str else None
+            if cat is None:
+                cat = str(e.cat).lower()
+                if type(e.cat) is str:
+                    lowered[e.cat] = cat
+            step = (type(name) is str and name.startswith(STEP_PREFIX) and STEP_NAME.match(name) is not None
+                    and cat in STEP_CATEGORIES)
             if step and (ph != "X" or ts is None or dur is None or dur <= 0):
                 raise StreamFallback("a ProfilerStep#N fails validate.check_event")
             args = e.args or _NO_ARGS
@@ -118,18 +125,20 @@ class _Collector:
                 except (TypeError, ValueError):
                     raise StreamFallback("a [memory] event without numeric args") from None
                 continue
-            if ph == "X" and cat == "python_function":
-                (self.python_builtins if str(None if name is UNSET else name).startswith("<built-in")
-                 else self.python_calls).append(self._span(ts, dur)[0])
+            if ph != "X":
                 continue
-            if ph != "X" or type(name) is not str:
+            if cat == "python_function":
+                (self.python_builtins if str(None if name is UNSET else name).startswith("<built-in")
+                 else self.python_calls).append(span(ts, dur)[0])
+                continue
+            if type(name) is not str:
                 continue
             if step:
-                s, t = self._span(ts, dur)
+                s, t = span(ts, dur)
                 self.steps.append(Step(int(PROFILER_STEP.match(name).group(1)), s, t))
                 continue
             if cat in DEVICE_KINDS:
-                s, t = self._span(ts, dur)
+                s, t = span(ts, dur)
                 dev = e.pid if args.device is UNSET else args.device
                 stream = e.tid if args.stream is UNSET else args.stream
                 try:
@@ -139,19 +148,19 @@ class _Collector:
                     raise StreamFallback("a device event with a non-numeric device or stream") from None
                 continue
             if cat in RUNTIME_CATEGORIES:
-                s, t = self._span(ts, dur)
+                s, t = span(ts, dur)
                 self.runtime.append(HostEvent(name, e.tid, s, t, args.correlation))
                 continue
             if name.startswith(DATALOADER_PREFIX):
-                s, t = self._span(ts, dur)
+                s, t = span(ts, dur)
                 self.data_spans.append(HostEvent(name, e.tid, s, t))
                 continue
             if cat in HOST_OP_CATEGORIES:
-                s, t = self._span(ts, dur)
+                s, t = span(ts, dur)
                 self.ops.append(HostEvent(name, e.tid, s, t))
                 self.shapes = self.shapes or args.input_dims is not UNSET
             elif cat in ANNOTATION_CATEGORIES:
-                s, t = self._span(ts, dur)
+                s, t = span(ts, dur)
                 self.annotations.append(HostEvent(name, e.tid, s, t))
                 if name in DATA_ANNOTATIONS:
                     self.data_spans.append(HostEvent(name, e.tid, s, t))
@@ -160,7 +169,8 @@ class _Collector:
         if ts is None or dur is None:
             raise StreamFallback("an event without numeric ts/dur")
         s = float(ts) - self.base
-        return s, s + max(float(dur), 0.0)
+        dur = float(dur)
+        return s, s + (0.0 if dur < 0.0 else dur)  # max(dur, 0.0), as events._span
 
 
 def _check_header(header: dict) -> None:
@@ -170,13 +180,15 @@ def _check_header(header: dict) -> None:
             raise StreamFallback(f"{key} of the wrong type")
 
 
-def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = None) -> ParsedTrace:
-    """``parse_trace`` of the trace in ``path``, streamed (module docstring). Raises StreamFallback when the
-    file must be parsed the ordinary way, TraceTooLarge past bounded_read's ceiling (``limit`` bytes)."""
+def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = None,
+                     block: int = BLOCK) -> ParsedTrace:
+    """``parse_trace`` of the trace in ``path``, streamed (module docstring) in pieces of about ``block``
+    bytes. Raises StreamFallback when the file must be parsed the ordinary way, TraceTooLarge past
+    bounded_read's ceiling (``limit`` bytes)."""
     c = _Collector()
     pending: list[list[_Event]] = []
     try:
-        with TraceStream(Path(path), opener=lambda p: open_trace(p, limit)) as ts:
+        with TraceStream(Path(path), block, opener=lambda p: open_trace(p, limit)) as ts:
             for events in ts.decode_events(_decode):
                 if c.base is None:
                     pending.append(events)
