@@ -11,6 +11,7 @@ not here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,9 @@ from stepscope.trainer.profiler.analysis import (
 from stepscope.trainer.profiler.analysis.events import parse_trace
 from stepscope.trainer.profiler.analysis.select import select
 from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file
+from stepscope.trainer.profiler.discover import discover
 from stepscope.trainer.profiler.files import find_traces, load_trace
+from stepscope.trainer.profiler.loaded import load_found, report_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -128,3 +131,13 @@ def test_peak_rss_of_a_50mb_trace(tmp_path):
     wall, cpu, largest_mib, tree_mib = bench_analysis._run([sys.executable, str(ROOT / "scripts" / "analyze.py"),
                                                             str(run), "--json"])
     assert largest_mib < RSS_BUDGET_MIB and tree_mib < RSS_BUDGET_MIB, (largest_mib, tree_mib, wall, cpu)
+
+
+def test_command_loader_parses_ranks_in_parallel(monkeypatch):
+    found = discover(DATA / "nccl_ddp").traces
+    one = report_of(load_found(found)[0])
+    monkeypatch.setattr(parallel, "SPLIT_FROM", 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    loaded, _ = load_found(found, 1 << 30)
+    assert all(item.parsed is not None for item in loaded)
+    assert _dict(report_of(loaded)) == _dict(one)

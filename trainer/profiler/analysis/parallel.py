@@ -1,13 +1,15 @@
-"""How many processes may parse at once within a memory budget, and the default budget.
+"""How many processes may parse traces at once within a memory budget, and the default budget. Torch-free.
 
-    plan = plan_processes(files, budget_bytes=2 << 30)     # Plan(per_file=..., ranges=...)
+    plan = plan_processes(files, budget_bytes=2 << 30)     # Plan(per_file=...)
+    stepscope analyze logs/ddp --max-memory 2G             # the budget, from the command line
 
-A trace's parse holds its columns (about ``COLUMN_BYTES_PER_FILE_BYTE`` per byte of uncompressed JSON,
-measured on the ResNet-18 traces of BENCHMARKS.md) plus the piece being decoded and the interpreter, so its
-peak is ``BASE_BYTES + COLUMN_BYTES_PER_FILE_BYTE * size`` at most. Several traces (ranks) are parsed in
-``per_file`` processes at once, each parsing and analysing whole traces; a single trace is cut into
-``ranges`` byte ranges parsed in parallel when it is uncompressed and large. Both are capped by the CPU
-count and by what fits the budget; 1 means "in this process".
+A trace's streamed parse (stream_parse.py) holds its event objects (about ``EVENT_BYTES_PER_FILE_BYTE`` per
+byte of uncompressed JSON, measured on the ResNet-18 replicas of BENCHMARKS.md) plus the piece being decoded
+and the interpreter, so its peak is ``BASE_BYTES + EVENT_BYTES_PER_FILE_BYTE * size`` at most. Several
+traces (ranks) are parsed in ``per_file`` forked processes at once (report.in_processes), capped by the CPU
+count and by what fits the budget; 1 means "in this process". Runs with less JSON than ``SPLIT_FROM`` in all
+stay in this process: starting processes would cost more than it saves, and a training process that calls
+the analysis is never forked for a small run.
 """
 
 from __future__ import annotations
@@ -17,16 +19,15 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-BASE_BYTES = 80 << 20  # interpreter, numpy, decode buffers and one decoded piece
-COLUMN_BYTES_PER_FILE_BYTE = 0.25
+BASE_BYTES = 80 << 20  # interpreter, msgspec, decode buffers and one decoded piece
+EVENT_BYTES_PER_FILE_BYTE = 1.0
 GZ_RATIO_GUESS = 10  # when the gzip trailer cannot say (files over 4 GiB uncompressed)
-SPLIT_FROM = 64 << 20  # runs with less JSON than this, in all, are parsed in this process
+SPLIT_FROM = 64 << 20
 
 
 @dataclass(frozen=True)
 class Plan:
     per_file: int  # processes parsing whole traces at once
-    ranges: int  # processes parsing parts of one trace (when there is one trace)
 
 
 def default_budget() -> int:
@@ -50,22 +51,14 @@ def json_size(path: Path) -> int:
 
 
 def peak_bytes(json_bytes: int) -> int:
-    return BASE_BYTES + int(COLUMN_BYTES_PER_FILE_BYTE * json_bytes)
+    return BASE_BYTES + int(EVENT_BYTES_PER_FILE_BYTE * json_bytes)
 
 
 def plan_processes(paths: list[Path], budget_bytes: int, cpus: int | None = None) -> Plan:
+    """How many of ``paths`` to parse at once (module docstring)."""
     cpus = cpus or os.cpu_count() or 1
     sizes = [json_size(p) for p in paths]
-    if sum(sizes) < SPLIT_FROM:
-        return Plan(1, 1)  # starting processes costs more than it saves; and no fork from a training process
-    if len(paths) > 1:
-        fits = budget_bytes // max(peak_bytes(s) for s in sizes)
-        return Plan(per_file=max(1, min(cpus, len(paths), fits)), ranges=1)
-    (path,), (size,) = paths, sizes
-    if path.name.endswith(".gz") or size < SPLIT_FROM:
-        return Plan(1, 1)
-    # n workers hold a 1/n share of the columns each, and this process the merged columns.
-    for n in range(cpus, 1, -1):
-        if n * BASE_BYTES + 2 * peak_bytes(size) <= budget_bytes:
-            return Plan(1, n)
-    return Plan(1, 1)
+    if len(paths) < 2 or sum(sizes) < SPLIT_FROM:
+        return Plan(1)
+    fits = budget_bytes // max(peak_bytes(s) for s in sizes)
+    return Plan(per_file=max(1, min(cpus, len(paths), fits)))
