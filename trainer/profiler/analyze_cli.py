@@ -3,6 +3,9 @@
     stepscope analyze logs/myrun                 # verdict + evidence + top findings per trace
     stepscope analyze trace.json --json          # the whole report as one JSON document
     stepscope analyze plain_run --export-tensorboard logs/plain_fixed   # + a plugin-ready copy
+    stepscope analyze logs/myrun --steps 3:8     # only ProfilerStep#3 .. #7 (a half-open window)
+    stepscope analyze logs/myrun --time-range 100:400   # only steps starting 100-400 ms in
+    stepscope analyze logs/ddp --max-memory 2G   # ranks parsed in parallel within 2 GiB
     python scripts/analyze.py ...                # the same, from a checkout
 
 PATH is a trace file or a directory holding traces from stepscope's trainer (``logs/<run>/``, whose
@@ -23,7 +26,14 @@ numbers, to OUT_DIR (which must not exist or be empty), and lists the files it w
 console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
 temporary folder beside OUT_DIR that is renamed into place only once complete.
 
-Bad input (no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty OUT_DIR, an
+``--steps A:B`` and ``--time-range T0:T1`` (ms after the trace's first event; a step counts when its host
+range starts inside) restrict the analysis of every trace to those steps; either side may be left empty.
+The export always copies whole traces, streamed: the original byte for byte under raw/, the plugin copy
+event by event (tbfix/stream_plan.py, stream_write.py). Traces are parsed streaming, never loaded whole;
+several large traces (ranks) are parsed in parallel processes, as many as the CPUs and ``--max-memory``
+(default: a quarter of RAM) allow.
+
+Bad input (a malformed or empty --steps/--time-range window, a bad --max-memory, no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty OUT_DIR, an
 exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing written.
 ``--json`` output is strict JSON: a value that is not a finite number is ``null``. Torch-free.
 """
@@ -37,7 +47,8 @@ import tempfile
 from pathlib import Path
 
 from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.profiler.analysis import TraceError, json_out, render_console
+from stepscope.trainer.profiler.analysis import StepSelection, TraceError, json_out, render_console
+from stepscope.trainer.profiler.analyze_args import memory_size, window
 from stepscope.trainer.profiler.discover import discover, summary_line
 from stepscope.trainer.profiler.loaded import Loaded, load_found, report_of
 
@@ -70,13 +81,13 @@ def check_out_dir(out_dir: Path) -> None:
                          "directory")
 
 
-def find_and_load(path: Path) -> tuple[list[Loaded], str]:
+def find_and_load(path: Path, max_memory: int | None = None) -> tuple[list[Loaded], str]:
     """Every trace under ``path``, parsed, and the one-line summary of what was found and skipped."""
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise UsageError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
     found = discover(path)
-    loaded, skipped = load_found(found.traces)
+    loaded, skipped = load_found(found.traces, max_memory)
     line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
     if not loaded:
         raise UsageError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
@@ -90,6 +101,7 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
     folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
     try:
         from stepscope.trainer.profiler.tbfix import write_adapted_pair
+        from stepscope.trainer.profiler.tbfix.export import export_file
         from stepscope.trainer.profiler.tbfix.plugin_check import PluginMissing, plugin_problem
     except ImportError as e:
         raise UsageError(f"--export-tensorboard needs stepscope.trainer.profiler.tbfix, which failed to "
@@ -102,7 +114,10 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
         for item in loaded:
             gz = item.found.path.name.endswith(".gz")
             try:
-                adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
+                if item.trace is None:  # streamed: the file is copied and rewritten as it is read
+                    adapted, _raw = export_file(target, item.worker, item.span, item.found.path)
+                else:
+                    adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
             except ValueError as e:
                 raise UsageError(f"--export-tensorboard: {e}") from None
             except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
@@ -129,13 +144,20 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--export-tensorboard", type=Path, metavar="OUT_DIR",
                    help="also write a copy that torch-tb-profiler 0.4.3 reads correctly to OUT_DIR")
+    p.add_argument("--steps", type=window(int), metavar="A:B",
+                   help="analyse only ProfilerStep#A .. #B-1 of each trace")
+    p.add_argument("--time-range", type=window(float), metavar="T0:T1",
+                   help="analyse only the steps that start T0..T1 ms after the trace's first event")
+    p.add_argument("--max-memory", type=memory_size, metavar="SIZE",
+                   help="memory for parallel parsing, e.g. 2G (default: a quarter of RAM)")
     a = p.parse_args(argv)
     try:
         check_run_dir(a.run_dir)
         if a.export_tensorboard is not None:
             check_out_dir(a.export_tensorboard)
-        loaded, found_line = find_and_load(a.run_dir)
-        report = report_of(loaded, str(a.run_dir))  # validates every trace before anything is written
+        selection = StepSelection(steps=a.steps, time_ms=a.time_range)
+        loaded, found_line = find_and_load(a.run_dir, a.max_memory)
+        report = report_of(loaded, str(a.run_dir), selection)  # validates every trace before anything is written
         written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
     except (TraceError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -3,9 +3,12 @@
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
     report = report_of(loaded)                          # RunReport, as for a run directory
 
-A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a file that was only
-sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared
-by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
+Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
+the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
+report or error. A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a
+file that was only sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see
+skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
+trace of the same run folder so that the ranks of an accelerate run pair up.
 Torch-free.
 """
 
@@ -15,7 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.trainer.profiler.analysis.cross_rank import cross_rank
-from stepscope.trainer.profiler.analysis.report import RunReport, analyze_file, read_trace, run_verdict
+from stepscope.trainer.profiler.analysis.events import ParsedTrace
+from stepscope.trainer.profiler.analysis.report import (
+    RunReport,
+    analyze_file,
+    analyze_parsed_file,
+    parse_paths,
+    read_trace,
+    run_verdict,
+)
+from stepscope.trainer.profiler.analysis.select import StepSelection
 from stepscope.trainer.profiler.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
@@ -25,7 +37,8 @@ STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 class Loaded:
     found: Found
     span: str  # found.span, or the one given to a spanless trace
-    trace: dict
+    trace: dict | None  # the whole JSON, only when the streamed parse left it to the ordinary reader
+    parsed: ParsedTrace | None = None  # the streamed parse, otherwise
 
     @property
     def worker(self) -> str:
@@ -57,11 +70,17 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
     return {f.path: f.span or str(shared[f.path.parent]) for f in found}
 
 
-def load_found(found: list[Found] | tuple[Found, ...]) -> tuple[list[Loaded], list[Skipped]]:
-    """Parse every found trace; skip sniffed ones without ProfilerStep# events."""
+def load_found(found: list[Found] | tuple[Found, ...],
+               max_memory: int | None = None) -> tuple[list[Loaded], list[Skipped]]:
+    """Parse every found trace (large ones in parallel processes within ``max_memory`` bytes, see
+    analysis/parallel.py); skip sniffed ones without ProfilerStep# events."""
     spans = assign_spans(list(found))
     loaded, skipped = [], []
-    for f in found:
+    streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory)
+    for f, parsed in zip(found, streamed, strict=True):
+        if parsed is not None:  # it has ProfilerStep#N events, so skip_reason has nothing to say
+            loaded.append(Loaded(f, spans[f.path], None, parsed))
+            continue
         trace = read(f)
         reason = skip_reason(f, trace)
         if reason:
@@ -71,9 +90,12 @@ def load_found(found: list[Found] | tuple[Found, ...]) -> tuple[list[Loaded], li
     return loaded, skipped
 
 
-def report_of(loaded: list[Loaded], label: str = "") -> RunReport:
-    """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared.
-    Raises TraceError (one line, naming worker.span) when a trace cannot be analysed (no ProfilerStep#)."""
-    spans = [analyze_file(item.trace, item.found.path, item.worker, item.span) for item in loaded]
+def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None) -> RunReport:
+    """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared;
+    ``selection`` keeps some steps of each (analysis/select.py). Raises TraceError (one line, naming
+    worker.span) when a trace cannot be analysed (no ProfilerStep#, or none in the selection)."""
+    spans = [analyze_parsed_file(item.parsed, item.found.path, None, selection) if item.parsed is not None
+             else analyze_file(item.trace, item.found.path, item.worker, item.span, None, selection)
+             for item in loaded]
     dist = tuple(cross_rank(spans))
     return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)

@@ -5,7 +5,8 @@
     print(render_console(report))                 # verdict and evidence
     report.to_dict()                              # the JSON of `scripts/analyze.py RUN_DIR --json`
 
-Modules, one job each: events (parse a trace into typed events), intervals (timeline arithmetic), steps
+Modules, one job each: events (parse a trace into typed events), jsonstream and stream_parse (the same,
+streamed from the file), select (a window of steps), parallel (processes within a memory budget), intervals (timeline arithmetic), steps
 (which GPU work belongs to which step), breakdown (where the step's time goes), metrics (per-span numbers),
 findings (verdict, findings, remedies), span (one trace's report), cross_rank (several ranks of one cycle),
 report (a run directory, JSON), render (text).
@@ -17,8 +18,10 @@ from .events import parse_trace
 from .findings import VERDICTS, Finding
 from .render import render_console, render_markdown, summary_scalars
 from .report import RunReport, analyze_run
+from .select import StepSelection
 from .span import SpanReport, analyze_parsed, analyze_trace
+from .stream_parse import parse_trace_file
 
-__all__ = ["VERDICTS", "CrossRankReport", "Finding", "RunReport", "SpanReport", "TraceError",
-           "analyze_parsed", "analyze_run", "analyze_trace", "parse_trace", "render_console",
+__all__ = ["VERDICTS", "CrossRankReport", "Finding", "RunReport", "SpanReport", "StepSelection", "TraceError",
+           "analyze_parsed", "analyze_run", "analyze_trace", "parse_trace", "parse_trace_file", "render_console",
            "render_markdown", "summary_scalars"]

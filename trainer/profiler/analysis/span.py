@@ -21,6 +21,7 @@ from .events import ParsedTrace, parse_trace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
 from .metrics import SpanMetrics, span_metrics
 from .overhead import Inflation, Recording, host_inflation, recording
+from .select import StepSelection, select
 from .steps import step_windows
 from .trust import representative_steps
 from .unprofiled import loader_paced, unprofiled_view, worker_fed
@@ -142,12 +143,23 @@ def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdi
     return line
 
 
-def analyze_trace(trace: dict, worker: str, span: str, telemetry: dict | None = None) -> SpanReport:
-    """Analyse one parsed-JSON trace. Raises TraceError (one line) on a trace without training steps or one
-    that is corrupt. Errors that no input check foresaw become a TraceError naming the exception, so that a
-    corrupt trace never ends in a traceback."""
+def analyze_trace(trace: dict, worker: str, span: str, telemetry: dict | None = None,
+                  selection: StepSelection | None = None) -> SpanReport:
+    """Analyse one parsed-JSON trace (only the steps ``selection`` keeps, see select.py). Raises TraceError
+    (one line) on a trace without training steps or one that is corrupt. Errors that no input check foresaw
+    become a TraceError naming the exception, so that a corrupt trace never ends in a traceback."""
+    return _guarded(lambda: parse_trace(trace, worker, span), worker, span, telemetry, selection)
+
+
+def analyze_selected(trace: ParsedTrace, telemetry: dict | None = None,
+                     selection: StepSelection | None = None) -> SpanReport:
+    """``analyze_trace`` for a trace already parsed (e.g. streamed from its file by stream_parse.py)."""
+    return _guarded(lambda: trace, trace.worker, trace.span, telemetry, selection)
+
+
+def _guarded(parse, worker: str, span: str, telemetry: dict | None, selection: StepSelection | None) -> SpanReport:
     try:
-        return analyze_parsed(parse_trace(trace, worker, span), telemetry)
+        return analyze_parsed(select(parse(), selection or StepSelection()), telemetry)
     except TraceError:
         raise
     except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:

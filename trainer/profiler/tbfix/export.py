@@ -2,9 +2,11 @@
 
     from stepscope.trainer.profiler.tbfix import write_adapted_pair, export_tensorboard
     adapted, raw = write_adapted_pair(Path("logs/run"), "host_1234", "1795259107760373831", trace)
+    adapted, raw = export_file(Path("logs/run"), "host_1234", "1795259107760373831", Path("t.pt.trace.json"))
     export_tensorboard(Path("plain_run"), Path("logs/plain_fixed"))   # then: tensorboard --logdir logs
 
-The layout is ``trainer/trace_files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the
+``export_tensorboard`` streams each trace file (``export_file``): a 1 GB trace is rewritten in a few hundred
+MB, its original copied byte for byte. The layout is ``trainer/profiler/files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the
 plugin lists, ``raw/<span>/<worker>.trace.json.gz`` the original (for Perfetto and HTA), which the plugin
 does not list.
 """
@@ -12,12 +14,16 @@ does not list.
 from __future__ import annotations
 
 import shutil
+import zlib
 from pathlib import Path
 
+import msgspec
 from stepscope.trainer.profiler import files as trace_files
 
 from .adapt import adapt_trace
 from .plugin_check import plugin_problem
+from .stream_plan import plan_edits
+from .stream_write import copy_file_atomic, write_adapted_stream
 
 
 def _check_names(worker: str, span: str) -> None:
@@ -45,6 +51,26 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
     return adapted_path, raw
 
 
+def export_file(run_dir: Path, worker: str, span: str, src: Path) -> tuple[Path, Path]:
+    """``write_adapted_pair`` for a trace file, streamed: the original is copied byte for byte under
+    ``raw/``, the plugin copy written event by event (``stream_plan.py``, ``stream_write.py``), so the trace
+    is never in memory. A file that msgspec cannot stream (e.g. NaN literals, which Python's json accepts) is
+    loaded whole and written by ``write_adapted_pair``, which raises what loading it raises; nothing is
+    written then."""
+    _check_names(worker, span)
+    src = Path(src)
+    gz = src.name.endswith(".gz")
+    try:
+        plan, header = plan_edits(src)
+    except (OSError, EOFError, zlib.error, msgspec.DecodeError, msgspec.ValidationError):
+        return write_adapted_pair(run_dir, worker, span, trace_files.load_trace(src), gz)
+    raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
+    adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
+    copy_file_atomic(src, raw)
+    write_adapted_stream(src, adapted_path, plan, header)
+    return adapted_path, raw
+
+
 def _span_of(tf: trace_files.TraceFile) -> str:
     # A hand-named "<worker>.pt.trace.json" has no span; its mtime in ns has the width of time_ns().
     return tf.span or str(tf.path.stat().st_mtime_ns)
@@ -68,12 +94,11 @@ def export_tensorboard(src_run_dir: Path, out_dir: Path) -> list[Path]:
                          "(tensorboard_trace_handler) or raw/<span>/<worker>.trace.json[.gz]")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out}: exists and is not an empty directory; give a new or empty directory")
-    loaded = [(tf, trace_files.load_trace(tf.path)) for tf in traces]  # bad JSON fails before any write
     created = not out.exists()
     written: list[Path] = []
     try:
-        for tf, trace in loaded:
-            adapted, raw = write_adapted_pair(out, tf.worker, _span_of(tf), trace, gz=tf.path.name.endswith(".gz"))
+        for tf in traces:
+            adapted, raw = export_file(out, tf.worker, _span_of(tf), tf.path)
             written += [raw, adapted]
             if problem := plugin_problem(adapted):  # a copy TensorBoard would drop is no export
                 raise ValueError(f"{tf.path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")

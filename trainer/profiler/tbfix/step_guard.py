@@ -78,8 +78,13 @@ def _launches(events: list[dict], runtime_indices: set[int]) -> tuple[list[Launc
 def plugin_step_spans(events: list[dict], runtime_indices: set[int]) -> list[tuple[float, float]]:
     """The steps the plugin would show, given which events it reads as runtime (a port of
     ``StepParser._find_device_steps`` and ``_update_steps_duration``, tail removal included)."""
-    steps = host_steps(events)
-    launches, orphans = _launches(events, runtime_indices)
+    return step_spans_of(host_steps(events), *_launches(events, runtime_indices))
+
+
+def step_spans_of(steps: list[tuple[float, float]], launches: list[Launch],
+                  orphans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``plugin_step_spans`` from the host steps, the linked launches (sorted by start) and the device spans
+    of no linked launch."""
     big, small = float(sys.maxsize), float(-sys.maxsize - 1)
     device = [(big, small)] * len(steps)
     matched = [0] * len(steps)
@@ -128,15 +133,21 @@ def plugin_step_spans(events: list[dict], runtime_indices: set[int]) -> list[tup
 def unlink_for_positive_steps(events: list[dict], runtime_indices: set[int]) -> set[int]:
     """Runtime events whose link to their kernels must be cut so that no step the plugin keeps is
     zero-length. Empty in the common case (every step launches GPU work)."""
+    return unlink_with(host_steps(events), lambda linked: _launches(events, linked), runtime_indices)
+
+
+def unlink_with(steps: list[tuple[float, float]], launches_of, runtime_indices: set[int]) -> set[int]:
+    """``unlink_for_positive_steps`` given the host steps and ``launches_of(linked indices)`` -> (launches
+    sorted by start, orphan device spans), as ``_launches`` computes them."""
     linked = set(runtime_indices)
     cut: set[int] = set()
     while True:
-        spans = plugin_step_spans(events, linked)
+        launches, orphans = launches_of(linked)
+        spans = step_spans_of(steps, launches, orphans)
         zero = next((k for k, (s, t) in enumerate(spans) if t <= s), None)
         if zero is None:
             return cut
-        host_end = host_steps(events)[zero][1]
-        launches, _ = _launches(events, linked)
+        host_end = steps[zero][1]
         culprits = {r.index for r in launches if r.device_end >= host_end and r.start < host_end}
         if not culprits:  # a zero-length host step: nothing launches across it, nothing to unlink
             return cut

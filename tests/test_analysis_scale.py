@@ -1,0 +1,143 @@
+"""Large-trace machinery: the streamed parse gives the in-memory result, ranks in parallel processes too,
+step windows and time ranges select what they say, bad windows are one-line errors, and a ~50 MB trace
+stays in its memory budget.
+
+    python -m pytest -q tests/test_analysis_scale.py            # builds its traces in a temporary folder
+
+The traces are replicas of a real one (scripts/bench_analysis.py build); timings are in BENCHMARKS.md,
+not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from stepscope.trainer.profiler.analysis import (
+    StepSelection,
+    TraceError,
+    analyze_parsed,
+    analyze_run,
+    parallel,
+)
+from stepscope.trainer.profiler.analysis.events import parse_trace
+from stepscope.trainer.profiler.analysis.select import select
+from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file
+from stepscope.trainer.profiler.discover import discover
+from stepscope.trainer.profiler.files import find_traces, load_trace
+from stepscope.trainer.profiler.loaded import load_found, report_of
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_analysis  # noqa: E402
+
+# Peak RSS of `analyze.py --json` on the ~50 MB replica, all processes together. The streamed parse keeps
+# only the event objects (181 MiB on the 100 MB replica, see BENCHMARKS.md); an in-memory json.load of the
+# 50 MB file takes ~330 MiB.
+RSS_BUDGET_MIB = 300
+
+
+@pytest.fixture(scope="module")
+def replica(tmp_path_factory) -> Path:
+    """eager_bs128 (ProfilerStep#3, #4) replicated to 16 MiB: 5 copies, steps #3..#12, uncompressed."""
+    out = tmp_path_factory.mktemp("replica") / "run"
+    bench_analysis.build(DATA / "eager_bs128", 16 << 20, out, gz=False)
+    return out
+
+
+def _dict(report) -> str:
+    return json.dumps(report.to_dict(), sort_keys=True)
+
+
+def test_replica_has_the_sources_per_step_metrics(replica):
+    want = analyze_run(DATA / "eager_bs128").spans[0].metrics
+    got = analyze_run(replica).spans[0].metrics
+    assert got.steps == 5 * want.steps
+    assert got.kernels_per_step == want.kernels_per_step
+    assert got.step_ms == pytest.approx(want.step_ms, rel=0.02)
+
+
+def test_streamed_parse_equals_the_in_memory_one(replica):
+    (tf,) = find_traces(replica)
+    in_memory = parse_trace(load_trace(tf.path), tf.worker, tf.span)
+    streamed = parse_trace_file(tf.path, tf.worker, tf.span)
+    assert streamed == in_memory
+    assert _dict(analyze_parsed(streamed)) == _dict(analyze_parsed(in_memory))
+
+
+def test_step_window_analyses_exactly_those_steps(replica):
+    (tf,) = find_traces(replica)
+    parsed = parse_trace_file(tf.path, tf.worker, tf.span)
+    part = select(parsed, StepSelection(steps=(5, 7)))
+    assert [s.number for s in part.steps] == [5, 6]
+    assert len(part.ops) < len(parsed.ops) / 2
+    whole = analyze_parsed(parsed)
+    one_copy = analyze_parsed(part)  # steps 5, 6 are the source's steps 3, 4 in the second copy
+    assert one_copy.metrics.kernels_per_step == whole.metrics.kernels_per_step
+    assert one_copy.metrics.step_ms == pytest.approx(whole.metrics.step_ms, rel=0.05)
+    assert one_copy.verdict == whole.verdict
+
+
+def test_time_range_selects_steps_by_start(replica):
+    (tf,) = find_traces(replica)
+    parsed = parse_trace_file(tf.path, tf.worker, tf.span)
+    t = [s.start / 1e3 for s in parsed.steps]
+    part = select(parsed, StepSelection(time_ms=(t[2], t[4])))
+    assert [s.number for s in part.steps] == [parsed.steps[2].number, parsed.steps[3].number]
+    with pytest.raises(TraceError, match="no ProfilerStep#N in time"):
+        select(parsed, StepSelection(time_ms=(t[-1] + 1e6, None)))
+
+
+def analyze_cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--steps", "8:3"], "empty window"),
+    (["--steps", "x"], "is not START:END"),
+    (["--steps", "50:60"], "no ProfilerStep#N in steps 50:60"),
+    (["--time-range=-5:2"], "cannot be negative"),
+    (["--max-memory", "lots"], "is not a memory size"),
+])
+def test_bad_windows_are_one_line_errors(replica, args, fragment):
+    p = analyze_cli(replica, "--json", *args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert len(p.stderr.splitlines()) == 1 and fragment in p.stderr
+
+
+def test_steps_option_in_the_report(replica):
+    p = analyze_cli(replica, "--json", "--steps", "5:7")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["spans"][0]["metrics"]["steps"] == 2
+
+
+def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
+    one = analyze_run(DATA / "nccl_ddp", cpus=1)
+    monkeypatch.setattr(parallel, "SPLIT_FROM", 0)  # these small traces would otherwise stay in-process
+    assert parallel.plan_processes([tf.path for tf in find_traces(DATA / "nccl_ddp")], 1 << 30, 2).per_file == 2
+    two = analyze_run(DATA / "nccl_ddp", cpus=2)
+    assert _dict(one) == _dict(two)
+
+
+def test_peak_rss_of_a_50mb_trace(tmp_path):
+    run = tmp_path / "run"
+    bench_analysis.build(DATA / "eager_bs128", 50 << 20, run, gz=False)
+    wall, cpu, largest_mib, tree_mib = bench_analysis._run([sys.executable, str(ROOT / "scripts" / "analyze.py"),
+                                                            str(run), "--json"])
+    assert largest_mib < RSS_BUDGET_MIB and tree_mib < RSS_BUDGET_MIB, (largest_mib, tree_mib, wall, cpu)
+
+
+def test_command_loader_parses_ranks_in_parallel(monkeypatch):
+    found = discover(DATA / "nccl_ddp").traces
+    one = report_of(load_found(found)[0])
+    monkeypatch.setattr(parallel, "SPLIT_FROM", 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    loaded, _ = load_found(found, 1 << 30)
+    assert all(item.parsed is not None for item in loaded)
+    assert _dict(report_of(loaded)) == _dict(one)

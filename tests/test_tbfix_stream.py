@@ -1,0 +1,50 @@
+"""The streamed export (two passes over the file) writes what ``adapt_trace`` writes on the loaded dict, and
+copies the original byte for byte.
+
+    python -m pytest -q tests/test_tbfix_stream.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from stepscope.trainer.profiler.files import find_traces, load_trace
+from stepscope.trainer.profiler.tbfix import adapt_trace, export_tensorboard
+from stepscope.trainer.profiler.tbfix.export import export_file
+
+DATA = Path(__file__).parent / "data"
+TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.parent.name + "/" + p.name.split(".")[0])
+def test_streamed_copy_is_adapt_trace(path, tmp_path):
+    adapted, raw = export_file(tmp_path, "w", "1795259107760373831", path)
+    assert load_trace(adapted) == json.loads(json.dumps(adapt_trace(load_trace(path))))
+    assert raw.read_bytes() == path.read_bytes()
+
+
+def test_entries_that_are_not_objects_are_left_out(tmp_path):
+    (tf,) = find_traces(DATA / "cuda_graph")
+    trace = load_trace(tf.path)
+    trace["traceEvents"][5:5] = ["junk", 7, None]
+    src = tmp_path / "w.1795259109156023363.pt.trace.json"
+    src.write_text(json.dumps(trace))
+    adapted, raw = export_file(tmp_path / "out", "w", "1795259109156023363", src)
+    assert load_trace(adapted) == json.loads(json.dumps(adapt_trace(trace)))
+    assert raw.read_bytes() == src.read_bytes()
+
+
+def test_uncompressed_trace_exports_uncompressed(tmp_path):
+    (tf,) = find_traces(DATA / "cuda_graph")
+    src = tmp_path / "plain"
+    src.mkdir()
+    plain = src / "w.1795259109156023363.pt.trace.json"
+    plain.write_bytes(gzip.decompress(tf.path.read_bytes()))
+    (adapted,) = export_tensorboard(src, tmp_path / "out")
+    assert adapted.name == "w.1795259109156023363.pt.trace.json"
+    want = adapt_trace(load_trace(plain))["traceEvents"]
+    assert load_trace(adapted)["traceEvents"] == json.loads(json.dumps(want))
+    assert (tmp_path / "out" / "raw" / "1795259109156023363" / "w.trace.json").read_bytes() == plain.read_bytes()

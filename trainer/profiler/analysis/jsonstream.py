@@ -1,0 +1,184 @@
+"""Read a Chrome-trace JSON file as a stream of ``traceEvents`` pieces, never holding the whole document.
+
+    with TraceStream(path) as ts:            # gzipped or not, by the name's .gz suffix
+        for events in ts.decode_events(lambda text: msgspec.json.decode(text, type=list[Event])):
+            ...                              # a list of consecutive events, in file order
+        ts.header                            # dict: the top-level keys other than traceEvents
+    TraceStream(path, opener=bounded_read.open_trace)   # any binary opener, for a whole-file stream
+
+    ranges = split_points(path, 2)           # uncompressed files: byte ranges of whole events ...
+    with TraceStream(path, span=ranges[1]) as ts:   # ... that separate processes decode independently
+        ...
+
+The file is read in blocks of ``BLOCK`` bytes (decompressed on the fly for .gz). Each block is cut after the
+last ``}`` that is followed by ``,`` and ``{`` (the boundary between two events, whitespace allowed), and
+the events before the cut become one piece, given to the caller's decode function. A cut is only a
+candidate: a piece that does not decode (the cut fell inside a string or a nested object) is retried with
+the next block appended, cut after the failed position. The keys before ``"traceEvents"`` and those after
+its closing ``]`` are decoded once each, so the header costs nothing on large files. Raises
+``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
+on unreadable files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+BLOCK = 8 << 20
+KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+HEADER_LIMIT = 64 << 20  # a header larger than this is not a torch.profiler trace
+PROBE = 4 << 20  # bytes decoded to confirm that a split point starts an event
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+
+
+class TraceStream:
+    """A trace file opened for streaming; see the module docstring.
+
+    ``span=(start, end)``: only the events from byte ``start`` (the ``{`` of an event) up to byte ``end``
+    (the ``{`` of the first event not wanted; None: to the end of the array). ``header`` then stays empty,
+    except for the keys after the array when ``end`` is None.
+    """
+
+    def __init__(self, path: Path, block: int = BLOCK, span: tuple[int, int | None] | None = None,
+                 opener: Callable[[Path], Any] | None = None) -> None:
+        self.path = Path(path)
+        self.opener = opener  # e.g. bounded_read.open_trace; default: gzip.open/open by the name
+        self.block = block
+        self.span = span
+        self.header: dict[str, Any] = {}
+        self._f = None
+        self._left: int | None = None  # bytes left to read in the span
+
+    def __enter__(self) -> TraceStream:
+        if self.opener is not None and self.span is None:
+            self._f = self.opener(self.path)
+        else:
+            self._f = gzip.open(self.path, "rb") if self.path.name.endswith(".gz") else open(self.path, "rb")
+        if self.span is not None:
+            self._f.seek(self.span[0])
+            self._left = None if self.span[1] is None else self.span[1] - self.span[0]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+    def _read(self) -> bytes:
+        if self._left is None:
+            return self._f.read(self.block)
+        data = self._f.read(min(self.block, self._left))
+        self._left -= len(data)
+        return data
+
+    def _events_start(self) -> bytearray:
+        """Read the header up to the ``[`` of traceEvents; return what follows it."""
+        buf = bytearray(self._read())
+        while True:
+            m = KEY.search(buf)
+            if m:
+                break
+            more = self._read()
+            if not more or len(buf) > HEADER_LIMIT:
+                raise msgspec.DecodeError("no traceEvents array in the JSON object")
+            buf += more
+        head = bytes(buf[:m.start()]).rstrip()
+        head = head[:-1] if head.endswith(b",") else head
+        self.header = msgspec.json.decode(head + b"}")  # '{' + the keys before traceEvents
+        if not isinstance(self.header, dict):
+            raise msgspec.DecodeError("the trace is not a JSON object")
+        return bytearray(b" ") + buf[m.end():]
+
+    def decode_events(self, decode: Callable[[memoryview], list]) -> Iterator[list]:
+        """Decoded lists of events, in file order. ``decode(array_text)`` raises msgspec.DecodeError (or
+        ValidationError) on a bad piece; a piece that fails is retried with more text until the end of the
+        array, where a failure is final."""
+        # buf[0] is a byte of ours that a piece overwrites with '[', buf[1:] the text from an event's '{'
+        buf = self._events_start() if self.span is None or self.span[0] == 0 else bytearray(b" ") + self._read()
+        failed_at = -1  # a cut that did not decode: only cuts after it are tried
+        while True:
+            more = self._read()
+            if not more:
+                break
+            buf += more
+            cut = _last_boundary(buf, failed_at)
+            if cut is None:
+                continue
+            closing = buf[cut]
+            buf[0], buf[cut] = 0x5B, 0x5D  # "[" and "]" around the events before the cut
+            try:
+                with memoryview(buf) as view:
+                    events = decode(view[:cut + 1])
+            except DECODE_ERRORS:
+                buf[cut] = closing
+                failed_at = cut
+                continue
+            failed_at = -1
+            del buf[:buf.index(b"{", cut) - 1]
+            yield events
+        if self.span is not None and self.span[1] is not None:
+            # a middle range: whole events followed by ',' (and whitespace)
+            text = bytes(buf[1:]).rstrip()
+            yield decode(b"[" + (text[:-1] if text.endswith(b",") else text) + b"]")
+            return
+        # The rest: the last events, ']' and the keys after the array, decoded as one object.
+        tail = msgspec.json.decode(b'{"traceEvents":[' + bytes(buf[1:]), type=dict[str, msgspec.Raw])
+        yield decode(bytes(tail.pop("traceEvents")))
+        self.header.update({k: msgspec.json.decode(v) for k, v in tail.items()})
+
+
+def _last_boundary(buf: bytearray, after: int) -> int | None:
+    """Position of the ``}`` of the last event-closing brace in ``buf`` after ``after`` + 1 (the byte after
+    it is then overwritten with ``]``): the position just after the ``}``, or None."""
+    start = max(after + 1, len(buf) - (1 << 20))
+    while True:
+        last = None
+        for m in BOUNDARY.finditer(buf, start):
+            last = m.start() + 1
+        if last is not None or start <= after + 1:
+            return last
+        start = max(after + 1, start - (16 << 20))  # no boundary in the last MiB: look further back
+
+
+def split_points(path: Path, parts: int, decode: Callable[[bytes], list]) -> list[tuple[int, int | None]] | None:
+    """Byte ranges that split the traceEvents array of an uncompressed file into ``parts`` runs of whole
+    events, for ``TraceStream(span=...)``; the first range starts at 0 (the header is read with it). None
+    when the file is gzipped or too small to split."""
+    path = Path(path)
+    if path.name.endswith(".gz") or parts < 2:
+        return None
+    size = path.stat().st_size
+    starts = [0]
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            at = _event_start_near(f, size * k // parts, decode)
+            if at is None or at <= starts[-1]:
+                return None
+            starts.append(at)
+    return [(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))]
+
+
+def _event_start_near(f, offset: int, decode: Callable[[bytes], list]) -> int | None:
+    """The offset of the first ``{`` at or after ``offset`` that starts an event of the array (checked by
+    decoding the events that follow it), or None."""
+    f.seek(offset)
+    window = f.read(PROBE)
+    pos = 0
+    while True:
+        m = BOUNDARY.search(window, pos)
+        if m is None:
+            return None
+        begin = m.end() - 1
+        ends = [b.start() + 1 for b in BOUNDARY.finditer(window, begin + 1)]
+        for end in reversed(ends[-3:]):  # the probe's last complete events
+            try:
+                decode(b"[" + window[begin:end] + b"]")
+                return offset + begin
+            except DECODE_ERRORS:
+                continue
+        pos = begin
