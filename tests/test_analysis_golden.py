@@ -33,14 +33,18 @@ def _text(d: dict) -> str:
     return json_out.dumps(d, indent=1, sort_keys=True)
 
 
+def run_dirs() -> list[Path]:
+    """The folders of tests/data that are one run each (the suites are folders of runs, with their own tests)."""
+    return sorted(p for p in DATA.iterdir() if p.is_dir() and find_traces(p))
+
+
 def write() -> None:
-    for run in sorted(p for p in DATA.iterdir() if p.is_dir() and p.name != "golden"):
+    for run in run_dirs():
         (GOLDEN / f"{run.name}.json").write_text(_text(analyze_run(run).to_dict()))
 
 
 def test_every_run_has_a_golden_file():
-    runs = sorted(p.name for p in DATA.iterdir() if p.is_dir() and p.name != "golden")
-    assert runs == RUNS
+    assert [p.name for p in run_dirs()] == RUNS
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -15,7 +15,7 @@ from stepscope.trainer.profiler.analysis.stream_parse import StreamFallback, par
 from stepscope.trainer.profiler.files import load_trace
 
 DATA = Path(__file__).parent / "data"
-TRACES = sorted(p for p in DATA.glob("*/*.json*") if "golden" not in p.parts)
+TRACES = sorted(p for p in DATA.glob("*/*.json*") if "golden" not in p.parts and ".trace.json" in p.name)
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.parent.name + "/" + p.name.split(".")[0])
