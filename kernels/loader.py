@@ -142,6 +142,29 @@ def _build_and_load(with_cuda: bool, verbose: bool) -> str:
     return str(library)
 
 
+def load_if_built() -> bool:
+    """Load the library now if this torch already has a build of these sources (no compiler runs); True if it
+    did. `import stepscope.kernels` calls this, so that torch.ops.stepscope.* exist at once when built."""
+    global _result
+    with _lock:
+        if _result is not None:
+            return _result.library is not None
+        cuda_missing = missing_cuda_tools()
+        name = library_name(cuda_missing is None)
+        path = build_directory(name) / f"{name}.so"
+        if not path.exists():
+            return False
+        try:
+            torch.ops.load_library(str(path))
+            from . import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
+
+            decompositions.register()
+        except Exception:  # noqa: BLE001  a stale or broken file: the first call builds and says why
+            return False
+        _result = LoadResult(library=str(path), reasons={"cpu": None, "cuda": cuda_missing})
+        return True
+
+
 def load(verbose: bool = False) -> LoadResult:
     """Builds (first time) and loads the library once per process; never raises."""
     global _result
