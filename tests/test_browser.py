@@ -33,7 +33,7 @@ from stepscope.trainer.profiler.files import find_plugin_traces
 from stepscope.trainer.profiler.tbserver import TensorBoard
 from trainrun import FAST, PROFILE_3_STEPS, run_json, run_train
 
-pytestmark = [
+pytestmark = [pytest.mark.slow,
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no {CHROMIUM}; install it with: {INSTALL_HINT}"),
 ]

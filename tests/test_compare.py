@@ -11,6 +11,7 @@ from trainrun import REPO
 COMPARE = [sys.executable, str(REPO / "scripts" / "compare.py")]
 
 
+@pytest.mark.slow
 def test_compare_runs_each_variant_as_its_own_tensorboard_run(tmp_path):
     r = subprocess.run([*COMPARE, "--device", "cpu", "--variants", "eager", "--ops", "native", "--arch", "resnet8",
                         "--batch-size", "32", "--steps", "30", "--logdir", str(tmp_path), "--name", "cmp"],

@@ -47,5 +47,7 @@ def test_flamegraph_is_the_training_thread(profiled_run):
               re.findall(r"<title>(.*?) \((\d+(?:\.\d+)?) ", svg.read_text())]
     name, value = max((f for f in frames if f[0] != "all"), key=lambda f: f[1])
     assert re.match(r"train\.py\(\d+\):_<module>", name), (name, value)
-    assert not [n for n, _ in frames if "tqdm/_monitor" in n or "event_file_writer" in n]
+    # no idle background thread: tqdm's monitor, TensorBoard's writer thread (its run loop; the main thread's own
+    # calls into the writer, when it logs a scalar, are training work and stay)
+    assert not [n for n, _ in frames if "tqdm/_monitor" in n or re.search(r"event_file_writer\.py\(\d+\):_?run$", n)]
     assert "threads that ran torch code" in svg.read_text()

@@ -197,6 +197,7 @@ def _child_with_rank(parent: int, rank: int) -> int:
     raise AssertionError(f"no child of {parent} has RANK={rank}")
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_with_traces_flushed(tmp_path):
     run = tmp_path / "int"
     # repeated 4-step cycles: traces are written all along, and the one in progress is flushed at Ctrl-C
@@ -223,6 +224,7 @@ def test_ctrl_c_stops_every_rank_with_traces_flushed(tmp_path):
         assert len(cycles) == -(-stopped // 4), (stopped, len(cycles))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_a_killed_rank_does_not_hang_the_others(tmp_path):
     with started_torchrun([*DDP_FAST, "--steps", "100000", "--logdir", str(tmp_path), "--run-name", "k"]) as p:

@@ -12,6 +12,7 @@ from trainrun import REPO
 OVERHEAD = [sys.executable, str(REPO / "scripts" / "profiler_overhead.py")]
 
 
+@pytest.mark.slow
 def test_one_pair_compares_a_plain_and_a_profiled_run(tmp_path):
     r = subprocess.run([*OVERHEAD, "--device", "cpu", "--arch", "resnet8", "--batch-size", "32", "--steps", "40",
                         "--pairs", "1", "--logdir", str(tmp_path), "--name", "o"],

@@ -1,3 +1,5 @@
+import pytest
+
 """Real training runs on the CPU: determinism, learning, run.json, scalars, Ctrl-C, package shadowing."""
 
 import os
@@ -37,12 +39,14 @@ def test_loss_falls_and_scalars_are_logged(tmp_path):
     assert "config/text_summary" in tags["tensors"]
 
 
+@pytest.mark.slow
 def test_default_run_names_are_unique(tmp_path):
     for _ in range(2):
         assert run_train([*FAST, "--steps", "2", "--logdir", str(tmp_path)]).returncode == 0
     assert len([p for p in tmp_path.iterdir() if (p / "run.json").exists()]) == 2
 
 
+@pytest.mark.slow
 def test_ctrl_c_flushes_and_exits_130(tmp_path):
     # bounded: 2000 steps in one cycle, and the child's whole group is killed if it outlives the test
     args = [*FAST, "--steps", "2000", "--log-every", "5", "--profile", "--skip-first", "0", "--wait", "0",
@@ -81,6 +85,7 @@ def test_scripts_import_our_packages_over_same_named_ones(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_nvtx_ranges_do_not_change_the_run(tmp_path):
     """--nvtx adds NVTX ranges beside the record_function ones (for nsys); the run itself is the same."""
     for name, extra in (("plain", []), ("nvtx", ["--nvtx"])):

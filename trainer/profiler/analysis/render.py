@@ -67,9 +67,9 @@ def _fmt(v) -> str:
 
 def render_markdown(report: RunReport) -> str:
     out = [f"# stepscope diagnosis: `{report.verdict}`", ""]
-    out.append(f"Run `{report.run_dir}`: {len(report.spans)} trace(s). Verdicts and figures describe the steps "
-               "as they run without the profiler, which slows the host (not the GPU); the profiled steps' own "
-               "figures are given beside them, labelled \"as profiled\".")
+    out.append(f"Run `{report.run_dir}`: {len(report.spans)} trace(s). The verdict and the figures describe the "
+               "steps as they run without the profiler, which slows the host (not the GPU); the profiled steps' "
+               "own figures are given beside them, labelled \"as profiled\".")
     out.append("")
     for d in report.distributed:
         out += _markdown_cross_rank(d)
