@@ -1,5 +1,3 @@
-import pytest
-
 """Real training runs on the CPU: determinism, learning, run.json, scalars, Ctrl-C, package shadowing."""
 
 import os
@@ -7,6 +5,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainrun import FAST, REPO, TRAIN, run_json, run_train
