@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainrun import FAST, REPO, TRAIN, run_json, run_train
 
