@@ -108,15 +108,15 @@ def server(tmp_path_factory):
     with open(out, "w") as log:
         proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "stepscope_here.py"), "tensorboard",
                                  "--logdir", str(src), "--port", str(port), "--poll", "1"],
-                                stdout=log, stderr=subprocess.STDOUT, cwd=src.parent)
+                                stdout=log, stderr=subprocess.STDOUT, cwd=src.parent, start_new_session=True)
     s = Server(proc, port, out, src)
     s.before = s.late = before  # DIR as prepared, and as it is once the test has added its late trace
     try:
         s.wait_for_runs(["plain", "chrome", *(p.name for p in LIGHTNING)], timeout_s=240)
         yield s
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # the test failed half-way: end the command and the TensorBoard it started
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 

@@ -1,5 +1,5 @@
-"""The verdict on real H100 traces of workloads with known, injected causes (tests/data/suite/, and Lightning's
-own PyTorchProfiler output in tests/data/lightning_h100/), against the truth measured without the profiler.
+"""The verdict on real H100 traces of workloads with known, injected causes (tests/data/suite/, Lightning's own
+PyTorchProfiler output among them), against the truth measured without the profiler.
 
 Each folder holds the trace (3 steps, record_shapes + profile_memory + with_stack) and truth.json, written by
 scripts/verdict_bench.py (scripts/record_lightning.py for Lightning): the unprofiled step time, the step's GPU
@@ -16,7 +16,7 @@ import pytest
 from stepscope.trainer.profiler.analysis import analyze_run, render_console
 
 DATA = Path(__file__).parent / "data"
-CASES = sorted(p.parent for p in [*DATA.glob("suite/*/truth.json"), *DATA.glob("lightning_h100/truth.json")])
+CASES = sorted(p.parent for p in DATA.glob("suite/*/truth.json"))
 BUSY_PP = 5.0
 # Where the estimate misses the truth by more than 5 points (measured 2026-11-22, BENCHMARKS.md): a GPU-bound
 # decoder whose profiled host fell behind its GPU (the model under-counts that host's cost: 70 vs 99%), a
