@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import urllib.request
 
 import numpy as np
 import pytest
@@ -131,6 +132,8 @@ def test_offline_download_is_one_line_and_leaves_no_data_dir(tmp_path):
 def test_offline_download_keeps_an_existing_data_dir_as_it_was(tmp_path, monkeypatch):
     for k, v in OFFLINE.items():
         monkeypatch.setenv(k, v)
+    # urlopen's shared opener keeps the proxy it first saw: drop the one this test makes when it ends
+    monkeypatch.setattr(urllib.request, "_opener", None)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "mine.txt").write_text("keep")
     with pytest.raises(ConfigError, match="could not download CIFAR-10") as e:

@@ -13,14 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from stepscope.trainer.profiler import files as trace_files
 from stepscope.trainer.profiler.tbserver import TensorBoard
-
-# In CI's full default run, TensorBoard started by these tests loaded its runs but left its HTTP API
-# unanswered past the start-up timeout (they pass alone and in the whole-suite run); until the cause is
-# found they run in the slow set: python -m pytest -q -m slow
-pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_WITH_CHECKOUT = ("import sys; sys.path.insert(0, sys.argv[1]); import _checkout; "

@@ -13,11 +13,6 @@ import time
 import pytest
 from trainrun import REPO
 
-# In CI's full default run, TensorBoard started by these tests loaded its runs but left its HTTP API
-# unanswered past the start-up timeout (they pass alone and in the whole-suite run); until the cause is
-# found they run in the slow set: python -m pytest -q -m slow
-pytestmark = pytest.mark.slow
-
 CHECK = [sys.executable, str(REPO / "scripts" / "plugin_check.py")]
 TRACE_DIR = REPO / "tests" / "data" / "cpu_resnet"
 

@@ -64,9 +64,6 @@ def test_exports(profiled_run):
     assert "<img src='data:image/png;base64," in html.read_text()
 
 
-# slow set for now: in CI's full default run its TensorBoard once left /data/plugins_listing unanswered
-# for 60 s (it passes alone and in the whole-suite run); the cause is not yet found
-@pytest.mark.slow
 def test_run_opens_in_the_plugin(profiled_run):
     logdir, _, _ = profiled_run
     with TensorBoard(logdir) as tb:

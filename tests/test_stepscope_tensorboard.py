@@ -27,12 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.tbserver import free_port
-
-# In CI's full default run, TensorBoard started by these tests loaded its runs but left its HTTP API
-# unanswered past the start-up timeout (they pass alone and in the whole-suite run); until the cause is
-# found they run in the slow set: python -m pytest -q -m slow
-pytestmark = pytest.mark.slow
+from stepscope.trainer.profiler.tbserver import free_port, loopback_get
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -53,11 +48,7 @@ class Server:
 
     def get(self, path: str, **params):
         url = self.base + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        with urllib.request.urlopen(url, timeout=60) as r:
-            body = r.read()
-            if r.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(body)
-        return json.loads(body)
+        return json.loads(loopback_get(url))
 
     def runs(self) -> dict:
         try:

@@ -10,11 +10,6 @@ from stepscope.trainer.profiler import files as trace_files
 from stepscope.trainer.profiler.tbfix import adapt_trace, export_tensorboard
 from stepscope.trainer.profiler.tbserver import TensorBoard
 
-# In CI's full default run, TensorBoard started by these tests loaded its runs but left its HTTP API
-# unanswered past the start-up timeout (they pass alone and in the whole-suite run); until the cause is
-# found they run in the slow set: python -m pytest -q -m slow
-pytestmark = pytest.mark.slow
-
 DATA = Path(__file__).parent / "data" / "nccl_ddp"
 
 

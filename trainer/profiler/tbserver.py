@@ -26,6 +26,21 @@ from pathlib import Path
 
 PLUGIN = "/data/plugin/pytorch_profiler"
 
+# A loopback server is never reached through a proxy. urllib.request.urlopen's shared opener reads the
+# proxy variables once, at its first call in the process, and keeps them: a process that once ran with
+# http_proxy set (a user behind a proxy, a test of an offline download) would otherwise send every later
+# request for 127.0.0.1 to that proxy.
+LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def loopback_get(url: str, timeout_s: float = 60.0) -> bytes:
+    """GET a loopback URL directly, whatever the proxy settings; gunzips a gzip body."""
+    with LOOPBACK.open(url, timeout=timeout_s) as r:
+        body = r.read()
+        if r.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return body
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -52,19 +67,22 @@ class TensorBoard:
              "--port", str(self.port), "--load_fast=false", "--reload_interval", "2"],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.startup_timeout_s
+        last_error: Exception | None = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 text = self.log_text()
                 self.__exit__(None, None, None)
                 raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {text}")
             try:
-                self.get("/data/plugins_listing")
+                loopback_get(self.base + "/data/plugins_listing", timeout_s=5.0)
                 return self
-            except (urllib.error.URLError, ConnectionError):
+            except (urllib.error.URLError, OSError) as e:  # not listening yet, or busy starting
+                last_error = e
                 time.sleep(0.5)
         text = self.log_text()  # read before __exit__ removes the log
         self.__exit__(None, None, None)
-        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {text}")
+        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s "
+                           f"(last: {last_error!r}): {text}")
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -84,11 +102,7 @@ class TensorBoard:
 
     def get_bytes(self, path: str, **params) -> bytes:
         url = self.base + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        with urllib.request.urlopen(url, timeout=60) as r:
-            body = r.read()
-            if r.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(body)
-            return body
+        return loopback_get(url)
 
     def get(self, path: str, **params):
         return json.loads(self.get_bytes(path, **params))
