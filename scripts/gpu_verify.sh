@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts verdicts_ddp verify ddp compare overhead
-#                                                     plugin tests bench (default: compare overhead plugin tests)
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify ddp compare
+#                                                     overhead plugin tests bench (default: compare overhead plugin tests)
 #
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
@@ -20,8 +20,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts verdicts_ddp verify ddp compare overhead plugin tests bench" >&2; exit 2;;
+  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -58,6 +58,15 @@ part_verdicts() {
   python3 scripts/verdict_bench.py --rescore "$L/vb" > "$OUT/verdicts.md" 2>> "$OUT/verdicts.log"
   cp "$L/vb/results.json" "$OUT/verdicts.json" 2>/dev/null; cat "$OUT/verdicts.md"
   (cd "$L/vb" && tar cf - traces | split -b 15M - "$OUT/verdict_traces.tar.")
+}
+
+part_holdout() {
+  stamp "verdict_bench.py --set holdout: families the analysis was never fitted on (timm, HF BERT, MLP)"
+  timeout "${HOLDOUT_TIMEOUT:-400}" python3 scripts/verdict_bench.py --set holdout --out "$L/vbh" \
+    > "$OUT/holdout.log" 2>&1
+  echo "exit $?"
+  cp "$L/vbh/results.json" "$OUT/holdout.json" 2>/dev/null; cat "$L/vbh/results.md" 2>/dev/null
+  (cd "$L/vbh" && tar cf - traces | split -b 15M - "$OUT/holdout_traces.tar.")
 }
 
 part_verify() {

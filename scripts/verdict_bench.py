@@ -3,6 +3,7 @@
     python scripts/verdict_bench.py --out /tmp/vb                     # every GPU scenario (one device call)
     python scripts/verdict_bench.py --out /tmp/vb --only gpt_tiny tiny_ops
     python scripts/verdict_bench.py --out /tmp/vb --device cpu        # the CPU subset (CI-sized)
+    python scripts/verdict_bench.py --out /tmp/vbh --set holdout      # families the analysis was never fitted on
     python scripts/verdict_bench.py --rescore /tmp/vb                 # re-analyse saved traces, no GPU needed
 
 For each scenario (scripts/verdict_workloads.py): measure the truth unprofiled (scripts/verdict_truth.py: step
@@ -28,6 +29,9 @@ from stepscope.trainer.profiler.analysis import TraceError, analyze_run
 from verdict_score import score_rows, to_markdown
 
 CPU_SCENARIOS = ("cpu_compute", "cpu_loader", "cpu_host_python", "cpu_comm")
+# the held-out families' names, without importing torch (scripts/verdict_holdout.py defines them)
+HOLDOUT_ORDER = ("vit_tiny_bs8", "vit_tiny_bs256", "vit_pageable", "bert_bs8", "bert_host_sync", "convnext_loader",
+                 "mlp_adamw_loop")
 GPU_ORDER = ("cold_start", "resnet18_bs32", "resnet18_bs128", "resnet18_bs1024", "resnet50_pinned", "gpt_tiny",
              "gpt_large", "hf_gpt2_small", "tiny_ops", "loader_in_process", "loader_two_workers",
              "pageable_copy", "host_python", "adamw_cpu_scalars", "compile_default")
@@ -55,6 +59,8 @@ def run_scenario(name: str, out: Path, device) -> dict:
     from verdict_truth import expected_verdict, measure, record_trace
     from verdict_workloads import WORKLOADS
 
+    if name not in WORKLOADS:
+        from verdict_holdout import HOLDOUT as WORKLOADS
     torch.manual_seed(0)
     w = WORKLOADS[name](device)
     cold = name == "cold_start"
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="verdict_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="where results and traces go (created)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--set", dest="scenario_set", default="main", choices=["main", "holdout"],
+                   help="GPU scenarios: the main set, or the held-out families (scripts/verdict_holdout.py)")
     p.add_argument("--only", nargs="+", metavar="SCENARIO")
     p.add_argument("--rescore", type=Path, metavar="OUT", help="re-analyse the traces of an earlier --out")
     a = p.parse_args(argv)
@@ -109,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if a.out is None:
             p.error("--out is required (or --rescore)")
-        names = CPU_SCENARIOS if a.device == "cpu" else GPU_ORDER
+        if a.device == "cpu" and a.scenario_set != "main":
+            p.error("--set holdout is a GPU set; drop it with --device cpu")
+        names = CPU_SCENARIOS if a.device == "cpu" else GPU_ORDER if a.scenario_set == "main" else HOLDOUT_ORDER
         unknown = [n for n in (a.only or []) if n not in names]
         if unknown:
             p.error(f"unknown scenario {unknown[0]!r} for --device {a.device}; valid: {', '.join(names)}")

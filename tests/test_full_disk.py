@@ -38,5 +38,6 @@ def test_full_disk_during_the_trace_export(tiny_disk):
     run = tiny_disk / "logs" / "f"
     left = [p.name for p in run.rglob("*") if p.name.startswith(".tmp-") or ".partial" in p.name]
     assert not left, left
-    # run.json was written at the start; it says "failed" if the update still fitted, else it is unchanged
-    assert json.loads((run / "run.json").read_text())["status"] in ("failed", "running")
+    # run.json was written at the start; the room set aside beside it lets its last update say "failed"
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    assert not (run / ".run.json.reserve").exists()

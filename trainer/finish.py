@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stepscope.trainer.profiler.capture import top_ops_table
 from stepscope.trainer.profiler.diagnose import diagnose_run
 from stepscope.trainer.profiler.files import find_plugin_traces
+from stepscope.trainer.run_dir import no_space, release_space
 from stepscope.trainer.run_record import RunRecord, finite_or_none
 
 
@@ -39,7 +40,22 @@ def _fmt(x: float | None, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def finish_run(status: str, stop, progress, thr, record: RunRecord, log, prof, writer, env, group) -> int:
+@dataclass(frozen=True)
+class RunParts:
+    """The live objects of a run that its end needs: the process (env, group), the stop-signal handler,
+    the TensorBoard log, and the profiler with its trace writer (None when not profiling)."""
+
+    env: object
+    group: object
+    stop: object
+    log: object
+    prof: object
+    writer: object | None
+
+
+def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -> int:
+    """Write run.json (and on a profiled run the diagnosis); return the process's exit code."""
+    env, group, stop, log, prof, writer = parts.env, parts.group, parts.stop, parts.log, parts.prof, parts.writer
     final = final_numbers(progress, thr)
     if status == "completed":
         try:
@@ -77,11 +93,18 @@ def finish_run(status: str, stop, progress, thr, record: RunRecord, log, prof, w
                        "findings": [{k: f[k] for k in ("id", "cost_ms_per_step")} for f in sp["findings"]]}
                       for sp in diagnosis["spans"]]})
     try:
-        done.write(run_dir)
+        try:
+            done.write(run_dir)
+        except OSError as e:
+            if not (no_space(e) and release_space(run_dir)):
+                raise
+            done.write(run_dir)  # the room set aside at the start is free now: run.json still says how it ended
         log.close()
     except OSError:
         if status != "failed":  # the disk is full: the caller reports the first failure, not this one
             raise
+    finally:
+        release_space(run_dir)
     speed = "no timed steps" if final["images_per_s"] is None else f"{final['images_per_s']:.0f} images/s"
     print(f"{status}: {progress.steps} steps, train loss {_fmt(final['train_loss'], '.4f')}, eval accuracy "
           f"{_fmt(final['eval_accuracy'], '.3f')}, {speed} -> {run_dir}")

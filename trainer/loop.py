@@ -23,7 +23,7 @@ from stepscope.trainer.config import TrainConfig
 from stepscope.trainer.data import build_data
 from stepscope.trainer.distributed import all_reduce_sum, make_distributed
 from stepscope.trainer.env import Env, configure_process, make_env, seed_everything
-from stepscope.trainer.finish import finish_run
+from stepscope.trainer.finish import RunParts, finish_run
 from stepscope.trainer.models import build_model
 from stepscope.trainer.optim import build_optimizer, loss_fn
 from stepscope.trainer.profiler.capture import (
@@ -34,7 +34,15 @@ from stepscope.trainer.profiler.capture import (
     worker_name,
 )
 from stepscope.trainer.profiler.phases import Phases
-from stepscope.trainer.run_dir import NoSpace, create_run_dir, environment_info, git_sha, no_space
+from stepscope.trainer.run_dir import (
+    NoSpace,
+    create_run_dir,
+    environment_info,
+    git_sha,
+    no_space,
+    release_space,
+    reserve_space,
+)
 from stepscope.trainer.run_record import RunRecord
 from stepscope.trainer.step import build_step, capture_stream, on_stream
 from stepscope.trainer.tb_log import NullLog, TBLog
@@ -132,6 +140,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         step_kind=step_kind(cfg), run_dir=str(run_dir))
     if env.is_main:
         record.write(run_dir)
+        reserve_space(run_dir)
 
     progress = Progress()
     clock = StepClock(env.device)
@@ -191,6 +200,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         if no_space(e):  # a full disk: record what the run reached if run.json still fits, then fail
             status, failure = "failed", e
         elif not stop.explains(e):
+            release_space(run_dir)  # a crash: run.json stays "running", with the traceback on stderr
             raise
         else:
             who = f"rank {env.rank}: " if env.world_size > 1 else ""
@@ -202,7 +212,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                 log_window(across_ranks=False)  # a peer may have stopped already: no more collectives
     finally:
         bar.close()
-    code = finish_run(status, stop, progress, thr, record, log, prof, writer, env, group)
+    code = finish_run(status, progress, thr, record, RunParts(env, group, stop, log, prof, writer))
     if failure is not None:
         raise failure
     return code

@@ -29,6 +29,32 @@ def no_space(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS
 
 
+# Room set aside beside run.json at the start of a run and given back at its end. If the disk fills up
+# during the run, freeing it first lets run.json still record how the run ended ("failed", not "running").
+RESERVE_NAME = ".run.json.reserve"
+RESERVE_BYTES = 256 * 1024
+
+
+def reserve_space(run_dir: Path) -> None:
+    """Set the room aside; on a disk already too full for it, go on without (best effort)."""
+    path = Path(run_dir) / RESERVE_NAME
+    try:
+        with open(path, "wb") as f:
+            f.write(bytes(RESERVE_BYTES))
+    except OSError:
+        path.unlink(missing_ok=True)
+
+
+def release_space(run_dir: Path) -> bool:
+    """Give the room back; True if there was any to give."""
+    path = Path(run_dir) / RESERVE_NAME
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
 class NoSpace(ConfigError):
     """The disk under --logdir filled up: one line, exit code 2, as for an unwritable --logdir."""
 

@@ -18,21 +18,24 @@ import math
 import re
 from dataclasses import dataclass
 
+from stepscope.trainer.profiler.vocabulary import (
+    ANNOTATION_CATEGORIES,
+    DATALOADER_PREFIX,
+    DEVICE_KINDS,
+    OPERATOR_CATEGORIES,
+    RUNTIME_CATEGORIES,
+)
+
 from .errors import TraceError
 from .validate import check_document, check_event, is_step_event, no_steps_error
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
-HOST_OP_CATEGORIES = {"cpu_op", "operator"}
-ANNOTATION_CATEGORIES = {"user_annotation"}
-RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
-DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset",
-                "memset": "memset"}
+HOST_OP_CATEGORIES = OPERATOR_CATEGORIES  # the analysis's name for them
 
 # Runtime calls that block the host until the GPU has caught up.
 SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
               "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
-DATALOADER_PREFIX = "enumerate(DataLoader)"
 DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
 

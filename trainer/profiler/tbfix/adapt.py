@@ -55,7 +55,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..vocabulary import DEVICE_CATEGORIES, STEP_PREFIX, TORCH_RUNTIME_CATEGORIES
+from ..vocabulary import (
+    ANNOTATION_CATEGORIES,
+    DEVICE_CATEGORIES,
+    OPERATOR_CATEGORIES,
+    STEP_PREFIX,
+    TORCH_RUNTIME_CATEGORIES,
+)
 from ..vocabulary import category as _cat
 from ..vocabulary import span as _span
 from .callstack import call_stacks
@@ -88,9 +94,9 @@ def _becomes_tree_node(e: dict) -> bool:
     if e.get("ph") != "X":
         return False
     cat, name = _cat(e), str(e.get("name", ""))
-    if cat in ("cpu_op", "operator", "python"):
+    if cat in OPERATOR_CATEGORIES or cat == "python":  # "python": the plugin's own name for frames
         return True
-    if cat == "user_annotation":
+    if cat in ANNOTATION_CATEGORIES:
         return name.startswith(STEP_PREFIX) or name in COLLECTIVES
     return cat == "python_function" and (e.get("args") or {}).get("Python module id") is not None
 

@@ -25,8 +25,10 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..vocabulary import DEVICE_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX, category
+from ..vocabulary import ANNOTATION_CATEGORIES, DEVICE_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX, category
 from ..vocabulary import span as _span
+
+STEP_CATEGORIES = ANNOTATION_CATEGORIES | OPERATOR_CATEGORIES  # where a ProfilerStep#N may sit
 
 HOST_CATEGORIES = OPERATOR_CATEGORIES | {"python"}  # what sets the plugin's cpu_min/max_ts
 
@@ -49,7 +51,7 @@ def host_steps(events: list[dict]) -> list[tuple[float, float]]:
         if e.get("ph") != "X":
             continue
         cat = category(e)
-        if cat in ("user_annotation", "cpu_op", "operator") and str(e.get("name", "")).startswith(STEP_PREFIX):
+        if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
             steps.append(_span(e))
         if cat in HOST_CATEGORIES:
             s, t = _span(e)
