@@ -52,7 +52,7 @@ class _Args(msgspec.Struct, gc=False):
     device: Any = UNSET
     stream: Any = UNSET
     correlation: Any = None
-    input_dims: Any = msgspec.field(default=UNSET, name="Input Dims")
+    input_dims: msgspec.Raw = msgspec.field(default=UNSET, name="Input Dims")  # only its presence is used
     device_type: Any = msgspec.field(default=0, name="Device Type")
     total_allocated: Any = msgspec.field(default=0, name="Total Allocated")
 
@@ -73,7 +73,9 @@ _NO_ARGS = _Args()
 
 
 def _decode(text) -> list[_Event]:
-    return _DECODER.decode(text)
+    # from an immutable copy: the "Input Dims" left undecoded (msgspec.Raw) keep a reference to the text they
+    # came from, which must not be the stream's own buffer (it is resized for the next piece)
+    return _DECODER.decode(bytes(text))
 
 
 class _Collector:
