@@ -14,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -35,14 +36,31 @@ def _workload(name: str, fixed: bool = False):
     raise ValueError(name)
 
 
+def paired_ms(a, b, warmup: int = 2, pairs: int = 6) -> tuple[list[float], list[float]]:
+    """ms per step of two workloads, timed in alternation (ABBA...), so that a load that comes and goes on
+    a shared machine falls on both alike."""
+    for _ in range(warmup):
+        a()
+        b()
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(pairs):
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+            t0 = time.perf_counter()
+            (a, b)[k]()
+            times[k].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def run_cpu_scenario(name: str, traces: Path) -> tuple[Path, dict]:
     if name == "cpu_comm":
         return _gloo(traces / name)
     torch.manual_seed(0)
     w = _workload(name)
-    step = statistics.median(step_times(w.step, CPU, warmup=2, steps=6, budget_s=3))
-    fixed = None if name == "cpu_compute" else statistics.median(
-        step_times(_workload(name, fixed=True).step, CPU, warmup=2, steps=6, budget_s=3))
+    if name == "cpu_compute":
+        step, fixed = statistics.median(step_times(w.step, CPU, warmup=2, steps=6, budget_s=3)), None
+    else:
+        with_cause, without = paired_ms(w.step, _workload(name, fixed=True).step)
+        step, fixed = statistics.median(with_cause), statistics.median(without)
     run_dir = record_trace(w, traces, CPU)
     truth = {"step_ms": step, "fixed_step_ms": fixed, "intervention": None if fixed is None else "cause removed",
              "confirmed": None if fixed is None else step / fixed >= CONFIRM_SPEEDUP, "expected": w.cause,

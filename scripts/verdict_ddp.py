@@ -43,7 +43,8 @@ class Net(nn.Module):
 
     def forward(self, x):
         out = self.body(x)
-        return out + self.extra[:1].sum() if self.extra is not None else out
+        # the whole parameter takes part, so that its gradient is one in-place pass (no fresh zeroed copy)
+        return out + self.extra.sum() * 0.0 if self.extra is not None else out
 
 
 def main() -> int:

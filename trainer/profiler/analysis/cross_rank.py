@@ -27,9 +27,9 @@ happened in the profiled window, so profile more steps to tell a persistent stra
 With no collectives in the trace, outside_comm_ms is the step time, and the rule compares step times.
 
 The job's verdict is what bounds the job: a straggler's own verdict when there is one (fixing it frees every
-rank), else the verdict of the critical rank, the one that spends the most time outside communication (the
-others wait for it). A rank that mostly waits in a collective says little: when exposed communication
-dominates the critical rank's step, the job is communication_bound whatever the waiting ranks show.
+rank), else the verdict of the ranks' median breakdown (each time bucket's median share of the step over the
+ranks). Without a straggler the ranks are alike within the rule above, so which one happens to spend a little
+more time outside communication in the profiled window says nothing, and must not flip a near tie.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .findings import COMM, STRAGGLER, Finding, remedies
+from .breakdown import Breakdown
+from .findings import COMM, STRAGGLER, Finding, remedies, verdict
 from .span import SpanReport
 
 STRAGGLER_RATIO = 1.2
@@ -118,7 +119,7 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
                   key=lambda r: r.rank)
     found = _findings(rows, members)
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
-                           tuple(sorted(flagged)), _verdict(rows), tuple(found), tuple(remedies(found)))
+                           tuple(sorted(flagged)), _verdict(rows, members), tuple(found), tuple(remedies(found)))
 
 
 def _outside_comm(s: SpanReport) -> float:
@@ -138,12 +139,15 @@ def _straggles(s: SpanReport, members: list[SpanReport]) -> bool:
         and excess > noise
 
 
-def _verdict(rows: list[RankRow]) -> str:
-    """The slowest straggler's verdict, else the critical rank's (see the module docstring)."""
+def _verdict(rows: list[RankRow], members: list[SpanReport]) -> str:
+    """The slowest straggler's verdict, else that of the ranks' median breakdown (see the module docstring)."""
     stragglers = [r for r in rows if r.straggler]
     if stragglers:
         return max(stragglers, key=lambda r: r.outside_comm_ms).verdict
-    return max(rows, key=lambda r: r.outside_comm_ms).verdict
+    # no rank holds the others back: each bucket's median share over the ranks, so that which rank happens to
+    # be a little slower in the window cannot flip a near tie
+    shares = {b: statistics.median(s.breakdown.pct(b) for s in members) for b in members[0].breakdown.buckets}
+    return verdict(Breakdown(shares, 100.0, 1), members[0].gpu)
 
 
 def _findings(rows: list[RankRow], members: list[SpanReport]) -> list[Finding]:
