@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.profiler.analysis.cross_rank import cross_rank
 from stepscope.trainer.profiler.analysis.events import ParsedTrace
 from stepscope.trainer.profiler.analysis.report import (
     RunReport,
@@ -25,7 +24,7 @@ from stepscope.trainer.profiler.analysis.report import (
     analyze_parsed_file,
     parse_paths,
     read_trace,
-    run_verdict,
+    run_report,
 )
 from stepscope.trainer.profiler.analysis.select import StepSelection
 from stepscope.trainer.profiler.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
@@ -97,5 +96,4 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
     spans = [analyze_parsed_file(item.parsed, item.found.path, None, selection) if item.parsed is not None
              else analyze_file(item.trace, item.found.path, item.worker, item.span, None, selection)
              for item in loaded]
-    dist = tuple(cross_rank(spans))
-    return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)
+    return run_report(label, spans)

@@ -71,9 +71,13 @@ def analyze_run(run_dir: Path, telemetry: dict | None = None, selection: StepSel
         raise TraceError(f"{run_dir}: no traces (expected <worker>.<span>.pt.trace.json[.gz], or "
                          "raw/<span>/<worker>.trace.json[.gz])")
     jobs = [(tf.path, tf.worker, tf.span, telemetry, selection) for tf in files]
-    spans = analyze_paths(jobs, max_memory, cpus)
+    return run_report(str(run_dir), analyze_paths(jobs, max_memory, cpus))
+
+
+def run_report(label: str, spans: list[SpanReport]) -> RunReport:
+    """The spans as one run: their cross-rank sections and the run's verdict."""
     dist = tuple(cross_rank(spans))
-    return RunReport(str(run_dir), run_verdict(spans, dist), tuple(spans), dist)
+    return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)
 
 
 def analyze_paths(jobs: list[tuple], max_memory: int | None = None, cpus: int | None = None) -> list[SpanReport]:
