@@ -6,11 +6,13 @@ written.
 """
 
 import os
+import subprocess
+import sys
 
 import pytest
 from stepscope.trainer.cli import parse_and_check
 from stepscope.trainer.config import ConfigError
-from trainrun import FAST, run_train
+from trainrun import FAST, REPO, run_train
 
 BAD = [
     (["--steps", "0"], "--steps must be a positive number, got 0"),
@@ -122,3 +124,28 @@ def test_existing_run_is_never_overwritten(tmp_path):
     assert r.returncode == 2
     assert "already exists and is never overwritten" in r.stderr
     assert sorted(p.name for p in (logdir / "mine").iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--arch", "resnet9000"], "unknown --arch 'resnet9000'"),
+    (["--lr", "nan"], "--lr must be a finite positive number, got nan"),
+    (["--seed", "-1"], "--seed must be between 0 and"),
+])
+def test_a_bad_flag_is_answered_before_torch_is_imported(args, message):
+    """Flags that are wrong on any machine are refused without the seconds torch's import takes."""
+    code = ("import sys; sys.path.insert(0, 'scripts'); import _checkout\n"
+            "from stepscope.trainer.command import train_main\n"
+            f"rc = train_main({args!r})\n"
+            "print(rc, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_a_rule_that_depends_on_the_gpu_is_left_to_the_check_with_torch():
+    """--device cuda is fine on a GPU machine: the torch-free check does not refuse it."""
+    from stepscope.trainer.cli import check_before_torch
+
+    check_before_torch(["--device", "cuda", "--cuda-graphs"])
+    with pytest.raises(ConfigError, match="--cuda-graphs needs a CUDA GPU"):
+        parse_and_check(["--cuda-graphs", "--device", "cpu"], cuda_available=False)

@@ -119,6 +119,23 @@ def check_custom_ops(cfg: TrainConfig) -> None:
         raise ConfigError(f"--ops custom is unavailable on {cfg.device}: {reason}")
 
 
+def check_before_torch(argv: list[str] | None, prog: str = "train.py") -> None:
+    """The checks that need no torch (flags, values, their rules), so that a typo is answered at once rather
+    than after torch's import. A rule whose answer depends on the GPU (``--device``, ``--cuda-graphs``) is
+    reported here only when it fails on a machine with a GPU and on one without; `parse_and_check` decides the
+    rest. Raises ConfigError; argparse's own errors exit 2 as usual."""
+    args = build_parser(prog).parse_args(argv)
+    messages = set()
+    for cuda_available in (False, True):
+        try:
+            validate(config_from_args(args, resolve_device(args.device, cuda_available)))
+            return
+        except ConfigError as e:
+            messages.add(str(e))
+    if len(messages) == 1:
+        raise ConfigError(messages.pop())
+
+
 def parse_and_check(argv: list[str] | None, cuda_available: bool, prog: str = "train.py") -> TrainConfig:
     """Parse, validate and check the environment; raises ConfigError with one line on any problem."""
     from stepscope.trainer.data import check_data, check_synthetic_fits

@@ -23,9 +23,15 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
     # torch's C++ warnings (read once, when torch is imported) would land in the progress bar; errors still
     # print, and TORCH_CPP_LOG_LEVEL=WARNING brings the rest back
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    import torch
-    from stepscope.trainer.cli import parse_and_check
+    from stepscope.trainer.cli import check_before_torch, parse_and_check
     from stepscope.trainer.config import ConfigError
+
+    try:
+        check_before_torch(argv, prog=prog)
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    import torch
     from stepscope.trainer.distributed import check_distributed
     from stepscope.trainer.env import distributed_ranks
     from stepscope.trainer.loop import train
