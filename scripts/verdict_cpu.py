@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 from verdict_truth import CONFIRM_SPEEDUP, record_trace, step_times
-from verdict_workloads import SlowSamples, Workload, _ce, _cifar, _small_cnn
+from verdict_workloads import SlowSamples, Workload, _ce, _cifar, _pooled_linear, _small_cnn
 
 CPU = torch.device("cpu")
 
@@ -27,9 +27,10 @@ CPU = torch.device("cpu")
 def _workload(name: str, fixed: bool = False):
     if name == "cpu_compute":
         return Workload(name, "resnet8", "cpu_bound", CPU, _small_cnn(), _cifar(64), _ce)
-    if name == "cpu_loader":  # 10 ms a sample in the main process, 16 samples a batch: 160 ms of loading
+    if name == "cpu_loader":  # 10 ms a sample in the main process, 16 samples a batch: 160 ms of loading (a
+        # sleep, which a loaded machine does not lengthen) into a pooled linear classifier (under 1 ms of compute)
         dl = torch.utils.data.DataLoader(SlowSamples(1_000_000, 0.0 if fixed else 10.0), batch_size=16)
-        return Workload(name, "resnet8", "data_bound", CPU, _small_cnn(), _cifar(16), _ce, loader=dl)
+        return Workload(name, "pooled-linear", "data_bound", CPU, _pooled_linear(), _cifar(16), _ce, loader=dl)
     if name == "cpu_host_python":  # about 100 ms of Python after each step, no calls for with_stack to record
         return Workload(name, "resnet8", "host_bound", CPU, _small_cnn(), _cifar(8), _ce,
                         host_work=0 if fixed else 2_000_000, host_calls=False)
