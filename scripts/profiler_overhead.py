@@ -60,11 +60,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_possible(a: argparse.Namespace) -> None:
-    """--name and --concurrent here; both sides' train.py flags by the trainer's own validation."""
-    import torch
-    from stepscope.trainer.cli import parse_and_check
+    """--name and --concurrent here; both sides' train.py flags by the trainer's own validation (what needs no
+    torch first, so that a typo is answered at once)."""
+    from stepscope.trainer.cli import check_before_torch, parse_and_check
 
     plain_name("--name", a.name)
+    root = a.logdir / a.name
+    for profiled in (False, True):
+        check_before_torch(train_cmd(a, root, "check", profiled)[2:], prog="profiler_overhead.py")
+    import torch
+
     gpus = torch.cuda.device_count()
     if a.concurrent and (a.device == "cpu" or gpus < 2):
         raise ConfigError(f"--concurrent needs 2 GPUs, {gpus} visible; drop --concurrent")

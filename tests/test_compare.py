@@ -55,3 +55,13 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), r.stderr
     assert not (tmp_path / "logs").exists() and not list(tmp_path.rglob("compare-*"))
+
+
+def test_a_bad_flag_is_answered_before_torch_is_imported():
+    code = ("import sys; sys.path.insert(0, 'scripts'); import _checkout\n"
+            "from stepscope.trainer.compare import main\n"
+            "try:\n    rc = main(['--batch-size', '0'])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print(rc, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
+    assert "--batch-size must be a positive number, got 0" in r.stderr

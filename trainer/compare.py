@@ -54,15 +54,19 @@ def train_args(a: argparse.Namespace, root: Path, variant: str, ops: str) -> lis
 
 
 def check_possible(a: argparse.Namespace, prog: str) -> None:
-    """Each variant's train flags, checked by the trainer's own validation before anything is written."""
-    import torch
-    from stepscope.trainer.cli import parse_and_check
+    """Each variant's train flags, checked by the trainer's own validation before anything is written: first
+    what needs no torch (a typo is answered at once), then the rest."""
+    from stepscope.trainer.cli import check_before_torch, parse_and_check
 
     plain_name("--name", a.name)
     root = a.logdir / a.name  # not created yet: the checks only need its nearest existing parent to be writable
-    for o in a.ops:
-        for v in a.variants:
-            parse_and_check(train_args(a, root, v, o), torch.cuda.is_available(), prog=prog)
+    variants = [train_args(a, root, v, o) for o in a.ops for v in a.variants]
+    for args in variants:
+        check_before_torch(args, prog=prog)
+    import torch
+
+    for args in variants:
+        parse_and_check(args, torch.cuda.is_available(), prog=prog)
 
 
 def run_variant(a: argparse.Namespace, root: Path, variant: str, ops: str, train_cmd: tuple[str, ...],

@@ -16,8 +16,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import torch
-import torchvision
 from stepscope.trainer.config import ConfigError
 from stepscope.trainer.profiler.atomic import write_text_atomic
 
@@ -103,7 +101,11 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def environment_info(device: torch.device) -> dict:
+def environment_info(device) -> dict:
+    """Versions of torch, CUDA and the GPU (``device``: a torch.device), and the host."""
+    import torch  # here, not at the top: the run directory's other helpers serve torch-free checks
+    import torchvision
+
     info = {
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
