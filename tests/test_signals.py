@@ -162,8 +162,8 @@ def test_signal_during_the_trace_export(tmp_path, sig):
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_during_the_diagnosis(tmp_path, sig):
     """The run's last step completes the only cycle; once the top-ops table is printed, the diagnosis runs."""
-    cmd = train_cmd(tmp_path, "--steps", "21", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
-                    "--active", "20", "--repeat", "1")
+    cmd = train_cmd(tmp_path, "--steps", "9", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
+                    "--active", "8", "--repeat", "1")
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
         c.wait_for("the top-ops table", lambda: "Self CPU time total" in c.out.read_text(errors="replace"),
@@ -172,7 +172,7 @@ def test_signal_during_the_diagnosis(tmp_path, sig):
         code = c.finish()
         out, err = c.text()
     d = assert_interrupted(run, sig, code, err)
-    assert d["final"]["steps"] == 21 and "diagnosis" not in d
+    assert d["final"]["steps"] == 9 and "diagnosis" not in d
     assert f"{sig.name} during the diagnosis" in err
     assert not (run / "diagnosis.md").exists()
     assert_readable_traces(run, d)
