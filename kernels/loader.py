@@ -51,6 +51,7 @@ class LoadResult:
 
     library: str | None
     reasons: dict[str, str | None]  # device type -> None (ops run there) or one line: what is missing
+    calls: object | None = None  # the library as a Python module: direct entry points (csrc/python_calls.cpp)
 
 
 _lock = threading.Lock()
@@ -116,7 +117,17 @@ def missing_cuda_tools() -> str | None:
     return None
 
 
-def _build_and_load(with_cuda: bool, verbose: bool) -> str:
+def _import_library(name: str, path: Path):
+    """The built library as a Python module; importing it (dlopen) also registers its ops with torch."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build_and_load(with_cuda: bool, verbose: bool):
     cpp_extension = cpp_extension_module()
     name = library_name(with_cuda)
     directory = build_directory(name)
@@ -133,13 +144,13 @@ def _build_and_load(with_cuda: bool, verbose: bool) -> str:
         build_directory=str(directory),
         verbose=verbose,
         with_cuda=with_cuda,
-        is_python_module=False,
+        is_python_module=True,
     )
     from . import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
 
     decompositions.register()
 
-    return str(library)
+    return library
 
 
 def load_if_built() -> bool:
@@ -155,13 +166,13 @@ def load_if_built() -> bool:
         if not path.exists():
             return False
         try:
-            torch.ops.load_library(str(path))
+            calls = _import_library(name, path)
             from . import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
 
             decompositions.register()
         except Exception:  # noqa: BLE001  a stale or broken file: the first call builds and says why
             return False
-        _result = LoadResult(library=str(path), reasons={"cpu": None, "cuda": cuda_missing})
+        _result = LoadResult(library=str(path), reasons={"cpu": None, "cuda": cuda_missing}, calls=calls)
         return True
 
 
@@ -173,10 +184,11 @@ def load(verbose: bool = False) -> LoadResult:
             return _result
         host_missing = missing_host_tools()
         cuda_missing = host_missing or missing_cuda_tools()
-        library = None
+        library = calls = None
         if host_missing is None:
             try:
-                library = _build_and_load(with_cuda=cuda_missing is None, verbose=verbose)
+                calls = _build_and_load(with_cuda=cuda_missing is None, verbose=verbose)
+                library = calls.__file__
             except Exception as e:  # noqa: BLE001  any build failure becomes the one-line reason
                 first_line = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
                 host_missing = (
@@ -184,5 +196,5 @@ def load(verbose: bool = False) -> LoadResult:
                     "run `python -m stepscope.kernels.build` for the compiler output"
                 )
                 cuda_missing = cuda_missing or host_missing
-        _result = LoadResult(library=library, reasons={"cpu": host_missing, "cuda": cuda_missing})
+        _result = LoadResult(library=library, reasons={"cpu": host_missing, "cuda": cuda_missing}, calls=calls)
         return _result
