@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from tmpfs import mounted_tmpfs
 from trainrun import REPO
 
 ANALYZE = [sys.executable, str(REPO / "scripts" / "analyze.py")]
@@ -29,15 +30,8 @@ def refused(args: list[str]) -> str:
 @pytest.fixture
 def read_only_dir(tmp_path):
     """A read-only tmpfs: even root cannot write there."""
-    mnt = tmp_path / "ro"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "ro", "size=1m,ro") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.mark.parametrize("under", ["a file", "a file, two levels down"])

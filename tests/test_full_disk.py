@@ -9,23 +9,16 @@ where mounting is not allowed). The profiled cycle's trace does not fit, so the 
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
+from tmpfs import mounted_tmpfs
 from trainrun import FAST, PROFILE_3_STEPS, run_train
 
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "mnt", "size=1m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_full_disk_during_the_trace_export(tiny_disk):

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from tmpfs import mounted_tmpfs
 from trainrun import REPO
 
 CHECK = [sys.executable, str(REPO / "scripts" / "plugin_check.py")]
@@ -33,17 +34,10 @@ def test_unknown_run_fails_fast_listing_the_runs(tmp_path):
 @pytest.fixture
 def read_only_parent(tmp_path):
     """A read-only tmpfs holding logs/cpu_resnet: even root cannot write beside LOGDIR."""
-    mnt = tmp_path / "ro"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "ro", "size=8m") as mnt:
         shutil.copytree(TRACE_DIR, mnt / "logs" / "cpu_resnet")
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_works_with_a_read_only_parent_and_writes_no_log_there(read_only_parent):
