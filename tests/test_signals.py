@@ -61,6 +61,13 @@ class Child:
                 pytest.fail(f"no {what} within {WAIT_S}s:\n{self.text()[1][-3000:]}")
             time.sleep(poll_s)
 
+    def signal_when(self, what: str, ready, sig: int, poll_s: float = 0.01) -> tuple[int, str, str]:
+        """Send ``sig`` once ``ready()``; the exit code and stdout/stderr once the process has ended."""
+        self.wait_for(what, ready, poll_s)
+        self.p.send_signal(sig)
+        code = self.finish()
+        return (code, *self.text())
+
     def finish(self, timeout: float = 300) -> int:
         try:
             return self.p.wait(timeout=timeout)
@@ -110,10 +117,7 @@ def test_signal_in_the_first_steps(tmp_path, sig):
                     "1", "--active", "2", "--repeat", "1", *LIGHT)
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
-        c.wait_for("run.json", lambda: (run / "run.json").exists())
-        c.p.send_signal(sig)
-        code = c.finish()
-        out, err = c.text()
+        code, out, err = c.signal_when("run.json", lambda: (run / "run.json").exists(), sig)
     d = assert_interrupted(run, sig, code, err)
     assert d["traces"] == [] and d["final"]["steps"] < 250
     assert "recorded no complete cycle" in out
@@ -126,10 +130,8 @@ def test_signal_inside_the_profiled_cycle(tmp_path, sig):
                     "--active", "590", "--repeat", "1", *LIGHT)
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
-        c.wait_for("step 2's loss in the events file", lambda: logged_steps(run) >= 2, poll_s=0.5)
-        c.p.send_signal(sig)
-        code = c.finish()
-        out, err = c.text()
+        code, out, err = c.signal_when("step 2's loss in the events file", lambda: logged_steps(run) >= 2, sig,
+                                       poll_s=0.5)
     d = assert_interrupted(run, sig, code, err)
     assert 2 <= d["final"]["steps"] < 590
     assert_readable_traces(run, d)
@@ -149,10 +151,7 @@ def test_signal_during_the_trace_export(tmp_path, sig):
         return bool(exporting)
 
     with Child(cmd, tmp_path) as c:
-        c.wait_for("a trace being exported", tmp_trace, poll_s=0.002)
-        c.p.send_signal(sig)
-        code = c.finish()
-        out, err = c.text()
+        code, out, err = c.signal_when("a trace being exported", tmp_trace, sig, poll_s=0.002)
     d = assert_interrupted(run, sig, code, err)
     assert_readable_traces(run, d)
     span = exporting[0].name.removesuffix(".chrome.json").rpartition("-")[2]
@@ -166,11 +165,8 @@ def test_signal_during_the_diagnosis(tmp_path, sig):
                     "--active", "8", "--repeat", "1")
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
-        c.wait_for("the top-ops table", lambda: "Self CPU time total" in c.out.read_text(errors="replace"),
-                   poll_s=0.002)
-        c.p.send_signal(sig)
-        code = c.finish()
-        out, err = c.text()
+        code, out, err = c.signal_when(
+            "the top-ops table", lambda: "Self CPU time total" in c.out.read_text(errors="replace"), sig, poll_s=0.002)
     d = assert_interrupted(run, sig, code, err)
     assert d["final"]["steps"] == 9 and "diagnosis" not in d
     assert f"{sig.name} during the diagnosis" in err
@@ -186,10 +182,8 @@ def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
            *LIGHT]
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
-        c.wait_for("step 2's loss in the events file", lambda: logged_steps(run) >= 2, poll_s=0.5)
-        c.p.send_signal(sig)
-        code = c.finish()
-        out, err = c.text()
+        code, out, err = c.signal_when("step 2's loss in the events file", lambda: logged_steps(run) >= 2, sig,
+                                       poll_s=0.5)
     assert code != 0, err[-3000:]  # torchrun reports the signal as its own failure
     d = run_json(run)
     assert d["status"] == "interrupted" and d["signal"] == sig.name, err[-3000:]
