@@ -1,5 +1,6 @@
 """The verdict on real H100 traces of workloads with known, injected causes (tests/data/suite/, Lightning's own
-PyTorchProfiler output among them), against the truth measured without the profiler.
+PyTorchProfiler output among them; tests/data/holdout/, model families the analysis and its profiler-overhead
+model were never fitted on), against the truth measured without the profiler.
 
 Each folder holds the trace (3 steps, record_shapes + profile_memory + with_stack) and truth.json, written by
 scripts/verdict_bench.py (scripts/record_lightning.py for Lightning): the unprofiled step time, the step's GPU
@@ -16,25 +17,37 @@ import pytest
 from stepscope.trainer.profiler.analysis import analyze_run, render_console
 
 DATA = Path(__file__).parent / "data"
-CASES = sorted(p.parent for p in DATA.glob("suite/*/truth.json"))
+SUITE = sorted(p.parent for p in DATA.glob("suite/*/truth.json"))
+# recorded by `scripts/verdict_bench.py --set holdout`: timm's ViT-Tiny and ConvNeXt-Atto, Hugging Face's BERT, an MLP
+HOLDOUT = sorted(p.parent for p in DATA.glob("holdout/*/truth.json"))
+CASES = SUITE + HOLDOUT
 BUSY_PP = 5.0
 # Where the estimate misses the truth by more than 5 points (measured 2026-11-22, BENCHMARKS.md): a GPU-bound
 # decoder whose profiled host fell behind its GPU (the model under-counts that host's cost: 70 vs 99%), a
 # pageable copy that the profiled step ran slower than the copy timed alone (93 vs 77%), and two launch-bound
 # steps read 6 points low (16 vs 22%).
-KNOWN_MISSES = {"gpt_large", "pageable_copy", "resnet18_bs32", "resnet50_pinned"}
+KNOWN_MISSES = {"gpt_large", "pageable_copy", "resnet18_bs32", "resnet50_pinned",
+                # held out: a Hugging Face model whose profiler cost the model under-counts (6 vs 13%), and a ViT
+                # whose pageable copy ran slower profiled than timed alone (97 vs 88%)
+                "bert_bs8", "vit_pageable"}
 # A DataLoader whose 2 workers cannot keep up unprofiled (34 ms steps, 3.8x faster with 16 workers), profiled
 # after they had prefetched: the 3 recorded steps ran on ready batches (0.3 ms waits). Nothing in the trace
 # shows the stall; the report must say that data_bound is possible rather than claim its verdict outright.
-VERDICT_NOT_IN_TRACE = {"loader_two_workers"}
+VERDICT_NOT_IN_TRACE = {"loader_two_workers", "convnext_loader"}
 
 
 def case(path: Path):
     return json.loads((path / "truth.json").read_text()), analyze_run(path).spans[0]
 
 
+def test_the_holdout_spans_new_families_and_verdicts():
+    truths = [json.loads((p / "truth.json").read_text()) for p in HOLDOUT]
+    assert {t["family"] for t in truths} == {"timm-vit", "timm-convnext", "hf-bert", "mlp"}
+    assert {t["expected"] for t in truths} == {"launch_bound", "gpu_bound", "data_bound"}
+
+
 def test_the_suite_spans_families_and_verdicts():
-    truths = [json.loads((p / "truth.json").read_text()) for p in CASES]
+    truths = [json.loads((p / "truth.json").read_text()) for p in SUITE]
     assert len(CASES) >= 14
     assert len({t["family"] for t in truths}) >= 6
     assert {t["expected"] for t in truths} >= {"launch_bound", "gpu_bound", "data_bound", "host_bound",
