@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from trainrun import REPO
+from trainrun import REPO, call_without_torch
 
 COMPARE = [sys.executable, str(REPO / "scripts" / "compare.py")]
 
@@ -58,10 +58,6 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
 
 
 def test_a_bad_flag_is_answered_before_torch_is_imported():
-    code = ("import sys; sys.path.insert(0, 'scripts'); import _checkout\n"
-            "from stepscope.trainer.compare import main\n"
-            "try:\n    rc = main(['--batch-size', '0'])\nexcept SystemExit as e:\n    rc = e.code\n"
-            "print(rc, 'torch' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
-    assert "--batch-size must be a positive number, got 0" in r.stderr
+    rc, torch_imported, stderr = call_without_torch("stepscope.trainer.compare", "main", ["--batch-size", "0"])
+    assert (rc, torch_imported) == (2, False), stderr
+    assert "--batch-size must be a positive number, got 0" in stderr

@@ -6,13 +6,11 @@ written.
 """
 
 import os
-import subprocess
-import sys
 
 import pytest
 from stepscope.trainer.cli import parse_and_check
 from stepscope.trainer.config import ConfigError
-from trainrun import FAST, REPO, run_train
+from trainrun import FAST, call_without_torch, run_train
 
 BAD = [
     (["--steps", "0"], "--steps must be a positive number, got 0"),
@@ -133,13 +131,9 @@ def test_existing_run_is_never_overwritten(tmp_path):
 ])
 def test_a_bad_flag_is_answered_before_torch_is_imported(args, message):
     """Flags that are wrong on any machine are refused without the seconds torch's import takes."""
-    code = ("import sys; sys.path.insert(0, 'scripts'); import _checkout\n"
-            "from stepscope.trainer.command import train_main\n"
-            f"rc = train_main({args!r})\n"
-            "print(rc, 'torch' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
-    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    rc, torch_imported, stderr = call_without_torch("stepscope.trainer.command", "train_main", args)
+    assert (rc, torch_imported) == (2, False), stderr
+    assert stderr.count("\n") == 1 and message in stderr, stderr
 
 
 def test_a_rule_that_depends_on_the_gpu_is_left_to_the_check_with_torch():

@@ -45,3 +45,15 @@ def run_torchrun(args: list[str], env: dict | None = None, timeout: float = 300)
 
 def run_json(run_dir: Path) -> dict:
     return json.loads((run_dir / "run.json").read_text())
+
+
+def call_without_torch(module: str, function: str, argv: list[str]) -> tuple[int, bool, str]:
+    """``module.function(argv)`` of this checkout in a fresh process: its exit code (a SystemExit's too),
+    whether torch got imported, and its stderr."""
+    code = ("import sys; sys.path.insert(0, 'scripts'); import _checkout\n"
+            f"from {module} import {function}\n"
+            f"try:\n    rc = {function}({argv!r})\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print(rc, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    rc, imported = r.stdout.split()
+    return int(rc), imported == "True", r.stderr
