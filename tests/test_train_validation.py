@@ -16,7 +16,7 @@ BAD = [
     (["--steps", "0"], "--steps must be a positive number, got 0"),
     (["--steps", "-3"], "--steps must be a positive number, got -3"),
     (["--batch-size", "0"], "--batch-size must be a positive number, got 0"),
-    (["--arch", "resnet9000"], "unknown --arch 'resnet9000'; valid: resnet8, resnet18, torchvision-resnet18"),
+    (["--arch", "resnet9000"], "unknown --arch 'resnet9000'; valid: resnet8, resnet18, torchvision-resnet18, lenet"),
     (["--device", "tpu"], "unknown --device 'tpu'; valid: auto, cpu, cuda"),
     (["--data", "imagenet"], "unknown --data 'imagenet'; valid: synthetic, cifar10"),
     (["--ops", "triton"], "unknown --ops 'triton'; valid: native, custom"),

@@ -1,6 +1,7 @@
 """stepscope verify: its refusals (one line, exit 2, nothing written), the remedy it picks for each verdict,
-and the flags it reruns the training with. Its GPU runs (launch-bound fixed by --cuda-graphs, data-bound fixed
-by --workers) are recorded in BENCHMARKS.md."""
+the flags it reruns the training with, and its CPU path end to end (a data-bound CIFAR-format run fixed by
+--workers). Its GPU runs (launch-bound fixed by --cuda-graphs, data-bound fixed by --workers) are recorded in
+BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import subprocess
 import sys
 
 import pytest
+from make_cifar_folder import write_cifar_folder
 from stepscope.trainer.config import TrainConfig
-from stepscope.trainer.verify import VerifyError, _flag_args, _with, remedy_for
+from stepscope.trainer.verify import VerifyError, _flag_args, _with, predicted_speedup, remedy_for
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainrun import FAST, PROFILE_3_STEPS, REPO, run_train
 
 VERIFY = [sys.executable, str(REPO / "scripts" / "verify.py")]
@@ -89,3 +92,43 @@ def test_an_unprofiled_run_and_a_cpu_bound_run_are_refused(tmp_path):
     assert r.returncode == 2 and "no trainer option expresses its remedy" in r.stderr
     run = json.loads((tmp_path / "prof" / "run.json").read_text())
     assert "verification" not in run and not (tmp_path / "prof" / "verify").exists()
+
+
+def test_predicted_speedup_of_data_bound_is_bounded_by_the_cores():
+    span = {"findings": [{"id": "data_loading", "cost_ms_per_step": 90.0}]}
+    assert predicted_speedup(span, "data_bound", 100.0) == pytest.approx(10.0)
+    # 120 ms of CPU work per step on 2 cores: the step cannot drop below 60 ms
+    assert predicted_speedup(span, "data_bound", 100.0, cpu_ms=120.0, cores=2) == pytest.approx(100 / 60)
+    assert predicted_speedup(span, "data_bound", 100.0, cpu_ms=120.0, cores=16) == pytest.approx(10.0)
+    assert predicted_speedup({"findings": []}, "data_bound", 100.0) == 1.0
+
+
+def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
+    """End to end on the CPU: LeNet on a CIFAR-format folder the test writes, heavy per-sample augmentation in
+    the training process (--workers 0). The profiled run reads data_bound; verify reruns it unprofiled with and
+    without --workers, and the workers' speed-up confirms the verdict, in run.json, diagnosis.md and TensorBoard."""
+    write_cifar_folder(tmp_path / "cifar", 512)
+    train = run_train(["--device", "cpu", "--arch", "lenet", "--data", "cifar10", "--data-dir", str(tmp_path / "cifar"),
+                       "--workers", "0", "--augment", "heavy", "--batch-size", "128", "--steps", "12", "--profile",
+                       "--skip-first", "3", "--wait", "1", "--warmup", "1", "--active", "2", "--no-with-stack",
+                       "--logdir", str(tmp_path), "--run-name", "slow"])
+    assert train.returncode == 0, train.stderr[-2000:]
+    run_dir = tmp_path / "slow"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["diagnosis"]["verdict"] == "data_bound", run["diagnosis"]
+    assert run["final"]["telemetry"]["cpu_ms"] > 0
+
+    r = verify(run_dir, "--steps", "30")
+    assert r.returncode == 0, r.stderr
+    v = json.loads((run_dir / "run.json").read_text())["verification"]
+    assert v["remedy"] == ["--workers", "4"] and v["result"] == "confirmed", (v, r.stdout)
+    assert v["measured_speedup"] >= 1.3 and v["baseline_step_ms"] > v["remedy_step_ms"]
+    assert "## Verification: `confirmed`" in (run_dir / "diagnosis.md").read_text()
+    assert {p.name for p in (run_dir / "verify").iterdir()} == {"baseline", "remedy"}
+    tb = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+    tb.Reload()
+    tags = tb.Tags()
+    assert {"verify/baseline_step_ms", "verify/remedy_step_ms", "verify/measured_speedup"} <= set(tags["scalars"])
+    assert any("verification" in t for t in tags["tensors"])
+    speedup = tb.Scalars("verify/measured_speedup")[0].value
+    assert speedup == pytest.approx(v["measured_speedup"], rel=1e-5)

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ARCHS = ("resnet8", "resnet18", "torchvision-resnet18")
+ARCHS = ("resnet8", "resnet18", "torchvision-resnet18", "lenet")
 DATASETS = ("synthetic", "cifar10")
 DEVICES = ("auto", "cpu", "cuda")
 PLACEMENTS = ("device", "host")

@@ -5,6 +5,9 @@
     torchvision-resnet18  torchvision's model adapted to 32x32 (3x3 stem, no max-pool); its ReLU modules are
                           swapped for the injected activation, but its residual add is hard-coded, so the
                           fused add+activation is used only by our own resnets
+    lenet                 the LeNet-style CNN of PyTorch's CIFAR-10 tutorial ("Training a Classifier"): two 5x5
+                          convs with max-pool, three linear layers; ~62k params and ~0.7 MFLOP per image, so its
+                          step is cheaper than a per-sample augmentation pipeline (a data-bound run on a CPU)
 """
 
 from __future__ import annotations
@@ -53,6 +56,18 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
 
 
+class LeNet(nn.Module):
+    def __init__(self, num_classes: int, ops: Elementwise) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 6, 5), Activation(ops), nn.MaxPool2d(2),
+                                      nn.Conv2d(6, 16, 5), Activation(ops), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Linear(16 * 5 * 5, 120), Activation(ops), nn.Linear(120, 84),
+                                        Activation(ops), nn.Linear(84, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
 def torchvision_cifar_resnet18(num_classes: int) -> nn.Module:
     """torchvision's ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max-pool) and PyTorch's own ReLUs."""
     m = torchvision.models.resnet18(num_classes=num_classes)
@@ -78,4 +93,6 @@ def build_model(cfg: ModelConfig) -> nn.Module:
         return CifarResNet([2, 2, 2, 2], [64, 128, 256, 512], cfg.num_classes, ops)
     if cfg.arch == "torchvision-resnet18":
         return _torchvision_resnet18(cfg.num_classes, ops)
+    if cfg.arch == "lenet":
+        return LeNet(cfg.num_classes, ops)
     raise ValueError(f"unknown arch {cfg.arch!r}")

@@ -11,8 +11,12 @@ data loading between steps.
 It also keeps, for every step, the phases that decide a verdict, measured on the run as it runs (the
 profiler is not involved): the host's wait for the next batch (`data_ms`, perf_counter), the host-to-device
 input copy (`copy_ms`: CUDA events around it, i.e. its time on the GPU's stream; `copy_host_ms`: how long
-the host was held, long for a pageable copy), and the host's time to dispatch the step (`dispatch_ms`).
-Their cost is a few perf_counter reads and, only where a batch is copied, two CUDA events per step.
+the host was held, long for a pageable copy), the host's time to dispatch the step (`dispatch_ms`), and the
+CPU time the training process spent on the step, all its threads together (`cpu_ms`, from waiting for the batch
+to the end of dispatch; DataLoader worker processes are not in it). `cpu_ms` over wall time says how many cores
+the step keeps busy, which bounds what moving work to other processes can gain.
+Their cost is a few perf_counter and process_time reads (about 1 us each) and, only where a batch is copied, two
+CUDA events per step.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms")
+PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,11 @@ class StepClock:
         self.cuda = device.type == "cuda"
         self._marks: list = []  # (event or perf_counter seconds, excluded flag of the step that starts here)
         self._phases: list = []  # one dict per started step: host ms, and CUDA events of the copy
-        self._t0 = self._t1 = 0.0
+        self._t0 = self._t1 = self._cpu0 = 0.0
 
     def begin(self) -> None:
         """The step's host work starts: waiting for its batch."""
+        self._cpu0 = time.process_time()
         self._t0 = time.perf_counter()
         self._phases.append({})
 
@@ -68,6 +73,7 @@ class StepClock:
     def dispatched(self) -> None:
         """The host has queued the whole step (forward, backward, optimizer)."""
         self._phases[-1]["dispatch_ms"] = (time.perf_counter() - self._t1) * 1e3
+        self._phases[-1]["cpu_ms"] = (time.process_time() - self._cpu0) * 1e3
 
     def mark(self, excluded: bool = False) -> None:
         """A step boundary; `excluded` tags the step that starts here."""
