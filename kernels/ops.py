@@ -87,6 +87,7 @@ _ops = _Unloaded()  # torch.ops.stepscope once loaded
 # per call from Python). Eager mode only: Dynamo cannot trace into them, so under torch.compile the wrappers
 # call torch.ops.stepscope.*, which it traces.
 _calls = None
+_is_compiling = torch.compiler.is_compiling  # one global lookup per call; Dynamo still reads it as "tracing"
 
 
 def _unavailable(inputs: tuple[Tensor, ...], error: Exception) -> Exception:
@@ -111,16 +112,17 @@ def _into(name: str, inputs: tuple[Tensor, ...], out: Tensor) -> Tensor:
 
 
 # Each wrapper calls the op's OpOverload directly: the least Python between the caller and the
-# dispatcher (the NotImplementedError branch costs nothing unless taken).
+# dispatcher, the common case (eager, no out=) tested first (the NotImplementedError branch costs nothing
+# unless taken).
 
 
 def add(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     """a + b. Backward: (grad, grad)."""
-    if out is not None:
-        return _into("add", (a, b), out)
     try:
-        if _calls is not None and not torch.compiler.is_compiling():
+        if out is None and _calls is not None and not _is_compiling():
             return _calls.add(a, b)
+        if out is not None:
+            return _into("add", (a, b), out)
         return _ops.add.default(a, b)
     except NotImplementedError as e:
         raise _unavailable((a, b), e) from e
@@ -128,11 +130,11 @@ def add(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 def relu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """max(x, 0), NaN passing through as in torch.relu. Backward: relu_backward(grad, result)."""
-    if out is not None:
-        return _into("relu", (x,), out)
     try:
-        if _calls is not None and not torch.compiler.is_compiling():
+        if out is None and _calls is not None and not _is_compiling():
             return _calls.relu(x)
+        if out is not None:
+            return _into("relu", (x,), out)
         return _ops.relu.default(x)
     except NotImplementedError as e:
         raise _unavailable((x,), e) from e
@@ -140,11 +142,11 @@ def relu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 def add_relu(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     """relu(a + b) in one pass (the fused residual). Backward: relu_backward(grad, result) for both."""
-    if out is not None:
-        return _into("add_relu", (a, b), out)
     try:
-        if _calls is not None and not torch.compiler.is_compiling():
+        if out is None and _calls is not None and not _is_compiling():
             return _calls.add_relu(a, b)
+        if out is not None:
+            return _into("add_relu", (a, b), out)
         return _ops.add_relu.default(a, b)
     except NotImplementedError as e:
         raise _unavailable((a, b), e) from e

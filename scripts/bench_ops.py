@@ -21,7 +21,8 @@ kernels.add_relu wrapper and torch.ops.stepscope.add_relu) next to native torch.
 10^2..10^5 fp32 elements, with and without inputs that require grad, on CUDA (when present) and the
 CPU, all in the same run: back-to-back calls timed with CUDA events (perf_counter on the CPU) after
 warm-up, so at these sizes the number is the host's cost of issuing one op (Python, dispatcher,
-autograd, launch). Prints ours / native.
+autograd, launch). The implementations are timed in rounds, one batch of each per round, so drift in the
+host's speed hits them alike. Prints ours / native; ours/relu is the median of the per-round ratios.
 
 Prints a short table and the performance target checks; writes everything to --out as JSON and
 the sweep to --plot as PNG. Bad arguments (too few --reps, an --out or --plot that cannot be
@@ -245,20 +246,38 @@ def per_call_impls(a: torch.Tensor, b: torch.Tensor) -> dict:
     }
 
 
+def interleaved_per_call(fns: dict, device: torch.device, target_s: float, rounds: int) -> dict:
+    """name -> (median µs per call, calls per batch, per-round µs): each round times one batch of every fn in
+    turn, so a drift in the host's speed during the run reaches all of them alike."""
+    ks = {name: per_call_batched(fn, device, target_s, batches=1)[1] for name, fn in fns.items()}
+    rounds_us: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            rounds_us[name].append(batch_times_s(fn, ks[name], device, 1)[0] / ks[name] * 1e6)
+    return {name: (statistics.median(us), ks[name], us) for name, us in rounds_us.items()}
+
+
 def bench_per_call(devices: list[str], quick: bool) -> list[dict]:
-    """Time per call from Python of our add_relu and of native ops, back to back, in one run."""
+    """Time per call from Python of our add_relu and of native ops, back to back, in one run. Each row also has
+    `vs_relu`: the median over rounds of ours / torch.relu timed in the same round (robust to drift)."""
     rows = []
     for device_name in devices:
         device = torch.device(device_name)
         for numel in PER_CALL_SIZES:
             for grad in (False, True):
                 a, b = (torch.randn(numel, device=device, requires_grad=grad) for _ in range(2))
+                fns = {}
                 for impl, (fn, expected) in per_call_impls(a, b).items():
                     check(f"per-call {impl} {device_name} {numel}", fn(), expected)
                     for _ in range(20):  # warm-up: first-call caches, allocator blocks
                         fn()
-                    us, k = per_call_batched(fn, device, 2e-3 if quick else 2e-2)
-                    rows.append({"device": device_name, "numel": numel, "grad": grad, "impl": impl, "us": us, "calls": k})
+                    fns[impl] = fn
+                timed = interleaved_per_call(fns, device, 2e-3 if quick else 2e-2, 5 if quick else 15)
+                relu_rounds = timed["torch.relu"][2]
+                for impl, (us, k, per_round) in timed.items():
+                    vs_relu = statistics.median(x / r for x, r in zip(per_round, relu_rounds))
+                    rows.append({"device": device_name, "numel": numel, "grad": grad, "impl": impl, "us": us,
+                                 "calls": k, "vs_relu": vs_relu})
     return rows
 
 
@@ -271,8 +290,9 @@ def print_per_call(rows: list[dict]) -> None:
     for device, numel, grad in dict.fromkeys((r["device"], r["numel"], r["grad"]) for r in rows):
         cell = {i: us[(device, numel, grad, i)] for i in impls}
         ours = cell["ours"]
+        vs_relu = next(r["vs_relu"] for r in rows if (r["device"], r["numel"], r["grad"], r["impl"]) == (device, numel, grad, "ours"))
         print(f"{device:<6} {numel:>7} {str(grad):<5} " + " ".join(f"{cell[i]:14.2f}" for i in impls)
-              + f" {ours / cell['torch.relu']:9.2f} {ours / cell['a + b']:8.2f} {ours / cell['relu(a + b)']:14.2f}")  # fmt: skip
+              + f" {vs_relu:9.2f} {ours / cell['a + b']:8.2f} {ours / cell['relu(a + b)']:14.2f}")  # fmt: skip
 
 
 def plot_sweep(sweep: dict, path: Path, title: str) -> None:

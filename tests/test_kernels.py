@@ -339,7 +339,28 @@ def test_autograd_kernel_is_registered_in_cpp(op):
     autograd_lines = [line for line in torch._C._dispatch_dump(name).splitlines() if line.startswith("Autograd")]
     assert len(autograd_lines) == 1 and "csrc/autograd.cpp" in autograd_lines[0], autograd_lines
     inputs = [torch.randn(3, requires_grad=True) for _ in range(ARITY[op])]
-    assert getattr(torch.ops.stepscope, op)(*inputs).grad_fn.name().startswith("torch::autograd::CppNode<stepscope::OpFunction<")
+    out = getattr(torch.ops.stepscope, op)(*inputs)
+    assert out.grad_fn.name() == f"stepscope::{op}_backward"
+    assert [fn.name() for fn, _ in out.grad_fn.next_functions] == ["torch::autograd::AccumulateGrad"] * ARITY[op]
+
+
+def test_a_saved_result_is_released_after_backward_and_reused_within_it():
+    """The node keeps the result for backward (relu's mask) and frees it once backward has run: a second
+    backward through it fails as a native op's does, unless the graph was retained."""
+    a, b = (torch.randn(5, requires_grad=True) for _ in range(2))
+    kernels.add_relu(a, b).sum().backward(retain_graph=True)
+    out = kernels.add_relu(a, b)
+    out.sum().backward()
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        out.sum().backward()
+
+
+def test_forward_mode_ad_is_refused_not_silently_wrong():
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        x = fwAD.make_dual(torch.randn(4), torch.ones(4))
+        with pytest.raises(RuntimeError, match="does not support forward-mode AD"):
+            kernels.relu(x)
 
 
 THIS_FILE = Path(__file__).resolve().as_posix()
@@ -525,7 +546,8 @@ def test_bench_ops_per_call_cpu_quick(tmp_path):
     rows = json.loads(out.read_text())["per_call"]
     assert {r["numel"] for r in rows} == {100, 1000, 10000, 100000}
     assert {r["impl"] for r in rows} == {"ours", "ours torch.ops", "torch.relu", "a + b", "relu(a + b)"}
-    assert all(r["us"] > 0 and r["device"] == "cpu" for r in rows)
+    assert all(r["us"] > 0 and r["device"] == "cpu" and r["vs_relu"] > 0 for r in rows)
+    assert all(r["vs_relu"] == 1.0 for r in rows if r["impl"] == "torch.relu")
     assert "ours/relu" in done.stdout
 
 

@@ -1,20 +1,31 @@
 // Autograd kernels of every op in ElementwiseOps (elementwise.h), in C++.
 //
 // Registered for the Autograd dispatch key, so `torch.ops.stepscope.add_relu(a, b)` and its
-// backward never enter Python: the op's Autograd kernel runs OpFunction<Op> (a
-// torch::autograd::Function), whose forward calls the op below autograd (the CPU or CUDA kernel)
-// and whose backward is Derivative<Op>, written with stepscope ops called through the dispatcher.
-// Those ops have autograd kernels too, so every backward is itself differentiable (double backward,
-// gradgradcheck) and runs our kernels on whichever device the tensors are on.
+// backward never enter Python. The Autograd kernel does what ATen's generated autograd kernels do
+// (torch/csrc/autograd/generated/VariableType*.cpp): it calls the op below autograd (the CPU or CUDA
+// kernel) and, when a gradient is to be recorded, links one OpBackward<Op> node into the graph and
+// saves what Derivative<Op> needs. That costs about what a native op's autograd costs; a
+// torch::autograd::Function (CppNode) costs more per call (input and output metadata, output
+// wrapping, a context object).
+//
+// Every backward calls stepscope ops through the dispatcher; those have autograd kernels too, so
+// each backward is itself differentiable (double backward, gradgradcheck) and runs our kernels on
+// whichever device the tensors are on.
 //
 // Under torch.compile, AOTAutograd traces these kernels like any other: the forward and backward
 // graphs hold the ops that forward and backward call (Inductor then decomposes them, see
 // kernels/decompositions.py).
 #include <array>
+#include <mutex>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include "elementwise.h"
@@ -22,7 +33,20 @@
 namespace stepscope {
 
 using at::Tensor;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
+
+using Saved = std::vector<SavedVariable>;
+
+// `tensors` kept for backward; `is_output` says they are the op's result (saved without its
+// grad_fn, which is the node saving it, so that node and tensor do not keep each other alive).
+Saved keep(std::initializer_list<Tensor> tensors, bool is_output) {
+  Saved out;
+  out.reserve(tensors.size());
+  for (const Tensor& t : tensors) out.emplace_back(t, is_output);
+  return out;
+}
 
 template <int N>
 struct Signature;
@@ -50,8 +74,8 @@ Tensor call(const T&... in) {
   return handle<Op>().call(in...);
 }
 
-// Derivative<Op>: what the forward keeps for backward (`save`, from the inputs and the output), and
-// the gradients of the inputs given the output's gradient (`backward`, one tensor per input; an
+// Derivative<Op>: what the forward keeps for backward (`save`, from the inputs and the output, in
+// the order `backward` receives them), and the gradients of the inputs given the output's gradient (`backward`, one tensor per input; an
 // undefined Tensor where the input needs none or the gradient is zero).
 template <class Op>
 struct Derivative;  // every op in ElementwiseOps needs one
@@ -61,13 +85,13 @@ using Needs = std::array<bool, N>;
 
 template <>
 struct Derivative<AddOp> {
-  static variable_list save(const variable_list&, const Tensor&) { return {}; }
+  static Saved save(const variable_list&, const Tensor&) { return {}; }
   static variable_list backward(const variable_list&, const Tensor& grad, Needs<2>) { return {grad, grad}; }
 };
 
 template <>
 struct Derivative<ReluOp> {
-  static variable_list save(const variable_list&, const Tensor& result) { return {result}; }
+  static Saved save(const variable_list&, const Tensor& result) { return keep({result}, true); }
   static variable_list backward(const variable_list& saved, const Tensor& grad, Needs<1>) {
     return {call<ReluBackwardOp>(grad, saved[0])};
   }
@@ -75,7 +99,7 @@ struct Derivative<ReluOp> {
 
 template <>
 struct Derivative<AddReluOp> {
-  static variable_list save(const variable_list&, const Tensor& result) { return {result}; }
+  static Saved save(const variable_list&, const Tensor& result) { return keep({result}, true); }
   static variable_list backward(const variable_list& saved, const Tensor& grad, Needs<2>) {
     const Tensor g = call<ReluBackwardOp>(grad, saved[0]);
     return {g, g};
@@ -84,7 +108,7 @@ struct Derivative<AddReluOp> {
 
 template <>
 struct Derivative<SquareOp> {
-  static variable_list save(const variable_list& in, const Tensor&) { return {in[0]}; }
+  static Saved save(const variable_list& in, const Tensor&) { return keep({in[0]}, false); }
   static variable_list backward(const variable_list& saved, const Tensor& grad, Needs<1>) {
     return {call<SquareBackwardOp>(grad, saved[0])};
   }
@@ -94,7 +118,7 @@ struct Derivative<SquareOp> {
 // (as for torch's threshold_backward).
 template <>
 struct Derivative<ReluBackwardOp> {
-  static variable_list save(const variable_list& in, const Tensor&) { return {in[1]}; }
+  static Saved save(const variable_list& in, const Tensor&) { return keep({in[1]}, false); }
   static variable_list backward(const variable_list& saved, const Tensor& grad, Needs<2> needs) {
     return {needs[0] ? call<ReluBackwardOp>(grad, saved[0]) : Tensor(), Tensor()};
   }
@@ -103,45 +127,68 @@ struct Derivative<ReluBackwardOp> {
 // square_backward(g, x) = 2 g x, symmetric in g and x: each partial is square_backward(grad, other).
 template <>
 struct Derivative<SquareBackwardOp> {
-  static variable_list save(const variable_list& in, const Tensor&) { return {in[0], in[1]}; }
+  static Saved save(const variable_list& in, const Tensor&) { return keep({in[0], in[1]}, false); }
   static variable_list backward(const variable_list& saved, const Tensor& grad, Needs<2> needs) {
     return {needs[0] ? call<SquareBackwardOp>(grad, saved[1]) : Tensor(),
             needs[1] ? call<SquareBackwardOp>(grad, saved[0]) : Tensor()};
   }
 };
 
-// The autograd node of one call of Op (shows as CppNode<stepscope::OpFunction<...>> in grad_fn).
+// The autograd node of one call of Op: grad_fn of its result, named stepscope::<op>_backward.
 template <class Op>
-struct OpFunction : public torch::autograd::Function<OpFunction<Op>> {
-  template <class... T>
-  static Tensor forward(torch::autograd::AutogradContext* ctx, const T&... in) {
-    Tensor out;
-    {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;  // straight to the CPU/CUDA kernel
-      out = handle<Op>().call(in...);
-    }
-    ctx->save_for_backward(Derivative<Op>::save({in...}, out));
-    return out;
+struct OpBackward : public Node {
+  Saved saved_;
+
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!grads[0].defined()) return variable_list(Op::kInputs);
+    variable_list saved;
+    saved.reserve(saved_.size());
+    for (const SavedVariable& s : saved_) saved.push_back(s.unpack(getptr()));
+    Needs<Op::kInputs> needs;
+    for (int k = 0; k < Op::kInputs; ++k) needs[k] = task_should_compute_output(k);
+    return Derivative<Op>::backward(saved, grads[0], needs);
   }
 
-  static variable_list backward(torch::autograd::AutogradContext* ctx, variable_list grads) {
-    Needs<Op::kInputs> needs;
-    for (int k = 0; k < Op::kInputs; ++k) needs[k] = ctx->needs_input_grad(k);
-    return Derivative<Op>::backward(ctx->get_saved_variables(), grads[0], needs);
+  std::string name() const override { return std::string("stepscope::") + Op::kName + "_backward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (SavedVariable& s : saved_) s.reset_data();
   }
 };
 
-// The Autograd kernel. Without a gradient to record (grad mode off, or no input requires grad) it
-// skips the autograd node, which Function::apply would build anyway, and goes straight below
-// autograd as generated ATen kernels do: that saves about as much as the rest of the call costs.
-// (Forward-mode AD is not supported by these ops either way.)
+// A new node as the graph holds it: torch releases have held nodes by std::shared_ptr (with
+// deleteNode, which frees long chains without deep recursion) and, later, by c10::intrusive_ptr.
+using NodePtr = decltype(std::declval<Node&>().getptr());
+
+template <class N>
+NodePtr new_node() {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<Node>>) {
+    return std::shared_ptr<N>(new N(), [](N* n) { deleteNode(n); });  // found in torch::autograd (ADL)
+  } else {
+    return c10::make_intrusive<N>();
+  }
+}
+
+// The Autograd kernel: the op below autograd, then, when a gradient is to be recorded (grad mode
+// on and an input requiring grad), its node: edges to the inputs' grad_fns, the result's history,
+// and what backward needs.
 template <class Op, class... T>
 Tensor autograd_kernel(const T&... in) {
-  if (!at::GradMode::is_enabled() || !(in.requires_grad() || ...)) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return handle<Op>().call(in...);
+  TORCH_CHECK(!(torch::autograd::isFwGradDefined(in) || ...),
+              "stepscope::", Op::kName, " does not support forward-mode AD");
+  Tensor out;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;  // straight to the CPU/CUDA kernel
+    out = handle<Op>().call(in...);
   }
-  return OpFunction<Op>::apply(in...);
+  if (!at::GradMode::is_enabled() || !(in.requires_grad() || ...)) return out;
+  NodePtr node = new_node<OpBackward<Op>>();
+  node->set_next_edges(torch::autograd::collect_next_edges(in...));
+  torch::autograd::set_history(out, node);  // before saving: a saved result refers to its history
+  static_cast<OpBackward<Op>*>(node.get())->saved_ = Derivative<Op>::save({in...}, out);
+  return out;
 }
 
 template <class Op>
