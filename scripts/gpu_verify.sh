@@ -2,12 +2,17 @@
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
 #   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify ddp compare
-#                                                     overhead plugin tests bench (default: compare overhead plugin tests)
+#                                                     overhead plugin tests bench ops (default: compare overhead plugin tests)
 #
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
 # a launch-bound eager run and on a data-bound CIFAR-format run.
+#
+# ops: the custom ops' cost in training: bench_step_ops.py (native and custom ResNet-18 steps interleaved in
+# one process; eager 3 times, reduce-overhead once), bench_ops.py --per-call (interleaved rounds), then
+# compare.py, eager and reduce-overhead, in both orders of the two op sets (OPS_REPS times, default 2; each
+# variant its own process, so host drift between processes shows too).
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
@@ -20,8 +25,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench" >&2; exit 2;;
+  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -42,7 +47,7 @@ has() { [[ " $PARTS " == *" $1 "* ]]; }
 t0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 
-if has compare || has tests || has bench; then
+if has compare || has tests || has bench || has ops; then
   stamp "build the stepscope ops (CUDA)"
   timeout 400 python3 -m stepscope.kernels.build > "$OUT/kernels_build.log" 2>&1; tail -3 "$OUT/kernels_build.log"
 fi
@@ -171,6 +176,26 @@ part_bench() {
   stamp "scripts/bench_ops.py ${BENCH_ARGS:-}"
   timeout "${BENCH_TIMEOUT:-300}" python3 scripts/bench_ops.py ${BENCH_ARGS:-} --out "$OUT/bench_ops.json" --plot "$OUT/sweep.png" > "$OUT/bench_ops.log" 2>&1
   echo "exit $?"; tail -40 "$OUT/bench_ops.log"
+}
+part_ops() {
+  for rep in 1 2 3; do
+    stamp "bench_step_ops.py: native vs custom eager step, one process, interleaved (rep $rep)"
+    timeout 120 python3 scripts/bench_step_ops.py --out "$OUT/step_ops_eager_$rep.json" 2>&1 | tail -1
+  done
+  stamp "bench_step_ops.py --compile reduce-overhead"
+  timeout 240 python3 scripts/bench_step_ops.py --compile reduce-overhead --out "$OUT/step_ops_ro.json" 2>&1 | tail -1
+  stamp "bench_ops.py --per-call: ours vs native per call, interleaved rounds"
+  timeout 240 python3 scripts/bench_ops.py --per-call --out "$OUT/per_call.json" > "$OUT/per_call.log" 2>&1
+  echo "exit $?"; grep -A12 "^per-call" "$OUT/per_call.log"
+  for rep in $(seq "${OPS_REPS:-2}"); do
+    for order in "native custom" "custom native"; do
+      name="ops-$rep-${order// /-}"
+      stamp "compare.py ${OPS_VARIANTS:-eager compile}, op sets in the order: $order"
+      timeout 300 python3 scripts/compare.py --variants ${OPS_VARIANTS:-eager compile} --ops $order --arch resnet18 \
+        --batch-size 128 --steps 300 --logdir "$L" --name "$name" > "$OUT/$name.log" 2>&1; echo "exit $?"
+      cp "$L/$name/compare.json" "$OUT/$name.json" 2>/dev/null; cat "$L/$name/compare.md" 2>/dev/null || tail -5 "$OUT/$name.log"
+    done
+  done
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"
