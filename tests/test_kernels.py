@@ -562,3 +562,12 @@ def test_import_registers_the_ops_of_an_existing_build():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[0.0, 0.0]", r.stderr[-2000:]
 
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_bench_step_ops_refuses_without_a_gpu(tmp_path):
+    out = tmp_path / "step_ops.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == "bench_step_ops.py: error: needs a CUDA GPU\n"
+    assert not out.exists()

@@ -278,3 +278,23 @@ def test_autocast_bf16_and_profiler_names():
     assert {"stepscope::add_relu", "stepscope::relu_backward"} <= cpu_ops
     assert any("AddReluOp, c10::BFloat16" in n for n in names), names
     assert any("ReluBackwardOp, c10::BFloat16" in n for n in names), names
+
+
+def test_bench_step_ops_checks_then_times_both_steps(tmp_path):
+    """scripts/bench_step_ops.py: native and custom ResNet-8 trainer steps from the same weights give the same
+    loss and gradients, then both are timed in one process and the JSON says so."""
+    import json
+    import subprocess
+    import sys
+
+    from trainrun import REPO
+
+    out = tmp_path / "step_ops.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), "--arch", "resnet8",
+                           "--steps", "20", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["variant"] == "eager" and result["steps"] == 20
+    assert set(result["median_ms"]) == {"native", "custom"} and all(v > 0 for v in result["median_ms"].values())
+    assert result["custom_over_native"] == pytest.approx(result["median_ms"]["custom"] / result["median_ms"]["native"])
+    assert "custom/native" in done.stdout
