@@ -160,13 +160,14 @@ def test_signal_during_the_trace_export(tmp_path, sig):
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_during_the_diagnosis(tmp_path, sig):
-    """The run's last step completes the only cycle; once the top-ops table is printed, the diagnosis runs."""
+    """The run's last step completes the only cycle; once the analysis has started, the diagnosis runs."""
     cmd = train_cmd(tmp_path, "--steps", "9", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
                     "--active", "8", "--repeat", "1")
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
         code, out, err = c.signal_when(
-            "the top-ops table", lambda: "Self CPU time total" in c.out.read_text(errors="replace"), sig, poll_s=0.002)
+            "the analysis", lambda: "analysing the profiled steps" in c.out.read_text(errors="replace"), sig,
+            poll_s=0.002)
     d = assert_interrupted(run, sig, code, err)
     assert d["final"]["steps"] == 9 and "diagnosis" not in d
     assert f"{sig.name} during the diagnosis" in err

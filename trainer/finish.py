@@ -15,7 +15,6 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stepscope.trainer.profiler.capture import top_ops_table
 from stepscope.trainer.profiler.diagnose import diagnose_run
 from stepscope.trainer.profiler.files import find_plugin_traces
 from stepscope.trainer.run_dir import no_space, release_space
@@ -70,7 +69,7 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
     diagnosis = None
     try:
         if writer is not None and writer.cycles and status != "failed":
-            print(top_ops_table(prof, env.is_cuda))
+            print("stepscope: analysing the profiled steps ...", flush=True)
             diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"])
     except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
         status = "interrupted"

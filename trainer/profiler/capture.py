@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from stepscope.trainer.config import ProfileConfig
 from stepscope.trainer.profiler.atomic import write_text_atomic
-from stepscope.trainer.profiler.files import load_trace, write_trace_atomic
 from stepscope.trainer.profiler.flamegraph import keep_working_threads, render_flamegraph
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
@@ -97,7 +96,9 @@ def build_profiler(cfg: ProfileConfig, cuda: bool, on_trace_ready) -> profile:
         with_flops=cfg.with_flops,
         with_modules=cfg.with_modules,
         experimental_config=experimental,
-        acc_events=True,  # key_averages() at the end covers every cycle, not just the last
+        # acc_events stays off: with it on, torch turns every recorded event into a Python object at the end of
+        # each cycle (tens of GB for a window whose data loading runs Python in the main process); the
+        # run's top-ops table comes from our own parse of the trace instead (diagnose.py)
     )
 
 
@@ -117,28 +118,32 @@ class TraceWriter:
         self.cycles = 0
 
     def __call__(self, prof: profile) -> None:
-        from stepscope.trainer.profiler.tbfix import write_adapted_pair
+        from stepscope.trainer.profiler.tbfix import export_file
 
         span = str(self.span_base + self.cycles)
         tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"
         kineto_tmp = tmp.with_name(tmp.name + ".tmp")  # Kineto writes here, then renames it to `tmp`
+        stem = self.run_dir / f"{self.worker}.{span}"
         try:
             prof.export_chrome_trace(str(tmp))
             try:
-                trace = load_trace(tmp)
+                # streamed: the original copied under raw/, the plugin's copy written event by event, so the
+                # trace is never held in memory (a Python-heavy window is gigabytes as objects)
+                export_file(self.run_dir, self.worker, span, tmp, gz=self.cfg.gzip)
             except (FileNotFoundError, ValueError):
                 # Kineto reports no write error: on a full disk it leaves a truncated file or none at all
                 if shutil.disk_usage(self.run_dir).free < FULL_BYTES:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from None
                 raise
+            if self.cfg.export_chrome_trace:
+                plain = Path(f"{stem}.chrome_trace.json")
+                part = plain.with_name(f".tmp-{plain.name}")
+                shutil.copyfile(tmp, part)
+                os.replace(part, plain)
         finally:
             tmp.unlink(missing_ok=True)
             kineto_tmp.unlink(missing_ok=True)
-        adapted, _raw = write_adapted_pair(self.run_dir, self.worker, span, trace, self.cfg.gzip)
         self.cycles += 1
-        stem = self.run_dir / f"{self.worker}.{span}"
-        if self.cfg.export_chrome_trace:
-            write_trace_atomic(Path(f"{stem}.chrome_trace.json"), trace)
         if self.cfg.flamegraph:
             self._flamegraph(prof, Path(f"{stem}.flamegraph.svg"))
         if self.cfg.memory_timeline:
@@ -166,11 +171,3 @@ class TraceWriter:
             os.replace(tmp, out)
         finally:
             tmp.unlink(missing_ok=True)
-
-
-def top_ops_table(prof: Profiler | NullProfiler, cuda: bool, rows: int = 15) -> str:
-    """The PyTorch profiler recipe's table: top ops by self device time on GPU, by self CPU time on CPU."""
-    if not isinstance(prof, Profiler):
-        return ""
-    sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
-    return prof.prof.key_averages().table(sort_by=sort_by, row_limit=rows)

@@ -16,6 +16,7 @@ from stepscope.trainer.profiler.analysis import (
     analyze_run,
     render_console,
     render_markdown,
+    render_top,
     summary_scalars,
 )
 from stepscope.trainer.profiler.atomic import write_text_atomic
@@ -26,6 +27,7 @@ def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None) -
     `telemetry` is the run's own unprofiled step timing (trainer/timing.py), which makes the figures those of
     the run without the profiler. Returns the report's JSON form."""
     report = analyze_run(run_dir, telemetry=telemetry)
+    print(render_top(report))
     print(render_console(report))
     write_diagnosis(run_dir, report, log, step)
     return report.to_dict()

@@ -16,7 +16,7 @@ from .cross_rank import CrossRankReport
 from .errors import TraceError
 from .events import parse_trace
 from .findings import VERDICTS, Finding
-from .render import render_console, render_markdown, summary_scalars
+from .render import render_console, render_markdown, render_top, summary_scalars
 from .report import RunReport, analyze_run
 from .select import StepSelection
 from .span import SpanReport, analyze_parsed, analyze_trace
@@ -24,4 +24,4 @@ from .stream_parse import parse_trace_file
 
 __all__ = ["VERDICTS", "CrossRankReport", "Finding", "RunReport", "SpanReport", "StepSelection", "TraceError",
            "analyze_parsed", "analyze_run", "analyze_trace", "parse_trace", "parse_trace_file", "render_console",
-           "render_markdown", "summary_scalars"]
+           "render_markdown", "render_top", "summary_scalars"]

@@ -49,6 +49,19 @@ def render_console(report: RunReport) -> str:
     return "\n".join(lines)
 
 
+def render_top(report: RunReport, rows: int = 15) -> str:
+    """The first trace's top kernels (GPU) or top ops by self time (CPU), per step, as an aligned table."""
+    s = next((s for s in report.spans if s.metrics.top), None)
+    if s is None:
+        return ""
+    what = "kernels" if s.gpu else "ops by self CPU time"
+    width = min(80, max(len(t.name) for t in s.metrics.top[:rows]))
+    lines = [f"top {what}, {_title(s)}:", f"  {'name':<{width}} {'ms/step':>9} {'calls/step':>10} {'%':>6}"]
+    lines += [f"  {t.name[:width]:<{width}} {t.ms_per_step:9.3f} {t.count_per_step:10g} {t.pct:6.1f}"
+              for t in s.metrics.top[:rows]]
+    return "\n".join(lines)
+
+
 def _console_finding(f) -> str:
     return f"    - {f.text} [~{f.cost_ms_per_step:.2f} ms/step]"
 

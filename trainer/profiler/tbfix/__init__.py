@@ -1,8 +1,9 @@
 """Truthful traces for TensorBoard's PyTorch Profiler tab (torch-tb-profiler 0.4.3) on modern PyTorch.
 
-    from stepscope.trainer.profiler.tbfix import adapt_trace, write_adapted_pair, export_tensorboard
+    from stepscope.trainer.profiler.tbfix import adapt_trace, write_adapted_pair, export_file, export_tensorboard
     fixed = adapt_trace(trace)                                   # pure: a new, plugin-ready dict
     write_adapted_pair(run_dir, worker, span, trace)             # original under raw/, adapted copy listed
+    export_file(run_dir, worker, span, path, gz=True)            # the same from a trace file, streamed
     export_tensorboard(Path("plain_run"), Path("logs/fixed"))    # a plain tensorboard_trace_handler run
 
 ``python scripts/analyze.py RUN_DIR --export-tensorboard OUT_DIR`` calls the last one; then
@@ -10,6 +11,6 @@
 """
 
 from .adapt import adapt_trace
-from .export import export_tensorboard, write_adapted_pair
+from .export import export_file, export_tensorboard, write_adapted_pair
 
-__all__ = ["adapt_trace", "export_tensorboard", "write_adapted_pair"]
+__all__ = ["adapt_trace", "export_file", "export_tensorboard", "write_adapted_pair"]

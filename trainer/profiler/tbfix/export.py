@@ -51,15 +51,16 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
     return adapted_path, raw
 
 
-def export_file(run_dir: Path, worker: str, span: str, src: Path) -> tuple[Path, Path]:
+def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None) -> tuple[Path, Path]:
     """``write_adapted_pair`` for a trace file, streamed: the original is copied byte for byte under
-    ``raw/``, the plugin copy written event by event (``stream_plan.py``, ``stream_write.py``), so the trace
-    is never in memory. A file that msgspec cannot stream (e.g. NaN literals, which Python's json accepts) is
-    loaded whole and written by ``write_adapted_pair``, which raises what loading it raises; nothing is
-    written then."""
+    ``raw/`` (gzipped on the way when ``gz`` asks for it and ``src`` is plain), the plugin copy written event by
+    event (``stream_plan.py``, ``stream_write.py``), so the trace is never in memory. ``gz`` (default: as
+    ``src``) says whether both copies are gzipped. A file that msgspec cannot stream (e.g. NaN literals, which
+    Python's json accepts) is loaded whole and written by ``write_adapted_pair``, which raises what loading it
+    raises; nothing is written then."""
     _check_names(worker, span)
     src = Path(src)
-    gz = src.name.endswith(".gz")
+    gz = src.name.endswith(".gz") if gz is None else gz
     try:
         plan, header = plan_edits(src)
     except (OSError, EOFError, zlib.error, msgspec.DecodeError, msgspec.ValidationError):

@@ -65,9 +65,19 @@ def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict) -> 
 
 
 def copy_file_atomic(src: Path, dst: Path) -> None:
-    """Copy ``src`` byte for byte to ``dst``, which appears only once complete."""
+    """Copy ``src`` byte for byte to ``dst``, which appears only once complete; a plain ``src`` is gzipped on the
+    way when ``dst`` ends in .gz."""
+    compress = Path(dst).name.endswith(".gz") and not Path(src).name.endswith(".gz")
+
+    def fill(out) -> None:
+        if compress:
+            with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZ_LEVEL) as z:
+                shutil.copyfileobj(f, z, 8 << 20)
+        else:
+            shutil.copyfileobj(f, out, 8 << 20)
+
     with open(src, "rb") as f:
-        _atomic(dst, lambda out: shutil.copyfileobj(f, out, 8 << 20))
+        _atomic(dst, fill)
 
 
 def _atomic(dst: Path, fill) -> None:
