@@ -42,19 +42,18 @@ def _fmt(x: float | None, spec: str) -> str:
 @dataclass(frozen=True)
 class RunParts:
     """The live objects of a run that its end needs: the process (env, group), the stop-signal handler,
-    the TensorBoard log, and the profiler with its trace writer (None when not profiling)."""
+    the TensorBoard log, and the profiler's trace writer (None when not profiling)."""
 
     env: object
     group: object
     stop: object
     log: object
-    prof: object
     writer: object | None
 
 
 def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -> int:
     """Write run.json (and on a profiled run the diagnosis); return the process's exit code."""
-    env, group, stop, log, prof, writer = parts.env, parts.group, parts.stop, parts.log, parts.prof, parts.writer
+    env, group, stop, log, writer = parts.env, parts.group, parts.stop, parts.log, parts.writer
     final = final_numbers(progress, thr)
     if status == "completed":
         try:

@@ -212,7 +212,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                 log_window(across_ranks=False)  # a peer may have stopped already: no more collectives
     finally:
         bar.close()
-    code = finish_run(status, progress, thr, record, RunParts(env, group, stop, log, prof, writer))
+    code = finish_run(status, progress, thr, record, RunParts(env, group, stop, log, writer))
     if failure is not None:
         raise failure
     return code

@@ -16,6 +16,7 @@ import errno
 import os
 import shutil
 import socket
+import warnings
 from pathlib import Path
 
 import torch
@@ -81,6 +82,9 @@ def build_profiler(cfg: ProfileConfig, cuda: bool, on_trace_ready) -> profile:
     """The `torch.profiler.profile` for `cfg` (CUDA activities when `cuda`); `on_trace_ready(prof)` gets each
     finished cycle. `env.configure_process` has set TEARDOWN_CUPTI for GPU runs before this is built."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    # torch warns, once per process, that without acc_events each cycle's events are dropped at the next; the
+    # trainer reads each cycle from its exported trace, which is what it wants, so users need not be told
+    warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
     experimental = None
     if cfg.flamegraph:
         # export_stacks() only has stacks to export when the profiler keeps them verbosely
@@ -100,6 +104,7 @@ def build_profiler(cfg: ProfileConfig, cuda: bool, on_trace_ready) -> profile:
         # each cycle (tens of GB for a window whose data loading runs Python in the main process); the
         # run's top-ops table comes from our own parse of the trace instead (diagnose.py)
     )
+
 
 
 class TraceWriter:
