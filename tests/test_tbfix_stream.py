@@ -48,3 +48,14 @@ def test_uncompressed_trace_exports_uncompressed(tmp_path):
     want = adapt_trace(load_trace(plain))["traceEvents"]
     assert load_trace(adapted)["traceEvents"] == json.loads(json.dumps(want))
     assert (tmp_path / "out" / "raw" / "1795259109156023363" / "w.trace.json").read_bytes() == plain.read_bytes()
+
+
+def test_a_plain_kineto_file_is_exported_gzipped_when_asked(tmp_path):
+    """The trainer's case: Kineto writes plain JSON, the run keeps gzipped copies (--gzip, the default)."""
+    (tf,) = find_traces(DATA / "cuda_graph")
+    plain = tmp_path / ".tmp-w-1795259109156023363.chrome.json"
+    plain.write_bytes(gzip.decompress(tf.path.read_bytes()))
+    adapted, raw = export_file(tmp_path / "run", "w", "1795259109156023363", plain, gz=True)
+    assert adapted.name == "w.1795259109156023363.pt.trace.json.gz" and raw.name == "w.trace.json.gz"
+    assert gzip.decompress(raw.read_bytes()) == plain.read_bytes()
+    assert load_trace(adapted) == json.loads(json.dumps(adapt_trace(load_trace(plain))))
