@@ -20,6 +20,7 @@ from stepscope.trainer.profiler.analysis import (
     analyze_run,
     render_console,
     render_markdown,
+    render_top,
     summary_scalars,
 )
 from stepscope.trainer.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
@@ -279,6 +280,17 @@ def test_markdown_and_console_carry_verdict_evidence_and_remedies():
     assert f"{data.pct('data'):.1f}% ({data.ms_per_step('data'):.2f} ms) GPU idle while the host waits for the next batch" \
         in "\n".join(console)
     assert len(console) <= 9
+
+
+def test_top_table_lists_the_heaviest_kernels_of_the_first_trace():
+    """The table a profiled run prints in place of key_averages(): the report's own top kernels, heaviest first."""
+    r = report("eager_bs128")
+    top = span("eager_bs128").metrics.top
+    lines = render_top(r, rows=5).splitlines()
+    assert lines[0].startswith("top kernels, ") and lines[1].split() == ["name", "ms/step", "calls/step", "%"]
+    assert len(lines) == 2 + 5
+    ms = [float(line.split()[-3]) for line in lines[2:]]
+    assert ms == sorted(ms, reverse=True) and ms[0] == pytest.approx(top[0].ms_per_step, abs=1e-3)
 
 
 def test_summary_scalars():
