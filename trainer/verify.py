@@ -187,7 +187,7 @@ def verify(run_dir: Path, steps: int, train_cmd: tuple[str, ...] = INSTALLED_TRA
     fixed_ms = timed_run(fixed, out_dir, "remedy", train_cmd)
     measured = base_ms / fixed_ms
     cpu_ms = (run.get("final", {}).get("telemetry") or {}).get("cpu_ms")
-    cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     predicted = predicted_speedup(span, verdict, span["metrics"]["step_ms"], cpu_ms, cores)
     if measured < MIN_SPEEDUP:
         result = "refuted"
