@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,17 @@ def run_train(args: list[str], env: dict | None = None, timeout: float = 300) ->
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=timeout,
                           env=e, cwd=REPO)
+
+
+@contextlib.contextmanager
+def on_cpus(cpus: list[int]):
+    """Within the block, this thread and every process it starts (and theirs) run on `cpus` only."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
