@@ -21,13 +21,13 @@
 #include <type_traits>
 #include <vector>
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
+#include "dispatch.h"
 #include "elementwise.h"
 
 namespace stepscope {
@@ -46,26 +46,6 @@ Saved keep(std::initializer_list<Tensor> tensors, bool is_output) {
   out.reserve(tensors.size());
   for (const Tensor& t : tensors) out.emplace_back(t, is_output);
   return out;
-}
-
-template <int N>
-struct Signature;
-template <>
-struct Signature<1> {
-  using type = Tensor(const Tensor&);
-};
-template <>
-struct Signature<2> {
-  using type = Tensor(const Tensor&, const Tensor&);
-};
-
-// stepscope::<Op::kName> as a typed dispatcher handle, looked up once.
-template <class Op>
-const c10::TypedOperatorHandle<typename Signature<Op::kInputs>::type>& handle() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow(("stepscope::" + std::string(Op::kName)).c_str(), "")
-                             .typed<typename Signature<Op::kInputs>::type>();
-  return op;
 }
 
 // Calls stepscope::<Op::kName> through the whole dispatcher (autograd included).

@@ -7,30 +7,18 @@
 // wrappers call torch.ops.stepscope.*, which Dynamo traces.
 #include <torch/extension.h>
 
+#include "dispatch.h"
+#include "elementwise.h"
+
 namespace {
 
-template <class Signature>
-c10::TypedOperatorHandle<Signature> handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
+using stepscope::handle;
 
-using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
-using Unary = at::Tensor(const at::Tensor&);
+at::Tensor add_relu(const at::Tensor& a, const at::Tensor& b) { return handle<stepscope::AddReluOp>().call(a, b); }
 
-at::Tensor add_relu(const at::Tensor& a, const at::Tensor& b) {
-  static const auto op = handle<Binary>("stepscope::add_relu");
-  return op.call(a, b);
-}
+at::Tensor add(const at::Tensor& a, const at::Tensor& b) { return handle<stepscope::AddOp>().call(a, b); }
 
-at::Tensor add(const at::Tensor& a, const at::Tensor& b) {
-  static const auto op = handle<Binary>("stepscope::add");
-  return op.call(a, b);
-}
-
-at::Tensor relu(const at::Tensor& x) {
-  static const auto op = handle<Unary>("stepscope::relu");
-  return op.call(x);
-}
+at::Tensor relu(const at::Tensor& x) { return handle<stepscope::ReluOp>().call(x); }
 
 }  // namespace
 

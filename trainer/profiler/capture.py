@@ -124,6 +124,7 @@ class TraceWriter:
 
     def __call__(self, prof: profile) -> None:
         from stepscope.trainer.profiler.tbfix import export_file
+        from stepscope.trainer.profiler.tbfix.stream_write import copy_file_atomic
 
         span = str(self.span_base + self.cycles)
         tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"
@@ -141,10 +142,7 @@ class TraceWriter:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from None
                 raise
             if self.cfg.export_chrome_trace:
-                plain = Path(f"{stem}.chrome_trace.json")
-                part = plain.with_name(f".tmp-{plain.name}")
-                shutil.copyfile(tmp, part)
-                os.replace(part, plain)
+                copy_file_atomic(tmp, Path(f"{stem}.chrome_trace.json"))
         finally:
             tmp.unlink(missing_ok=True)
             kineto_tmp.unlink(missing_ok=True)
