@@ -14,15 +14,16 @@ the median of the per-pair ratios; --out writes them as JSON. CUDA only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
 
 import torch
+from bench_ops import writable_file_error
 from stepscope import kernels
-from stepscope.trainer.config import ModelConfig, OptimConfig
+from stepscope.trainer.cli import OneLineParser
+from stepscope.trainer.config import ARCHS, COMPILE_MODES, ModelConfig, OptimConfig
 from stepscope.trainer.env import configure_process, make_env
 from stepscope.trainer.models import build_model
 from stepscope.trainer.optim import build_optimizer, loss_fn
@@ -79,13 +80,18 @@ def timed(steps: dict, x: torch.Tensor, y: torch.Tensor, pairs: int, warmup: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arch", default="resnet18")
+    p = OneLineParser(prog="bench_step_ops.py", description=__doc__.splitlines()[0])
+    p.add_argument("--arch", default="resnet18", choices=ARCHS)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--steps", type=int, default=300, help="timed steps of each (default 300)")
-    p.add_argument("--compile", dest="compile_mode", default=None, help="torch.compile mode (default: eager)")
+    p.add_argument("--compile", dest="compile_mode", default=None, choices=COMPILE_MODES,
+                   help="torch.compile mode (default: eager)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    if a.steps < 1 or a.batch_size < 1:
+        p.error(f"--steps and --batch-size must be at least 1; got {a.steps} and {a.batch_size}")
+    if a.out is not None and (problem := writable_file_error(a.out, "--out")):
+        p.error(problem)
     if not torch.cuda.is_available():
         print("bench_step_ops.py: error: needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -9,11 +9,11 @@ and prints the median µs per step of each and their difference, the telemetry's
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import torch
+from stepscope.trainer.cli import OneLineParser
 from stepscope.trainer.timing import StepClock
 
 
@@ -34,10 +34,12 @@ def per_step_us(steps: int, phases: bool) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="bench_telemetry.py", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20000)
     p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args()
+    if a.steps < 1 or a.repeat < 1:
+        p.error(f"--steps and --repeat must be at least 1; got {a.steps} and {a.repeat}")
     bare, full = [], []
     for _ in range(a.repeat):  # alternated, so that drift in the host's speed hits both alike
         bare.append(per_step_us(a.steps, False))

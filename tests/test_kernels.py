@@ -571,3 +571,14 @@ def test_bench_step_ops_refuses_without_a_gpu(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr == "bench_step_ops.py: error: needs a CUDA GPU\n"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--arch", "nope"], "argument --arch: invalid choice: 'nope'"),
+    (["--steps", "0"], "--steps and --batch-size must be at least 1; got 0 and 128"),
+    (["--out", "/proc/no/such.json"], "--out /proc/no/such.json: cannot create its folder"),
+])
+def test_bench_step_ops_refuses_bad_values_in_one_line(args, message):
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
