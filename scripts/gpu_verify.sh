@@ -2,7 +2,8 @@
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
 #   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify ddp compare
-#                                                     overhead plugin tests bench ops (default: compare overhead plugin tests)
+#                                                     overhead plugin tests bench ops ops_processes
+#                                                     (default: compare overhead plugin tests)
 #
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
@@ -12,7 +13,9 @@
 # ops: the custom ops' cost in training: bench_step_ops.py (native and custom ResNet-18 steps interleaved in
 # one process; eager 3 times, reduce-overhead once), bench_ops.py --per-call (interleaved rounds), then
 # compare.py, eager and reduce-overhead, in both orders of the two op sets (OPS_REPS times, default 2; each
-# variant its own process, so host drift between processes shows too).
+# variant its own process, so host drift between processes shows too). ops_processes: bench_ops_processes.py,
+# OPP_PAIRS (16) alternating unprofiled train.py pairs of OPP_STEPS (250) steps, native vs custom, with a sign
+# test (OPP_ARGS adds flags, e.g. "--compile reduce-overhead"; OPP_TIMEOUT, 480 s).
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
@@ -26,7 +29,7 @@ shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
   case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops" >&2; exit 2;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops ops_processes" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -47,7 +50,7 @@ has() { [[ " $PARTS " == *" $1 "* ]]; }
 t0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 
-if has compare || has tests || has bench || has ops; then
+if has compare || has tests || has bench || has ops || has ops_processes; then
   stamp "build the stepscope ops (CUDA)"
   timeout 400 python3 -m stepscope.kernels.build > "$OUT/kernels_build.log" 2>&1; tail -3 "$OUT/kernels_build.log"
 fi
@@ -196,6 +199,12 @@ part_ops() {
       cp "$L/$name/compare.json" "$OUT/$name.json" 2>/dev/null; cat "$L/$name/compare.md" 2>/dev/null || tail -5 "$OUT/$name.log"
     done
   done
+}
+part_ops_processes() {
+  stamp "bench_ops_processes.py: ${OPP_PAIRS:-16} alternating native/custom train.py pairs, ${OPP_STEPS:-250} steps"
+  timeout "${OPP_TIMEOUT:-480}" python3 scripts/bench_ops_processes.py --pairs "${OPP_PAIRS:-16}" --steps "${OPP_STEPS:-250}" \
+    ${OPP_ARGS:-} --logdir "$L/opp" --out "$OUT/ops_processes.json" > "$OUT/ops_processes.log" 2>&1; echo "exit $?"
+  cp "$L/opp/runs.jsonl" "$OUT/ops_processes_runs.jsonl" 2>/dev/null; tail -$(( ${OPP_PAIRS:-16} + 1 )) "$OUT/ops_processes.log"
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"
