@@ -28,7 +28,7 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops) ;;
+  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes) ;;
     *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops ops_processes" >&2; exit 2;;
   esac
 done
