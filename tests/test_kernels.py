@@ -582,3 +582,36 @@ def test_bench_step_ops_refuses_bad_values_in_one_line(args, message):
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), *args],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_bench_ops_processes_summary_pairs_runs_and_tests_their_split():
+    import bench_ops_processes as bop
+
+    def run(pair, ops, ms):
+        return {"pair": pair, "ops": ops, "median_step_ms": ms,
+                "telemetry": {"step_ms": ms, "dispatch_ms": ms - 1, "data_ms": 0.1, "copy_host_ms": 0.0, "cpu_ms": ms}}
+
+    runs = [run(0, "native", 10.0), run(0, "custom", 11.0), run(1, "custom", 9.0), run(1, "native", 12.0),
+            run(2, "native", 8.0)]  # pair 2 is incomplete (an interrupted run) and is left out
+    s = bop.summarize(runs)
+    assert [(r["pair"], r["first"]) for r in s["pairs"]] == [(0, "native"), (1, "custom")]
+    assert s["custom_slower"] == 1 and s["complete_pairs"] == 2
+    assert s["median_ratio"] == pytest.approx((1.1 + 0.75) / 2)
+    assert s["median_phases"]["native"]["step_ms"] == 10.0
+    # the sign test: 8 of 14 is no evidence (p 0.79), 14 of 14 is (2 / 2^14), and it is symmetric
+    assert bop.sign_test_p(8, 14) == pytest.approx(0.7905, abs=1e-4)
+    assert bop.sign_test_p(14, 14) == pytest.approx(2 / 2 ** 14)
+    assert bop.sign_test_p(0, 14) == bop.sign_test_p(14, 14) and bop.sign_test_p(7, 14) == 1.0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--pairs", "0"], "need --pairs >= 1, --steps >= 30 and --batch-size >= 1; got 0, 250, 128"),
+    (["--steps", "10"], "got 16, 10, 128"),
+    (["--compile", "fast"], "argument --compile: invalid choice: 'fast'"),
+    (["--out", "/proc/no/such.json"], "--out /proc/no/such.json: cannot create its folder"),
+])
+def test_bench_ops_processes_refuses_bad_values_in_one_line(args, message, tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_ops_processes.py"), *args,
+                           "--logdir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()
