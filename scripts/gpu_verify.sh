@@ -20,7 +20,8 @@
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
 # Parts run in the order given, each bounded by its own timeout, and write logs and JSON under
-# OUT_DIR as they go, so a cut-off run still leaves what it measured. Knobs: OVH_PAIRS (6), OVH_GRAPH_PAIRS (3),
+# OUT_DIR as they go, so a cut-off run still leaves what it measured. Knobs: VB_ARGS (verdicts: e.g. "--only
+# loader_ahead", which also skips Lightning), OVH_PAIRS (6), OVH_GRAPH_PAIRS (3),
 # OVH_TIMEOUT (420 s), BENCH_ARGS (e.g. "--no-compile --reps 50"), BENCH_TIMEOUT (300 s). Expects torch-tb-profiler (and pytest,
 # hypothesis) installed or as wheels in .whl/ (README, "Working on a GPU machine").
 set -uo pipefail
@@ -58,10 +59,10 @@ fi
 
 part_verdicts() {
   stamp "verdict_bench.py: GPU scenarios, truth without the profiler"
-  timeout "${VERDICT_TIMEOUT:-420}" python3 scripts/verdict_bench.py --out "$L/vb" > "$OUT/verdicts.log" 2>&1
+  timeout "${VERDICT_TIMEOUT:-420}" python3 scripts/verdict_bench.py --out "$L/vb" ${VB_ARGS:-} > "$OUT/verdicts.log" 2>&1
   echo "exit $?"
   stamp "Lightning's PyTorchProfiler"
-  timeout 150 python3 scripts/record_lightning.py --out "$L/vb/traces" > "$OUT/lightning.log" 2>&1; echo "exit $?"
+  [ -n "${VB_ARGS:-}" ] || timeout 150 python3 scripts/record_lightning.py --out "$L/vb/traces" > "$OUT/lightning.log" 2>&1; echo "exit $?"
   tail -2 "$OUT/lightning.log"
   python3 scripts/verdict_bench.py --rescore "$L/vb" > "$OUT/verdicts.md" 2>> "$OUT/verdicts.log"
   cp "$L/vb/results.json" "$OUT/verdicts.json" 2>/dev/null; cat "$OUT/verdicts.md"

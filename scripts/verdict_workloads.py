@@ -254,13 +254,13 @@ def hf_gpt2(d):
     return Workload("hf_gpt2_small", "hf-gpt2", "launch_bound", d, LogitsOnly(), _tokens(4, 128, 2048), _lm)
 
 
-def loader(d, name, workers, sample_ms, batch=32, fix_workers=None):
+def loader(d, name, workers, sample_ms, batch=32, fix_workers=None, cause="data_bound"):
     def make():
         dl = torch.utils.data.DataLoader(SlowSamples(1_000_000, sample_ms), batch_size=batch, shuffle=False,
                                          num_workers=workers, pin_memory=d.type == "cuda",
                                          persistent_workers=workers > 0, prefetch_factor=2 if workers else None)
         fix = (lambda: loader(d, name + "_fixed", fix_workers, sample_ms, batch)) if fix_workers else None
-        return resnet18(d, name, batch, "data_bound", loader=dl, fixed=fix)
+        return resnet18(d, name, batch, cause, loader=dl, fixed=fix)
     return make()
 
 
@@ -283,6 +283,12 @@ WORKLOADS: dict[str, Callable[[torch.device], object]] = {
     "tiny_ops": TinyOps,
     "loader_in_process": lambda d: loader(d, "loader_in_process", 0, 0.3, batch=64, fix_workers=8),
     "loader_two_workers": lambda d: loader(d, "loader_two_workers", 2, 2.0, batch=32, fix_workers=16),
+    # 2 workers slower than the unprofiled step (about 16 ms a batch against 10) but faster than the profiled
+    # one (about 19): profiled straight from the data-bound steady state (verdict_bench.py STEADY_FIRST), the
+    # queue is empty when the profiler starts and the workers catch up while it slows the steps
+    "loader_catching_up": lambda d: loader(d, "loader_catching_up", 2, 1.0, batch=32, fix_workers=16),
+    # a worker-fed loader that keeps up with room to spare: its waits are the hand-off of a ready batch
+    "loader_ahead": lambda d: loader(d, "loader_ahead", 8, 0.05, batch=32, cause="launch_bound"),
     # 151 MB of float32 images per step into a model that pools them at once: the copy is the step
     "pageable_copy": lambda d: Workload(
         "pageable_copy", "pooled-linear", "transfer_bound", d, _pooled_linear(), _images(768, 128), _ce,
