@@ -27,13 +27,18 @@ BUSY_PP = 5.0
 # pageable copy that the profiled step ran slower than the copy timed alone (93 vs 77%), and two launch-bound
 # steps read 6 points low (16 vs 22%).
 KNOWN_MISSES = {"gpt_large", "pageable_copy", "resnet18_bs32", "resnet50_pinned",
+                # a worker-fed loader with room to spare: launch-bound, its profiler cost under-counted (15 vs 22%)
+                "loader_ahead",
                 # held out: a Hugging Face model whose profiler cost the model under-counts (6 vs 13%), and a ViT
                 # whose pageable copy ran slower profiled than timed alone (97 vs 88%)
                 "bert_bs8", "vit_pageable"}
 # A DataLoader whose 2 workers cannot keep up unprofiled (34 ms steps, 3.8x faster with 16 workers), profiled
 # after they had prefetched: the 3 recorded steps ran on ready batches (0.3 ms waits). Nothing in the trace
 # shows the stall; the report must say that data_bound is possible rather than claim its verdict outright.
-VERDICT_NOT_IN_TRACE = {"loader_two_workers", "convnext_loader"}
+# loader_catching_up: 2 workers slower than the unprofiled step but faster than the profiled one, profiled
+# straight from the data-bound steady state; they caught up before the recorded steps, whose loader calls
+# (0.12-0.28 ms) are as short as those of loader_ahead, a worker-fed loader with room to spare.
+VERDICT_NOT_IN_TRACE = {"loader_two_workers", "convnext_loader", "loader_catching_up"}
 
 
 def case(path: Path):
@@ -72,12 +77,21 @@ def test_gpu_busy_against_the_unprofiled_truth(path):
     own reading."""
     truth, s = case(path)
     got, profiled, true = s.metrics.gpu_busy_pct, s.profiled.gpu_busy_pct, truth["gpu_busy_pct"]
-    if path.name in VERDICT_NOT_IN_TRACE:  # the stall is not in the trace, so neither is the idle it causes
-        assert abs(got - true) > BUSY_PP
+    if path.name in VERDICT_NOT_IN_TRACE:  # the stall is not in the trace, so neither is the idle it causes:
+        assert got > true - BUSY_PP  # the estimate can only over-state the busy share
     elif path.name in KNOWN_MISSES:
         assert BUSY_PP < abs(got - true) < abs(profiled - true)  # still a miss, or this list is stale
     else:
         assert abs(got - true) <= BUSY_PP, (got, true)
+
+
+def test_a_worker_fed_loaders_hand_off_is_no_wait():
+    """A worker-fed loader that keeps up hands over ready batches in 0.1-0.3 ms a step; with the batch's copy
+    to the device inside the same ``data`` range that is 0.6-1 ms, over the pacing threshold. Only the loader's
+    own calls decide, so the verdict is the step's (launch_bound), with data_bound named as possible."""
+    truth, s = case(DATA / "suite" / "loader_ahead")
+    assert truth["expected"] == "launch_bound" and s.verdict == "launch_bound"
+    assert s.uncertainty["verdicts"] == ["data_bound", "launch_bound"] and "worker processes" in s.evidence[2]
 
 
 def test_cpu_scalars_are_not_host_syncs():
