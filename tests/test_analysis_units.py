@@ -140,7 +140,8 @@ intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambd
 
 
 def grid(ivs) -> set[int]:
-    return {t for s, e in ivs for t in range(s, e)}
+    # integer µs, whole-valued: an IntervalSet holds its bounds as floats, as a trace's times are
+    return {t for s, e in ivs for t in range(int(s), int(e))}
 
 
 @settings(max_examples=200, deadline=None)

@@ -29,10 +29,13 @@ compute op running) and ``other_host``.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .events import SYNC_CALLS, DeviceEvent, HostEvent, ParsedTrace, is_comm, is_comm_kernel
+import numpy as np
+
+from .events import SYNC_CALLS, HostEvent, ParsedTrace, is_comm, is_comm_kernel
 from .intervals import IntervalSet, pieces_by_priority, subtract
 from .steps import StepWindow, launches_by_correlation
 
@@ -84,6 +87,24 @@ def sync_primitives(trace: ParsedTrace) -> list[HostEvent]:
     return sorted(out, key=lambda e: e.start)
 
 
+def _per_trace(build: Callable):
+    """``build(trace)``, kept for the trace last asked about: one analysis asks for the same sets of one trace
+    several times, and building them is a pass over all its events."""
+    last: list = [None]  # (weak reference to the trace, its result), replaced as one object
+
+    def cached(trace: ParsedTrace):
+        held = last[0]
+        if held is not None and held[0]() is trace:
+            return held[1]
+        result = build(trace)
+        last[0] = (weakref.ref(trace), result)
+        return result
+
+    cached.__doc__ = build.__doc__
+    return cached
+
+
+@_per_trace
 def host_sets(trace: ParsedTrace) -> HostSets:
     # An op that calls a collective (DDP's gradient hook inside AccumulateGrad calls c10d::allreduce_) is
     # communicating, not computing, for as long as that call lasts.
@@ -99,6 +120,7 @@ def host_sets(trace: ParsedTrace) -> HostSets:
         comm=IntervalSet(comm))
 
 
+@_per_trace
 def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """(all device activity, compute activity (copies included), communication not overlapped by compute)."""
     compute = IntervalSet((d.start, d.end) for d in trace.device if not is_comm_kernel(d.name))
@@ -106,6 +128,7 @@ def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalS
     return IntervalSet((d.start, d.end) for d in trace.device), compute, subtract(comm, compute)
 
 
+@_per_trace
 def busy_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """The three busy buckets as disjoint sets: (kernels, copies no kernel overlaps, communication alone)."""
     kernels = IntervalSet((d.start, d.end) for d in trace.device
@@ -133,47 +156,58 @@ def _cpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
 
 
 def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
+    """The module docstring's rules, applied to all the gaps of a window at once (numpy arrays)."""
     hs = host_sets(trace)
-    everything = IntervalSet((d.start, d.end) for d in trace.device)
+    everything = IntervalSet.from_arrays([d.start for d in trace.device], [d.end for d in trace.device])
     kernels, transfer, comm_only = busy_sets(trace)
-    launch = launches_by_correlation(trace)
-    by_start = sorted(trace.device, key=lambda d: d.start)
-    starts = [d.start for d in by_start]
+    queued = _queued_lookup(trace)
+    sync_or_data = hs.sync.union(hs.data)  # the host's activities by priority, as growing unions
+    any_host = sync_or_data.union(hs.busy)
     buckets = dict.fromkeys(GPU_BUCKETS, 0.0)
     for w in windows:
         buckets["gpu_busy"] += kernels.length_within(w.start, w.end)
         buckets["transfer"] += transfer.length_within(w.start, w.end)
         buckets["communication"] += comm_only.length_within(w.start, w.end)
-        for g0, g1 in everything.gaps(w.start, w.end):
-            enders = _starting_at(by_start, starts, g1)
-            if enders and _queued_before(enders, launch, g0):
-                blocked = hs.sync.length_within(g0, g1) if g1 - g0 > DEVICE_TURNAROUND_US else 0.0
-                buckets["sync"] += blocked
-                buckets["device_idle"] += g1 - g0 - blocked
-                continue
-            sync, data, busy, other = pieces_by_priority(g0, g1, [hs.sync, hs.data, hs.busy])
-            if sync > 0 or hs.sync.length_within(g0 - SYNC_RECOVERY_TOLERANCE_US, g0) > 0:
-                sync, busy = sync + busy, 0.0  # recovery: relaunching after the sync drained the queue
-            buckets["sync"] += sync
-            buckets["data"] += data
-            buckets["launch"] += busy
-            buckets["other_host"] += other
+        g0, g1 = everything.gap_arrays(w.start, w.end)
+        if g0.size == 0:
+            continue
+        device_own = queued(g0, g1)
+        q0, q1 = g0[device_own], g1[device_own]
+        blocked = np.where(q1 - q0 > DEVICE_TURNAROUND_US, hs.sync.lengths_within(q0, q1), 0.0)
+        buckets["sync"] += float(blocked.sum())
+        buckets["device_idle"] += float((q1 - q0 - blocked).sum())
+        h0, h1 = g0[~device_own], g1[~device_own]
+        sync = hs.sync.lengths_within(h0, h1)
+        up_to_data = sync_or_data.lengths_within(h0, h1)
+        up_to_busy = any_host.lengths_within(h0, h1)
+        data, busy, other = up_to_data - sync, up_to_busy - up_to_data, (h1 - h0) - up_to_busy
+        # recovery: relaunching after the sync drained the queue
+        recovery = (sync > 0) | (hs.sync.lengths_within(h0 - SYNC_RECOVERY_TOLERANCE_US, h0) > 0)
+        buckets["sync"] += float(np.where(recovery, sync + busy, sync).sum())
+        buckets["data"] += float(data.sum())
+        buckets["launch"] += float(np.where(recovery, 0.0, busy).sum())
+        buckets["other_host"] += float(other.sum())
     return Breakdown(buckets, sum(w.dur for w in windows), len(windows))
 
 
-def _starting_at(by_start: list[DeviceEvent], starts: list[float], t: float) -> list[DeviceEvent]:
-    i = bisect_left(starts, t)
-    out = []
-    while i < len(starts) and starts[i] == t:
-        out.append(by_start[i])
-        i += 1
-    return out
-
-
-def _queued_before(enders: list[DeviceEvent], launch: dict[int, HostEvent], t: float) -> bool:
-    """Was any of the activities that end a gap already launched (or launched before the trace) at ``t``?"""
-    for d in enders:
+def _queued_lookup(trace: ParsedTrace) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """For gaps (g0, g1): was any device activity that starts at g1 already launched (or launched before the
+    trace) at g0? Per distinct start time, the earliest end of its activities' launch calls (-inf for an
+    activity without a launch in the trace)."""
+    launch = launches_by_correlation(trace)
+    earliest: dict[float, float] = {}
+    for d in trace.device:
         r = launch.get(d.correlation)
-        if r is None or r.end <= t:
-            return True
-    return False
+        t = float("-inf") if r is None else r.end
+        if t < earliest.get(d.start, float("inf")):
+            earliest[d.start] = t
+    starts = np.array(sorted(earliest), dtype=np.float64)
+    launched = np.array([earliest[t] for t in starts.tolist()], dtype=np.float64)
+
+    def queued(g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
+        k = np.minimum(np.searchsorted(starts, g1), max(starts.size - 1, 0))
+        if starts.size == 0:
+            return np.zeros(g0.shape, dtype=bool)
+        return (starts[k] == g1) & (launched[k] <= g0)
+
+    return queued

@@ -2,7 +2,9 @@
 
 An ``IntervalSet`` is a sorted union of disjoint half-open intervals ``[start, end)``. Every question
 such as "how much of this window was the GPU busy / the host inside an op / waiting for data" is about
-lengths of intersections of such sets, answered here with bisection so that thousands of gaps stay cheap.
+lengths of intersections of such sets, answered here with bisection so that thousands of gaps stay cheap;
+``gap_arrays`` and ``lengths_within`` answer them for many ranges at once, as numpy arrays, with the same
+arithmetic as their one-range forms.
 """
 
 from __future__ import annotations
@@ -10,27 +12,78 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
+import numpy as np
+
 
 class IntervalSet:
     """A union of intervals, merged on construction. Immutable by convention."""
 
-    __slots__ = ("starts", "ends", "_prefix")
+    __slots__ = ("starts", "ends", "_prefix", "_s", "_e", "_p")
 
     def __init__(self, intervals: Iterable[tuple[float, float]]) -> None:
-        starts: list[float] = []
-        ends: list[float] = []
-        for s, e in sorted((s, e) for s, e in intervals if e > s):
-            if starts and s <= ends[-1]:
-                if e > ends[-1]:
-                    ends[-1] = e
-            else:
-                starts.append(s)
-                ends.append(e)
-        self.starts, self.ends = starts, ends
-        prefix = [0.0]
-        for s, e in zip(starts, ends, strict=True):
-            prefix.append(prefix[-1] + (e - s))
-        self._prefix = prefix
+        pairs = [(s, e) for s, e in intervals]
+        if not pairs:
+            self._merge(np.empty(0), np.empty(0))
+            return
+        both = np.array(pairs, dtype=np.float64)
+        self._merge(both[:, 0], both[:, 1])
+
+    @classmethod
+    def from_arrays(cls, starts, ends) -> IntervalSet:
+        """The union of ``[starts[i], ends[i])``: sequences of equal length (lists or numpy arrays)."""
+        out = cls.__new__(cls)
+        out._merge(np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64))
+        return out
+
+    def _merge(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        keep = ends > starts
+        starts, ends = starts[keep], ends[keep]
+        if starts.size == 0:
+            self.starts, self.ends, self._prefix = [], [], [0.0]
+            self._s, self._e, self._p = starts, ends, np.zeros(1)
+            return
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)  # the furthest end of the intervals so far
+        # an interval opens a new piece where it starts after everything before it has ended
+        opens = np.concatenate(([True], starts[1:] > reach[:-1]))
+        first = np.flatnonzero(opens)
+        merged_starts = starts[first]
+        merged_ends = reach[np.concatenate((first[1:] - 1, [reach.size - 1]))]
+        self.starts, self.ends = merged_starts.tolist(), merged_ends.tolist()
+        # running sum in order, as a Python loop would add them
+        self._p = np.concatenate(([0.0], np.add.accumulate(merged_ends - merged_starts)))
+        self._prefix = self._p.tolist()
+        self._s, self._e = merged_starts, merged_ends
+
+    def union(self, other: IntervalSet) -> IntervalSet:
+        return IntervalSet.from_arrays(np.concatenate((self._s, other._s)), np.concatenate((self._e, other._e)))
+
+    def gap_arrays(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        """``gaps(lo, hi)`` as two arrays, (starts, ends)."""
+        if hi <= lo:
+            return np.empty(0), np.empty(0)
+        i = bisect_right(self.ends, lo)
+        j = bisect_left(self.starts, hi)
+        g0 = np.concatenate(([lo], np.minimum(self._e[i:j], hi)))
+        g1 = np.concatenate((np.maximum(self._s[i:j], lo), [hi]))
+        keep = g1 > g0
+        return g0[keep], g1[keep]
+
+    def lengths_within(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """``length_within`` of each range ``[lo[k], hi[k])``."""
+        out = np.zeros(lo.shape)
+        if not self.starts or lo.size == 0:
+            return out
+        i = np.searchsorted(self._e, lo, side="right")  # first interval that ends after lo
+        j = np.searchsorted(self._s, hi, side="left")  # intervals [i, j) start before hi
+        some = (hi > lo) & (j > i)
+        i, j, lo, hi = i[some], j[some], lo[some], hi[some]
+        length = self._p[j] - self._p[i]
+        length -= np.maximum(0.0, lo - self._s[i])
+        length -= np.maximum(0.0, self._e[j - 1] - hi)
+        out[some] = length
+        return out
 
     def __len__(self) -> int:
         return len(self.starts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .breakdown import Breakdown, device_sets, host_sets, sync_primitives
@@ -94,8 +95,9 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     own = [d for w in windows for d in w.device]
     kernels = [d for d in own if d.kind == "kernel"]
     memcpys = [d for d in own if d.kind == "memcpy"]
-    launches = [r for r in trace.runtime if r.name in KERNEL_LAUNCHES and _in_steps(r.start, windows)]
-    episodes = [e for e in sync_episodes(trace) if _in_steps(e.start, windows)]
+    in_steps = _in_steps(windows)
+    launches = [r for r in trace.runtime if r.name in KERNEL_LAUNCHES and in_steps(r.start)]
+    episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
     _, compute, _ = device_sets(trace)
     comm = IntervalSet((d.start, d.end) for d in trace.device if is_comm_kernel(d.name))
     busy_us = bd.buckets["gpu_busy"] + bd.buckets["communication"]
@@ -114,8 +116,9 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
         **_comm_compute(compute, comm, windows, n), **common)
 
 
-def _in_steps(t: float, windows: list[StepWindow]) -> bool:
-    return any(w.host_start <= t < w.host_end for w in windows)
+def _in_steps(windows: list[StepWindow]) -> Callable[[float], bool]:
+    """Whether a time is inside some step's host range: a union of the ranges, asked once per event."""
+    return IntervalSet((w.host_start, w.host_end) for w in windows).covers
 
 
 def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWindow], n: int) -> dict:
@@ -185,8 +188,9 @@ def _top_ops(ops, windows: list[StepWindow]) -> list[TopItem]:
     """Top CPU ops by self time (own duration minus that of ops nested in them on the same thread)."""
     n = len(windows)
     by_tid: dict = defaultdict(list)
+    in_steps = _in_steps(windows)
     for o in ops:
-        if _in_steps(o.start, windows):
+        if in_steps(o.start):
             by_tid[o.tid].append(o)
     self_us: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)

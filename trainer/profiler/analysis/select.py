@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from .errors import TraceError
 from .events import ParsedTrace
-from .steps import launches_by_correlation, step_of
+from .steps import launches_by_correlation, step_finder
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,10 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
     hi = max(s.end for s in steps)
     launch = launches_by_correlation(trace)
     mine = set(kept)
+    find = step_finder(trace)
     for d in trace.device:
         r = launch.get(d.correlation)
-        if r is not None and step_of(trace, r.start) in mine:
+        if r is not None and find(r.start) in mine:
             hi = max(hi, d.end)
 
     def between(events):

@@ -19,6 +19,7 @@ was launched before the profiled steps (warm-up steps, whose launches are not in
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .events import DeviceEvent, HostEvent, ParsedTrace
@@ -44,11 +45,21 @@ def launches_by_correlation(trace: ParsedTrace) -> dict[int, HostEvent]:
 
 def step_of(trace: ParsedTrace, t: float) -> int | None:
     """Index of the step whose host range contains ``t``, else None."""
-    starts = [s.start for s in trace.steps]
-    i = bisect_right(starts, t) - 1
-    if i >= 0 and t < trace.steps[i].end:
-        return i
-    return None
+    return step_finder(trace)(t)
+
+
+def step_finder(trace: ParsedTrace) -> Callable[[float], int | None]:
+    """``step_of`` for one trace, its step starts gathered once: for a lookup per event."""
+    steps = trace.steps
+    starts = [s.start for s in steps]
+
+    def find(t: float) -> int | None:
+        i = bisect_right(starts, t) - 1
+        if i >= 0 and t < steps[i].end:
+            return i
+        return None
+
+    return find
 
 
 def step_windows(trace: ParsedTrace) -> list[StepWindow]:
@@ -56,11 +67,12 @@ def step_windows(trace: ParsedTrace) -> list[StepWindow]:
     if not trace.has_gpu:
         return [StepWindow(s.number, s.start, s.end, s.start, s.end, ()) for s in trace.steps]
     launch = launches_by_correlation(trace)
+    find = step_finder(trace)
     own: list[list[DeviceEvent]] = [[] for _ in trace.steps]
     unattributed: list[DeviceEvent] = []
     for d in trace.device:
         r = launch.get(d.correlation)
-        i = step_of(trace, r.start) if r is not None else None
+        i = find(r.start) if r is not None else None
         (own[i] if i is not None else unattributed).append(d)
 
     first = trace.steps[0]
