@@ -104,39 +104,51 @@ def _per_trace(build: Callable):
     return cached
 
 
+def _spans(events) -> IntervalSet:
+    """The union of the events' [start, end) ranges."""
+    return IntervalSet.from_arrays([e.start for e in events], [e.end for e in events])
+
+
 @_per_trace
 def host_sets(trace: ParsedTrace) -> HostSets:
     # An op that calls a collective (DDP's gradient hook inside AccumulateGrad calls c10d::allreduce_) is
     # communicating, not computing, for as long as that call lasts.
-    comm_calls = IntervalSet((o.start, o.end) for o in trace.ops if is_comm(o.name))
-    ops = IntervalSet((o.start, o.end) for o in trace.ops if not is_comm(o.name))
-    compute_ops = subtract(ops, comm_calls)
-    comm = [(e.start, e.end) for e in (*trace.ops, *trace.annotations) if is_comm(e.name)]
+    comm_ops, other_ops = [], []
+    for o in trace.ops:
+        (comm_ops if is_comm(o.name) else other_ops).append(o)
+    compute_ops = subtract(_spans(other_ops), _spans(comm_ops))
+    runtime = trace.runtime
     return HostSets(
-        sync=IntervalSet((e.start, e.end) for e in sync_primitives(trace)),
-        data=IntervalSet((e.start, e.end) for e in trace.data_spans),
-        busy=IntervalSet([*compute_ops, *((r.start, r.end) for r in trace.runtime)]),
+        sync=_spans(sync_primitives(trace)),
+        data=_spans(trace.data_spans),
+        busy=IntervalSet.from_arrays([*compute_ops.starts, *(r.start for r in runtime)],
+                                     [*compute_ops.ends, *(r.end for r in runtime)]),
         compute_ops=compute_ops,
-        comm=IntervalSet(comm))
+        comm=_spans([*comm_ops, *(a for a in trace.annotations if is_comm(a.name))]))
 
 
 @_per_trace
 def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """(all device activity, compute activity (copies included), communication not overlapped by compute)."""
-    compute = IntervalSet((d.start, d.end) for d in trace.device if not is_comm_kernel(d.name))
-    comm = IntervalSet((d.start, d.end) for d in trace.device if is_comm_kernel(d.name))
-    return IntervalSet((d.start, d.end) for d in trace.device), compute, subtract(comm, compute)
+    comm = [d for d in trace.device if is_comm_kernel(d.name)]
+    compute = _spans([d for d in trace.device if not is_comm_kernel(d.name)])
+    return _spans(trace.device), compute, subtract(_spans(comm), compute)
 
 
 @_per_trace
 def busy_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """The three busy buckets as disjoint sets: (kernels, copies no kernel overlaps, communication alone)."""
-    kernels = IntervalSet((d.start, d.end) for d in trace.device
-                          if d.kind != "memcpy" and not is_comm_kernel(d.name))
-    copies = IntervalSet((d.start, d.end) for d in trace.device if d.kind == "memcpy")
-    comm = IntervalSet((d.start, d.end) for d in trace.device if is_comm_kernel(d.name))
-    not_comm = IntervalSet([*kernels, *copies])
-    return kernels, subtract(copies, kernels), subtract(comm, not_comm)
+    kernels, copies, comm = [], [], []
+    for d in trace.device:
+        named_comm = is_comm_kernel(d.name)
+        if d.kind == "memcpy":
+            copies.append(d)
+        elif not named_comm:
+            kernels.append(d)
+        if named_comm:
+            comm.append(d)
+    kernel_set, copy_set = _spans(kernels), _spans(copies)
+    return kernel_set, subtract(copy_set, kernel_set), subtract(_spans(comm), kernel_set.union(copy_set))
 
 
 def breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
@@ -158,7 +170,7 @@ def _cpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
 def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     """The module docstring's rules, applied to all the gaps of a window at once (numpy arrays)."""
     hs = host_sets(trace)
-    everything = IntervalSet.from_arrays([d.start for d in trace.device], [d.end for d in trace.device])
+    everything = _spans(trace.device)
     kernels, transfer, comm_only = busy_sets(trace)
     queued = _queued_lookup(trace)
     sync_or_data = hs.sync.union(hs.data)  # the host's activities by priority, as growing unions

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from stepscope.trainer.profiler.vocabulary import (
     ANNOTATION_CATEGORIES,
@@ -110,10 +111,12 @@ class ParsedTrace:
         return bool(self.device)
 
 
+@lru_cache(maxsize=1 << 16)  # asked once per event; a trace has few distinct names
 def is_comm(name: str) -> bool:
     return name.startswith(COMM_PREFIXES)
 
 
+@lru_cache(maxsize=1 << 16)
 def is_comm_kernel(name: str) -> bool:
     return "nccl" in name.lower()
 
