@@ -135,18 +135,25 @@ class IntervalSet:
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     """``a ∩ b``."""
-    out = []
-    for s, e in a:
-        out.extend(b.clip(s, e))
-    return IntervalSet(out)
+    return _overlap(a._s, a._e, b._s, b._e)
 
 
 def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
-    """``a \\ b``."""
-    out = []
-    for s, e in a:
-        out.extend(b.gaps(s, e))
-    return IntervalSet(out)
+    """``a \\ b``: ``a`` intersected with the gaps of ``b``."""
+    return _overlap(a._s, a._e, np.concatenate(([-np.inf], b._e)), np.concatenate((b._s, [np.inf])))
+
+
+def _overlap(a_starts, a_ends, b_starts, b_ends) -> IntervalSet:
+    """Where two unions of disjoint intervals both hold: a sweep over their bounds, +1 at a start and -1 at an
+    end (an end before a start at the same instant: the intervals are half-open), covered by both where the
+    running count is 2."""
+    bounds = np.concatenate((a_starts, a_ends, b_starts, b_ends))
+    step = np.concatenate((np.ones(a_starts.size), -np.ones(a_ends.size), np.ones(b_starts.size),
+                           -np.ones(b_ends.size)))
+    order = np.lexsort((step, bounds))
+    bounds, count = bounds[order], np.cumsum(step[order])
+    both = np.flatnonzero(count == 2)
+    return IntervalSet.from_arrays(bounds[both], bounds[both + 1])
 
 
 def pieces_by_priority(lo: float, hi: float, layers: list[IntervalSet]) -> list[float]:
