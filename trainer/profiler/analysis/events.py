@@ -18,6 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from stepscope.trainer.profiler.vocabulary import (
     ANNOTATION_CATEGORIES,
@@ -41,9 +42,9 @@ DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetc
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
 
 
-@dataclass(frozen=True)
-class HostEvent:
-    """A span on a host thread: an op, an annotation or a runtime call."""
+class HostEvent(NamedTuple):
+    """A span on a host thread: an op, an annotation or a runtime call. (Events are named tuples: a large
+    trace holds millions, made and passed between processes cheaply.)"""
 
     name: str
     tid: int | str
@@ -56,8 +57,7 @@ class HostEvent:
         return self.end - self.start
 
 
-@dataclass(frozen=True)
-class DeviceEvent:
+class DeviceEvent(NamedTuple):
     """A kernel, memcpy or memset on a GPU stream."""
 
     name: str
@@ -80,8 +80,7 @@ class Step:
     end: float
 
 
-@dataclass(frozen=True)
-class MemorySample:
+class MemorySample(NamedTuple):
     ts: float
     device_type: int  # 0 CPU, 1 CUDA (c10::DeviceType)
     total_allocated: int
