@@ -26,6 +26,8 @@ from stepscope.trainer.profiler.analysis import (
 )
 from stepscope.trainer.profiler.analysis.events import parse_trace
 from stepscope.trainer.profiler.analysis.select import select
+from stepscope.trainer.profiler.analysis import stream_parse
+from stepscope.trainer.profiler.analysis.jsonstream import split_points
 from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file
 from stepscope.trainer.profiler.discover import discover
 from stepscope.trainer.profiler.files import find_traces, load_trace
@@ -68,6 +70,26 @@ def test_streamed_parse_equals_the_in_memory_one(replica):
     streamed = parse_trace_file(tf.path, tf.worker, tf.span)
     assert streamed == in_memory
     assert _dict(analyze_parsed(streamed)) == _dict(analyze_parsed(in_memory))
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_a_trace_parsed_in_byte_ranges_by_several_processes_is_the_same(replica, parts):
+    (tf,) = find_traces(replica)
+    ranges = split_points(tf.path, parts, stream_parse._decode)
+    assert ranges is not None and len(ranges) == parts  # the file really is cut, at event boundaries
+    assert parse_trace_file(tf.path, tf.worker, tf.span, parts=parts) == parse_trace_file(tf.path, tf.worker, tf.span)
+
+
+def test_the_analysis_cuts_only_large_uncompressed_traces(replica, tmp_path):
+    (tf,) = find_traces(replica)
+    plan = parallel.plan_processes([tf.path], budget_bytes=1 << 30, cpus=2)
+    assert plan == parallel.Plan(per_file=1, parts=2)
+    assert parallel.parts_for(tf.path, plan) == 1  # 16 MiB: under SPLIT_FROM, one range
+    for name, parts in (("w.1.pt.trace.json", 2), ("w.2.pt.trace.json.gz", 1)):  # gzip cannot be cut
+        big = tmp_path / name
+        with open(big, "wb") as f:
+            f.truncate(parallel.SPLIT_FROM)  # a sparse file: only its size is read
+        assert parallel.parts_for(big, plan) == parts
 
 
 def test_step_window_analyses_exactly_those_steps(replica):

@@ -9,7 +9,9 @@ and the interpreter, so its peak is ``BASE_BYTES + EVENT_BYTES_PER_FILE_BYTE * s
 traces (ranks) are parsed in ``per_file`` forked processes at once (report.in_processes), capped by the CPU
 count and by what fits the budget; 1 means "in this process". Runs with less JSON than ``SPLIT_FROM`` in all
 stay in this process: starting processes would cost more than it saves, and a training process that calls
-the analysis is never forked for a small run.
+the analysis is never forked for a small run. Traces parsed in this process that are uncompressed and at
+least ``SPLIT_FROM`` long are cut into ``parts_for(path, plan)`` byte ranges, parsed at once by this process
+and forked helpers (stream_ranges.py); the helpers hold only columns, so the budget is the same.
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ GZ_RATIO_GUESS = 10  # when the gzip trailer cannot say (files over 4 GiB uncomp
 SPLIT_FROM = 64 << 20
 
 
+MAX_PARTS = 4  # byte ranges of one trace: more leaves this process rebuilding the others' events alone
+
+
 @dataclass(frozen=True)
 class Plan:
     per_file: int  # processes parsing whole traces at once
+    parts: int = 1  # byte ranges a large trace parsed in this process is cut into
 
 
 def default_budget() -> int:
@@ -57,8 +63,18 @@ def peak_bytes(json_bytes: int) -> int:
 def plan_processes(paths: list[Path], budget_bytes: int, cpus: int | None = None) -> Plan:
     """How many of ``paths`` to parse at once (module docstring)."""
     cpus = cpus or os.cpu_count() or 1
+    parts = max(1, min(cpus, MAX_PARTS))
     sizes = [json_size(p) for p in paths]
     if len(paths) < 2 or sum(sizes) < SPLIT_FROM:
-        return Plan(1)
+        return Plan(1, parts)
     fits = budget_bytes // max(peak_bytes(s) for s in sizes)
-    return Plan(per_file=max(1, min(cpus, len(paths), fits)))
+    per_file = max(1, min(cpus, len(paths), fits))
+    return Plan(per_file, parts if per_file == 1 else 1)
+
+
+def parts_for(path: Path, plan: Plan) -> int:
+    """Byte ranges to parse ``path`` in, in this process (module docstring)."""
+    path = Path(path)
+    if plan.parts < 2 or path.name.endswith(".gz") or path.stat().st_size < SPLIT_FROM:
+        return 1
+    return plan.parts

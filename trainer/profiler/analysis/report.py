@@ -35,7 +35,7 @@ from stepscope.trainer.profiler.files import find_traces, load_trace
 from .cross_rank import CrossRankReport, cross_rank
 from .errors import TraceError
 from .events import ParsedTrace
-from .parallel import default_budget, plan_processes
+from .parallel import default_budget, parts_for, plan_processes
 from .select import StepSelection
 from .span import SpanReport, analyze_selected, analyze_trace
 from .stream_parse import StreamFallback, parse_trace_file
@@ -100,14 +100,15 @@ def in_processes(fn, jobs: list[tuple], max_memory: int | None, cpus: int | None
     if plan.per_file > 1:
         with ProcessPoolExecutor(plan.per_file, mp_context=multiprocessing.get_context("fork")) as pool:
             return list(pool.map(fn, *zip(*jobs)))
-    return [fn(*job) for job in jobs]
+    return [fn(*job, parts=parts_for(job[0], plan)) for job in jobs]
 
 
 def analyze_path(path: Path, worker: str, span: str, telemetry: dict | None = None,
-                 selection: StepSelection | None = None) -> SpanReport:
-    """The report of one trace file, streamed (stream_parse.py), else read whole; errors as ``analyze_file``."""
+                 selection: StepSelection | None = None, parts: int = 1) -> SpanReport:
+    """The report of one trace file, streamed (stream_parse.py; in ``parts`` byte ranges at once), else read
+    whole; errors as ``analyze_file``."""
     try:
-        parsed = parse_trace_file(path, worker, span)
+        parsed = parse_trace_file(path, worker, span, parts=parts)
     except StreamFallback:
         return analyze_file(read_trace(path), path, worker, span, telemetry, selection)
     except TraceTooLarge as e:
@@ -117,11 +118,12 @@ def analyze_path(path: Path, worker: str, span: str, telemetry: dict | None = No
     return analyze_parsed_file(parsed, path, telemetry, selection)
 
 
-def parse_path(path: Path, worker: str, span: str) -> ParsedTrace | None:
-    """The streamed parse of a trace file; None when it must be read whole (StreamFallback), and when it is
-    too large: ``read_trace`` then raises the one-line error, in the order the caller reads the files."""
+def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrace | None:
+    """The streamed parse of a trace file (in ``parts`` byte ranges at once); None when it must be read whole
+    (StreamFallback), and when it is too large: ``read_trace`` then raises the one-line error, in the order
+    the caller reads the files."""
     try:
-        return parse_trace_file(path, worker, span)
+        return parse_trace_file(path, worker, span, parts=parts)
     except (StreamFallback, TraceTooLarge, MemoryError):
         return None
 

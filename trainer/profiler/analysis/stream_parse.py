@@ -38,7 +38,7 @@ from .events import (
     Step,
     _int_or_none,
 )
-from .jsonstream import BLOCK, TraceStream
+from .jsonstream import BLOCK, TraceStream, split_points
 from .validate import MAX_TIME_US, STEP_CATEGORIES, STEP_NAME
 
 UNSET = msgspec.UNSET
@@ -88,6 +88,7 @@ class _Collector:
         self.python_calls: list[float] = []
         self.python_builtins: list[float] = []
         self.shapes = False
+        self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
         self._lowered: dict[str, str] = {}  # category -> lower-cased
 
     def find_base(self, events: list[_Event]) -> bool:
@@ -183,14 +184,23 @@ def _check_header(header: dict) -> None:
 
 
 def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = None,
-                     block: int = BLOCK) -> ParsedTrace:
+                     block: int = BLOCK, parts: int = 1) -> ParsedTrace:
     """``parse_trace`` of the trace in ``path``, streamed (module docstring) in pieces of about ``block``
-    bytes. Raises StreamFallback when the file must be parsed the ordinary way, TraceTooLarge past
-    bounded_read's ceiling (``limit`` bytes)."""
+    bytes. ``parts`` > 1: an uncompressed file is cut into that many byte ranges of whole events, parsed at
+    once by this process and ``parts - 1`` forked ones (the result is the same). Raises StreamFallback when
+    the file must be parsed the ordinary way, TraceTooLarge past bounded_read's ceiling (``limit`` bytes)."""
+    path = Path(path)
+    if parts > 1 and (limit is None or path.stat().st_size <= limit):
+        from .stream_ranges import collect_ranges, first_base
+
+        ranges = split_points(path, parts, _decode)
+        base = first_base(path, block) if ranges else None
+        if base is not None:
+            return _parsed(worker, span, *collect_ranges(path, ranges, base, block))
     c = _Collector()
     pending: list[list[_Event]] = []
     try:
-        with TraceStream(Path(path), block, opener=lambda p: open_trace(p, limit)) as ts:
+        with TraceStream(path, block, opener=lambda p: open_trace(p, limit)) as ts:
             for events in ts.decode_events(_decode):
                 if c.base is None:
                     pending.append(events)
@@ -202,9 +212,7 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
                 else:
                     c.add(events)
             header = ts.header
-    except TraceTooLarge:
-        raise
-    except StreamFallback:
+    except (TraceTooLarge, StreamFallback):
         raise
     except Exception as e:  # msgspec errors, unreadable files: the ordinary reader names them
         raise StreamFallback(f"{type(e).__name__}: {e}") from None
@@ -212,6 +220,10 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
         c.base = 0.0
         for piece in pending:
             c.add(piece)
+    return _parsed(worker, span, c, header)
+
+
+def _parsed(worker: str, span: str, c: _Collector, header: dict) -> ParsedTrace:
     _check_header(header)
     if not c.steps:
         raise StreamFallback("no steps: the ordinary parse says what the ProfilerStep# events lack")

@@ -1,0 +1,131 @@
+"""One large uncompressed trace parsed in byte ranges by several processes at once (stream_parse.py's
+``parse_trace_file(..., parts=N)``), with the same result as the one-process parse. Torch-free.
+
+    ranges = jsonstream.split_points(path, 2, decode)       # byte ranges of whole events
+    collector, header = collect_ranges(path, ranges, first_base(path, BLOCK), BLOCK)
+
+This process collects the first range while forked processes collect the others. Each sends its events
+back as columns (numpy arrays of times, names as codes into a table of distinct names), encoded piece by
+piece as it goes, so that it never holds more than one piece's event tuples: pickling the tuples themselves
+would cost about as much as parsing them, and holding them would double the parse's memory.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .events import DeviceEvent, HostEvent, MemorySample
+from .jsonstream import TraceStream
+from .stream_parse import StreamFallback, _Collector, _decode
+
+HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
+
+
+def first_base(path: Path, block: int) -> float | None:
+    """The base (``events._base``) of the file's events, from its first pieces; None if none has a time or
+    the file cannot be read (the one-process parse then says why)."""
+    c = _Collector()
+    try:
+        with TraceStream(path, block) as ts:
+            for events in ts.decode_events(_decode):
+                if c.find_base(events):
+                    return c.base
+    except Exception:
+        return None
+    return None
+
+
+def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> _Collector:
+    """The events of one byte range, collected with the file's base; its header keys in ``c.header``."""
+    c = _Collector()
+    c.base = base
+    try:
+        with TraceStream(path, block, span=byte_range) as ts:
+            for events in ts.decode_events(_decode):
+                c.add(events)
+            c.header = ts.header
+    except StreamFallback:
+        raise
+    except Exception as e:
+        raise StreamFallback(f"{type(e).__name__}: {e}") from None
+    return c
+
+
+def _codes(names: list[str], table: dict[str, int]) -> np.ndarray:
+    return np.fromiter((table.setdefault(n, len(table)) for n in names), dtype=np.int64, count=len(names))
+
+
+def encode(c: _Collector) -> dict:
+    """A range's events as columns, for the trip back to the parsing process."""
+    table: dict[str, int] = {}
+    out: dict = {"steps": c.steps, "shapes": c.shapes, "header": c.header,
+                 "python_calls": np.asarray(c.python_calls, dtype=np.float64),
+                 "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
+                 "memory": (np.asarray([m.ts for m in c.memory], dtype=np.float64),
+                            [m.device_type for m in c.memory], [m.total_allocated for m in c.memory])}
+    for name in HOST_LISTS:
+        ev = getattr(c, name)
+        out[name] = (_codes([e.name for e in ev], table), [e.tid for e in ev],
+                     np.asarray([e.start for e in ev], dtype=np.float64),
+                     np.asarray([e.end for e in ev], dtype=np.float64), [e.correlation for e in ev])
+    d = c.device
+    out["device"] = (_codes([e.name for e in d], table), [e.kind for e in d], [e.device for e in d],
+                     [e.stream for e in d], np.asarray([e.start for e in d], dtype=np.float64),
+                     np.asarray([e.end for e in d], dtype=np.float64), [e.correlation for e in d])
+    out["names"] = list(table)
+    return out
+
+
+def decode_into(c: _Collector, part: dict) -> None:
+    """Append an encoded range's events to ``c``, as the tuples ``encode`` took them from."""
+    names = part["names"]
+    c.steps.extend(part["steps"])
+    c.shapes = c.shapes or part["shapes"]
+    c.header.update(part["header"])
+    c.python_calls.extend(part["python_calls"].tolist())
+    c.python_builtins.extend(part["python_builtins"].tolist())
+    ts, kinds, totals = part["memory"]
+    c.memory.extend(map(MemorySample, ts.tolist(), kinds, totals))
+    for name in HOST_LISTS:
+        codes, tids, starts, ends, corr = part[name]
+        getattr(c, name).extend(map(HostEvent, [names[k] for k in codes.tolist()], tids, starts.tolist(),
+                                    ends.tolist(), corr))
+    codes, kind, dev, stream, starts, ends, corr = part["device"]
+    c.device.extend(map(DeviceEvent, [names[k] for k in codes.tolist()], kind, dev, stream, starts.tolist(),
+                        ends.tolist(), corr))
+
+
+def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> list[dict]:
+    """``collect_range``, each decoded piece's events encoded and dropped at once."""
+    c = _Collector()
+    c.base = base
+    out = []
+    try:
+        with TraceStream(path, block, span=byte_range) as ts:
+            for events in ts.decode_events(_decode):
+                c.add(events)
+                out.append(encode(c))
+                c.steps, c.ops, c.annotations, c.runtime = [], [], [], []
+                c.device, c.data_spans, c.memory, c.python_calls, c.python_builtins = [], [], [], [], []
+            c.header = ts.header
+    except StreamFallback:
+        raise
+    except Exception as e:
+        raise StreamFallback(f"{type(e).__name__}: {e}") from None
+    out.append(encode(c))  # the header and what the shapes flag became
+    return out
+
+
+def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[_Collector, dict]:
+    """The ranges' events in file order, and the file's header keys."""
+    with ProcessPoolExecutor(len(ranges) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        rest = [pool.submit(_collect_encoded, path, r, base, block) for r in ranges[1:]]
+        c = collect_range(path, ranges[0], base, block)
+        for f in rest:
+            for part in f.result():
+                decode_into(c, part)
+    return c, c.header
