@@ -163,3 +163,36 @@ def test_command_loader_parses_ranks_in_parallel(monkeypatch):
     loaded, _ = load_found(found, 1 << 30)
     assert all(item.parsed is not None for item in loaded)
     assert _dict(report_of(loaded)) == _dict(one)
+
+
+def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, tmp_path, monkeypatch):
+    """The plugin needs ~7 bytes per byte of trace to load one, so a copy over WHOLE_UP_TO is checked through
+    its first EXCERPT_STEPS steps, byte for byte: a defect there is found, one later on is not (the price)."""
+    from stepscope.trainer.profiler.tbfix import plugin_check
+    from stepscope.trainer.profiler.tbfix.excerpt import excerpt
+    from stepscope.trainer.profiler.tbfix.export import export_file
+
+    (tf,) = find_traces(replica)
+    adapted, _ = export_file(tmp_path / "out", tf.worker, tf.span, tf.path)
+    doc = load_trace(adapted)
+    steps = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    part = excerpt(adapted, tmp_path / "x.pt.trace.json", 3)
+    small = load_trace(part)
+    kept = small["traceEvents"]
+    assert {k: v for k, v in small.items() if k != "traceEvents"} == {k: v for k, v in doc.items()
+                                                                        if k != "traceEvents"}
+    assert len([e for e in kept if e.get("name", "").startswith("ProfilerStep#")]) == 3
+    assert kept == [e for e in doc["traceEvents"] if not isinstance(e.get("ts"), (int, float)) or e["ts"] < steps[3]]
+    assert excerpt(adapted, tmp_path / "y.pt.trace.json", len(steps)) is None  # no shorter than the file
+
+    def broken(at_ts: float, name: str):
+        bad = dict(doc, traceEvents=[*doc["traceEvents"], {"ph": "X", "cat": "kernel", "name": "k", "pid": 0,
+                                                           "tid": 7, "ts": at_ts, "dur": "oops", "args": {}}])
+        path = tmp_path / name
+        path.write_text(json.dumps(bad))
+        return path
+
+    monkeypatch.setattr(plugin_check, "WHOLE_UP_TO", 0)
+    assert plugin_check.plugin_problem(adapted) is None
+    assert "TypeError" in plugin_check.plugin_problem(broken(steps[0] + 1, "early.pt.trace.json"))
+    assert plugin_check.plugin_problem(broken(steps[-1] + 1, "late.pt.trace.json")) is None

@@ -44,6 +44,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from stepscope.trainer.cli import OneLineParser
@@ -158,6 +159,8 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         selection = StepSelection(steps=a.steps, time_ms=a.time_range)
         loaded, found_line = find_and_load(a.run_dir, a.max_memory)
         report = report_of(loaded, str(a.run_dir), selection)  # validates every trace before anything is written
+        # the streamed export reads the files again: the parsed events are let go first
+        loaded = [replace(item, parsed=None) for item in loaded]
         written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
     except (TraceError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)

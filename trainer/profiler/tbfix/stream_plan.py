@@ -13,6 +13,7 @@ shows them, and its Module view links modules through their ``Python parent id``
 from __future__ import annotations
 
 import sys
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,11 +103,20 @@ class EditPlan:
 
 @dataclass
 class _Columns:
-    """The complete (``ph`` X) events, one row each, and the entries the rules touch otherwise."""
+    """The complete (``ph`` X) events, one entry each per column, and the entries the rules touch otherwise.
+    Times are kept in typed arrays and repeated values (categories, threads) as shared objects: a 1 GB trace
+    has millions of complete events."""
 
-    index: list[int] = field(default_factory=list)  # position in traceEvents
-    rows: list[tuple] = field(default_factory=list)  # (cat, name id, thread, ts, end, corr, ext, ext_lower,
-    #                                                   module, has_stack) per complete event
+    index: array = field(default_factory=lambda: array("q"))  # position in traceEvents
+    cat: list[str] = field(default_factory=list)  # lower-cased category
+    name_id: array = field(default_factory=lambda: array("q"))
+    thread: list[tuple] = field(default_factory=list)  # (pid, tid)
+    start: array = field(default_factory=lambda: array("d"))
+    end: array = field(default_factory=lambda: array("d"))
+    corr: list = field(default_factory=list)
+    ext: list = field(default_factory=list)
+    module: list[bool] = field(default_factory=list)
+    has_stack: list[bool] = field(default_factory=list)
     names: dict[str, int] = field(default_factory=dict)
     missing_name: list[int] = field(default_factory=list)  # positions of entries without "name"
     missing_cat: set[int] = field(default_factory=set)  # positions of complete events without a str "cat"
@@ -118,7 +128,8 @@ class _Columns:
 def _read(path: Path) -> _Columns:
     c = _Columns()
     cats: dict[Any, str] = {}
-    names, rows, index = c.names, c.rows, c.index
+    threads: dict[tuple, tuple] = {}
+    names = c.names
     empty = _Args()
     with TraceStream(path) as stream:
         for events in stream.decode_events(_decode):
@@ -152,9 +163,17 @@ def _read(path: Path) -> _Columns:
                     ext = None if a.ext_upper is UNSET else a.ext_upper
                 corr = a.correlation
                 module = a.module
-                index.append(i)
-                rows.append((lc, nid, (e.pid, e.tid), ts, ts + dur, None if corr is UNSET else corr, ext,
-                             module is not UNSET and module is not None, a.call_stack is not UNSET))
+                thread = (e.pid, e.tid)
+                c.index.append(i)
+                c.cat.append(lc)
+                c.name_id.append(nid)
+                c.thread.append(threads.setdefault(thread, thread))
+                c.start.append(ts)
+                c.end.append(ts + dur)
+                c.corr.append(None if corr is UNSET else corr)
+                c.ext.append(ext)
+                c.module.append(module is not UNSET and module is not None)
+                c.has_stack.append(a.call_stack is not UNSET)
             c.count += len(events)
         c.header = stream.header
     return c
@@ -175,15 +194,15 @@ def plan_edits(path: Path) -> tuple[EditPlan, dict]:
         plan.edit(i).guard_name = True
     for i in c.missing_cat:
         plan.edit(i).guard_cat = True
-    if not c.rows:
+    if not c.index:
         return plan, c.header
-    cat, nid, thread, ts, end, corr, ext, module, has_stack = (list(x) for x in zip(*c.rows, strict=True))
-    c.rows = []
-    idx = np.array(c.index, dtype=np.int64)
+    thread, corr, ext, module, has_stack = c.thread, c.corr, c.ext, c.module, c.has_stack
+    idx = np.frombuffer(c.index, dtype=np.int64)
     names = list(c.names)
-    start, stop = np.array(ts), np.array(end)
-    cat_arr = np.array(cat, dtype=object)
-    name_of = [names[k] for k in nid]
+    start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
+    cat_arr = np.array(c.cat, dtype=object)
+    c.cat = []
+    name_of = [names[k] for k in c.name_id]
 
     for k in np.flatnonzero(cat_arr == "gpu_user_annotation"):
         if name_of[k].startswith(STEP_PREFIX):

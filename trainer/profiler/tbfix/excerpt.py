@@ -1,0 +1,70 @@
+"""The first steps of a large trace file, as a small trace file of the same events, for checks that must
+load a whole trace and cannot afford to at gigabyte size.
+
+    path = excerpt(Path("out/w.1.pt.trace.json.gz"), Path("/tmp/x/excerpt.pt.trace.json"), steps=3)
+
+Two streamed passes over the file (analysis/jsonstream.py), never holding it: the first finds the
+ProfilerStep#N starts; the second keeps, byte for byte, every event that starts before step ``steps + 1``
+begins (and those without a time: process and thread names), then writes them with the file's other
+top-level keys. Returns the excerpt's path, or None when the file has ``steps`` steps or fewer (the file is
+its own excerpt) or cannot be streamed. Torch-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..analysis.jsonstream import TraceStream
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+class _Timed(msgspec.Struct, gc=False):
+    name: Any = None
+    ts: Any = None
+
+
+_TIMED = msgspec.json.Decoder(list[_Timed])
+_RAW = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _step_starts(path: Path) -> list[float]:
+    starts = []
+    with TraceStream(path) as ts:
+        for events in ts.decode_events(_TIMED.decode):
+            starts += [e.ts for e in events if isinstance(e.name, str) and e.name.startswith(STEP_PREFIX)
+                       and isinstance(e.ts, (int, float))]
+    return sorted(starts)
+
+
+def _both(text) -> list[tuple[msgspec.Raw, _Timed]]:
+    text = bytes(text)  # the raw events keep a reference to it; the stream's buffer is reused
+    return list(zip(_RAW.decode(text), _TIMED.decode(text), strict=True))
+
+
+def excerpt(path: Path, out: Path, steps: int) -> Path | None:
+    """See the module docstring."""
+    try:
+        starts = _step_starts(Path(path))
+        if len(starts) <= steps:
+            return None
+        cutoff = starts[steps]
+        with TraceStream(Path(path)) as ts, open(out, "wb") as f:
+            f.write(b'{"traceEvents":[')
+            first = True
+            for events in ts.decode_events(_both):
+                for raw, timed in events:
+                    if isinstance(timed.ts, (int, float)) and timed.ts >= cutoff:
+                        continue
+                    f.write(raw if first else b"," + bytes(raw))
+                    first = False
+            f.write(b"]")
+            for key, value in ts.header.items():
+                f.write(b"," + msgspec.json.encode(key) + b":" + msgspec.json.encode(value))
+            f.write(b"}")
+    except (OSError, EOFError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return Path(out)
