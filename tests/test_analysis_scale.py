@@ -23,11 +23,11 @@ from stepscope.trainer.profiler.analysis import (
     analyze_parsed,
     analyze_run,
     parallel,
+    stream_parse,
 )
 from stepscope.trainer.profiler.analysis.events import parse_trace
-from stepscope.trainer.profiler.analysis.select import select
-from stepscope.trainer.profiler.analysis import stream_parse
 from stepscope.trainer.profiler.analysis.jsonstream import split_points
+from stepscope.trainer.profiler.analysis.select import select
 from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file
 from stepscope.trainer.profiler.discover import discover
 from stepscope.trainer.profiler.files import find_traces, load_trace
