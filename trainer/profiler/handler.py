@@ -64,7 +64,7 @@ class StepscopeTraceHandler:
 
     def _diagnose(self) -> None:
         try:
-            report = analyze_run(self.dir)
+            report = analyze_run(self.dir, cpus=1)  # in the user's training process: never forked
         except TraceError as e:  # e.g. a cycle without prof.step(): the trace is kept, the diagnosis says why
             report = None
             message = f"no diagnosis: {e}"
