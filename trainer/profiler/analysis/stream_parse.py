@@ -196,7 +196,12 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
         ranges = split_points(path, parts, _decode)
         base = first_base(path, block) if ranges else None
         if base is not None:
-            return _parsed(worker, span, *collect_ranges(path, ranges, base, block))
+            try:
+                return _parsed(worker, span, *collect_ranges(path, ranges, base, block))
+            except StreamFallback:
+                raise
+            except Exception:  # a helper that could not start or died: the one-process parse below
+                pass
     c = _Collector()
     pending: list[list[_Event]] = []
     try:
