@@ -88,6 +88,11 @@ def copy_ms(w) -> float:
 def measure(w, device: torch.device) -> dict:
     # the graph first: a DataLoader's pin-memory thread, once started, may not allocate during a capture
     compute = graph_ms(w.gpu_part) if device.type == "cuda" and w.capturable() else None
+    twin = getattr(w, "gpu_twin", None)
+    if compute is None and device.type == "cuda" and twin is not None:
+        t = twin()  # the same device work in a form a CUDA graph can hold (verdict_workloads.py)
+        compute = graph_ms(t.gpu_part) if t.capturable() else None
+        del t
     out = {"step_ms": statistics.median(step_times(w.step, device)), "gpu_ms": None, "copy_ms": 0.0,
            "fixed_step_ms": None, "intervention": None}
     if device.type == "cuda":

@@ -82,7 +82,7 @@ class Workload:
                  make_batch: Callable[[torch.Generator], tuple], loss: Callable, *, opt: str = "sgd",
                  loader: torch.utils.data.DataLoader | None = None, host_input: bool = False,
                  pinned: bool = False, host_work: int = 0, host_calls: bool = True,
-                 compile_mode: str | None = None,
+                 compile_mode: str | None = None, graph_compiled: bool = False,
                  bf16: bool = True, fixed: Callable[[], Workload] | None = None) -> None:
         self.name, self.family, self.cause, self.device = name, family, cause, device
         self.cuda = device.type == "cuda"
@@ -106,6 +106,10 @@ class Workload:
         self.loader_iter = None  # started at the first step, after the truth's graph capture
         self.host_work, self.host_calls, self.bf16 = host_work, host_calls, bf16 and self.cuda
         self.fwd = torch.compile(self.model, mode=compile_mode) if compile_mode else self.model
+        # a compiled forward that may be captured in a CUDA graph (mode "default": Inductor's kernels, no
+        # graphs of its own), so that the truth can time the step's device work alone
+        self.graph_compiled = graph_compiled and compile_mode == "default"
+        self.gpu_twin: Callable[[], Workload] | None = None
         self._fixed = fixed
         self.copy_bytes = (x.numel() * x.element_size() + y.numel() * y.element_size()) if host_input else 0
 
@@ -125,7 +129,7 @@ class Workload:
 
     @property
     def compile_free(self) -> bool:
-        return self.fwd is self.model
+        return self.fwd is self.model or self.graph_compiled
 
     @property
     def opt_capturable(self) -> bool:
@@ -264,6 +268,23 @@ def loader(d, name, workers, sample_ms, batch=32, fix_workers=None, cause="data_
     return make()
 
 
+def reduce_overhead(d):
+    """ResNet-18 batch 128 under torch.compile(mode="reduce-overhead"), as scripts/compare.py runs it. Its
+    device work is timed on a twin compiled with mode "default" (the same Inductor kernels) replayed as one
+    CUDA graph: reduce-overhead's own graphs cannot be captured inside another."""
+    w = Workload("compile_reduce_overhead", "resnet18-compiled", "gpu_bound", d, _resnet18(), _cifar(128), _ce,
+                 compile_mode="reduce-overhead")
+
+    def twin():
+        t = Workload("compile_default_twin", "resnet18-compiled", "gpu_bound", d, _resnet18(), _cifar(128), _ce,
+                     compile_mode="default", graph_compiled=True)
+        t.model.load_state_dict(w.model.state_dict())
+        return t
+
+    w.gpu_twin = twin
+    return w
+
+
 WORKLOADS: dict[str, Callable[[torch.device], object]] = {
     # the process's first CUDA work inside the profiled window; the verdict is that of the warm steps
     "cold_start": lambda d: resnet18(d, "cold_start", 128, "launch_bound"),
@@ -281,6 +302,7 @@ WORKLOADS: dict[str, Callable[[torch.device], object]] = {
                                                                  "launch_bound", d, _small_cnn(), _cifar(32), _ce,
                                                                  compile_mode="reduce-overhead")),
     "tiny_ops": TinyOps,
+    "compile_reduce_overhead": reduce_overhead,
     "loader_in_process": lambda d: loader(d, "loader_in_process", 0, 0.3, batch=64, fix_workers=8),
     "loader_two_workers": lambda d: loader(d, "loader_two_workers", 2, 2.0, batch=32, fix_workers=16),
     # 2 workers slower than the unprofiled step (about 16 ms a batch against 10) but faster than the profiled
