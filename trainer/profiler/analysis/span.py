@@ -91,8 +91,10 @@ def _buckets(bd: Breakdown) -> dict:
 
 
 def busy_pct(bd: Breakdown) -> float:
-    """Share of the step the GPU is doing anything: kernels, copies, collectives."""
-    return sum(bd.pct(b) for b in ("gpu_busy", "transfer", "communication"))
+    """Share of the step the GPU is working: kernels, copies, collectives, and its own turn-around between
+    work already queued (about 1 µs a kernel, the gaps of a replayed CUDA graph), which the verdict counts as
+    device time too."""
+    return sum(bd.pct(b) for b in ("gpu_busy", "transfer", "communication", "device_idle"))
 
 
 def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanReport:
