@@ -157,3 +157,25 @@ def test_interval_set_matches_brute_force(a, b, lo, hi):
     assert pieces == [len({t for t in grid(a) if lo <= t < hi}),
                       len({t for t in grid(b) - grid(a) if lo <= t < hi}),
                       len({t for t in range(lo, hi)} - grid(a) - grid(b))]
+
+
+def test_a_traces_interval_sets_are_built_once_and_let_go_with_it():
+    """One analysis asks for the host sets of a trace several times: built once, and released with the trace
+    (a long-running process, such as a training loop's handler, must not keep the last trace's sets)."""
+    import gc
+    import weakref
+    from pathlib import Path
+
+    from stepscope.trainer.profiler.analysis.breakdown import host_sets
+    from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file
+
+    path = next((Path(__file__).parent / "data" / "eager_bs128").glob("*.pt.trace.json*"))
+    trace = parse_trace_file(path, "w", "1")
+    sets = host_sets(trace)
+    assert host_sets(trace) is sets and sets.busy.total() > 0
+    held = weakref.ref(sets)
+    del sets, trace  # nothing else asked for sets since: only the trace's end can let them go
+    gc.collect()
+    assert held() is None
+    first, second = parse_trace_file(path, "w", "1"), parse_trace_file(path, "w", "1")
+    assert host_sets(first) is not host_sets(second)  # an equal trace is another trace

@@ -92,12 +92,17 @@ def _per_trace(build: Callable):
     several times, and building them is a pass over all its events."""
     last: list = [None]  # (weak reference to the trace, its result), replaced as one object
 
+    def forget(ref) -> None:  # the trace is gone: so is what was built from it
+        held = last[0]
+        if held is not None and held[0] is ref:
+            last[0] = None
+
     def cached(trace: ParsedTrace):
         held = last[0]
         if held is not None and held[0]() is trace:
             return held[1]
         result = build(trace)
-        last[0] = (weakref.ref(trace), result)
+        last[0] = (weakref.ref(trace, forget), result)
         return result
 
     cached.__doc__ = build.__doc__
