@@ -34,7 +34,8 @@ HOLDOUT_ORDER = ("vit_tiny_bs8", "vit_tiny_bs256", "vit_pageable", "bert_bs8", "
                  "mlp_adamw_loop")
 GPU_ORDER = ("cold_start", "resnet18_bs32", "resnet18_bs128", "resnet18_bs1024", "resnet50_pinned", "gpt_tiny",
              "gpt_large", "hf_gpt2_small", "tiny_ops", "loader_in_process", "loader_two_workers",
-             "loader_catching_up", "loader_ahead", "compile_reduce_overhead", "pageable_copy", "host_python", "adamw_cpu_scalars", "compile_default")
+             "loader_catching_up", "loader_ahead", "compile_reduce_overhead", "pageable_copy", "host_python",
+             "adamw_cpu_scalars", "compile_default")
 
 
 def diagnose(run_dir: Path) -> dict:
