@@ -106,7 +106,6 @@ def build_profiler(cfg: ProfileConfig, cuda: bool, on_trace_ready) -> profile:
     )
 
 
-
 class TraceWriter:
     """`on_trace_ready` for our run layout (see trainer/trace_files.py).
 

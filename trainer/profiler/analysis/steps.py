@@ -43,13 +43,9 @@ def launches_by_correlation(trace: ParsedTrace) -> dict[int, HostEvent]:
     return {r.correlation: r for r in trace.runtime if r.correlation is not None}
 
 
-def step_of(trace: ParsedTrace, t: float) -> int | None:
-    """Index of the step whose host range contains ``t``, else None."""
-    return step_finder(trace)(t)
-
-
 def step_finder(trace: ParsedTrace) -> Callable[[float], int | None]:
-    """``step_of`` for one trace, its step starts gathered once: for a lookup per event."""
+    """A lookup for one trace: a time -> the index of the step whose host range contains it, else None. The
+    step starts are gathered once, for a lookup per event."""
     steps = trace.steps
     starts = [s.start for s in steps]
 

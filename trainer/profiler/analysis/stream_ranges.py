@@ -39,19 +39,30 @@ def first_base(path: Path, block: int) -> float | None:
     return None
 
 
-def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> _Collector:
-    """The events of one byte range, collected with the file's base; its header keys in ``c.header``."""
-    c = _Collector()
-    c.base = base
+def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take) -> dict:
+    """``take(events)`` for each decoded piece of one byte range, in order; returns the range's header keys.
+    Anything that goes wrong is a StreamFallback, as in the one-process parse."""
     try:
         with TraceStream(path, block, span=byte_range) as ts:
             for events in ts.decode_events(_decode):
-                c.add(events)
-            c.header = ts.header
+                take(events)
+            return ts.header
     except StreamFallback:
         raise
     except Exception as e:
         raise StreamFallback(f"{type(e).__name__}: {e}") from None
+
+
+def _collector(base: float) -> _Collector:
+    c = _Collector()
+    c.base = base
+    return c
+
+
+def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> _Collector:
+    """The events of one byte range, collected with the file's base; its header keys in ``c.header``."""
+    c = _collector(base)
+    c.header = _stream_range(path, byte_range, block, c.add)
     return c
 
 
@@ -100,23 +111,17 @@ def decode_into(c: _Collector, part: dict) -> None:
 
 
 def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> list[dict]:
-    """``collect_range``, each decoded piece's events encoded and dropped at once."""
-    c = _Collector()
-    c.base = base
+    """``collect_range``, each decoded piece's events collected apart, encoded and dropped at once."""
     out = []
-    try:
-        with TraceStream(path, block, span=byte_range) as ts:
-            for events in ts.decode_events(_decode):
-                c.add(events)
-                out.append(encode(c))
-                c.steps, c.ops, c.annotations, c.runtime = [], [], [], []
-                c.device, c.data_spans, c.memory, c.python_calls, c.python_builtins = [], [], [], [], []
-            c.header = ts.header
-    except StreamFallback:
-        raise
-    except Exception as e:
-        raise StreamFallback(f"{type(e).__name__}: {e}") from None
-    out.append(encode(c))  # the header and what the shapes flag became
+
+    def take(events) -> None:
+        piece = _collector(base)
+        piece.add(events)
+        out.append(encode(piece))
+
+    tail = _collector(base)
+    tail.header = _stream_range(path, byte_range, block, take)
+    out.append(encode(tail))  # no events: the range's header keys
     return out
 
 

@@ -18,8 +18,7 @@ from typing import Any
 import msgspec
 
 from ..analysis.jsonstream import TraceStream
-
-STEP_PREFIX = "ProfilerStep#"
+from ..vocabulary import STEP_PREFIX
 
 
 class _Timed(msgspec.Struct, gc=False):
