@@ -29,14 +29,15 @@ compute op running) and ``other_host``.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from .columns import op_columns
 from .events import SYNC_CALLS, HostEvent, ParsedTrace, is_comm, is_comm_kernel
 from .intervals import IntervalSet, pieces_by_priority, subtract
+from .per_trace import per_trace
 from .steps import StepWindow, launches_by_correlation
 
 GPU_BUCKETS = ("gpu_busy", "transfer", "device_idle", "communication", "launch", "data", "sync", "other_host")
@@ -87,41 +88,23 @@ def sync_primitives(trace: ParsedTrace) -> list[HostEvent]:
     return sorted(out, key=lambda e: e.start)
 
 
-def _per_trace(build: Callable):
-    """``build(trace)``, kept for the trace last asked about: one analysis asks for the same sets of one trace
-    several times, and building them is a pass over all its events."""
-    last: list = [None]  # (weak reference to the trace, its result), replaced as one object
-
-    def forget(ref) -> None:  # the trace is gone: so is what was built from it
-        held = last[0]
-        if held is not None and held[0] is ref:
-            last[0] = None
-
-    def cached(trace: ParsedTrace):
-        held = last[0]
-        if held is not None and held[0]() is trace:
-            return held[1]
-        result = build(trace)
-        last[0] = (weakref.ref(trace, forget), result)
-        return result
-
-    cached.__doc__ = build.__doc__
-    return cached
-
-
 def _spans(events) -> IntervalSet:
     """The union of the events' [start, end) ranges."""
     return IntervalSet.from_arrays([e.start for e in events], [e.end for e in events])
 
 
-@_per_trace
+@per_trace
 def host_sets(trace: ParsedTrace) -> HostSets:
     # An op that calls a collective (DDP's gradient hook inside AccumulateGrad calls c10d::allreduce_) is
     # communicating, not computing, for as long as that call lasts.
-    comm_ops, other_ops = [], []
-    for o in trace.ops:
-        (comm_ops if is_comm(o.name) else other_ops).append(o)
-    compute_ops = subtract(_spans(other_ops), _spans(comm_ops))
+    ops, cols = trace.ops, op_columns(trace)
+    comm_names = {name for name in set(cols.names) if is_comm(name)}
+    comm_ops = [o for o in ops if o.name in comm_names] if comm_names else []
+    starts, ends = cols.start, cols.end
+    if comm_ops:
+        other = np.fromiter((name not in comm_names for name in cols.names), dtype=bool, count=len(ops))
+        starts, ends = starts[other], ends[other]
+    compute_ops = subtract(IntervalSet.from_arrays(starts, ends), _spans(comm_ops))
     runtime = trace.runtime
     return HostSets(
         sync=_spans(sync_primitives(trace)),
@@ -132,7 +115,7 @@ def host_sets(trace: ParsedTrace) -> HostSets:
         comm=_spans([*comm_ops, *(a for a in trace.annotations if is_comm(a.name))]))
 
 
-@_per_trace
+@per_trace
 def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """(all device activity, compute activity (copies included), communication not overlapped by compute)."""
     comm = [d for d in trace.device if is_comm_kernel(d.name)]
@@ -140,7 +123,7 @@ def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalS
     return _spans(trace.device), compute, subtract(_spans(comm), compute)
 
 
-@_per_trace
+@per_trace
 def busy_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """The three busy buckets as disjoint sets: (kernels, copies no kernel overlaps, communication alone)."""
     kernels, copies, comm = [], [], []
@@ -212,14 +195,13 @@ def _queued_lookup(trace: ParsedTrace) -> Callable[[np.ndarray, np.ndarray], np.
     trace) at g0? Per distinct start time, the earliest end of its activities' launch calls (-inf for an
     activity without a launch in the trace)."""
     launch = launches_by_correlation(trace)
-    earliest: dict[float, float] = {}
-    for d in trace.device:
-        r = launch.get(d.correlation)
-        t = float("-inf") if r is None else r.end
-        if t < earliest.get(d.start, float("inf")):
-            earliest[d.start] = t
-    starts = np.array(sorted(earliest), dtype=np.float64)
-    launched = np.array([earliest[t] for t in starts.tolist()], dtype=np.float64)
+    never = float("-inf")
+    begin = np.array([d.start for d in trace.device], dtype=np.float64)
+    launch_end = np.array([r.end if (r := launch.get(d.correlation)) is not None else never for d in trace.device],
+                          dtype=np.float64)
+    order = np.lexsort((launch_end, begin))  # by start, the earliest launch end first
+    starts, first = np.unique(begin[order], return_index=True)
+    launched = launch_end[order][first]
 
     def queued(g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
         k = np.minimum(np.searchsorted(starts, g1), max(starts.size - 1, 0))

@@ -145,18 +145,21 @@ def _last_boundary(buf: bytearray, after: int) -> int | None:
         start = max(after + 1, start - (16 << 20))  # no boundary in the last MiB: look further back
 
 
-def split_points(path: Path, parts: int, decode: Callable[[bytes], list]) -> list[tuple[int, int | None]] | None:
+def split_points(path: Path, parts: int, decode: Callable[[bytes], list],
+                 first_weight: float = 1.0) -> list[tuple[int, int | None]] | None:
     """Byte ranges that split the traceEvents array of an uncompressed file into ``parts`` runs of whole
-    events, for ``TraceStream(span=...)``; the first range starts at 0 (the header is read with it). None
-    when the file is gzipped or too small to split."""
+    events, for ``TraceStream(span=...)``; the first range starts at 0 (the header is read with it) and is
+    ``first_weight`` times as long as each of the others (the process that reads it does more besides).
+    None when the file is gzipped or too small to split."""
     path = Path(path)
     if path.name.endswith(".gz") or parts < 2:
         return None
     size = path.stat().st_size
     starts = [0]
+    total = first_weight + parts - 1
     with open(path, "rb") as f:
         for k in range(1, parts):
-            at = _event_start_near(f, size * k // parts, decode)
+            at = _event_start_near(f, int(size * (first_weight + k - 1) / total), decode)
             if at is None or at <= starts[-1]:
                 return None
             starts.append(at)

@@ -13,9 +13,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from .breakdown import Breakdown, device_sets, host_sets, sync_primitives
+from .columns import op_columns
 from .events import HostEvent, ParsedTrace, is_comm, is_comm_kernel
 from .intervals import IntervalSet, intersect
+from .per_trace import per_trace
 from .steps import StepWindow
 
 KERNEL_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
@@ -77,8 +81,7 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     n = len(windows)
     hs = host_sets(trace)
     data_us = sum(hs.data.length_within(w.host_start, w.host_end) for w in windows)
-    peak = {t: max((m.total_allocated for m in trace.memory if m.device_type == t), default=None)
-            for t in (0, 1)}
+    peak = _peak_allocated(trace.memory)
     common = dict(steps=n, step_ms=bd.total_us / n / 1e3,
                   host_step_ms=sum(w.host_end - w.host_start for w in windows) / n / 1e3,
                   data_ms_per_step=data_us / n / 1e3,
@@ -116,6 +119,15 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
         **_comm_compute(compute, comm, windows, n), **common)
 
 
+def _peak_allocated(memory) -> dict[int, int | None]:
+    """The largest Total Allocated of the CPU (0) and the GPU (1) samples; None where there is none."""
+    peak: dict[int, int | None] = {0: None, 1: None}
+    for kind, total in {(m.device_type, m.total_allocated) for m in memory}:
+        if kind in peak and (peak[kind] is None or total > peak[kind]):
+            peak[kind] = total
+    return peak
+
+
 def _in_steps(windows: list[StepWindow]) -> Callable[[float], bool]:
     """Whether a time is inside some step's host range: a union of the ranges, asked once per event."""
     return IntervalSet((w.host_start, w.host_end) for w in windows).covers
@@ -134,7 +146,7 @@ def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWin
 def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
     """Host-device syncs, one per top-level op that contains sync calls (an ``.item()`` is aten::item >
     aten::_local_scalar_dense > cudaMemcpyAsync + cudaStreamSynchronize: one sync, not four)."""
-    tops = _top_level_ops(trace.ops)
+    tops = _top_level_ops(trace)
     groups: dict[tuple, list[HostEvent]] = defaultdict(list)
     for p in sync_primitives(trace):
         top = _container(tops.get(p.tid, ([], [])), p)
@@ -147,20 +159,26 @@ def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
     return sorted(out, key=lambda e: e.start)
 
 
-def _top_level_ops(ops) -> dict:
-    """Per thread: (starts, ops) of the ops not nested in another op, in time order."""
-    by_tid: dict = defaultdict(list)
-    for o in ops:
-        by_tid[o.tid].append(o)
+@per_trace
+def _top_level_ops(trace: ParsedTrace) -> dict:
+    """Per thread: (starts, ops) of the ops not nested in another op, in time order: in (start, -end) order,
+    the first op, then the first one that starts at or after the end of the last one taken."""
+    ops = trace.ops
+    if not ops:
+        return {}
+    cols = op_columns(trace)
+    threads, tid, start, end = cols.threads, cols.thread, cols.start, cols.end
+    order = np.lexsort((-end, start, tid))  # by thread, then (start, -end); stable like list.sort
+    bounds = np.searchsorted(tid[order], np.arange(len(threads) + 1))
     out = {}
-    for tid, lst in by_tid.items():
-        lst.sort(key=lambda o: (o.start, -o.end))
-        tops, end = [], float("-inf")
-        for o in lst:
-            if o.start >= end:
-                tops.append(o)
-                end = o.end
-        out[tid] = ([o.start for o in tops], tops)
+    for key, code in threads.items():
+        rows = order[bounds[code]:bounds[code + 1]]
+        starts, ends = start[rows], end[rows]
+        tops, i = [], 0
+        while i < len(rows):
+            tops.append(int(rows[i]))
+            i = max(i + 1, int(starts.searchsorted(ends[i])))
+        out[key] = ([ops[k].start for k in tops], [ops[k] for k in tops])
     return out
 
 

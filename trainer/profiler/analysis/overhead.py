@@ -21,10 +21,13 @@ crosses a verdict boundary, a line that says so. Torch-free.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 
+import numpy as np
+
+from .columns import op_columns
 from .events import ParsedTrace
+from .per_trace import per_trace
 from .steps import StepWindow
 
 # µs of host time per recorded event, with record_shapes, profile_memory and with_stack on (see docstring).
@@ -70,21 +73,31 @@ def recording(trace: ParsedTrace) -> Recording:
                      profile_memory=bool(trace.memory))
 
 
-def _count_within(sorted_starts, lo: float, hi: float) -> int:
-    return bisect_left(sorted_starts, hi) - bisect_left(sorted_starts, lo)
+def _count_within(sorted_starts: np.ndarray, ranges: list[tuple[float, float]]) -> int:
+    """How many of the starts fall in [lo, hi) of each range, summed."""
+    if not ranges:
+        return 0
+    lo, hi = np.array(ranges, dtype=np.float64).reshape(-1, 2).T
+    return int((np.searchsorted(sorted_starts, hi) - np.searchsorted(sorted_starts, lo)).sum())
 
 
-def _kinds(trace: ParsedTrace) -> dict[str, list[float]]:
-    return {"op": sorted(o.start for o in trace.ops), "frame": list(trace.python_calls),
-            "builtin": list(trace.python_builtins),
-            "runtime": sorted(r.start for r in trace.runtime), "memory": sorted(m.ts for m in trace.memory)}
+def _sorted(values) -> np.ndarray:
+    return np.sort(np.fromiter(values, dtype=np.float64))
+
+
+@per_trace
+def _kinds(trace: ParsedTrace) -> dict[str, np.ndarray]:
+    """The start times of the recorded host events of each kind, sorted."""
+    return {"op": np.sort(op_columns(trace).start), "frame": np.asarray(trace.python_calls, dtype=np.float64),
+            "builtin": np.asarray(trace.python_builtins, dtype=np.float64),
+            "runtime": _sorted(r.start for r in trace.runtime), "memory": _sorted(m.ts for m in trace.memory)}
 
 
 def events_per_step(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
     """Mean number of recorded host events of each kind inside the steps' host ranges."""
     n = max(len(windows), 1)
-    return {k: sum(_count_within(starts, w.host_start, w.host_end) for w in windows) / n
-            for k, starts in _kinds(trace).items()}
+    ranges = [(w.host_start, w.host_end) for w in windows]
+    return {k: _count_within(starts, ranges) / n for k, starts in _kinds(trace).items()}
 
 
 def host_speed(median_launch_us: float | None) -> float:
@@ -103,6 +116,6 @@ def host_inflation(trace: ParsedTrace, windows: list[StepWindow], median_launch_
     speed = host_speed(median_launch_us)
     ms = speed * sum(counts[k] * COST_US[k] for k in COST_US) / 1e3
     n = max(len(windows), 1)
-    in_data = speed * sum(COST_US[k] * sum(_count_within(starts, a, b) for a, b in data_ranges)
+    in_data = speed * sum(COST_US[k] * _count_within(starts, list(data_ranges))
                           for k, starts in _kinds(trace).items() if COST_US[k]) / n / 1e3
     return Inflation(ms, ms * (1 - UNCERTAINTY), ms * (1 + UNCERTAINTY), counts, min(in_data, ms), speed)

@@ -22,7 +22,10 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from .events import DeviceEvent, HostEvent, ParsedTrace
+from .per_trace import per_trace
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class StepWindow:
         return self.end - self.start
 
 
+@per_trace
 def launches_by_correlation(trace: ParsedTrace) -> dict[int, HostEvent]:
     return {r.correlation: r for r in trace.runtime if r.correlation is not None}
 
@@ -62,14 +66,7 @@ def step_windows(trace: ParsedTrace) -> list[StepWindow]:
     """One window per ProfilerStep, in order. On a CPU-only trace, the windows are the host ranges."""
     if not trace.has_gpu:
         return [StepWindow(s.number, s.start, s.end, s.start, s.end, ()) for s in trace.steps]
-    launch = launches_by_correlation(trace)
-    find = step_finder(trace)
-    own: list[list[DeviceEvent]] = [[] for _ in trace.steps]
-    unattributed: list[DeviceEvent] = []
-    for d in trace.device:
-        r = launch.get(d.correlation)
-        i = find(r.start) if r is not None else None
-        (own[i] if i is not None else unattributed).append(d)
+    own, unattributed = _device_by_step(trace)
 
     first = trace.steps[0]
     first_own = min((d.start for d in own[0]), default=first.end)
@@ -87,3 +84,20 @@ def step_windows(trace: ParsedTrace) -> list[StepWindow]:
         windows.append(StepWindow(step.number, step.start, step.end, start, end, tuple(mine)))
         prev_end = end
     return windows
+
+
+def _device_by_step(trace: ParsedTrace) -> tuple[list[list[DeviceEvent]], list[DeviceEvent]]:
+    """Per step, the device activity whose launch ran inside its host range (``step_finder``'s rule), in
+    trace order; and the rest. Looked up for all activities at once."""
+    launch = launches_by_correlation(trace)
+    device, steps = trace.device, trace.steps
+    nan = float("nan")
+    launched_at = np.array([r.start if (r := launch.get(d.correlation)) is not None else nan for d in device],
+                           dtype=np.float64)
+    step_ends = np.array([s.end for s in steps], dtype=np.float64)
+    i = np.searchsorted(np.array([s.start for s in steps], dtype=np.float64), launched_at, side="right") - 1
+    step_of = np.where((i >= 0) & (launched_at < step_ends[np.maximum(i, 0)]), i, -1)  # NaN: no launch, -1
+    order = np.argsort(step_of, kind="stable")
+    bounds = np.searchsorted(step_of[order], np.arange(-1, len(steps) + 1)).tolist()
+    groups = [[device[k] for k in order[a:b].tolist()] for a, b in zip(bounds, bounds[1:])]
+    return groups[1:], groups[0]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .events import DeviceEvent, HostEvent, MemorySample
+from .gc_paused import gc_paused
 from .jsonstream import TraceStream
 from .stream_parse import StreamFallback, _Collector, _decode
 
@@ -67,7 +68,10 @@ def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, b
 
 
 def _codes(names: list[str], table: dict[str, int]) -> np.ndarray:
-    return np.fromiter((table.setdefault(n, len(table)) for n in names), dtype=np.int64, count=len(names))
+    for name in dict.fromkeys(names):  # a piece repeats a few hundred names
+        if name not in table:
+            table[name] = len(table)
+    return np.fromiter(map(table.__getitem__, names), dtype=np.int64, count=len(names))
 
 
 def encode(c: _Collector) -> dict:
@@ -76,17 +80,17 @@ def encode(c: _Collector) -> dict:
     out: dict = {"steps": c.steps, "shapes": c.shapes, "header": c.header,
                  "python_calls": np.asarray(c.python_calls, dtype=np.float64),
                  "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
-                 "memory": (np.asarray([m.ts for m in c.memory], dtype=np.float64),
-                            [m.device_type for m in c.memory], [m.total_allocated for m in c.memory])}
-    for name in HOST_LISTS:
+                 "memory": (np.asarray([m[0] for m in c.memory], dtype=np.float64),
+                            [m[1] for m in c.memory], [m[2] for m in c.memory])}
+    for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation
         ev = getattr(c, name)
-        out[name] = (_codes([e.name for e in ev], table), [e.tid for e in ev],
-                     np.asarray([e.start for e in ev], dtype=np.float64),
-                     np.asarray([e.end for e in ev], dtype=np.float64), [e.correlation for e in ev])
-    d = c.device
-    out["device"] = (_codes([e.name for e in d], table), [e.kind for e in d], [e.device for e in d],
-                     [e.stream for e in d], np.asarray([e.start for e in d], dtype=np.float64),
-                     np.asarray([e.end for e in d], dtype=np.float64), [e.correlation for e in d])
+        out[name] = (_codes([e[0] for e in ev], table), [e[1] for e in ev],
+                     np.array([e[2] for e in ev], dtype=np.float64),
+                     np.array([e[3] for e in ev], dtype=np.float64), [e[4] for e in ev])
+    d = c.device  # DeviceEvent: name, kind, device, stream, start, end, correlation
+    out["device"] = (_codes([e[0] for e in d], table), [e[1] for e in d], [e[2] for e in d],
+                     [e[3] for e in d], np.array([e[4] for e in d], dtype=np.float64),
+                     np.array([e[5] for e in d], dtype=np.float64), [e[6] for e in d])
     out["names"] = list(table)
     return out
 
@@ -110,6 +114,7 @@ def decode_into(c: _Collector, part: dict) -> None:
                         ends.tolist(), corr))
 
 
+@gc_paused()
 def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> list[dict]:
     """``collect_range``, each decoded piece's events collected apart, encoded and dropped at once."""
     out = []

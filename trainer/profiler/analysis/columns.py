@@ -1,0 +1,40 @@
+"""A trace's host ops as numpy columns, built once per trace for the passes that scan all of them.
+
+    cols = op_columns(trace)
+    cols.start, cols.end          # float64 arrays, one entry per trace.ops entry, in its order
+    cols.thread, cols.threads     # int64 codes per op (0, 1, ... by first appearance), and {tid: code}
+    cols.names                    # the ops' names, a tuple in the same order
+
+A large trace holds about a million ops; reading one field of each from the event tuples costs more than
+the numpy work done with it, so it is done once. Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .events import ParsedTrace
+from .per_trace import per_trace
+
+
+class OpColumns(NamedTuple):
+    names: tuple
+    thread: np.ndarray
+    threads: dict
+    start: np.ndarray
+    end: np.ndarray
+
+
+@per_trace
+def op_columns(trace: ParsedTrace) -> OpColumns:
+    if not trace.ops:
+        empty = np.empty(0)
+        return OpColumns((), empty.astype(np.int64), {}, empty, empty)
+    ops = trace.ops
+    names, tids = tuple([o.name for o in ops]), [o.tid for o in ops]
+    starts, ends = [o.start for o in ops], [o.end for o in ops]
+    threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}  # in order of first appearance
+    thread = np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
+    return OpColumns(names, thread, threads, np.array(starts, dtype=np.float64), np.array(ends, dtype=np.float64))
