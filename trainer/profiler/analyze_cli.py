@@ -102,7 +102,7 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
     folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
     try:
         from stepscope.trainer.profiler.tbfix import write_adapted_pair
-        from stepscope.trainer.profiler.tbfix.export import export_file
+        from stepscope.trainer.profiler.tbfix.export import export_file, written_excerpt
         from stepscope.trainer.profiler.tbfix.plugin_check import PluginMissing, plugin_problem
     except ImportError as e:
         raise UsageError(f"--export-tensorboard needs stepscope.trainer.profiler.tbfix, which failed to "
@@ -114,9 +114,10 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
         written = []
         for item in loaded:
             gz = item.found.path.name.endswith(".gz")
+            part = staging / f"excerpt-{len(written)}.pt.trace.json"  # for the plugin check of a large copy
             try:
                 if item.trace is None:  # streamed: the file is copied and rewritten as it is read
-                    adapted, _raw = export_file(target, item.worker, item.span, item.found.path)
+                    adapted, _raw = export_file(target, item.worker, item.span, item.found.path, excerpt=part)
                 else:
                     adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
             except ValueError as e:
@@ -125,7 +126,8 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
                 # the analysis accepted these traces, so this is a defect of the adapter: still one line
                 raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
             try:
-                problem = plugin_problem(adapted)  # a copy TensorBoard would drop is no export
+                # a copy TensorBoard would drop is no export
+                problem = plugin_problem(adapted, excerpt_path=written_excerpt(part))
             except PluginMissing as e:
                 raise UsageError(f"--export-tensorboard: {e}") from None
             if problem:

@@ -14,12 +14,15 @@ does not list.
 from __future__ import annotations
 
 import shutil
+import tempfile
 import zlib
 from pathlib import Path
 
 import msgspec
 from stepscope.trainer.profiler import files as trace_files
 
+from ..analysis.parallel import json_size
+from . import plugin_check
 from .adapt import adapt_trace
 from .plugin_check import plugin_problem
 from .stream_plan import plan_edits
@@ -51,13 +54,18 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
     return adapted_path, raw
 
 
-def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None) -> tuple[Path, Path]:
+def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None,
+                excerpt: Path | None = None) -> tuple[Path, Path]:
     """``write_adapted_pair`` for a trace file, streamed: the original is copied byte for byte under
     ``raw/`` (gzipped on the way when ``gz`` asks for it and ``src`` is plain), the plugin copy written event by
     event (``stream_plan.py``, ``stream_write.py``), so the trace is never in memory. ``gz`` (default: as
     ``src``) says whether both copies are gzipped. A file that msgspec cannot stream (e.g. NaN literals, which
     Python's json accepts) is loaded whole and written by ``write_adapted_pair``, which raises what loading it
-    raises; nothing is written then."""
+    raises; nothing is written then.
+
+    ``excerpt``: a path for the copy's excerpt of its first ``plugin_check.EXCERPT_STEPS`` steps, written in the
+    same pass when ``src`` is larger than half of ``plugin_check.WHOLE_UP_TO`` (plugin_problem then loads it
+    instead of making it from the copy; no file there: there is none, the copy is small or short)."""
     _check_names(worker, span)
     src = Path(src)
     gz = src.name.endswith(".gz") if gz is None else gz
@@ -68,8 +76,14 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
     adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     copy_file_atomic(src, raw)
-    write_adapted_stream(src, adapted_path, plan, header)
+    wanted = excerpt is not None and json_size(src) > plugin_check.WHOLE_UP_TO // 2
+    write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None)
     return adapted_path, raw
+
+
+def written_excerpt(path: Path) -> Path | None:
+    """``path`` if export_file wrote an excerpt there, else None: the argument plugin_problem takes."""
+    return path if path.is_file() else None
 
 
 def _span_of(tf: trace_files.TraceFile) -> str:
@@ -99,10 +113,13 @@ def export_tensorboard(src_run_dir: Path, out_dir: Path) -> list[Path]:
     written: list[Path] = []
     try:
         for tf in traces:
-            adapted, raw = export_file(out, tf.worker, _span_of(tf), tf.path)
-            written += [raw, adapted]
-            if problem := plugin_problem(adapted):  # a copy TensorBoard would drop is no export
-                raise ValueError(f"{tf.path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")
+            with tempfile.TemporaryDirectory(prefix="stepscope-excerpt-") as tmp:
+                part = Path(tmp) / "excerpt.pt.trace.json"
+                adapted, raw = export_file(out, tf.worker, _span_of(tf), tf.path, excerpt=part)
+                written += [raw, adapted]
+                # a copy TensorBoard would drop is no export
+                if problem := plugin_problem(adapted, excerpt_path=written_excerpt(part)):
+                    raise ValueError(f"{tf.path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")
     except BaseException:
         if created:
             shutil.rmtree(out, ignore_errors=True)

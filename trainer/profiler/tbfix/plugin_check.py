@@ -12,7 +12,8 @@ installed, ``PluginMissing`` (a ValueError) says so in one line.
 The plugin holds about 7 bytes per byte of trace while it loads (7.5 GB for a 1 GB file, several minutes on
 2 cores). A file with more than ``WHOLE_UP_TO`` bytes of JSON is therefore checked through an excerpt of its
 first ``EXCERPT_STEPS`` steps (excerpt.py), the same events byte for byte: every kind of event and edit the
-copy holds, in a file the plugin loads in seconds.
+copy holds, in a file the plugin loads in seconds. The export writes that excerpt while it writes the copy
+(stream_write.py) and passes it in; otherwise it is made here from the copy, in two more passes.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ class PluginMissing(ValueError):
     """torch_tb_profiler cannot be imported, so an export cannot be checked."""
 
 
-def plugin_problem(path: Path, worker: str = "worker", span: str = "1") -> str | None:
-    """None if torch-tb-profiler loads the trace file at ``path``; else ``"<Exception>: <message>"``."""
+def plugin_problem(path: Path, worker: str = "worker", span: str = "1",
+                   excerpt_path: Path | None = None) -> str | None:
+    """None if torch-tb-profiler loads the trace file at ``path``; else ``"<Exception>: <message>"``.
+    ``excerpt_path``: the file's excerpt of its first EXCERPT_STEPS steps, already written (the export writes
+    it while it writes the copy); otherwise a large file's excerpt is made here."""
     try:
         from torch_tb_profiler.profiler.data import DistributedRunProfileData, RunProfileData
         from torch_tb_profiler.profiler.run_generator import RunGenerator
@@ -48,7 +52,8 @@ def plugin_problem(path: Path, worker: str = "worker", span: str = "1") -> str |
         with tempfile.TemporaryDirectory(prefix="stepscope-plugin-cache-") as cache, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its pandas calls warn of deprecations: not about this trace
             if json_size(Path(path)) > WHOLE_UP_TO:
-                path = excerpt(Path(path), Path(cache) / "excerpt.pt.trace.json", EXCERPT_STEPS) or path
+                path = excerpt_path or excerpt(Path(path), Path(cache) / "excerpt.pt.trace.json",
+                                               EXCERPT_STEPS) or path
             data = RunProfileData.parse(worker, span, str(path), cache)
             RunGenerator(worker, span, data).generate_run_profile()
             DistributedRunProfileData(data)

@@ -26,51 +26,54 @@ def call_stacks_of(cat_arr: np.ndarray, name_of: list[str], thread: list, start:
     is_frame = cat_arr == "python_function"
     is_op = np.isin(cat_arr, ["cpu_op", "operator"])
     real: dict[str, bool] = {}
-    for k in np.flatnonzero(is_frame):
-        frames_by_thread[thread[k]].append((float(start[k]), float(stop[k]), name_of[k]))
-    for k in np.flatnonzero(is_op):
-        ops_by_thread[thread[k]].append((float(start[k]), int(k)))
+    rows = np.flatnonzero(is_frame)
+    for k, a, b in zip(rows.tolist(), start[rows].tolist(), stop[rows].tolist()):
+        frames_by_thread[thread[k]].append((a, b, name_of[k]))
+    rows = np.flatnonzero(is_op)
+    for k, a in zip(rows.tolist(), start[rows].tolist()):
+        ops_by_thread[thread[k]].append((a, k))
     for key, ops in ops_by_thread.items():
         frames = frames_by_thread.get(key)
         if not frames:
             continue
         frames.sort(key=lambda f: (f[0], -f[1]))
         ops.sort()
-        open_frames: list = []
-        nxt = 0
-        cache: dict[tuple, str] = {}
-        changed, last = True, None  # the open frames changed since ``last`` = (their earliest end, stack)
-        for op_start, k in ops:
-            while nxt < len(frames) and frames[nxt][0] <= op_start:
-                frame = frames[nxt]
-                while open_frames and open_frames[-1][1] < frame[0]:
-                    open_frames.pop()
-                open_frames.append(frame)
-                nxt += 1
-                changed = True
-            while open_frames and open_frames[-1][1] < op_start:
-                open_frames.pop()
-                changed = True
-            if not changed and last[0] >= op_start:  # same frames, all still open: same stack
-                if last[1] is not None and not has_stack[k]:
-                    out[k] = last[1]
-                continue
-            chain = []
-            for f in reversed(open_frames):
-                if f[1] >= op_start:
-                    ok = real.get(f[2])
-                    if ok is None:
-                        ok = real[f[2]] = bool(PYTHON_FRAME.match(f[2]))
-                    if ok:
-                        chain.append(f[2])
-            stack = None
-            if chain:
-                t = tuple(chain)
-                if t not in cache:
-                    cache[t] = STACK_SEPARATOR.join(t)
-                stack = cache[t]
-                if not has_stack[k]:
-                    out[k] = stack
-            changed = False
-            last = (min((f[1] for f in open_frames), default=float("inf")), stack)
+        _thread_stacks(frames, ops, has_stack, real, out)
     return out
+
+
+def _thread_stacks(frames: list, ops: list, has_stack: list[bool], real: dict, out: dict) -> None:
+    """One thread's sweep: ``frames`` (start, end, name) sorted by start (outer first on ties), ``ops``
+    (start, row) sorted. Beside the open frames it keeps, per depth, the real frames from the outermost
+    down to that one and the earliest end among them, so that an operator under frames that are all still
+    open gets its stack without walking them."""
+    open_frames: list = []
+    chains: list[tuple] = []  # chains[d]: real frame names of open_frames[:d + 1], outermost first
+    earliest: list[float] = []  # earliest[d]: the earliest end among open_frames[:d + 1]
+    nxt = 0
+    strings: dict[tuple, str | None] = {(): None}
+    for op_start, k in ops:
+        while nxt < len(frames) and frames[nxt][0] <= op_start:
+            frame = frames[nxt]
+            while open_frames and open_frames[-1][1] < frame[0]:
+                open_frames.pop(), chains.pop(), earliest.pop()
+            ok = real.get(frame[2])
+            if ok is None:
+                ok = real[frame[2]] = bool(PYTHON_FRAME.match(frame[2]))
+            below = chains[-1] if chains else ()
+            chains.append((*below, frame[2]) if ok else below)
+            earliest.append(min(earliest[-1], frame[1]) if earliest else frame[1])
+            open_frames.append(frame)
+            nxt += 1
+        while open_frames and open_frames[-1][1] < op_start:
+            open_frames.pop(), chains.pop(), earliest.pop()
+        if not earliest or earliest[-1] >= op_start:  # every open frame encloses the op: the kept chain
+            chain = chains[-1] if chains else ()
+            stack = strings.get(chain, "")
+            if stack == "":
+                stack = strings[chain] = STACK_SEPARATOR.join(reversed(chain))
+        else:  # frames that ended before the op stay below an open one: leave them out
+            chain = tuple(f[2] for f in reversed(open_frames) if f[1] >= op_start and real[f[2]])
+            stack = STACK_SEPARATOR.join(chain) if chain else None
+        if stack is not None and not has_stack[k]:
+            out[k] = stack

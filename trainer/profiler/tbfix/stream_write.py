@@ -2,11 +2,17 @@ r"""Write the plugin copy of a trace file by streaming it once more and applying
 
     plan, header = plan_edits(src)                      # stream_plan.py: first pass
     write_adapted_stream(src, dst, plan, header)        # second pass: events copied or rewritten in order
+    write_adapted_stream(src, dst, plan, header, (Path("x.json"), 3))   # + the excerpt of its first 3 steps
 
-Unchanged events are copied as their original bytes (never re-serialised); an edited event is decoded,
-changed the way ``adapt.py`` changes it, and re-encoded (compact, UTF-8); entries the plan does not keep
-are left out. The top-level keys keep json's default separators, which Holistic Trace Analysis's
-``"rank":\s+`` regex needs. The file appears under ``dst`` only once complete (a ``.tmp-*.partial`` name, then a rename), and
+Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
+they are); an edited event is decoded, changed the way ``adapt.py`` changes it, and re-encoded (compact,
+UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
+written in them too: a forked helper writes the second range's events to a file of its own, appended to
+the copy once this process has written the first (gzipped copies: one gzip member each, a valid stream).
+The excerpt for the plugin check (excerpt.py's rule: the events before step N+1 begins and those without a
+time, the copy's bytes and top-level keys) is collected on the way, so no further pass reads the copy.
+The top-level keys keep json's default separators, which Holistic Trace Analysis's ``"rank":\s+`` regex
+needs. The file appears under ``dst`` only once complete (a ``.tmp-*.partial`` name, then a rename), and
 is gzipped when ``dst`` ends in ``.gz`` (level ``GZ_LEVEL``: fast, for files of gigabytes).
 """
 
@@ -17,12 +23,16 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
+from ..analysis.gc_paused import gc_paused
 from ..analysis.jsonstream import TraceStream
 from .adapt import UNLINKED_KEY
+from .forked import forked
 from .stream_plan import UNSET, Edit, EditPlan
 
 GZ_LEVEL = 1
@@ -54,14 +64,119 @@ def apply_edit(e: dict, edit: Edit) -> dict:
     return e
 
 
-def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict) -> None:
+@gc_paused()
+def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
+                         excerpt: tuple[Path, int] | None = None) -> Path | None:
+    """Write the copy to ``dst``. ``excerpt=(path, steps)``: also write excerpt.py's excerpt of the copy's
+    first ``steps`` steps to ``path`` (plain JSON) in the same pass, and return ``path``; None when the copy
+    has ``steps`` steps or fewer (it is its own excerpt), as excerpt.py. A plan read in byte ranges is
+    written in them, the second by a forked helper into a file of its own that is then appended."""
+    gz = Path(dst).name.endswith(".gz")
+    steps = excerpt[1] if excerpt is not None and len(plan.step_starts) > excerpt[1] else None
+    in_excerpt = _excerpt_rows(plan, steps) if steps is not None else None
+
     def fill(raw_out) -> None:
-        out = gzip.GzipFile(fileobj=raw_out, mode="wb", compresslevel=GZ_LEVEL) \
-            if Path(dst).name.endswith(".gz") else raw_out
-        with out:
-            _write(src, out, plan, header)
+        parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent)
+        if steps is not None:
+            with open(excerpt[0], "wb") as f:
+                f.write(b'{"traceEvents":[' + b",".join(parts) + b"]")
+                for key, value in header.items():
+                    f.write(b"," + msgspec.json.encode(key) + b":" + msgspec.json.encode(value))
+                f.write(b"}")
 
     _atomic(dst, fill)
+    return excerpt[0] if steps is not None else None
+
+
+def _member(raw_out, gz: bool):
+    """A writer on ``raw_out`` (a gzip member when ``gz``) whose closing leaves ``raw_out`` open."""
+    if gz:
+        return gzip.GzipFile(fileobj=raw_out, mode="wb", compresslevel=GZ_LEVEL)
+    return _Unclosed(raw_out)
+
+
+class _Unclosed:
+    def __init__(self, f) -> None:
+        self.write = f.write
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in_excerpt, folder: Path) -> list:
+    """The copy to ``raw_out``: top-level keys, events, closing; returns the excerpt's events."""
+    head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
+                          for k, v in header.items()) + b'"traceEvents": [\n'
+    ranges = plan.ranges or [(None, 0)]
+    rest = None
+    if len(ranges) > 1:
+        fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
+        os.close(fd)
+    try:
+        helper = forked(_write_range_file, src, rest, gz, plan, ranges[1], in_excerpt) if rest else nullcontext()
+        with helper as later:
+            with _member(raw_out, gz) as out:
+                out.write(head)
+                wrote, parts = _write_events(src, out, plan, *ranges[0], in_excerpt)
+                if later is not None:
+                    wrote_rest, parts_rest = later.result()
+                    if wrote and wrote_rest:
+                        out.write(b",\n")
+                    parts += parts_rest
+        if rest is not None:
+            with open(rest, "rb") as f:
+                raw_out.flush()
+                copy_rest(f, raw_out)
+        with _member(raw_out, gz) as out:
+            out.write(b"\n]}\n")
+    finally:
+        if rest is not None:
+            Path(rest).unlink(missing_ok=True)
+    return parts
+
+
+def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, byte_range, in_excerpt) -> tuple:
+    """In the forked helper: one range's events to ``path``, a file (gzip member) of its own."""
+    with open(path, "wb") as raw, _member(raw, gz) as out:
+        return _write_events(src, out, plan, *byte_range, in_excerpt)
+
+
+def _write_events(src: Path, out, plan: EditPlan, byte_range, first: int, in_excerpt) -> tuple[bool, list]:
+    """The copy's events of one byte range of ``src`` (whose first entry is entry ``first``), joined by
+    ``",\n"``; returns (whether any was written, the excerpt's events among them)."""
+    keep, edits = plan.keep, plan.edits
+    # the entries not copied as they are, in order: edited or left out
+    special = np.union1d(np.fromiter(edits, dtype=np.int64, count=len(edits)), np.flatnonzero(~keep))
+    excerpt_parts: list = []
+    wrote = False
+    n = first
+    with TraceStream(src, span=byte_range) as stream:
+        for raws in stream.decode_events(lambda view: _RAW.decode(bytes(view))):  # Raw keeps its buffer
+            a, b = np.searchsorted(special, (n, n + len(raws)))
+            parts: list = []  # msgspec.Raw objects are bytes-like: joined without a copy each
+            rewritten: dict[int, bytes] = {}
+            prev = 0
+            for i in special[a:b].tolist():
+                j = i - n
+                parts += raws[prev:j]
+                if keep[i]:
+                    edit = edits.get(i)
+                    part = raws[j] if edit is None else _ENCODE(apply_edit(msgspec.json.decode(raws[j]), edit))
+                    parts.append(part)
+                    rewritten[j] = part
+                prev = j + 1
+            parts += raws[prev:]
+            if parts:
+                out.write((b",\n" if wrote else b"") + b",\n".join(parts))
+                wrote = True
+            if in_excerpt is not None:
+                excerpt_parts += [bytes(rewritten.get(j, raws[j]))
+                                  for j in np.flatnonzero(in_excerpt[n:n + len(raws)]).tolist()]
+            n += len(raws)
+    return wrote, excerpt_parts
 
 
 def copy_file_atomic(src: Path, dst: Path) -> None:
@@ -74,10 +189,21 @@ def copy_file_atomic(src: Path, dst: Path) -> None:
             with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZ_LEVEL) as z:
                 shutil.copyfileobj(f, z, 8 << 20)
         else:
-            shutil.copyfileobj(f, out, 8 << 20)
+            copy_rest(f, out)
 
     with open(src, "rb") as f:
         _atomic(dst, fill)
+
+
+def copy_rest(f, out) -> None:
+    """The rest of ``f`` appended to ``out`` by copy_file_range(2), without passing through this process
+    (a gigabyte in about a second); by reading and writing where the system cannot."""
+    out.flush()
+    try:
+        while os.copy_file_range(f.fileno(), out.fileno(), 1 << 30):
+            pass
+    except (AttributeError, OSError):  # no such call here, or not between these files: what is left, by hand
+        shutil.copyfileobj(f, out, 8 << 20)
 
 
 def _atomic(dst: Path, fill) -> None:
@@ -97,24 +223,8 @@ def _atomic(dst: Path, fill) -> None:
         raise
 
 
-def _write(src: Path, out, plan: EditPlan, header: dict) -> None:
-    out.write(b"{")
-    for key, value in header.items():
-        out.write(json.dumps(key).encode() + b": " + json.dumps(value).encode() + b", ")
-    out.write(b'"traceEvents": [\n')
-    keep, edits = plan.keep, plan.edits
-    first = True
-    n = 0
-    with TraceStream(src) as stream:
-        for raws in stream.decode_events(lambda view: _RAW.decode(bytes(view))):  # Raw keeps its buffer
-            parts = []
-            for i, r in enumerate(raws, n):
-                if not keep[i]:
-                    continue
-                edit = edits.get(i)
-                parts.append(bytes(r) if edit is None else _ENCODE(apply_edit(msgspec.json.decode(r), edit)))
-            n += len(raws)
-            if parts:
-                out.write((b"" if first else b",\n") + b",\n".join(parts))
-                first = False
-    out.write(b"\n]}\n")
+def _excerpt_rows(plan: EditPlan, steps: int) -> np.ndarray:
+    """The copy's entries in its excerpt (excerpt.py's rule): those before its step ``steps + 1`` begins and
+    those without a time."""
+    cutoff = plan.step_starts[steps] if len(plan.step_starts) > steps else np.inf
+    return plan.keep & ~(plan.ts >= cutoff)  # NaN (no time) compares False

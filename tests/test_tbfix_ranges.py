@@ -1,0 +1,118 @@
+"""The export of a large uncompressed trace: read and written in two byte ranges at once (a forked helper
+takes the second), with the plugin check's excerpt written in the same pass. Both must give, byte for byte,
+what the one-range export and ``excerpt.excerpt`` give; these tests make small traces take those paths.
+
+    python -m pytest -q tests/test_tbfix_ranges.py
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from stepscope.trainer.profiler.analysis.gc_paused import gc_paused
+from stepscope.trainer.profiler.files import find_traces, load_trace
+from stepscope.trainer.profiler.tbfix import adapt_trace, forked, plan_columns, plugin_check, stream_plan
+from stepscope.trainer.profiler.tbfix.excerpt import excerpt
+from stepscope.trainer.profiler.tbfix.export import export_file
+
+DATA = Path(__file__).parent / "data"
+SPAN = "1795259109156023363"
+
+
+def _plain(tmp_path: Path, run: str, junk: bool = False) -> tuple[Path, dict]:
+    """An uncompressed copy of a tests/data trace; ``junk``: with entries the export must leave out or
+    guard (not objects, a nameless event) in both halves of the file."""
+    tf = find_traces(DATA / run)[0]
+    trace = load_trace(tf.path)
+    if junk:
+        events = trace["traceEvents"]
+        half = len(events) // 2
+        events[half + 7:half + 7] = ["junk", 7, {"ph": "X", "cat": "cpu_op", "ts": events[half]["ts"], "dur": 1}]
+        events[3:3] = [None, {"ph": "i", "ts": events[0].get("ts", 0)}]
+    path = tmp_path / f"{run}.{SPAN}.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    return path, trace
+
+
+def _export(src: Path, out: Path, split: bool, monkeypatch, gz: bool = False) -> tuple[Path, Path]:
+    with monkeypatch.context() as m:
+        m.setattr(forked, "SPLIT_FROM", 0 if split else 1 << 62)
+        m.setattr(stream_plan, "SPLIT_EVENTS", 0 if split else 1 << 62)
+        adapted, _ = export_file(out, "w", SPAN, src, gz=gz, excerpt=out / "excerpt.json")
+    return adapted, out / "excerpt.json"
+
+
+@pytest.mark.parametrize("run", ["cuda_graph", "eager_bs128", "nccl_ddp", "lightning_h100"])
+def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
+    src, trace = _plain(tmp_path, run, junk=run == "cuda_graph")
+    assert forked.export_ranges(src, plan_columns._decode) is None  # small: one range unless told otherwise
+    monkeypatch.setattr(forked, "SPLIT_FROM", 0)
+    assert len(forked.export_ranges(src, plan_columns._decode)) == 2
+    one, _ = _export(src, tmp_path / "one", False, monkeypatch)
+    two, _ = _export(src, tmp_path / "two", True, monkeypatch)
+    assert two.read_bytes() == one.read_bytes()
+    assert load_trace(two) == json.loads(json.dumps(adapt_trace(trace)))
+    zipped, _ = _export(src, tmp_path / "gz", True, monkeypatch, gz=True)  # two gzip members, one stream
+    assert gzip.decompress(zipped.read_bytes()) == one.read_bytes()
+
+
+def test_the_plan_of_two_ranges_is_the_plan_of_one(tmp_path, monkeypatch):
+    src, _ = _plain(tmp_path, "eager_bs128", junk=True)
+    one, _ = stream_plan.plan_edits(src)
+    monkeypatch.setattr(forked, "SPLIT_FROM", 0)
+    monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
+    two, _ = stream_plan.plan_edits(src)
+    assert one.ranges is None and [index for _, index in two.ranges][0] == 0 and len(two.ranges) == 2
+    assert two.edits == one.edits and two.step_starts == one.step_starts
+    assert (two.keep == one.keep).all() and ((two.ts == one.ts) | (two.ts != two.ts)).all()
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_excerpt_written_with_the_copy_is_the_excerpt_of_the_copy(split, tmp_path, monkeypatch):
+    src, _ = _plain(tmp_path, "lightning_h100")
+    monkeypatch.setattr(plugin_check, "WHOLE_UP_TO", 0)  # export_file writes one above half of this
+    monkeypatch.setattr(plugin_check, "EXCERPT_STEPS", 2)  # of the trace's 3 steps
+    adapted, part = _export(src, tmp_path / "out", split, monkeypatch)
+    assert part.is_file()
+    assert part.read_bytes() == excerpt(adapted, tmp_path / "made.json", plugin_check.EXCERPT_STEPS).read_bytes()
+    assert plugin_check.plugin_problem(adapted, excerpt_path=part) is None
+
+
+def test_no_excerpt_for_a_trace_of_few_steps_or_a_small_one(tmp_path, monkeypatch):
+    src, trace = _plain(tmp_path, "cuda_graph")
+    steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    _, part = _export(src, tmp_path / "small", False, monkeypatch)
+    assert not part.exists()  # not larger than half of WHOLE_UP_TO: the check loads the copy itself
+    monkeypatch.setattr(plugin_check, "WHOLE_UP_TO", 0)
+    monkeypatch.setattr(plugin_check, "EXCERPT_STEPS", len(steps))
+    _, part = _export(src, tmp_path / "short", False, monkeypatch)
+    assert not part.exists()  # no more steps than the excerpt would keep: the copy is its own excerpt
+
+
+def test_a_helper_runs_a_call_on_what_this_process_holds():
+    columns = list(range(100_000))
+    with forked.forked(sum, columns) as result:
+        assert result.result() == sum(columns)
+    with forked.forked(int, "not a number") as result, pytest.raises(ValueError):
+        result.result()
+
+
+def test_gc_paused_restores_what_it_found():
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer block still holds it
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()
