@@ -172,13 +172,25 @@ def _run(cmd: list[str]) -> tuple[float, float, float, float]:
     return wall, usage.ru_utime + usage.ru_stime, max(peaks.values(), default=0) / 1024, sum(peaks.values()) / 1024
 
 
-def _table(rows: list[tuple[str, list[str]]], repeat: int) -> None:
+def _settled(scratch: Path | None = None) -> None:
+    """Before a timed run: what earlier runs wrote is removed and on disk (a run that starts while the kernel
+    still writes back gigabytes of an earlier export shares the 2 cores with it)."""
+    if scratch is not None:
+        for p in scratch.iterdir():
+            shutil.rmtree(p, ignore_errors=True)
+    os.sync()
+
+
+def _table(rows: list[tuple[str, list[str]]], repeat: int, scratch: Path | None = None) -> None:
     print("| command | wall s (median) | CPU s (median) | peak RSS MiB, largest process | peak RSS MiB, "
           "process tree | wall s of each run | load avg (1 min) at start |")
     print("|---|---|---|---|---|---|---|")
     for label, cmd in rows:
         load = os.getloadavg()[0]
-        runs = [_run(cmd) for _ in range(repeat)]
+        runs = []
+        for _ in range(repeat):
+            _settled(scratch)
+            runs.append(_run(cmd))
         walls = [r[0] for r in runs]
         print(f"| {label} | {statistics.median(walls):.2f} | {statistics.median(r[1] for r in runs):.2f} | "
               f"{max(r[2] for r in runs):.0f} | {max(r[3] for r in runs):.0f} | "
@@ -200,7 +212,7 @@ def measure(run: Path, repeat: int, export: bool) -> None:
             str(ROOT / "scripts" / "analyze.py"), str(run), str(scratch)]))
     try:
         print(f"{tf.path} ({tf.path.stat().st_size / 1e6:.0f} MB), {os.cpu_count()} CPUs")
-        _table(rows, repeat)
+        _table(rows, repeat, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
