@@ -4,7 +4,9 @@ problem, exit code 2, no export written; and what it does print with ``--json`` 
     pytest tests/test_corrupt_traces.py -q
 
 Every case starts from a real trace (tests/data/eager_bs32) and breaks one thing. The gzip bomb and the
-out-of-memory case run under an address-space limit (``RLIMIT_AS``), so that they cost the test little.
+out-of-memory case run under a limit on the process's data (``RLIMIT_DATA``: heap and private mappings), so
+that they cost the test little. Not an address-space limit: a process that has used up its address space can
+die of SIGSEGV the next time its stack needs a page, wherever that happens to be.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def huge_trace(run: Path) -> None:
 
 DELETE = object()
 GIB = 1 << 30
-# id: (builder, fragment of the one error line, or None where the trace must be analysed, RLIMIT_AS or None)
+# id: (builder, fragment of the one error line, or None where the trace must be analysed, RLIMIT_DATA or None)
 CASES = {
     "args_not_object": (edited("op", args=["Input Dims"]), "has args that is an array", None),
     "distributedInfo_string": (top_level(distributedInfo="rank0"), "distributedInfo is a string", None),
@@ -139,7 +141,7 @@ CASES = {
 
 def run_analyze(run: Path, *args, rlimit: int | None = None) -> subprocess.CompletedProcess:
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (rlimit, rlimit))
+        resource.setrlimit(resource.RLIMIT_DATA, (rlimit, rlimit))
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), str(run), *map(str, args)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           preexec_fn=limit if rlimit else None)

@@ -37,9 +37,10 @@ def available_memory() -> int | None:
                     known.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        known.append(soft)
+    for limit in (resource.RLIMIT_AS, resource.RLIMIT_DATA):  # address space; heap and private mappings
+        soft, _ = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY:
+            known.append(soft)
     return min(known) if known else None
 
 
