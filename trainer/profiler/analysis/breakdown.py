@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .columns import op_columns
-from .events import SYNC_CALLS, HostEvent, ParsedTrace, is_comm, is_comm_kernel
+from .columns import DeviceColumns, device_columns, op_columns
+from .events import SYNC_CALLS, HostEvent, ParsedTrace, is_comm
 from .intervals import IntervalSet, pieces_by_priority, subtract
 from .per_trace import per_trace
 from .steps import StepWindow, launches_by_correlation
@@ -77,6 +77,7 @@ class HostSets:
     comm: IntervalSet  # inside a collective annotation or c10d op
 
 
+@per_trace
 def sync_primitives(trace: ParsedTrace) -> list[HostEvent]:
     """Host calls that block until the GPU catches up (see module doc), in time order."""
     blocking_copies = {d.correlation for d in trace.device
@@ -118,25 +119,21 @@ def host_sets(trace: ParsedTrace) -> HostSets:
 @per_trace
 def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """(all device activity, compute activity (copies included), communication not overlapped by compute)."""
-    comm = [d for d in trace.device if is_comm_kernel(d.name)]
-    compute = _spans([d for d in trace.device if not is_comm_kernel(d.name)])
-    return _spans(trace.device), compute, subtract(_spans(comm), compute)
+    d = device_columns(trace)
+    compute = _masked(d, ~d.is_comm)
+    return IntervalSet.from_arrays(d.start, d.end), compute, subtract(_masked(d, d.is_comm), compute)
 
 
 @per_trace
 def busy_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """The three busy buckets as disjoint sets: (kernels, copies no kernel overlaps, communication alone)."""
-    kernels, copies, comm = [], [], []
-    for d in trace.device:
-        named_comm = is_comm_kernel(d.name)
-        if d.kind == "memcpy":
-            copies.append(d)
-        elif not named_comm:
-            kernels.append(d)
-        if named_comm:
-            comm.append(d)
-    kernel_set, copy_set = _spans(kernels), _spans(copies)
-    return kernel_set, subtract(copy_set, kernel_set), subtract(_spans(comm), kernel_set.union(copy_set))
+    d = device_columns(trace)
+    kernel_set, copy_set = _masked(d, ~d.is_copy & ~d.is_comm), _masked(d, d.is_copy)
+    return kernel_set, subtract(copy_set, kernel_set), subtract(_masked(d, d.is_comm), kernel_set.union(copy_set))
+
+
+def _masked(d: DeviceColumns, mask: np.ndarray) -> IntervalSet:
+    return IntervalSet.from_arrays(d.start[mask], d.end[mask])
 
 
 def breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:

@@ -4,6 +4,7 @@
     cols.start, cols.end          # float64 arrays, one entry per trace.ops entry, in its order
     cols.thread, cols.threads     # int64 codes per op (0, 1, ... by first appearance), and {tid: code}
     cols.names                    # the ops' names, a tuple in the same order
+    dev = device_columns(trace)   # the device activity: start, end, is_copy, is_comm (nccl) per entry
 
 A large trace holds about a million ops; reading one field of each from the event tuples costs more than
 the numpy work done with it, so it is done once. Torch-free.
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .events import ParsedTrace
+from .events import ParsedTrace, is_comm_kernel
 from .per_trace import per_trace
 
 
@@ -38,3 +39,21 @@ def op_columns(trace: ParsedTrace) -> OpColumns:
     threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}  # in order of first appearance
     thread = np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
     return OpColumns(names, thread, threads, np.array(starts, dtype=np.float64), np.array(ends, dtype=np.float64))
+
+
+class DeviceColumns(NamedTuple):
+    start: np.ndarray
+    end: np.ndarray
+    is_copy: np.ndarray  # a memcpy
+    is_comm: np.ndarray  # a collective kernel (events.is_comm_kernel)
+
+
+@per_trace
+def device_columns(trace: ParsedTrace) -> DeviceColumns:
+    device = trace.device
+    comm_names = {name for name in {d.name for d in device} if is_comm_kernel(name)}
+    return DeviceColumns(np.array([d.start for d in device], dtype=np.float64),
+                         np.array([d.end for d in device], dtype=np.float64),
+                         np.array([d.kind == "memcpy" for d in device], dtype=bool),
+                         np.array([d.name in comm_names for d in device], dtype=bool) if comm_names
+                         else np.zeros(len(device), dtype=bool))

@@ -98,6 +98,14 @@ class IntervalSet:
         i = bisect_right(self.starts, t) - 1
         return i >= 0 and t < self.ends[i]
 
+    def covers_each(self, times) -> np.ndarray:
+        """``covers`` of each of ``times`` (a sequence or an array), as a bool array."""
+        t = np.asarray(times, dtype=np.float64)
+        if not self.starts:
+            return np.zeros(t.shape, dtype=bool)
+        i = np.searchsorted(self._s, t, side="right") - 1
+        return (i >= 0) & (t < self._e[np.maximum(i, 0)])
+
     def length_within(self, lo: float, hi: float) -> float:
         """Length of the part of this set inside ``[lo, hi)``."""
         if hi <= lo or not self.starts:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .breakdown import Breakdown, device_sets, host_sets, sync_primitives
-from .columns import op_columns
-from .events import HostEvent, ParsedTrace, is_comm, is_comm_kernel
+from .columns import device_columns, op_columns
+from .events import HostEvent, ParsedTrace, is_comm
 from .intervals import IntervalSet, intersect
 from .per_trace import per_trace
 from .steps import StepWindow
@@ -99,10 +99,13 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     kernels = [d for d in own if d.kind == "kernel"]
     memcpys = [d for d in own if d.kind == "memcpy"]
     in_steps = _in_steps(windows)
-    launches = [r for r in trace.runtime if r.name in KERNEL_LAUNCHES and in_steps(r.start)]
+    named = [r for r in trace.runtime if r.name in KERNEL_LAUNCHES]
+    launches = [r for r, inside in zip(named, _step_ranges(windows).covers_each([r.start for r in named]).tolist())
+                if inside]
     episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
     _, compute, _ = device_sets(trace)
-    comm = IntervalSet((d.start, d.end) for d in trace.device if is_comm_kernel(d.name))
+    dev = device_columns(trace)
+    comm = IntervalSet.from_arrays(dev.start[dev.is_comm], dev.end[dev.is_comm])
     busy_us = bd.buckets["gpu_busy"] + bd.buckets["communication"]
     return SpanMetrics(
         gpu_busy_pct=100.0 * busy_us / bd.total_us if bd.total_us > 0 else 0.0,
@@ -128,9 +131,14 @@ def _peak_allocated(memory) -> dict[int, int | None]:
     return peak
 
 
+def _step_ranges(windows: list[StepWindow]) -> IntervalSet:
+    """The union of the steps' host ranges."""
+    return IntervalSet((w.host_start, w.host_end) for w in windows)
+
+
 def _in_steps(windows: list[StepWindow]) -> Callable[[float], bool]:
-    """Whether a time is inside some step's host range: a union of the ranges, asked once per event."""
-    return IntervalSet((w.host_start, w.host_end) for w in windows).covers
+    """Whether a time is inside some step's host range, asked once per event."""
+    return _step_ranges(windows).covers
 
 
 def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWindow], n: int) -> dict:
