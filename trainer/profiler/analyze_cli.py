@@ -49,6 +49,7 @@ from pathlib import Path
 
 from stepscope.trainer.cli import OneLineParser
 from stepscope.trainer.profiler.analysis import StepSelection, TraceError, json_out, render_console
+from stepscope.trainer.profiler.analysis.gc_paused import gc_paused
 from stepscope.trainer.profiler.analyze_args import memory_size, window
 from stepscope.trainer.profiler.discover import discover, summary_line
 from stepscope.trainer.profiler.loaded import Loaded, load_found, report_of
@@ -159,11 +160,14 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         if a.export_tensorboard is not None:
             check_out_dir(a.export_tensorboard)
         selection = StepSelection(steps=a.steps, time_ms=a.time_range)
-        loaded, found_line = find_and_load(a.run_dir, a.max_memory)
-        report = report_of(loaded, str(a.run_dir), selection)  # validates every trace before anything is written
-        # the streamed export reads the files again: the parsed events are let go first
-        loaded = [replace(item, parsed=None) for item in loaded]
-        written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
+        # A short-lived process holding millions of events that form no cycles: the cyclic collector would
+        # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
+        with gc_paused():
+            loaded, found_line = find_and_load(a.run_dir, a.max_memory)
+            report = report_of(loaded, str(a.run_dir), selection)  # validates every trace before anything is written
+            # the streamed export reads the files again: the parsed events are let go first
+            loaded = [replace(item, parsed=None) for item in loaded]
+            written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
     except (TraceError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
