@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
         with gc_paused():
             loaded, found_line = find_and_load(a.run_dir, a.max_memory)
-            report = report_of(loaded, str(a.run_dir), selection)  # validates every trace before anything is written
+            # validates every trace before anything is written
+            report = report_of(loaded, str(a.run_dir), selection)
             # the streamed export reads the files again: the parsed events are let go first
             loaded = [replace(item, parsed=None) for item in loaded]
             written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
