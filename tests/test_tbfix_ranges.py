@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 from stepscope.trainer.profiler.analysis.gc_paused import gc_paused
 from stepscope.trainer.profiler.files import find_traces, load_trace
-from stepscope.trainer.profiler.tbfix import adapt_trace, forked, plan_columns, plugin_check, stream_plan
+from stepscope.trainer.profiler.tbfix import (
+    adapt_trace,
+    forked,
+    plan_columns,
+    plugin_check,
+    stream_plan,
+    stream_write,
+)
 from stepscope.trainer.profiler.tbfix.excerpt import excerpt
 from stepscope.trainer.profiler.tbfix.export import export_file
 
@@ -91,6 +98,20 @@ def test_no_excerpt_for_a_trace_of_few_steps_or_a_small_one(tmp_path, monkeypatc
     monkeypatch.setattr(plugin_check, "EXCERPT_STEPS", len(steps))
     _, part = _export(src, tmp_path / "short", False, monkeypatch)
     assert not part.exists()  # no more steps than the excerpt would keep: the copy is its own excerpt
+
+
+@pytest.mark.parametrize("module", [plan_columns, stream_write])
+def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(module, tmp_path, monkeypatch):
+    src, _ = _plain(tmp_path, "eager_bs128", junk=True)
+    one, _ = _export(src, tmp_path / "one", False, monkeypatch)
+
+    def refuse(*args):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(module, "forked", refuse)
+    two, _ = _export(src, tmp_path / "two", True, monkeypatch)
+    assert two.read_bytes() == one.read_bytes()
+    assert not [p for p in (tmp_path / "two").iterdir() if p.name.startswith(".tmp-")]  # no part left behind
 
 
 def test_a_helper_runs_a_call_on_what_this_process_holds():

@@ -76,7 +76,14 @@ def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
     in_excerpt = _excerpt_rows(plan, steps) if steps is not None else None
 
     def fill(raw_out) -> None:
-        parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent)
+        try:
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, plan.ranges)
+        except (OSError, RuntimeError):  # e.g. the helper could not start or died (BrokenProcessPool)
+            if not plan.ranges:
+                raise
+            raw_out.seek(0)
+            raw_out.truncate()
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None)
         if steps is not None:
             with open(excerpt[0], "wb") as f:
                 f.write(b'{"traceEvents":[' + b",".join(parts) + b"]")
@@ -106,11 +113,13 @@ class _Unclosed:
         pass
 
 
-def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in_excerpt, folder: Path) -> list:
-    """The copy to ``raw_out``: top-level keys, events, closing; returns the excerpt's events."""
+def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in_excerpt, folder: Path,
+                  ranges: list | None) -> list:
+    """The copy to ``raw_out``: top-level keys, events (in ``ranges``, else in one pass here), closing;
+    returns the excerpt's events."""
     head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
                           for k, v in header.items()) + b'"traceEvents": [\n'
-    ranges = plan.ranges or [(None, 0)]
+    ranges = ranges or [(None, 0)]
     rest = None
     if len(ranges) > 1:
         fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
