@@ -49,7 +49,7 @@ def _export(src: Path, out: Path, split: bool, monkeypatch, gz: bool = False) ->
     with monkeypatch.context() as m:
         m.setattr(forked, "SPLIT_FROM", 0 if split else 1 << 62)
         m.setattr(stream_plan, "SPLIT_EVENTS", 0 if split else 1 << 62)
-        adapted, _ = export_file(out, "w", SPAN, src, gz=gz, excerpt=out / "excerpt.json")
+        adapted, _ = export_file(out, "w", SPAN, src, gz=gz, excerpt=out / "excerpt.json", helpers=True)
     return adapted, out / "excerpt.json"
 
 
@@ -69,10 +69,10 @@ def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
 
 def test_the_plan_of_two_ranges_is_the_plan_of_one(tmp_path, monkeypatch):
     src, _ = _plain(tmp_path, "eager_bs128", junk=True)
-    one, _ = stream_plan.plan_edits(src)
     monkeypatch.setattr(forked, "SPLIT_FROM", 0)
     monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
-    two, _ = stream_plan.plan_edits(src)
+    one, _ = stream_plan.plan_edits(src)  # a training process's call: no helpers, whatever the size
+    two, _ = stream_plan.plan_edits(src, helpers=True)
     assert one.ranges is None and [index for _, index in two.ranges][0] == 0 and len(two.ranges) == 2
     assert two.edits == one.edits and two.step_starts == one.step_starts
     assert (two.keep == one.keep).all() and ((two.ts == one.ts) | (two.ts != two.ts)).all()
@@ -112,6 +112,21 @@ def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(module, tmp_
     two, _ = _export(src, tmp_path / "two", True, monkeypatch)
     assert two.read_bytes() == one.read_bytes()
     assert not [p for p in (tmp_path / "two").iterdir() if p.name.startswith(".tmp-")]  # no part left behind
+
+
+def test_without_helpers_nothing_is_forked(tmp_path, monkeypatch):
+    """The trainer exports from the training process, which must never fork (its threads and CUDA context)."""
+    src, trace = _plain(tmp_path, "eager_bs128")
+
+    def no_fork(*args):
+        raise AssertionError("forked a helper")
+
+    for module in (plan_columns, stream_plan, stream_write):
+        monkeypatch.setattr(module, "forked", no_fork)
+    monkeypatch.setattr(forked, "SPLIT_FROM", 0)
+    monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
+    adapted, _ = export_file(tmp_path / "out", "w", SPAN, src)
+    assert load_trace(adapted) == json.loads(json.dumps(adapt_trace(trace)))
 
 
 def test_a_helper_runs_a_call_on_what_this_process_holds():

@@ -118,7 +118,8 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
             part = staging / f"excerpt-{len(written)}.pt.trace.json"  # for the plugin check of a large copy
             try:
                 if item.trace is None:  # streamed: the file is copied and rewritten as it is read
-                    adapted, _raw = export_file(target, item.worker, item.span, item.found.path, excerpt=part)
+                    adapted, _raw = export_file(target, item.worker, item.span, item.found.path, excerpt=part,
+                                                helpers=True)
                 else:
                     adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
             except ValueError as e:

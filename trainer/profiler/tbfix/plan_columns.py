@@ -92,10 +92,10 @@ class Columns:
     header: dict = field(default_factory=dict)
 
 
-def read_columns(path: Path) -> Columns:
+def read_columns(path: Path, helpers: bool = False) -> Columns:
     """The columns of the trace in ``path``; a large uncompressed one is read in two byte ranges at once,
     the second by a forked helper (the columns are the same)."""
-    ranges = export_ranges(path, _decode)
+    ranges = export_ranges(path, _decode) if helpers else None
     if ranges is not None:
         try:
             with forked(_read_range, path, ranges[1]) as rest:

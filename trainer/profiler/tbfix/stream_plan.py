@@ -80,10 +80,11 @@ def _straddles_any(a: float, b: float, c: np.ndarray, d: np.ndarray) -> bool:
 
 
 @gc_paused()
-def plan_edits(path: Path) -> tuple[EditPlan, dict]:
+def plan_edits(path: Path, helpers: bool = False) -> tuple[EditPlan, dict]:
     """The edits ``adapt_trace`` would make to the trace in ``path`` (see the module docstring), and the
-    trace's top-level keys other than traceEvents."""
-    c = read_columns(path)
+    trace's top-level keys other than traceEvents. ``helpers``: this process may fork helpers (a short-lived
+    command may; a training process, whose threads and CUDA context a fork would copy, must not)."""
+    c = read_columns(path, helpers)
     plan = EditPlan(keep=np.ones(c.count, dtype=bool), ts=np.frombuffer(c.ts_all, dtype=np.float64),
                     ranges=c.ranges)
     plan.keep[c.not_objects] = False
@@ -92,13 +93,13 @@ def plan_edits(path: Path) -> tuple[EditPlan, dict]:
     for i in c.missing_cat:
         plan.edit(i).guard_cat = True
     if c.index:
-        _plan_complete_events(plan, c)
+        _plan_complete_events(plan, c, helpers)
     # after the renames: a device-side ProfilerStep#N is no host step in the copy
     plan.step_starts = sorted(float(plan.ts[i]) for i in c.step_rows if plan.edits.get(i, _NO_EDIT).name is None)
     return plan, c.header
 
 
-def _plan_complete_events(plan: EditPlan, c: Columns) -> None:
+def _plan_complete_events(plan: EditPlan, c: Columns, helpers: bool) -> None:
     """The edits of the complete events (``ph`` X): names, categories, ids, unlinking, call stacks."""
     thread, corr, ext, module, has_stack = c.thread, c.corr, c.ext, c.module, c.has_stack
     idx = np.frombuffer(c.index, dtype=np.int64)
@@ -140,7 +141,7 @@ def _plan_complete_events(plan: EditPlan, c: Columns) -> None:
 
     stack_args = (cat_arr, name_of, thread, start, stop, has_stack)
     try:
-        with forked(call_stacks_of, *stack_args) if len(idx) >= SPLIT_EVENTS else nullcontext() as later:
+        with forked(call_stacks_of, *stack_args) if helpers and len(idx) >= SPLIT_EVENTS else nullcontext() as later:
             _rewrite_runtimes(plan, idx, cat_arr, step_named, start, stop, corr, ext, tree_nodes())
             stacks = later.result() if later is not None else call_stacks_of(*stack_args)
     except (OSError, RuntimeError, BrokenProcessPool):  # no helper: here
