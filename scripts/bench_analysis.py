@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import _checkout  # noqa: E402,F401  binds `stepscope` to this checkout
+from process_memory import measure_command, tree_peaks  # noqa: E402  (beside this script)
 from stepscope.trainer.profiler.files import find_traces, load_trace  # noqa: E402
 
 TOLERANCE = 0.02  # relative; only the first step of each copy may see a different previous step
@@ -134,71 +134,6 @@ def _check_metrics(source: Path, built: Path) -> None:
             raise SystemExit(f"error: built trace's {key} is {b}, the source's {a}")
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants alive now."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
-        out.append(p)
-    return out
-
-
-def _field_kib(path: str, key: str) -> int:
-    try:
-        with open(path) as f:
-            return next((int(line.split()[1]) for line in f if line.startswith(key)), 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def _tree_peaks(pid: int, peaks: dict[int, int]) -> None:
-    """Record in ``peaks`` the VmHWM (peak RSS, KiB) of ``pid`` and of all its descendants alive now."""
-    for p in _tree(pid):
-        peaks[p] = max(peaks.get(p, 0), _field_kib(f"/proc/{p}/status", "VmHWM:"))
-
-
-def _tree_pss(pid: int) -> int:
-    """KiB of memory the tree of ``pid`` holds now, each page shared between processes counted once
-    (the sum of their proportional set sizes)."""
-    return sum(_field_kib(f"/proc/{p}/smaps_rollup", "Pss:") for p in _tree(pid))
-
-
-def _run(cmd: list[str]) -> tuple[float, float, float, float, float]:
-    """(wall s, CPU s of the process and its children, peak RSS MiB of the largest process, sum of the peak
-    RSS of every process of the tree MiB, peak memory of the tree MiB) of one subprocess. Peaks are each
-    process's VmHWM, sampled every 20 ms while it lives; not ru_maxrss, which Linux carries over from the
-    forking parent across exec (a big pytest process would show up as the child's peak). The sum is an upper
-    bound: a forked helper's RSS includes every page it shares with its parent. The tree's peak memory is
-    the largest sum of the processes' proportional set sizes (shared pages counted once), sampled every
-    100 ms: the physical memory the command held at once."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peaks: dict[int, int] = {}
-    held, tick = 0, 0
-    while True:
-        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
-        _tree_peaks(p.pid, peaks)
-        if tick % 5 == 0:
-            held = max(held, _tree_pss(p.pid))
-        tick += 1
-        time.sleep(0.02)
-    wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    err = p.stderr.read().decode()
-    if p.returncode:
-        raise SystemExit(f"error: {' '.join(cmd)} exited {p.returncode}: {err.strip()[-300:]}")
-    return (wall, usage.ru_utime + usage.ru_stime, max(peaks.values(), default=0) / 1024,
-            sum(peaks.values()) / 1024, max(held, max(peaks.values(), default=0)) / 1024)
-
-
 def _settled(scratch: Path | None = None) -> None:
     """Before a timed run: what earlier runs wrote is removed and on disk (a run that starts while the kernel
     still writes back gigabytes of an earlier export shares the 2 cores with it)."""
@@ -218,7 +153,7 @@ def _table(rows: list[tuple[str, list[str]]], repeat: int, scratch: Path | None 
         runs = []
         for _ in range(repeat):
             _settled(scratch)
-            runs.append(_run(cmd))
+            runs.append(measure_command(cmd))
         walls = [r[0] for r in runs]
         print(f"| {label} | {statistics.median(walls):.2f} | {statistics.median(r[1] for r in runs):.2f} | "
               f"{max(r[2] for r in runs):.0f} | {max(r[3] for r in runs):.0f} | {max(r[4] for r in runs):.0f} | "
@@ -277,7 +212,7 @@ def plugin(exported: Path, timeout_s: float) -> None:
     with TensorBoard(exported.parent) as tb:
         started = time.perf_counter() - t0
         while True:
-            _tree_peaks(tb.proc.pid, peaks)
+            tree_peaks(tb.proc.pid, peaks)
             try:
                 runs = tb.profiler("runs")
                 if exported.name in runs["runs"] and not runs["loading"]:

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_analysis  # noqa: E402
+import process_memory  # noqa: E402
 
 # Peak RSS of `analyze.py --json` on the ~50 MB replica, all processes together. The streamed parse keeps
 # only the event objects (181 MiB on the 100 MB replica, see BENCHMARKS.md); an in-memory json.load of the
@@ -150,7 +151,7 @@ def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
 def test_peak_rss_of_a_50mb_trace(tmp_path):
     run = tmp_path / "run"
     bench_analysis.build(DATA / "eager_bs128", 50 << 20, run, gz=False)
-    wall, cpu, largest_mib, tree_mib, held_mib = bench_analysis._run(
+    wall, cpu, largest_mib, tree_mib, held_mib = process_memory.measure_command(
         [sys.executable, str(ROOT / "scripts" / "analyze.py"), str(run), "--json"])
     assert largest_mib <= held_mib <= tree_mib  # the tree held at least its largest process, at most the sum
     assert largest_mib < RSS_BUDGET_MIB and tree_mib < RSS_BUDGET_MIB, (largest_mib, tree_mib, wall, cpu)
