@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .columns import DeviceColumns, device_columns, op_columns
+from .columns import device_columns, op_columns
 from .events import SYNC_CALLS, HostEvent, ParsedTrace, is_comm
 from .intervals import IntervalSet, pieces_by_priority, subtract
 from .per_trace import per_trace
@@ -120,20 +120,16 @@ def host_sets(trace: ParsedTrace) -> HostSets:
 def device_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """(all device activity, compute activity (copies included), communication not overlapped by compute)."""
     d = device_columns(trace)
-    compute = _masked(d, ~d.is_comm)
-    return IntervalSet.from_arrays(d.start, d.end), compute, subtract(_masked(d, d.is_comm), compute)
+    compute = d.spans(~d.is_comm)
+    return d.spans(), compute, subtract(d.spans(d.is_comm), compute)
 
 
 @per_trace
 def busy_sets(trace: ParsedTrace) -> tuple[IntervalSet, IntervalSet, IntervalSet]:
     """The three busy buckets as disjoint sets: (kernels, copies no kernel overlaps, communication alone)."""
     d = device_columns(trace)
-    kernel_set, copy_set = _masked(d, ~d.is_copy & ~d.is_comm), _masked(d, d.is_copy)
-    return kernel_set, subtract(copy_set, kernel_set), subtract(_masked(d, d.is_comm), kernel_set.union(copy_set))
-
-
-def _masked(d: DeviceColumns, mask: np.ndarray) -> IntervalSet:
-    return IntervalSet.from_arrays(d.start[mask], d.end[mask])
+    kernel_set, copy_set = d.spans(~d.is_copy & ~d.is_comm), d.spans(d.is_copy)
+    return kernel_set, subtract(copy_set, kernel_set), subtract(d.spans(d.is_comm), kernel_set.union(copy_set))
 
 
 def breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
@@ -155,7 +151,7 @@ def _cpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
 def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     """The module docstring's rules, applied to all the gaps of a window at once (numpy arrays)."""
     hs = host_sets(trace)
-    everything = _spans(trace.device)
+    everything, _, _ = device_sets(trace)
     kernels, transfer, comm_only = busy_sets(trace)
     queued = _queued_lookup(trace)
     sync_or_data = hs.sync.union(hs.data)  # the host's activities by priority, as growing unions
@@ -193,7 +189,7 @@ def _queued_lookup(trace: ParsedTrace) -> Callable[[np.ndarray, np.ndarray], np.
     activity without a launch in the trace)."""
     launch = launches_by_correlation(trace)
     never = float("-inf")
-    begin = np.array([d.start for d in trace.device], dtype=np.float64)
+    begin = device_columns(trace).start
     launch_end = np.array([r.end if (r := launch.get(d.correlation)) is not None else never for d in trace.device],
                           dtype=np.float64)
     order = np.lexsort((launch_end, begin))  # by start, the earliest launch end first

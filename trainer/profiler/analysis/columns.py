@@ -5,6 +5,7 @@
     cols.thread, cols.threads     # int64 codes per op (0, 1, ... by first appearance), and {tid: code}
     cols.names                    # the ops' names, a tuple in the same order
     dev = device_columns(trace)   # the device activity: start, end, is_copy, is_comm (nccl) per entry
+    dev.spans(dev.is_comm)        # the union of some of them, as an IntervalSet
 
 A large trace holds about a million ops; reading one field of each from the event tuples costs more than
 the numpy work done with it, so it is done once. Torch-free.
@@ -17,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .events import ParsedTrace, is_comm_kernel
+from .intervals import IntervalSet
 from .per_trace import per_trace
 
 
@@ -46,6 +48,12 @@ class DeviceColumns(NamedTuple):
     end: np.ndarray
     is_copy: np.ndarray  # a memcpy
     is_comm: np.ndarray  # a collective kernel (events.is_comm_kernel)
+
+    def spans(self, mask: np.ndarray | None = None) -> IntervalSet:
+        """The union of the activities' [start, end) where ``mask`` holds (all of them by default)."""
+        if mask is None:
+            return IntervalSet.from_arrays(self.start, self.end)
+        return IntervalSet.from_arrays(self.start[mask], self.end[mask])
 
 
 @per_trace

@@ -98,14 +98,14 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     own = [d for w in windows for d in w.device]
     kernels = [d for d in own if d.kind == "kernel"]
     memcpys = [d for d in own if d.kind == "memcpy"]
-    in_steps = _in_steps(windows)
+    step_ranges = _step_ranges(windows)
+    in_steps = step_ranges.covers
     named = [r for r in trace.runtime if r.name in KERNEL_LAUNCHES]
-    launches = [r for r, inside in zip(named, _step_ranges(windows).covers_each([r.start for r in named]).tolist())
-                if inside]
+    launches = [r for r, inside in zip(named, step_ranges.covers_each([r.start for r in named]).tolist()) if inside]
     episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
     _, compute, _ = device_sets(trace)
     dev = device_columns(trace)
-    comm = IntervalSet.from_arrays(dev.start[dev.is_comm], dev.end[dev.is_comm])
+    comm = dev.spans(dev.is_comm)
     busy_us = bd.buckets["gpu_busy"] + bd.buckets["communication"]
     return SpanMetrics(
         gpu_busy_pct=100.0 * busy_us / bd.total_us if bd.total_us > 0 else 0.0,
