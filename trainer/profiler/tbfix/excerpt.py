@@ -51,19 +51,20 @@ def excerpt(path: Path, out: Path, steps: int) -> Path | None:
         if len(starts) <= steps:
             return None
         cutoff = starts[steps]
-        with TraceStream(Path(path)) as ts, open(out, "wb") as f:
-            f.write(b'{"traceEvents":[')
-            first = True
-            for events in ts.decode_events(_both):
-                for raw, timed in events:
-                    if isinstance(timed.ts, (int, float)) and timed.ts >= cutoff:
-                        continue
-                    f.write(raw if first else b"," + bytes(raw))
-                    first = False
-            f.write(b"]")
-            for key, value in ts.header.items():
-                f.write(b"," + msgspec.json.encode(key) + b":" + msgspec.json.encode(value))
-            f.write(b"}")
+        with TraceStream(Path(path)) as ts:
+            kept = [bytes(raw) for events in ts.decode_events(_both) for raw, timed in events
+                    if not (isinstance(timed.ts, (int, float)) and timed.ts >= cutoff)]
+            header = ts.header
+        write_excerpt(Path(out), kept, header)
     except (OSError, EOFError, msgspec.DecodeError, msgspec.ValidationError):
         return None
     return Path(out)
+
+
+def write_excerpt(out: Path, events: list[bytes], header: dict) -> None:
+    """An excerpt file: ``events`` (each one event's JSON, in file order), then the top-level ``header`` keys."""
+    with open(out, "wb") as f:
+        f.write(b'{"traceEvents":[' + b",".join(events) + b"]")
+        for key, value in header.items():
+            f.write(b"," + msgspec.json.encode(key) + b":" + msgspec.json.encode(value))
+        f.write(b"}")

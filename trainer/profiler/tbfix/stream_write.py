@@ -32,6 +32,7 @@ import numpy as np
 from ..analysis.gc_paused import gc_paused
 from ..analysis.jsonstream import TraceStream
 from .adapt import UNLINKED_KEY
+from .excerpt import write_excerpt
 from .forked import forked
 from .stream_plan import UNSET, Edit, EditPlan
 
@@ -85,11 +86,7 @@ def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
             raw_out.truncate()
             parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None)
         if steps is not None:
-            with open(excerpt[0], "wb") as f:
-                f.write(b'{"traceEvents":[' + b",".join(parts) + b"]")
-                for key, value in header.items():
-                    f.write(b"," + msgspec.json.encode(key) + b":" + msgspec.json.encode(value))
-                f.write(b"}")
+            write_excerpt(excerpt[0], parts, header)
 
     _atomic(dst, fill)
     return excerpt[0] if steps is not None else None
@@ -120,16 +117,19 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
     head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
                           for k, v in header.items()) + b'"traceEvents": [\n'
     ranges = ranges or [(None, 0)]
+    # the entries not copied as they are, in order: edited or left out
+    special = np.union1d(np.fromiter(plan.edits, dtype=np.int64, count=len(plan.edits)), np.flatnonzero(~plan.keep))
     rest = None
     if len(ranges) > 1:
         fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
         os.close(fd)
     try:
-        helper = forked(_write_range_file, src, rest, gz, plan, ranges[1], in_excerpt) if rest else nullcontext()
+        helper = forked(_write_range_file, src, rest, gz, plan, special, ranges[1], in_excerpt) if rest \
+            else nullcontext()
         with helper as later:
             with _member(raw_out, gz) as out:
                 out.write(head)
-                wrote, parts = _write_events(src, out, plan, *ranges[0], in_excerpt)
+                wrote, parts = _write_events(src, out, plan, special, *ranges[0], in_excerpt)
                 if later is not None:
                     wrote_rest, parts_rest = later.result()
                     if wrote and wrote_rest:
@@ -147,18 +147,18 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
     return parts
 
 
-def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, byte_range, in_excerpt) -> tuple:
+def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, special, byte_range, in_excerpt) -> tuple:
     """In the forked helper: one range's events to ``path``, a file (gzip member) of its own."""
     with open(path, "wb") as raw, _member(raw, gz) as out:
-        return _write_events(src, out, plan, *byte_range, in_excerpt)
+        return _write_events(src, out, plan, special, *byte_range, in_excerpt)
 
 
-def _write_events(src: Path, out, plan: EditPlan, byte_range, first: int, in_excerpt) -> tuple[bool, list]:
+def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_range, first: int,
+                  in_excerpt) -> tuple[bool, list]:
     """The copy's events of one byte range of ``src`` (whose first entry is entry ``first``), joined by
-    ``",\n"``; returns (whether any was written, the excerpt's events among them)."""
+    ``",\n"``; ``special``: the sorted positions of the entries not copied as they are. Returns (whether any
+    was written, the excerpt's events among them)."""
     keep, edits = plan.keep, plan.edits
-    # the entries not copied as they are, in order: edited or left out
-    special = np.union1d(np.fromiter(edits, dtype=np.int64, count=len(edits)), np.flatnonzero(~keep))
     excerpt_parts: list = []
     wrote = False
     n = first
