@@ -8,11 +8,14 @@
 
 For each scenario (scripts/verdict_workloads.py): measure the truth unprofiled (scripts/verdict_truth.py: step
 time, GPU time by CUDA-graph replay, the step with the cause removed), derive the expected verdict from those
-numbers, profile 3 steps with record_shapes, profile_memory and with_stack, and diagnose the trace as a
-stranger's trace would be (no telemetry). Writes OUT/results.json (one row per scenario: truth, expected and
-diagnosed verdict, GPU busy truth vs diagnosed vs as profiled, the profiler-inflation calibration data) and
-OUT/results.md (the rows, a confusion matrix, precision and recall per verdict, the GPU-busy error), and
-prints the Markdown. Traces stay under OUT/traces/<scenario>/ with truth.json beside each.
+numbers, time 30 unprofiled steps with the trainer's own StepClock (the telemetry a stepscope run records),
+profile 3 steps with record_shapes, profile_memory and with_stack, and diagnose the trace twice: as a
+stranger's trace ("diagnosis": no telemetry, the profiler-overhead model) and as a stepscope run's
+("diagnosis_run": with that telemetry). Writes OUT/results.json (one row per scenario: truth, telemetry,
+expected and diagnosed verdicts, GPU busy truth vs diagnosed vs as profiled, the profiler-inflation
+calibration data) and OUT/results.md (for each way: the rows, a confusion matrix, precision and recall per
+verdict, the GPU-busy error), and prints the Markdown. Traces stay under OUT/traces/<scenario>/ with
+truth.json and telemetry.json beside each.
 Bad flags: one line on stderr, exit code 2.
 """
 
@@ -38,8 +41,8 @@ GPU_ORDER = ("cold_start", "resnet18_bs32", "resnet18_bs128", "resnet18_bs1024",
              "adamw_cpu_scalars", "compile_default")
 
 
-def diagnose(run_dir: Path) -> dict:
-    report = analyze_run(run_dir)
+def diagnose(run_dir: Path, telemetry: dict | None = None) -> dict:
+    report = analyze_run(run_dir, telemetry=telemetry)
     if report.distributed:  # a multi-rank scenario: the job's verdict and its stragglers
         cycle = report.distributed[0]
         return {"verdict": report.verdict, "stragglers": list(cycle.stragglers), "gpu_busy_pct": None,
@@ -59,11 +62,14 @@ def diagnose(run_dir: Path) -> dict:
 # steady state when the profiler starts (the truth's timings, the fix included, come after)
 STEADY_FIRST = ("loader_catching_up",)
 STEADY_STEPS = 30
+# beside truth.json: the unprofiled steps' telemetry as stepscope's trainer records it (run.json's
+# final.telemetry), measured in the same process just before the profiled window
+TELEMETRY_FILE = "telemetry.json"
 
 
 def run_scenario(name: str, out: Path, device) -> dict:
     import torch
-    from verdict_truth import expected_verdict, measure, record_trace
+    from verdict_truth import expected_verdict, measure, record_trace, run_telemetry
     from verdict_workloads import WORKLOADS
 
     if name not in WORKLOADS:
@@ -75,19 +81,22 @@ def run_scenario(name: str, out: Path, device) -> dict:
     if cold:
         run_dir = record_trace(w, out / "traces", device, cold=True)
         truth = measure(w, device)
+        telemetry = run_telemetry(w, device)  # the warm steps a run goes on with
     elif name in STEADY_FIRST:
-        for _ in range(STEADY_STEPS):
-            w.step()
+        telemetry = run_telemetry(w, device, steps=STEADY_STEPS)
         run_dir = record_trace(w, out / "traces", device)
         truth = measure(w, device)
     else:
         truth = measure(w, device)
+        telemetry = run_telemetry(w, device)
         run_dir = record_trace(w, out / "traces", device)
     expected, confirmed = expected_verdict(w, truth)
     truth.update(expected=expected, confirmed=confirmed, cause=w.cause, family=w.family,
                  gpu_busy_pct=None if truth["gpu_ms"] is None else min(100.0, 100 * truth["gpu_ms"] / truth["step_ms"]))
     (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-    row = {"scenario": name, "truth": truth, "diagnosis": diagnose(run_dir), "seconds": time.perf_counter() - t0}
+    (run_dir / TELEMETRY_FILE).write_text(json.dumps(telemetry, indent=1) + "\n")
+    row = {"scenario": name, "truth": truth, "telemetry": telemetry, **diagnoses(run_dir, telemetry),
+           "seconds": time.perf_counter() - t0}
     del w
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -102,12 +111,24 @@ def cpu_scenario(name: str, out: Path) -> dict:
     return {"scenario": name, "truth": truth, "diagnosis": diagnose(run_dir)}
 
 
+def diagnoses(run_dir: Path, telemetry: dict | None) -> dict:
+    """The trace diagnosed as a stranger's ("diagnosis": the overhead model) and, where the unprofiled steps'
+    telemetry was recorded, as a stepscope run's ("diagnosis_run": the figures from that telemetry)."""
+    out = {"diagnosis": diagnose(run_dir)}
+    if telemetry:
+        out["diagnosis_run"] = diagnose(run_dir, telemetry)
+    return out
+
+
 def rescore(out: Path) -> list[dict]:
     """Re-diagnose saved traces against their truth.json (after an analysis change), no GPU needed."""
     rows = []
     for truth_file in sorted(out.glob("traces/*/truth.json")):
         truth = json.loads(truth_file.read_text())
-        rows.append({"scenario": truth_file.parent.name, "truth": truth, "diagnosis": diagnose(truth_file.parent)})
+        tel_file = truth_file.parent / TELEMETRY_FILE
+        telemetry = json.loads(tel_file.read_text()) if tel_file.exists() else None
+        rows.append({"scenario": truth_file.parent.name, "truth": truth, "telemetry": telemetry,
+                     **diagnoses(truth_file.parent, telemetry)})
     return rows
 
 
@@ -152,8 +173,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")  # as it goes
     scored = score_rows(rows)
-    (out / "results.json").write_text(json.dumps({"rows": rows, "score": scored}, indent=1) + "\n")
-    md = to_markdown(rows, scored)
+    scored_run = score_rows(rows, "diagnosis_run")
+    (out / "results.json").write_text(json.dumps({"rows": rows, "score": scored, "score_run": scored_run},
+                                                 indent=1) + "\n")
+    md = "As strangers' traces (no telemetry: the profiler-overhead model)\n\n" + to_markdown(rows, scored)
+    if scored_run["scenarios"]:
+        md += ("\nAs stepscope runs (the unprofiled steps' telemetry, recorded as the trainer does)\n\n"
+               + to_markdown(rows, scored_run, "diagnosis_run"))
     (out / "results.md").write_text(md)
     print(md)
     return 0

@@ -2,9 +2,12 @@
 
     scored = score_rows(rows)        # rows as scripts/verdict_bench.py writes them
     print(to_markdown(rows, scored))
+    print(to_markdown(rows, score_rows(rows, "diagnosis_run"), "diagnosis_run"))   # the runs' diagnoses
 
 A row counts when its truth has an expected verdict; a scenario whose intervention did not confirm the cause
-(`confirmed` false) is listed but left out of the matrix, since its truth is then not known. Pure Python.
+(`confirmed` false) is listed but left out of the matrix, since its truth is then not known. `key` picks the
+diagnosis: "diagnosis" (the trace as a stranger's) or "diagnosis_run" (with the run's telemetry); rows
+without it are left out. Pure Python.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ def _counted(rows: list[dict]) -> list[dict]:
     return [r for r in rows if "error" not in r and r["truth"].get("confirmed") is not False]
 
 
-def score_rows(rows: list[dict]) -> dict:
+def score_rows(rows: list[dict], key: str = "diagnosis") -> dict:
+    rows = [r for r in rows if "error" in r or key in r]
     counted = _counted(rows)
-    pairs = [(r["truth"]["expected"], r["diagnosis"]["verdict"]) for r in counted]
+    pairs = [(r["truth"]["expected"], r[key]["verdict"]) for r in counted]
     labels = sorted({v for p in pairs for v in p})
     matrix = Counter(pairs)
     per_verdict = {}
@@ -31,10 +35,10 @@ def score_rows(rows: list[dict]) -> dict:
         actual = sum(c for (e, _), c in matrix.items() if e == v)
         per_verdict[v] = {"precision": tp / predicted if predicted else None,
                           "recall": tp / actual if actual else None, "support": actual}
-    errors = [abs(r["diagnosis"]["gpu_busy_pct"] - r["truth"]["gpu_busy_pct"]) for r in counted
-              if r["truth"].get("gpu_busy_pct") is not None and r["diagnosis"].get("gpu_busy_pct") is not None]
-    raw = [abs(r["diagnosis"]["profiled_gpu_busy_pct"] - r["truth"]["gpu_busy_pct"]) for r in counted
-           if r["truth"].get("gpu_busy_pct") is not None and r["diagnosis"].get("profiled_gpu_busy_pct") is not None]
+    errors = [abs(r[key]["gpu_busy_pct"] - r["truth"]["gpu_busy_pct"]) for r in counted
+              if r["truth"].get("gpu_busy_pct") is not None and r[key].get("gpu_busy_pct") is not None]
+    raw = [abs(r[key]["profiled_gpu_busy_pct"] - r["truth"]["gpu_busy_pct"]) for r in counted
+           if r["truth"].get("gpu_busy_pct") is not None and r[key].get("profiled_gpu_busy_pct") is not None]
     confirmed = [r for r in rows if "error" not in r and r["truth"].get("confirmed") is not None]
     return {
         "scenarios": len(rows), "counted": len(counted), "correct": sum(e == d for e, d in pairs),
@@ -54,14 +58,16 @@ def _f(v, spec=".1f") -> str:
     return "–" if v is None else format(v, spec)
 
 
-def to_markdown(rows: list[dict], s: dict) -> str:
+def to_markdown(rows: list[dict], s: dict, key: str = "diagnosis") -> str:
     out = ["| scenario | family | step ms (truth) | GPU busy % truth / diagnosed / as profiled | expected "
            "| diagnosed | cause removed: speed-up |", "|---|---|---:|---|---|---|---|"]
     for r in rows:
+        if "error" not in r and key not in r:
+            continue
         if "error" in r:
             out.append(f"| {r['scenario']} | | | | | error: {r['error'][:80]} | |")
             continue
-        t, d = r["truth"], r["diagnosis"]
+        t, d = r["truth"], r[key]
         fixed = t.get("fixed_step_ms")
         speed = f"{t['step_ms'] / fixed:.2f}x ({t['intervention']})" if fixed else "–"
         mark = "" if t["expected"] == d["verdict"] else " **miss**"

@@ -1,6 +1,7 @@
 """Ground truth for one workload, measured without the profiler, and its profiled trace.
 
     truth = measure(workload, device)           # step time, GPU time, the intervention's step time
+    telemetry = run_telemetry(workload, device) # what stepscope's trainer records on unprofiled steps
     record_trace(workload, out_dir, cold=False) # 3 profiled steps, record_shapes + profile_memory + with_stack
 
 Step time: CUDA events at step boundaries (perf_counter on a CPU), median of the timed steps after a warm-up.
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import torch
 from stepscope.trainer.step import capture_graph
+from stepscope.trainer.timing import StepClock, Throughput
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 GPU_BOUND_SHARE = 0.5  # the analysis's own threshold: the GPU busy for at least half of the step
@@ -121,6 +123,22 @@ def expected_verdict(w, truth: dict) -> tuple[str, bool | None]:
     fixed = truth["fixed_step_ms"]
     confirmed = None if fixed is None else step / fixed >= CONFIRM_SPEEDUP
     return cause, confirmed
+
+
+def run_telemetry(w, device: torch.device, steps: int = 30, warmup: int = 2, budget_s: float = 8.0) -> dict | None:
+    """The unprofiled steps' telemetry exactly as stepscope's trainer records it (trainer/loop.py): the
+    product's StepClock around each step, the medians of Throughput.telemetry(). Not the truth: the truth
+    (`measure`) is timed apart, and this is what a stepscope run would hand its diagnosis."""
+    clock, thr = StepClock(device), Throughput(1)
+    t_end = time.perf_counter() + budget_s
+    clock.mark(excluded=True)
+    for i in range(steps):
+        w.step(clock)
+        clock.mark(excluded=i + 1 < warmup)
+        if i > warmup + 5 and time.perf_counter() > t_end:
+            break
+    thr.add(clock.drain())  # sync point: once, after the timed steps
+    return thr.telemetry()
 
 
 def record_trace(w, out_dir: Path, device: torch.device, cold: bool = False) -> Path:

@@ -2,6 +2,7 @@
 
     w = WORKLOADS["gpt_tiny"](torch.device("cuda"))
     w.step()            # one training step, inside record_function ranges data/forward/backward/optimizer
+    w.step(clock)       # the same, its phases timed by a trainer.timing.StepClock (the unprofiled telemetry)
     w.gpu_part          # the step's device work alone, capturable as a CUDA graph (None where it is not)
     w.copy_bytes        # host->device bytes copied per step (0 for data already on the device)
     w.cause             # the injected cause: the verdict the step has unless the GPU is busy anyway
@@ -24,6 +25,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import record_function
+
+
+class NoClock:
+    """A step clock that times nothing: what `step()` gets when nobody times its phases."""
+
+    def begin(self) -> None:
+        pass
+
+    batch_ready = dispatched = begin
+
+    def copy(self, fn: Callable[[], object]):
+        return fn()
+
+
+NO_CLOCK = NoClock()
 
 
 class SlowSamples(torch.utils.data.Dataset):
@@ -135,17 +151,23 @@ class Workload:
     def opt_capturable(self) -> bool:
         return isinstance(self.opt, torch.optim.SGD) or bool(self.opt.defaults.get("fused"))
 
-    def step(self) -> None:
+    def step(self, clock=NO_CLOCK) -> None:
+        """One training step; `clock` (a trainer.timing.StepClock) times its phases as the trainer does."""
+        clock.begin()
         with record_function("data"):
             if self.loader is not None:
                 if self.loader_iter is None:
                     self.loader_iter = iter(self.loader)
                 xb, yb = next(self.loader_iter)
-                self.x.copy_(xb.to(self.device, non_blocking=True))
-                self.y.copy_(yb.to(self.device, non_blocking=True))
+                clock.batch_ready()
+                clock.copy(lambda: (self.x.copy_(xb.to(self.device, non_blocking=True)),
+                                    self.y.copy_(yb.to(self.device, non_blocking=True))))
             elif self.host_input:
-                self.x.copy_(self.host_x, non_blocking=self.pinned)
-                self.y.copy_(self.host_y, non_blocking=self.pinned)
+                clock.batch_ready()
+                clock.copy(lambda: (self.x.copy_(self.host_x, non_blocking=self.pinned),
+                                    self.y.copy_(self.host_y, non_blocking=self.pinned)))
+            else:
+                clock.batch_ready()
         with record_function("forward"):
             loss, out = self._forward()
         with record_function("backward"):
@@ -156,6 +178,7 @@ class Workload:
         if self.host_work:
             with record_function("host_postprocess"):
                 _sync_host_work(out, self.host_work, self.host_calls)
+        clock.dispatched()
 
     def fixed(self) -> Workload | None:
         return self._fixed() if self._fixed is not None else None
@@ -180,9 +203,12 @@ class TinyOps:
     def capturable(self) -> bool:
         return self.cuda
 
-    def step(self) -> None:
+    def step(self, clock=NO_CLOCK) -> None:
+        clock.begin()
+        clock.batch_ready()
         with record_function("forward"):
             self.gpu_part()
+        clock.dispatched()
 
     def fixed(self):
         return None  # the intervention is the CUDA graph of gpu_part itself (verdict_bench.py)

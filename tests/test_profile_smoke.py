@@ -1,12 +1,17 @@
 """A 3-step profiled run writes traces, events and run.json, and opens in the real torch-tb-profiler plugin."""
 
 import json
+import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 from stepscope.trainer.profiler.files import find_plugin_traces, find_raw_traces, load_trace
 from stepscope.trainer.profiler.tbserver import TensorBoard
-from trainrun import FAST, PROFILE_3_STEPS, run_json, run_train
+from trainrun import FAST, PROFILE_3_STEPS, REPO, run_json, run_train
+
+ANALYZE = REPO / "scripts" / "analyze.py"
 
 CPU_VIEWS = {"Overview", "Operator", "Trace", "Memory", "Module"}
 
@@ -81,3 +86,33 @@ def test_run_opens_in_the_plugin(profiled_run):
         assert tree
         plugins = tb.get("/data/plugins_listing")
         assert {"scalars", "text", "pytorch_profiler"} <= {k for k, v in plugins.items() if v.get("enabled")}
+
+
+def test_analyze_reads_a_stepscope_runs_unprofiled_timing(tmp_path):
+    """`stepscope analyze logs/<run>` on a trainer run takes its figures from run.json's telemetry, as the
+    run's own diagnosis does; the same traces without run.json are read as anyone's (the overhead model)."""
+    r = run_train([*FAST, "--steps", "8", "--profile", "--skip-first", "4", "--wait", "0", "--warmup", "1",
+                   "--active", "2", "--logdir", str(tmp_path), "--run-name", "timed"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "timed"
+    record = run_json(run)
+    telemetry = record["final"]["telemetry"]
+    assert telemetry["steps"] >= 3 and telemetry["step_ms"] > 0
+    a = subprocess.run([sys.executable, str(ANALYZE), str(run), "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert a.returncode == 0, a.stderr
+    assert f"median of {telemetry['steps']} timed steps" in a.stderr
+    (span,) = json.loads(a.stdout)["spans"]
+    (diagnosed,) = record["diagnosis"]["spans"]
+    assert span["basis"] == "telemetry" and span["metrics"]["step_ms"] == diagnosed["metrics"]["step_ms"]
+    assert span["metrics"]["step_ms"] == pytest.approx(telemetry["step_ms"], rel=1e-3)
+    assert span["verdict"] == diagnosed["verdict"]
+
+    stranger = tmp_path / "stranger"
+    shutil.copytree(run / "raw", stranger)
+    a = subprocess.run([sys.executable, str(ANALYZE), str(stranger), "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert a.returncode == 0, a.stderr
+    assert "unprofiled figures from" not in a.stderr
+    (span,) = json.loads(a.stdout)["spans"]
+    assert span["basis"] == "overhead_model"

@@ -9,7 +9,8 @@
     python scripts/analyze.py ...                # the same, from a checkout
 
 PATH is a trace file or a directory holding traces from stepscope's trainer (``logs/<run>/``, whose
-untouched originals under ``raw/`` are preferred), plain ``tensorboard_trace_handler``, Lightning's
+untouched originals under ``raw/`` are preferred, and whose ``run.json`` gives the unprofiled steps' timing:
+the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md), plain ``tensorboard_trace_handler``, Lightning's
 ``PyTorchProfiler``, accelerate's ``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace``
 (see discover.py). All traces found are analysed as one run. First, one line on stderr says what was found
 and skipped, e.g. ``found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (not a
@@ -52,7 +53,7 @@ from stepscope.trainer.profiler.analysis import StepSelection, TraceError, json_
 from stepscope.trainer.profiler.analysis.gc_paused import gc_paused
 from stepscope.trainer.profiler.analyze_args import memory_size, window
 from stepscope.trainer.profiler.discover import discover, summary_line
-from stepscope.trainer.profiler.loaded import Loaded, load_found, report_of
+from stepscope.trainer.profiler.loaded import Loaded, load_found, report_of, run_telemetry
 
 
 class UsageError(ValueError):
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         with gc_paused():
             loaded, found_line = find_and_load(a.run_dir, a.max_memory)
             # validates every trace before anything is written
-            report = report_of(loaded, str(a.run_dir), selection)
+            telemetry = run_telemetry(a.run_dir)
+            report = report_of(loaded, str(a.run_dir), selection, telemetry)
             # the streamed export reads the files again: the parsed events are let go first
             loaded = [replace(item, parsed=None) for item in loaded]
             written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
@@ -180,6 +182,9 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(found_line, file=sys.stderr)
+    if telemetry is not None:
+        print(f"unprofiled figures from {a.run_dir / 'run.json'}: median of {telemetry.get('steps', 0):.0f} "
+              f"timed steps, {telemetry['step_ms']:.2f} ms", file=sys.stderr)
     print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout

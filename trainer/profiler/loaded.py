@@ -2,6 +2,7 @@
 
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
     report = report_of(loaded)                          # RunReport, as for a run directory
+    report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
 the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
@@ -14,6 +15,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,11 +91,33 @@ def load_found(found: list[Found] | tuple[Found, ...],
     return loaded, skipped
 
 
-def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None) -> RunReport:
+def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None,
+              telemetry: dict | None = None) -> RunReport:
     """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared;
-    ``selection`` keeps some steps of each (analysis/select.py). Raises TraceError (one line, naming
+    ``selection`` keeps some steps of each (analysis/select.py); ``telemetry`` is the run's own unprofiled
+    step timing, when stepscope's trainer made the run (`run_telemetry`). Raises TraceError (one line, naming
     worker.span) when a trace cannot be analysed (no ProfilerStep#, or none in the selection)."""
-    spans = [analyze_parsed_file(item.parsed, item.found.path, None, selection) if item.parsed is not None
-             else analyze_file(item.trace, item.found.path, item.worker, item.span, None, selection)
+    spans = [analyze_parsed_file(item.parsed, item.found.path, telemetry, selection) if item.parsed is not None
+             else analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
              for item in loaded]
     return run_report(label, spans)
+
+
+def run_telemetry(path: Path) -> dict | None:
+    """The unprofiled steps' telemetry of a stepscope trainer run (``run.json``'s ``final.telemetry``: the
+    median step and its phases in ms) when ``path`` is such a run's directory; None otherwise, or when the
+    record is unreadable or holds no timed step (the traces are then read as anyone's)."""
+    record = path / "run.json" if path.is_dir() else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        final = json.loads(record.read_text()).get("final") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    telemetry = final.get("telemetry") if isinstance(final, dict) else None
+    if not isinstance(telemetry, dict):
+        return None
+    step_ms = telemetry.get("step_ms")
+    if not isinstance(step_ms, (int, float)) or not 0 < step_ms < float("inf"):
+        return None
+    return {k: float(v) for k, v in telemetry.items() if isinstance(v, (int, float)) and v >= 0}
