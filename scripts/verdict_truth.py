@@ -4,7 +4,9 @@
     telemetry = run_telemetry(workload, device) # what stepscope's trainer records on unprofiled steps
     record_trace(workload, out_dir, cold=False) # 3 profiled steps, record_shapes + profile_memory + with_stack
 
-Step time: CUDA events at step boundaries (perf_counter on a CPU), median of the timed steps after a warm-up.
+Step time: CUDA events at step boundaries (perf_counter on a CPU), the mean of the timed steps after a
+warm-up (the run's time per step: a loader whose workers deliver in bursts makes alternate steps long, and
+a median would pick one kind).
 GPU time: the step's device work replayed as a CUDA graph (no launch gaps, no host), plus the input copy
 timed alone where the step copies its batch; where the device work cannot be captured, None. The
 intervention removes the injected cause: the workload's `fixed()` variant, or for launch-bound workloads
@@ -95,15 +97,16 @@ def measure(w, device: torch.device) -> dict:
         t = twin()  # the same device work in a form a CUDA graph can hold (verdict_workloads.py)
         compute = graph_ms(t.gpu_part) if t.capturable() else None
         del t
-    out = {"step_ms": statistics.median(step_times(w.step, device)), "gpu_ms": None, "copy_ms": 0.0,
-           "fixed_step_ms": None, "intervention": None}
+    times = step_times(w.step, device)
+    out = {"step_ms": statistics.fmean(times), "step_ms_median": statistics.median(times), "gpu_ms": None,
+           "copy_ms": 0.0, "fixed_step_ms": None, "intervention": None}
     if device.type == "cuda":
         out["copy_ms"] = copy_ms(w)
         if compute is not None:
             out["gpu_ms"] = compute + out["copy_ms"]
     fixed = w.fixed()
     if fixed is not None:
-        out["fixed_step_ms"] = statistics.median(step_times(fixed.step, device))
+        out["fixed_step_ms"] = statistics.fmean(step_times(fixed.step, device))
         out["intervention"] = f"{fixed.name}"
         del fixed
     elif w.cause == "launch_bound" and out["gpu_ms"] is not None:
@@ -127,7 +130,7 @@ def expected_verdict(w, truth: dict) -> tuple[str, bool | None]:
 
 def run_telemetry(w, device: torch.device, steps: int = 30, warmup: int = 2, budget_s: float = 8.0) -> dict | None:
     """The unprofiled steps' telemetry exactly as stepscope's trainer records it (trainer/loop.py): the
-    product's StepClock around each step, the medians of Throughput.telemetry(). Not the truth: the truth
+    product's StepClock around each step, the means of Throughput.telemetry(). Not the truth: the truth
     (`measure`) is timed apart, and this is what a stepscope run would hand its diagnosis."""
     clock, thr = StepClock(device), Throughput(1)
     t_end = time.perf_counter() + budget_s

@@ -101,7 +101,7 @@ def test_analyze_reads_a_stepscope_runs_unprofiled_timing(tmp_path):
     a = subprocess.run([sys.executable, str(ANALYZE), str(run), "--json"], capture_output=True, text=True,
                        timeout=120)
     assert a.returncode == 0, a.stderr
-    assert f"median of {telemetry['steps']} timed steps" in a.stderr
+    assert f"mean of {telemetry['steps']} timed steps" in a.stderr
     (span,) = json.loads(a.stdout)["spans"]
     (diagnosed,) = record["diagnosis"]["spans"]
     assert span["basis"] == "telemetry" and span["metrics"]["step_ms"] == diagnosed["metrics"]["step_ms"]

@@ -30,7 +30,7 @@ def final_numbers(progress, thr) -> dict:
         "mean_step_ms": finite_or_none(thr.mean_ms),
         "median_step_ms": finite_or_none(thr.median_ms),
         "timed_steps": thr.steps,  # profiled steps and the trace export are excluded
-        # medians of the timed steps: the step and its phases as the run runs without the profiler
+        # means of the timed steps: the step and its phases as the run runs without the profiler
         "telemetry": thr.telemetry(),
     }
 

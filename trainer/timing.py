@@ -142,14 +142,17 @@ class Throughput:
                     self.phases.append(t.phases)
 
     def telemetry(self) -> dict | None:
-        """Medians over the timed (unprofiled, warm) steps: the step and its phases, in ms; None if none."""
+        """Means over the timed (unprofiled, warm) steps: the step and its phases, in ms; None if none.
+        Means, not medians: the share of the run's time a phase takes is its total over the total. A
+        DataLoader whose workers each finish a batch at the same moment makes every other step wait for
+        two batches' time and the rest not at all; a median then reads as if the steps never waited."""
         if not self.all_ms:
             return None
-        out = {"steps": self.steps, "step_ms": statistics.median(self.all_ms)}
+        out = {"steps": self.steps, "step_ms": statistics.fmean(self.all_ms)}
         for name in PHASES:
             values = [p[name] for p in self.phases if name in p]
             if values:
-                out[name] = statistics.median(values)
+                out[name] = statistics.fmean(values)
         return out
 
     @property

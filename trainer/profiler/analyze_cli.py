@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         return 2
     print(found_line, file=sys.stderr)
     if telemetry is not None:
-        print(f"unprofiled figures from {a.run_dir / 'run.json'}: median of {telemetry.get('steps', 0):.0f} "
+        print(f"unprofiled figures from {a.run_dir / 'run.json'}: mean of {telemetry.get('steps', 0):.0f} "
               f"timed steps, {telemetry['step_ms']:.2f} ms", file=sys.stderr)
     print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
     if written is not None:

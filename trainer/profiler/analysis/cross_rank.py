@@ -147,7 +147,7 @@ def _verdict(rows: list[RankRow], members: list[SpanReport]) -> str:
     # no rank holds the others back: each bucket's median share over the ranks, so that which rank happens to
     # be a little slower in the window cannot flip a near tie
     shares = {b: statistics.median(s.breakdown.pct(b) for s in members) for b in members[0].breakdown.buckets}
-    return verdict(Breakdown(shares, 100.0, 1), members[0].gpu)
+    return verdict(Breakdown(shares, 100.0, 1), members[0].gpu, all(s.loader_paced for s in members))
 
 
 def _findings(rows: list[RankRow], members: list[SpanReport]) -> list[Finding]:

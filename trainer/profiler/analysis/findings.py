@@ -74,11 +74,17 @@ class Finding:
                 "remedies": list(self.remedies)}
 
 
-def verdict(bd: Breakdown, gpu: bool) -> str:
+def verdict(bd: Breakdown, gpu: bool, loader_paces: bool = False) -> str:
+    """The bucket that bounds the step. A GPU busy for at least GPU_BOUND_PCT of it bounds it; else a
+    DataLoader that paces the step (`loader_paces`, unprofiled.py) does, since whatever else is made faster
+    the host would only wait longer for its batch; else the largest host-side cause."""
     if gpu:
         device = bd.pct("gpu_busy") + bd.pct("device_idle")
         if device + bd.pct("transfer") >= GPU_BOUND_PCT:
             return "transfer_bound" if bd.pct("transfer") > device else "gpu_bound"
+    if loader_paces and bd.buckets["data"] > 0:
+        return "data_bound"
+    if gpu:
         causes = {"launch_bound": bd.buckets["launch"], "data_bound": bd.buckets["data"],
                   "host_bound": bd.buckets["sync"] + bd.buckets["other_host"],
                   "communication_bound": bd.buckets["communication"]}

@@ -11,6 +11,10 @@ GPU looks idle. The model charges each recorded event a fixed host cost:
 
     inflation per step = host speed x sum over kinds k of (events of kind k per step) x COST_US[k]
 
+with one bound the trace itself sets: a call of a built-in cannot have cost the host more than the time
+to the next such call, less the least such a call takes without the profiler (MIN_CALL_US). In a
+tight Python loop (per-sample metrics, ``acc += math.sqrt(i)``) the recorded calls are a few tenths of a
+µs apart and that spacing, which differs from host to host by 2x, is the better measure of their cost.
 The same events cost a slower host more: "host speed" is the trace's median kernel-launch call
 (``cudaLaunchKernel``) over REFERENCE_LAUNCH_US, the median on the host the costs were fitted on (1 for
 CPU-only traces). COST_US was fitted on an H100 host (torch 2.11) against the same steps timed without the
@@ -37,6 +41,9 @@ COST_US = {"op": 2.28, "frame": 5.22, "builtin": 0.42, "runtime": 0.0, "memory":
 REFERENCE_LAUNCH_US = 7.0
 HOST_SPEED_RANGE = (0.4, 2.5)  # a launch median outside this range says more about the launches than the host
 UNCERTAINTY = 0.30  # relative: the fit's residual spread over the calibration set
+# µs: a Python loop iteration that calls a built-in, unprofiled, on a fast host (0.09-0.12 µs measured on
+# the H100 hosts' Xeons, so this leaves the bound loose)
+MIN_CALL_US = 0.05
 
 
 @dataclass(frozen=True)
@@ -108,14 +115,35 @@ def host_speed(median_launch_us: float | None) -> float:
     return min(hi, max(lo, median_launch_us / REFERENCE_LAUNCH_US))
 
 
+def _costs_us(starts: np.ndarray, cost_us: float, spaced: bool) -> np.ndarray:
+    """Each event's charged cost; `spaced`: at most the time to the next event, less MIN_CALL_US."""
+    costs = np.full(len(starts), cost_us)
+    if spaced and len(starts) > 1:
+        room = np.maximum(np.diff(starts) - MIN_CALL_US, 0.0)
+        costs[:-1] = np.minimum(costs[:-1], room)
+    return costs
+
+
+def _sum_within(starts: np.ndarray, cumulative: np.ndarray, ranges: list[tuple[float, float]]) -> float:
+    """The costs of the events starting in [lo, hi) of each range, summed (`cumulative` starts at 0)."""
+    if not ranges or not len(starts):
+        return 0.0
+    lo, hi = np.array(ranges, dtype=np.float64).reshape(-1, 2).T
+    return float((cumulative[np.searchsorted(starts, hi)] - cumulative[np.searchsorted(starts, lo)]).sum())
+
+
 def host_inflation(trace: ParsedTrace, windows: list[StepWindow], median_launch_us: float | None,
                    data_ranges=()) -> Inflation:
     """The model's host cost per step; `data_ranges` (start, end) are the data-loading spans, whose share of
     the cost is reported apart."""
     counts = events_per_step(trace, windows)
     speed = host_speed(median_launch_us)
-    ms = speed * sum(counts[k] * COST_US[k] for k in COST_US) / 1e3
     n = max(len(windows), 1)
-    in_data = speed * sum(COST_US[k] * _count_within(starts, list(data_ranges))
-                          for k, starts in _kinds(trace).items() if COST_US[k]) / n / 1e3
+    steps = [(w.host_start, w.host_end) for w in windows]
+    ms = in_data = 0.0
+    for k, starts in _kinds(trace).items():
+        if COST_US[k]:
+            cumulative = np.concatenate(([0.0], np.cumsum(_costs_us(starts, speed * COST_US[k], k == "builtin"))))
+            ms += _sum_within(starts, cumulative, steps) / n / 1e3
+            in_data += _sum_within(starts, cumulative, list(data_ranges)) / n / 1e3
     return Inflation(ms, ms * (1 - UNCERTAINTY), ms * (1 + UNCERTAINTY), counts, min(in_data, ms), speed)

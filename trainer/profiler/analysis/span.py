@@ -31,6 +31,9 @@ WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which t
                   "profiler cannot be read from here; time the wait for each batch over a few hundred unprofiled "
                   "steps (stepscope train records it as telemetry data_ms)")
 
+LOADER_PACES = ("the DataLoader paces the step: the host waited {data:.2f} ms per step for its next batch on "
+                "{basis}, so faster host or GPU work would only lengthen that wait")
+
 
 @dataclass(frozen=True)
 class SpanReport:
@@ -50,6 +53,7 @@ class SpanReport:
     recording: Recording | None = None
     inflation: Inflation | None = None
     uncertainty: dict | None = None  # overhead_model only: {"gpu_busy_pct": [lo, hi], "verdicts": [...]}
+    loader_paced: bool = False  # the DataLoader sets the step's pace (unprofiled.py)
 
     @property
     def gpu(self) -> bool:
@@ -62,7 +66,8 @@ class SpanReport:
                                                                                "gpu_busy_pct")}
         out = {
             "worker": self.worker, "span": self.span, "rank": self.rank, "device": self.device,
-            "verdict": self.verdict, "basis": self.basis, "evidence": list(self.evidence), "metrics": metrics,
+            "verdict": self.verdict, "basis": self.basis, "loader_paced": self.loader_paced,
+            "evidence": list(self.evidence), "metrics": metrics,
             "breakdown_ms_per_step": _buckets(self.breakdown),
         }
         if self.breakdown_profiled is not None:
@@ -107,12 +112,12 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry)
     bd = view.breakdown
     m = replace(m_prof, step_ms=bd.total_us / bd.steps / 1e3, gpu_busy_pct=busy_pct(bd) if gpu else None)
-    v = verdict(bd, gpu)
+    v = verdict(bd, gpu, view.loader_paced)
     found = findings(bd, m, gpu, v)
     ev = evidence(bd, m, gpu)
     uncertainty = None
     if view.low is not None:
-        verdicts = sorted({verdict(b, gpu) for b in (view.low, bd, view.high)})
+        verdicts = sorted({verdict(b, gpu, view.loader_paced) for b in (view.low, bd, view.high)})
         unseen_workers = not paced and v != "data_bound" and worker_fed(trace, kept)
         if unseen_workers:
             verdicts = sorted({*verdicts, "data_bound"})
@@ -126,9 +131,13 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                                                    cold.whole_window)],
                        key=lambda f: f.cost_ms_per_step, reverse=True)
     device = (trace.device_name or "gpu") if gpu else "cpu"
+    if view.loader_paced and v == "data_bound":
+        ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step("data"), basis="the run's unprofiled steps"
+                                         if view.basis == "telemetry" else "every profiled step"))
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
-                      recording=recording(trace), inflation=inflation, uncertainty=uncertainty)
+                      recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
+                      loader_paced=view.loader_paced)
 
 
 def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdicts: list[str], v: str) -> str:

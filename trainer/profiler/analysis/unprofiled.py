@@ -15,7 +15,11 @@ step and its phases: trainer/timing.py), else from the trace less the modelled i
 
     step = max(GPU path, profiled step - inflation)
 
-with one exception: when every profiled step waited for a DataLoader whose workers load in other processes,
+A step that waits for its DataLoader on the run's unprofiled steps (telemetry), or on every profiled step
+of a worker-fed loader (the trace alone), is paced by the loader: making anything else faster would only
+lengthen the wait, so the verdict is data_bound unless the GPU is busy for most of the step (findings.py).
+The unprofiled step time itself has
+one exception: when every profiled step waited for a DataLoader whose workers load in other processes,
 the loader paces the step and the profiler does not slow it, so the step stays and the inflation becomes
 waiting for data. Loading in the main process is host code like any other: its share of the inflation comes
 off the data wait. The host-caused idle time (step - GPU path) is split into data (the measured wait, at
@@ -48,19 +52,33 @@ class UnprofiledView:
     basis: str
     low: Breakdown | None = None  # under the low inflation estimate (the step longer)
     high: Breakdown | None = None  # under the high one (the step shorter)
+    loader_paced: bool = False  # the DataLoader sets the step's pace (see telemetry_paced, loader_paced)
+
+
+def telemetry_paced(telemetry: dict) -> bool:
+    """The run's unprofiled steps waited for their batches: the mean wait is over the pacing threshold (a
+    loader that keeps up hands a ready batch over in 0.1-0.3 ms). The mean, since workers that finish
+    together make alternate steps wait long and the others not at all."""
+    step, data = telemetry.get("step_ms") or 0.0, telemetry.get("data_ms") or 0.0
+    return data >= max(PACING_WAIT_MS, PACING_WAIT_SHARE * step)
 
 
 def _per_step(bd: Breakdown) -> dict[str, float]:
     return {b: bd.ms_per_step(b) for b in bd.buckets}
 
 
-def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool) -> Breakdown:
+def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool,
+            copy_ms: float | None = None) -> Breakdown:
     """The unprofiled step's buckets (ms per step in, sums over the steps out), given its length and the
     host's wait for data. A `measured` step shorter than the trace's GPU path scales that path down (the
-    GPU ran a little faster unprofiled); an estimated one is never shorter than the GPU path."""
+    GPU ran a little faster unprofiled); an estimated one is never shorter than the GPU path. `copy_ms` is
+    the input copy's time on the GPU as measured unprofiled: the trainer's step copies nothing else, so its
+    transfer time is at most that (a pageable copy runs about a tenth slower under the profiler)."""
     p = _per_step(profiled)
     gpu = "gpu_busy" in p
     device = {b: p[b] for b in DEVICE_BUCKETS} if gpu else {}
+    if gpu and measured and copy_ms is not None:
+        device["transfer"] = min(device["transfer"], max(copy_ms, 0.0))
     device_ms = sum(device.values())
     if measured and device_ms > step_ms > 0:
         device = {b: v * step_ms / device_ms for b, v in device.items()}
@@ -85,10 +103,11 @@ def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool)
 
 def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_ms: float,
                     inflation: Inflation, loader_paced: bool, telemetry: dict | None = None) -> UnprofiledView:
-    """See the module docstring. `telemetry` is the run's own {"step_ms", "data_ms", ...} medians."""
+    """See the module docstring. `telemetry` is the run's own {"step_ms", "data_ms", ...} means."""
     if telemetry and telemetry.get("step_ms"):
-        return UnprofiledView(rebuild(profiled, telemetry["step_ms"], telemetry.get("data_ms", 0.0), measured=True),
-                              "telemetry")
+        return UnprofiledView(rebuild(profiled, telemetry["step_ms"], telemetry.get("data_ms", 0.0), measured=True,
+                                      copy_ms=telemetry.get("copy_ms")), "telemetry",
+                              loader_paced=telemetry_paced(telemetry))
 
     share_in_data = inflation.in_data_ms / inflation.ms_per_step if inflation.ms_per_step > 0 else 0.0
 
@@ -99,7 +118,8 @@ def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_
         return rebuild(profiled, profiled_step_ms - inflation_ms, profiled_data_ms - share_in_data * inflation_ms,
                        measured=False)
 
-    return UnprofiledView(at(inflation.ms_per_step), "overhead_model", low=at(inflation.low), high=at(inflation.high))
+    return UnprofiledView(at(inflation.ms_per_step), "overhead_model", low=at(inflation.low), high=at(inflation.high),
+                          loader_paced=loader_paced)
 
 
 def worker_fed(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
