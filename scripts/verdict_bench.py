@@ -80,15 +80,15 @@ def run_scenario(name: str, out: Path, device) -> dict:
     t0 = time.perf_counter()
     if cold:
         run_dir = record_trace(w, out / "traces", device, cold=True)
-        truth = measure(w, device)
-        telemetry = run_telemetry(w, device)  # the warm steps a run goes on with
+        truth = measure(w, device, with_telemetry=True)  # the warm steps a run goes on with
+        telemetry = truth.pop("telemetry")
     elif name in STEADY_FIRST:
         telemetry = run_telemetry(w, device, steps=STEADY_STEPS)
         run_dir = record_trace(w, out / "traces", device)
         truth = measure(w, device)
     else:
-        truth = measure(w, device)
-        telemetry = run_telemetry(w, device)
+        truth = measure(w, device, with_telemetry=True)
+        telemetry = truth.pop("telemetry")
         run_dir = record_trace(w, out / "traces", device)
     expected, confirmed = expected_verdict(w, truth)
     truth.update(expected=expected, confirmed=confirmed, cause=w.cause, family=w.family,

@@ -39,6 +39,11 @@ def score_rows(rows: list[dict], key: str = "diagnosis") -> dict:
               if r["truth"].get("gpu_busy_pct") is not None and r[key].get("gpu_busy_pct") is not None]
     raw = [abs(r[key]["profiled_gpu_busy_pct"] - r["truth"]["gpu_busy_pct"]) for r in counted
            if r["truth"].get("gpu_busy_pct") is not None and r[key].get("profiled_gpu_busy_pct") is not None]
+    # the truth's GPU time over the step as the run itself measured it (its telemetry, timed beside the
+    # truth's steps): what is left is the analysis's error, without the host's drift between the two timings
+    same = [abs(r[key]["gpu_busy_pct"] - min(100.0, 100 * r["truth"]["gpu_ms"] / r["telemetry"]["step_ms"]))
+            for r in counted if r["truth"].get("gpu_ms") and (r.get("telemetry") or {}).get("step_ms")
+            and r[key].get("gpu_busy_pct") is not None] if key == "diagnosis_run" else []
     confirmed = [r for r in rows if "error" not in r and r["truth"].get("confirmed") is not None]
     return {
         "scenarios": len(rows), "counted": len(counted), "correct": sum(e == d for e, d in pairs),
@@ -49,6 +54,9 @@ def score_rows(rows: list[dict], key: str = "diagnosis") -> dict:
                                   "within_5pp": sum(e <= BUSY_TOLERANCE_PP for e in errors), "n": len(errors)},
         "profiled_gpu_busy_abs_error_pp": {"median": statistics.median(raw) if raw else None,
                                            "max": max(raw) if raw else None},
+        "same_steps_gpu_busy_abs_error_pp": {"median": statistics.median(same) if same else None,
+                                             "max": max(same) if same else None,
+                                             "within_5pp": sum(e <= BUSY_TOLERANCE_PP for e in same), "n": len(same)},
         "intervention_confirmed": {"yes": sum(bool(r["truth"]["confirmed"]) for r in confirmed),
                                    "of": len(confirmed)},
     }
@@ -89,4 +97,9 @@ def to_markdown(rows: list[dict], s: dict, key: str = "diagnosis") -> str:
                 f"{e['within_5pp']} of {e['n']} within 5 pp (read off the profiled steps alone: median "
                 f"{_f(raw['median'])} pp, max {_f(raw['max'])} pp).",
             f"Removing the injected cause confirmed it in {c['yes']} of {c['of']} scenarios.", ""]
+    same = s.get("same_steps_gpu_busy_abs_error_pp") or {}
+    if same.get("n"):
+        out[-1:-1] = [f"Against the truth's GPU time over the run's own measured step (its telemetry, timed beside "
+                      f"the truth's steps): median {_f(same['median'])} pp, max {_f(same['max'])} pp, "
+                      f"{same['within_5pp']} of {same['n']} within 5 pp."]
     return "\n".join(out)

@@ -89,7 +89,9 @@ def copy_ms(w) -> float:
     return statistics.median(times[2:])
 
 
-def measure(w, device: torch.device) -> dict:
+def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:
+    """The truth (module docstring); `with_telemetry`: also the run's telemetry (`run_telemetry`), timed
+    straight after the truth's own steps so that the two see the host alike (out["telemetry"])."""
     # the graph first: a DataLoader's pin-memory thread, once started, may not allocate during a capture
     compute = graph_ms(w.gpu_part) if device.type == "cuda" and w.capturable() else None
     twin = getattr(w, "gpu_twin", None)
@@ -100,6 +102,8 @@ def measure(w, device: torch.device) -> dict:
     times = step_times(w.step, device)
     out = {"step_ms": statistics.fmean(times), "step_ms_median": statistics.median(times), "gpu_ms": None,
            "copy_ms": 0.0, "fixed_step_ms": None, "intervention": None}
+    if with_telemetry:
+        out["telemetry"] = run_telemetry(w, device)
     if device.type == "cuda":
         out["copy_ms"] = copy_ms(w)
         if compute is not None:
