@@ -4,8 +4,11 @@ model were never fitted on), against the truth measured without the profiler.
 
 Each folder holds the trace (3 steps, record_shapes + profile_memory + with_stack) and truth.json, written by
 scripts/verdict_bench.py (scripts/record_lightning.py for Lightning): the unprofiled step time, the step's GPU
-time replayed as a CUDA graph, the step with the cause removed, and the verdict those numbers imply. The
-analysis reads each trace as a stranger's: no telemetry, only the profiler-overhead model.
+time replayed as a CUDA graph, the step with the cause removed, and the verdict those numbers imply. Beside
+them, telemetry.json: the unprofiled steps timed by the trainer's own StepClock in the same process, as a
+stepscope run records them (Lightning's run has none). Each trace is read two ways: as a stepscope run's
+(with that telemetry: every verdict right, GPU busy within 5 points), and as a stranger's (no telemetry,
+only the profiler-overhead model, whose known limits are listed below). Recorded 2026-11-23 on an H100.
 """
 
 from __future__ import annotations
@@ -21,28 +24,27 @@ SUITE = sorted(p.parent for p in DATA.glob("suite/*/truth.json"))
 # recorded by `scripts/verdict_bench.py --set holdout`: timm's ViT-Tiny and ConvNeXt-Atto, Hugging Face's BERT, an MLP
 HOLDOUT = sorted(p.parent for p in DATA.glob("holdout/*/truth.json"))
 CASES = SUITE + HOLDOUT
+RUNS = [p for p in CASES if (p / "telemetry.json").exists()]
 BUSY_PP = 5.0
-# Where the estimate misses the truth by more than 5 points (measured 2026-11-22, BENCHMARKS.md): a GPU-bound
-# decoder whose profiled host fell behind its GPU (the model under-counts that host's cost: 70 vs 99%), a
-# pageable copy that the profiled step ran slower than the copy timed alone (93 vs 77%), and two launch-bound
-# steps read 6 points low (16 vs 22%).
-KNOWN_MISSES = {"gpt_large", "pageable_copy", "resnet18_bs32", "resnet50_pinned",
-                # a worker-fed loader with room to spare: launch-bound, its profiler cost under-counted (15 vs 22%)
-                "loader_ahead",
-                # held out: a Hugging Face model whose profiler cost the model under-counts (6 vs 13%), and a ViT
-                # whose pageable copy ran slower profiled than timed alone (97 vs 88%)
-                "bert_bs8", "vit_pageable"}
-# A DataLoader whose 2 workers cannot keep up unprofiled (34 ms steps, 3.8x faster with 16 workers), profiled
-# after they had prefetched: the 3 recorded steps ran on ready batches (0.3 ms waits). Nothing in the trace
-# shows the stall; the report must say that data_bound is possible rather than claim its verdict outright.
-# loader_catching_up: 2 workers slower than the unprofiled step but faster than the profiled one, profiled
-# straight from the data-bound steady state; they caught up before the recorded steps, whose loader calls
-# (0.12-0.28 ms) are as short as those of loader_ahead, a worker-fed loader with room to spare.
+# As strangers' traces, where the estimate misses the truth by more than 5 points (BENCHMARKS.md): the
+# overhead model's ±30% on launch-bound steps (cold_start's warm steps 19 vs 25%, resnet50_pinned 13 vs 18%,
+# vit_tiny_bs8 9 vs 14%), and GPU-bound steps whose profiled host fell behind their GPU, which the model
+# cannot see (compile_reduce_overhead 100 vs 84%, resnet18_bs1024 93 vs 99%, vit_pageable 98 vs 91%).
+KNOWN_MISSES = {"cold_start", "resnet50_pinned", "vit_tiny_bs8", "compile_reduce_overhead", "resnet18_bs1024",
+                "vit_pageable"}
+# As stepscope runs: vit_pageable's run timed its steps 6.6% longer than the truth's own timing did (62.9 vs
+# 59.0 ms; against its own step the estimate is 2.4 points off).
+KNOWN_RUN_MISSES = {"vit_pageable"}
+# A DataLoader whose 2 workers cannot keep up unprofiled, profiled while they were ahead or had caught up: the
+# 3 recorded steps ran on ready batches (loader calls of 0.1-0.3 ms, as short as those of loader_ahead, a
+# worker-fed loader with room to spare). Nothing in the trace shows the stall; the report must say that
+# data_bound is possible rather than claim its verdict outright. A stepscope run's telemetry shows the wait.
 VERDICT_NOT_IN_TRACE = {"loader_two_workers", "convnext_loader", "loader_catching_up"}
 
 
-def case(path: Path):
-    return json.loads((path / "truth.json").read_text()), analyze_run(path).spans[0]
+def case(path: Path, as_run: bool = False):
+    telemetry = json.loads((path / "telemetry.json").read_text()) if as_run else None
+    return json.loads((path / "truth.json").read_text()), analyze_run(path, telemetry=telemetry).spans[0]
 
 
 def test_the_holdout_spans_new_families_and_verdicts():
@@ -68,6 +70,40 @@ def test_verdict_matches_the_unprofiled_truth(path):
         assert truth["expected"] in s.uncertainty["verdicts"] and "worker processes" in s.evidence[2]
         return
     assert s.verdict == truth["expected"], render_console(analyze_run(path))
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
+def test_a_runs_verdict_matches_the_unprofiled_truth(path):
+    """With the run's own unprofiled timing every verdict is right, the loaders the trace cannot decide
+    included: their wait for data is in the telemetry."""
+    truth, s = case(path, as_run=True)
+    assert s.basis == "telemetry" and s.uncertainty is None
+    if truth["confirmed"] is not False:
+        assert s.verdict == truth["expected"], render_console(analyze_run(path))
+
+
+def test_runs_cover_every_case_but_lightnings():
+    assert len(RUNS) == len(CASES) - 1 >= 23
+
+
+@pytest.mark.parametrize("path", [p for p in RUNS if json.loads((p / "truth.json").read_text())["gpu_busy_pct"]],
+                         ids=lambda p: p.name)
+def test_a_runs_gpu_busy_against_the_unprofiled_truth(path):
+    truth, s = case(path, as_run=True)
+    got, true = s.metrics.gpu_busy_pct, truth["gpu_busy_pct"]
+    if path.name in KNOWN_RUN_MISSES:
+        assert BUSY_PP < abs(got - true) < abs(s.profiled.gpu_busy_pct - true)  # still a miss, or stale
+    else:
+        assert abs(got - true) <= BUSY_PP, (got, true)
+
+
+def test_a_loader_that_paces_the_run_is_named_with_its_wait():
+    """Two workers deliver their batches together, so every other step waits for two batches' time: the
+    mean wait (22 ms of a 35 ms step) makes it data_bound, and the evidence says the loader paces the step."""
+    truth, s = case(DATA / "suite" / "loader_two_workers", as_run=True)
+    assert s.verdict == truth["expected"] == "data_bound" and s.loader_paced
+    assert "the DataLoader paces the step" in s.evidence[1]
+    assert "data_loading" in [f.id for f in s.findings][:1]
 
 
 @pytest.mark.parametrize("path", [p for p in CASES if json.loads((p / "truth.json").read_text())["gpu_busy_pct"]],

@@ -72,13 +72,15 @@ def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool,
     """The unprofiled step's buckets (ms per step in, sums over the steps out), given its length and the
     host's wait for data. A `measured` step shorter than the trace's GPU path scales that path down (the
     GPU ran a little faster unprofiled); an estimated one is never shorter than the GPU path. `copy_ms` is
-    the input copy's time on the GPU as measured unprofiled: the trainer's step copies nothing else, so its
-    transfer time is at most that (a pageable copy runs about a tenth slower under the profiler)."""
+    the input copy's time on the GPU's stream as measured unprofiled (CUDA events around it): the trainer's
+    step copies nothing else, so that is its transfer time. The trace's copy time differs both ways: a
+    pageable copy's chunks, staged by the host, run slower under the profiler, and the trace counts only the
+    chunks, not the stream's waits between them."""
     p = _per_step(profiled)
     gpu = "gpu_busy" in p
     device = {b: p[b] for b in DEVICE_BUCKETS} if gpu else {}
     if gpu and measured and copy_ms is not None:
-        device["transfer"] = min(device["transfer"], max(copy_ms, 0.0))
+        device["transfer"] = max(copy_ms, 0.0)
     device_ms = sum(device.values())
     if measured and device_ms > step_ms > 0:
         device = {b: v * step_ms / device_ms for b, v in device.items()}
