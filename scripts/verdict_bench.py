@@ -63,7 +63,8 @@ def diagnose(run_dir: Path, telemetry: dict | None = None) -> dict:
 STEADY_FIRST = ("loader_catching_up",)
 STEADY_STEPS = 30
 # beside truth.json: the unprofiled steps' telemetry as stepscope's trainer records it (run.json's
-# final.telemetry), measured in the same process just before the profiled window
+# final.telemetry), measured in the same process straight after the truth's own steps (before the
+# profiled window; after it for cold_start, whose window is the process's first steps)
 TELEMETRY_FILE = "telemetry.json"
 
 

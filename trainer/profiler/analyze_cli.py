@@ -10,9 +10,9 @@
 
 PATH is a trace file or a directory holding traces from stepscope's trainer (``logs/<run>/``, whose
 untouched originals under ``raw/`` are preferred, and whose ``run.json`` gives the unprofiled steps' timing:
-the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md), plain ``tensorboard_trace_handler``, Lightning's
-``PyTorchProfiler``, accelerate's ``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace``
-(see discover.py). All traces found are analysed as one run. First, one line on stderr says what was found
+the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md), plain
+``tensorboard_trace_handler``, Lightning's ``PyTorchProfiler``, accelerate's
+``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace`` (see discover.py). All traces found are analysed as one run. First, one line on stderr says what was found
 and skipped, e.g. ``found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (not a
 profiler trace)``. The console text on stdout looks like
 

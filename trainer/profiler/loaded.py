@@ -105,7 +105,7 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
 
 def run_telemetry(path: Path) -> dict | None:
     """The unprofiled steps' telemetry of a stepscope trainer run (``run.json``'s ``final.telemetry``: the
-    median step and its phases in ms) when ``path`` is such a run's directory; None otherwise, or when the
+    mean step and its phases in ms) when ``path`` is such a run's directory; None otherwise, or when the
     record is unreadable or holds no timed step (the traces are then read as anyone's)."""
     record = path / "run.json" if path.is_dir() else None
     if record is None or not record.is_file():

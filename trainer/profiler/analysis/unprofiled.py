@@ -18,11 +18,10 @@ step and its phases: trainer/timing.py), else from the trace less the modelled i
 A step that waits for its DataLoader on the run's unprofiled steps (telemetry), or on every profiled step
 of a worker-fed loader (the trace alone), is paced by the loader: making anything else faster would only
 lengthen the wait, so the verdict is data_bound unless the GPU is busy for most of the step (findings.py).
-The unprofiled step time itself has
-one exception: when every profiled step waited for a DataLoader whose workers load in other processes,
-the loader paces the step and the profiler does not slow it, so the step stays and the inflation becomes
-waiting for data. Loading in the main process is host code like any other: its share of the inflation comes
-off the data wait. The host-caused idle time (step - GPU path) is split into data (the measured wait, at
+The unprofiled step time itself has one exception: when every profiled step waited for a DataLoader whose
+workers load in other processes, the loader paces the step and the profiler does not slow it, so the step
+stays and the inflation becomes waiting for data. Loading in the main process is host code like any other:
+its share of the inflation comes off the data wait. The host-caused idle time (step - GPU path) is split into data (the measured wait, at
 most all of it) and then launch, sync and other host work in the proportions the trace shows. Torch-free.
 """
 
