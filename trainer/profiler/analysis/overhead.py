@@ -80,12 +80,18 @@ def recording(trace: ParsedTrace) -> Recording:
                      profile_memory=bool(trace.memory))
 
 
+def _index_bounds(sorted_starts: np.ndarray, ranges: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """For each range [lo, hi): the positions of its first start and of the first start past it."""
+    lo, hi = np.array(ranges, dtype=np.float64).reshape(-1, 2).T
+    return np.searchsorted(sorted_starts, lo), np.searchsorted(sorted_starts, hi)
+
+
 def _count_within(sorted_starts: np.ndarray, ranges: list[tuple[float, float]]) -> int:
     """How many of the starts fall in [lo, hi) of each range, summed."""
     if not ranges:
         return 0
-    lo, hi = np.array(ranges, dtype=np.float64).reshape(-1, 2).T
-    return int((np.searchsorted(sorted_starts, hi) - np.searchsorted(sorted_starts, lo)).sum())
+    first, past = _index_bounds(sorted_starts, ranges)
+    return int((past - first).sum())
 
 
 def _sorted(values) -> np.ndarray:
@@ -128,8 +134,8 @@ def _sum_within(starts: np.ndarray, cumulative: np.ndarray, ranges: list[tuple[f
     """The costs of the events starting in [lo, hi) of each range, summed (`cumulative` starts at 0)."""
     if not ranges or not len(starts):
         return 0.0
-    lo, hi = np.array(ranges, dtype=np.float64).reshape(-1, 2).T
-    return float((cumulative[np.searchsorted(starts, hi)] - cumulative[np.searchsorted(starts, lo)]).sum())
+    first, past = _index_bounds(starts, ranges)
+    return float((cumulative[past] - cumulative[first]).sum())
 
 
 def host_inflation(trace: ParsedTrace, windows: list[StepWindow], median_launch_us: float | None,
