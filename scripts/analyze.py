@@ -5,13 +5,12 @@
     python scripts/analyze.py plain_run --export-tensorboard logs/plain_fixed   # + a plugin-ready copy
 
 The same as `stepscope analyze`, run from this checkout; what it prints and accepts is described in
-trainer/profiler/analyze_cli.py. Bad input: one line on stderr, exit code 2, nothing written.
+trainer/profiler/cli/analyze.py. Bad input: one line on stderr, exit code 2, nothing written.
 """
 
 import sys
 
-import _checkout  # noqa: F401  this checkout's stepscope.trainer and stepscope.kernels
-from stepscope.trainer.profiler.analyze_cli import main
+from stepscope.profiler.cli.analyze import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="analyze.py"))

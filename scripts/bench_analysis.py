@@ -39,10 +39,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import _checkout  # noqa: E402,F401  binds `stepscope` to this checkout
 from process_memory import measure_command, tree_peaks  # noqa: E402  (beside this script)
-from stepscope.trainer.profiler.files import find_traces, load_trace  # noqa: E402
+from stepscope.profiler.trace.files import find_traces, load_trace  # noqa: E402
 
 TOLERANCE = 0.02  # relative; only the first step of each copy may see a different previous step
 COMPARED = ("step_ms", "host_step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",
@@ -122,7 +120,7 @@ def build(source: Path, size: int, out: Path, gz: bool) -> Path:
 
 
 def _check_metrics(source: Path, built: Path) -> None:
-    from stepscope.trainer.profiler.analysis import analyze_run
+    from stepscope.profiler.analysis import analyze_run
 
     want = analyze_run(source).spans[0].metrics.to_dict()
     got = analyze_run(built).spans[0].metrics.to_dict()
@@ -188,7 +186,7 @@ PARSERS = {
     "simdjson": "import simdjson; simdjson.Parser().parse(open(P, 'rb').read()).as_dict()",
     "ijson (yajl2_c) events": "import ijson; sum(1 for _ in ijson.items(open(P, 'rb'), 'traceEvents.item', "
                               "use_float=True))",
-    "stepscope streaming parse": "import _checkout; from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file as f; f(P, 'w', '1')",
+    "stepscope streaming parse": "from stepscope.profiler.analysis.stream_parse import parse_trace_file as f; f(P, 'w', '1')",
 }
 
 
@@ -197,15 +195,14 @@ def parsers(run: Path, repeat: int) -> None:
     if tf.path.name.endswith(".gz"):
         raise SystemExit("error: give an uncompressed trace to compare parsers")
     print(f"{tf.path} ({tf.path.stat().st_size / 1e6:.0f} MB)")
-    rows = [(name, [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT / 'scripts')!r}); "
-                    f"P = {str(tf.path)!r}; {code}"]) for name, code in PARSERS.items()]
+    rows = [(name, [sys.executable, "-c", f"P = {str(tf.path)!r}; {code}"]) for name, code in PARSERS.items()]
     _table(rows, repeat)
 
 
 def plugin(exported: Path, timeout_s: float) -> None:
     """Start TensorBoard on the folder holding ``exported`` and time until the plugin's Overview of it
-    answers (trainer/profiler/tbserver.py starts it on a free loopback port)."""
-    from stepscope.trainer.profiler.tbserver import TensorBoard
+    answers (trainer/profiler/serve/tbserver.py starts it on a free loopback port)."""
+    from stepscope.profiler.serve.tbserver import TensorBoard
 
     t0 = time.perf_counter()
     peaks: dict[int, int] = {}

@@ -41,12 +41,11 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 import torch
 from stepscope import kernels  # noqa: E402
-from stepscope.trainer.cli import OneLineParser  # noqa: E402
-from stepscope.trainer.step import capture_graph  # noqa: E402
-from stepscope.trainer.timing import time_fn  # noqa: E402
+from stepscope.profiler.cli.oneline import OneLineParser  # noqa: E402
+from stepscope.step import capture_graph  # noqa: E402
+from stepscope.timing import time_fn  # noqa: E402
 
 EAGER = {  # op -> (number of inputs, eager PyTorch)
     "add": (2, lambda a, b: a + b),

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from bench_ops import writable_file_error
-from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.config import ARCHS, COMPILE_MODES
-from stepscope.trainer.launch import TrainFailed, checkout_train, run_train
+from stepscope.config import ARCHS, COMPILE_MODES
+from stepscope.launch import TrainFailed, checkout_train, run_train
+from stepscope.profiler.cli.oneline import OneLineParser
 
 OPS = ("native", "custom")
 PHASES = ("step_ms", "dispatch_ms", "data_ms", "copy_host_ms", "cpu_ms")

@@ -22,13 +22,13 @@ from pathlib import Path
 import torch
 from bench_ops import writable_file_error
 from stepscope import kernels
-from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.config import ARCHS, COMPILE_MODES, ModelConfig, OptimConfig
-from stepscope.trainer.env import configure_process, make_env
-from stepscope.trainer.models import build_model
-from stepscope.trainer.optim import build_optimizer, loss_fn
-from stepscope.trainer.profiler.phases import Phases
-from stepscope.trainer.step import CompiledStep, EagerStep
+from stepscope.config import ARCHS, COMPILE_MODES, ModelConfig, OptimConfig
+from stepscope.env import configure_process, make_env
+from stepscope.models import build_model
+from stepscope.optim import build_optimizer, loss_fn
+from stepscope.profiler.capture.phases import Phases
+from stepscope.profiler.cli.oneline import OneLineParser
+from stepscope.step import CompiledStep, EagerStep
 
 OPS = ("native", "custom")
 

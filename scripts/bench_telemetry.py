@@ -13,8 +13,8 @@ import statistics
 import time
 
 import torch
-from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.timing import StepClock
+from stepscope.profiler.cli.oneline import OneLineParser
+from stepscope.timing import StepClock
 
 
 def per_step_us(steps: int, phases: bool) -> float:

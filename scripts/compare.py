@@ -11,9 +11,8 @@ variant runs this checkout's scripts/train.py and the default --logdir is this c
 import sys
 from pathlib import Path
 
-import _checkout  # noqa: F401  this checkout's stepscope.trainer and stepscope.kernels
-from stepscope.trainer.compare import main
-from stepscope.trainer.launch import checkout_train
+from stepscope.compare import main
+from stepscope.launch import checkout_train
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -38,7 +38,7 @@ export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
-# this checkout as the `stepscope` namespace (stepscope.trainer, stepscope.kernels), without an install
+# this checkout as the `stepscope` namespace (stepscope, stepscope.kernels), without an install
 NS=/tmp/stepscope-ns
 rm -rf "$NS"; mkdir -p "$NS/stepscope" && ln -s "$PWD/trainer" "$NS/stepscope/trainer" && ln -s "$PWD/kernels" "$NS/stepscope/kernels"
 export PYTHONPATH="$NS${PYTHONPATH:+:$PYTHONPATH}"

@@ -20,9 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
-from stepscope.trainer.profiler.files import WORKER_PATTERN  # noqa: E402
-from stepscope.trainer.profiler.tbserver import TensorBoard  # noqa: E402
+from stepscope.profiler.serve.tbserver import TensorBoard  # noqa: E402
+from stepscope.profiler.trace.files import WORKER_PATTERN  # noqa: E402
 
 
 def profiler_runs(logdir: Path) -> list[str]:

@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
-from stepscope.trainer.cli import OneLineParser  # noqa: E402
-from stepscope.trainer.config import ConfigError, plain_name  # noqa: E402
-from stepscope.trainer.launch import checkout_train, last_line, read_run  # noqa: E402
-from stepscope.trainer.run_dir import create_result_dir  # noqa: E402
+from stepscope.config import ConfigError, plain_name  # noqa: E402
+from stepscope.launch import checkout_train, last_line, read_run  # noqa: E402
+from stepscope.profiler.cli.oneline import OneLineParser  # noqa: E402
+from stepscope.run_dir import create_result_dir  # noqa: E402
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
 SIDES = ("plain", "profiled")
@@ -62,7 +61,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def check_possible(a: argparse.Namespace) -> None:
     """--name and --concurrent here; both sides' train.py flags by the trainer's own validation (what needs no
     torch first, so that a typo is answered at once)."""
-    from stepscope.trainer.cli import check_before_torch, parse_and_check
+    from stepscope.cli import check_before_torch, parse_and_check
 
     plain_name("--name", a.name)
     root = a.logdir / a.name

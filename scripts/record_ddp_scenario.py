@@ -22,12 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from stepscope.trainer.timing import time_fn  # noqa: E402
+from stepscope.timing import time_fn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 

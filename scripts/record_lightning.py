@@ -17,7 +17,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import _checkout  # noqa: F401  this checkout's stepscope.trainer
 import torch
 import torch.nn.functional as F
 from verdict_truth import expected_verdict, graph_ms
@@ -32,7 +31,7 @@ def main() -> int:
     a = p.parse_args()
     import lightning as L
     from lightning.pytorch.profilers import PyTorchProfiler
-    from stepscope.trainer.models import torchvision_cifar_resnet18
+    from stepscope.models import torchvision_cifar_resnet18
 
     class Module(L.LightningModule):
         def __init__(self) -> None:

@@ -27,12 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from stepscope.trainer.models import torchvision_cifar_resnet18  # noqa: E402
-from stepscope.trainer.timing import time_fn  # noqa: E402
+from stepscope.models import torchvision_cifar_resnet18  # noqa: E402
+from stepscope.timing import time_fn  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 

@@ -26,8 +26,7 @@ import sys
 # every run has (the data set, the weights). Errors still print; TORCH_CPP_LOG_LEVEL=WARNING brings the rest back.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
-from stepscope.trainer.command import train_main  # noqa: E402
+from stepscope.command import train_main  # noqa: E402
 
 if __name__ == "__main__":
     if "TORCHELASTIC_ERROR_FILE" in os.environ:

@@ -27,8 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
-import _checkout  # noqa: F401  this checkout's stepscope.trainer
-from stepscope.trainer.profiler.analysis import TraceError, analyze_run
+from stepscope.profiler.analysis import TraceError, analyze_run
 from verdict_score import score_rows, to_markdown
 
 CPU_SCENARIOS = ("cpu_compute", "cpu_loader", "cpu_host_python", "cpu_comm")
@@ -134,7 +133,7 @@ def rescore(out: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from stepscope.trainer.cli import OneLineParser
+    from stepscope.profiler.cli.oneline import OneLineParser
 
     p = OneLineParser(prog="verdict_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="where results and traces go (created)")

@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import _checkout  # noqa: F401  this checkout's stepscope.trainer
 import torch
 import torch.distributed as dist
 import torch.nn as nn

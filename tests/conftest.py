@@ -1,4 +1,4 @@
-"""Shared test set-up: this checkout's code as `stepscope.*`, the CUDA skip, and shared fixtures.
+"""Shared test set-up: the scripts' modules importable by the tests, the CUDA skip, and shared fixtures.
 
 Tests marked `cuda` skip where torch sees no GPU (CI); everything else runs everywhere.
 """
@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import _checkout  # noqa: E402,F401  binds `stepscope` to this checkout before any test imports it
+sys.path.insert(0, str(REPO / "scripts"))  # the tests import the benchmark scripts' modules
 import pytest  # noqa: E402
 
 

@@ -15,20 +15,16 @@ import copy
 import faulthandler
 import json
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer and stepscope.kernels
-from stepscope.trainer.config import ModelConfig, OptimConfig  # noqa: E402
-from stepscope.trainer.distributed import make_distributed  # noqa: E402
-from stepscope.trainer.env import configure_process, make_env, seed_everything  # noqa: E402
-from stepscope.trainer.models import build_model  # noqa: E402
-from stepscope.trainer.optim import build_optimizer, loss_fn  # noqa: E402
-from stepscope.trainer.profiler.phases import Phases  # noqa: E402
-from stepscope.trainer.step import EagerStep, GraphedStep, capture_stream, on_stream  # noqa: E402
+from stepscope.config import ModelConfig, OptimConfig
+from stepscope.distributed import make_distributed
+from stepscope.env import configure_process, make_env, seed_everything
+from stepscope.models import build_model
+from stepscope.optim import build_optimizer, loss_fn
+from stepscope.profiler.capture.phases import Phases
+from stepscope.step import EagerStep, GraphedStep, capture_stream, on_stream
 
 STEPS = 12
 BATCH = 32

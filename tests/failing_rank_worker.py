@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import _checkout  # noqa: E402,F401  this checkout's stepscope.trainer
-from stepscope.trainer import loop  # noqa: E402
-from stepscope.trainer.command import train_main  # noqa: E402
-from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+from stepscope import loop
+from stepscope.command import train_main
+from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def failing_data(build_data, fail_at: int, rank: int):

@@ -1,5 +1,5 @@
 """The diagnosis on the real H200/CPU scenario traces in tests/data/: verdicts, and metrics checked against
-counts taken straight from the raw JSON (independently of stepscope.trainer.profiler.analysis).
+counts taken straight from the raw JSON (independently of stepscope.profiler.analysis).
 
 These traces are held out: the profiler-overhead model was fitted on H100 scenarios (tests/data/suite/), and
 their truth is the unprofiled step time measured on the H200 when they were recorded (BENCHMARKS.md,
@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import (
+from stepscope.profiler.analysis import (
     VERDICTS,
     analyze_run,
     render_console,
@@ -23,8 +23,8 @@ from stepscope.trainer.profiler.analysis import (
     render_top,
     summary_scalars,
 )
-from stepscope.trainer.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
-from stepscope.trainer.profiler.files import find_traces, load_trace
+from stepscope.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
+from stepscope.profiler.trace.files import find_traces, load_trace
 
 DATA = Path(__file__).parent / "data"
 # scenario: the verdict its unprofiled truth implies (step ms measured on the H200; GPU ms of the trace):
@@ -60,7 +60,7 @@ def raw(scenario: str) -> dict:
 
 
 def independent_counts(trace: dict) -> dict:
-    """Counts from the raw events, with nothing from stepscope.trainer.profiler.analysis: steps, and the device events whose
+    """Counts from the raw events, with nothing from stepscope.profiler.analysis: steps, and the device events whose
     launch (same correlation id) ran inside a ProfilerStep."""
     ev = trace["traceEvents"]
     step_events = [e for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]

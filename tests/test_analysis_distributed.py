@@ -11,9 +11,9 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
-from stepscope.trainer.profiler.analysis.cross_rank import STRAGGLER_RATIO
-from stepscope.trainer.profiler.files import find_traces, load_trace, write_trace_atomic
+from stepscope.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
+from stepscope.profiler.analysis.cross_rank import STRAGGLER_RATIO
+from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
 
 DDP = Path(__file__).parent / "data" / "ddp_gloo"
 INJECTED_DELAY_MS = 20.0

@@ -6,7 +6,7 @@ loaded whole with json and parsed by events.parse_trace); this test holds the st
 (streaming from the file), the analyze command's loader (discover.py + loaded.py) and ``parse_trace`` on an
 in-memory dict. Regenerate after an intended change of the analysis with
 
-    python -c "import sys; sys.path[:0] = ['scripts', 'tests']; import _checkout, test_analysis_golden as t; t.write()"
+    python -c "import sys; sys.path[:0] = ['tests']; import test_analysis_golden as t; t.write()"
 
     python -m pytest -q tests/test_analysis_golden.py
 """
@@ -16,12 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import analyze_run, analyze_trace, json_out
-from stepscope.trainer.profiler.analysis.cross_rank import cross_rank
-from stepscope.trainer.profiler.analysis.report import RunReport, run_verdict
-from stepscope.trainer.profiler.discover import discover
-from stepscope.trainer.profiler.files import find_traces, load_trace
-from stepscope.trainer.profiler.loaded import load_found, report_of
+from stepscope.profiler.analysis import analyze_run, analyze_trace, json_out
+from stepscope.profiler.analysis.cross_rank import cross_rank
+from stepscope.profiler.analysis.report import RunReport, run_verdict
+from stepscope.profiler.loaded import load_found, report_of
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import find_traces, load_trace
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden"

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import TraceError, analyze_run, analyze_trace, parse_trace
-from stepscope.trainer.profiler.files import (
+from stepscope.profiler.analysis import TraceError, analyze_run, analyze_trace, parse_trace
+from stepscope.profiler.trace.files import (
     find_traces,
     load_trace,
     plugin_name,
@@ -53,7 +53,7 @@ def test_runtime_category_renamed_gives_the_same_report(scenario):
 
 @pytest.mark.parametrize("scenario", ["eager_bs128", "slow_dataset", "cuda_graph", "cpu_resnet"])
 def test_tbfix_adapted_copy_gives_the_same_report(scenario):
-    tbfix = importlib.import_module("stepscope.trainer.profiler.tbfix")
+    tbfix = importlib.import_module("stepscope.profiler.tbfix")
     _, trace = scenario_trace(scenario)
     adapted = tbfix.adapt_trace(trace)
     assert comparable(analyze_trace(adapted, "w", "1")) == comparable(analyze_trace(trace, "w", "1"))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import (
+from stepscope.profiler.analysis import (
     StepSelection,
     TraceError,
     analyze_parsed,
@@ -25,13 +25,13 @@ from stepscope.trainer.profiler.analysis import (
     parallel,
     stream_parse,
 )
-from stepscope.trainer.profiler.analysis.events import parse_trace
-from stepscope.trainer.profiler.analysis.jsonstream import split_points
-from stepscope.trainer.profiler.analysis.select import select
-from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.trainer.profiler.discover import discover
-from stepscope.trainer.profiler.files import find_traces, load_trace
-from stepscope.trainer.profiler.loaded import load_found, report_of
+from stepscope.profiler.analysis.events import parse_trace
+from stepscope.profiler.analysis.select import select
+from stepscope.profiler.analysis.stream_parse import parse_trace_file
+from stepscope.profiler.loaded import load_found, report_of
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.jsonstream import split_points
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -170,9 +170,9 @@ def test_command_loader_parses_ranks_in_parallel(monkeypatch):
 def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, tmp_path, monkeypatch):
     """The plugin needs ~7 bytes per byte of trace to load one, so a copy over WHOLE_UP_TO is checked through
     its first EXCERPT_STEPS steps, byte for byte: a defect there is found, one later on is not (the price)."""
-    from stepscope.trainer.profiler.tbfix import plugin_check
-    from stepscope.trainer.profiler.tbfix.excerpt import excerpt
-    from stepscope.trainer.profiler.tbfix.export import export_file
+    from stepscope.profiler.tbfix import plugin_check
+    from stepscope.profiler.tbfix.excerpt import excerpt
+    from stepscope.profiler.tbfix.export import export_file
 
     (tf,) = find_traces(replica)
     adapted, _ = export_file(tmp_path / "out", tf.worker, tf.span, tf.path)

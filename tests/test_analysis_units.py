@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stepscope.trainer.profiler.analysis import analyze_trace
-from stepscope.trainer.profiler.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
+from stepscope.profiler.analysis import analyze_trace
+from stepscope.profiler.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
 
 
 def X(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict:
@@ -166,8 +166,8 @@ def test_a_traces_interval_sets_are_built_once_and_let_go_with_it():
     import weakref
     from pathlib import Path
 
-    from stepscope.trainer.profiler.analysis.breakdown import host_sets
-    from stepscope.trainer.profiler.analysis.stream_parse import parse_trace_file
+    from stepscope.profiler.analysis.breakdown import host_sets
+    from stepscope.profiler.analysis.stream_parse import parse_trace_file
 
     path = next((Path(__file__).parent / "data" / "eager_bs128").glob("*.pt.trace.json*"))
     trace = parse_trace_file(path, "w", "1")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 from make_cifar_folder import write_cifar_folder
-from stepscope.trainer.cifar_files import CIFAR10Files, download_cifar
-from stepscope.trainer.config import ConfigError, DataConfig
-from stepscope.trainer.data import Cifar10Data, check_data
-from stepscope.trainer.env import Env
+from stepscope.cifar_files import CIFAR10Files, download_cifar
+from stepscope.config import ConfigError, DataConfig
+from stepscope.data import Cifar10Data, check_data
+from stepscope.env import Env
 from trainrun import FAST, run_json, run_train
 
 N_PER_BATCH = 16

@@ -78,9 +78,9 @@ def test_tensorboard_bad_input(tmp_path):
 
 
 def test_dispatcher_loads_a_checkout_file_and_refuses_a_missing_one(capsys):
-    from stepscope.trainer.command import CommandUnavailable, load_function
+    from stepscope.command import CommandUnavailable, load_function
 
-    main = load_function("checkout:scripts/analyze.py", "main")  # a script that imports _checkout first
+    main = load_function("checkout:scripts/analyze.py", "main")
     assert main([str(REPO / "tests" / "data" / "cuda_graph")], prog="stepscope analyze") == 0
     assert capsys.readouterr().out.startswith("stepscope diagnosis: gpu_bound")
     with pytest.raises(CommandUnavailable, match="scripts/no_such_tool.py is not in this install"):

@@ -58,6 +58,6 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
 
 
 def test_a_bad_flag_is_answered_before_torch_is_imported():
-    rc, torch_imported, stderr = call_without_torch("stepscope.trainer.compare", "main", ["--batch-size", "0"])
+    rc, torch_imported, stderr = call_without_torch("stepscope.compare", "main", ["--batch-size", "0"])
     assert (rc, torch_imported) == (2, False), stderr
     assert "--batch-size must be a positive number, got 0" in stderr

@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import TraceError, analyze_run
-from stepscope.trainer.profiler.files import find_traces, load_trace, write_trace_atomic
-from stepscope.trainer.profiler.tbfix import export_tensorboard
+from stepscope.profiler.analysis import TraceError, analyze_run
+from stepscope.profiler.tbfix import export_tensorboard
+from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -193,7 +193,7 @@ def test_export_checks_the_copy_with_the_plugins_own_loader(change, tmp_path):
 
 
 def test_json_output_has_null_where_a_number_is_not_finite():
-    from stepscope.trainer.profiler.analysis.json_out import dumps
+    from stepscope.profiler.analysis.json_out import dumps
 
     text = dumps({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")})
     assert strict_json(text) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}

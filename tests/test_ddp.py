@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from stepscope.trainer.config import DataConfig, TrainConfig
-from stepscope.trainer.data import SyntheticData
-from stepscope.trainer.distributed import check_distributed
-from stepscope.trainer.env import Env
-from stepscope.trainer.profiler.files import find_plugin_traces, find_raw_traces, load_trace
-from stepscope.trainer.profiler.tbserver import TensorBoard
+from stepscope.config import DataConfig, TrainConfig
+from stepscope.data import SyntheticData
+from stepscope.distributed import check_distributed
+from stepscope.env import Env
+from stepscope.profiler.serve.tbserver import TensorBoard
+from stepscope.profiler.trace.files import find_plugin_traces, find_raw_traces, load_trace
 from trainrun import REPO, TORCHRUN, TRAIN, run_json, run_torchrun
 
 FAILING_WORKER = Path(__file__).resolve().parent / "failing_rank_worker.py"

@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import analyze_run, analyze_trace
-from stepscope.trainer.profiler.files import find_traces, load_trace, write_trace_atomic
+from stepscope.profiler.analysis import analyze_run, analyze_trace
+from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
 
 DATA = Path(__file__).parent / "data"
 

@@ -13,11 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.trainer.profiler import files as trace_files
-from stepscope.trainer.profiler.tbserver import TensorBoard
+from stepscope.profiler.trace import files as trace_files
+from stepscope.profiler.serve.tbserver import TensorBoard
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_WITH_CHECKOUT = ("import sys; sys.path.insert(0, sys.argv[1]); import _checkout; "
+RUN_WITH_CHECKOUT = ("import sys; "
                      "exec(compile(open(sys.argv[2]).read(), sys.argv[2], 'exec'))")
 
 
@@ -32,7 +32,7 @@ def test_example_is_short_and_changes_one_line_of_a_plain_loop():
     code = readme_example()
     assert len(code.splitlines()) <= 25
     assert "on_trace_ready=stepscope_trace_handler(" in code
-    assert "from stepscope.trainer.profiler.handler import stepscope_trace_handler" in code
+    assert "from stepscope.profiler.capture.handler import stepscope_trace_handler" in code
 
 
 def test_readme_example_runs_and_the_plugin_shows_it(tmp_path):

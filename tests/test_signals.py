@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.files import find_plugin_traces, find_raw_traces, load_trace
+from stepscope.profiler.trace.files import find_plugin_traces, find_raw_traces, load_trace
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from trainrun import FAST, REPO, TORCHRUN, TRAIN, run_json
 

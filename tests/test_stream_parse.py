@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis.events import parse_trace
-from stepscope.trainer.profiler.analysis.stream_parse import StreamFallback, parse_trace_file
-from stepscope.trainer.profiler.files import load_trace
+from stepscope.profiler.analysis.events import parse_trace
+from stepscope.profiler.analysis.stream_parse import StreamFallback, parse_trace_file
+from stepscope.profiler.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(p for p in DATA.glob("*/*.json*") if "golden" not in p.parts and ".trace.json" in p.name)

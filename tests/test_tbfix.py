@@ -1,4 +1,4 @@
-"""Unit tests for stepscope.trainer.profiler.tbfix: adapt_trace on events cut from the real H200 traces in tests/data, and the
+"""Unit tests for stepscope.profiler.tbfix: adapt_trace on events cut from the real H200 traces in tests/data, and the
 plugin's own parser (torch-tb-profiler 0.4.3, in-process, no server) on every committed trace.
 
     pytest tests/test_tbfix.py -q        # about 20 s on 2 cores, most of it the plugin parsing host_bound
@@ -14,10 +14,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler import files as trace_files
-from stepscope.trainer.profiler.tbfix import adapt_trace, export_tensorboard, write_adapted_pair
-from stepscope.trainer.profiler.tbfix.adapt import UNLINKED_KEY
-from stepscope.trainer.profiler.tbfix.step_guard import plugin_step_spans
+from stepscope.profiler.trace import files as trace_files
+from stepscope.profiler.tbfix import adapt_trace, export_tensorboard, write_adapted_pair
+from stepscope.profiler.tbfix.adapt import UNLINKED_KEY
+from stepscope.profiler.tbfix.step_guard import plugin_step_spans
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.event_parser import EventParser
 from torch_tb_profiler.profiler.run_generator import RunGenerator

@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler import files as trace_files
-from stepscope.trainer.profiler.tbfix import adapt_trace, export_tensorboard
-from stepscope.trainer.profiler.tbserver import TensorBoard
+from stepscope.profiler.trace import files as trace_files
+from stepscope.profiler.serve.tbserver import TensorBoard
+from stepscope.profiler.tbfix import adapt_trace, export_tensorboard
 
 DATA = Path(__file__).parent / "data" / "nccl_ddp"
 

@@ -13,9 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis.gc_paused import gc_paused
-from stepscope.trainer.profiler.files import find_traces, load_trace
-from stepscope.trainer.profiler.tbfix import (
+from stepscope.profiler.tbfix import (
     adapt_trace,
     forked,
     plan_columns,
@@ -23,8 +21,10 @@ from stepscope.trainer.profiler.tbfix import (
     stream_plan,
     stream_write,
 )
-from stepscope.trainer.profiler.tbfix.excerpt import excerpt
-from stepscope.trainer.profiler.tbfix.export import export_file
+from stepscope.profiler.tbfix.excerpt import excerpt
+from stepscope.profiler.tbfix.export import export_file
+from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.gc_paused import gc_paused
 
 DATA = Path(__file__).parent / "data"
 SPAN = "1795259109156023363"

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.files import find_traces, load_trace
-from stepscope.trainer.profiler.tbfix import adapt_trace, export_tensorboard
-from stepscope.trainer.profiler.tbfix.export import export_file
+from stepscope.profiler.tbfix import adapt_trace, export_tensorboard
+from stepscope.profiler.tbfix.export import export_file
+from stepscope.profiler.trace.files import find_traces, load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))

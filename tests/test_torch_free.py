@@ -8,21 +8,19 @@ import sys
 
 from trainrun import REPO
 
-TORCH_FREE = ["files", "bounded_read", "atomic", "vocabulary", "discover", "loaded", "analyze_cli", "diagnose",
-              "flamegraph", "tb_events", "tbserver", "tb_command", "watch", "shadow", "mirror", "tbfix",
+TORCH_FREE = ["trace.files", "trace.bounded_read", "trace.atomic", "trace.vocabulary", "trace.discover", "loaded", "cli.analyze", "serve.diagnose",
+              "capture.flamegraph", "serve.tb_events", "serve.tbserver", "cli.tensorboard", "serve.watch", "serve.shadow", "serve.mirror", "tbfix",
               "analysis"]
 
 SCRIPT = f"""
 import sys
 sys.modules["torch"] = None  # any import of torch now raises ImportError
-sys.path.insert(0, {str(REPO / "scripts")!r})
-import _checkout
 import importlib
 for name in {TORCH_FREE!r}:
-    importlib.import_module("stepscope.trainer.profiler." + name)
-from stepscope.trainer.profiler.analysis import analyze_run
-from stepscope.trainer.profiler.tbfix import adapt_trace
-from stepscope.trainer.profiler.files import find_traces, load_trace
+    importlib.import_module("stepscope.profiler." + name)
+from stepscope.profiler.analysis import analyze_run
+from stepscope.profiler.tbfix import adapt_trace
+from stepscope.profiler.trace.files import find_traces, load_trace
 run = {str(REPO / "tests" / "data" / "eager_bs32")!r}
 print(analyze_run(run).verdict, len(adapt_trace(load_trace(find_traces(run)[0].path))["traceEvents"]))
 assert "torch" not in [m.split(".")[0] for m, v in sys.modules.items() if v is not None]
@@ -38,6 +36,6 @@ def test_trace_side_imports_and_runs_without_torch():
 
 def test_the_check_itself_fails_when_torch_is_imported():
     """The blocker is real: a module that needs torch fails to import under it."""
-    script = SCRIPT.replace("for name in", 'importlib.import_module("stepscope.trainer.profiler.capture")\nfor name in')
+    script = SCRIPT.replace("for name in", 'importlib.import_module("stepscope.profiler.capture.writer")\nfor name in')
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "import of torch halted" in r.stderr

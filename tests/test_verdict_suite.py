@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.trainer.profiler.analysis import analyze_run, render_console
+from stepscope.profiler.analysis import analyze_run, render_console
 
 DATA = Path(__file__).parent / "data"
 SUITE = sorted(p.parent for p in DATA.glob("suite/*/truth.json"))

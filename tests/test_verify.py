@@ -13,8 +13,8 @@ import sys
 
 import pytest
 from make_cifar_folder import write_cifar_folder
-from stepscope.trainer.config import TrainConfig
-from stepscope.trainer.verify import VerifyError, _flag_args, _with, predicted_speedup, remedy_for
+from stepscope.config import TrainConfig
+from stepscope.verify import VerifyError, _flag_args, _with, predicted_speedup, remedy_for
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainrun import FAST, PROFILE_3_STEPS, REPO, on_cpus, run_train
 

@@ -62,7 +62,7 @@ def run_json(run_dir: Path) -> dict:
 def call_without_torch(module: str, function: str, argv: list[str]) -> tuple[int, bool, str]:
     """``module.function(argv)`` of this checkout in a fresh process: its exit code (a SystemExit's too),
     whether torch got imported, and its stderr."""
-    code = ("import sys; sys.path.insert(0, 'scripts'); import _checkout\n"
+    code = ("import sys\n"
             f"from {module} import {function}\n"
             f"try:\n    rc = {function}({argv!r})\nexcept SystemExit as e:\n    rc = e.code\n"
             "print(rc, 'torch' in sys.modules)")

@@ -1,0 +1,41 @@
+"""stepscope: says why a PyTorch training step is slow, with evidence, and shows it in TensorBoard.
+
+    import stepscope
+    report = stepscope.analyze("logs/myrun")          # any folder of traces, or one trace file
+    print(report.verdict, report.to_dict())
+    prof = torch.profiler.profile(..., on_trace_ready=stepscope.trace_handler("logs/myrun"))
+    rows = stepscope.compare(["--device", "cpu", "--variants", "eager"])
+
+The names load on first use, so `import stepscope` stays quick and imports no torch. This package is the
+repository's trainer/ folder; its `kernels` subpackage is the repository's kernels/ folder.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("stepscope")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+_PUBLIC = {  # name -> (module, attribute): each public call is one line into the engine
+    "analyze": ("stepscope.profiler.front", "analyze"),
+    "trace_handler": ("stepscope.profiler.capture.handler", "stepscope_trace_handler"),
+    "compare": ("stepscope.compare", "compare"),
+}
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'stepscope' has no attribute {name!r}")
+    module, attribute = _PUBLIC[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import torchvision
-from stepscope.trainer.config import ConfigError
+
+from .config import ConfigError
 
 CIFAR_FILES = ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch",
                "batches.meta"]

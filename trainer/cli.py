@@ -6,10 +6,9 @@ Any bad value ends the program with one line on stderr and exit code 2, and no r
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from stepscope.trainer.config import (
+from .config import (
     ARCHS,
     COMPILE_MODES,
     DATASETS,
@@ -25,12 +24,7 @@ from stepscope.trainer.config import (
     resolve_device,
     validate,
 )
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's default prints the whole usage first
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(2)
+from .profiler.cli.oneline import OneLineParser
 
 
 def non_empty_path(text: str) -> Path:
@@ -112,7 +106,7 @@ def config_from_args(a: argparse.Namespace, device: str) -> TrainConfig:
 def check_custom_ops(cfg: TrainConfig) -> None:
     if cfg.model.ops != "custom":
         return
-    from stepscope import kernels
+    from . import kernels
 
     reason = kernels.unavailable_reason(cfg.device)
     if reason is not None:
@@ -138,7 +132,7 @@ def check_before_torch(argv: list[str] | None, prog: str = "train.py") -> None:
 
 def parse_and_check(argv: list[str] | None, cuda_available: bool, prog: str = "train.py") -> TrainConfig:
     """Parse, validate and check the environment; raises ConfigError with one line on any problem."""
-    from stepscope.trainer.data import check_data, check_synthetic_fits
+    from .data import check_data, check_synthetic_fits
 
     args = build_parser(prog).parse_args(argv)
     cfg = config_from_args(args, resolve_device(args.device, cuda_available))

@@ -23,8 +23,8 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
     # torch's C++ warnings (read once, when torch is imported) would land in the progress bar; errors still
     # print, and TORCH_CPP_LOG_LEVEL=WARNING brings the rest back
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    from stepscope.trainer.cli import check_before_torch, parse_and_check
-    from stepscope.trainer.config import ConfigError
+    from .cli import check_before_torch, parse_and_check
+    from .config import ConfigError
 
     try:
         check_before_torch(argv, prog=prog)
@@ -32,9 +32,10 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     import torch
-    from stepscope.trainer.distributed import check_distributed
-    from stepscope.trainer.env import distributed_ranks
-    from stepscope.trainer.loop import train
+
+    from .distributed import check_distributed
+    from .env import distributed_ranks
+    from .loop import train
 
     cuda_available = torch.cuda.is_available()
     try:
@@ -50,11 +51,11 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
 # code. The place is a dotted module of the package, or "checkout:<path>", a file relative to the checkout
 # this package was loaded from (tools that only exist in a clone, not in a wheel).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("stepscope.trainer.command", "train_main"),
-    "analyze": ("stepscope.trainer.profiler.analyze_cli", "main"),
-    "compare": ("stepscope.trainer.compare", "main"),
-    "tensorboard": ("stepscope.trainer.profiler.tb_command", "main"),
-    "verify": ("stepscope.trainer.verify", "main"),
+    "train": ("stepscope.command", "train_main"),
+    "analyze": ("stepscope.profiler.cli.analyze", "main"),
+    "compare": ("stepscope.compare", "main"),
+    "tensorboard": ("stepscope.profiler.cli.tensorboard", "main"),
+    "verify": ("stepscope.verify", "main"),
     "bench-ops": ("checkout:scripts/bench_ops.py", "main"),  # a maintainer's benchmark: in a clone only
 }
 CHECKOUT = "checkout:"
@@ -71,8 +72,6 @@ def load_function(place: str, function: str):
     path = Path(__file__).resolve().parents[1] / place[len(CHECKOUT):]
     if not path.is_file():
         raise CommandUnavailable(f"{path} is not in this install (it comes with a clone of the repository)")
-    if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))  # as when run as a script: its own folder first (scripts/_checkout)
     spec = importlib.util.spec_from_file_location(f"_stepscope_cmd_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name

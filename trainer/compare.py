@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.config import ConfigError, plain_name
-from stepscope.trainer.launch import INSTALLED_TRAIN, TrainFailed, run_train
-from stepscope.trainer.run_dir import create_result_dir
+from .config import ConfigError, plain_name
+from .launch import INSTALLED_TRAIN, TrainFailed, run_train
+from .profiler.cli.oneline import OneLineParser
+from .run_dir import create_result_dir
 
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
             "cuda-graphs": ["--cuda-graphs"]}
@@ -56,7 +56,7 @@ def train_args(a: argparse.Namespace, root: Path, variant: str, ops: str) -> lis
 def check_possible(a: argparse.Namespace, prog: str) -> None:
     """Each variant's train flags, checked by the trainer's own validation before anything is written: first
     what needs no torch (a typo is answered at once), then the rest."""
-    from stepscope.trainer.cli import check_before_torch, parse_and_check
+    from .cli import check_before_torch, parse_and_check
 
     plain_name("--name", a.name)
     root = a.logdir / a.name  # not created yet: the checks only need its nearest existing parent to be writable

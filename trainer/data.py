@@ -22,10 +22,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
-from stepscope.trainer.cifar_files import CIFAR_FILES, CIFAR10Files, download_cifar
-from stepscope.trainer.config import ConfigError, DataConfig
-from stepscope.trainer.env import Env
 from torch.utils.data import DataLoader, DistributedSampler
+
+from .cifar_files import CIFAR_FILES, CIFAR10Files, download_cifar
+from .config import ConfigError, DataConfig
+from .env import Env
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

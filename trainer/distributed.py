@@ -27,11 +27,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from stepscope.trainer.config import ConfigError, TrainConfig
-from stepscope.trainer.env import Env
-from stepscope.trainer.stop import StopSignal
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+from .config import ConfigError, TrainConfig
+from .env import Env
+from .stop import StopSignal
 
 # long enough for legitimately slow collectives (NCCL set-up, ranks compiling at different speeds), short
 # enough that a hung peer ends the run

@@ -33,7 +33,7 @@ def make_elementwise(name: str) -> Elementwise:
     if name == "native":
         return Elementwise("native", F.relu, _native_add_relu)
     if name == "custom":
-        from stepscope import kernels
+        from . import kernels
 
         return Elementwise("custom", kernels.relu, kernels.add_relu)
     raise ValueError(f"unknown elementwise ops {name!r}; valid: native, custom")

@@ -15,10 +15,10 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stepscope.trainer.profiler.diagnose import diagnose_run
-from stepscope.trainer.profiler.files import find_plugin_traces
-from stepscope.trainer.run_dir import no_space, release_space
-from stepscope.trainer.run_record import RunRecord, finite_or_none
+from .profiler.serve.diagnose import diagnose_run
+from .profiler.trace.files import find_plugin_traces
+from .run_dir import no_space, release_space
+from .run_record import RunRecord, finite_or_none
 
 
 def final_numbers(progress, thr) -> dict:

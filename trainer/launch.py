@@ -5,8 +5,7 @@ the profiler-overhead script.
     run["final"]["median_step_ms"]
 
 `train_cmd` is how training is started: the installed package's `stepscope train` (INSTALLED_TRAIN), or a
-checkout's scripts/train.py (`checkout_train(repo)`), whose `_checkout` makes the child run that checkout's
-code. A failed run raises `TrainFailed` with the child's last stderr line.
+checkout's scripts/train.py (`checkout_train(repo)`), which runs the code the editable install points at. A failed run raises `TrainFailed` with the child's last stderr line.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-INSTALLED_TRAIN = (sys.executable, "-m", "stepscope.trainer.command", "train")
+INSTALLED_TRAIN = (sys.executable, "-m", "stepscope.command", "train")
 
 
 class TrainFailed(RuntimeError):

@@ -19,22 +19,24 @@ import sys
 from dataclasses import dataclass, field
 
 import torch
-from stepscope.trainer.config import TrainConfig
-from stepscope.trainer.data import build_data
-from stepscope.trainer.distributed import all_reduce_sum, make_distributed
-from stepscope.trainer.env import Env, configure_process, make_env, seed_everything
-from stepscope.trainer.finish import RunParts, finish_run
-from stepscope.trainer.models import build_model
-from stepscope.trainer.optim import build_optimizer, loss_fn
-from stepscope.trainer.profiler.capture import (
+from tqdm import tqdm
+
+from .config import TrainConfig
+from .data import build_data
+from .distributed import all_reduce_sum, make_distributed
+from .env import Env, configure_process, make_env, seed_everything
+from .finish import RunParts, finish_run
+from .models import build_model
+from .optim import build_optimizer, loss_fn
+from .profiler.capture.phases import Phases
+from .profiler.capture.writer import (
     NullProfiler,
     Profiler,
     TraceWriter,
     build_profiler,
     worker_name,
 )
-from stepscope.trainer.profiler.phases import Phases
-from stepscope.trainer.run_dir import (
+from .run_dir import (
     NoSpace,
     create_run_dir,
     environment_info,
@@ -43,11 +45,10 @@ from stepscope.trainer.run_dir import (
     release_space,
     reserve_space,
 )
-from stepscope.trainer.run_record import RunRecord
-from stepscope.trainer.step import build_step, capture_stream, on_stream
-from stepscope.trainer.tb_log import NullLog, TBLog
-from stepscope.trainer.timing import StepClock, Throughput
-from tqdm import tqdm
+from .run_record import RunRecord
+from .step import build_step, capture_stream, on_stream
+from .tb_log import NullLog, TBLog
+from .timing import StepClock, Throughput
 
 WARMUP_STEPS = 10  # at most; never more than a tenth of the run
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import torch
 import torchvision
-from stepscope.trainer.config import ModelConfig
-from stepscope.trainer.elementwise import Activation, AddActivation, Elementwise, make_elementwise
 from torch import nn
+
+from .config import ModelConfig
+from .elementwise import Activation, AddActivation, Elementwise, make_elementwise
 
 
 class BasicBlock(nn.Module):

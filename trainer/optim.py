@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from stepscope.trainer.config import OptimConfig
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
+
+from .config import OptimConfig
 
 
 def build_optimizer(cfg: OptimConfig, model: nn.Module, device: torch.device, batch_size: int,

@@ -16,8 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from stepscope.trainer.config import ConfigError
-from stepscope.trainer.profiler.atomic import write_text_atomic
+from .config import ConfigError
+from .profiler.trace.atomic import write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk full, quota reached, file size limit

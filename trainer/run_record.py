@@ -19,7 +19,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stepscope.trainer.profiler.atomic import write_text_atomic
+from .profiler.trace.atomic import write_text_atomic
 
 
 def finite_or_none(x):

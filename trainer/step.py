@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from stepscope.trainer.env import Env
-from stepscope.trainer.profiler.phases import Phases
 from torch import nn
+
+from .env import Env
+from .profiler.capture.phases import Phases
 
 
 class LossAccumulator:

@@ -31,10 +31,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.launch import INSTALLED_TRAIN, TrainFailed, run_train
-from stepscope.trainer.profiler.atomic import write_text_atomic
-from stepscope.trainer.profiler.tb_events import EventLog
+from .launch import INSTALLED_TRAIN, TrainFailed, run_train
+from .profiler.cli.oneline import OneLineParser
+from .profiler.serve.tb_events import EventLog
+from .profiler.trace.atomic import write_text_atomic
 
 MIN_SPEEDUP = 1.05
 HALF = 0.5  # the share of the predicted gain a confirmed remedy must reach

@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.profiler.analysis.events import ParsedTrace
-from stepscope.trainer.profiler.analysis.report import (
+from .analysis.events import ParsedTrace
+from .analysis.report import (
     RunReport,
     analyze_file,
     analyze_parsed_file,
@@ -28,8 +28,8 @@ from stepscope.trainer.profiler.analysis.report import (
     read_trace,
     run_report,
 )
-from stepscope.trainer.profiler.analysis.select import StepSelection
-from stepscope.trainer.profiler.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
+from .analysis.select import StepSelection
+from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 

@@ -1,6 +1,6 @@
 """Why is a training step slow? A pure analysis of torch.profiler traces.
 
-    from stepscope.trainer.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
+    from stepscope.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
     report = analyze_run(Path("logs/myrun"))      # every (worker, span) trace, plus cross-rank when several
     print(render_console(report))                 # verdict and evidence
     report.to_dict()                              # the JSON of `scripts/analyze.py RUN_DIR --json`
@@ -12,8 +12,8 @@ findings (verdict, findings, remedies), span (one trace's report), cross_rank (s
 report (a run directory, JSON), render (text).
 """
 
+from ..trace.errors import TraceError
 from .cross_rank import CrossRankReport
-from .errors import TraceError
 from .events import parse_trace
 from .findings import VERDICTS, Finding
 from .render import render_console, render_markdown, render_top, summary_scalars

@@ -20,15 +20,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from stepscope.trainer.profiler.vocabulary import (
+from ..trace.errors import TraceError
+from ..trace.vocabulary import (
     ANNOTATION_CATEGORIES,
     DATALOADER_PREFIX,
     DEVICE_KINDS,
     OPERATOR_CATEGORIES,
     RUNTIME_CATEGORIES,
 )
-
-from .errors import TraceError
 from .validate import check_document, check_event, is_step_event, no_steps_error
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")

@@ -1,6 +1,6 @@
 """Strict JSON for reports: never NaN or Infinity, which JSON does not have and strict parsers reject.
 
-    from stepscope.trainer.profiler.analysis.json_out import dumps, finite
+    from stepscope.profiler.analysis.json_out import dumps, finite
     print(dumps(report.to_dict(), indent=1))      # what `scripts/analyze.py RUN_DIR --json` prints
 
 ``finite`` replaces every non-finite float (NaN, ±Infinity) in nested dicts, lists and tuples by None

@@ -29,13 +29,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.profiler.bounded_read import TraceTooLarge
-from stepscope.trainer.profiler.files import find_traces, load_trace
-
+from ..trace.bounded_read import TraceTooLarge
+from ..trace.errors import TraceError
+from ..trace.files import find_traces, load_trace
+from ..trace.workers import default_budget, parts_for, plan_processes
 from .cross_rank import CrossRankReport, cross_rank
-from .errors import TraceError
 from .events import ParsedTrace
-from .parallel import default_budget, parts_for, plan_processes
 from .select import StepSelection
 from .span import SpanReport, analyze_selected, analyze_trace
 from .stream_parse import StreamFallback, parse_trace_file

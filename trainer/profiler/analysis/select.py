@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 
-from .errors import TraceError
+from ..trace.errors import TraceError
 from .events import ParsedTrace
 from .steps import launches_by_correlation, step_finder
 

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from stepscope.trainer.profiler.bounded_read import TraceTooLarge, open_trace
 
-from ..vocabulary import STEP_PREFIX
+from ..trace.bounded_read import TraceTooLarge, open_trace
+from ..trace.gc_paused import gc_paused
+from ..trace.jsonstream import BLOCK, TraceStream, split_points
+from ..trace.vocabulary import STEP_PREFIX
 from .events import (
     ANNOTATION_CATEGORIES,
     DATA_ANNOTATIONS,
@@ -38,8 +40,6 @@ from .events import (
     Step,
     _int_or_none,
 )
-from .gc_paused import gc_paused
-from .jsonstream import BLOCK, TraceStream, split_points
 from .validate import MAX_TIME_US, STEP_CATEGORIES, STEP_NAME
 
 UNSET = msgspec.UNSET

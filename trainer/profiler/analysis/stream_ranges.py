@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..trace.gc_paused import gc_paused
+from ..trace.jsonstream import TraceStream
 from .events import DeviceEvent, HostEvent, MemorySample
-from .gc_paused import gc_paused
-from .jsonstream import TraceStream
 from .stream_parse import StreamFallback, _Collector, _decode
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import re
 
-from stepscope.trainer.profiler.vocabulary import ANNOTATION_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX
-
-from .errors import TraceError
+from ..trace.errors import TraceError
+from ..trace.vocabulary import ANNOTATION_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX
 
 # 2**53 µs (about 285 years after the epoch): the largest time at which a float still resolves 1 µs. Profiler
 # clocks read about 2e15 µs (Unix time) or 4e12 µs (monotonic), far below.

@@ -1,6 +1,6 @@
 """Truthful traces for TensorBoard's PyTorch Profiler tab (torch-tb-profiler 0.4.3) on modern PyTorch.
 
-    from stepscope.trainer.profiler.tbfix import adapt_trace, write_adapted_pair, export_file, export_tensorboard
+    from stepscope.profiler.tbfix import adapt_trace, write_adapted_pair, export_file, export_tensorboard
     fixed = adapt_trace(trace)                                   # pure: a new, plugin-ready dict
     write_adapted_pair(run_dir, worker, span, trace)             # original under raw/, adapted copy listed
     export_file(run_dir, worker, span, path, gz=True)            # the same from a trace file, streamed

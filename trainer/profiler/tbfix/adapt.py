@@ -1,6 +1,6 @@
 """Rewrite a modern torch.profiler trace so that torch-tb-profiler 0.4.3 reports true numbers.
 
-    from stepscope.trainer.profiler.tbfix import adapt_trace
+    from stepscope.profiler.tbfix import adapt_trace
     fixed = adapt_trace(trace)     # a new dict; `trace` itself is never modified
 
 What 0.4.3 gets wrong on torch 2.x traces, and what is rewritten (plugin paths are relative to
@@ -55,15 +55,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..vocabulary import (
+from ..trace.vocabulary import (
     ANNOTATION_CATEGORIES,
     DEVICE_CATEGORIES,
     OPERATOR_CATEGORIES,
     STEP_PREFIX,
     TORCH_RUNTIME_CATEGORIES,
 )
-from ..vocabulary import category as _cat
-from ..vocabulary import span as _span
+from ..trace.vocabulary import category as _cat
+from ..trace.vocabulary import span as _span
 from .callstack import call_stacks
 from .step_guard import host_steps, unlink_for_positive_steps
 

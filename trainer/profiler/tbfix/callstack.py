@@ -8,7 +8,7 @@ string on ``;`` and parses each frame with ``/\\([0-9]+\\)$/`` for "go to source
 records the stack as separate ``python_function`` events instead, so the string here is rebuilt from
 the Python frames that enclose each operator in time on the same thread.
 
-    from stepscope.trainer.profiler.tbfix.callstack import call_stacks
+    from stepscope.profiler.tbfix.callstack import call_stacks
     stacks = call_stacks(events)     # {index of a cpu_op event: "a.py(3): f;b.py(9): main"}
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from ..vocabulary import OPERATOR_CATEGORIES, category
-from ..vocabulary import span as _span
+from ..trace.vocabulary import OPERATOR_CATEGORIES, category
+from ..trace.vocabulary import span as _span
 
 # A real Python frame, as kineto names it: "torch/nn/modules/conv.py(552): forward". C functions
 # ("<built-in method conv2d ...>") and module markers ("nn.Module: Conv2d_0") were never part of the

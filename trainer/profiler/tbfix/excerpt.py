@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from ..analysis.jsonstream import TraceStream
-from ..vocabulary import STEP_PREFIX
+from ..trace.jsonstream import TraceStream
+from ..trace.vocabulary import STEP_PREFIX
 
 
 class _Timed(msgspec.Struct, gc=False):

@@ -1,12 +1,12 @@
 """Write plugin-ready traces next to their untouched originals, for our runs and for plain ones.
 
-    from stepscope.trainer.profiler.tbfix import write_adapted_pair, export_tensorboard
+    from stepscope.profiler.tbfix import write_adapted_pair, export_tensorboard
     adapted, raw = write_adapted_pair(Path("logs/run"), "host_1234", "1795259107760373831", trace)
     adapted, raw = export_file(Path("logs/run"), "host_1234", "1795259107760373831", Path("t.pt.trace.json"))
     export_tensorboard(Path("plain_run"), Path("logs/plain_fixed"))   # then: tensorboard --logdir logs
 
 ``export_tensorboard`` streams each trace file (``export_file``): a 1 GB trace is rewritten in a few hundred
-MB, its original copied byte for byte. The layout is ``trainer/profiler/files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the
+MB, its original copied byte for byte. The layout is ``trainer/profiler/trace/files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the
 plugin lists, ``raw/<span>/<worker>.trace.json.gz`` the original (for Perfetto and HTA), which the plugin
 does not list.
 """
@@ -19,9 +19,9 @@ import zlib
 from pathlib import Path
 
 import msgspec
-from stepscope.trainer.profiler import files as trace_files
 
-from ..analysis.parallel import json_size
+from ..trace import files as trace_files
+from ..trace.workers import json_size
 from . import plugin_check
 from .adapt import adapt_trace
 from .plugin_check import plugin_problem

@@ -23,8 +23,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..analysis.jsonstream import split_points
-from ..analysis.parallel import SPLIT_FROM
+from ..trace.jsonstream import split_points
+from ..trace.workers import SPLIT_FROM
 
 _INHERITED: list = []  # [function, arguments] of the call the child about to be forked runs
 

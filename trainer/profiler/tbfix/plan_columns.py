@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from ..analysis.jsonstream import TraceStream
-from ..vocabulary import STEP_PREFIX
+from ..trace.jsonstream import TraceStream
+from ..trace.vocabulary import STEP_PREFIX
 from .forked import export_ranges, forked
 
 UNSET = msgspec.UNSET

@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from ..analysis.parallel import json_size
+from ..trace.workers import json_size
 from .excerpt import excerpt
 
 WHOLE_UP_TO = 128 << 20

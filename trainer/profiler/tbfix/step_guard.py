@@ -13,7 +13,7 @@ zero-length, unlinks the launches that cause it: those of earlier steps whose GP
 that step's host end. An unlinked launch still counts as Runtime; its kernels are shown the way 0.4.3
 showed every kernel before (under the call-tree root, without an operator).
 
-    from stepscope.trainer.profiler.tbfix.step_guard import plugin_step_spans, unlink_for_positive_steps
+    from stepscope.profiler.tbfix.step_guard import plugin_step_spans, unlink_for_positive_steps
     spans = plugin_step_spans(events, runtime)          # the (start, end) of each step the plugin keeps
     cut = unlink_for_positive_steps(events, runtime)    # indices of runtime events to unlink
     # `runtime`: indices of the events the plugin reads as category "runtime"
@@ -25,8 +25,14 @@ import sys
 from collections import defaultdict
 from typing import NamedTuple
 
-from ..vocabulary import ANNOTATION_CATEGORIES, DEVICE_CATEGORIES, OPERATOR_CATEGORIES, STEP_PREFIX, category
-from ..vocabulary import span as _span
+from ..trace.vocabulary import (
+    ANNOTATION_CATEGORIES,
+    DEVICE_CATEGORIES,
+    OPERATOR_CATEGORIES,
+    STEP_PREFIX,
+    category,
+)
+from ..trace.vocabulary import span as _span
 
 STEP_CATEGORIES = ANNOTATION_CATEGORIES | OPERATOR_CATEGORIES  # where a ProfilerStep#N may sit
 

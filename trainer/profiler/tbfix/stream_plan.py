@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.gc_paused import gc_paused
-from ..vocabulary import DEVICE_CATEGORIES, STEP_PREFIX
-from ..vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
+from ..trace.gc_paused import gc_paused
+from ..trace.vocabulary import DEVICE_CATEGORIES, STEP_PREFIX
+from ..trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
 from .adapt import (
     COLLECTIVES,
     DEVICE_STEP_PREFIX,

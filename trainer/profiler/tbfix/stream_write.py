@@ -29,8 +29,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from ..analysis.gc_paused import gc_paused
-from ..analysis.jsonstream import TraceStream
+from ..trace.gc_paused import gc_paused
+from ..trace.jsonstream import TraceStream
 from .adapt import UNLINKED_KEY
 from .excerpt import write_excerpt
 from .forked import forked

@@ -4,7 +4,7 @@ A small, dependency-free replacement for Brendan Gregg's flamegraph.pl: no Perl 
 the bottom, each frame's width is its inclusive value, and every box has a tooltip with the frame's name,
 value and share of the total.
 
-    python -m stepscope.trainer.profiler.flamegraph stacks.folded > flame.svg
+    python -m stepscope.profiler.capture.flamegraph stacks.folded > flame.svg
 """
 
 from __future__ import annotations

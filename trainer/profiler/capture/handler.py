@@ -1,6 +1,6 @@
 """A drop-in `on_trace_ready` for your own training loop: what stepscope's trainer writes, per profiler cycle.
 
-    from stepscope.trainer.profiler.handler import stepscope_trace_handler
+    from stepscope.profiler.capture.handler import stepscope_trace_handler
     with torch.profiler.profile(schedule=..., on_trace_ready=stepscope_trace_handler("logs/myrun")) as prof:
         for batch in loader:
             train_step(batch)
@@ -29,11 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from stepscope.trainer.profiler.analysis import TraceError, analyze_run
-from stepscope.trainer.profiler.diagnose import write_diagnosis
-from stepscope.trainer.profiler.files import load_trace
-from stepscope.trainer.profiler.tb_events import EventLog
-from stepscope.trainer.profiler.tbfix import write_adapted_pair
+from ..analysis import TraceError, analyze_run
+from ..serve.diagnose import write_diagnosis
+from ..serve.tb_events import EventLog
+from ..tbfix import write_adapted_pair
+from ..trace.files import load_trace
 
 
 class StepscopeTraceHandler:

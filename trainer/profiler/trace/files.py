@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.profiler.atomic import write_bytes_atomic
-from stepscope.trainer.profiler.bounded_read import open_trace
+from .atomic import write_bytes_atomic
+from .bounded_read import open_trace
 
 WORKER_PATTERN = re.compile(
     r"""^(.*?)          # worker name

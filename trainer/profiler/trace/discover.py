@@ -1,6 +1,6 @@
 """Find every torch.profiler trace under a file or directory, whatever wrote it and whatever its name.
 
-    from stepscope.trainer.profiler.discover import discover
+    from stepscope.profiler.trace.discover import discover
     found = discover(Path("lightning_logs"))     # Discovery(traces=(Found, ...), skipped=(Skipped, ...))
     print(found.summary())   # found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (...)
 
@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.profiler.files import RAW_DIR, WORKER_PATTERN
+from .files import RAW_DIR, WORKER_PATTERN
 
 STEPSCOPE = "stepscope"
 HANDLER = "tensorboard_trace_handler"

@@ -21,11 +21,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepscope.trainer.profiler.analysis import TraceError
-from stepscope.trainer.profiler.discover import Found, discover
-from stepscope.trainer.profiler.loaded import Loaded, assign_spans, read, skip_reason
-from stepscope.trainer.profiler.mirror import EventsMirror
-from stepscope.trainer.profiler.shadow import publish_run
+from ..analysis import TraceError
+from ..loaded import Loaded, assign_spans, read, skip_reason
+from ..trace.discover import Found, discover
+from .mirror import EventsMirror
+from .shadow import publish_run
 
 Signature = tuple[int, int]  # (size, mtime_ns)
 

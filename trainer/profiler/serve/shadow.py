@@ -22,13 +22,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from stepscope.trainer.profiler.analysis import TraceError
-from stepscope.trainer.profiler.atomic import write_text_atomic
-from stepscope.trainer.profiler.diagnose import write_diagnosis
-from stepscope.trainer.profiler.files import WORKER_PATTERN
-from stepscope.trainer.profiler.loaded import Loaded, report_of
-from stepscope.trainer.profiler.tb_events import EventLog
-from stepscope.trainer.profiler.tbfix import write_adapted_pair
+from ..analysis import TraceError
+from ..loaded import Loaded, report_of
+from ..tbfix import write_adapted_pair
+from ..trace.atomic import write_text_atomic
+from ..trace.files import WORKER_PATTERN
+from .diagnose import write_diagnosis
+from .tb_events import EventLog
 
 
 def has_traces(folder: Path) -> bool:

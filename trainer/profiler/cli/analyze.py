@@ -48,12 +48,12 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.profiler.analysis import StepSelection, TraceError, json_out, render_console
-from stepscope.trainer.profiler.analysis.gc_paused import gc_paused
-from stepscope.trainer.profiler.analyze_args import memory_size, window
-from stepscope.trainer.profiler.discover import discover, summary_line
-from stepscope.trainer.profiler.loaded import Loaded, load_found, report_of, run_telemetry
+from ..analysis import StepSelection, TraceError, json_out, render_console
+from ..loaded import Loaded, load_found, report_of, run_telemetry
+from ..trace.discover import discover, summary_line
+from ..trace.gc_paused import gc_paused
+from .analyze_args import memory_size, window
+from .oneline import OneLineParser
 
 
 class UsageError(ValueError):
@@ -103,11 +103,11 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
     """Write each trace's adapted copy and its original (raw/) to ``out_dir`` through a temporary sibling
     folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
     try:
-        from stepscope.trainer.profiler.tbfix import write_adapted_pair
-        from stepscope.trainer.profiler.tbfix.export import export_file, written_excerpt
-        from stepscope.trainer.profiler.tbfix.plugin_check import PluginMissing, plugin_problem
+        from ..tbfix import write_adapted_pair
+        from ..tbfix.export import export_file, written_excerpt
+        from ..tbfix.plugin_check import PluginMissing, plugin_problem
     except ImportError as e:
-        raise UsageError(f"--export-tensorboard needs stepscope.trainer.profiler.tbfix, which failed to "
+        raise UsageError(f"--export-tensorboard needs stepscope.profiler.tbfix, which failed to "
                          f"import: {e}") from None
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))

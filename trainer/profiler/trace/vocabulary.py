@@ -1,7 +1,7 @@
 """The vocabulary of torch.profiler's Chrome traces, in one place: event categories, the names that matter,
 and the two accessors every reader of raw events uses. Torch-free.
 
-    from stepscope.trainer.profiler.vocabulary import category, span, DEVICE_CATEGORIES
+    from stepscope.profiler.trace.vocabulary import category, span, DEVICE_CATEGORIES
     if category(e) in DEVICE_CATEGORIES: start, end = span(e)
 
 Categories are compared lower-cased: old traces (torch 1.8/1.9, the plugin's own samples) write

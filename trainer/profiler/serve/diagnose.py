@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepscope.trainer.profiler.analysis import (
+from ..analysis import (
     RunReport,
     analyze_run,
     render_console,
@@ -19,7 +19,7 @@ from stepscope.trainer.profiler.analysis import (
     render_top,
     summary_scalars,
 )
-from stepscope.trainer.profiler.atomic import write_text_atomic
+from ..trace.atomic import write_text_atomic
 
 
 def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None) -> dict:

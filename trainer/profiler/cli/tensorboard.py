@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.trainer.cli import OneLineParser
-from stepscope.trainer.profiler.watch import WatchConfig, Watcher
+from ..serve.watch import WatchConfig, Watcher
+from .oneline import OneLineParser
 
 
 class UsageError(ValueError):

@@ -1,6 +1,6 @@
 """The profiler: `ProfileConfig.build()` lands here, plus the trace writer that each finished cycle calls.
 
-Each cycle is exported once with `export_chrome_trace`, then written twice by `stepscope.trainer.profiler.tbfix`:
+Each cycle is exported once with `export_chrome_trace`, then written twice by `stepscope.profiler.tbfix`:
 the untouched original under `raw/<span>/` (Perfetto, Holistic Trace Analysis) and a copy that
 torch-tb-profiler 0.4.3 reads correctly, under a name it lists. Both go through a temporary name and a
 rename, so no half-written trace is ever visible. Optional per-cycle exports: a plain Chrome trace, an
@@ -20,10 +20,11 @@ import warnings
 from pathlib import Path
 
 import torch
-from stepscope.trainer.config import ProfileConfig
-from stepscope.trainer.profiler.atomic import write_text_atomic
-from stepscope.trainer.profiler.flamegraph import keep_working_threads, render_flamegraph
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
+
+from ..trace.atomic import write_text_atomic
+from .flamegraph import keep_working_threads, render_flamegraph
+from .options import ProfileConfig
 
 FULL_BYTES = 1 << 20  # a trace export that failed with less than this left on the disk failed for want of space
 TRACED_ACTIONS = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -122,8 +123,8 @@ class TraceWriter:
         self.cycles = 0
 
     def __call__(self, prof: profile) -> None:
-        from stepscope.trainer.profiler.tbfix import export_file
-        from stepscope.trainer.profiler.tbfix.stream_write import copy_file_atomic
+        from ..tbfix import export_file
+        from ..tbfix.stream_write import copy_file_atomic
 
         span = str(self.span_base + self.cycles)
         tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"

@@ -1,0 +1,1 @@
+"""The command lines of `stepscope analyze` and `stepscope tensorboard`, and the one-line argument parser."""
