@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.profiler.trace import files as trace_files
 from stepscope.profiler.serve.tbserver import TensorBoard
+from stepscope.profiler.trace import files as trace_files
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_WITH_CHECKOUT = ("import sys; "

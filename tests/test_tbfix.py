@@ -14,10 +14,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.trace import files as trace_files
 from stepscope.profiler.tbfix import adapt_trace, export_tensorboard, write_adapted_pair
 from stepscope.profiler.tbfix.adapt import UNLINKED_KEY
 from stepscope.profiler.tbfix.step_guard import plugin_step_spans
+from stepscope.profiler.trace import files as trace_files
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.event_parser import EventParser
 from torch_tb_profiler.profiler.run_generator import RunGenerator

@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.trace import files as trace_files
 from stepscope.profiler.serve.tbserver import TensorBoard
 from stepscope.profiler.tbfix import adapt_trace, export_tensorboard
+from stepscope.profiler.trace import files as trace_files
 
 DATA = Path(__file__).parent / "data" / "nccl_ddp"
 

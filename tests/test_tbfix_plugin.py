@@ -17,9 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.trace import files as trace_files
 from stepscope.profiler.serve.tbserver import TensorBoard
 from stepscope.profiler.tbfix import export_tensorboard
+from stepscope.profiler.trace import files as trace_files
 
 DATA = Path(__file__).parent / "data"
 SCENARIOS = ["eager_bs128", "slow_dataset", "cuda_graph", "cpu_resnet"]
