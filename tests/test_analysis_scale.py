@@ -22,16 +22,17 @@ from stepscope.profiler.analysis import (
     TraceError,
     analyze_parsed,
     analyze_run,
-    parallel,
     stream_parse,
 )
 from stepscope.profiler.analysis.events import parse_trace
 from stepscope.profiler.analysis.select import select
 from stepscope.profiler.analysis.stream_parse import parse_trace_file
 from stepscope.profiler.loaded import load_found, report_of
+from stepscope.profiler.trace import workers as parallel
 from stepscope.profiler.trace.discover import discover
 from stepscope.profiler.trace.files import find_traces, load_trace
 from stepscope.profiler.trace.jsonstream import split_points
+from stepscope.profiler.trace.workers import Workers
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -162,7 +163,7 @@ def test_command_loader_parses_ranks_in_parallel(monkeypatch):
     one = report_of(load_found(found)[0])
     monkeypatch.setattr(parallel, "SPLIT_FROM", 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    loaded, _ = load_found(found, 1 << 30)
+    loaded, _ = load_found(found, Workers.local(max_memory=1 << 30))
     assert all(item.parsed is not None for item in loaded)
     assert _dict(report_of(loaded)) == _dict(one)
 

@@ -21,6 +21,7 @@ from .analysis.select import StepSelection
 from .loaded import Loaded, load_found, report_of, run_telemetry
 from .trace.discover import discover, summary_line
 from .trace.errors import TraceError
+from .trace.workers import Workers
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,15 @@ class Found:
     summary: str
 
 
-def find(path: str | os.PathLike, max_memory: int | None = None) -> Found:
-    """Every trace under ``path``, parsed; TraceError when there is none or one cannot be read."""
+def find(path: str | os.PathLike, workers: Workers | None = None) -> Found:
+    """Every trace under ``path``, parsed where ``workers`` says (default: in this process); TraceError when
+    there is none or one cannot be read."""
     path = Path(path)
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise TraceError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
     found = discover(path)
-    loaded, skipped = load_found(found.traces, max_memory)
+    loaded, skipped = load_found(found.traces, workers)
     line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
     if not loaded:
         raise TraceError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
@@ -47,10 +49,14 @@ def find(path: str | os.PathLike, max_memory: int | None = None) -> Found:
 
 
 def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
-            max_memory: int | None = None) -> RunReport:
-    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file)."""
+            max_memory: int | None = None, workers: Workers | None = None) -> RunReport:
+    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file).
+    ``workers`` says where the traces are parsed (trace/workers.py); by default in this process alone,
+    which a training process needs, or in local processes within ``max_memory`` bytes when it is given."""
     path = Path(path)
-    found = find(path, max_memory)
+    if workers is None:
+        workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
+    found = find(path, workers)
     if telemetry is None:
         telemetry = run_telemetry(path)
     return report_of(found.loaded, str(path), selection, telemetry)

@@ -30,6 +30,7 @@ from .analysis.report import (
 )
 from .analysis.select import StepSelection
 from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
+from .trace.workers import Workers
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 
@@ -72,12 +73,12 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
 
 
 def load_found(found: list[Found] | tuple[Found, ...],
-               max_memory: int | None = None) -> tuple[list[Loaded], list[Skipped]]:
-    """Parse every found trace (large ones in parallel processes within ``max_memory`` bytes, see
-    analysis/parallel.py); skip sniffed ones without ProfilerStep# events."""
+               workers: Workers | None = None) -> tuple[list[Loaded], list[Skipped]]:
+    """Parse every found trace where ``workers`` says (default: in this process; trace/workers.py); skip
+    sniffed ones without ProfilerStep# events."""
     spans = assign_spans(list(found))
     loaded, skipped = [], []
-    streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory)
+    streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], workers or Workers.inline())
     for f, parsed in zip(found, streamed, strict=True):
         if parsed is not None:  # it has ProfilerStep#N events, so skip_reason has nothing to say
             loaded.append(Loaded(f, spans[f.path], None, parsed))

@@ -52,6 +52,7 @@ from ..analysis import StepSelection, TraceError, json_out, render_console
 from ..loaded import Loaded, load_found, report_of, run_telemetry
 from ..trace.discover import discover, summary_line
 from ..trace.gc_paused import gc_paused
+from ..trace.workers import Workers
 from .analyze_args import memory_size, window
 from .oneline import OneLineParser
 
@@ -84,13 +85,13 @@ def check_out_dir(out_dir: Path) -> None:
                          "directory")
 
 
-def find_and_load(path: Path, max_memory: int | None = None) -> tuple[list[Loaded], str]:
+def find_and_load(path: Path, workers: Workers) -> tuple[list[Loaded], str]:
     """Every trace under ``path``, parsed, and the one-line summary of what was found and skipped."""
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise UsageError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
     found = discover(path)
-    loaded, skipped = load_found(found.traces, max_memory)
+    loaded, skipped = load_found(found.traces, workers)
     line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
     if not loaded:
         raise UsageError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
@@ -99,7 +100,7 @@ def find_and_load(path: Path, max_memory: int | None = None) -> tuple[list[Loade
     return loaded, line
 
 
-def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
+def export(loaded: list[Loaded], out_dir: Path, workers: Workers) -> list[Path]:
     """Write each trace's adapted copy and its original (raw/) to ``out_dir`` through a temporary sibling
     folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
     try:
@@ -120,7 +121,7 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
             try:
                 if item.trace is None:  # streamed: the file is copied and rewritten as it is read
                     adapted, _raw = export_file(target, item.worker, item.span, item.found.path, excerpt=part,
-                                                helpers=True)
+                                                workers=workers)
                 else:
                     adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
             except ValueError as e:
@@ -162,16 +163,17 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         if a.export_tensorboard is not None:
             check_out_dir(a.export_tensorboard)
         selection = StepSelection(steps=a.steps, time_ms=a.time_range)
+        workers = Workers.local(max_memory=a.max_memory)  # a short-lived command: local processes may help
         # A short-lived process holding millions of events that form no cycles: the cyclic collector would
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
         with gc_paused():
-            loaded, found_line = find_and_load(a.run_dir, a.max_memory)
+            loaded, found_line = find_and_load(a.run_dir, workers)
             # validates every trace before anything is written
             telemetry = run_telemetry(a.run_dir)
             report = report_of(loaded, str(a.run_dir), selection, telemetry)
             # the streamed export reads the files again: the parsed events are let go first
             loaded = [replace(item, parsed=None) for item in loaded]
-            written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
+            written = export(loaded, a.export_tensorboard, workers) if a.export_tensorboard is not None else None
     except (TraceError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
