@@ -6,8 +6,8 @@
 
 Each trace file is parsed streaming (stream_parse.py); a file that the streaming parser leaves to the
 ordinary reader (``StreamFallback``) is loaded whole with ``read_trace`` and parsed by events.py, which gives
-the same report or the same one-line error. Several traces (ranks) are analysed in parallel processes as far
-as the memory budget and the CPUs allow (parallel.py).
+the same report or the same one-line error. Several traces (ranks) are analysed where the worker policy says
+(trace/workers.py): in this process, in local processes, or on a Dask cluster.
 
 JSON shape (documented in the README):
     {"verdict": str,

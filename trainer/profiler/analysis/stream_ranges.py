@@ -4,9 +4,9 @@
     ranges = jsonstream.split_points(path, 2, decode)       # byte ranges of whole events
     collector, header = collect_ranges(path, ranges, first_base(path, BLOCK), BLOCK)
 
-This process collects the first range while forked processes (trace/workers.py) collect the others. Each sends its events
-back as columns (numpy arrays of times, names as codes into a table of distinct names), encoded piece by
-piece as it goes, so that it never holds more than one piece's event tuples: pickling the tuples themselves
+This process collects the first range while forked processes (trace/workers.py) collect the others. Each
+sends its events back as columns (numpy arrays of times, names as codes into a table of distinct names),
+encoded piece by piece as it goes, so that it never holds more than one piece's event tuples: pickling the tuples themselves
 would cost about as much as parsing them, and holding them would double the parse's memory.
 """
 

@@ -7,8 +7,9 @@ r"""Write the plugin copy of a trace file by streaming it once more and applying
 Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
 they are); an edited event is decoded, changed the way ``adapt.py`` changes it, and re-encoded (compact,
 UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
-written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its own, appended to
-the copy once this process has written the first (gzipped copies: one gzip member each, a valid stream).
+written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
+own, appended to the copy once this process has written the first (gzipped copies: one gzip member each, a
+valid stream).
 The excerpt for the plugin check (excerpt.py's rule: the events before step N+1 begins and those without a
 time, the copy's bytes and top-level keys) is collected on the way, so no further pass reads the copy.
 The top-level keys keep json's default separators, which Holistic Trace Analysis's ``"rank":\s+`` regex
