@@ -4,6 +4,7 @@ handler, the TensorBoard watcher) is a call of ``analyze``.
     report = analyze("logs/myrun")                               # RunReport; report.to_dict() is the --json
     report = analyze("trace.json", selection=StepSelection(steps=(3, 8)))
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
+    report = analyze("logs/job", workers=Workers.dask("tcp://host:8786"))   # each rank's work on a cluster
 
 Discovery (trace/discover.py) finds the traces, loaded.py parses them, the analysis reports on them. When
 ``telemetry`` is not given and ``path`` is a stepscope run with a run.json, the run's own telemetry is used.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from .analysis.report import RunReport
 from .analysis.select import StepSelection
-from .loaded import Loaded, load_found, report_of, run_telemetry
+from .loaded import Loaded, analyze_found, load_found, report_of, run_telemetry
 from .trace.discover import discover, summary_line
 from .trace.errors import TraceError
 from .trace.workers import Workers
@@ -35,28 +36,42 @@ def find(path: str | os.PathLike, workers: Workers | None = None) -> Found:
     """Every trace under ``path``, parsed where ``workers`` says (default: in this process); TraceError when
     there is none or one cannot be read."""
     path = Path(path)
+    found = _discover(path)
+    loaded, skipped = load_found(found.traces, workers)
+    return Found(loaded, _summary(path, found, loaded, skipped))
+
+
+def _discover(path: Path):
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise TraceError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
-    found = discover(path)
-    loaded, skipped = load_found(found.traces, workers)
+    return discover(path)
+
+
+def _summary(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
+    """The line that says what was found and skipped; TraceError when nothing was loaded."""
     line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
     if not loaded:
         raise TraceError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
                          "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
                          + (f"; {line}" if found.skipped or skipped else ""))
-    return Found(loaded, line)
+    return line
 
 
 def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
             max_memory: int | None = None, workers: Workers | None = None) -> RunReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file).
     ``workers`` says where the traces are parsed (trace/workers.py); by default in this process alone,
-    which a training process needs, or in local processes within ``max_memory`` bytes when it is given."""
+    which a training process needs, or in local processes within ``max_memory`` bytes when it is given. On
+    a cluster, each trace's report is made where the trace is read, and only the report comes back."""
     path = Path(path)
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
-    found = find(path, workers)
     if telemetry is None:
         telemetry = run_telemetry(path)
-    return report_of(found.loaded, str(path), selection, telemetry)
+    if workers.cluster is not None:
+        found = _discover(path)
+        report, loaded, skipped = analyze_found(found.traces, str(path), selection, telemetry, workers)
+        _summary(path, found, loaded, skipped)
+        return report
+    return report_of(find(path, workers).loaded, str(path), selection, telemetry)

@@ -3,6 +3,7 @@
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
     report = report_of(loaded)                          # RunReport, as for a run directory
     report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
+    report, loaded, skipped = analyze_found(discovery.traces, "job", workers=Workers.dask(address))
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
 the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
@@ -10,6 +11,8 @@ report or error. A trace that does not parse is an error (TraceError, one line).
 file that was only sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see
 skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
 trace of the same run folder so that the ranks of an accelerate run pair up.
+``analyze_found`` does it the other way round, for a cluster (trace/workers.py): each trace is parsed and
+analysed where it is read (a Dask task), and only its report comes back; the same report.
 Torch-free.
 """
 
@@ -24,11 +27,13 @@ from .analysis.report import (
     RunReport,
     analyze_file,
     analyze_parsed_file,
+    parse_path,
     parse_paths,
     read_trace,
     run_report,
 )
 from .analysis.select import StepSelection
+from .analysis.span import SpanReport
 from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
 from .trace.workers import Workers
 
@@ -102,6 +107,38 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
              else analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
              for item in loaded]
     return run_report(label, spans)
+
+
+def analyze_found(found: list[Found] | tuple[Found, ...], label: str = "", selection: StepSelection | None = None,
+                  telemetry: dict | None = None, workers: Workers | None = None
+                  ) -> tuple[RunReport | None, list[Loaded], list[Skipped]]:
+    """``load_found`` and ``report_of`` in one, each trace's parse and report made where ``workers`` says
+    (default: in this process) and only the report brought back: the report (None when nothing was loaded),
+    the traces analysed (``Loaded`` without their events) and those skipped."""
+    spans = assign_spans(list(found))
+    jobs = [(f.path, f, spans[f.path], telemetry, selection) for f in found]
+    loaded, skipped, reports = [], [], []
+    for f, result in zip(found, (workers or Workers.inline()).map(report_found, jobs), strict=True):
+        if isinstance(result, Skipped):
+            skipped.append(result)
+        else:
+            loaded.append(Loaded(f, spans[f.path], None))
+            reports.append(result)
+    return (run_report(label, reports) if reports else None), loaded, skipped
+
+
+def report_found(path: Path, found: Found, span: str, telemetry: dict | None = None,
+                 selection: StepSelection | None = None, parts: int = 1) -> SpanReport | Skipped:
+    """One found trace's report (parsed streaming in ``parts`` byte ranges, else read whole, as
+    ``load_found``), or why it is skipped."""
+    parsed = parse_path(path, found.worker, span, parts)
+    if parsed is not None:
+        return analyze_parsed_file(parsed, path, telemetry, selection)
+    trace = read(found)
+    reason = skip_reason(found, trace)
+    if reason:
+        return Skipped(path, reason)
+    return analyze_file(trace, path, found.worker, span, telemetry, selection)
 
 
 def run_telemetry(path: Path) -> dict | None:
