@@ -57,6 +57,9 @@ def _export(src: Path, out: Path, split: bool, monkeypatch, gz: bool = False) ->
 @pytest.mark.parametrize("run", ["cuda_graph", "eager_bs128", "nccl_ddp", "lightning_h100"])
 def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
     src, trace = _plain(tmp_path, run, junk=run == "cuda_graph")
+    if run == "nccl_ddp":  # a gzipped original: read in two ranges through its index (gzindex.py)
+        src = src.rename(src.with_name(src.name + ".gz"))
+        src.write_bytes(gzip.compress(src.read_bytes()))
     assert plan_columns.export_ranges(src, LOCAL) is None  # small: one range unless told otherwise
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     assert len(plan_columns.export_ranges(src, LOCAL)) == 2
@@ -67,6 +70,9 @@ def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
     assert load_trace(two) == json.loads(json.dumps(adapt_trace(trace)))
     zipped, _ = _export(src, tmp_path / "gz", True, monkeypatch, gz=True)  # two gzip members, one stream
     assert gzip.decompress(zipped.read_bytes()) == one.read_bytes()
+    assert len(plan_columns.export_ranges(zipped, LOCAL)) == 2  # two gzip members, read through an index
+    again, _ = _export(zipped, tmp_path / "again", True, monkeypatch)
+    assert again.read_bytes() == _export(zipped, tmp_path / "again1", False, monkeypatch)[0].read_bytes()
 
 
 def test_the_plan_of_two_ranges_is_the_plan_of_one(tmp_path, monkeypatch):

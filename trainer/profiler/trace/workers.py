@@ -21,6 +21,7 @@ budget; 1 means "in this process". Runs with less JSON than ``SPLIT_FROM`` in al
 starting processes would cost more than it saves. Traces parsed in this process that are at least
 ``SPLIT_FROM`` long are cut into ``parts_for(path, plan)`` byte ranges, parsed at once by this process and
 forked helpers (stream_ranges.py); the helpers hold only columns, so the budget is the same.
+Gzipped traces are cut too, through an index of decompression points (gzindex.py).
 
 This module is the only one that makes process pools; each forks this process (its memory is inherited,
 never pickled: columns of millions of entries go to a helper for free).
@@ -36,6 +37,8 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import gzindex
 
 BASE_BYTES = 80 << 20  # interpreter, msgspec, decode buffers and one decoded piece
 EVENT_BYTES_PER_FILE_BYTE = 1.0
@@ -184,8 +187,8 @@ def json_size(path: Path) -> int:
 
 
 def splittable(path: Path) -> bool:
-    """Whether ``path`` can be read from the middle: uncompressed."""
-    return not Path(path).name.endswith(".gz")
+    """Whether ``path`` can be read from the middle: uncompressed, or gzipped and indexable (gzindex.py)."""
+    return not Path(path).name.endswith(".gz") or gzindex.available()
 
 
 def peak_bytes(json_bytes: int) -> int:
