@@ -10,22 +10,31 @@ A gzip stream can only be decompressed from its start, so the first look at the 
 jsonstream.split_points cuts it) decompresses the bytes before it once, recording a checkpoint (the 32 KiB
 window a restart needs) every few MiB. That index is kept here, in this process's memory, by (path, size,
 mtime): helpers forked afterwards (trace/workers.py) inherit it and start at their range at once, and the
-export's second pass over the same file finds it too. About 8 MB per GB of JSON. Without rapidgzip (it
-installs as a wheel; an import that fails anyway), ``available()`` is False and .gz traces are read in one
-range, as before. An open rapidgzip file runs threads of its own: close it before forking.
+export's second pass over the same file finds it too. About 8 MB per GB of JSON. ``available()`` is False,
+and .gz traces are read in one range by Python's gzip, without rapidgzip (it installs as a wheel; an import
+that fails anyway) and under an address-space or data limit below ``ROOM`` (``ulimit -v``/``-d``):
+rapidgzip reserves address space freely and crashes the process, rather than raising, when it is refused.
+An open rapidgzip file runs threads of its own: close it before forking.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import resource
 import struct
 from pathlib import Path
 
+ROOM = 4 << 30  # address space rapidgzip may need to reserve (1 GiB was too little on a 64 MiB trace)
 _INDEXES: dict[tuple[str, int, int], bytes] = {}
 
 
 def available() -> bool:
+    """Whether .gz files can be read from the middle here (module docstring)."""
+    for limit in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft, _ = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY and soft < ROOM:
+            return False
     try:
         import rapidgzip  # noqa: F401
     except ImportError:

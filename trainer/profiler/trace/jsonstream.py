@@ -15,7 +15,8 @@ last ``}`` that is followed by ``,`` and ``{`` (the boundary between two events,
 the events before the cut become one piece, given to the caller's decode function. A cut is only a
 candidate: a piece that does not decode (the cut fell inside a string or a nested object) is retried with
 the next block appended, cut after the failed position. A byte range of a .gz file is read through its
-index of decompression points (gzindex.py), built when split_points first looks at the file's middle. The keys before ``"traceEvents"`` and those after
+index of decompression points (gzindex.py), built when split_points first looks at the file's middle, and
+yields at most bounded_read's ceiling (its trailer's size may not be the whole of its JSON). The keys before ``"traceEvents"`` and those after
 its closing ``]`` are decoded once each, so the header costs nothing on large files. Raises
 ``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
 on unreadable files.
@@ -33,6 +34,7 @@ from typing import Any
 import msgspec
 
 from . import gzindex
+from .bounded_read import bounded
 
 BLOCK = 8 << 20
 KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -65,11 +67,18 @@ class TraceStream:
         if self.opener is not None and self.span is None:
             self._f = self.opener(self.path)
         elif gz and self.span is not None:
-            self._f = gzindex.open_at(self.path)
+            f = gzindex.open_at(self.path)
+            try:
+                f.seek(self.span[0])
+            except BaseException:
+                f.close()
+                raise
+            self._f = bounded(f, self.path)
         else:
             self._f = gzip.open(self.path, "rb") if gz else open(self.path, "rb")
+            if self.span is not None:
+                self._f.seek(self.span[0])
         if self.span is not None:
-            self._f.seek(self.span[0])
             self._left = None if self.span[1] is None else self.span[1] - self.span[0]
         return self
 
