@@ -82,3 +82,12 @@ def test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child(tmp_path):
                        capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, timeout=300)
     assert p.returncode == 0, p.stderr
     assert [f for f in log.read_text().splitlines() if "parse_paths" in f]  # the command forked its ranks
+
+
+def test_gzip_ranges_need_room_for_rapidgzip():
+    """rapidgzip crashes the process when refused address space: under a tight limit, .gz stays in one range."""
+    probe = ("import resource, sys; from stepscope.profiler.trace import gzindex; a = gzindex.available(); "
+             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY)); "
+             "print(a, gzindex.available())")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["True", "False"], p.stderr

@@ -39,8 +39,9 @@ cluster (trace/cluster.py) whose workers read the traces from a shared filesyste
 runs here on the reports that come back, and the output is the same. It needs ``stepscope[cluster]``.
 
 Bad input (a malformed or empty --steps/--time-range window, a bad --max-memory, a bad --cluster or one
-that does not answer, no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty OUT_DIR, an
-exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing written.
+that does not answer, no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty
+OUT_DIR, an exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing
+written.
 ``--json`` output is strict JSON: a value that is not a finite number is ``null``. Torch-free.
 """
 
@@ -53,7 +54,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import StepSelection, TraceError, json_out, render_console
+from ..analysis import RunReport, StepSelection, TraceError, json_out, render_console
 from ..loaded import Loaded, analyze_found, load_found, report_of, run_telemetry
 from ..trace.cluster import ClusterError, check_spec, open_cluster
 from ..trace.discover import discover, summary_line
@@ -99,7 +100,7 @@ def find_and_load(path: Path, workers: Workers) -> tuple[list[Loaded], str]:
 
 
 def find_and_analyze(path: Path, selection: StepSelection, telemetry: dict | None,
-                     workers: Workers) -> tuple[object, list[Loaded], str]:
+                     workers: Workers) -> tuple[RunReport, list[Loaded], str]:
     """``find_and_load`` and the report in one, each trace analysed where ``workers`` says (a cluster) and
     only its report brought back: the report, the traces analysed (without their events), the summary."""
     found = _discover(path)
