@@ -12,7 +12,9 @@ PATH is a trace file or a directory holding traces from stepscope's trainer (``l
 untouched originals under ``raw/`` are preferred, and whose ``run.json`` gives the unprofiled steps' timing:
 the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md), plain
 ``tensorboard_trace_handler``, Lightning's ``PyTorchProfiler``, accelerate's
-``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace`` (see discover.py). All traces found are analysed as one run. First, one line on stderr says what was found
+``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace`` (see discover.py). One run folder is one job: a folder holding several runs is
+reported run by run, one section each (traces of different folders pair as ranks only when their own
+distributedInfo says they are one job; see jobs.py). First, one line on stderr says what was found
 and skipped, e.g. ``found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (not a
 profiler trace)``. The console text on stdout looks like
 
@@ -21,7 +23,8 @@ profiler trace)``. The console text on stdout looks like
          48.4% (5.05 ms) GPU idle while the host dispatches ops / launches kernels
         ...
 
-``--json`` prints ``{"verdict", "spans": [...], "distributed": [...]}`` (schema in the README).
+``--json`` prints ``{"verdict", "spans": [...], "distributed": [...]}``, or for a folder of several runs
+``{"runs": [{"run": <folder>, "verdict", "spans", ...}, ...]}`` (schema in docs/json.md).
 ``--export-tensorboard OUT_DIR`` also writes the traces, rewritten so that torch-tb-profiler 0.4.3 shows true
 numbers, to OUT_DIR (which must not exist or be empty), and lists the files it wrote: on stdout after the
 console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
@@ -48,8 +51,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import StepSelection, TraceError, json_out, render_console
-from ..loaded import Loaded, load_found, report_of, run_telemetry
+from ..analysis import StepSelection, TraceError, json_out
+from ..loaded import Loaded, load_found
+from ..runs import render_runs, report_runs, telemetry_sources
 from ..trace.discover import discover, summary_line
 from ..trace.gc_paused import gc_paused
 from .analyze_args import memory_size, window
@@ -167,8 +171,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         with gc_paused():
             loaded, found_line = find_and_load(a.run_dir, a.max_memory)
             # validates every trace before anything is written
-            telemetry = run_telemetry(a.run_dir)
-            report = report_of(loaded, str(a.run_dir), selection, telemetry)
+            report = report_runs(loaded, a.run_dir, selection)
             # the streamed export reads the files again: the parsed events are let go first
             loaded = [replace(item, parsed=None) for item in loaded]
             written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
@@ -182,10 +185,10 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(found_line, file=sys.stderr)
-    if telemetry is not None:
-        print(f"unprofiled figures from {a.run_dir / 'run.json'}: mean of {telemetry.get('steps', 0):.0f} "
+    for record, telemetry in telemetry_sources(a.run_dir, report):
+        print(f"unprofiled figures from {record}: mean of {telemetry.get('steps', 0):.0f} "
               f"timed steps, {telemetry['step_ms']:.2f} ms", file=sys.stderr)
-    print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
+    print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_runs(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout
         print(f"exported {len(written)} trace(s) to {a.export_tensorboard}, originals under raw/ "
