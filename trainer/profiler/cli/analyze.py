@@ -26,7 +26,9 @@ profiler trace)``. The console text on stdout looks like
 ``--json`` prints ``{"verdict", "spans": [...], "distributed": [...]}``, or for a folder of several runs
 ``{"runs": [{"run": <folder>, "verdict", "spans", ...}, ...]}`` (schema in docs/json.md).
 ``--export-tensorboard OUT_DIR`` also writes the traces, rewritten so that torch-tb-profiler 0.4.3 shows true
-numbers, to OUT_DIR (which must not exist or be empty), and lists the files it wrote: on stdout after the
+numbers, to OUT_DIR (which must not exist or be empty), marked as an export (a ``.stepscope-export``
+file naming the originals) so that analysing a folder that holds both, e.g. the analysed run itself, counts
+each trace once; and lists the files it wrote: on stdout after the
 console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
 temporary folder beside OUT_DIR that is renamed into place only once complete.
 
@@ -54,7 +56,7 @@ from pathlib import Path
 from ..analysis import StepSelection, TraceError, json_out
 from ..loaded import Loaded, load_found
 from ..runs import render_runs, report_runs, telemetry_sources
-from ..trace.discover import discover, summary_line
+from ..trace.discover import EXPORT_MARKER, discover, export_marker, summary_line
 from ..trace.gc_paused import gc_paused
 from .analyze_args import memory_size, window
 from .oneline import OneLineParser
@@ -141,6 +143,8 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
                 raise UsageError(f"--export-tensorboard: {item.found.path}: torch-tb-profiler 0.4.3 cannot load "
                                  f"the exported copy ({problem})")
             written.append(out_dir / adapted.name)
+        # marks the folder as copies, so that analysing a folder above it does not count them twice
+        (target / EXPORT_MARKER).write_text(export_marker([item.found.path for item in loaded]))
         os.replace(target, out_dir)  # out_dir is missing or empty (checked before): rename(2) replaces it
         return written
     finally:
