@@ -119,8 +119,13 @@ class StragglerWhy:
                      + " per step), it differs in when that work runs")
         elif self.names:
             line += "; most of it in " + ", ".join(
-                f"`{n.name}` (+{n.delta_ms:.2f} ms)" for n in self.names[:3])
+                f"`{_short(n.name)}` (+{n.delta_ms:.2f} ms)" for n in self.names[:3])
         return line
+
+
+def _short(name: str, n: int = 80) -> str:
+    """A kernel's name in a line of text: its templates and arguments can run to hundreds of characters."""
+    return name if len(name) <= n else name[: n - 1] + "…"
 
 
 def straggler_why(s: SpanReport, others: list[SpanReport], rank: int) -> StragglerWhy:
