@@ -116,3 +116,22 @@ def test_a_bad_spec_is_refused(tmp_path, bad):
     with pytest.raises(ValueError):
         build_job(JobSpec(**bad), tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
+
+
+def _has_cluster_option() -> bool:
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), "--help"], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    return "--cluster" in p.stdout
+
+
+def test_a_local_dask_cluster_gives_the_same_report(built64):
+    pytest.importorskip("distributed")
+    if not _has_cluster_option():
+        pytest.skip("this stepscope has no --cluster")
+    local, cluster = (subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), str(built64), "--json",
+                                      *extra], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                      for extra in ((), ("--cluster", "local:2")))
+    assert local.returncode == 0 and cluster.returncode == 0, cluster.stderr
+    assert cluster.stdout == local.stdout
+    (dist,) = json.loads(cluster.stdout)["distributed"]
+    assert [(w["rank"], w["causes"]) for w in dist["stragglers_why"]] == [(37, ["host_outside_ops"])]
