@@ -19,7 +19,8 @@ peak RSS of its processes (process_memory.py), and prints one Markdown row each:
   ``hta``    Holistic Trace Analysis on the same folder: ``TraceAnalysis`` loading every rank (in its own
              process pool) and its ``get_temporal_breakdown()`` (idle / compute / non-compute time per
              rank), where it is installed (``pip install -e ".[bench]"``).
-The columns: wall and CPU seconds (the process tree), the peak RSS of the largest process and the tree's
+The columns: wall seconds, the efficiency (the engine's one-worker wall time / (wall time x workers)), CPU
+seconds (the process tree), the peak RSS of the largest process and the tree's
 peak proportional set size (MiB; shared pages counted once), and whether the stragglers the analysis names
 and the cause it states for each are those of truth.json (``hta`` names no straggler; its column is -).
 
@@ -34,24 +35,27 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 from process_memory import measure_command  # noqa: E402  (beside this script)
-from stepscope.bench.ranks import CAUSES, TRUTH, JobSpec, Straggler, build_job, source_files  # noqa: E402
+from stepscope.bench.ranks import CAUSES, TRUTH, JobSpec, Straggler, build_job, write_rank  # noqa: E402
 from stepscope.profiler.trace.workers import json_size  # noqa: E402
 
 ENGINES = ("local", "dask", "hta")
 
 
-def _source_mb() -> float:
-    return sum(json_size(p) for p in source_files(())) / len(source_files(())) / 1e6
+def _copy_mb() -> float:
+    """MB of JSON one copy of the source's steps makes: one rank built with one copy, measured."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_rank(JobSpec(ranks=1), 0, Path(tmp)).stat().st_size / 1e6
 
 
 def spec_for(ranks: int, rank_mb: float, stragglers: list[str] | None, seed: int = 0) -> JobSpec:
-    repeat = max(1, round(rank_mb / _source_mb())) if rank_mb else 1
+    repeat = max(1, round(rank_mb / _copy_mb())) if rank_mb else 1
     if stragglers is None:
         stragglers = [f"{ranks // 2 + 1 if ranks > 2 else ranks - 1}:host_outside_ops:5"]
     parsed = []
@@ -137,12 +141,17 @@ def verdict_check(engine: str, job: Path, out: Path) -> str:
     return f"named {named}, truth {truth}"
 
 
-def measure(job: Path, engines: list[str], workers: list[int], repeat: int) -> list[str]:
+def measure(job: Path, engines: list[str], workers: list[int], repeat: int, hta_max_ranks: int = 64
+            ) -> list[str]:
     rows = []
     n = json.loads((job / TRUTH).read_text())["world_size"]
+    if n > hta_max_ranks and "hta" in engines:
+        print(f"skipping hta on {n} ranks (over --hta-max-ranks {hta_max_ranks})", file=sys.stderr)
+        engines = [e for e in engines if e != "hta"]
     files = [p for p in job.iterdir() if p.name != TRUTH]
     mb = sum(json_size(p) for p in files) / 1e6
     for engine in engines:
+        one = None  # the engine's wall time with one worker, for the efficiency column
         for k in workers if engine != "hta" else [1]:
             out = job.parent / f".{job.name}.{engine}{k}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), "_run", engine, str(job), str(k), str(out)]
@@ -152,14 +161,16 @@ def measure(job: Path, engines: list[str], workers: list[int], repeat: int) -> l
                 best = got if best is None or got[0] < best[0] else best
             wall, cpu, largest, _, held = best
             label = k if engine != "hta" else "own pool"
-            rows.append(f"| {n} | {mb / n:.1f} | {mb:.0f} | {engine} | {label} | {wall:.2f} | {cpu:.2f} | "
+            one = wall if k == 1 else one
+            eff = f"{one / (wall * k):.2f}" if one is not None and engine != "hta" else "-"
+            rows.append(f"| {n} | {mb / n:.1f} | {mb:.0f} | {engine} | {label} | {wall:.2f} | {eff} | {cpu:.2f} | "
                         f"{largest:.0f} | {held:.0f} | {verdict_check(engine, job, out)} |")
             print(rows[-1], flush=True)
     return rows
 
 
-HEADER = ("| ranks | MB/rank | job MB | engine | workers | wall s | CPU s | largest process MiB | "
-          "tree peak MiB | stragglers and causes vs truth |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
+HEADER = ("| ranks | MB/rank | job MB | engine | workers | wall s | efficiency | CPU s | largest process MiB | "
+          "tree peak MiB | stragglers and causes vs truth |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
 
 
 def _engines(args) -> list[str]:
@@ -199,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--cluster", action="store_true", help="also with --cluster local:K")
         q.add_argument("--hta", action="store_true", help="also Holistic Trace Analysis")
         q.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest is reported")
+        q.add_argument("--hta-max-ranks", type=int, default=64, help="HTA only on jobs of at most this many ranks")
     r = sub.add_parser("_run")  # the measured subprocess
     r.add_argument("engine", choices=ENGINES)
     r.add_argument("job", type=Path)
@@ -214,12 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     workers = [int(w) for w in args.workers.split(",")]
     print(HEADER, flush=True)
     if args.cmd == "measure":
-        measure(args.job, _engines(args), workers, args.repeat)
+        measure(args.job, _engines(args), workers, args.repeat, args.hta_max_ranks)
         return 0
     args.scratch.mkdir(parents=True, exist_ok=True)
     for n in (int(x) for x in args.ranks.split(",")):
         job = build(spec_for(n, args.rank_mb, None), args.scratch / f"r{n}_{args.rank_mb:g}mb", args.build_workers)
-        measure(job, _engines(args), workers, args.repeat)
+        measure(job, _engines(args), workers, args.repeat, args.hta_max_ranks)
         if not args.keep:
             shutil.rmtree(job)
     return 0

@@ -135,3 +135,17 @@ def test_a_local_dask_cluster_gives_the_same_report(built64):
     assert cluster.stdout == local.stdout
     (dist,) = json.loads(cluster.stdout)["distributed"]
     assert [(w["rank"], w["causes"]) for w in dist["stragglers_why"]] == [(37, ["host_outside_ops"])]
+
+
+def test_the_benchmark_builds_a_job_and_checks_its_verdict(tmp_path):
+    script = ROOT / "scripts" / "bench_ranks.py"
+    b = subprocess.run([sys.executable, str(script), "build", "--ranks", "4", "--straggler", "2:data:5",
+                        "--out", str(tmp_path / "r4")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert b.returncode == 0, b.stderr
+    assert json.loads((tmp_path / "r4" / TRUTH).read_text())["stragglers"] == [
+        {"rank": 2, "cause": "data", "ms_per_step": 5.0}]
+    m = subprocess.run([sys.executable, str(script), "measure", str(tmp_path / "r4"), "--workers", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert m.returncode == 0, m.stderr
+    (row,) = [line for line in m.stdout.splitlines() if line.startswith("| 4 |")]
+    assert row.split("|")[4].strip() == "local" and row.rstrip().endswith("| ok |")
