@@ -130,6 +130,7 @@ def write_rank(spec: JobSpec, rank: int, out: Path, files: tuple[Path, ...] | No
     if straggler is not None and straggler.cause == "gpu_kernels" and not src.kernels:
         raise ValueError(f"{src.path}: no GPU kernels to slow down")
     path = rank_path(spec, rank, out)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{path.name}.partial")
     scale = 1.0 + random.Random(f"{spec.seed}:{rank}").uniform(-spec.jitter, spec.jitter)
     head = dict(src.head)
