@@ -111,7 +111,9 @@ def test_repeated_steps_keep_a_rank_s_step_and_grow_its_file(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [dict(ranks=0), dict(ranks=4, stragglers=(Straggler(4, "data", 1.0),)),
-                                 dict(ranks=4, stragglers=(Straggler(1, "disk", 1.0),))])
+                                 dict(ranks=4, stragglers=(Straggler(1, "disk", 1.0),)),
+                                 dict(ranks=4, stragglers=(Straggler(1, "gpu_kernels", 1.0),),
+                                      sources=(str(ROOT / "tests" / "data" / "ddp_gloo"),))])  # CPU ranks
 def test_a_bad_spec_is_refused(tmp_path, bad):
     with pytest.raises(ValueError):
         build_job(JobSpec(**bad), tmp_path / "bad")

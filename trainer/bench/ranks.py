@@ -101,9 +101,11 @@ def source_files(sources: tuple[str, ...]) -> tuple[Path, ...]:
 def build_job(spec: JobSpec, out: Path, workers: int = 1) -> Path:
     """Write every rank of the job and its truth.json into ``out``; returns ``out``."""
     spec.check()
+    files = source_files(spec.sources)
+    for s in spec.stragglers:
+        _check_cause(s, _source(files[s.rank % len(files)]))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    files = source_files(spec.sources)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             list(pool.map(write_rank, [spec] * spec.ranks, range(spec.ranks), [out] * spec.ranks,
@@ -127,8 +129,8 @@ def write_rank(spec: JobSpec, rank: int, out: Path, files: tuple[Path, ...] | No
     files = files or source_files(spec.sources)
     src = _source(files[rank % len(files)])
     straggler = next((s for s in spec.stragglers if s.rank == rank), None)
-    if straggler is not None and straggler.cause == "gpu_kernels" and not src.kernels:
-        raise ValueError(f"{src.path}: no GPU kernels to slow down")
+    if straggler is not None:
+        _check_cause(straggler, src)
     path = rank_path(spec, rank, out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{path.name}.partial")
@@ -151,6 +153,11 @@ def write_rank(spec: JobSpec, rank: int, out: Path, files: tuple[Path, ...] | No
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _check_cause(s: Straggler, src: _Source) -> None:
+    if s.cause == "gpu_kernels" and not src.kernels:
+        raise ValueError(f"{src.path}: no GPU kernels to slow down (rank {s.rank}, a copy of it)")
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,8 @@ class StragglerWhy:
         parts = [f"{PHASES[c]} {by[c].straggler_ms:.2f} ms per step vs {by[c].median_ms:.2f} ms median "
                  f"(+{by[c].delta_ms:.2f})" for c in self.causes]
         line = (f"rank {self.rank} is {self.excess_ms:.2f} ms per step slower outside communication than the "
-                f"median rank; the difference is {'; '.join(parts) if parts else 'spread over every phase'}")
+                "median rank; " + (f"the difference is {'; '.join(parts)}" if parts else
+                                   "no phase of its profiled steps is longer than the median rank's"))
         if self.same_work:
             line += ("; no kernel, op or range accounts for it: by name the rank does as much work as the "
                      "median rank (" + ", ".join(f"{PHASES[w.phase]} {w.straggler_ms:.2f} vs {w.median_ms:.2f} ms"
