@@ -39,6 +39,7 @@ import json
 import os
 import random
 import re
+from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -53,7 +54,7 @@ DATALOADER_RANGE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 DEFAULT_SOURCES = Path(__file__).resolve().parents[2] / "tests" / "data" / "suite_ddp" / "balanced"
 ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx", "Python id", "Python parent id")
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}  # activities: they move, and grow only if slowed
 TRUTH = "truth.json"
 
 
@@ -197,16 +198,26 @@ def _source(path: Path) -> _Source:
     kernels = tuple(i for i, e in enumerate(events) if e.get("cat") == "kernel" and e.get("ph") == "X"
                     and "nccl" not in str(e.get("name", "")).lower() and block[0] <= e["ts"] < block[1])
     return _Source(path, rank if isinstance(rank, int) else 0, head, events, block,
-                   tuple((s["ts"], _injection_point(s, events)) for s in steps), kernels,
+                   tuple(zip((s["ts"] for s in steps), _injection_points(steps, events), strict=True)), kernels,
                    max(numbers) - min(numbers) + 1, max(ids) + 1)
 
 
-def _injection_point(step: dict, events: tuple[dict, ...]) -> float:
-    """Just after the step starts, before the first op or range its thread runs in it."""
-    t0, t1 = step["ts"], step["ts"] + step["dur"]
-    later = [e["ts"] for e in events if e.get("tid") == step["tid"] and e.get("ph") == "X"
-             and e.get("cat") in ("cpu_op", "user_annotation") and t0 < e["ts"] < t1]
-    return t0 + min(1.0, (min(later) - t0) / 2) if later else t0 + min(1.0, step["dur"] / 2)
+def _injection_points(steps: list[dict], events: tuple[dict, ...]) -> list[float]:
+    """Just after each step starts, before the first op or range its thread runs in it."""
+    starts: dict = defaultdict(list)  # per thread, the sorted starts of its ops and ranges
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"):
+            starts[e.get("tid")].append(e["ts"])
+    for lst in starts.values():
+        lst.sort()
+    out = []
+    for step in steps:
+        t0, t1 = step["ts"], step["ts"] + step["dur"]
+        lst = starts[step["tid"]]
+        i = bisect.bisect_right(lst, t0)
+        first = lst[i] if i < len(lst) and lst[i] < t1 else t1
+        out.append(t0 + min(1.0, (first - t0) / 2))
+    return out
 
 
 class _Warp:
