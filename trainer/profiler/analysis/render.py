@@ -141,15 +141,20 @@ def _markdown_why(w: StragglerWhy) -> list[str]:
     out = [f"### Why rank {w.rank} straggles", "", w.text(), "",
            f"| phase | rank {w.rank} ms/step | median rank ms/step | difference |", "|---|---:|---:|---:|"]
     out += [f"| {'**' + PHASES[p.phase] + '**' if p.phase in w.causes else PHASES[p.phase]} | "
-            f"{p.straggler_ms:.2f} | {p.median_ms:.2f} | {p.delta_ms:+.2f} |" for p in w.phases]
+            f"{p.straggler_ms:.2f} | {p.median_ms:.2f} | {_signed(p.delta_ms)} |" for p in w.phases]
     out.append("")
     if w.names:
         out += [f"| where (phase) | rank {w.rank} ms/step | median rank ms/step | difference |",
                 "|---|---:|---:|---:|"]
         out += [f"| `{_cell(n.name)}` ({PHASES[n.phase]}) | {n.straggler_ms:.2f} | {n.median_ms:.2f} | "
-                f"{n.delta_ms:+.2f} |" for n in w.names]
+                f"{_signed(n.delta_ms)} |" for n in w.names]
         out.append("")
     return out
+
+
+def _signed(ms: float) -> str:
+    """+1.23 / -1.23, and +0.00 for what rounds to zero either side."""
+    return f"{round(ms, 2) + 0.0:+.2f}"
 
 
 def _cell(name: str, n: int = 90) -> str:

@@ -119,7 +119,7 @@ class StragglerWhy:
                                                 for w in self.work)
                      + " per step), it differs in when that work runs")
         elif self.names:
-            line += "; most of it in " + ", ".join(
+            line += "; the largest differences: " + ", ".join(
                 f"`{_short(n.name)}` (+{n.delta_ms:.2f} ms)" for n in self.names[:3])
         return line
 
