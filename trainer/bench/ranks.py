@@ -93,6 +93,9 @@ def source_files(sources: tuple[str, ...]) -> tuple[Path, ...]:
     paths: list[Path] = []
     for s in sources or (str(DEFAULT_SOURCES),):
         p = Path(s)
+        if not p.exists():
+            raise ValueError(f"{p}: no such trace or folder (the default sources are a source checkout's "
+                             "tests/data/suite_ddp/balanced; pass sources= elsewhere)")
         paths += [tf.path for tf in find_traces(p)] if p.is_dir() else [p]
     if not paths:
         raise ValueError(f"no traces in {', '.join(sources)}")
