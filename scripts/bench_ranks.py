@@ -72,8 +72,12 @@ def spec_for(ranks: int, rank_mb: float, stragglers: list[str] | None, seed: int
         stragglers = [f"{ranks // 2 + 1 if ranks > 2 else ranks - 1}:host_outside_ops:5"]
     parsed = []
     for text in stragglers:
-        rank, cause, ms = text.split(":")
-        parsed.append(Straggler(int(rank), cause, float(ms)))
+        try:
+            rank, cause, ms = text.split(":")
+            parsed.append(Straggler(int(rank), cause, float(ms)))
+        except ValueError:
+            raise ValueError(f"--straggler {text}: expected RANK:CAUSE:MS, CAUSE one of {', '.join(CAUSES)}") \
+                from None
     return JobSpec(ranks=ranks, repeat=repeat, stragglers=tuple(parsed), seed=seed)
 
 
@@ -250,4 +254,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ValueError as e:  # a bad spec or source: one line
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
