@@ -4,10 +4,12 @@ handler, the TensorBoard watcher) is a call of ``analyze``.
     report = analyze("logs/myrun")                               # RunReport; report.to_dict() is the --json
     report = analyze("trace.json", selection=StepSelection(steps=(3, 8)))
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
+    runs = analyze("logs")          # a folder of several runs: RunsReport, one RunReport per run (runs.py)
     report = analyze("logs/job", workers=Workers.dask("tcp://host:8786"))   # each rank's work on a cluster
 
-Discovery (trace/discover.py) finds the traces, loaded.py parses them, the analysis reports on them. When
-``telemetry`` is not given and ``path`` is a stepscope run with a run.json, the run's own telemetry is used.
+Discovery (trace/discover.py) finds the traces, loaded.py parses them, jobs.py groups them into jobs (one run
+folder is one job, unless the traces' distributedInfo joins folders), the analysis reports on each. When
+``telemetry`` is not given and a run is a stepscope run with a run.json, the run's own telemetry is used.
 Raises TraceError (a ValueError, one line) on bad input. Torch-free.
 """
 
@@ -19,7 +21,8 @@ from pathlib import Path
 
 from .analysis.report import RunReport
 from .analysis.select import StepSelection
-from .loaded import Loaded, analyze_found, load_found, report_of, run_telemetry
+from .loaded import Loaded, load_found
+from .runs import RunsReport, report_runs, report_runs_found
 from .trace.discover import discover, summary_line
 from .trace.errors import TraceError
 from .trace.workers import Workers
@@ -59,19 +62,18 @@ def _summary(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
 
 
 def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
-            max_memory: int | None = None, workers: Workers | None = None) -> RunReport:
-    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file).
+            max_memory: int | None = None, workers: Workers | None = None) -> RunReport | RunsReport:
+    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file): a
+    RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several.
     ``workers`` says where the traces are parsed (trace/workers.py); by default in this process alone,
     which a training process needs, or in local processes within ``max_memory`` bytes when it is given. On
     a cluster, each trace's report is made where the trace is read, and only the report comes back."""
     path = Path(path)
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
-    if telemetry is None:
-        telemetry = run_telemetry(path)
     if workers.cluster is not None:
         found = _discover(path)
-        report, loaded, skipped = analyze_found(found.traces, str(path), selection, telemetry, workers)
+        report, loaded, skipped = report_runs_found(found.traces, path, selection, telemetry, workers)
         _summary(path, found, loaded, skipped)
         return report
-    return report_of(find(path, workers).loaded, str(path), selection, telemetry)
+    return report_runs(find(path, workers).loaded, path, selection, telemetry)

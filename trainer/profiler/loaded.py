@@ -3,7 +3,7 @@
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
     report = report_of(loaded)                          # RunReport, as for a run directory
     report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
-    report, loaded, skipped = analyze_found(discovery.traces, "job", workers=Workers.dask(address))
+    done, skipped = analyze_found(pairs, workers=Workers.dask(address))   # [(light Loaded, SpanReport)]
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
 the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
@@ -11,15 +11,15 @@ report or error. A trace that does not parse is an error (TraceError, one line).
 file that was only sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see
 skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
 trace of the same run folder so that the ranks of an accelerate run pair up.
-``analyze_found`` does it the other way round, for a cluster (trace/workers.py): each trace is parsed and
-analysed where it is read (a Dask task), and only its report comes back; the same report.
+``analyze_found`` does both for a cluster (trace/workers.py): each trace is parsed and analysed where it is
+read (a Dask task), and only its report comes back, with the little that runs.py groups jobs by.
 Torch-free.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .analysis.events import ParsedTrace
@@ -38,6 +38,9 @@ from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_ste
 from .trace.workers import Workers
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
+# what a trace without steps needs: prof.step() marks each step only under a schedule
+NO_STEPS = ("no ProfilerStep# events; profile with schedule=torch.profiler.schedule(...) and call prof.step() "
+            "once per training step")
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def skip_reason(found: Found, trace: dict) -> str | None:
     as are sniffed files without steps."""
     if found.kind in STEPS_REQUIRED or has_profiler_steps(trace):
         return None
-    return "no ProfilerStep# events"
+    return NO_STEPS
 
 
 def assign_spans(found: list[Found]) -> dict[Path, str]:
@@ -103,42 +106,56 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
     ``selection`` keeps some steps of each (analysis/select.py); ``telemetry`` is the run's own unprofiled
     step timing, when stepscope's trainer made the run (`run_telemetry`). Raises TraceError (one line, naming
     worker.span) when a trace cannot be analysed (no ProfilerStep#, or none in the selection)."""
-    spans = [analyze_parsed_file(item.parsed, item.found.path, telemetry, selection) if item.parsed is not None
-             else analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
-             for item in loaded]
+    spans = [span_report(item, telemetry, selection) for item in loaded]
     return run_report(label, spans)
 
 
-def analyze_found(found: list[Found] | tuple[Found, ...], label: str = "", selection: StepSelection | None = None,
+def analyze_found(found: list[tuple[Found, str]], selection: StepSelection | None = None,
                   telemetry: dict | None = None, workers: Workers | None = None
-                  ) -> tuple[RunReport | None, list[Loaded], list[Skipped]]:
-    """``load_found`` and ``report_of`` in one, each trace's parse and report made where ``workers`` says
-    (default: in this process) and only the report brought back: the report (None when nothing was loaded),
-    the traces analysed (``Loaded`` without their events) and those skipped."""
-    spans = assign_spans(list(found))
-    jobs = [(f.path, f, spans[f.path], telemetry, selection) for f in found]
-    loaded, skipped, reports = [], [], []
-    for f, result in zip(found, (workers or Workers.inline()).map(report_found, jobs), strict=True):
-        if isinstance(result, Skipped):
-            skipped.append(result)
-        else:
-            loaded.append(Loaded(f, spans[f.path], None))
-            reports.append(result)
-    return (run_report(label, reports) if reports else None), loaded, skipped
+                  ) -> tuple[list[tuple[Loaded, SpanReport]], list[Skipped]]:
+    """Each (found trace, its span) parsed and reported where ``workers`` says (default: in this process),
+    only the report and the trace without its events (``light``) brought back; and the traces skipped."""
+    jobs = [(f.path, f, span, telemetry, selection) for f, span in found]
+    done, skipped = [], []
+    for result in (workers or Workers.inline()).map(report_found, jobs):
+        (skipped if isinstance(result, Skipped) else done).append(result)
+    return done, skipped
 
 
 def report_found(path: Path, found: Found, span: str, telemetry: dict | None = None,
-                 selection: StepSelection | None = None, parts: int = 1) -> SpanReport | Skipped:
-    """One found trace's report (parsed streaming in ``parts`` byte ranges, else read whole, as
-    ``load_found``), or why it is skipped."""
+                 selection: StepSelection | None = None, parts: int = 1) -> tuple[Loaded, SpanReport] | Skipped:
+    """One found trace, loaded as ``load_found`` does (in ``parts`` byte ranges), and its report; or why it
+    is skipped."""
     parsed = parse_path(path, found.worker, span, parts)
     if parsed is not None:
-        return analyze_parsed_file(parsed, path, telemetry, selection)
-    trace = read(found)
-    reason = skip_reason(found, trace)
-    if reason:
-        return Skipped(path, reason)
-    return analyze_file(trace, path, found.worker, span, telemetry, selection)
+        item = Loaded(found, span, None, parsed)
+    else:
+        trace = read(found)
+        reason = skip_reason(found, trace)
+        if reason:
+            return Skipped(path, reason)
+        item = Loaded(found, span, trace)
+    return light(item), span_report(item, telemetry, selection)
+
+
+def light(item: Loaded) -> Loaded:
+    """``item`` with only what jobs.py reads of its events: its rank, world size, first and last steps."""
+    if item.parsed is not None:
+        p = item.parsed
+        return replace(item, parsed=replace(p, steps=p.steps[:1] + p.steps[1:][-1:], ops=(), annotations=(),
+                                            runtime=(), device=(), data_spans=(), memory=(), python_calls=(),
+                                            python_builtins=()))
+    trace = item.trace or {}
+    return replace(item, trace={"distributedInfo": trace.get("distributedInfo"), "traceEvents": [
+        e for e in trace.get("traceEvents") or () if isinstance(e, dict)
+        and str(e.get("name", "")).startswith("ProfilerStep#")]})
+
+
+def span_report(item: Loaded, telemetry: dict | None = None, selection: StepSelection | None = None) -> SpanReport:
+    """The report of one loaded trace (``report_of``)."""
+    if item.parsed is not None:
+        return analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
+    return analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
 
 
 def run_telemetry(path: Path) -> dict | None:
