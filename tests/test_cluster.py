@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def job(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def scheduler() -> str:
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None) as c:
+                                  dashboard_address=":0") as c:
         yield c.scheduler_address
 
 
@@ -105,3 +106,13 @@ def test_without_dask_the_cluster_option_says_what_to_install(job, capsys, monke
     code, out, err = _analyze(capsys, job, "--cluster", "local:2")
     assert code == 2 and out == "" and len(err.splitlines()) == 1 and "stepscope[cluster]" in err
     assert _analyze(capsys, job, "--json")[0] == 0  # the default needs no Dask
+
+
+def test_a_folder_of_runs_on_the_cluster(job, scheduler, tmp_path, capsys):
+    """Two runs side by side, one a stepscope run with its own telemetry: reported run by run, as locally."""
+    shutil.copytree(job, tmp_path / "exp1")
+    (tmp_path / "exp1" / "run.json").write_text(json.dumps({"final": {"telemetry": {"step_ms": 5.0, "steps": 4}}}))
+    shutil.copytree(DATA / "suite_ddp" / "balanced", tmp_path / "exp2")
+    local = _analyze(capsys, tmp_path, "--json")
+    assert local[0] == 0 and [r["run"] for r in json.loads(local[1])["runs"]] == ["exp1", "exp2"]
+    assert _analyze(capsys, tmp_path, "--json", "--cluster", scheduler) == local

@@ -63,7 +63,7 @@ def open_cluster(spec: str | None) -> Iterator[str | None]:
     distributed = _distributed()
     try:
         cluster = distributed.LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
-                                           host="127.0.0.1", dashboard_address=None)
+                                           host="127.0.0.1", dashboard_address=":0")
     except Exception as e:  # what Dask raises when its processes or ports cannot be had
         raise ClusterError(f"--cluster {spec}: cannot start a local Dask cluster ({type(e).__name__}: {e})") \
             from None
