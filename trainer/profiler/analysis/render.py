@@ -40,6 +40,8 @@ def render_console(report: RunReport) -> str:
     lines = [f"stepscope diagnosis: {report.verdict}"]
     for s in report.spans:
         lines.append(f"  {_title(s)}: {_headline(s)}")
+        if s.steps_note:
+            lines.append(f"    note: {s.steps_note}")
         lines += [f"    {e}" for e in s.evidence[1: 1 + CONSOLE_EVIDENCE_LINES]]
         lines += [_console_finding(f) for f in s.findings[:CONSOLE_FINDINGS]]
     for d in report.distributed:
@@ -93,6 +95,8 @@ def render_markdown(report: RunReport) -> str:
 
 def _markdown_span(s: SpanReport) -> list[str]:
     out = [f"## {_title(s)}: `{s.verdict}`", "", f"**{_headline(s)}**", ""]
+    if s.steps_note:
+        out += [f"Note: {s.steps_note}.", ""]
     if s.basis in BASIS:
         out += [f"Unprofiled figures from {BASIS[s.basis]}.", ""]
     out += ["Where the step goes without the profiler:", ""] + [f"- {e}" for e in s.evidence[1:]] + [""]

@@ -19,6 +19,7 @@ from ..trace.errors import TraceError
 from .breakdown import Breakdown, breakdown, host_sets
 from .events import ParsedTrace, parse_trace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
+from .inferred_steps import FROM_PROFILER, NOTES
 from .metrics import SpanMetrics, span_metrics
 from .overhead import Inflation, Recording, host_inflation, recording
 from .select import StepSelection, select
@@ -54,6 +55,12 @@ class SpanReport:
     inflation: Inflation | None = None
     uncertainty: dict | None = None  # overhead_model only: {"gpu_busy_pct": [lo, hi], "verdicts": [...]}
     loader_paced: bool = False  # the DataLoader sets the step's pace (unprofiled.py)
+    steps_from: str = FROM_PROFILER  # where the steps came from (inferred_steps.py)
+
+    @property
+    def steps_note(self) -> str | None:
+        """One line on how the steps were found, when the trace has no ProfilerStep# ranges."""
+        return NOTES.get(self.steps_from)
 
     @property
     def gpu(self) -> bool:
@@ -78,6 +85,9 @@ class SpanReport:
             out["profiler_inflation"] = self.inflation.to_dict()
         if self.uncertainty is not None:
             out["uncertainty"] = self.uncertainty
+        if self.steps_note is not None:
+            out["steps_from"] = self.steps_from
+            out["steps_note"] = self.steps_note
         out.update({
             "top": [{"name": t.name, "ms_per_step": round(t.ms_per_step, 4),
                      "count_per_step": t.count_per_step, "pct": round(t.pct, 2)} for t in self.metrics.top],
@@ -137,7 +147,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
-                      loader_paced=view.loader_paced)
+                      loader_paced=view.loader_paced, steps_from=trace.steps_from)
 
 
 def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdicts: list[str], v: str) -> str:
