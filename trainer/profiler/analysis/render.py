@@ -42,6 +42,8 @@ def render_console(report: RunReport) -> str:
         lines.append(f"  {_title(s)}: {_headline(s)}")
         if s.steps_note:
             lines.append(f"    note: {s.steps_note}")
+        if s.step_range is not None:
+            lines.append(f"    {_range_line(s)}")
         lines += [f"    {e}" for e in s.evidence[1: 1 + CONSOLE_EVIDENCE_LINES]]
         lines += [_console_finding(f) for f in s.findings[:CONSOLE_FINDINGS]]
     for d in report.distributed:
@@ -49,6 +51,10 @@ def render_console(report: RunReport) -> str:
                      f"median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)}")
         lines += [_console_finding(f) for f in d.findings[:CONSOLE_FINDINGS]]
     return "\n".join(lines)
+
+
+def _range_line(s: SpanReport) -> str:
+    return s.step_range.line(s.verdict)
 
 
 def render_top(report: RunReport, rows: int = 15) -> str:
@@ -99,6 +105,9 @@ def _markdown_span(s: SpanReport) -> list[str]:
         out += [f"Note: {s.steps_note}.", ""]
     if s.basis in BASIS:
         out += [f"Unprofiled figures from {BASIS[s.basis]}.", ""]
+    if s.step_range is not None:
+        out += [f"{'**Undecided:** ' if s.step_range.alternative else ''}{_range_line(s)[0].upper()}"
+                f"{_range_line(s)[1:]}.", ""]
     out += ["Where the step goes without the profiler:", ""] + [f"- {e}" for e in s.evidence[1:]] + [""]
     if s.breakdown_profiled is not None:
         out += ["| bucket | ms/step | ms/step as profiled |", "|---|---:|---:|"]
