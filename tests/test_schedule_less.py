@@ -147,6 +147,13 @@ def test_nested_optimizer_ranges_count_once_and_steps_tile():
     assert source == "Optimizer.step" and steps == [(1, 20, 50), (2, 50, 95)]
 
 
+def test_with_two_optimizers_the_one_that_steps_last_ends_the_iteration():
+    ann = [_ev("Optimizer.step#Adam.step", 10, 12), _ev("Optimizer.step#SGD.step", 20, 22),
+           _ev("Optimizer.step#Adam.step", 30, 32), _ev("Optimizer.step#SGD.step", 40, 42),
+           _ev("Optimizer.step#Adam.step", 50, 52), _ev("Optimizer.step#SGD.step", 60, 62)]
+    assert infer_steps(ann, []) == ([(1, 22, 42), (2, 42, 62)], "Optimizer.step")
+
+
 def test_one_optimizer_step_runs_from_the_window_start():
     steps, source = infer_steps([_ev("Optimizer.step#SGD.step", 30, 40)], [[_ev("aten::mm", 3, 5)]])
     assert (steps, source) == ([(0, 3, 40)], "Optimizer.step")

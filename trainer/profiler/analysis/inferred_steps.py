@@ -14,7 +14,9 @@ range, and consecutive steps tile the timeline. The part before the first optimi
 it starts depends on where the profiler was started in the loop, so it is no whole step. With a single
 optimizer step, the window from the first recorded host event to its end is the step. Nested ranges (an
 optimizer whose ``step`` calls its parent's) count once. A loop that steps several optimizers per iteration
-(a GAN's two) is read as that many steps per iteration.
+(a GAN's discriminator and generator) has its steps end where the optimizer that stepped last in the trace
+steps, which is the iteration's end when their classes differ; two optimizers of one class (two Adams) are
+read as two steps per iteration.
 
 Without any optimizer step (inference, a loop with a hand-written update), the whole recorded window is one
 step: from the first recorded host event to the last.
@@ -34,8 +36,8 @@ HostEvent = Any  # events.HostEvent (a name, tid, start and end); events.py impo
 __all__ = ["FROM_OPTIMIZER", "FROM_PROFILER", "FROM_WINDOW", "NOTES", "infer_steps", "optimizer_steps"]
 
 NOTES = {
-    FROM_OPTIMIZER: "steps inferred from Optimizer.step# ranges (the trace has no ProfilerStep#): each runs from "
-                    "the end of one optimizer step to the end of the next",
+    FROM_OPTIMIZER: "steps inferred from Optimizer.step# ranges (the trace has no ProfilerStep#): a step ends "
+                    "where an optimizer step ends",
     FROM_WINDOW: "the trace has neither ProfilerStep# nor Optimizer.step# events: the whole recorded window is "
                  "read as one step",
 }
@@ -60,6 +62,8 @@ def infer_steps(annotations: Iterable[HostEvent],
     when the trace records no host event at all."""
     annotations = list(annotations)
     opt = optimizer_steps(annotations)
+    if opt:  # several optimizers: the one that steps last ends the iteration
+        opt = [a for a in opt if a.name == opt[-1].name]
     if len(opt) >= 2:
         return [(k, opt[k - 1].end, opt[k].end) for k in range(1, len(opt))], FROM_OPTIMIZER
     start = end = None
