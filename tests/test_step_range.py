@@ -85,3 +85,27 @@ def test_bands_hold_the_measured_extremes():
     for key, ratios in measured.items():
         lo, hi = BANDS[key]
         assert all(lo <= r <= hi for r in ratios), key
+
+
+def _bd(ms: dict, steps: int = 2):
+    from stepscope.profiler.analysis.breakdown import GPU_BUCKETS, Breakdown
+
+    buckets = {b: ms.get(b, 0.0) * 1e3 * steps for b in GPU_BUCKETS}
+    return Breakdown(buckets, sum(buckets.values()), steps)
+
+
+def test_the_ends_are_rebuilt_around_the_estimate_and_judged_by_the_verdict_function():
+    from stepscope.profiler.analysis import step_range as sr
+    from stepscope.profiler.analysis.findings import verdict
+
+    # 6 ms of kernels in a 10 ms step, 4 ms of launch gaps: gpu_bound at 60%; x1.35 = 13.5 ms: 44%, launch_bound
+    est = _bd({"gpu_busy": 6.0, "launch": 4.0})
+    rng = sr.step_range(est, est, sr.Band("eager", False, 0.5, 1.35), gpu=True, loader_paced=False)
+    assert rng.low_ms == pytest.approx(6.0)  # never below the GPU's own time
+    assert rng.high_ms == pytest.approx(13.5)
+    assert (rng.low_verdict, rng.high_verdict, rng.alternative) == ("gpu_bound", "launch_bound", "launch_bound")
+    assert verdict(est, True) == "gpu_bound"
+    # well inside gpu_bound at both ends: no alternative
+    est = _bd({"gpu_busy": 9.0, "launch": 1.0})
+    rng = sr.step_range(est, est, sr.Band("eager", False, 0.5, 1.35), gpu=True, loader_paced=False)
+    assert rng.alternative is None and rng.line("gpu_bound").endswith("gpu_bound at both ends")

@@ -74,7 +74,7 @@ class StepRange:
     high_ms: float
     low_verdict: str
     high_verdict: str
-    alternative: str | None  # the verdict at the end of the range where it differs from the point verdict
+    alternative: str | None  # the verdict at an end of the range where it differs from the point verdict
     band: Band
 
     def to_dict(self) -> dict:
@@ -118,8 +118,8 @@ def step_range(profiled: Breakdown, estimate: Breakdown, band: Band, gpu: bool, 
     ends = [rebuild(profiled, step * f, data * f, measured=False) for f in (band.low, band.high)]
     low_v, high_v = (verdict(b, gpu, loader_paced) for b in ends)
     point = verdict(estimate, gpu, loader_paced)
-    alternative = None
-    if low_v != high_v:
-        alternative = high_v if high_v != point else low_v
+    # the verdict at an end of the range that differs from the point's (the high end's first: the model's
+    # largest measured errors left the step longer than it estimated)
+    alternative = next((v for v in (high_v, low_v) if v != point), None)
     low_ms, high_ms = (b.total_us / b.steps / 1e3 for b in ends)
     return StepRange(low_ms, high_ms, low_v, high_v, alternative, band)
