@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from ..trace.errors import TraceError
 from .breakdown import Breakdown, breakdown, host_sets
+from .by_name import NameTimes, name_times
 from .events import ParsedTrace, parse_trace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
 from .inferred_steps import FROM_PROFILER, NOTES
@@ -56,6 +57,7 @@ class SpanReport:
     inflation: Inflation | None = None
     uncertainty: dict | None = None  # overhead_model only: {"gpu_busy_pct": [lo, hi], "verdicts": [...]}
     loader_paced: bool = False  # the DataLoader sets the step's pace (unprofiled.py)
+    names: NameTimes | None = None  # the profiled steps' phases by name (by_name.py), for cross-rank comparison
     steps_from: str = FROM_PROFILER  # where the steps came from (inferred_steps.py)
     step_range: StepRange | None = None  # overhead_model only: the step's range and the verdicts at its ends
 
@@ -153,7 +155,8 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
-                      loader_paced=view.loader_paced, steps_from=trace.steps_from, step_range=rng)
+                      loader_paced=view.loader_paced, names=name_times(trace, kept, m_prof.sync_episodes),
+                      steps_from=trace.steps_from, step_range=rng)
 
 
 def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdicts: list[str], v: str) -> str:
