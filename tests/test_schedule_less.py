@@ -17,12 +17,15 @@ import pytest
 import torch
 from stepscope.profiler.analysis.events import HostEvent, parse_trace
 from stepscope.profiler.analysis.inferred_steps import infer_steps
+from stepscope.profiler.analysis.span import analyze_trace
 from stepscope.profiler.analysis.stream_parse import parse_trace_file
 from stepscope.profiler.front import analyze
 from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import find_traces, load_trace
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
 STEPS = 5
 
 
@@ -165,3 +168,21 @@ def test_a_gzip_export_is_found_by_its_sniff(traces):
     assert gzip.open(traces["gz"]).read(64).lstrip().startswith(b"{")
     (found,) = discover(traces["gz"]).traces
     assert found.kind == "export_chrome_trace"
+
+
+@pytest.mark.parametrize("run", ["suite/hf_gpt2_small", "suite/resnet18_bs128", "slow_dataset", "big_batch",
+                                 "cpu_resnet"])
+def test_a_committed_trace_without_its_profiler_steps_reads_the_same(run):
+    # GPU traces of the suite with their ProfilerStep# events (host and GPU) taken out: the steps inferred from
+    # the optimizer steps give the step time of the scheduled steps and the same verdict
+    tf = find_traces(DATA / run)[0]
+    trace = load_trace(tf.path)
+    scheduled = analyze_trace(trace, "w", "1")
+    stripped = {**trace, "traceEvents": [e for e in trace["traceEvents"]
+                                         if not str(e.get("name", "")).startswith("ProfilerStep#")]}
+    inferred = analyze_trace(stripped, "w", "1")
+    assert inferred.steps_from == "Optimizer.step" and inferred.metrics.steps == scheduled.metrics.steps - 1
+    assert inferred.profiled.step_ms == pytest.approx(scheduled.profiled.step_ms, rel=0.1)
+    assert inferred.verdict == scheduled.verdict
+    if scheduled.gpu:
+        assert inferred.metrics.kernels_per_step == pytest.approx(scheduled.metrics.kernels_per_step, rel=0.02)
