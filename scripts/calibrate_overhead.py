@@ -4,6 +4,7 @@ style and recording option.
     python scripts/calibrate_overhead.py --out OUT                       # all families, styles and options
     python scripts/calibrate_overhead.py --out OUT --families gru --styles eager,lightning --options none,stacks
     python scripts/calibrate_overhead.py --out OUT --device cpu --families tiny --styles eager --steps 20  # smoke
+    python scripts/calibrate_overhead.py --table OUT/*/calibration.json     # one table of several runs' rows
 
 For each family (a small model, synthetic batches on the device) and loop style:
   eager      a plain loop;                     compiled   the same with torch.compile(model);
@@ -15,9 +16,11 @@ profile_memory; stacks = with_stack; all = the three), the same loop is profiled
 (schedule wait=2, warmup=2, active=5) and the trace is analysed by stepscope without telemetry, as a trace
 from elsewhere: the model's point estimate, its range (analysis/step_range.py) and the verdicts.
 
-Writes OUT/<family>-<style>-<option>/ (the traces), OUT/calibration.json (every row) and prints a Markdown
-table of the rows and one of measured/predicted per (style, recording) with the band it suggests for
-analysis/step_range.py's BANDS. Needs lightning / transformers for those styles (stepscope[integrations]).
+Writes OUT/<family>-<style>-<option>/ (the traces), OUT/calibration.json (every row so far, rewritten after
+each, so that a run cut off by a timeout keeps what it measured) and prints a Markdown table of the rows and
+one of measured/predicted per (style, recording) with the band it suggests for analysis/step_range.py's
+BANDS. A style's first compile, Lightning and Hugging Face setup take tens of seconds: on a machine that
+bounds each command, run one style per call (``--styles eager``, ...) and join them with ``--table``. Needs lightning / transformers for those styles (stepscope[integrations]).
 """
 
 from __future__ import annotations
@@ -254,7 +257,9 @@ def predicted(folder: Path) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--table", type=Path, nargs="+", metavar="JSON",
+                   help="print one table of the rows of these calibration.json files, and measure nothing")
     p.add_argument("--families", default="mlp,gru,transformer,resnet18")
     p.add_argument("--styles", default=",".join(STYLES))
     p.add_argument("--options", default=",".join(OPTIONS))
@@ -262,6 +267,12 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=20, help="unprofiled steps before the timed ones")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
+    if a.table:
+        runs = [json.loads(f.read_text()) for f in a.table]
+        print(table([r for run in runs for r in run["rows"]], ", ".join(sorted({run["device"] for run in runs}))))
+        return 0
+    if a.out is None:
+        p.error("--out is required unless --table is given")
     device = torch.device(a.device)
     fams = families()
     rows = []
@@ -286,11 +297,18 @@ def main() -> int:
                 row["in_range"] = bool(row["range_ms"] and row["range_ms"][0] <= measured <= row["range_ms"][1])
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "calibration.json").write_text(json.dumps({"device": _device_name(device), "torch": torch.__version__,
-                                                        "schedule": SCHEDULE, "rows": rows}, indent=1) + "\n")
+                save(a.out, rows, device)
+    save(a.out, rows, device)
     print(table(rows, _device_name(device)))
     return 0
+
+
+def save(out: Path, rows: list[dict], device) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "calibration.json.partial"
+    tmp.write_text(json.dumps({"device": _device_name(device), "torch": torch.__version__, "schedule": SCHEDULE,
+                               "rows": rows}, indent=1) + "\n")
+    tmp.replace(out / "calibration.json")
 
 
 def _device_name(device) -> str:

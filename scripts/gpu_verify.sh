@@ -19,8 +19,9 @@
 #
 # calibrate: scripts/calibrate_overhead.py, the overhead model's predicted vs measured unprofiled step per
 # family, loop style (eager, compiled, Lightning, Hugging Face) and recording option (none, shapes, memory,
-# stacks, all); Markdown table in OUT_DIR/calibration.md for BENCHMARKS.md (CAL_ARGS adds flags, e.g.
-# "--families gru --styles eager"; CAL_TIMEOUT, 580 s; needs stepscope[integrations] for Lightning and HF).
+# stacks, all), one style after another (CAL_STYLES, default "eager compiled lightning hf"; each bounded by
+# CAL_TIMEOUT, 280 s); the joined Markdown table in OUT_DIR/calibration.md for BENCHMARKS.md (CAL_ARGS adds
+# flags, e.g. "--families gru,transformer"; Lightning and HF need lightning / transformers installed).
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
@@ -212,10 +213,13 @@ part_ops_processes() {
   cp "$L/opp/runs.jsonl" "$OUT/ops_processes_runs.jsonl" 2>/dev/null; tail -$(( ${OPP_PAIRS:-16} + 1 )) "$OUT/ops_processes.log"
 }
 part_calibrate() {
-  stamp "calibrate_overhead.py: predicted vs measured unprofiled step per family, loop style, recording"
-  timeout "${CAL_TIMEOUT:-580}" python3 scripts/calibrate_overhead.py --out "$L/cal" ${CAL_ARGS:-} \
-    > "$OUT/calibration.md" 2> "$OUT/calibration.log"; echo "exit $?"
-  cp "$L/cal/calibration.json" "$OUT/calibration.json" 2>/dev/null; cat "$OUT/calibration.md"
+  for style in ${CAL_STYLES:-eager compiled lightning hf}; do
+    stamp "calibrate_overhead.py --styles $style: predicted vs measured unprofiled step per family and recording"
+    timeout "${CAL_TIMEOUT:-280}" python3 scripts/calibrate_overhead.py --out "$L/cal/$style" --styles "$style" \
+      ${CAL_ARGS:-} > "$OUT/calibration_$style.md" 2> "$OUT/calibration_$style.log"; echo "exit $?"
+    cp "$L/cal/$style/calibration.json" "$OUT/calibration_$style.json" 2>/dev/null
+  done
+  python3 scripts/calibrate_overhead.py --table "$OUT"/calibration_*.json | tee "$OUT/calibration.md"
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"

@@ -29,3 +29,8 @@ def test_calibration_writes_predicted_vs_measured(tmp_path):
         assert r["ratio"] == r["measured_ms"] / r["predicted_ms"]
     assert "| tiny | eager | shapes |" in p.stdout and "suggested band" in p.stdout
     assert sorted(q.name for q in tmp_path.iterdir()) == ["calibration.json", "tiny-eager-none", "tiny-eager-shapes"]
+    joined = subprocess.run([sys.executable, str(REPO / "scripts" / "calibrate_overhead.py"), "--table",
+                             str(tmp_path / "calibration.json"), str(tmp_path / "calibration.json")],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    assert joined.stdout.count("| tiny | eager | shapes |") == 2 and "| eager | False | 4 |" in joined.stdout
