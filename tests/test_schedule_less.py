@@ -115,7 +115,9 @@ def test_without_an_optimizer_the_window_is_one_step(traces):
 def test_a_directory_of_them_is_discovered_and_analysed(traces):
     root = traces["optimizer"].parent.parent
     assert sorted(t.path.name for t in discover(root).traces) == ["trace.json", "trace.json", "trace.json.gz"]
-    assert len(analyze(root).spans) == 3
+    runs = analyze(root).runs  # each folder is a run of its own
+    assert [name for name, _ in runs] == ["gz", "no_optimizer", "optimizer"]
+    assert [r.spans[0].steps_from for _, r in runs] == ["Optimizer.step", "window", "Optimizer.step"]
 
 
 def test_tensorboard_trace_handler_without_schedule(tmp_path):

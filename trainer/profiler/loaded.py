@@ -33,6 +33,9 @@ from .trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped, step_
 from .trace.vocabulary import STEPS_FROM_WINDOW
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
+# what a trace without steps needs: prof.step() marks each step only under a schedule
+NO_STEPS = ("no ProfilerStep#, Optimizer.step# or torch operator events; profile with "
+            "schedule=torch.profiler.schedule(...) and call prof.step() once per training step")
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def _skip(found: Found, source: str | None) -> str | None:
         return None
     if found.kind == LIGHTNING:
         return "no ProfilerStep# or Optimizer.step# events"
-    return "no ProfilerStep#, Optimizer.step# or torch operator events"
+    return NO_STEPS
 
 
 def assign_spans(found: list[Found]) -> dict[Path, str]:
