@@ -32,7 +32,9 @@ def assert_diagnosed(folder: Path, steps: int = ACTIVE) -> dict:
     assert p.stderr.splitlines()[0].startswith("found 1 trace (1 stepscope)")
     d = json.loads(p.stdout)
     (span,) = d["spans"]
-    assert d["verdict"] in VERDICTS and span["metrics"]["steps"] == steps
+    # every recorded step, but one that a busy machine stretched past 3x the others may be left out as cold
+    cold = [f for f in span["findings"] if f["id"] == "cold_start"]
+    assert d["verdict"] in VERDICTS and span["metrics"]["steps"] == (steps - 1 if cold else steps)
     return d
 
 
