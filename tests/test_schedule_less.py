@@ -27,6 +27,8 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 STEPS = 5
+# a tiny CPU loop's step is mostly inside torch ops, but on a busy machine the time between them can outweigh it
+CPU_VERDICTS = ("cpu_bound", "host_bound")
 
 
 def _kept(steps: int, findings: list[dict]) -> int:
@@ -100,7 +102,7 @@ def test_analyze_reads_an_export_chrome_trace_file(traces):
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines() == ["found 1 trace (1 export_chrome_trace)"]
     (span,) = json.loads(p.stdout)["spans"]
-    assert span["verdict"] == "cpu_bound" and span["metrics"]["steps"] == _kept(STEPS - 1, span["findings"])
+    assert span["verdict"] in CPU_VERDICTS and span["metrics"]["steps"] == _kept(STEPS - 1, span["findings"])
     assert span["steps_from"] == "Optimizer.step" and "Optimizer.step#" in span["steps_note"]
     console = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(traces["gz"])],
                              capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -112,7 +114,7 @@ def test_without_an_optimizer_the_window_is_one_step(traces):
     report = analyze(traces["no_optimizer"])
     (span,) = report.spans
     assert span.metrics.steps == 1 and span.steps_from == "window"
-    assert span.verdict == "cpu_bound"
+    assert span.verdict in CPU_VERDICTS
     assert "whole recorded window is read as one step" in span.to_dict()["steps_note"]
     assert report.spans[0].profiled.step_ms > 0
 
