@@ -32,9 +32,10 @@ def assert_diagnosed(folder: Path, steps: int = ACTIVE) -> dict:
     assert p.stderr.splitlines()[0].startswith("found 1 trace (1 stepscope)")
     d = json.loads(p.stdout)
     (span,) = d["spans"]
-    # every recorded step, but one that a busy machine stretched past 3x the others may be left out as cold
+    # every recorded step, but steps that a busy machine stretched past 3x the others are left out as cold
     cold = [f for f in span["findings"] if f["id"] == "cold_start"]
-    assert d["verdict"] in VERDICTS and span["metrics"]["steps"] == (steps - 1 if cold else steps)
+    assert d["verdict"] in VERDICTS and (0 < span["metrics"]["steps"] <= steps if cold else
+                                         span["metrics"]["steps"] == steps)
     return d
 
 
