@@ -8,7 +8,8 @@
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
-# a launch-bound eager run and on a data-bound CIFAR-format run.
+# a launch-bound eager run and on a data-bound CIFAR-format run, and a table of predicted vs measured
+# speed-ups (OUT_DIR/verify_predictions.md).
 #
 # ops: the custom ops' cost in training: bench_step_ops.py (native and custom ResNet-18 steps interleaved in
 # one process; eager 3 times, reduce-overhead once), bench_ops.py --per-call (interleaved rounds), then
@@ -92,6 +93,22 @@ part_verify() {
   timeout 240 python3 scripts/verify.py "$L/ver/cifar" --steps 80 > "$OUT/verify_cifar.log" 2>&1; echo "exit $?"
   tail -4 "$OUT/verify_cifar.log"
   for r in eager cifar; do cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null; done
+  stamp "verify: predicted vs measured"
+  python3 - "$OUT"/verify_eager.run.json "$OUT"/verify_cifar.run.json <<'PY' | tee "$OUT/verify_predictions.md"
+import json, sys
+print("| run | verdict | remedy | baseline ms | remedy ms | measured | predicted (range) | measured / predicted | result |")
+print("|---|---|---|---:|---:|---:|---|---:|---|")
+for path in sys.argv[1:]:
+    try:
+        v = json.load(open(path))["verification"]
+    except (OSError, KeyError, ValueError) as e:
+        print(f"| {path} | no verification ({type(e).__name__}) |"); continue
+    lo, hi = v["predicted_speedup_range"]
+    print(f"| {path.split('verify_')[-1].split('.')[0]} | {v['verdict']} | `{' '.join(v['remedy'])}` | "
+          f"{v['baseline_step_ms']:.3f} | {v['remedy_step_ms']:.3f} | {v['measured_speedup']:.2f}x | "
+          f"{v['predicted_speedup']:.2f}x ({lo:.2f}x..{hi:.2f}x) | {v['measured_speedup'] / v['predicted_speedup']:.2f} | "
+          f"{v['result']} |")
+PY
 }
 
 part_verdicts_ddp() {
