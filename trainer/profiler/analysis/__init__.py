@@ -8,8 +8,8 @@
 Modules, one job each: events (parse a trace into typed events), jsonstream and stream_parse (the same,
 streamed from the file), select (a window of steps), parallel (processes within a memory budget), intervals (timeline arithmetic), steps
 (which GPU work belongs to which step), breakdown (where the step's time goes), metrics (per-span numbers),
-findings (verdict, findings, remedies), span (one trace's report), cross_rank (several ranks of one cycle),
-report (a run directory, JSON), render (text).
+verdicts (the verdict registry), findings (verdict, findings, remedies), span (one trace's report),
+cross_rank (several ranks of one cycle), report (a run directory, JSON), render (text).
 """
 
 from ..trace.errors import TraceError

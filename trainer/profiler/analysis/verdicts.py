@@ -19,12 +19,15 @@ A record holds everything about one verdict:
 - ``readme``: its row in README.md's verdict table (tests/test_verdict_registry.py holds the two together).
 
 Adding a verdict (say ``memory_bound``):
-1. a bucket: the time it stands for, in breakdown.py (GPU_BUCKETS or CPU_BUCKETS) and unprofiled.py's split;
-2. one record here, placed in REGISTRY where its ties should fall, with its cause(s): the finding id that
-   findings.py builds from the bucket (one candidate in ``_gpu_candidates``/``_cpu_candidates``), remedies,
-   and fixes with a ``predict`` rule if a trainer flag removes the cause;
-3. its row in README.md's verdict table, and tests: a trace or breakdown that reads it (tests/test_analysis*.py,
-   tests/test_verdict_registry.py), and the golden reports regenerated only where the new bucket changes them.
+1. one bucket: the time it stands for, in breakdown.py (GPU_BUCKETS or CPU_BUCKETS, and how a gap is judged
+   to be in it), its evidence label (findings.evidence) and unprofiled.py's split of the host idle if it is
+   host time;
+2. one record here, placed in REGISTRY where its ties should fall, with its cause: the finding that reports
+   the bucket (a candidate in findings._gpu_candidates or _cpu_candidates, built with ``_remedies(id)``),
+   its remedies, and, where a trainer flag removes the cause, its fixes and ``predict`` rule (a flag verify.py
+   has not applied before also needs its check in verify._refusal);
+3. its row in README.md's verdict table, and tests: a breakdown and a trace that read it
+   (tests/test_verdict_registry.py, tests/test_analysis*.py); the golden reports gain the new bucket's key.
 Nothing else names verdicts: other modules take them from here (the names are string literals in this module
 only, which tests/test_verdict_registry.py checks).
 """
