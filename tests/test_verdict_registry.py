@@ -146,3 +146,12 @@ def test_the_transfer_prediction_holds_the_measured_speed_up_in_its_range():
     truth, u = suite_case("pageable_copy")
     low, high = prediction(TRANSFER_BOUND.causes[0], u, truth["step_ms"])["speedup"]
     assert low <= truth["step_ms"] / truth["fixed_step_ms"] <= high
+
+
+def test_fewer_syncs_overlap_host_and_gpu():
+    """A step whose host waits at a sync for the GPU to drain, then relaunches while the GPU idles: with the
+    sync LOG_EVERY_FACTOR times rarer, host and GPU overlap (at best) or only the idle around it goes."""
+    sync = by_name("host_bound").cause("host_sync")
+    u = Unprofiled(step_ms=20.0, device_ms=8.0, gaps_ms=0.5, sync_ms=10.0, data_ms=0.5, dispatch_ms=8.5)
+    assert sync.predict(u) == pytest.approx((9.0, 11.0))
+    assert by_name("host_bound").cause("host_work").predict is None  # no trainer flag removes host work

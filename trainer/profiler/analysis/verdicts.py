@@ -227,7 +227,7 @@ HOST_BOUND = Verdict(
     "host_bound", "any", "host", ("sync", "other_host"),
     (Cause("host_work", OTHER_FINDING_PCT, (HOST_WORK, CUDA_GRAPHS)),
      Cause("host_sync", 0.0, (REMOVE_SYNC,),  # any sync inside the step is worth naming
-           (Fix(("--log-every", "{log_every}"), "sync at the logging cadence ten times less often"),), fewer_syncs)),
+           (Fix(("--log-every", "{log_every}"), f"sync at the logging cadence {LOG_EVERY_FACTOR} times less often"),), fewer_syncs)),
     "the GPU mostly idles while the host runs other code, often right after a sync")
 COMMUNICATION_BOUND = Verdict(
     "communication_bound", "any", "host", ("communication",),
