@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify ddp compare
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify verify_extra ddp compare
 #                                                     overhead plugin tests bench ops ops_processes
 #                                                     (default: compare overhead plugin tests)
 #
@@ -9,7 +9,8 @@
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
 # a launch-bound eager run and on a data-bound CIFAR-format run, and a table of predicted vs measured
-# speed-ups (OUT_DIR/verify_predictions.md).
+# speed-ups (OUT_DIR/verify_predictions.md). verify_extra: the same for the other remedies (--compile
+# reduce-overhead on CIFAR data with 8 workers, --pin-memory on pageable host data, fewer logging syncs).
 #
 # ops: the custom ops' cost in training: bench_step_ops.py (native and custom ResNet-18 steps interleaved in
 # one process; eager 3 times, reduce-overhead once), bench_ops.py --per-call (interleaved rounds), then
@@ -30,8 +31,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops ops_processes" >&2; exit 2;;
+  case $part in verdicts|holdout|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -78,6 +79,15 @@ part_holdout() {
   (cd "$L/vbh" && tar cf - traces | split -b 15M - "$OUT/holdout_traces.tar.")
 }
 
+verify_one() {  # NAME TRAIN_FLAGS...: a profiled ResNet-18 run, then stepscope verify on it
+  local name=$1; shift
+  stamp "verify: $name ($*)"
+  timeout 200 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 "$@" --logdir "$L/ver" \
+    --run-name "$name" > "$OUT/verify_${name}_train.log" 2>&1; echo "exit $?"
+  timeout 300 python3 scripts/verify.py "$L/ver/$name" --steps 200 > "$OUT/verify_$name.log" 2>&1; echo "exit $?"
+  tail -4 "$OUT/verify_$name.log"
+}
+
 part_verify() {
   stamp "verify: eager ResNet-18 batch 128 (launch-bound), the remedy timed unprofiled"
   timeout 150 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --steps 200 --log-every 50 \
@@ -92,8 +102,22 @@ part_verify() {
   timeout 240 python3 scripts/verify.py "$L/ver/cifar" --steps 80 > "$OUT/verify_cifar.log" 2>&1; echo "exit $?"
   tail -4 "$OUT/verify_cifar.log"
   for r in eager cifar; do cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null; done
+  predictions_table verify_predictions.md eager cifar
+}
+
+part_verify_extra() {  # the other remedies, each on whatever verdict its run reads
+  [ -d "$L/cifar" ] || python3 scripts/make_cifar_folder.py "$L/cifar" --per-file 10000
+  verify_one cifar_launch --data cifar10 --data-dir "$L/cifar" --workers 8 --steps 120    # --compile reduce-overhead
+  verify_one pageable --data-placement host --no-pin-memory --batch-size 512 --steps 200  # --pin-memory
+  verify_one logsync --log-every 1 --steps 200                                             # --log-every 10
+  for r in cifar_launch pageable logsync; do cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null; done
+  predictions_table verify_extra_predictions.md cifar_launch pageable logsync
+}
+
+predictions_table() {  # FILE RUNS...: predicted vs measured speed-up of each run's verification
+  local file=$1; shift
   stamp "verify: predicted vs measured"
-  python3 - "$OUT"/verify_eager.run.json "$OUT"/verify_cifar.run.json <<'PY' | tee "$OUT/verify_predictions.md"
+  python3 - $(for r in "$@"; do echo "$OUT/verify_$r.run.json"; done) <<'PY' | tee "$OUT/$file"
 import json, sys
 print("| run | verdict | remedy | baseline ms | remedy ms | measured | predicted (range) | measured / predicted | result |")
 print("|---|---|---|---:|---:|---:|---|---:|---|")
