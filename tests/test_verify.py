@@ -15,7 +15,15 @@ import pytest
 from make_cifar_folder import write_cifar_folder
 from stepscope.config import TrainConfig
 from stepscope.profiler.analysis.verdicts import DATA_BOUND, Unprofiled
-from stepscope.verify import VerifyError, _flag_args, _with, prediction, remedy_for, unprofiled_figures
+from stepscope.verify import (
+    VerifyError,
+    _flag_args,
+    _with,
+    prediction,
+    record,
+    remedy_for,
+    unprofiled_figures,
+)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from trainrun import FAST, PROFILE_3_STEPS, REPO, on_cpus, run_train
 
@@ -190,3 +198,20 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
     assert any("verification" in t for t in tags["tensors"])
     speedup = tb.Scalars("verify/measured_speedup")[-1].value
     assert speedup == pytest.approx(v["measured_speedup"], rel=1e-5)
+
+
+def test_the_record_states_the_prediction_as_a_range(tmp_path):
+    """What verify writes, without the training runs: the range, its middle and the rule in words."""
+    (tmp_path / "run.json").write_text(json.dumps({"config": {}, "step_kind": "eager"}))
+    u = Unprofiled(step_ms=12.2, device_ms=3.0, gaps_ms=0.1, dispatch_ms=11.9, data_ms=0.05, kernels=337)
+    cause = remedy_for("launch_bound", cfg(), []).cause
+    p = prediction(cause, u, 12.2)
+    v = {"verdict": "launch_bound", "cause": cause.finding, "remedy": ["--cuda-graphs"], "why": "graphs",
+         "result": "confirmed", "baseline_step_ms": 12.2, "remedy_step_ms": 3.15, "measured_speedup": 12.2 / 3.15,
+         "predicted_speedup": p["point"], "predicted_speedup_range": p["speedup"],
+         "predicted_step_ms_range": p["step_ms"]}
+    md = record(tmp_path, v)
+    low, high = p["speedup"]
+    assert f"{low:.2f}x..{high:.2f}x predicted" in md and low < 12.2 / 3.15 < high
+    assert "without the host's dispatch: the GPU time" in md
+    assert json.loads((tmp_path / "run.json").read_text())["verification"]["predicted_speedup_range"] == [low, high]
