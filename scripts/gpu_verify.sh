@@ -10,7 +10,8 @@
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
 # a launch-bound eager run and on a data-bound CIFAR-format run, and a table of predicted vs measured
 # speed-ups (OUT_DIR/verify_predictions.md). verify_extra: the same for the other remedies (--compile
-# reduce-overhead on CIFAR data with 8 workers, --pin-memory on pageable host data, fewer logging syncs).
+# reduce-overhead on CIFAR data with 8 workers, --pin-memory on pageable host data, fewer logging syncs;
+# VX_RUNS="cifar_launch pageable logsync" picks some of them).
 #
 # ops: the custom ops' cost in training: bench_step_ops.py (native and custom ResNet-18 steps interleaved in
 # one process; eager 3 times, reduce-overhead once), bench_ops.py --per-call (interleaved rounds), then
@@ -105,13 +106,20 @@ part_verify() {
   predictions_table verify_predictions.md eager cifar
 }
 
-part_verify_extra() {  # the other remedies, each on whatever verdict its run reads
-  [ -d "$L/cifar" ] || python3 scripts/make_cifar_folder.py "$L/cifar" --per-file 10000
-  verify_one cifar_launch --data cifar10 --data-dir "$L/cifar" --workers 8 --steps 120    # --compile reduce-overhead
-  verify_one pageable --data-placement host --no-pin-memory --batch-size 512 --steps 200  # --pin-memory
-  verify_one logsync --log-every 1 --steps 200                                             # --log-every 10
-  for r in cifar_launch pageable logsync; do cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null; done
-  predictions_table verify_extra_predictions.md cifar_launch pageable logsync
+part_verify_extra() {  # the other remedies, each on whatever verdict its run reads (VX_RUNS picks some)
+  local runs=${VX_RUNS:-cifar_launch pageable logsync}
+  for r in $runs; do
+    case $r in
+      cifar_launch)  # --compile reduce-overhead
+        [ -d "$L/cifar" ] || python3 scripts/make_cifar_folder.py "$L/cifar" --per-file 10000
+        verify_one cifar_launch --data cifar10 --data-dir "$L/cifar" --workers 8 --steps 120;;
+      pageable) verify_one pageable --data-placement host --no-pin-memory --batch-size 512 --steps 200;;  # --pin-memory
+      logsync) verify_one logsync --log-every 1 --steps 200;;  # --log-every 10
+      *) echo "gpu_verify.sh: unknown VX_RUNS entry '$r' (cifar_launch pageable logsync)" >&2; continue;;
+    esac
+    cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null
+  done
+  predictions_table verify_extra_predictions.md $runs
 }
 
 predictions_table() {  # FILE RUNS...: predicted vs measured speed-up of each run's verification
