@@ -49,6 +49,7 @@ def cycle_figures(index: int, spans: list[dict]) -> dict:
             "step_ms": _median(s["metrics"]["step_ms"] for s in spans),
             "profiled_step_ms": _median(profiled),
             "gpu_busy_pct": _median(s["metrics"].get("gpu_busy_pct") for s in spans),
+            "profiled_gpu_busy_pct": _median((s["metrics"].get("profiled") or {}).get("gpu_busy_pct") for s in spans),
             "breakdown_ms": mean_breakdown(spans)}
 
 
@@ -62,6 +63,7 @@ def run_figures(report: dict) -> dict:
     last = all_cycles[-1] if all_cycles else {}
     return {"verdict": report.get("verdict"), "step_ms": last.get("step_ms"),
             "profiled_step_ms": last.get("profiled_step_ms"), "gpu_busy_pct": last.get("gpu_busy_pct"),
+            "profiled_gpu_busy_pct": last.get("profiled_gpu_busy_pct"),
             "breakdown_ms": last.get("breakdown_ms", {}), "cycles": len(all_cycles)}
 
 
