@@ -1,0 +1,133 @@
+"""The stepscope tab's JSON routes, called through werkzeug's test client on the real plugin (no browser):
+figures equal to `stepscope analyze --json`, the analysis cached beside the run (or in memory when the
+run is read-only), the window route, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from stepscope.profiler.front import analyze
+from stepscope.profiler.serve.tab.cache import CACHE_DIR, CACHE_FILE
+from stepscope.profiler.serve.tab.plugin import StepscopePlugin
+from tensorboard.plugins import base_plugin
+from werkzeug import Client
+from werkzeug.wrappers import Response
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class App:
+    """The plugin's routes as one WSGI app, the way TensorBoard mounts them under /data/plugin/stepscope."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.plugin = StepscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+        self.routes = self.plugin.get_plugin_apps()
+        self.client = Client(self, Response)
+
+    def __call__(self, environ, start_response):
+        path = environ["PATH_INFO"]
+        app = self.routes.get(path) or next(a for p, a in self.routes.items()
+                                            if p.endswith("/*") and path.startswith(p[:-1]))
+        return app(environ, start_response)
+
+    def get(self, route: str, ready: bool = True, **params):
+        for _ in range(600):  # 202 while the run is analysed in the background
+            r = self.client.get(route, query_string=params)
+            if r.status_code != 202 or not ready:
+                return r.status_code, json.loads(r.get_data())
+        raise TimeoutError(route)
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    for name in ("cpu_resnet", "eager_bs32"):
+        shutil.copytree(DATA / name, tmp_path / name)
+    shutil.copytree(DATA / "suite_ddp" / "straggler", tmp_path / "ddp")
+    return tmp_path
+
+
+def test_runs_and_run_match_analyze_json_and_are_cached_beside_the_run(logdir):
+    app = App(logdir)
+    _, body = app.get("/runs")
+    assert [r["name"] for r in body["runs"]] == ["cpu_resnet", "ddp", "eager_bs32"]
+    code, run = app.get("/run", run="eager_bs32")
+    want = analyze(logdir / "eager_bs32").to_dict()
+    assert code == 200 and run["report"] == json.loads(json.dumps(want))
+    assert run["figures"]["step_ms"] == want["spans"][0]["metrics"]["step_ms"]
+    assert run["spans"][0]["top"][0]["share_of_step_pct"] > 0
+    cache = logdir / "eager_bs32" / CACHE_DIR / CACHE_FILE
+    assert cache.is_file()
+    _, rows = app.get("/runs")
+    row = next(r for r in rows["runs"] if r["name"] == "eager_bs32")
+    assert row["verdict"] == want["verdict"] and row["gpu_busy_pct"] == want["spans"][0]["metrics"]["gpu_busy_pct"]
+    # a new TensorBoard answers from the cache file at once, without parsing the trace
+    again = App(logdir)
+    code, first = again.get("/run", ready=False, run="eager_bs32")
+    assert code == 200 and first["report"] == run["report"]
+    # a trace written again invalidates it
+    trace = next((logdir / "eager_bs32").glob("*.json.gz"))
+    os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))
+    assert again.plugin.cache.get(again.plugin._find("eager_bs32")).__class__.__name__ == "Pending"
+
+
+def test_a_run_where_the_cache_cannot_be_written_is_cached_in_memory(logdir):
+    # a file where the cache folder would go: writing fails for every user, root included (a read-only
+    # folder does not stop root)
+    run = logdir / "cpu_resnet"
+    (run / CACHE_DIR).write_text("not a folder")
+    app = App(logdir)
+    code, body = app.get("/run", run="cpu_resnet")
+    assert code == 200 and body["verdict"] == "cpu_bound"
+    assert (run / CACHE_DIR).read_text() == "not a folder"
+    assert app.get("/run", ready=False, run="cpu_resnet")[0] == 200  # from memory, at once
+
+
+def test_ranks_mark_the_straggler_with_its_reason(logdir):
+    code, body = App(logdir).get("/ranks", run="ddp")
+    job = body["jobs"][0]
+    assert code == 200 and [r["rank"] for r in job["ranks"]] == [0, 1]
+    assert [s["rank"] for s in job["stragglers"]] == [1]
+    why = job["stragglers"][0]
+    assert "other_host +" in why["why"] and why["phase_differences"][0]["bucket"] == "communication"
+
+
+def test_verification_is_shown_when_the_run_has_one(logdir):
+    record = {"final": {}, "verification": {"verdict": "launch_bound", "result": "confirmed",
+                                            "measured_speedup": 1.8, "predicted_speedup": 2.0}}
+    (logdir / "eager_bs32" / "run.json").write_text(json.dumps(record))
+    _, body = App(logdir).get("/run", run="eager_bs32")
+    assert body["verification"]["result"] == "confirmed"
+
+
+def test_diff_route_is_the_cli_comparison(logdir):
+    code, d = App(logdir).get("/diff", a="cpu_resnet", b="eager_bs32")
+    assert code == 200 and d["a"]["run"] == "cpu_resnet" and d["b"]["verdict"] == "launch_bound"
+    assert d["source"] == "trace" and d["a"]["steps"] == 2 and "summary" in d
+
+
+def test_window_writes_a_small_run_for_both_tabs(logdir):
+    app = App(logdir)
+    code, w = app.get("/window", run="ddp", steps="3:5")
+    assert code == 200 and w["run"] == "ddp.steps3-4"
+    folder = logdir / "ddp.steps3-4"
+    assert len(list(folder.glob("*.pt.trace.json.gz"))) == 2  # the PyTorch Profiler tab's copies
+    assert len(list(folder.glob("raw/*/*.trace.json.gz"))) == 2  # the untouched windows, for Perfetto
+    code, run = app.get("/run", run="ddp.steps3-4")
+    assert code == 200 and {s["evidence"][0].split("(")[1] for s in run["spans"]} == {"2 profiled steps analysed)"}
+    r = app.client.get("/trace", query_string={"run": "ddp.steps3-4", "i": 0})
+    assert r.status_code == 200 and r.get_data()[:2] == b"\x1f\x8b"
+
+
+@pytest.mark.parametrize("route, params, code, message", [
+    ("/run", {"run": "nope"}, 404, "no run 'nope'"),
+    ("/window", {"run": "ddp", "steps": "5:3"}, 400, "use A:B"),
+    ("/window", {"run": "ddp", "steps": "40:50"}, 400, "no trace has steps in 40:50"),
+    ("/static/../plugin.py", {}, 404, "no static file"),
+])
+def test_bad_input_is_one_line(logdir, route, params, code, message):
+    got, body = App(logdir).get(route, **params)
+    assert got == code and message in body["error"] and "\n" not in body["error"]
