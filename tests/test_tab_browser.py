@@ -7,7 +7,7 @@ real TensorBoard on 127.0.0.1 that found the plugin through its entry point.
 The logdir holds a CPU run the trainer makes here (6 profiled steps: the trace a window is cut from), a
 2-rank job with a straggler, and a compare pair (tests/data). Every test asserts what the page shows and
 that no request left 127.0.0.1. Screenshots go to $STEPSCOPE_ARTIFACTS (default test-artifacts/):
-tab-runs.png, tab-run.png, tab-ranks.png, tab-diff.png, tab-window.png.
+tab-runs.png, tab-run.png, tab-ranks.png (and tab-ranks-full.png), tab-diff.png, tab-window.png.
 """
 
 from __future__ import annotations
@@ -33,9 +33,14 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 CPU_RUN = "cpu_lenet"
 CPU_ARGS = ["--device", "cpu", "--arch", "lenet", "--synthetic-train-size", "256", "--synthetic-eval-size", "32",
-            "--batch-size", "16", "--workers", "0", "--log-every", "4", "--steps", "10", "--profile",
-            "--skip-first", "0", "--wait", "1", "--warmup", "1", "--active", "6"]
+            "--batch-size", "16", "--workers", "0", "--log-every", "4", "--steps", "16", "--profile",
+            "--skip-first", "0", "--wait", "1", "--warmup", "1", "--active", "5", "--repeat", "2"]
+CYCLES = 2  # ProfilerStep#2-#6 and #9-#13
 TIMEOUT_MS = 60_000
+SCREENSHOTS = {"test_runs_list_shows_every_run_with_its_verdict": "runs",
+               "test_run_view_shows_the_verdict_card_bars_and_top_ops": "run",
+               "test_multi_rank_job_marks_the_straggler_and_says_why": "ranks",
+               "test_two_runs_side_by_side": "diff", "test_window_of_steps_becomes_a_run_for_both_tabs": "window"}
 LOOPBACK = re.compile(r"^(https?://127\.0\.0\.1[:/]|data:|blob:|about:)")
 
 
@@ -77,10 +82,8 @@ class Tab:
             self.frame = next((f for f in self.page.frames if "plugin_entry.html?name=stepscope" in f.url), None)
             self.page.wait_for_timeout(200)  # lets Playwright take in the page's events (a sleep would not)
         assert self.frame is not None, [f.url for f in self.page.frames]
-        self.frame.wait_for_selector("table.runs tr.run[data-state='ready']", timeout=TIMEOUT_MS)
-        # every run analysed (the list asks again while one is pending)
-        self.frame.wait_for_function("!document.querySelector(\"tr.run[data-state='analysing']\")",
-                                     timeout=TIMEOUT_MS)
+        # every run analysed (the list asks again while one is pending, and then marks itself complete)
+        self.frame.wait_for_selector("#runs[data-complete='true'] table.runs", timeout=TIMEOUT_MS)
         return self.frame
 
     def off_host(self) -> list[str]:
@@ -98,7 +101,7 @@ def tab(browser, served, request):
     try:
         yield t
     finally:
-        name = request.node.name.removeprefix("test_").split("_")[0]
+        name = SCREENSHOTS[request.node.name]
         try:
             page.screenshot(path=str(artifacts_dir() / f"tab-{name}.png"), full_page=True)
         finally:
@@ -117,7 +120,8 @@ def test_runs_list_shows_every_run_with_its_verdict(tab, served):
     assert row.locator(".badge").inner_text() == want["verdict"]
     assert row.locator("td.step").inner_text() == f"{want['spans'][0]['metrics']['step_ms']:.2f}"
     assert frame.locator("tr.run[data-run='eager_bs32'] td.busy").inner_text() == "26.3%"
-    assert frame.locator(f"tr.run[data-run='{CPU_RUN}'] .spark").count() == 1
+    assert frame.locator(f"tr.run[data-run='{CPU_RUN}'] .spark").get_attribute("data-points") == str(CYCLES)
+    assert frame.locator(f"tr.run[data-run='{CPU_RUN}'] .spark canvas").count() == 1
     assert any(u.endswith("/data/plugin/stepscope/static/vendor/uPlot.iife.min.js") for u in tab.requests)
 
 
@@ -129,12 +133,14 @@ def test_run_view_shows_the_verdict_card_bars_and_top_ops(tab, served):
     want = analyze(logdir / CPU_RUN).to_dict()
     assert frame.locator("#verdict .verdict-name").inner_text() == want["verdict"]
     assert frame.locator("#step-unprofiled").inner_text() == f"{want['spans'][0]['metrics']['step_ms']:.2f} ms"
-    profiled = want["spans"][0]["metrics"]["profiled"]["step_ms"]
+    profiled = want["spans"][-1]["metrics"]["profiled"]["step_ms"]  # the card shows the last cycle
     assert frame.locator("#step-profiled").inner_text() == f"{profiled:.2f} ms"
-    assert frame.locator(".chart[data-kind='cycles']").get_attribute("data-bars") == "1"
+    assert frame.locator(".chart[data-kind='cycles']").get_attribute("data-bars") == str(CYCLES)
     assert frame.locator(".chart[data-kind='cycles'] canvas").count() == 1  # drawn by uPlot
-    assert frame.locator("#top table.top tr").count() == 1 + len(want["spans"][0]["top"])
-    assert frame.locator("#verdict ul.remedies li").count() == len(want["spans"][0]["remedies"])
+    assert frame.locator("#top table.top").count() == CYCLES
+    assert frame.locator("#top table.top").first.locator("tr").count() == 1 + len(want["spans"][0]["top"])
+    assert frame.locator("#verdict ul.remedies li").count() == sum(len(s["remedies"]) for s in want["spans"])
+    assert frame.locator("#verdict ul.remedies code").first.inner_text().startswith("--")  # a stepscope flag
 
 
 def test_multi_rank_job_marks_the_straggler_and_says_why(tab, served):
@@ -147,7 +153,9 @@ def test_multi_rank_job_marks_the_straggler_and_says_why(tab, served):
     straggler = frame.locator("li.straggler")
     assert straggler.count() == 1 and straggler.get_attribute("data-rank") == "1"
     assert "rank 1 straggles" in straggler.inner_text() and "other_host +" in straggler.inner_text()
-    frame.locator("#ranks").screenshot(path=str(artifacts_dir() / "tab-ranks-chart.png"))
+    tab.page.set_viewport_size({"width": 1400, "height": 1900})  # the whole job on one screenshot
+    tab.page.wait_for_timeout(500)
+    tab.page.screenshot(path=str(artifacts_dir() / "tab-ranks-full.png"))
 
 
 def test_two_runs_side_by_side(tab, served):
@@ -169,12 +177,12 @@ def test_window_of_steps_becomes_a_run_for_both_tabs(tab, served):
     frame = tab.open(tb.base)
     frame.click(f"a.run-link[data-run='{CPU_RUN}']")
     frame.wait_for_selector("#window")
-    frame.fill("#steps", "4:7")
+    frame.fill("#steps", "3:6")
     started = time.monotonic()
     frame.click("#window-go")
     frame.wait_for_selector("#window-result .window-run")
     name = frame.locator("#window-result .window-run").inner_text()
-    assert name == f"{CPU_RUN}.steps4-6" and time.monotonic() - started < 30
+    assert name == f"{CPU_RUN}.steps3-5" and time.monotonic() - started < 30
     assert frame.locator("#open-profiler").get_attribute("href") == "/#pytorch_profiler"
     link = frame.locator("#window-result a.perfetto").first
     with tab.page.expect_download() as download:

@@ -229,7 +229,9 @@ async function showRuns() {
   }
   holder.append(table, el('p', {}, compare),
     el('p', {class: 'muted', text: `${body.runs.length} run(s) under ${body.logdir}`}));
-  if (body.runs.some((r) => r.state === 'analysing')) {
+  const pending = body.runs.some((r) => r.state === 'analysing');
+  holder.dataset.complete = String(!pending);  // every run analysed (or failed): what a test waits for
+  if (pending) {
     setTimeout(() => {
       if (holder.isConnected) showRuns();
     }, POLL_MS);
@@ -430,6 +432,7 @@ function addStyle() {
     .chart { background: #fff; border: 1px solid #e0e0e0; border-radius: 6px; padding: 8px; margin: 10px 0; display: inline-block; }
     .chart-title { font-weight: 500; margin-bottom: 4px; }
     .straggler b { color: #b71c1c; }
+    .u-legend { font-size: 11px; } .u-legend th { font-weight: 500; }
     .muted { color: #757575; } .error { color: #c62828; }
     a { color: #1565c0; }
   `}));
