@@ -12,6 +12,7 @@ tab-runs.png, tab-run.png, tab-ranks.png (and tab-ranks-full.png), tab-diff.png,
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -40,8 +41,27 @@ TIMEOUT_MS = 60_000
 SCREENSHOTS = {"test_runs_list_shows_every_run_with_its_verdict": "runs",
                "test_run_view_shows_the_verdict_card_bars_and_top_ops": "run",
                "test_multi_rank_job_marks_the_straggler_and_says_why": "ranks",
+               "test_hundreds_of_ranks_are_a_sorted_distribution": "wide",
                "test_two_runs_side_by_side": "diff", "test_window_of_steps_becomes_a_run_for_both_tabs": "window"}
 LOOPBACK = re.compile(r"^(https?://127\.0\.0\.1[:/]|data:|blob:|about:)")
+
+
+WIDE_RANKS = 66  # more than the tab draws as bars (MAX_BARS = 64 in index.js)
+
+
+def write_wide_job(folder: Path, ranks: int) -> None:
+    """A job of ``ranks`` ranks from the 2-rank straggler job's real traces: every rank but the last is a
+    copy of its steady rank 0, the last one of its straggling rank 1, each with its own distributedInfo.
+    Named like export_chrome_trace files, which stepscope finds and torch-tb-profiler leaves alone (its
+    loader would start a process per trace on the shared test machine)."""
+    src = DATA / "suite_ddp" / "straggler"
+    steady, slow = (json.loads(gzip.decompress(next(src.glob(f"straggler_rank{r}.*")).read_bytes())) for r in (0, 1))
+    folder.mkdir(parents=True)
+    for rank in range(ranks):
+        trace = slow if rank == ranks - 1 else steady
+        trace["distributedInfo"] = {**trace["distributedInfo"], "rank": rank, "world_size": ranks}
+        name = f"job_rank{rank}.json.gz"
+        (folder / name).write_bytes(gzip.compress(json.dumps(trace).encode(), 1))
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +73,7 @@ def served(tmp_path_factory):
     shutil.copytree(DATA / "suite_ddp" / "straggler", logdir / "ddp")
     for name in ("eager_bs32", "big_batch"):
         shutil.copytree(DATA / name, logdir / name)
+    write_wide_job(logdir / "wide", WIDE_RANKS)
     with TensorBoard(logdir, startup_timeout_s=60) as tb:
         try:
             yield tb, logdir
@@ -114,7 +135,7 @@ def test_runs_list_shows_every_run_with_its_verdict(tab, served):
     frame = tab.open(tb.base)
     rows = frame.locator("tr.run")
     assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.run)")) == sorted(
-        [CPU_RUN, "big_batch", "ddp", "eager_bs32"])
+        [CPU_RUN, "big_batch", "ddp", "eager_bs32", "wide"])
     want = analyze(logdir / CPU_RUN).to_dict()
     row = frame.locator(f"tr.run[data-run='{CPU_RUN}']")
     assert row.locator(".badge").inner_text() == want["verdict"]
@@ -156,6 +177,17 @@ def test_multi_rank_job_marks_the_straggler_and_says_why(tab, served):
     tab.page.set_viewport_size({"width": 1400, "height": 1900})  # the whole job on one screenshot
     tab.page.wait_for_timeout(500)
     tab.page.screenshot(path=str(artifacts_dir() / "tab-ranks-full.png"))
+
+
+def test_hundreds_of_ranks_are_a_sorted_distribution(tab, served):
+    tb, _ = served
+    frame = tab.open(tb.base)
+    frame.click("a.run-link[data-run='wide']")
+    frame.wait_for_selector("li.straggler")
+    assert frame.locator(".chart[data-kind='ranks']").count() == 0
+    chart = frame.locator(".chart[data-kind='distribution']")
+    assert chart.get_attribute("data-points") == str(WIDE_RANKS) and chart.get_attribute("data-marked") == "1"
+    assert frame.locator("li.straggler").get_attribute("data-rank") == str(WIDE_RANKS - 1)
 
 
 def test_two_runs_side_by_side(tab, served):

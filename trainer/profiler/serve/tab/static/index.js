@@ -167,8 +167,10 @@ function sparkline(points) {
 }
 
 function distribution(title, ranks, stragglers) {
-  // Hundreds of ranks: their step times sorted, stragglers as red points.
-  const sorted = ranks.slice().sort((a, b) => a.step_ms - b.step_ms);
+  // Hundreds of ranks: each rank's work outside communication (what tells a straggler: collectives make
+  // every rank's step equally long), sorted, the stragglers as red points.
+  const work = (r) => (r.outside_comm_ms ?? r.step_ms);
+  const sorted = ranks.slice().sort((a, b) => work(a) - work(b));
   const x = sorted.map((_, i) => i);
   const box = el('div', {class: 'chart', 'data-kind': 'distribution', 'data-bars': '0',
     'data-points': String(sorted.length), 'data-marked': String(stragglers.length)});
@@ -176,11 +178,11 @@ function distribution(title, ranks, stragglers) {
   // eslint-disable-next-line no-new
   new uPlot({
     width: 900, height: 260, scales: {x: {time: false}},
-    axes: [{label: 'ranks, sorted by step time'}, {label: 'ms per step', size: 60}],
+    axes: [{label: 'ranks, sorted'}, {label: 'ms per step outside communication', size: 60}],
     series: [{label: 'position', value: (u, v) => (v === null ? '' : `rank ${sorted[v].rank}`)},
-      {label: 'step ms', stroke: '#1565c0', width: 1.5, points: {show: false}},
+      {label: 'ms outside communication', stroke: '#1565c0', width: 1.5, points: {show: false}},
       {label: 'straggler', stroke: '#b71c1c', paths: () => null, points: {show: true, size: 9, fill: '#b71c1c'}}],
-  }, [x, sorted.map((r) => r.step_ms), sorted.map((r) => (stragglers.includes(r.rank) ? r.step_ms : null))], box);
+  }, [x, sorted.map(work), sorted.map((r) => (stragglers.includes(r.rank) ? work(r) : null))], box);
   return box;
 }
 
@@ -361,7 +363,7 @@ async function showRanks(name, holder) {
       badge(job.verdict)]));
     const strag = job.stragglers.map((s) => s.rank);
     if (job.ranks.length > MAX_BARS) {
-      section.appendChild(distribution('Step time per rank, sorted', job.ranks, strag));
+      section.appendChild(distribution('Each rank\u2019s work outside communication, sorted', job.ranks, strag));
     } else {
       const index = job.ranks.map((r) => r.rank);
       section.appendChild(stackedBars('Breakdown per rank (ms per step)', index.map((r) => `rank ${r}`), job.buckets,
