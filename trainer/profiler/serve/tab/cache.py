@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 
 from ...measure import Measured, measure_found
 from ...trace.atomic import write_text_atomic
@@ -42,13 +44,18 @@ class Failed:
     message: str
 
 
-def _key(run: Run) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
+def _version() -> str:
     try:
-        ours = version("stepscope")
-    except PackageNotFoundError:
-        ours = "unknown"
-    return {"format": FORMAT, "stepscope": ours, "traces": run.fingerprint()}
+        return version("stepscope")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
+VERSION = _version()  # a new stepscope may analyse differently: its cache entries are its own
+
+
+def _key(run: Run) -> dict:
+    return {"format": FORMAT, "stepscope": VERSION, "traces": run.fingerprint()}
 
 
 def read_cached(run: Run, key: dict) -> Measured | None:
@@ -99,7 +106,6 @@ class AnalysisCache:
 
     def wait(self, run: Run, timeout_s: float) -> Ready | Pending | Failed:
         """``get``, waiting up to ``timeout_s`` for a pending analysis."""
-        import time
         deadline = time.monotonic() + timeout_s
         state = self.get(run)
         while isinstance(state, Pending) and time.monotonic() < deadline:
