@@ -131,3 +131,31 @@ def test_window_writes_a_small_run_for_both_tabs(logdir):
 def test_bad_input_is_one_line(logdir, route, params, code, message):
     got, body = App(logdir).get(route, **params)
     assert got == code and message in body["error"] and "\n" not in body["error"]
+
+
+def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
+    """`stepscope tensorboard` serves a shadow copy of each run: the copy of a trainer run keeps its run.json,
+    so the tab shows the unprofiled figures `stepscope analyze` gives on the source run."""
+    from stepscope.profiler.loaded import Loaded, read
+    from stepscope.profiler.serve.shadow import publish_run
+    from stepscope.profiler.trace.discover import discover
+
+    source = tmp_path / "src" / "run1"
+    trace = next((DATA / "cpu_resnet").glob("*.json.gz"))
+    worker, span = trace.name.split(".")[:2]
+    (source / "raw" / span).mkdir(parents=True)
+    shutil.copy(trace, source / "raw" / span / f"{worker}.trace.json.gz")
+    record = {"final": {"telemetry": {"steps": 4, "step_ms": 150.0, "data_ms": 1.0},
+                        "step_times_ms": [149.0, 151.0, 150.5, 149.5]},
+              "verification": {"verdict": "cpu_bound", "result": "refuted"}}
+    (source / "run.json").write_text(json.dumps(record))
+    found = discover(source).traces
+    loaded = [Loaded(f, f.span, read(f)) for f in found]
+    shadow = tmp_path / "shadow"
+    path, _ = publish_run(loaded, shadow, tmp_path / "staging", "run1")
+    assert json.loads((path / "run.json").read_text()) == record
+    _, body = App(shadow).get("/run", run="run1")
+    want = analyze(source).to_dict()
+    assert body["report"]["spans"][0]["metrics"] == want["spans"][0]["metrics"]
+    assert body["figures"]["step_ms"] == 150.0 and body["verification"]["result"] == "refuted"
+    assert body["steps"] == {"source": "run.json", "count": 4}

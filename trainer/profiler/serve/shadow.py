@@ -8,6 +8,9 @@ TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdi
     <name>/<worker>.<span>.pt.trace.json[.gz]     adapted copy (trainer layout, see files.py)
     <name>/raw/<span>/<worker>.trace.json[.gz]    untouched original
     <name>/diagnosis.md, events.out.tfevents.*    Text "diagnosis" and "diagnosis/*" Scalars
+    <name>/run.json                               the trainer's run record, when stepscope's trainer wrote the
+                                                  traces: the stepscope tab reads the run's unprofiled steps
+                                                  and its verification from it, as `stepscope analyze` does
 
 torch-tb-profiler parses a run folder once, when it first has a trace, so a run's traces are never added to:
 traces that arrive later for the same source run are published as a new run, `<name>@2`, `<name>@3`, ...
@@ -26,7 +29,8 @@ from ..analysis import TraceError
 from ..loaded import Loaded, report_of
 from ..tbfix import write_adapted_pair
 from ..trace.atomic import write_text_atomic
-from ..trace.files import WORKER_PATTERN
+from ..trace.discover import STEPSCOPE
+from ..trace.files import RAW_DIR, WORKER_PATTERN
 from .diagnose import write_diagnosis
 from .tb_events import EventLog
 
@@ -59,6 +63,18 @@ def _move_in(work: Path, target: Path) -> None:
         os.rename(entry, target / entry.name)
 
 
+def run_record_of(loaded: list[Loaded]) -> Path | None:
+    """The run.json of the trainer run these traces come from (``<run>/raw/<span>/<worker>.trace.json``),
+    if there is one."""
+    for item in loaded:
+        path = item.found.path
+        if item.found.kind == STEPSCOPE and path.parent.parent.name == RAW_DIR:
+            record = path.parents[2] / "run.json"
+            if record.is_file():
+                return record
+    return None
+
+
 def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str) -> tuple[Path, str]:
     """Write `loaded` as a new run named after `base` (see free_name); return (its folder, the verdict or
     the reason there is none). Nothing appears in `logdir` unless the whole run was written."""
@@ -68,6 +84,9 @@ def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str) ->
     try:
         for item in loaded:
             write_adapted_pair(work, item.worker, item.span, item.trace, item.found.path.name.endswith(".gz"))
+        record = run_record_of(loaded)
+        if record is not None:
+            shutil.copyfile(record, work / "run.json")
         with EventLog(work) as log:
             try:
                 report = report_of(loaded, base)
