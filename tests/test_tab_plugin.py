@@ -159,3 +159,24 @@ def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
     assert body["report"]["spans"][0]["metrics"] == want["spans"][0]["metrics"]
     assert body["figures"]["step_ms"] == 150.0 and body["verification"]["result"] == "refuted"
     assert body["steps"] == {"source": "run.json", "count": 4}
+
+
+@pytest.mark.parametrize("given, want", [
+    ({1: "rank 1 waits on its data loader"}, {1: "rank 1 waits on its data loader"}),
+    ({"1": "slow loader"}, {1: "slow loader"}),
+    ([{"rank": 1, "why": "slow loader"}], {1: "slow loader"}),
+    (["slow loader"], {1: "slow loader"}),
+    (None, {}),
+])
+def test_a_given_straggler_reason_is_shown_in_place_of_the_phase_differences(given, want):
+    from stepscope.profiler.serve.tab.views import _why_given
+    assert _why_given({"stragglers": [1], "stragglers_why": given}) == want
+
+
+def test_other_tools_runs_are_listed_like_the_trainers(tmp_path):
+    shutil.copytree(DATA / "lightning_cpu", tmp_path / "lightning")
+    app = App(tmp_path)
+    assert app.get("/runs")[1]["runs"] == [{"name": "lightning", "state": "analysing"}]  # at once, not waiting
+    app.get("/run", run="lightning")
+    (row,) = app.get("/runs")[1]["runs"]
+    assert row["name"] == "lightning" and row["verdict"] == analyze(tmp_path / "lightning").verdict
