@@ -173,7 +173,8 @@ def test_multi_rank_job_marks_the_straggler_and_says_why(tab, served):
     assert chart.get_attribute("data-bars") == "2" and chart.get_attribute("data-marked") == "1"
     straggler = frame.locator("li.straggler")
     assert straggler.count() == 1 and straggler.get_attribute("data-rank") == "1"
-    assert "rank 1 straggles" in straggler.inner_text() and "other_host +" in straggler.inner_text()
+    assert "rank 1 straggles" in straggler.inner_text()
+    assert "host work outside torch ops" in straggler.inner_text()  # the analysis's own stragglers_why
     tab.page.set_viewport_size({"width": 1400, "height": 1900})  # the whole job on one screenshot
     tab.page.wait_for_timeout(500)
     tab.page.screenshot(path=str(artifacts_dir() / "tab-ranks-full.png"))

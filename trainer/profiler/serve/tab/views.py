@@ -58,20 +58,23 @@ def phase_differences(rank_breakdown: dict, median: dict) -> list[dict]:
     return sorted(rows, key=lambda r: -abs(r["ms"]))
 
 
-def _why_given(d: dict) -> dict[int, str]:
-    """``stragglers_why`` of a cross-rank section, as {rank: text}, whatever its form."""
+def _why_given(d: dict) -> dict[int, dict]:
+    """The cross-rank section's own account of each straggler (``stragglers_why``: text, phases, the names
+    that differ most), as {rank: {"text", "phases", "top_differing"}}; tolerant of a bare text per rank."""
     given = d.get("stragglers_why")
-    out: dict[int, str] = {}
-    if isinstance(given, dict):
-        for rank, text in given.items():
-            if str(rank).lstrip("-").isdigit():
-                out[int(rank)] = text if isinstance(text, str) else str(text)
-    elif isinstance(given, list):
-        for i, item in enumerate(given):
-            if isinstance(item, dict) and "rank" in item:
-                out[int(item["rank"])] = str(item.get("why") or item.get("text") or item.get("reason") or item)
-            elif isinstance(item, str) and i < len(d.get("stragglers", [])):
-                out[int(d["stragglers"][i])] = item
+    out: dict[int, dict] = {}
+    items = list(given.items()) if isinstance(given, dict) else list(enumerate(given or []))
+    for key, item in items:
+        if isinstance(item, dict):
+            rank = item.get("rank", key)
+            text = item.get("text") or item.get("why") or item.get("reason")
+        else:
+            rank = d.get("stragglers", [])[key] if isinstance(given, list) and key < len(d.get("stragglers", [])) \
+                else key
+            text, item = str(item), {}
+        if str(rank).lstrip("-").isdigit():
+            out[int(rank)] = {"text": str(text) if text else None, "phases": item.get("phases") or [],
+                              "top_differing": item.get("top_differing") or []}
     return out
 
 
@@ -90,11 +93,16 @@ def _job_view(d: dict, spans: dict) -> dict:
         row = next((r for r in ranks if r["rank"] == rank), None)
         if row is None:
             continue
-        diffs = phase_differences({k: row["breakdown_ms"].get(k, 0.0) for k in buckets}, median)
+        own = given.get(rank, {})
+        if own.get("phases"):
+            diffs = sorted(({"bucket": x["phase"], "ms": _round(x["delta_ms"]), "median_ms": _round(x["median_ms"])}
+                            for x in own["phases"]), key=lambda x: -abs(x["ms"]))
+        else:
+            diffs = phase_differences({k: row["breakdown_ms"].get(k, 0.0) for k in buckets}, median)
         phases = "; ".join(f"{x['bucket']} {x['ms']:+.2f} ms" for x in diffs[:WHY_PHASES] if x["ms"])
         stragglers.append({"rank": rank, "step_ms": row["step_ms"], "verdict": row["verdict"],
-                           "why": given.get(rank) or f"vs the median of the other ranks, per step: {phases}",
-                           "phase_differences": diffs})
+                           "why": own.get("text") or f"vs the median of the other ranks, per step: {phases}",
+                           "phase_differences": diffs, "top_differing": own.get("top_differing", [])})
     return {"cycle": d.get("span_index"), "world_size": d.get("world_size"), "verdict": d.get("verdict"),
             "median_step_ms": d.get("median_step_ms"), "buckets": buckets, "median_breakdown_ms": median,
             "ranks": sorted(ranks, key=lambda r: r["rank"]), "stragglers": stragglers,
