@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from stepscope.profiler.cli.diff import main as diff_main
 from stepscope.profiler.diff import ratio_interval, t_quantile
-from trainrun import REPO, TRAIN
+from trainrun import REPO, TRAIN, run_json
 
 LENET = ["--device", "cpu", "--arch", "lenet", "--synthetic-train-size", "512", "--synthetic-eval-size", "32",
          "--workers", "0", "--log-every", "4", "--steps", "16", "--profile", "--skip-first", "0", "--wait", "1",
@@ -63,6 +63,8 @@ def test_identical_runs_show_no_significant_change(runs, capsys):
     rc, d, _ = diff(capsys, runs / "same1", runs / "same2", "--fail-above", "5%")
     assert rc == 0
     assert d["source"] == "run.json" and d["a"]["steps"] >= 8 and d["b"]["steps"] >= 8
+    final = run_json(runs / "same1")["final"]  # the trainer records every timed step's time
+    assert len(final["step_times_ms"]) == final["timed_steps"] == d["a"]["steps"]
     assert not d["significant"] and d["low"] <= 1.0 <= d["high"], d["summary"]
     assert d["summary"].startswith("no significant change")
 

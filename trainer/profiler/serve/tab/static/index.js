@@ -372,7 +372,7 @@ async function showRanks(name, holder) {
     const list = el('ul', {class: 'stragglers'});
     for (const s of job.stragglers) {
       list.appendChild(el('li', {class: 'straggler', 'data-rank': String(s.rank)}, [
-        el('b', {text: `rank ${s.rank} straggles`}), ` (${fmt(s.step_ms)} ms per step, ${s.verdict}): ${s.why}`,
+        el('b', {text: `rank ${s.rank} straggles`}), ` (${fmt(s.step_ms)} ms per step, ${s.verdict}): `, ...withCode(s.why),
         s.top_differing.length ? el('div', {class: 'muted', text: 'differing most: ' + s.top_differing.slice(0, 3)
           .map((t) => `${t.name} (${t.phase}) ${t.delta_ms >= 0 ? '+' : ''}${fmt(t.delta_ms)} ms`).join('; ')}) : null]));
     }
