@@ -165,7 +165,7 @@ def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
     found = discover(source).traces
     loaded = [Loaded(f, f.span, read(f)) for f in found]
     shadow = tmp_path / "shadow"
-    path, _ = publish_run(loaded, shadow, tmp_path / "staging", "run1")
+    path, _ = publish_run(loaded, shadow, tmp_path / "staging", "run1", source=source)
     assert json.loads((path / "run.json").read_text()) == record
     _, body = App(shadow).get("/run", run="run1")
     want = analyze(source).to_dict()
