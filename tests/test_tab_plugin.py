@@ -194,3 +194,15 @@ def test_other_tools_runs_are_listed_like_the_trainers(tmp_path):
     app.get("/run", run="lightning")
     (row,) = app.get("/runs")[1]["runs"]
     assert row["name"] == "lightning" and row["verdict"] == analyze(tmp_path / "lightning").verdict
+
+
+def test_a_run_that_cannot_be_analysed_says_why_in_one_line(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "w.1795259064016889483.pt.trace.json").write_text('{"traceEvents": [{"name": "ProfilerStep#1", ')
+    app = App(tmp_path)
+    code, body = app.get("/run", run="bad")
+    assert code == 422 and body["state"] == "error" and "w.1795259064016889483.pt.trace.json" in body["error"]
+    assert "\n" not in body["error"]
+    (row,) = app.get("/runs")[1]["runs"]
+    assert row["state"] == "error" and row["error"] == body["error"]

@@ -4,7 +4,8 @@
     state = cache.get(run)       # Ready(measured) | Pending() | Failed(message); Pending starts the analysis
 
 The analysis runs in one background thread, a run at a time, so a page never waits on a large trace: it
-asks again. The result is written to ``<run>/.stepscope/analysis.json`` (hidden, so discovery and the
+asks again. The thread hands each run to a process of its own (analyse.py), so TensorBoard's process never
+forks and never holds a large trace. The result is written to ``<run>/.stepscope/analysis.json`` (hidden, so discovery and the
 PyTorch Profiler tab ignore it) with the fingerprint of the traces it came from (runs.py: paths, sizes,
 mtimes); a later TensorBoard reads it back instead of parsing the traces again, as long as the fingerprint
 holds. Where the run folder is not writable the result stays in memory only.
@@ -14,14 +15,15 @@ from __future__ import annotations
 
 import json
 import queue
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
-from ...measure import Measured, measure_found
+from ...measure import Measured
 from ...trace.atomic import write_text_atomic
-from ...trace.errors import TraceError
 from .runs import Run
 
 CACHE_DIR = ".stepscope"
@@ -56,6 +58,18 @@ VERSION = _version()  # a new stepscope may analyse differently: its cache entri
 
 def _key(run: Run) -> dict:
     return {"format": FORMAT, "stepscope": VERSION, "traces": run.fingerprint()}
+
+
+def measure_apart(run: Run) -> Measured:
+    """The run's Measured, from analyse.py in a process of its own; ValueError (one line) when it fails."""
+    traces = [{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run}
+              for t in run.traces]
+    r = subprocess.run([sys.executable, "-m", "stepscope.profiler.serve.tab.analyse", str(run.folder)],
+                       input=json.dumps(traces), capture_output=True, text=True)
+    if r.returncode != 0:
+        lines = r.stderr.strip().splitlines()
+        raise ValueError(lines[-1] if lines else f"the analysis exited with code {r.returncode}")
+    return Measured.from_dict(json.loads(r.stdout))
 
 
 def read_cached(run: Run, key: dict) -> Measured | None:
@@ -128,11 +142,11 @@ class AnalysisCache:
             run = self._todo.get()
             key = _key(run)
             try:
-                measured = measure_found(list(run.traces), run.folder)
+                measured = measure_apart(run)
                 result: Ready | Failed = Ready(measured)
                 write_cached(run, key, measured)
             except Exception as e:  # noqa: BLE001 (a failed run shows its message; the thread lives on)
-                result = Failed(str(e) if isinstance(e, TraceError) else f"{type(e).__name__}: {e}")
+                result = Failed(str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}")
             with self._lock:
                 self._results[str(run.folder)] = (key, result)
                 self._queued.discard(str(run.folder))
