@@ -25,8 +25,8 @@ def run_row(name: str, m: Measured) -> dict:
     return {"name": name, "state": "ready", "verdict": fig["verdict"], "step_ms": fig["step_ms"],
             "profiled_step_ms": fig["profiled_step_ms"], "gpu_busy_pct": fig["gpu_busy_pct"],
             "ranks": max((len(c) for c in spans_by_cycle(m.report)), default=0),
-            "trend": [{"cycle": c["cycle"], "step_ms": c["step_ms"], "gpu_busy_pct": c["gpu_busy_pct"]}
-                      for c in cycles(m.report)]}
+            "trend": [{"cycle": c["cycle"], "step_ms": c["step_ms"], "profiled_step_ms": c["profiled_step_ms"],
+                       "gpu_busy_pct": c["gpu_busy_pct"]} for c in cycles(m.report)]}
 
 
 def _span_view(s: dict) -> dict:

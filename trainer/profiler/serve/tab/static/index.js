@@ -203,7 +203,7 @@ async function showRuns() {
   const compare = el('button', {id: 'compare', disabled: true, text: 'Compare the two selected runs',
     onclick: () => showDiff(...picked)});
   const table = el('table', {class: 'runs'}, [el('tr', {}, ['', 'run', 'verdict', 'step ms', 'profiled ms',
-    'GPU busy', 'ranks', 'trend over cycles (step ms)'].map((h) => el('th', {text: h})))]);
+    'GPU busy', 'ranks', 'profiled step over cycles'].map((h) => el('th', {text: h})))]);
   for (const r of body.runs) {
     const box = el('input', {type: 'checkbox', 'data-run': r.name});
     box.addEventListener('change', () => {
@@ -226,7 +226,8 @@ async function showRuns() {
       el('td', {}, box), el('td', {}, link), el('td', {}, badge(r.verdict)),
       el('td', {class: 'num step', text: fmt(r.step_ms)}), el('td', {class: 'num', text: fmt(r.profiled_step_ms)}),
       el('td', {class: 'num busy', text: pct(r.gpu_busy_pct)}), el('td', {class: 'num', text: String(r.ranks)}),
-      el('td', {}, sparkline(r.trend.map((c) => c.step_ms))),
+      // each cycle as measured: a trainer run's unprofiled figure is one for the whole run
+      el('td', {}, sparkline(r.trend.map((c) => c.profiled_step_ms ?? c.step_ms))),
     ]));
   }
   holder.append(table, el('p', {}, compare),
