@@ -133,6 +133,12 @@ def test_window_writes_a_small_run_for_both_tabs(logdir):
     assert len(list(folder.glob("raw/*/*.trace.json.gz"))) == 2  # the untouched windows, for Perfetto
     code, run = app.get("/run", run="ddp.steps3-4")
     assert code == 200 and {s["evidence"][0].split("(")[1] for s in run["spans"]} == {"2 profiled steps analysed)"}
+    import gzip
+    window = json.loads(gzip.decompress(next(folder.glob("raw/*/*.trace.json.gz")).read_bytes()))
+    steps = sorted(e["name"] for e in window["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#3", "ProfilerStep#4"]
+    assert any(e.get("ph") == "M" for e in window["traceEvents"])  # process and thread names kept
+    assert window["distributedInfo"]["rank"] in (0, 1)  # the trace's other top-level keys too
     r = app.client.get("/trace", query_string={"run": "ddp.steps3-4", "i": 0})
     assert r.status_code == 200 and r.get_data()[:2] == b"\x1f\x8b"
 
