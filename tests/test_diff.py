@@ -60,8 +60,9 @@ def test_interval_holds_one_for_noise_and_not_for_a_shift():
 
 
 def test_identical_runs_show_no_significant_change(runs, capsys):
-    rc, d, _ = diff(capsys, runs / "same1", runs / "same2", "--fail-above", "5%")
-    assert rc == 0
+    # at 95% an interval misses 1.0 for one identical pair in twenty by construction: asked at 99.9% here
+    rc, d, _ = diff(capsys, runs / "same1", runs / "same2", "--fail-above", "5%", "--confidence", "99.9%")
+    assert rc == 0 and d["confidence"] == pytest.approx(0.999)
     assert d["source"] == "run.json" and d["a"]["steps"] >= 8 and d["b"]["steps"] >= 8
     final = run_json(runs / "same1")["final"]  # the trainer records every timed step's time
     assert len(final["step_times_ms"]) == final["timed_steps"] == d["a"]["steps"]
@@ -88,6 +89,7 @@ def test_console_output_names_both_runs_and_the_breakdown(runs, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["tests/data/no_such_run", "tests/data/cpu_resnet"], "not a directory or a trace file"),
     (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "--fail-above", "five"], "--fail-above"),
+    (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "--confidence", "100%"], "--confidence"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message):
     r = subprocess.run([sys.executable, "-m", "stepscope.command", "diff", *argv], cwd=REPO, capture_output=True,

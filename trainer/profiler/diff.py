@@ -79,7 +79,7 @@ def compare_runs(a: Measured, b: Measured, name_a: str = "A", name_b: str = "B",
     else:
         ratio, low, high = ratio_interval(steps_a, steps_b, confidence)
         significant = not low <= 1.0 <= high
-        ci = f"{confidence:.0%} CI {low:.3f}x-{high:.3f}x, {len(steps_a)} vs {len(steps_b)} steps"
+        ci = f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(steps_a)} vs {len(steps_b)} steps"
         if not significant:
             summary = f"no significant change: the step of {name_b} over {name_a} is {ratio:.3f}x ({ci})"
         else:

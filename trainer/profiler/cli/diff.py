@@ -3,9 +3,10 @@
     stepscope diff logs/before logs/after                     # step time, busy, breakdown, operators
     stepscope diff logs/main logs/pr --fail-above 5%          # a CI gate: exit 1 on a regression beyond 5%
     stepscope diff logs/a logs/b --json                       # the comparison as one JSON document
+    stepscope diff logs/a logs/b --confidence 99%             # a wider interval: fewer false alarms
 
 RUN_A and RUN_B are what `stepscope analyze` takes (a run folder, any folder of traces, a trace file). The
-verdict line is the step-time ratio B/A with its 95% confidence interval (profiler/diff.py: Welch, on the
+verdict line is the step-time ratio B/A with its 95% (``--confidence``) confidence interval (profiler/diff.py: Welch, on the
 runs' per-step times: the trainer's unprofiled timed steps from run.json when both runs have them, else
 the traced steps); "no significant change" when the interval holds 1.0. ``--fail-above P%`` exits 1 when B
 is slower than A beyond P% for certain, that is when the interval's low end is above 1 + P/100; otherwise 0.
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     p.add_argument("run_b", type=Path, metavar="RUN_B", help="the run compared with it")
     p.add_argument("--fail-above", metavar="P%", default=None,
                    help="exit 1 when RUN_B's step is slower than RUN_A's by more than P%% beyond the noise")
+    p.add_argument("--confidence", metavar="C%", default="95%",
+                   help="the confidence interval's level (default 95%%; a 95%% interval misses 1.0 for about "
+                        "one pair of identical runs in twenty)")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     a = p.parse_args(argv)
     try:
@@ -77,12 +81,18 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     except ValueError as e:
         p.error(f"--fail-above: {e}")
     try:
+        confidence = percent(a.confidence)
+        if not 0.5 <= confidence < 1:
+            raise ValueError(f"{a.confidence!r}: use 50% to 99.9%")
+    except ValueError as e:
+        p.error(f"--confidence: {e}")
+    try:
         with gc_paused():
             runs = [measure_path(path) for path in (a.run_a, a.run_b)]
     except TraceError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    d = compare_runs(*runs, str(a.run_a), str(a.run_b))
+    d = compare_runs(*runs, str(a.run_a), str(a.run_b), confidence)
     regression = limit is not None and d["low"] is not None and d["low"] > 1 + limit
     d["fail_above"] = limit
     d["regression"] = regression
