@@ -216,7 +216,7 @@ def test_window_of_steps_becomes_a_run_for_both_tabs(tab, served):
     frame.wait_for_selector("#window-result .window-run")
     name = frame.locator("#window-result .window-run").inner_text()
     assert name == f"{CPU_RUN}.steps3-5" and time.monotonic() - started < 30
-    assert frame.locator("#open-profiler").get_attribute("href") == "/#pytorch_profiler"
+    assert frame.locator("#open-profiler").get_attribute("href") == "/#pytorch_profiler"  # TensorBoard's page
     link = frame.locator("#window-result a.perfetto").first
     with tab.page.expect_download() as download:
         link.click()

@@ -99,6 +99,11 @@ function withCode(text) {
   return String(text).split('`').map((part, i) => (i % 2 ? el('code', {text: part}) : part));
 }
 
+// TensorBoard's own page, whatever its --path_prefix: this document's base is <prefix>/data/plugin/stepscope/.
+function tensorBoardHome() {
+  return new URL('../../../', document.baseURI).pathname;
+}
+
 function colorOf(bucket, i) {
   return COLORS[bucket] || FALLBACK[i % FALLBACK.length];
 }
@@ -328,7 +333,8 @@ function windowForm(name) {
       const w = await r.json();
       if (!r.ok) throw new Error(w.error);
       out.replaceChildren(el('p', {}, ['Written as the run ', el('b', {class: 'window-run', text: w.run}), ': ',
-        el('a', {href: '/#pytorch_profiler', target: '_top', id: 'open-profiler', text: 'open it in the PyTorch Profiler tab'}),
+        el('a', {href: tensorBoardHome() + '#pytorch_profiler', target: '_top', id: 'open-profiler',
+          text: 'open it in the PyTorch Profiler tab'}),
         ' (pick the run there), or download for Perfetto: ',
         ...w.traces.map((t) => el('a', {class: 'perfetto', href: './trace?' + new URLSearchParams({run: w.run, i: t.i}),
           download: t.file.split('/').pop(), text: t.worker}))]),
