@@ -15,12 +15,11 @@ import time
 import warnings
 
 import pytest
-import torch
-from torch.profiler import ProfilerAction
-
 import stepscope
+import torch
 from stepscope.profiler.capture import schedule as schedule_module
 from stepscope.profiler.capture.triggers import SlowdownRule
+from torch.profiler import ProfilerAction
 
 NONE, WARMUP, RECORD, SAVE = (ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD,
                               ProfilerAction.RECORD_AND_SAVE)

@@ -95,7 +95,8 @@ class CycleWorker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="stepscope-trace-handler", daemon=True)
                 self._thread.start()
-            self._cv.notify()
+        # no notify(): waking the thread now would hand it the interpreter in the middle of prof.step(), and the
+        # loop would wait up to Python's switch interval (5 ms) to get it back; the thread looks every POLL_S
 
     def pending(self) -> int:
         with self._cv:
@@ -119,10 +120,12 @@ class CycleWorker:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._jobs:
-                    self._cv.wait()
-                index, job, skip = self._jobs.popleft()
-                self._active += 1
+                item = self._jobs.popleft() if self._jobs else None
+                self._active += item is not None
+            if item is None:
+                time.sleep(POLL_S)
+                continue
+            index, job, skip = item
             try:
                 if skip:
                     self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), None, None,

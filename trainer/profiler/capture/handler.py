@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from ..trace import files as trace_files
-from .cycle_worker import SETTLE_S, CycleWorker, Job
+from .cycle_worker import MAX_PENDING, SETTLE_S, CycleWorker, Job
 from .schedule import StepscopeSchedule
 
 EXIT_TIMEOUT_S = 60.0
@@ -47,14 +47,14 @@ class StepscopeTraceHandler:
     """The callable `on_trace_ready` returned by `trace_handler`."""
 
     def __init__(self, dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = True,
-                 settle_s: float = SETTLE_S) -> None:
+                 settle_s: float = SETTLE_S, max_pending: int = MAX_PENDING) -> None:
         self.dir = Path(dir_name)
         self.worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
         self.use_gzip = use_gzip
         self.cycles = 0
         self.export_s: list[float] = []  # the synchronous part of each cycle: the raw trace's export
         self.schedule: StepscopeSchedule | None = None
-        self.work = CycleWorker(self.dir, self.worker, use_gzip, settle_s)
+        self.work = CycleWorker(self.dir, self.worker, use_gzip, settle_s, max_pending)
         self._exit_hook = False
         self._closed = False
 
