@@ -51,6 +51,7 @@ class SlowdownDetector:
         self._i = 0
         self._norm = 0  # median kept step (ns); 0 until norm_steps steps were seen
         self._norm_data = 0
+        self._slow_over = self._wait_over = float("inf")  # slow / waiting beyond these (ns); see _renorm
         self._run = [0, 0, 0, False]  # the current run of slow steps: count, ns, data ns, any waited for data
         self._calm = 0
         self._armed = True
@@ -67,35 +68,43 @@ class SlowdownDetector:
         i += 1
         if i == self.rule.norm_steps:
             i = 0
-            self._norm = statistics.median(self._dur)
-            self._norm_data = statistics.median(self._data)
+            self._renorm()
         self._i = i
-        norm = self._norm
-        if not norm:
-            return 0
-        r = self.rule
-        waits = data > r.data_floor_ms * 1e6 and data > r.factor * self._norm_data and data > PACED_SHARE * norm
-        run = self._run
-        if waits or ns > r.factor * norm:
-            run[0] += 1
-            run[1] += ns
-            run[2] += data
-            run[3] = run[3] or waits
-            self._calm = 0
-            if run[0] >= r.patience and self._armed:
-                self._armed = False
-                if self._allowed():
-                    self.fired = self._describe(step)
-                    return FIRED
-                self.suppressed += 1
+        waits = data > self._wait_over
+        if waits or ns > self._slow_over:
+            return self._slow(ns, data, waits, step)
+        if self._armed and not self._run[0]:
             return 0
         if not self._armed:
             self._calm += 1
-            if self._calm >= r.patience:
+            if self._calm >= self.rule.patience:
                 self._armed = True
-        if run[0]:
+        if self._run[0]:
             self._run = [0, 0, 0, False]
             return ENDED
+        return 0
+
+    def _renorm(self) -> None:
+        """The norm from the last norm_steps kept steps: what counts as slow, and as waiting for data."""
+        r = self.rule
+        self._norm = statistics.median(self._dur)
+        self._norm_data = statistics.median(self._data)
+        self._slow_over = r.factor * self._norm
+        self._wait_over = max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm)
+
+    def _slow(self, ns: int, data: int, waits: bool, step: int) -> int:
+        run = self._run
+        run[0] += 1
+        run[1] += ns
+        run[2] += data
+        run[3] = run[3] or waits
+        self._calm = 0
+        if run[0] >= self.rule.patience and self._armed:
+            self._armed = False
+            if self._allowed():
+                self.fired = self._describe(step)
+                return FIRED
+            self.suppressed += 1
         return 0
 
     def _allowed(self) -> bool:
