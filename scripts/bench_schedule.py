@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 import stepscope
+import torch
 
 
 def per_call_ns(fn, steps: int) -> float:
