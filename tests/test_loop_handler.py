@@ -69,7 +69,11 @@ def cycle_end_times(sched, on_trace_ready, steps: int) -> list[float]:
     return out
 
 
-def test_the_loop_waits_only_for_the_raw_trace_over_100_cycles(tmp_path):
+def test_the_loop_waits_only_for_the_raw_trace_over_100_cycles(tmp_path, monkeypatch):
+    analysed_paths = []
+    analyze_path = cycle_worker.analyze_path
+    monkeypatch.setattr(cycle_worker, "analyze_path", lambda path, *a: analysed_paths.append(path) or
+                        analyze_path(path, *a))
     bare_dir = tmp_path / "bare"
     bare_dir.mkdir()
     # what any handler must do inside prof.step(): export the trace
@@ -81,23 +85,29 @@ def test_the_loop_waits_only_for_the_raw_trace_over_100_cycles(tmp_path):
     ours = cycle_end_times(stepscope.schedule(wait=2, warmup=1, active=1), handler, 400)
     assert handler.close(timeout=120)
     assert len(ours) == 100 and handler.cycles == 100
+    # what the handler does inside prof.step() (its export_s: the raw trace's export, a rename, a queue entry)
+    # stays flat over the cycles, and costs about what the bare export does
+    sync = handler.export_s
+    assert statistics.median(sync[-20:]) < 3 * statistics.median(sync[:20]) + 0.002, sync
+    assert statistics.median(sync) < 1.5 * statistics.median(bare) + 0.005, (sync, bare)
+    # the whole prof.step() too, with room for a machine whose other tenants come and go
     first, last = statistics.median(ours[:20]), statistics.median(ours[-20:])
-    assert last < 2.5 * first + 0.005, (first, last)  # flat: no cycle redoes the earlier ones
-    assert statistics.median(ours) < 2.5 * statistics.median(bare) + 0.010, (ours, bare)
+    assert last < 4 * first + 0.020, (first, last)
+    assert statistics.median(ours) < 3 * statistics.median(bare) + 0.020, (ours, bare)
     # each cycle analysed once, into one row; analysed cycles were diagnosed from the measured steps
     rows = [json.loads(line) for line in (tmp_path / "run" / "cycles.jsonl").read_text().splitlines()]
     assert sorted(r["cycle"] for r in rows) == list(range(100))
     analysed = [r for r in rows if "verdict" in r]
     assert len(analysed) >= 5 and all(r["basis"] == "telemetry" for r in analysed)
-    busy = handler.work.busy_s  # and the thread's own time per cycle does not grow either
-    assert statistics.median(busy[-3:]) < 3 * statistics.median(busy[:3]) + 0.05, busy
+    assert len(analysed) == len(analysed_paths) == len(set(analysed_paths))  # once each, never again
     assert (tmp_path / "run" / "diagnosis.md").read_text().startswith("# stepscope diagnosis: `")
 
 
 def test_a_loader_stall_outside_the_fixed_window_is_captured_and_diagnosed_data_bound(tmp_path):
     run = tmp_path / "run"
+    # 5 slow steps in a row, and no hourly limit: a shared machine's own hiccups may set off captures too
     sched = stepscope.schedule(wait=10_000, warmup=1, active=3, repeat=1, skip_first=5, capture_on_slowdown=True,
-                               slowdown=SlowdownRule(max_per_hour=100))  # the machine's own hiccups may fire too
+                               slowdown=SlowdownRule(patience=5, max_per_hour=100))
     handler = stepscope.trace_handler(run)
     model, opt = tiny()
     with torch.profiler.profile(schedule=sched, on_trace_ready=handler) as prof:
@@ -105,7 +115,7 @@ def test_a_loader_stall_outside_the_fixed_window_is_captured_and_diagnosed_data_
             train_step(model, opt, x, y)
             prof.step()
     assert handler.close(timeout=120)
-    stall = [s for s in handler.summaries if s.steps and 200 <= s.steps[0] <= 231]
+    stall = [s for s in handler.summaries if s.steps and 205 <= s.steps[0] <= 231]
     assert stall, [(s.steps, s.trigger) for s in handler.summaries]
     s = stall[0]
     assert s.trigger.startswith("loader wait:") and s.report.verdict == "data_bound", (s.trigger, s.report.verdict)

@@ -55,9 +55,9 @@ class Job:
 
 @contextmanager
 def busy(schedule: StepscopeSchedule | None) -> Iterator[None]:
-    """This thread works: the loop's slowdown detector looks away (the loop's steps take turns with this
-    thread's Python code, a slowdown of our own making), and Python hands the interpreter back to a waiting
-    thread after SWITCH_S rather than its default 5 ms, so the loop waits less for each turn."""
+    """This thread works: the loop's steps take turns with its Python code, so the slowdown detector asks for
+    twice the usual slowdown (triggers.py), and Python hands the interpreter back to a waiting thread after
+    SWITCH_S rather than its default 5 ms, so the loop waits less for each turn."""
     if schedule is not None:
         schedule.observer_busy = True
     interval = sys.getswitchinterval()

@@ -132,7 +132,7 @@ class StepscopeSchedule:
         self._starting: Cycle | None = None  # a triggered cycle that begins at this step
         self._suppress = False  # after a triggered cycle: no base cycle until the base schedule says NONE
         self._trigger_sums: Sums | None = None  # the steps that set off a capture
-        self.observer_busy = False  # the trace handler's thread works (slowdowns are then not ours to flag)
+        self.observer_busy = False  # the trace handler's thread works (triggers.py: the loop may run at half speed)
         self._lock = threading.Lock()  # the handler's thread reads cycles while the loop appends
 
     # the base sequence: torch.profiler.schedule's, line for line
@@ -183,7 +183,7 @@ class StepscopeSchedule:
             self._data = 0
             self._last_ns = now
             self._last_step = step
-            if self.detector is not None and not self.observer_busy and self.detector.observe(ns, data, step):
+            if self.detector is not None and self.detector.observe(ns, data, step, self.observer_busy):
                 self._fast_until = 0
                 self._detected()
             if now >= self._next_check:
@@ -213,7 +213,7 @@ class StepscopeSchedule:
             self._seg_n += 1
             self._seg_ns += ns
             self._seg_data += data
-            if self.detector is not None and not self.observer_busy and self.detector.observe(ns, data, step):
+            if self.detector is not None and self.detector.observe(ns, data, step, self.observer_busy):
                 self._detected()
         self._data = 0
         if kept is not prev_kept or window_full:

@@ -7,7 +7,10 @@
 A slowdown is `patience` kept steps in a row that take more than `factor` times the median of the last
 `norm_steps` kept steps, or that wait for their batch (stepscope.loader) more than `factor` times the median
 wait and more than `data_floor_ms` and 2% of the median step (the threshold at which the analysis calls a step
-paced by its loader). The median is refreshed every `norm_steps` steps, so a new normal becomes the norm. One
+paced by its loader). The median is refreshed every `norm_steps` steps, so a new normal becomes the norm. While
+the trace handler's thread analyses a cycle, the loop shares the interpreter with it and may run at half its
+speed: a step then counts as slow only beyond twice the thresholds, so that the analysis of one capture does not
+look like the next slowdown, while a real stall (a loader that stops for 20 ms) is still seen. One
 slowdown gives one capture: the detector re-arms after `patience` ordinary steps. At most `max_per_hour`
 slowdown captures start in any hour. Touching the file or sending the signal always starts one (after the
 cycle in progress, if any); the signal handler only sets a flag, and the file is looked for at most every
@@ -59,9 +62,10 @@ class SlowdownDetector:
         self._times: deque[float] = deque()  # when the captures of the last hour started (monotonic s)
         self.suppressed = 0  # slowdowns that the hourly limit left uncaptured
 
-    def observe(self, ns: int, data: int, step: int) -> int:
+    def observe(self, ns: int, data: int, step: int, shared: bool = False) -> int:
         """One kept step; FIRED when it completes a slowdown to capture, ENDED when it ends a run of slow
-        steps, else 0."""
+        steps, else 0. `shared`: the trace handler's thread was working, so the step is slow only beyond twice
+        the thresholds (see the module docstring)."""
         i = self._i
         self._dur[i] = ns
         self._data[i] = data
@@ -70,6 +74,8 @@ class SlowdownDetector:
             i = 0
             self._renorm()
         self._i = i
+        if shared:
+            ns, data = ns >> 1, data >> 1
         waits = data > self._wait_over
         if waits or ns > self._slow_over:
             return self._slow(ns, data, waits, step)
