@@ -29,7 +29,7 @@ _PUBLIC = {  # name -> (module, attribute): each public call is one line into th
     "schedule": ("stepscope.profiler.capture.schedule", "schedule"),
     "loader": ("stepscope.profiler.capture.loader", "loader"),
     "profile": ("stepscope.profiler.capture.session", "profile"),
-    "compare": ("stepscope.compare", "compare"),
+    "compare": ("stepscope.comparison", "compare"),
 }
 __all__ = ["__version__", *_PUBLIC]
 
