@@ -103,6 +103,19 @@ def test_only_unprofiled_warm_steps_are_timed(clock):
     assert cycles[1].before.n == 5 and cycles[1].after.n == 4  # steps 10-14 before, 19-22 after
 
 
+@pytest.mark.parametrize("wait", [0, 2])
+def test_the_handler_finds_the_cycle_that_just_ended(clock, wait):
+    sched = stepscope.schedule(wait=wait, warmup=1, active=2, repeat=3)
+    acts = drive(sched, lambda k, a: 1.0, 3 * (wait + 3) + 2, clock)
+    saves = [k for k, a in enumerate(acts) if a is SAVE]
+    # on_trace_ready runs in the prof.step() after each save, with prof.step_num one past it
+    assert [sched.cycle_at(k + 1).end for k in saves] == saves
+    # the profiler's exit during a cycle: that cycle, ended there
+    cut = stepscope.schedule(wait=wait, warmup=1, active=5)
+    drive(cut, lambda k, a: 1.0, wait + 3, clock)
+    assert (cut.cycle_at(wait + 3).start, cut.cycle_at(wait + 3).end) == (wait, wait + 3)
+
+
 def test_loader_wait_is_the_telemetry_data_ms(clock):
     sched = stepscope.schedule(wait=10, warmup=1, active=1)
     batches = []

@@ -335,14 +335,17 @@ class StepscopeSchedule:
 
     # for the handler and the user
     def cycle_at(self, step: int) -> Cycle | None:
-        """The cycle that `on_trace_ready` is called for at profiler step `step` (`prof.step_num`): the last one
-        begun at or before it. A cycle cut short by the profiler's exit ends there."""
+        """The cycle that `on_trace_ready` is called for at profiler step `step` (`prof.step_num`): the one that
+        ended at the step before (prof.step()) or at this one (the profiler's exit), else the last one begun,
+        which the exit cut short there. A cycle that begins at `step` (wait=0) is the next one, not this."""
         with self._lock:
             for c in reversed(self.cycles):
-                if c.start <= step:
-                    if c.end is None:
-                        c.end = step
-                        c.done = True
+                if c.end is not None and step - 1 <= c.end <= step:
+                    return c
+            for c in reversed(self.cycles):
+                if c.end is None and c.start <= step:
+                    c.end = step
+                    c.done = True
                     return c
         return None
 
