@@ -226,3 +226,19 @@ def test_per_step_cost_is_about_a_microsecond():
         best = min(best, (time.perf_counter() - t0) / n)
     assert best < 5e-6, f"{best * 1e6:.2f} us per step"
     assert sched.telemetry()["steps"] > n
+
+
+def test_bench_schedule_reports_each_variant_and_refuses_bad_flags():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_schedule.py"
+    p = subprocess.run([sys.executable, str(script), "--steps", "2000", "--rounds", "1", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ns = json.loads(p.stdout)["ns_per_call"]
+    assert {"torch.profiler.schedule", "stepscope.schedule", "stepscope.loader (per batch)"} <= set(ns)
+    bad = subprocess.run([sys.executable, str(script), "--steps", "10"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
