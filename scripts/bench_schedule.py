@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.steps < 1000 or a.rounds < 1:
         p.error("--steps must be at least 1000 and --rounds at least 1")
+    import torch  # after the flags: a bad flag is answered at once
+
     flag = Path(tempfile.mkdtemp()) / ".capture"
 
     def empty(k):
