@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import stepscope
-import torch
 
 
 def per_call_ns(fn, steps: int) -> float:
