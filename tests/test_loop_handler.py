@@ -137,17 +137,19 @@ def test_the_exit_waits_with_a_bound_and_says_when_it_stops(tmp_path, monkeypatc
     assert trace_files.find_raw_traces(tmp_path / "run")  # the raw trace is there all the same
 
 
-def test_profile_sets_up_schedule_and_handler_in_one_line(tmp_path):
+@pytest.mark.parametrize("gz", [True, False])
+def test_profile_sets_up_schedule_and_handler_in_one_line(tmp_path, gz):
     run = tmp_path / "run"
     model, opt = tiny()
-    with stepscope.profile(run, wait=20, warmup=1, active=2, repeat=1, skip_first=0) as prof:
+    with stepscope.profile(run, wait=20, warmup=1, active=2, skip_first=0, use_gzip=gz) as prof:
         for x, y in stepscope.loader(batches(60)):
             train_step(model, opt, x, y)
             prof.step()
     assert isinstance(prof.schedule, stepscope.profiler.capture.schedule.StepscopeSchedule)
     (adapted,) = trace_files.find_plugin_traces(run)
     (raw,) = trace_files.find_raw_traces(run)
-    assert adapted.path.name.endswith(".gz") and raw.path.name.endswith(".trace.json.gz")
+    assert adapted.path.name.endswith(".pt.trace.json" + ".gz" * gz)
+    assert raw.path.name.endswith(".trace.json" + ".gz" * gz)
     rows = [json.loads(line) for line in (run / "cycles.jsonl").read_text().splitlines()]
     assert [r["trigger"] for r in rows] == ["schedule"] and rows[0]["basis"] == "telemetry"
     assert rows[0]["telemetry"]["steps"] > 20 and "data_ms" in rows[0]["telemetry"]

@@ -6,9 +6,10 @@
             prof.step()
     # logs/myrun: traces, diagnosis.md, TensorBoard events; `touch logs/myrun/.capture` asks for a cycle
 
-Defaults: a cycle of 1 warm-up and 3 recorded steps after 100 unprofiled ones, repeated while the loop runs
-(`repeat=0`; each cycle costs the loop only its trace export), CPU activities plus CUDA where a GPU is
-available, shapes recorded. Keyword arguments that `stepscope.schedule` takes go to the schedule; the others
+Defaults: one cycle of 1 warm-up and 3 recorded steps after 10 + 100 unprofiled ones, then a capture whenever a
+step slows down (at most 6 an hour; triggers.py) or `<logdir>/.capture` is touched: a baseline, and the stalls
+themselves, for the cost of their trace exports only. CPU activities plus CUDA where a GPU is available,
+shapes recorded. Keyword arguments that `stepscope.schedule` takes go to the schedule; the others
 (record_shapes, profile_memory, with_stack, activities, ...) go to torch.profiler.profile. On exit the
 handler gets up to `close_timeout` seconds to finish the last diagnosis.
 """
@@ -25,7 +26,7 @@ from torch.profiler import ProfilerActivity
 from .handler import StepscopeTraceHandler
 from .schedule import schedule as make_schedule
 
-SCHEDULE_DEFAULTS = {"wait": 100, "warmup": 1, "active": 3, "repeat": 0, "skip_first": 10}
+SCHEDULE_DEFAULTS = {"wait": 100, "warmup": 1, "active": 3, "repeat": 1, "skip_first": 10, "capture_on_slowdown": True}
 SCHEDULE_KEYS = set(inspect.signature(make_schedule).parameters)
 CLOSE_TIMEOUT_S = 60.0
 
