@@ -116,6 +116,21 @@ def test_the_handler_finds_the_cycle_that_just_ended(clock, wait):
     assert (cut.cycle_at(wait + 3).start, cut.cycle_at(wait + 3).end) == (wait, wait + 3)
 
 
+def test_syncs_only_at_the_edges_of_windows_of_timed_steps(clock, monkeypatch):
+    synced = []
+    sched = stepscope.schedule(wait=12, warmup=1, active=2, window=5)
+    monkeypatch.setattr(schedule_module, "_synchronize", lambda: synced.append(sched._last_step + 1))
+    drive(sched, lambda k, a: 1.0, 30, clock)
+    # timed from step 3: windows 3-7 and 8-11, which ends where the cycle (12-14) begins; after it (step 15
+    # holds the export) 16-20, 21-25 and 26, which ends where the next cycle begins (27)
+    assert synced == [3, 8, 12, 16, 21, 26, 27]
+    off = stepscope.schedule(wait=12, warmup=1, active=2, window=5, sync=False)
+    synced.clear()
+    monkeypatch.setattr(schedule_module, "_synchronize", lambda: synced.append(off._last_step + 1))
+    drive(off, lambda k, a: 1.0, 30, clock)
+    assert synced == [] and off.telemetry()["steps"] == sched.telemetry()["steps"]
+
+
 def test_loader_wait_is_the_telemetry_data_ms(clock):
     sched = stepscope.schedule(wait=10, warmup=1, active=1)
     batches = []
