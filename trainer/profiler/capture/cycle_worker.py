@@ -78,7 +78,7 @@ class CycleWorker:
         self.settle_s, self.max_pending = settle_s, max_pending
         self.summaries: list[CycleSummary] = []
         self.busy_s: list[float] = []  # this thread's time per cycle (excluding the wait for telemetry)
-        self._jobs: deque[Job] = deque()
+        self._jobs: deque[tuple[int, Job, bool]] = deque()  # (cycle index, job, over max_pending)
         self._cv = threading.Condition()
         self._closing = False
         self._active = 0  # jobs taken and not yet done
