@@ -36,8 +36,9 @@ from ..tbfix.stream_write import copy_file_atomic, write_adapted_stream
 from ..trace import files as trace_files
 from ..trace.atomic import write_text_atomic
 from ..trace.errors import TraceError
+from .cycle import Cycle
 from .cycle_summary import CycleSummary, merged_report, render_cycles
-from .schedule import Cycle, StepscopeSchedule
+from .schedule import StepscopeSchedule
 
 SETTLE_S = 30.0  # longest wait for the steps after a cycle to be timed
 MAX_PENDING = 32

@@ -32,13 +32,13 @@ import signal as signal_module
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from warnings import warn
 
 import torch
 from torch.profiler import ProfilerAction
 
+from .cycle import Cycle, Sums, telemetry_of
 from .triggers import OnDemand, SlowdownDetector, SlowdownRule
 
 NONE, WARMUP, RECORD, SAVE = (ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD,
@@ -47,48 +47,6 @@ WINDOW = 50  # kept steps per telemetry window: means over 50 steps are steady t
 WARM_STEPS = 3  # the loop's first steps are cold (compilation, autotuning, first allocations)
 _clock = time.perf_counter_ns  # module-level, for speed (and for tests, which may set a clock of their own)
 KEPT_CYCLES = 256  # cycle records kept for the handler to find (it asks within a cycle or two)
-
-
-@dataclass
-class Sums:
-    """Kept steps: how many, their total time and their total wait for data, in ns."""
-    n: int = 0
-    ns: int = 0
-    data: int = 0
-
-    def add(self, other: Sums) -> None:
-        self.n += other.n
-        self.ns += other.ns
-        self.data += other.data
-
-
-def telemetry_of(s: Sums, with_data: bool) -> dict | None:
-    """The trainer's telemetry shape (trainer/timing.py Throughput.telemetry): means in ms; None if no step."""
-    if s.n == 0:
-        return None
-    out = {"steps": s.n, "step_ms": s.ns / s.n / 1e6}
-    if with_data:
-        out["data_ms"] = s.data / s.n / 1e6
-    return out
-
-
-@dataclass
-class Cycle:
-    """One profiling cycle: its steps, why it ran, and the kept steps around it."""
-    index: int
-    start: int  # first step of the cycle (warming up or recording)
-    trigger: str  # "schedule", or what started it (triggers.py)
-    end: int | None = None  # its RECORD_AND_SAVE step
-    before: Sums = field(default_factory=Sums)
-    after: Sums = field(default_factory=Sums)
-    done: bool = False  # the kept steps after it are all in (or the next cycle began)
-    with_data: bool = False
-
-    def telemetry(self) -> dict | None:
-        s = Sums()
-        s.add(self.before)
-        s.add(self.after)
-        return telemetry_of(s, self.with_data)
 
 
 class StepscopeSchedule:
