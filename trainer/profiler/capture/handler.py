@@ -24,7 +24,8 @@ unprofiled steps around it, exactly as a stepscope trainer run: the verdict, bus
 loop without the profiler, the profiled figures beside them. With torch's own schedule, the analysis models the
 profiler's cost instead. Prints nothing unless the exit has to stop waiting (one line on stderr). The default
 `worker_name` is `<host>_<pid>`, as with tensorboard_trace_handler, so the ranks of a torch.distributed job
-sharing `dir_name` get one file each.
+sharing `dir_name` get one trace file each; every rank appends its cycles to cycles.jsonl, and diagnosis.md is
+the last rank's view of its own cycles (`stepscope analyze dir_name` reads them all together).
 """
 
 from __future__ import annotations
