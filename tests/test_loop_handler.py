@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 import stepscope
@@ -156,3 +157,27 @@ def test_profile_sets_up_schedule_and_handler_in_one_line(tmp_path, gz):
     # the same figures as the front door gives for the raw trace with that telemetry
     report = stepscope.analyze(raw.path, telemetry=rows[0]["telemetry"])
     assert report.spans[0].metrics.step_ms == pytest.approx(rows[0]["step_ms"], abs=1e-3)
+
+
+def test_export_raw_is_atomic_and_names_a_full_disk(tmp_path, monkeypatch):
+    import errno
+    import shutil
+    from types import SimpleNamespace
+
+    from stepscope.profiler.capture import handler as handler_module
+
+    class Prof:
+        def __init__(self, writes: bool) -> None:
+            self.writes = writes
+
+        def export_chrome_trace(self, path: str) -> None:
+            if self.writes:
+                Path(path).write_text('{"traceEvents": []}')
+
+    raw = handler_module.export_raw(Prof(True), tmp_path, "w", "1795000000000000000")
+    assert raw == tmp_path / "raw" / "1795000000000000000" / "w.trace.json" and raw.read_text()
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: SimpleNamespace(free=0))
+    with pytest.raises(OSError) as e:
+        handler_module.export_raw(Prof(False), tmp_path, "w", "1795000000000000001")
+    assert e.value.errno == errno.ENOSPC
+    assert not [p for p in tmp_path.rglob("*") if ".partial" in p.name or p.name.startswith(".tmp-")]

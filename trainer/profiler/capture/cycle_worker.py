@@ -154,10 +154,8 @@ class CycleWorker:
 
     def _work(self, index: int, job: Job, waited: bool) -> None:
         notes = []
-        adapted = self.dir / trace_files.plugin_name(self.worker, job.span, self.use_gzip)
         try:
-            plan, header = plan_edits(job.raw, helpers=False)  # a training process never forks
-            write_adapted_stream(job.raw, adapted, plan, header)
+            write_plugin_copy(self.dir, self.worker, job.span, job.raw, self.use_gzip)
         except Exception as e:  # the raw trace stays; the analysis says what it can
             notes.append(f"no TensorBoard copy ({type(e).__name__}: {e})")
         telemetry = job.cycle.telemetry() if job.cycle is not None else None
@@ -167,8 +165,7 @@ class CycleWorker:
         except TraceError as e:
             error = str(e)
         if self.use_gzip:
-            copy_file_atomic(job.raw, trace_files.raw_path(self.dir, self.worker, job.span, True))
-            job.raw.unlink()
+            gzip_raw(self.dir, self.worker, job.span, job.raw)
         if not waited:
             notes.append(f"the steps after the cycle were still being timed after {self.settle_s:g} s")
         self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), telemetry, report, error,
@@ -206,6 +203,23 @@ class CycleWorker:
     def report(self) -> RunReport | None:
         """The run so far, merged from the cycles' reports."""
         return merged_report(str(self.dir), list(self.summaries))
+
+
+def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool) -> Path:
+    """The copy torch-tb-profiler 0.4.3 lists, rewritten from the raw trace event by event (tbfix's streamed
+    plan and write): the trace is never held in memory, and no helper process is started."""
+    adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
+    plan, header = plan_edits(raw, helpers=False)  # a training process never forks
+    write_adapted_stream(raw, adapted, plan, header)
+    return adapted
+
+
+def gzip_raw(run_dir: Path, worker: str, span: str, raw: Path) -> Path:
+    """The plain raw trace replaced by its gzipped copy (which appears whole, then the plain one goes)."""
+    out = trace_files.raw_path(Path(run_dir), worker, span, True)
+    copy_file_atomic(raw, out)
+    raw.unlink()
+    return out
 
 
 def _trigger(job: Job) -> str:

@@ -31,7 +31,9 @@ the last rank's view of its own cycles (`stepscope analyze dir_name` reads them 
 from __future__ import annotations
 
 import atexit
+import errno
 import os
+import shutil
 import socket
 import sys
 import time
@@ -42,6 +44,7 @@ from .cycle_worker import MAX_PENDING, SETTLE_S, CycleWorker, Job
 from .schedule import StepscopeSchedule
 
 EXIT_TIMEOUT_S = 60.0
+FULL_BYTES = 1 << 20  # an export that left no file with less than this free failed for want of space
 
 
 class StepscopeTraceHandler:
@@ -62,15 +65,7 @@ class StepscopeTraceHandler:
     def __call__(self, prof) -> None:
         t0 = time.perf_counter()
         span = str(time.time_ns())
-        raw = trace_files.raw_path(self.dir, self.worker, span, gz=False)
-        raw.parent.mkdir(parents=True, exist_ok=True)
-        tmp = raw.with_name(f".tmp-{raw.name}.partial")  # neither the plugin nor discovery lists it
-        try:
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, raw)
-        finally:
-            tmp.unlink(missing_ok=True)
-            tmp.with_name(tmp.name + ".tmp").unlink(missing_ok=True)  # where Kineto may write first
+        raw = export_raw(prof, self.dir, self.worker, span)
         sched = getattr(prof, "schedule", None)
         cycle = None
         if isinstance(sched, StepscopeSchedule):
@@ -109,6 +104,25 @@ class StepscopeTraceHandler:
     @property
     def summaries(self):
         return list(self.work.summaries)
+
+
+def export_raw(prof, run_dir: Path, worker: str, span: str) -> Path:
+    """The cycle's trace, exported as it is to `raw/<span>/<worker>.trace.json` under a temporary name that
+    neither the plugin nor discovery lists, then renamed: all that a cycle asks of the loop. Kineto reports no
+    write error (a full disk leaves a truncated file or none): a missing file with under FULL_BYTES free is
+    raised as ENOSPC."""
+    raw = trace_files.raw_path(Path(run_dir), worker, span, gz=False)
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    tmp = raw.with_name(f".tmp-{raw.name}.partial")
+    try:
+        prof.export_chrome_trace(str(tmp))
+        if not tmp.is_file() and shutil.disk_usage(raw.parent).free < FULL_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(raw))
+        os.replace(tmp, raw)
+    finally:
+        tmp.unlink(missing_ok=True)
+        tmp.with_name(tmp.name + ".tmp").unlink(missing_ok=True)  # where Kineto may write first
+    return raw
 
 
 def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None,
