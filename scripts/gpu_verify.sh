@@ -2,7 +2,7 @@
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
 #   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify ddp compare
-#                                                     overhead plugin tests bench ops ops_processes
+#                                                     overhead plugin tests bench ops ops_processes calibrate
 #                                                     (default: compare overhead plugin tests)
 #
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
@@ -17,6 +17,12 @@
 # OPP_PAIRS (16) alternating unprofiled train.py pairs of OPP_STEPS (250) steps, native vs custom, with a sign
 # test (OPP_ARGS adds flags, e.g. "--compile reduce-overhead"; OPP_TIMEOUT, 480 s).
 #
+# calibrate: scripts/calibrate_overhead.py, the overhead model's predicted vs measured unprofiled step per
+# family, loop style (eager, compiled, Lightning, Hugging Face) and recording option (none, shapes, memory,
+# stacks, all), one style after another (CAL_STYLES, default "eager compiled lightning hf"; each bounded by
+# CAL_TIMEOUT, 280 s); the joined Markdown table in OUT_DIR/calibration.md for BENCHMARKS.md (CAL_ARGS adds
+# flags, e.g. "--families gru,transformer"; Lightning and HF need lightning / transformers installed).
+#
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
 # Parts run in the order given, each bounded by its own timeout, and write logs and JSON under
@@ -29,8 +35,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops ops_processes" >&2; exit 2;;
+  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -205,6 +211,15 @@ part_ops_processes() {
   timeout "${OPP_TIMEOUT:-480}" python3 scripts/bench_ops_processes.py --pairs "${OPP_PAIRS:-16}" --steps "${OPP_STEPS:-250}" \
     ${OPP_ARGS:-} --logdir "$L/opp" --out "$OUT/ops_processes.json" > "$OUT/ops_processes.log" 2>&1; echo "exit $?"
   cp "$L/opp/runs.jsonl" "$OUT/ops_processes_runs.jsonl" 2>/dev/null; tail -$(( ${OPP_PAIRS:-16} + 1 )) "$OUT/ops_processes.log"
+}
+part_calibrate() {
+  for style in ${CAL_STYLES:-eager compiled lightning hf}; do
+    stamp "calibrate_overhead.py --styles $style: predicted vs measured unprofiled step per family and recording"
+    timeout "${CAL_TIMEOUT:-280}" python3 scripts/calibrate_overhead.py --out "$L/cal/$style" --styles "$style" \
+      ${CAL_ARGS:-} > "$OUT/calibration_$style.md" 2> "$OUT/calibration_$style.log"; echo "exit $?"
+    cp "$L/cal/$style/calibration.json" "$OUT/calibration_$style.json" 2>/dev/null
+  done
+  python3 scripts/calibrate_overhead.py --table "$OUT"/calibration_*.json | tee "$OUT/calibration.md"
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"
