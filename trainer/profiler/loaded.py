@@ -85,7 +85,7 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
 def load_found(found: list[Found] | tuple[Found, ...],
                max_memory: int | None = None) -> tuple[list[Loaded], list[Skipped]]:
     """Parse every found trace (large ones in parallel processes within ``max_memory`` bytes, see
-    analysis/parallel.py); skip sniffed ones without ProfilerStep# events."""
+    trace/workers.py); skip sniffed ones without ProfilerStep# events."""
     spans = assign_spans(list(found))
     loaded, skipped = [], []
     streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory)

@@ -7,9 +7,9 @@
 Each trace file is parsed streaming (stream_parse.py); a file that the streaming parser leaves to the
 ordinary reader (``StreamFallback``) is loaded whole with ``read_trace`` and parsed by events.py, which gives
 the same report or the same one-line error. Several traces (ranks) are analysed in parallel processes as far
-as the memory budget and the CPUs allow (parallel.py).
+as the memory budget and the CPUs allow (trace/workers.py).
 
-JSON shape (documented in the README):
+JSON shape (documented in docs/json.md):
     {"verdict": str,
      "spans": [{"worker", "span", "rank", "device", "verdict", "evidence": [str],
                 "metrics": {"step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",
@@ -60,7 +60,7 @@ def analyze_run(run_dir: Path, telemetry: dict | None = None, selection: StepSel
     share a profiling cycle. `telemetry` is the run's own unprofiled step timing (the trainer's run.json
     `final.telemetry`), when the run was made by stepscope's trainer. ``selection`` restricts each trace to
     some steps (select.py). Traces are analysed in parallel processes as far as ``max_memory`` bytes
-    (default: a quarter of RAM) and ``cpus`` allow (parallel.py). Raises TraceError (a ValueError) with a
+    (default: a quarter of RAM) and ``cpus`` allow (trace/workers.py). Raises TraceError (a ValueError) with a
     one-line message on bad input."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -91,7 +91,7 @@ def parse_paths(jobs: list[tuple], max_memory: int | None = None, cpus: int | No
 
 def in_processes(fn, jobs: list[tuple], max_memory: int | None, cpus: int | None) -> list:
     """``fn(*job)`` for each job, whose first item is a trace path: in this process, or in several forked
-    ones when the traces are large and ``max_memory`` (default: a quarter of RAM) allows (parallel.py)."""
+    ones when the traces are large and ``max_memory`` (default: a quarter of RAM) allows (trace/workers.py)."""
     if not jobs:
         return []
     budget = max_memory if max_memory is not None else default_budget()

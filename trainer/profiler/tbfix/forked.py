@@ -5,7 +5,7 @@
         ...                                     # this process works meanwhile
         value = result.result()                 # fn(big_columns, more), computed by the helper
 
-A large uncompressed trace is cut at an event boundary near its middle (analysis/jsonstream.py's
+A large uncompressed trace is cut at an event boundary near its middle (trace/jsonstream.py's
 ``split_points``): this process handles the first range and a helper the second, in the planning pass and
 again in the writing pass, so each takes about half the time on two cores. Anything smaller than
 ``SPLIT_FROM``, gzipped, or on a machine with one CPU is handled in one range, here.
