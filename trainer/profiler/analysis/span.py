@@ -28,6 +28,7 @@ from .step_range import StepRange, error_band, step_range
 from .steps import step_windows
 from .trust import representative_steps
 from .unprofiled import loader_paced, unprofiled_view, worker_fed
+from .verdicts import DATA_BOUND
 
 WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which the trace does not show: a short "
                   "profiled window can run on batches they had prefetched, so whether they keep up without the "
@@ -136,9 +137,9 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     if view.low is not None:
         rng = step_range(bd_prof, bd, error_band(trace, recording(trace)), gpu, view.loader_paced)
         verdicts = sorted({verdict(b, gpu, view.loader_paced) for b in (view.low, bd, view.high)})
-        unseen_workers = not paced and v != "data_bound" and worker_fed(trace, kept)
+        unseen_workers = not paced and v != DATA_BOUND.name and worker_fed(trace, kept)
         if unseen_workers:
-            verdicts = sorted({*verdicts, "data_bound"})
+            verdicts = sorted({*verdicts, DATA_BOUND.name})
         uncertainty = {"gpu_busy_pct": [round(busy_pct(view.low), 2), round(busy_pct(view.high), 2)] if gpu
                        else None, "verdicts": verdicts}
         ev.insert(1, _model_line(m_prof, m, inflation, verdicts, v))
@@ -149,7 +150,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                                                    cold.whole_window)],
                        key=lambda f: f.cost_ms_per_step, reverse=True)
     device = (trace.device_name or "gpu") if gpu else "cpu"
-    if view.loader_paced and v == "data_bound":
+    if view.loader_paced and v == DATA_BOUND.name:
         ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step("data"), basis="the run's unprofiled steps"
                                          if view.basis == "telemetry" else "every profiled step"))
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
