@@ -34,7 +34,7 @@
 # OUT_DIR as they go, so a cut-off run still leaves what it measured. Knobs: VB_ARGS (verdicts: e.g. "--only
 # loader_ahead", which also skips Lightning), OVH_PAIRS (6), OVH_GRAPH_PAIRS (3),
 # OVH_TIMEOUT (420 s), BENCH_ARGS (e.g. "--no-compile --reps 50"), BENCH_TIMEOUT (300 s). Expects torch-tb-profiler (and pytest,
-# hypothesis) installed or as wheels in .whl/ (README, "Working on a GPU machine").
+# hypothesis) installed or as wheels in .whl/ (docs/gpu.md).
 set -uo pipefail
 OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift

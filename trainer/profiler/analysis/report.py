@@ -9,7 +9,7 @@ ordinary reader (``StreamFallback``) is loaded whole with ``read_trace`` and par
 the same report or the same one-line error. Several traces (ranks) are analysed where the worker policy says
 (trace/workers.py): in this process, in local processes, or on a Dask cluster.
 
-JSON shape (documented in the README):
+JSON shape (documented in docs/json.md):
     {"verdict": str,
      "spans": [{"worker", "span", "rank", "device", "verdict", "evidence": [str],
                 "metrics": {"step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",

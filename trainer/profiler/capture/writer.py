@@ -108,7 +108,7 @@ def build_profiler(cfg: ProfileConfig, cuda: bool, on_trace_ready) -> profile:
 
 
 class TraceWriter:
-    """`on_trace_ready` for our run layout (see trainer/trace_files.py).
+    """`on_trace_ready` for our run layout (see trainer/profiler/trace/files.py).
 
     Cycle k is span `span_base + k`. Under torchrun every rank gets rank 0's `span_base`, so the k-th
     cycles of all ranks share one span: the plugin pairs them for its Distributed view, and `raw/<span>/`
