@@ -115,4 +115,7 @@ def test_a_folder_of_runs_on_the_cluster(job, scheduler, tmp_path, capsys):
     shutil.copytree(DATA / "suite_ddp" / "balanced", tmp_path / "exp2")
     local = _analyze(capsys, tmp_path, "--json")
     assert local[0] == 0 and [r["run"] for r in json.loads(local[1])["runs"]] == ["exp1", "exp2"]
+    before = _tasks_done(scheduler, "report_found")
     assert _analyze(capsys, tmp_path, "--json", "--cluster", scheduler) == local
+    # each trace is parsed and reported once, with its own run's telemetry: none goes round a second time
+    assert _tasks_done(scheduler, "report_found") - before == RANKS + 2

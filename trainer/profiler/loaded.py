@@ -122,11 +122,14 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
 
 
 def analyze_found(found: list[tuple[Found, str]], selection: StepSelection | None = None,
-                  telemetry: dict | None = None, workers: Workers | None = None
+                  telemetry: dict | None = None, workers: Workers | None = None,
+                  telemetries: list[dict | None] | None = None
                   ) -> tuple[list[tuple[Loaded, SpanReport]], list[Skipped]]:
     """Each (found trace, its span) parsed and reported where ``workers`` says (default: in this process),
-    only the report and the trace without its events (``light``) brought back; and the traces skipped."""
-    jobs = [(f.path, f, span, telemetry, selection) for f, span in found]
+    only the report and the trace without its events (``light``) brought back; and the traces skipped.
+    ``telemetries``, when given, is each trace's own telemetry (instead of ``telemetry`` for all)."""
+    each = telemetries if telemetries is not None else [telemetry] * len(found)
+    jobs = [(f.path, f, span, t, selection) for (f, span), t in zip(found, each, strict=True)]
     done, skipped = [], []
     for result in (workers or Workers.inline()).map(report_found, jobs):
         (skipped if isinstance(result, Skipped) else done).append(result)

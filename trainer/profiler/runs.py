@@ -70,25 +70,40 @@ def report_runs_found(found: list[Found] | tuple[Found, ...], root: Path, select
                       ) -> tuple[RunReport | RunsReport | None, list[Loaded], list[Skipped]]:
     """``report_runs`` of the found traces, each parsed and reported where ``workers`` says (a Dask cluster:
     only its report comes back, loaded.analyze_found): the report (None when nothing was loaded), the traces
-    analysed (without their events) and those skipped. Each trace is reported with the telemetry of a job of
-    them all (``telemetry``, else root's run.json); the traces of a job whose telemetry is another (a folder
-    of several stepscope runs) are reported again with it."""
+    analysed (without their events) and those skipped. Each trace is reported once, with the telemetry its
+    job will most likely have (``expected_telemetry``); only the traces of a job whose telemetry turns out to
+    be another (run folders joined into one job by their distributedInfo) are reported again with it."""
     spans = assign_spans(list(found))
-    guess = telemetry if telemetry is not None else run_telemetry(root)
-    done, skipped = analyze_found([(f, spans[f.path]) for f in found], selection, guess, workers)
+    guesses = expected_telemetry(found, root, telemetry)
+    done, skipped = analyze_found([(f, spans[f.path]) for f in found], selection, None, workers,
+                                  telemetries=[guesses[f.path] for f in found])
     if not done:
         return None, [], skipped
     reports: dict[Path, SpanReport] = {item.found.path: span for item, span in done}
 
     def report(items: list[Loaded], label: str, t: dict | None) -> RunReport:
-        if t == guess:
-            return run_report(label, [reports[item.found.path] for item in items])
-        again, _ = analyze_found([(item.found, item.span) for item in items], selection, t, workers)
-        return run_report(label, [span for _, span in again])
+        redo = [item for item in items if guesses[item.found.path] != t]
+        if redo:
+            again, _ = analyze_found([(item.found, item.span) for item in redo], selection, t, workers)
+            reports.update((item.found.path, span) for item, span in again)
+        return run_report(label, [reports[item.found.path] for item in items])
 
     loaded = [item for item, _ in done]
     out = report_runs(loaded, root, selection, telemetry, report)
     return out, [Loaded(item.found, item.span, None) for item in loaded], skipped
+
+
+def expected_telemetry(found: list[Found] | tuple[Found, ...], root: Path,
+                       telemetry: dict | None = None) -> dict[Path, dict | None]:
+    """Each found trace's telemetry as ``report_runs`` will give it, guessed before the traces are read:
+    ``telemetry``, else root's run.json when the traces lie in one run folder (one job); else the run.json
+    of the trace's own run folder (a folder of several runs, each its own job)."""
+    folders = {f.run for f in found}
+    if telemetry is not None or len(folders) < 2:
+        one = telemetry if telemetry is not None else run_telemetry(root)
+        return {f.path: one for f in found}
+    by_folder = {run: run_telemetry(root / run if run else root) for run in folders}
+    return {f.path: by_folder[f.run] for f in found}
 
 
 def telemetry_sources(root: Path, report: RunReport | RunsReport) -> list[tuple[Path, dict]]:
