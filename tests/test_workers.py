@@ -91,3 +91,26 @@ def test_gzip_ranges_need_room_for_rapidgzip():
              "print(a, gzindex.available())")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert p.stdout.split() == ["True", "False"], p.stderr
+
+
+def _logged(log: str, name: str) -> str:
+    """Append ``name`` to the file ``log`` (from whichever process runs it) and return it."""
+    with open(log, "a") as f:
+        f.write(name + "\n")
+    if name == "bad":
+        raise ValueError(name)
+    return name
+
+
+def test_the_pool_starts_the_largest_traces_first_and_answers_in_order(tmp_path):
+    log = str(tmp_path / "log")
+    names, sizes = ["a", "b", "c", "d"], [10, 40, 20, 30]
+    assert policy.in_pool(1, _logged, [(log, n) for n in names], sizes) == names
+    assert Path(log).read_text().split() == ["b", "d", "c", "a"]
+
+
+def test_the_pool_raises_the_first_failure_in_the_jobs_order(tmp_path):
+    log = str(tmp_path / "log")
+    with pytest.raises(ValueError, match="bad"):
+        policy.in_pool(1, _logged, [(log, "a"), (log, "bad"), (log, "c")], [3, 2, 1])
+    assert Path(log).read_text().split()[:2] == ["a", "bad"]

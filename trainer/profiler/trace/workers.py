@@ -98,10 +98,11 @@ class Workers:
             from .cluster import dask_map
 
             return dask_map(self.cluster, fn, jobs)
-        plan = self.plan([job[0] for job in jobs])
+        sizes = [json_size(job[0]) for job in jobs]
+        budget = self.max_memory if self.max_memory is not None else default_budget()
+        plan = plan_sizes(sizes, budget, self.cpus)
         if plan.per_file > 1:
-            with fork_pool(plan.per_file) as pool:
-                return list(pool.map(fn, *zip(*jobs)))
+            return in_pool(plan.per_file, fn, jobs, sizes)
         return [fn(*job, parts=parts_for(job[0], plan)) for job in jobs]
 
     def halves(self, path: Path) -> bool:
@@ -132,6 +133,21 @@ class Workers:
             return
         with pool:
             yield later
+
+
+def in_pool(processes: int, fn: Callable, jobs: list[tuple], sizes: list[int]) -> list:
+    """``fn(*job)`` for each job in a pool of ``processes`` forked children, the largest traces (``sizes``)
+    first so that no large one is left to run alone at the end; the results, and the first exception, in the
+    jobs' order. What is still queued when a job fails is not run."""
+    with fork_pool(processes) as pool:
+        futures = [None] * len(jobs)
+        for i in sorted(range(len(jobs)), key=lambda i: -sizes[i]):
+            futures[i] = pool.submit(fn, *jobs[i])
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 class _Later(Future):
@@ -197,13 +213,17 @@ def peak_bytes(json_bytes: int) -> int:
 
 def plan_processes(paths: list[Path], budget_bytes: int, cpus: int | None = None) -> Plan:
     """How many of ``paths`` to parse at once (module docstring)."""
+    return plan_sizes([json_size(p) for p in paths], budget_bytes, cpus)
+
+
+def plan_sizes(sizes: list[int], budget_bytes: int, cpus: int | None = None) -> Plan:
+    """``plan_processes`` for traces of ``sizes`` bytes of JSON."""
     cpus = cpus or os.cpu_count() or 1
     parts = max(1, min(cpus, MAX_PARTS))
-    sizes = [json_size(p) for p in paths]
-    if len(paths) < 2 or sum(sizes) < SPLIT_FROM:
+    if len(sizes) < 2 or sum(sizes) < SPLIT_FROM:
         return Plan(1, parts)
     fits = budget_bytes // max(peak_bytes(s) for s in sizes)
-    per_file = max(1, min(cpus, len(paths), fits))
+    per_file = max(1, min(cpus, len(sizes), fits))
     return Plan(per_file, parts if per_file == 1 else 1)
 
 
