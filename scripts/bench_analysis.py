@@ -120,10 +120,10 @@ def build(source: Path, size: int, out: Path, gz: bool) -> Path:
 
 
 def _check_metrics(source: Path, built: Path) -> None:
-    from stepscope.profiler.analysis import analyze_run
+    from stepscope.profiler.front import analyze
 
-    want = analyze_run(source).spans[0].metrics.to_dict()
-    got = analyze_run(built).spans[0].metrics.to_dict()
+    want = analyze(source).spans[0].metrics.to_dict()
+    got = analyze(built).spans[0].metrics.to_dict()
     for key in COMPARED:
         a, b = want[key], got[key]
         if a is None and b is None:

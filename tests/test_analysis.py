@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from stepscope.profiler.analysis import (
     VERDICTS,
-    analyze_run,
     render_console,
     render_markdown,
     render_top,
     summary_scalars,
 )
+from stepscope.profiler.front import analyze
 from stepscope.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
 from stepscope.profiler.trace.files import find_traces, load_trace
 
@@ -50,7 +50,7 @@ UNPROFILED_MS = {"big_batch": 16.12, "cuda_graph": 3.29}
 
 @cache
 def report(scenario: str):
-    return analyze_run(DATA / scenario)
+    return analyze(DATA / scenario)
 
 
 @cache

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import TraceError, analyze_run
+from stepscope.profiler.analysis import TraceError
+from stepscope.profiler.front import analyze
 from stepscope.profiler.tbfix import export_tensorboard
 from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
 
@@ -167,7 +168,7 @@ def test_corrupt_trace_gets_one_line_and_exit_2(case, tmp_path):
         return
     if rlimit is None:  # the library call says the same
         with pytest.raises(TraceError, match=re.escape(fragment)) as e:
-            analyze_run(run)
+            analyze(run)
         assert "\n" not in str(e.value) and NAME in str(e.value)
     p = run_analyze(run, "--json", "--export-tensorboard", out, rlimit=rlimit)
     assert p.returncode == 2, p.stderr[-2000:]

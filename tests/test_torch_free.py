@@ -18,11 +18,11 @@ sys.modules["torch"] = None  # any import of torch now raises ImportError
 import importlib
 for name in {TORCH_FREE!r}:
     importlib.import_module("stepscope.profiler." + name)
-from stepscope.profiler.analysis import analyze_run
+from stepscope.profiler.front import analyze
 from stepscope.profiler.tbfix import adapt_trace
 from stepscope.profiler.trace.files import find_traces, load_trace
 run = {str(REPO / "tests" / "data" / "eager_bs32")!r}
-print(analyze_run(run).verdict, len(adapt_trace(load_trace(find_traces(run)[0].path))["traceEvents"]))
+print(analyze(run).verdict, len(adapt_trace(load_trace(find_traces(run)[0].path))["traceEvents"]))
 assert "torch" not in [m.split(".")[0] for m, v in sys.modules.items() if v is not None]
 """
 

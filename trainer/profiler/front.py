@@ -1,13 +1,19 @@
 """The one front door: every way into a set of traces (the CLI, the trainer's end-of-run diagnosis, the
-handler, the TensorBoard watcher) is a call of ``analyze``.
+handler, the TensorBoard watcher) goes through here, on one discovery (trace/discover.py).
 
     report = analyze("logs/myrun")                               # RunReport; report.to_dict() is the --json
     report = analyze("trace.json", selection=StepSelection(steps=(3, 8)))
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
+    report = analyze("logs/myrun", cpus=1)                       # in this process: a training process
 
-Discovery (trace/discover.py) finds the traces, loaded.py parses them, the analysis reports on them. When
-``telemetry`` is not given and ``path`` is a stepscope run with a run.json, the run's own telemetry is used.
-Raises TraceError (a ValueError, one line) on bad input. Torch-free.
+    found = find("logs/myrun")          # the parsed traces and the line saying what was found and skipped
+    report = report(found.loaded, "logs/myrun")                  # ... analysed as one run
+
+Discovery finds the traces, loaded.py parses them (streamed, analysis/stream_parse.py), the analysis
+reports on them. When ``telemetry`` is not given and ``path`` is a stepscope run with a run.json, the run's
+own telemetry is used; ``telemetry={}`` asks for the traces' figures alone. ``cpus`` bounds the processes that parse large traces at once (trace/workers.py):
+``cpus=1`` never forks, which a process holding a CUDA context or a process group must ask for. Raises
+TraceError (a ValueError, one line) on bad input. Torch-free.
 """
 
 from __future__ import annotations
@@ -30,14 +36,14 @@ class Found:
     summary: str
 
 
-def find(path: str | os.PathLike, max_memory: int | None = None) -> Found:
+def find(path: str | os.PathLike, max_memory: int | None = None, cpus: int | None = None) -> Found:
     """Every trace under ``path``, parsed; TraceError when there is none or one cannot be read."""
     path = Path(path)
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise TraceError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
     found = discover(path)
-    loaded, skipped = load_found(found.traces, max_memory)
+    loaded, skipped = load_found(found.traces, max_memory, cpus)
     line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
     if not loaded:
         raise TraceError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
@@ -46,11 +52,17 @@ def find(path: str | os.PathLike, max_memory: int | None = None) -> Found:
     return Found(loaded, line)
 
 
+def report(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None,
+           telemetry: dict | None = None) -> RunReport:
+    """The analysis of parsed traces as one run (loaded.report_of)."""
+    return report_of(loaded, label, selection, telemetry)
+
+
 def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
-            max_memory: int | None = None) -> RunReport:
+            max_memory: int | None = None, cpus: int | None = None) -> RunReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file)."""
     path = Path(path)
-    found = find(path, max_memory)
+    found = find(path, max_memory, cpus)
     if telemetry is None:
         telemetry = run_telemetry(path)
-    return report_of(found.loaded, str(path), selection, telemetry)
+    return report(found.loaded, str(path), selection, telemetry)

@@ -1,16 +1,15 @@
-"""Load what `discover.py` found, and analyse any set of loaded traces as one run.
+"""Parse what `discover.py` found: each trace into a ParsedTrace, or a reason to skip it.
 
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
+    loaded, skipped = load_found(discovery.traces, cpus=1)   # in this process only: never forks
     report = report_of(loaded)                          # RunReport, as for a run directory
     report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
 
-Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
-the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
-report or error. A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a
-file that was only sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see
-skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
-trace of the same run folder so that the ranks of an accelerate run pair up.
-Torch-free.
+Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON. A trace
+that does not parse is an error (TraceError, one line). A Lightning trace, or a file that was only sniffed
+as a Chrome trace, is skipped when it has no ProfilerStep# events (see skip_reason). A trace whose name
+carries no span gets one: the file's mtime in ns, shared by every spanless trace of the same run folder so
+that the ranks of an accelerate run pair up. Torch-free.
 """
 
 from __future__ import annotations
@@ -20,16 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .analysis.events import ParsedTrace
-from .analysis.report import (
-    RunReport,
-    analyze_file,
-    analyze_parsed_file,
-    parse_paths,
-    read_trace,
-    run_report,
-)
+from .analysis.report import RunReport, analyze_parsed_file, parse_path, parse_paths, run_report
 from .analysis.select import StepSelection
-from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
+from .analysis.stream_parse import NoSteps, Unreadable, has_step_names
+from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped
+from .trace.errors import TraceError
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 
@@ -38,27 +32,22 @@ STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 class Loaded:
     found: Found
     span: str  # found.span, or the one given to a spanless trace
-    trace: dict | None  # the whole JSON, only when the streamed parse left it to the ordinary reader
-    parsed: ParsedTrace | None = None  # the streamed parse, otherwise
+    parsed: ParsedTrace
 
     @property
     def worker(self) -> str:
         return self.found.worker
 
 
-def read(found: Found) -> dict:
-    """Parse one found trace completely; TraceError (one line) when it is not readable JSON."""
-    return read_trace(found.path)
-
-
-def skip_reason(found: Found, trace: dict) -> str | None:
-    """Why a found file is not a trace to analyse after all; None when it is one. Traces of stepscope and
-    tensorboard_trace_handler are always analysed (a missing ProfilerStep# is then an error that says how to
-    fix the loop); Lightning's also profiles actions without steps (e.g. validation_step), which are skipped,
-    as are sniffed files without steps."""
-    if found.kind in STEPS_REQUIRED or has_profiler_steps(trace):
+def skip_reason(found: Found, error: TraceError) -> str | None:
+    """Why a found file that did not parse is not a trace to analyse after all; None when ``error`` stands.
+    Traces of stepscope and tensorboard_trace_handler are always analysed (a missing ProfilerStep# is then an
+    error that says how to fix the loop); Lightning's also profiles actions without steps (e.g.
+    validation_step), which are skipped, as are sniffed files without steps."""
+    if found.kind in STEPS_REQUIRED or isinstance(error, Unreadable):
         return None
-    return "no ProfilerStep# events"
+    steps = error.step_names if isinstance(error, NoSteps) else has_step_names(found.path)
+    return None if steps else "no ProfilerStep# events"
 
 
 def assign_spans(found: list[Found]) -> dict[Path, str]:
@@ -71,23 +60,31 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
     return {f.path: f.span or str(shared[f.path.parent]) for f in found}
 
 
-def load_found(found: list[Found] | tuple[Found, ...],
-               max_memory: int | None = None) -> tuple[list[Loaded], list[Skipped]]:
-    """Parse every found trace (large ones in parallel processes within ``max_memory`` bytes, see
-    analysis/parallel.py); skip sniffed ones without ProfilerStep# events."""
+def outcome(found: Found, span: str, parsed: ParsedTrace | TraceError) -> Loaded | Skipped:
+    """What a parse (report.parse_path) of a found trace makes of it; raises its TraceError if it stands."""
+    if isinstance(parsed, ParsedTrace):
+        return Loaded(found, span, parsed)
+    reason = skip_reason(found, parsed)
+    if reason is None:
+        raise parsed
+    return Skipped(found.path, reason)
+
+
+def load_one(found: Found, span: str) -> Loaded | Skipped:
+    """``outcome`` of one found trace, parsed in this process."""
+    return outcome(found, span, parse_path(found.path, found.worker, span))
+
+
+def load_found(found: list[Found] | tuple[Found, ...], max_memory: int | None = None,
+               cpus: int | None = None) -> tuple[list[Loaded], list[Skipped]]:
+    """Parse every found trace (large ones in parallel processes within ``max_memory`` bytes and ``cpus``,
+    see trace/workers.py; ``cpus=1``: in this process); skip sniffed ones without ProfilerStep# events."""
     spans = assign_spans(list(found))
     loaded, skipped = [], []
-    streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory)
-    for f, parsed in zip(found, streamed, strict=True):
-        if parsed is not None:  # it has ProfilerStep#N events, so skip_reason has nothing to say
-            loaded.append(Loaded(f, spans[f.path], None, parsed))
-            continue
-        trace = read(f)
-        reason = skip_reason(f, trace)
-        if reason:
-            skipped.append(Skipped(f.path, reason))
-        else:
-            loaded.append(Loaded(f, spans[f.path], trace))
+    parsed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory, cpus)
+    for f, result in zip(found, parsed, strict=True):
+        item = outcome(f, spans[f.path], result)
+        (loaded if isinstance(item, Loaded) else skipped).append(item)
     return loaded, skipped
 
 
@@ -96,11 +93,9 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
     """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared;
     ``selection`` keeps some steps of each (analysis/select.py); ``telemetry`` is the run's own unprofiled
     step timing, when stepscope's trainer made the run (`run_telemetry`). Raises TraceError (one line, naming
-    worker.span) when a trace cannot be analysed (no ProfilerStep#, or none in the selection)."""
-    spans = [analyze_parsed_file(item.parsed, item.found.path, telemetry, selection) if item.parsed is not None
-             else analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
-             for item in loaded]
-    return run_report(label, spans)
+    worker.span) when a trace cannot be analysed (none of its steps in the selection, ...)."""
+    return run_report(label, [analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
+                              for item in loaded])
 
 
 def run_telemetry(path: Path) -> dict | None:

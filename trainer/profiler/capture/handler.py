@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..analysis import TraceError, analyze_run
+from ..analysis import TraceError
+from ..front import analyze
 from ..serve.diagnose import write_diagnosis
 from ..serve.tb_events import EventLog
 from ..tbfix import write_adapted_pair
@@ -64,7 +65,7 @@ class StepscopeTraceHandler:
 
     def _diagnose(self) -> None:
         try:
-            report = analyze_run(self.dir, cpus=1)  # in the user's training process: never forked
+            report = analyze(self.dir, cpus=1)  # in the user's training process: never forked
         except TraceError as e:  # e.g. a cycle without prof.step(): the trace is kept, the diagnosis says why
             report = None
             message = f"no diagnosis: {e}"

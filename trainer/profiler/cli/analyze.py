@@ -42,15 +42,14 @@ exported copy that torch-tb-profiler cannot load): one line on stderr, exit code
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 from ..analysis import StepSelection, TraceError, json_out, render_console
-from ..loaded import Loaded, load_found, report_of, run_telemetry
-from ..trace.discover import discover, summary_line
+from ..front import find
+from ..front import report as front_report
+from ..loaded import Loaded, run_telemetry
 from ..trace.gc_paused import gc_paused
 from .analyze_args import memory_size, window
 from .oneline import OneLineParser
@@ -84,63 +83,23 @@ def check_out_dir(out_dir: Path) -> None:
                          "directory")
 
 
-def find_and_load(path: Path, max_memory: int | None = None) -> tuple[list[Loaded], str]:
-    """Every trace under ``path``, parsed, and the one-line summary of what was found and skipped."""
-    if not path.exists() or not (path.is_dir() or path.is_file()):
-        raise UsageError(f"{path}: not a directory or a trace file (expected a run directory such as "
-                         "logs/<run>, or a trace file)")
-    found = discover(path)
-    loaded, skipped = load_found(found.traces, max_memory)
-    line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
-    if not loaded:
-        raise UsageError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
-                         "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
-                         + (f"; {line}" if found.skipped or skipped else ""))
-    return loaded, line
-
-
 def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
-    """Write each trace's adapted copy and its original (raw/) to ``out_dir`` through a temporary sibling
-    folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
+    """tbfix.export_tensorboard of the analysed traces, its errors as one line; returns the adapted copies'
+    paths."""
     try:
-        from ..tbfix import write_adapted_pair
-        from ..tbfix.export import export_file, written_excerpt
-        from ..tbfix.plugin_check import PluginMissing, plugin_problem
+        from ..tbfix import export_tensorboard
+        from ..tbfix.plugin_check import PluginMissing
     except ImportError as e:
         raise UsageError(f"--export-tensorboard needs stepscope.profiler.tbfix, which failed to "
                          f"import: {e}") from None
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:
-        target = staging / out_dir.name
-        written = []
-        for item in loaded:
-            gz = item.found.path.name.endswith(".gz")
-            part = staging / f"excerpt-{len(written)}.pt.trace.json"  # for the plugin check of a large copy
-            try:
-                if item.trace is None:  # streamed: the file is copied and rewritten as it is read
-                    adapted, _raw = export_file(target, item.worker, item.span, item.found.path, excerpt=part,
-                                                helpers=True)
-                else:
-                    adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
-            except ValueError as e:
-                raise UsageError(f"--export-tensorboard: {e}") from None
-            except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
-                # the analysis accepted these traces, so this is a defect of the adapter: still one line
-                raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
-            try:
-                # a copy TensorBoard would drop is no export
-                problem = plugin_problem(adapted, excerpt_path=written_excerpt(part))
-            except PluginMissing as e:
-                raise UsageError(f"--export-tensorboard: {e}") from None
-            if problem:
-                raise UsageError(f"--export-tensorboard: {item.found.path}: torch-tb-profiler 0.4.3 cannot load "
-                                 f"the exported copy ({problem})")
-            written.append(out_dir / adapted.name)
-        os.replace(target, out_dir)  # out_dir is missing or empty (checked before): rename(2) replaces it
-        return written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        return export_tensorboard([(item.found.path, item.worker, item.span) for item in loaded], out_dir,
+                                  helpers=True)
+    except (ValueError, PluginMissing) as e:
+        raise UsageError(f"--export-tensorboard: {e}") from None
+    except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
+        # the analysis accepted these traces, so this is a defect of the adapter: still one line
+        raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
 
 
 def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
@@ -165,14 +124,16 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         # A short-lived process holding millions of events that form no cycles: the cyclic collector would
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
         with gc_paused():
-            loaded, found_line = find_and_load(a.run_dir, a.max_memory)
+            found = find(a.run_dir, a.max_memory)
+            loaded, found_line = found.loaded, found.summary
+            del found
             # validates every trace before anything is written
             telemetry = run_telemetry(a.run_dir)
-            report = report_of(loaded, str(a.run_dir), selection, telemetry)
+            report = front_report(loaded, str(a.run_dir), selection, telemetry)
             # the streamed export reads the files again: the parsed events are let go first
             loaded = [replace(item, parsed=None) for item in loaded]
             written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
-    except (TraceError, UsageError) as e:
+    except (TraceError, UsageError) as e:  # TraceError: the path, or a trace in it
         print(f"error: {e}", file=sys.stderr)
         return 2
     except MemoryError:  # past the per-file checks: e.g. many traces that fit one by one but not together

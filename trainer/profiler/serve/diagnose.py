@@ -13,20 +13,21 @@ from pathlib import Path
 
 from ..analysis import (
     RunReport,
-    analyze_run,
     render_console,
     render_markdown,
     render_top,
     summary_scalars,
 )
+from ..front import analyze
 from ..trace.atomic import write_text_atomic
 
 
 def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None) -> dict:
     """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars.
     `telemetry` is the run's own unprofiled step timing (trainer/timing.py), which makes the figures those of
-    the run without the profiler. Returns the report's JSON form."""
-    report = analyze_run(run_dir, telemetry=telemetry)
+    the run without the profiler. Returns the report's JSON form. It runs in the training process, so
+    nothing is forked (``cpus=1``): a fork would copy a live CUDA context and process group."""
+    report = analyze(run_dir, telemetry=telemetry or {}, cpus=1)
     print(render_top(report))
     print(render_console(report))
     write_diagnosis(run_dir, report, log, step)

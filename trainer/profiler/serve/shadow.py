@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 
 from ..analysis import TraceError
-from ..loaded import Loaded, report_of
-from ..tbfix import write_adapted_pair
+from ..front import report as report_of
+from ..loaded import Loaded
+from ..tbfix import export_file
 from ..trace.atomic import write_text_atomic
 from ..trace.files import WORKER_PATTERN
 from .diagnose import write_diagnosis
@@ -67,7 +68,7 @@ def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str) ->
     work = Path(tempfile.mkdtemp(prefix="run-", dir=staging))
     try:
         for item in loaded:
-            write_adapted_pair(work, item.worker, item.span, item.trace, item.found.path.name.endswith(".gz"))
+            export_file(work, item.worker, item.span, item.found.path)
         with EventLog(work) as log:
             try:
                 report = report_of(loaded, base)

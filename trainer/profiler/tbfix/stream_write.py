@@ -41,6 +41,21 @@ _RAW = msgspec.json.Decoder(list[msgspec.Raw])
 _ENCODE = msgspec.json.Encoder().encode
 
 
+def _raws(entries: list) -> list:
+    """``_RAW.decode`` for a piece that Python's json read (NaN or Infinity literals, see jsonstream.py): each
+    entry as json writes it, which keeps those literals."""
+    return [msgspec.Raw(json.dumps(e).encode()) for e in entries]
+
+
+def _edited(raw, edit: Edit) -> bytes:
+    """The event ``raw`` with ``edit`` applied, re-encoded (compact); by Python's json when the event holds
+    a NaN or an Infinity, which msgspec would write as null."""
+    try:
+        return _ENCODE(apply_edit(msgspec.json.decode(raw), edit))
+    except msgspec.DecodeError:
+        return json.dumps(apply_edit(json.loads(bytes(raw)), edit), separators=(",", ":")).encode()
+
+
 def apply_edit(e: dict, edit: Edit) -> dict:
     """``e`` with ``edit`` applied, in adapt_trace's order (guard, names, categories, ids, unlink, stack)."""
     if edit.guard_name:
@@ -162,7 +177,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
     excerpt_parts: list = []
     wrote = False
     n = first
-    with TraceStream(src, span=byte_range) as stream:
+    with TraceStream(src, span=byte_range, lenient=_raws) as stream:
         for raws in stream.decode_events(lambda view: _RAW.decode(bytes(view))):  # Raw keeps its buffer
             a, b = np.searchsorted(special, (n, n + len(raws)))
             parts: list = []  # msgspec.Raw objects are bytes-like: joined without a copy each
@@ -173,7 +188,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
                 parts += raws[prev:j]
                 if keep[i]:
                     edit = edits.get(i)
-                    part = raws[j] if edit is None else _ENCODE(apply_edit(msgspec.json.decode(raws[j]), edit))
+                    part = raws[j] if edit is None else _edited(raws[j], edit)
                     parts.append(part)
                     rewritten[j] = part
                 prev = j + 1
