@@ -38,10 +38,9 @@ export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
-# this checkout as the `stepscope` namespace (stepscope, stepscope.kernels), without an install
-NS=/tmp/stepscope-ns
-rm -rf "$NS"; mkdir -p "$NS/stepscope" && ln -s "$PWD/trainer" "$NS/stepscope/trainer" && ln -s "$PWD/kernels" "$NS/stepscope/kernels"
-export PYTHONPATH="$NS${PYTHONPATH:+:$PYTHONPATH}"
+# this checkout, installed editable the README's way (no index: the image has setuptools; wheels in .whl/)
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > "$OUT/install.log" 2>&1 \
+  || { tail -5 "$OUT/install.log"; echo "gpu_verify.sh: error: cannot install this checkout" >&2; exit 1; }
 L=/tmp/stepscope-gpu-logs
 rm -rf "$L"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -22,13 +22,13 @@ from stepscope.profiler.analysis import (
     TraceError,
     analyze_parsed,
     analyze_run,
-    parallel,
     stream_parse,
 )
 from stepscope.profiler.analysis.events import parse_trace
 from stepscope.profiler.analysis.select import select
 from stepscope.profiler.analysis.stream_parse import parse_trace_file
 from stepscope.profiler.loaded import load_found, report_of
+from stepscope.profiler.trace import workers as parallel
 from stepscope.profiler.trace.discover import discover
 from stepscope.profiler.trace.files import find_traces, load_trace
 from stepscope.profiler.trace.jsonstream import split_points
