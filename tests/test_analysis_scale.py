@@ -21,12 +21,13 @@ from stepscope.profiler.analysis import (
     StepSelection,
     TraceError,
     analyze_parsed,
-    analyze_run,
     stream_parse,
 )
-from stepscope.profiler.analysis.events import parse_trace
+from reference.dict_parse import parse_trace
 from stepscope.profiler.analysis.select import select
+from stepscope.profiler.analysis.stream_collect import decode
 from stepscope.profiler.analysis.stream_parse import parse_trace_file
+from stepscope.profiler.front import analyze
 from stepscope.profiler.loaded import load_found, report_of
 from stepscope.profiler.trace import workers as parallel
 from stepscope.profiler.trace.discover import discover
@@ -58,8 +59,8 @@ def _dict(report) -> str:
 
 
 def test_replica_has_the_sources_per_step_metrics(replica):
-    want = analyze_run(DATA / "eager_bs128").spans[0].metrics
-    got = analyze_run(replica).spans[0].metrics
+    want = analyze(DATA / "eager_bs128").spans[0].metrics
+    got = analyze(replica).spans[0].metrics
     assert got.steps == 5 * want.steps
     assert got.kernels_per_step == want.kernels_per_step
     assert got.step_ms == pytest.approx(want.step_ms, rel=0.02)
@@ -76,7 +77,7 @@ def test_streamed_parse_equals_the_in_memory_one(replica):
 @pytest.mark.parametrize("parts", [2, 3])
 def test_a_trace_parsed_in_byte_ranges_by_several_processes_is_the_same(replica, parts):
     (tf,) = find_traces(replica)
-    ranges = split_points(tf.path, parts, stream_parse._decode)
+    ranges = split_points(tf.path, parts, decode)
     assert ranges is not None and len(ranges) == parts  # the file really is cut, at event boundaries
     assert parse_trace_file(tf.path, tf.worker, tf.span, parts=parts) == parse_trace_file(tf.path, tf.worker, tf.span)
 
@@ -141,10 +142,10 @@ def test_steps_option_in_the_report(replica):
 
 
 def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
-    one = analyze_run(DATA / "nccl_ddp", cpus=1)
+    one = analyze(DATA / "nccl_ddp", cpus=1)
     monkeypatch.setattr(parallel, "SPLIT_FROM", 0)  # these small traces would otherwise stay in-process
     assert parallel.plan_processes([tf.path for tf in find_traces(DATA / "nccl_ddp")], 1 << 30, 2).per_file == 2
-    two = analyze_run(DATA / "nccl_ddp", cpus=2)
+    two = analyze(DATA / "nccl_ddp", cpus=2)
     assert _dict(one) == _dict(two)
 
 

@@ -10,7 +10,9 @@ ParsedTrace for every trace, the same one-line TraceError for every bad one.
 
 from __future__ import annotations
 
+import json
 import math
+import zlib
 
 from stepscope.profiler.analysis.events import (
     ANNOTATION_CATEGORIES,
@@ -31,6 +33,7 @@ from stepscope.profiler.analysis.select import StepSelection
 from stepscope.profiler.analysis.span import SpanReport, analyze_selected
 from stepscope.profiler.analysis.validate import check_document, check_event, is_step_event, no_steps_error
 from stepscope.profiler.trace.errors import TraceError
+from stepscope.profiler.trace.files import load_trace
 
 
 def analyze_trace(trace: dict, worker: str, span: str, telemetry: dict | None = None,
@@ -134,3 +137,23 @@ def _base(events: list) -> float:
     return 0.0
 
 
+
+
+def parse_file(path, worker: str, span: str) -> ParsedTrace:
+    """A trace file loaded whole and parsed by ``parse_trace``, with the analysis' one-line errors, each
+    naming the file: what the engine must say of the same file."""
+    try:
+        trace = load_trace(path)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path}: unreadable trace ({type(e).__name__}: {e})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: unreadable trace (JSON nested too deeply to parse)") from None
+    if not isinstance(trace, dict):
+        raise TraceError(f"{path}: unreadable trace (a JSON {type(trace).__name__}, not an object)")
+    try:
+        return parse_trace(trace, worker, span)
+    except TraceError as e:
+        raise TraceError(f"{path}: {e}") from None
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        raise TraceError(f"{path}: {worker}.{span}: cannot analyse this trace ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
