@@ -359,8 +359,10 @@ def test_export_tensorboard_converts_a_plain_run_and_refuses_bad_directories(tmp
 
     with pytest.raises(ValueError, match="exists and is not an empty directory"):
         export_tensorboard(src, out)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no trace here")
     with pytest.raises(ValueError, match="no traces found"):
-        export_tensorboard(tmp_path / "fixed" / "raw", tmp_path / "x")
+        export_tensorboard(tmp_path / "empty", tmp_path / "x")
     with pytest.raises(ValueError, match="not a directory"):
         export_tensorboard(tmp_path / "missing", tmp_path / "y")
 
