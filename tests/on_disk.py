@@ -36,3 +36,20 @@ def analyze_trace(trace, worker: str, span: str, telemetry: dict | None = None,
         if isinstance(parsed, TraceError):
             raise TraceError(str(parsed).removeprefix(f"{path}: "))
     return analyze_selected(parsed, telemetry, selection)
+
+
+def adapt_trace(trace: dict) -> dict:
+    """The reference rewrite of ``trace`` (tests/reference/dict_rewrite.py), checked against the streamed one
+    (the export's) on the same trace written to a file: the two copies must be the same JSON."""
+    from reference.dict_rewrite import adapt_trace as reference
+    from stepscope.profiler.tbfix.stream_plan import plan_edits
+    from stepscope.profiler.tbfix.stream_write import write_adapted_stream
+    from stepscope.profiler.trace.files import load_trace
+
+    want = reference(trace)
+    with tempfile.TemporaryDirectory(prefix="stepscope-test-") as tmp:
+        src, dst = Path(tmp) / "t.json", Path(tmp) / "w.1.pt.trace.json"
+        src.write_text(json.dumps(trace))
+        write_adapted_stream(src, dst, *plan_edits(src))
+        assert load_trace(dst) == json.loads(json.dumps(want)), "the streamed rewrite differs from the reference"
+    return want

@@ -22,8 +22,8 @@ from stepscope.profiler.analysis import (
     render_top,
     summary_scalars,
 )
-from stepscope.profiler.front import analyze
 from stepscope.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
+from stepscope.profiler.front import analyze
 from stepscope.profiler.trace.files import find_traces, load_trace
 
 DATA = Path(__file__).parent / "data"

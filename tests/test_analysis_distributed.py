@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from stepscope.profiler.analysis import render_console, render_markdown, summary_scalars
-from stepscope.profiler.front import analyze
 from stepscope.profiler.analysis.cross_rank import STRAGGLER_RATIO
+from stepscope.profiler.front import analyze
 from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
 
 DDP = Path(__file__).parent / "data" / "ddp_gloo"

@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from reference.dict_parse import parse_trace
 from stepscope.profiler.analysis import (
     StepSelection,
     TraceError,
     analyze_parsed,
-    stream_parse,
 )
-from reference.dict_parse import parse_trace
 from stepscope.profiler.analysis.select import select
 from stepscope.profiler.analysis.stream_collect import decode
 from stepscope.profiler.analysis.stream_parse import parse_trace_file

