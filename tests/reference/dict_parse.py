@@ -15,13 +15,9 @@ import math
 import zlib
 
 from stepscope.profiler.analysis.events import (
-    ANNOTATION_CATEGORIES,
     DATA_ANNOTATIONS,
-    DATALOADER_PREFIX,
-    DEVICE_KINDS,
     HOST_OP_CATEGORIES,
     PROFILER_STEP,
-    RUNTIME_CATEGORIES,
     DeviceEvent,
     HostEvent,
     MemorySample,
@@ -34,6 +30,12 @@ from stepscope.profiler.analysis.span import SpanReport, analyze_selected
 from stepscope.profiler.analysis.validate import check_document, check_event, is_step_event, no_steps_error
 from stepscope.profiler.trace.errors import TraceError
 from stepscope.profiler.trace.files import load_trace
+from stepscope.profiler.trace.vocabulary import (
+    ANNOTATION_CATEGORIES,
+    DATALOADER_PREFIX,
+    DEVICE_KINDS,
+    RUNTIME_CATEGORIES,
+)
 
 
 def analyze_trace(trace: dict, worker: str, span: str, telemetry: dict | None = None,

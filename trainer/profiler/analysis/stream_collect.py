@@ -22,15 +22,17 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ..trace.errors import TraceError
-from ..trace.vocabulary import STEP_PREFIX
-from .events import (
+from ..trace.vocabulary import (
     ANNOTATION_CATEGORIES,
-    DATA_ANNOTATIONS,
     DATALOADER_PREFIX,
     DEVICE_KINDS,
+    RUNTIME_CATEGORIES,
+    STEP_PREFIX,
+)
+from .events import (
+    DATA_ANNOTATIONS,
     HOST_OP_CATEGORIES,
     PROFILER_STEP,
-    RUNTIME_CATEGORIES,
     DeviceEvent,
     HostEvent,
     MemorySample,
