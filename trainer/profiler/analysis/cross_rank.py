@@ -7,6 +7,10 @@ strings differ between ranks). Each rank comes from the trace's ``distributedInf
 two runs of a plain ``tensorboard_trace_handler`` script in one directory are two processes named by host and
 PID, not a distributed job, and get no cross-rank section.
 
+For each straggler, ``stragglers_why`` compares its step phase by phase with the median of the ranks
+that do not straggle and names the phases, and the kernels, ops or ranges, that make the difference
+(straggler_why.py).
+
 Per rank: step time; compute (kernels or torch ops that are not collectives), communication (nccl kernels on
 a GPU; gloo/nccl collectives and c10d ops on the host for CPU runs) and their overlap, all in ms per step;
 ``exposed_comm_ms`` is the part of the step where communication runs and nothing else does (the span's
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 from .breakdown import Breakdown
 from .findings import COMM, STRAGGLER, Finding, remedies, verdict
 from .span import SpanReport
+from .straggler_why import StragglerWhy, straggler_why
 
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_SHARE = 0.05
@@ -76,11 +81,13 @@ class CrossRankReport:
     verdict: str
     findings: tuple[Finding, ...]
     remedies: tuple[str, ...]
+    why: tuple[StragglerWhy, ...] = ()  # one per straggler, in rank order (straggler_why.py)
 
     def to_dict(self) -> dict:
         return {"span_index": self.span_index, "world_size": len(self.ranks),
                 "ranks": [r.to_dict() for r in self.ranks], "median_step_ms": round(self.median_step_ms, 4),
                 "straggler_ratio": STRAGGLER_RATIO, "stragglers": list(self.stragglers),
+                "stragglers_why": [w.to_dict() for w in self.why],
                 "verdict": self.verdict, "findings": [f.to_dict() for f in self.findings],
                 "remedies": list(self.remedies)}
 
@@ -119,7 +126,21 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
                   key=lambda r: r.rank)
     found = _findings(rows, members)
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
-                           tuple(sorted(flagged)), _verdict(rows, members), tuple(found), tuple(remedies(found)))
+                           tuple(sorted(flagged)), _verdict(rows, members), tuple(found), tuple(remedies(found)),
+                           tuple(_why(members, flagged)))
+
+
+def _why(members: list[SpanReport], flagged: list[int]) -> list[StragglerWhy]:
+    """Each straggler against the median of the ranks that do not straggle (of all the others when every
+    rank does)."""
+    out = []
+    for s in sorted(members, key=rank_of):
+        r = rank_of(s)
+        if r not in flagged:
+            continue
+        peers = [o for o in members if rank_of(o) not in flagged] or [o for o in members if o is not s]
+        out.append(straggler_why(s, peers, r))
+    return out
 
 
 def _outside_comm(s: SpanReport) -> float:

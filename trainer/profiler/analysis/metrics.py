@@ -154,7 +154,7 @@ def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWin
 def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
     """Host-device syncs, one per top-level op that contains sync calls (an ``.item()`` is aten::item >
     aten::_local_scalar_dense > cudaMemcpyAsync + cudaStreamSynchronize: one sync, not four)."""
-    tops = _top_level_ops(trace)
+    tops = top_level_ops(trace)
     groups: dict[tuple, list[HostEvent]] = defaultdict(list)
     for p in sync_primitives(trace):
         top = _container(tops.get(p.tid, ([], [])), p)
@@ -168,7 +168,7 @@ def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
 
 
 @per_trace
-def _top_level_ops(trace: ParsedTrace) -> dict:
+def top_level_ops(trace: ParsedTrace) -> dict:
     """Per thread: (starts, ops) of the ops not nested in another op, in time order: in (start, -end) order,
     the first op, then the first one that starts at or after the end of the last one taken."""
     ops = trace.ops

@@ -12,6 +12,7 @@ from collections import defaultdict
 from .cross_rank import CrossRankReport
 from .report import RunReport
 from .span import SpanReport
+from .straggler_why import PHASES, StragglerWhy
 
 CONSOLE_EVIDENCE_LINES = 3
 CONSOLE_FINDINGS = 3
@@ -46,6 +47,7 @@ def render_console(report: RunReport) -> str:
         lines.append(f"  cross-rank (cycle {d.span_index}, {len(d.ranks)} ranks): {d.verdict}, "
                      f"median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)}")
         lines += [_console_finding(f) for f in d.findings[:CONSOLE_FINDINGS]]
+        lines += [f"    - why: {w.text()}" for w in d.why]
     return "\n".join(lines)
 
 
@@ -129,7 +131,30 @@ def _markdown_cross_rank(d: CrossRankReport) -> list[str]:
     out += [f"- {f.text} (~{f.cost_ms_per_step:.2f} ms/step)" for f in d.findings]
     if d.remedies:
         out += ["", "Remedies:", ""] + [f"1. {r}" for r in d.remedies]
-    return out + [""]
+    out.append("")
+    for w in d.why:
+        out += _markdown_why(w)
+    return out
+
+
+def _markdown_why(w: StragglerWhy) -> list[str]:
+    out = [f"### Why rank {w.rank} straggles", "", w.text(), "",
+           f"| phase | rank {w.rank} ms/step | median rank ms/step | difference |", "|---|---:|---:|---:|"]
+    out += [f"| {'**' + PHASES[p.phase] + '**' if p.phase in w.causes else PHASES[p.phase]} | "
+            f"{p.straggler_ms:.2f} | {p.median_ms:.2f} | {_signed(p.delta_ms)} |" for p in w.phases]
+    out.append("")
+    if w.names:
+        out += [f"| where (phase) | rank {w.rank} ms/step | median rank ms/step | difference |",
+                "|---|---:|---:|---:|"]
+        out += [f"| `{_cell(n.name)}` ({PHASES[n.phase]}) | {n.straggler_ms:.2f} | {n.median_ms:.2f} | "
+                f"{_signed(n.delta_ms)} |" for n in w.names]
+        out.append("")
+    return out
+
+
+def _signed(ms: float) -> str:
+    """+1.23 / -1.23, and +0.00 for what rounds to zero either side."""
+    return f"{round(ms, 2) + 0.0:+.2f}"
 
 
 def _cell(name: str, n: int = 90) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from ..trace.errors import TraceError
 from .breakdown import Breakdown, breakdown, host_sets
+from .by_name import NameTimes, name_times
 from .events import ParsedTrace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
 from .metrics import SpanMetrics, span_metrics
@@ -54,6 +55,7 @@ class SpanReport:
     inflation: Inflation | None = None
     uncertainty: dict | None = None  # overhead_model only: {"gpu_busy_pct": [lo, hi], "verdicts": [...]}
     loader_paced: bool = False  # the DataLoader sets the step's pace (unprofiled.py)
+    names: NameTimes | None = None  # the profiled steps' phases by name (by_name.py), for cross-rank comparison
 
     @property
     def gpu(self) -> bool:
@@ -137,7 +139,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
-                      loader_paced=view.loader_paced)
+                      loader_paced=view.loader_paced, names=name_times(trace, kept, m_prof.sync_episodes))
 
 
 def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdicts: list[str], v: str) -> str:
