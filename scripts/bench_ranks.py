@@ -121,8 +121,8 @@ def _hta_available() -> bool:
 def run_engine(engine: str, job: Path, workers: int, out: Path) -> None:
     """In the measured subprocess: analyse ``job`` with ``engine`` and write what it found to ``out``."""
     if engine == "local":
-        from stepscope.profiler.front import analyze
         from stepscope.profiler.analysis.json_out import dumps
+        from stepscope.profiler.front import analyze
 
         out.write_text(dumps(analyze(job, cpus=workers).to_dict()))
     elif engine == "dask":
