@@ -141,3 +141,15 @@ def test_error_classes(tmp_path):
     path.write_text("[]")
     with pytest.raises(Unreadable):
         parse_trace_file(path, "w", "1")
+
+
+def test_a_bad_event_in_a_later_byte_range_is_named_by_its_index_in_the_file(tmp_path):
+    """A helper that parses the second byte range does not know the index of its first event: the error
+    comes from the one-process parse, as the reference gives it."""
+    ops = [f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {1001 + i}, "dur": 1}}' for i in range(3000)]
+    ops[2500] = '{"ph": "X", "cat": "cpu_op", "name": "bad", "ts": NaN, "dur": 1}'
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text('{"traceEvents": [' + STEP + ",\n" + ",\n".join(ops) + "]}")
+    want = _error(parse_file, path, "w", "1")
+    assert "event #2501 ('bad', cat 'cpu_op') has ts nan" in want
+    assert _error(parse_path, path, "w", "1", 2) == want
