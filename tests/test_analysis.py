@@ -24,7 +24,8 @@ from stepscope.profiler.analysis import (
 )
 from stepscope.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
 from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 # scenario: the verdict its unprofiled truth implies (step ms measured on the H200; GPU ms of the trace):
@@ -55,7 +56,7 @@ def report(scenario: str):
 
 @cache
 def raw(scenario: str) -> dict:
-    (tf,) = find_traces(DATA / scenario)
+    (tf,) = discover(DATA / scenario).traces
     return load_trace(tf.path)
 
 

@@ -18,8 +18,8 @@ from on_disk import analyze_trace
 from reference.dict_parse import parse_trace
 from stepscope.profiler.analysis import TraceError
 from stepscope.profiler.front import analyze
+from stepscope.profiler.trace.discover import discover
 from stepscope.profiler.trace.files import (
-    find_traces,
     load_trace,
     plugin_name,
     raw_path,
@@ -30,7 +30,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def scenario_trace(name: str):
-    (tf,) = find_traces(DATA / name)
+    (tf,) = discover(DATA / name).traces
     return tf, load_trace(tf.path)
 
 

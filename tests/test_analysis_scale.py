@@ -30,7 +30,7 @@ from stepscope.profiler.front import analyze
 from stepscope.profiler.loaded import load_found, report_of
 from stepscope.profiler.trace import workers as parallel
 from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.files import load_trace
 from stepscope.profiler.trace.jsonstream import split_points
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_replica_has_the_sources_per_step_metrics(replica):
 
 
 def test_streamed_parse_equals_the_in_memory_one(replica):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     in_memory = parse_trace(load_trace(tf.path), tf.worker, tf.span)
     streamed = parse_trace_file(tf.path, tf.worker, tf.span)
     assert streamed == in_memory
@@ -75,14 +75,14 @@ def test_streamed_parse_equals_the_in_memory_one(replica):
 
 @pytest.mark.parametrize("parts", [2, 3])
 def test_a_trace_parsed_in_byte_ranges_by_several_processes_is_the_same(replica, parts):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     ranges = split_points(tf.path, parts, decode)
     assert ranges is not None and len(ranges) == parts  # the file really is cut, at event boundaries
     assert parse_trace_file(tf.path, tf.worker, tf.span, parts=parts) == parse_trace_file(tf.path, tf.worker, tf.span)
 
 
 def test_the_analysis_cuts_only_large_uncompressed_traces(replica, tmp_path):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     plan = parallel.plan_processes([tf.path], budget_bytes=1 << 30, cpus=2)
     assert plan == parallel.Plan(per_file=1, parts=2)
     assert parallel.parts_for(tf.path, plan) == 1  # 16 MiB: under SPLIT_FROM, one range
@@ -94,7 +94,7 @@ def test_the_analysis_cuts_only_large_uncompressed_traces(replica, tmp_path):
 
 
 def test_step_window_analyses_exactly_those_steps(replica):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     parsed = parse_trace_file(tf.path, tf.worker, tf.span)
     part = select(parsed, StepSelection(steps=(5, 7)))
     assert [s.number for s in part.steps] == [5, 6]
@@ -107,7 +107,7 @@ def test_step_window_analyses_exactly_those_steps(replica):
 
 
 def test_time_range_selects_steps_by_start(replica):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     parsed = parse_trace_file(tf.path, tf.worker, tf.span)
     t = [s.start / 1e3 for s in parsed.steps]
     part = select(parsed, StepSelection(time_ms=(t[2], t[4])))
@@ -143,7 +143,7 @@ def test_steps_option_in_the_report(replica):
 def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
     one = analyze(DATA / "nccl_ddp", cpus=1)
     monkeypatch.setattr(parallel, "SPLIT_FROM", 0)  # these small traces would otherwise stay in-process
-    assert parallel.plan_processes([tf.path for tf in find_traces(DATA / "nccl_ddp")], 1 << 30, 2).per_file == 2
+    assert parallel.plan_processes([tf.path for tf in discover(DATA / "nccl_ddp").traces], 1 << 30, 2).per_file == 2
     two = analyze(DATA / "nccl_ddp", cpus=2)
     assert _dict(one) == _dict(two)
 
@@ -174,7 +174,7 @@ def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, 
     from stepscope.profiler.tbfix.excerpt import excerpt
     from stepscope.profiler.tbfix.export import export_file
 
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     adapted, _ = export_file(tmp_path / "out", tf.worker, tf.span, tf.path)
     doc = load_trace(adapted)
     steps = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))

@@ -26,7 +26,8 @@ import pytest
 from stepscope.profiler.analysis import TraceError
 from stepscope.profiler.front import analyze
 from stepscope.profiler.tbfix import export_tensorboard
-from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace, write_trace_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -36,7 +37,7 @@ NAME = f"w.{SPAN}.pt.trace.json.gz"
 
 @functools.cache
 def _base() -> dict:
-    (tf,) = find_traces(DATA / "eager_bs32")
+    (tf,) = discover(DATA / "eager_bs32").traces
     return load_trace(tf.path)
 
 

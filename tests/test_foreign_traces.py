@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from on_disk import analyze_trace
 from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace, write_trace_atomic
 
 DATA = Path(__file__).parent / "data"
 
@@ -41,7 +42,7 @@ def summary(report) -> dict:
 
 @pytest.mark.parametrize("scenario", ["eager_bs32", "cpu_resnet"])
 def test_torch19_vocabulary_reads_like_today(scenario):
-    (tf,) = find_traces(DATA / scenario)
+    (tf,) = discover(DATA / scenario).traces
     trace = load_trace(tf.path)
     old = as_torch19(trace)
     assert not [e for e in old["traceEvents"] if e.get("cat") == "user_annotation"
@@ -77,7 +78,7 @@ def test_the_plugins_own_test_trace_shape_with_six_steps():
 
 def test_two_plain_runs_in_one_directory_are_not_a_distributed_job(tmp_path):
     """Two processes of one plain tensorboard_trace_handler script: host_PID names, no distributedInfo."""
-    (tf,) = find_traces(DATA / "slow_dataset")
+    (tf,) = discover(DATA / "slow_dataset").traces
     trace = load_trace(tf.path)
     trace.pop("distributedInfo", None)
     fast = copy.deepcopy(trace)

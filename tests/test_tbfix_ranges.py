@@ -23,7 +23,8 @@ from stepscope.profiler.tbfix import (
 )
 from stepscope.profiler.tbfix.excerpt import excerpt
 from stepscope.profiler.tbfix.export import export_file
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace
 from stepscope.profiler.trace.gc_paused import gc_paused
 
 DATA = Path(__file__).parent / "data"
@@ -33,7 +34,7 @@ SPAN = "1795259109156023363"
 def _plain(tmp_path: Path, run: str, junk: bool = False) -> tuple[Path, dict]:
     """An uncompressed copy of a tests/data trace; ``junk``: with entries the export must leave out or
     guard (not objects, a nameless event) in both halves of the file."""
-    tf = find_traces(DATA / run)[0]
+    tf = discover(DATA / run).traces[0]
     trace = load_trace(tf.path)
     if junk:
         events = trace["traceEvents"]

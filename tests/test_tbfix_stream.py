@@ -14,7 +14,8 @@ import pytest
 from reference.dict_rewrite import adapt_trace
 from stepscope.profiler.tbfix import export_tensorboard
 from stepscope.profiler.tbfix.export import export_file
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))
@@ -28,7 +29,7 @@ def test_streamed_copy_is_adapt_trace(path, tmp_path):
 
 
 def test_entries_that_are_not_objects_are_left_out(tmp_path):
-    (tf,) = find_traces(DATA / "cuda_graph")
+    (tf,) = discover(DATA / "cuda_graph").traces
     trace = load_trace(tf.path)
     trace["traceEvents"][5:5] = ["junk", 7, None]
     src = tmp_path / "w.1795259109156023363.pt.trace.json"
@@ -39,7 +40,7 @@ def test_entries_that_are_not_objects_are_left_out(tmp_path):
 
 
 def test_uncompressed_trace_exports_uncompressed(tmp_path):
-    (tf,) = find_traces(DATA / "cuda_graph")
+    (tf,) = discover(DATA / "cuda_graph").traces
     src = tmp_path / "plain"
     src.mkdir()
     plain = src / "w.1795259109156023363.pt.trace.json"
@@ -53,7 +54,7 @@ def test_uncompressed_trace_exports_uncompressed(tmp_path):
 
 def test_a_plain_kineto_file_is_exported_gzipped_when_asked(tmp_path):
     """The trainer's case: Kineto writes plain JSON, the run keeps gzipped copies (--gzip, the default)."""
-    (tf,) = find_traces(DATA / "cuda_graph")
+    (tf,) = discover(DATA / "cuda_graph").traces
     plain = tmp_path / ".tmp-w-1795259109156023363.chrome.json"
     plain.write_bytes(gzip.decompress(tf.path.read_bytes()))
     adapted, raw = export_file(tmp_path / "run", "w", "1795259109156023363", plain, gz=True)
