@@ -63,7 +63,8 @@ def parse_paths(jobs: list[tuple], max_memory: int | None = None, cpus: int | No
 
 def in_processes(fn, jobs: list[tuple], max_memory: int | None, cpus: int | None) -> list:
     """``fn(*job)`` for each job, whose first item is a trace path: in this process, or in several forked
-    ones when the traces are large and ``max_memory`` (default: a quarter of RAM) allows (parallel.py)."""
+    ones when the traces are large and ``max_memory`` (default: a quarter of RAM) and ``cpus`` allow
+    (trace/workers.py); ``cpus=1``: always in this process."""
     if not jobs:
         return []
     budget = max_memory if max_memory is not None else default_budget()
