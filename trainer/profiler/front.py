@@ -5,15 +5,18 @@ handler, the TensorBoard watcher) goes through here, on one discovery (trace/dis
     report = analyze("trace.json", selection=StepSelection(steps=(3, 8)))
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
     report = analyze("logs/myrun", cpus=1)                       # in this process: a training process
+    runs = analyze("logs")          # a folder of several runs: RunsReport, one RunReport per run (runs.py)
 
     found = find("logs/myrun")          # the parsed traces and the line saying what was found and skipped
-    report = report(found.loaded, "logs/myrun")                  # ... analysed as one run
+    report = report(found.loaded, Path("logs/myrun"))            # ... reported as analyze reports them
 
-Discovery finds the traces, loaded.py parses them (streamed, analysis/stream_parse.py), the analysis
-reports on them. When ``telemetry`` is not given and ``path`` is a stepscope run with a run.json, the run's
-own telemetry is used; ``telemetry={}`` asks for the traces' figures alone. ``cpus`` bounds the processes that parse large traces at once (trace/workers.py):
-``cpus=1`` never forks, which a process holding a CUDA context or a process group must ask for. Raises
-TraceError (a ValueError, one line) on bad input. Torch-free.
+Discovery (trace/discover.py) finds the traces, loaded.py parses them (streamed, analysis/stream_parse.py),
+jobs.py groups them into jobs (one run folder is one job, unless the traces' distributedInfo joins folders),
+the analysis reports on each. When ``telemetry`` is not given and a run is a stepscope run with a run.json,
+the run's own telemetry is used; ``telemetry={}`` asks for the traces' figures alone. ``cpus`` bounds the
+processes that parse large traces at once (trace/workers.py): ``cpus=1`` never forks, which a process holding
+a CUDA context or a process group must ask for. Raises TraceError (a ValueError, one line) on bad input.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pathlib import Path
 
 from .analysis.report import RunReport
 from .analysis.select import StepSelection
-from .loaded import Loaded, load_found, report_of, run_telemetry
+from .loaded import Loaded, load_found
+from .runs import RunsReport, report_runs
 from .trace.discover import discover, summary_line
 from .trace.errors import TraceError
 
@@ -52,17 +56,16 @@ def find(path: str | os.PathLike, max_memory: int | None = None, cpus: int | Non
     return Found(loaded, line)
 
 
-def report(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None,
-           telemetry: dict | None = None) -> RunReport:
-    """The analysis of parsed traces as one run (loaded.report_of)."""
-    return report_of(loaded, label, selection, telemetry)
+def report(loaded: list[Loaded], root: Path, selection: StepSelection | None = None,
+           telemetry: dict | None = None) -> RunReport | RunsReport:
+    """The report on traces found under ``root`` (runs.report_runs): one job's RunReport, or a RunsReport."""
+    return report_runs(loaded, Path(root), selection, telemetry)
 
 
 def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
-            max_memory: int | None = None, cpus: int | None = None) -> RunReport:
-    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file)."""
+            max_memory: int | None = None, cpus: int | None = None) -> RunReport | RunsReport:
+    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file): a
+    RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several."""
     path = Path(path)
     found = find(path, max_memory, cpus)
-    if telemetry is None:
-        telemetry = run_telemetry(path)
-    return report(found.loaded, str(path), selection, telemetry)
+    return report(found.loaded, path, selection, telemetry)

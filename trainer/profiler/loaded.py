@@ -26,6 +26,9 @@ from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped
 from .trace.errors import TraceError
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
+# what a trace without steps needs: prof.step() marks each step only under a schedule
+NO_STEPS = ("no ProfilerStep# events; profile with schedule=torch.profiler.schedule(...) and call prof.step() "
+            "once per training step")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ def skip_reason(found: Found, error: TraceError) -> str | None:
     if found.kind in STEPS_REQUIRED or isinstance(error, Unreadable):
         return None
     steps = error.step_names if isinstance(error, NoSteps) else has_step_names(found.path)
-    return None if steps else "no ProfilerStep# events"
+    return None if steps else NO_STEPS
 
 
 def assign_spans(found: list[Found]) -> dict[Path, str]:

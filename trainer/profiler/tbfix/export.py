@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ..trace import files as trace_files
-from ..trace.discover import discover
+from ..trace.discover import EXPORT_MARKER, discover, export_marker
 from ..trace.workers import json_size
 from . import plugin_check
 from .plugin_check import plugin_problem
@@ -103,7 +103,7 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
     loaded back with torch-tb-profiler's own parser (plugin_check.py): a copy it cannot load is a ValueError
     (PluginMissing, also a ValueError, when the plugin is not installed). The export is written to a
     temporary folder beside ``out_dir`` and renamed to ``out_dir`` only once complete: on any error nothing
-    appears there. ``helpers``: see ``export_file``."""
+    appears there. The folder holds discover.EXPORT_MARKER, naming the traces it copies. ``helpers``: see ``export_file``."""
     out_dir = Path(out_dir)
     traces = _sources(sources)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -120,6 +120,8 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
             if problem := plugin_problem(adapted, excerpt_path=written_excerpt(part)):
                 raise ValueError(f"{path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")
             written.append(out_dir / adapted.name)
+        # marks the folder as copies, so that analysing a folder above it does not count them twice
+        (target / EXPORT_MARKER).write_text(export_marker([path for path, _, _ in traces]))
         os.replace(target, out_dir)  # out_dir is missing or empty (checked above): rename(2) replaces it
         return written
     finally:
