@@ -25,6 +25,7 @@ from stepscope.profiler.analysis.events import (
     Step,
     _int_or_none,
 )
+from stepscope.profiler.analysis.inferred_steps import FROM_PROFILER, infer_steps
 from stepscope.profiler.analysis.select import StepSelection
 from stepscope.profiler.analysis.span import SpanReport, analyze_selected
 from stepscope.profiler.analysis.validate import check_document, check_event, is_step_event, no_steps_error
@@ -35,6 +36,7 @@ from stepscope.profiler.trace.vocabulary import (
     DATALOADER_PREFIX,
     DEVICE_KINDS,
     RUNTIME_CATEGORIES,
+    STEP_PREFIX,
 )
 
 
@@ -61,7 +63,8 @@ def _span(e: dict, i: int, base: float) -> tuple[float, float]:
 
 
 def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
-    """Typed events of one (worker, span) trace. Raises TraceError if it holds no ProfilerStep#N."""
+    """Typed events of one (worker, span) trace. Without ProfilerStep#N ranges, the steps are inferred
+    (inferred_steps.py); raises TraceError if there is nothing to infer them from."""
     check_document(trace, f"{worker}.{span}")
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
     python_calls: list[float] = []
@@ -115,6 +118,11 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             annotations.append(HostEvent(name, e.get("tid"), s, t))
             if name in DATA_ANNOTATIONS:
                 data_spans.append(HostEvent(name, e.get("tid"), s, t))
+    steps_from = FROM_PROFILER
+    if not steps and not any(isinstance(e, dict) and str(e.get("name", "")).startswith(STEP_PREFIX)
+                             for e in trace["traceEvents"]):  # misplaced ones: no_steps_error says how
+        inferred, steps_from = infer_steps(annotations, (ops, runtime, data_spans))
+        steps = [Step(*s) for s in inferred]
     if not steps:
         raise no_steps_error(trace["traceEvents"], f"{worker}.{span}")
     dist = trace.get("distributedInfo") or {}
@@ -127,7 +135,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         ops=tuple(ops), annotations=tuple(annotations), runtime=tuple(runtime),
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
-        python_builtins=tuple(sorted(python_builtins)), recorded_shapes=shapes)
+        python_builtins=tuple(sorted(python_builtins)), recorded_shapes=shapes, steps_from=steps_from)
 
 
 def _base(events: list) -> float:
@@ -137,8 +145,6 @@ def _base(events: list) -> float:
         if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)) and math.isfinite(e["ts"]):
             return float(math.floor(e["ts"]))
     return 0.0
-
-
 
 
 def parse_file(path, worker: str, span: str) -> ParsedTrace:

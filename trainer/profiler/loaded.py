@@ -6,10 +6,11 @@
     report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON. A trace
-that does not parse is an error (TraceError, one line). A Lightning trace, or a file that was only sniffed
-as a Chrome trace, is skipped when it has no ProfilerStep# events (see skip_reason). A trace whose name
-carries no span gets one: the file's mtime in ns, shared by every spanless trace of the same run folder so
-that the ranks of an accelerate run pair up. Torch-free.
+that does not parse is an error (TraceError, one line). A Lightning trace without ProfilerStep# or
+Optimizer.step# events, or a file that was only sniffed as a Chrome trace and holds no torch operators
+either, is skipped (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns,
+shared by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from .analysis.events import ParsedTrace
 from .analysis.report import RunReport, analyze_parsed_file, parse_path, parse_paths, run_report
 from .analysis.select import StepSelection
 from .analysis.stream_parse import NoSteps, Unreadable, has_step_names
-from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped
+from .trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped
 from .trace.errors import TraceError
+from .trace.vocabulary import STEPS_FROM_WINDOW
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 # what a trace without steps needs: prof.step() marks each step only under a schedule
-NO_STEPS = ("no ProfilerStep# events; profile with schedule=torch.profiler.schedule(...) and call prof.step() "
-            "once per training step")
+NO_STEPS = ("no ProfilerStep#, Optimizer.step# or torch operator events; profile with "
+            "schedule=torch.profiler.schedule(...) and call prof.step() once per training step")
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,26 @@ class Loaded:
 
 def skip_reason(found: Found, error: TraceError) -> str | None:
     """Why a found file that did not parse is not a trace to analyse after all; None when ``error`` stands.
-    Traces of stepscope and tensorboard_trace_handler are always analysed (a missing ProfilerStep# is then an
+    Traces of stepscope and tensorboard_trace_handler are always analysed (a trace without steps is then an
     error that says how to fix the loop); Lightning's also profiles actions without steps (e.g.
-    validation_step), which are skipped, as are sniffed files without steps."""
+    validation_step), which are skipped, as are sniffed files with nothing to take steps from."""
     if found.kind in STEPS_REQUIRED or isinstance(error, Unreadable):
         return None
-    steps = error.step_names if isinstance(error, NoSteps) else has_step_names(found.path)
-    return None if steps else NO_STEPS
+    if isinstance(error, NoSteps):
+        return None if error.step_names else _skip(found, None)
+    if found.kind == LIGHTNING and not has_step_names(found.path):
+        return _skip(found, None)
+    return None
+
+
+def _skip(found: Found, source: str | None) -> str | None:
+    """Why a trace whose steps come from ``source`` (None: from nothing) is skipped; None when it is not."""
+    if found.kind in STEPS_REQUIRED or (source is not None and (source != STEPS_FROM_WINDOW
+                                                                 or found.kind != LIGHTNING)):
+        return None
+    if found.kind == LIGHTNING:
+        return "no ProfilerStep# or Optimizer.step# events"
+    return NO_STEPS
 
 
 def assign_spans(found: list[Found]) -> dict[Path, str]:
@@ -66,7 +81,9 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
 def outcome(found: Found, span: str, parsed: ParsedTrace | TraceError) -> Loaded | Skipped:
     """What a parse (report.parse_path) of a found trace makes of it; raises its TraceError if it stands."""
     if isinstance(parsed, ParsedTrace):
-        return Loaded(found, span, parsed)
+        # a Lightning action without steps of its own, a sniffed file without torch operators
+        reason = _skip(found, parsed.steps_from if parsed.steps_from != STEPS_FROM_WINDOW or parsed.ops else None)
+        return Skipped(found.path, reason) if reason else Loaded(found, span, parsed)
     reason = skip_reason(found, parsed)
     if reason is None:
         raise parsed

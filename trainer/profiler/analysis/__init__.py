@@ -10,18 +10,19 @@ Modules, one job each: events (the typed events of a trace), stream_parse (parse
 stream_collect (the rules that turn events into them), stream_ranges (one file in byte ranges at once),
 validate (input checks), select (a window of steps), intervals (timeline arithmetic), steps
 (which GPU work belongs to which step), breakdown (where the step's time goes), metrics (per-span numbers),
-findings (verdict, findings, remedies), span (one trace's report), cross_rank (several ranks of one cycle),
-report (a run directory, JSON), render (text).
+verdicts (the verdict registry), findings (verdict, findings, remedies), span (one trace's report),
+cross_rank (several ranks of one cycle), report (a run directory, JSON), render (text).
 """
 
 from ..trace.errors import TraceError
 from .cross_rank import CrossRankReport
-from .findings import VERDICTS, Finding
+from .findings import Finding
 from .render import render_console, render_markdown, render_top, summary_scalars
 from .report import RunReport
 from .select import StepSelection
 from .span import SpanReport, analyze_parsed, analyze_selected
 from .stream_parse import parse_trace_file
+from .verdicts import VERDICTS
 
 __all__ = ["VERDICTS", "CrossRankReport", "Finding", "RunReport", "SpanReport", "StepSelection", "TraceError",
            "analyze_parsed", "analyze_selected", "parse_trace_file", "render_console",

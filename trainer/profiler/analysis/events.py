@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..trace.vocabulary import (
-    OPERATOR_CATEGORIES,
-)
+from ..trace.vocabulary import OPERATOR_CATEGORIES
+from ..trace.vocabulary import STEPS_FROM_PROFILER as FROM_PROFILER
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -95,6 +94,7 @@ class ParsedTrace:
     python_calls: tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
     python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
     recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
+    steps_from: str = FROM_PROFILER  # or, in a trace without ProfilerStep#N, inferred_steps.FROM_*
 
     @property
     def has_gpu(self) -> bool:

@@ -29,7 +29,8 @@ from ..trace.files import load_trace
 from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import BLOCK, TraceStream, split_points
 from ..trace.vocabulary import STEP_PREFIX
-from .events import ParsedTrace, _int_or_none
+from .events import ParsedTrace, Step, _int_or_none
+from .inferred_steps import FROM_PROFILER, infer_steps
 from .stream_collect import UNSET, Collector, decode, from_objects
 from .stream_ranges import collect_ranges, first_base
 from .validate import STEP_NAME, check_document, steps_missing_error
@@ -104,19 +105,28 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
 
 def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header: dict) -> ParsedTrace:
     check_document({**header, "traceEvents": []}, where)
-    if not c.steps:
-        raise no_steps(path, where)
+    steps, steps_from = c.steps, FROM_PROFILER
+    if not steps:
+        # a trace without a schedule: its steps are inferred (inferred_steps.py), unless it holds
+        # ProfilerStep# events that are no host step ranges (no_steps says what they lack)
+        count, first, step_names = _step_events(path)
+        if step_names:
+            raise NoSteps(str(steps_missing_error(count, first, where)), True)
+        inferred, steps_from = infer_steps(c.annotations, (c.ops, c.runtime, c.data_spans))
+        steps = [Step(*s) for s in inferred]
+        if not steps:
+            raise NoSteps(str(steps_missing_error(0, None, where)), False)
     dist = header.get("distributedInfo") or {}
     props = header.get("deviceProperties") or []
     return ParsedTrace(
         worker=worker, span=span, base_us=c.base,
         rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
         device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
-        steps=tuple(sorted(c.steps, key=lambda s: s.start)),
+        steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=tuple(c.ops), annotations=tuple(c.annotations), runtime=tuple(c.runtime),
         device=tuple(sorted(c.device, key=lambda d: d.start)),
         data_spans=tuple(c.data_spans), memory=tuple(c.memory), python_calls=tuple(sorted(c.python_calls)),
-        python_builtins=tuple(sorted(c.python_builtins)), recorded_shapes=c.shapes)
+        python_builtins=tuple(sorted(c.python_builtins)), recorded_shapes=c.shapes, steps_from=steps_from)
 
 
 def _unreadable(path: Path, where: str, error: Exception) -> TraceError:
@@ -153,13 +163,6 @@ def _decode_named(text) -> list[_Named]:
 def _named(entries: list) -> list[_Named]:
     return [_Named(e.get("name", UNSET), e.get("cat", UNSET), e.get("ph")) if type(e) is dict else _Named()
             for e in entries]
-
-
-def no_steps(path: Path, where: str) -> NoSteps:
-    """The error for a trace that holds no step: validate.py's words, from a second pass over the file that
-    reads only the events' names (a trace without steps is refused, or skipped, at once)."""
-    count, first, step_names = _step_events(path)
-    return NoSteps(str(steps_missing_error(count, first, where)), step_names)
 
 
 def has_step_names(path: Path) -> bool:
