@@ -100,7 +100,7 @@ def test_a_bad_event_gets_the_reference_error(tmp_path, case, gz):
     (b"[]", "a JSON list, not an object"),
     (b'{"events": []}', "not a Chrome trace"),
     (b'{"traceEvents": []}', "no ProfilerStep#N events"),
-    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1}]}', "no ProfilerStep#N"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "Trace", "name": "a", "ts": 1, "dur": 1}]}', "no ProfilerStep#N"),
     (b'{"traceEvents": [{"ph": "X", "cat": "foreign", "name": "ProfilerStep#1", "ts": 1, "dur": 1}]}',
      "1 ProfilerStep#N events but none is a host step range: event #0 has cat 'foreign'"),
     (b'{"traceEvents": [' + STEP.encode() + b'], "distributedInfo": [1]}', "distributedInfo is an array"),
@@ -129,6 +129,17 @@ def test_nan_where_the_analysis_does_not_look_is_normalised_and_parsed(tmp_path)
     assert want.recorded_shapes and want.device
     assert parse_trace_file(path, "w", "1") == want
     assert parse_trace_file(path, "w", "1", block=64) == want
+
+
+def test_a_trace_without_a_schedule_gets_the_reference_steps(tmp_path):
+    """No ProfilerStep# anywhere: the steps are inferred (here: the whole window of its operators), as the
+    reference infers them."""
+    trace = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1},
+                             {"ph": "X", "cat": "cpu_op", "name": "b", "ts": 5, "dur": 2}]}
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    want = parse_trace(trace, "w", "1")
+    assert want.steps and parse_trace_file(path, "w", "1") == want
 
 
 def test_error_classes(tmp_path):
