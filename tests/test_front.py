@@ -13,10 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import json_out, report
+from stepscope.profiler.analysis import json_out
 from stepscope.profiler.front import analyze
 from stepscope.profiler.serve.diagnose import diagnose_run
 from stepscope.profiler.trace import workers
+from stepscope.profiler.trace.workers import Workers
 
 DATA = Path(__file__).parent / "data"
 
@@ -49,14 +50,14 @@ def two_ranks_worth_forking(tmp_path, monkeypatch):
     shutil.copytree(DATA / "nccl_ddp", run)
     monkeypatch.setattr(workers, "SPLIT_FROM", 0)  # these small traces count as large
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(report, "ProcessPoolExecutor", _no_fork)
+    monkeypatch.setattr(workers, "fork_pool", _no_fork)
     return run
 
 
 def test_the_policy_would_fork_this_run(two_ranks_worth_forking):
     """The check below is real: analysed from a command, these traces are parsed in forked processes."""
     with pytest.raises(Forked):
-        analyze(two_ranks_worth_forking)
+        analyze(two_ranks_worth_forking, workers=Workers.local(cpus=2))
 
 
 def test_end_of_run_diagnosis_never_forks(two_ranks_worth_forking, capsys):

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from make_cifar_folder import write_cifar_folder
@@ -216,3 +217,27 @@ def test_the_record_states_the_prediction_as_a_range(tmp_path):
     assert f"{low:.2f}x..{high:.2f}x predicted" in md and low < 12.2 / 3.15 < high
     assert "without the host's dispatch: the GPU time" in md
     assert json.loads((tmp_path / "run.json").read_text())["verification"]["predicted_speedup_range"] == [low, high]
+
+
+def test_the_prediction_reads_the_full_diagnosis_not_run_json_summary(tmp_path):
+    """run.json keeps a summary of each span (no breakdown): the prediction must come from the analysed
+    span, or the GPU time reads 0 and a launch-bound step is predicted far too fast. Measured on an H100
+    (2026-11-25): eager ResNet-18 batch 128 took 13.05 ms unprofiled and 3.08 ms with --cuda-graphs, 4.23x."""
+    from stepscope.profiler.analysis.verdicts import by_name
+    from stepscope.verify import diagnosis_span, prediction, unprofiled_figures
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in (Path(__file__).resolve().parent / "data" / "eager_bs128").iterdir():
+        shutil.copy(f, run / f.name)
+    telemetry = {"steps": 185, "step_ms": 13.554, "data_ms": 0.204, "copy_ms": 0.020, "copy_host_ms": 0.067,
+                 "dispatch_ms": 12.868, "cpu_ms": 13.135}
+    summary = {"worker": "x", "verdict": "launch_bound", "metrics": {"step_ms": 13.554}}
+    span = diagnosis_span(run, summary)
+    assert "breakdown_ms_per_step" in span
+    u = unprofiled_figures(telemetry, span, cores=16)
+    assert 2.0 < u.device_ms < 4.5  # the GPU's kernels, about 3 ms a step
+    p = prediction(by_name("launch_bound").causes[0], u, 13.051)
+    assert 0.8 <= 4.23 / p["point"] <= 1.25, p
+    low, high = p["speedup"]
+    assert low <= 4.23 * 1.25 and high >= 4.23 / 1.25

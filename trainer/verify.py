@@ -36,6 +36,7 @@ from pathlib import Path
 from .launch import INSTALLED_TRAIN, TrainFailed, run_train
 from .profiler.analysis.verdicts import LOG_EVERY_FACTOR, REGISTRY, Cause, Unprofiled, by_name, primary_cause
 from .profiler.cli.oneline import OneLineParser
+from .profiler.front import analyze
 from .profiler.serve.tb_events import EventLog
 from .profiler.trace.atomic import write_text_atomic
 
@@ -179,6 +180,17 @@ def timed_run(args: list[str], logdir: Path, name: str, train_cmd: tuple[str, ..
     return ms, run["final"].get("telemetry")
 
 
+def diagnosis_span(run_dir: Path, summary: dict) -> dict:
+    """The run's first span as the analysis reports it (with the unprofiled breakdown that the prediction
+    needs; run.json keeps only a summary of it), from the run's traces and telemetry; the summary when the
+    traces can no longer be analysed."""
+    try:
+        spans = analyze(run_dir).to_dict()["spans"]
+    except (ValueError, OSError):
+        return summary
+    return next((s for s in spans if s.get("worker") == summary.get("worker")), spans[0])
+
+
 def unprofiled_figures(telemetry: dict | None, span: dict, cores: int) -> Unprofiled:
     """The step the prediction starts from: a run's telemetry (the baseline's, else the profiled run's), with
     the GPU time of the diagnosis; without telemetry, the diagnosis's step alone."""
@@ -204,6 +216,7 @@ def verify(run_dir: Path, steps: int, train_cmd: tuple[str, ...] = INSTALLED_TRA
     verdict = diag["verdict"]
     span = diag["spans"][0]
     remedy = remedy_for(verdict, cfg, span.get("findings", []))
+    span = diagnosis_span(run_dir, span)
     base = _flag_args(cfg) + ["--steps", str(steps)]
     fixed = _with(base, remedy.flags)
     out_dir = run_dir / "verify"

@@ -1,31 +1,36 @@
 """Parse what `discover.py` found: each trace into a ParsedTrace, or a reason to skip it.
 
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
-    loaded, skipped = load_found(discovery.traces, cpus=1)   # in this process only: never forks
+    loaded, skipped = load_found(discovery.traces, Workers.local())   # large traces in local processes
     report = report_of(loaded)                          # RunReport, as for a run directory
     report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
+    done, skipped = analyze_found(pairs, workers=Workers.dask(address))   # [(light Loaded, SpanReport)]
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON. A trace
 that does not parse is an error (TraceError, one line). A Lightning trace without ProfilerStep# or
 Optimizer.step# events, or a file that was only sniffed as a Chrome trace and holds no torch operators
 either, is skipped (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns,
 shared by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
+``analyze_found`` does both for a cluster (trace/workers.py): each trace is parsed and analysed where it is
+read (a Dask task), and only its report comes back, with the little that runs.py groups jobs by.
 Torch-free.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .analysis.events import ParsedTrace
 from .analysis.report import RunReport, analyze_parsed_file, parse_path, parse_paths, run_report
 from .analysis.select import StepSelection
+from .analysis.span import SpanReport
 from .analysis.stream_parse import NoSteps, Unreadable, has_step_names
 from .trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped
 from .trace.errors import TraceError
 from .trace.vocabulary import STEPS_FROM_WINDOW
+from .trace.workers import Workers
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 # what a trace without steps needs: prof.step() marks each step only under a schedule
@@ -78,8 +83,9 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
     return {f.path: f.span or str(shared[f.path.parent]) for f in found}
 
 
-def outcome(found: Found, span: str, parsed: ParsedTrace | TraceError) -> Loaded | Skipped:
-    """What a parse (report.parse_path) of a found trace makes of it; raises its TraceError if it stands."""
+def load_one(found: Found, span: str, parsed: ParsedTrace | TraceError) -> Loaded | Skipped:
+    """A found trace as ``load_found`` loads it, given its parse (report.parse_path): loaded, or skipped;
+    raises the parse's TraceError if it stands."""
     if isinstance(parsed, ParsedTrace):
         # a Lightning action without steps of its own, a sniffed file without torch operators
         reason = _skip(found, parsed.steps_from if parsed.steps_from != STEPS_FROM_WINDOW or parsed.ops else None)
@@ -90,21 +96,16 @@ def outcome(found: Found, span: str, parsed: ParsedTrace | TraceError) -> Loaded
     return Skipped(found.path, reason)
 
 
-def load_one(found: Found, span: str) -> Loaded | Skipped:
-    """``outcome`` of one found trace, parsed in this process."""
-    return outcome(found, span, parse_path(found.path, found.worker, span))
-
-
-def load_found(found: list[Found] | tuple[Found, ...], max_memory: int | None = None,
-               cpus: int | None = None) -> tuple[list[Loaded], list[Skipped]]:
-    """Parse every found trace (large ones in parallel processes within ``max_memory`` bytes and ``cpus``,
-    see trace/workers.py; ``cpus=1``: in this process); skip sniffed ones without ProfilerStep# events."""
+def load_found(found: list[Found] | tuple[Found, ...],
+               workers: Workers | None = None) -> tuple[list[Loaded], list[Skipped]]:
+    """Parse every found trace where ``workers`` says (default: in this process; trace/workers.py); skip
+    Lightning actions and sniffed files with nothing to take steps from (``load_one``)."""
     spans = assign_spans(list(found))
     loaded, skipped = [], []
-    parsed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory, cpus)
-    for f, result in zip(found, parsed, strict=True):
-        item = outcome(f, spans[f.path], result)
-        (loaded if isinstance(item, Loaded) else skipped).append(item)
+    streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], workers or Workers.inline())
+    for f, parsed in zip(found, streamed, strict=True):
+        item = load_one(f, spans[f.path], parsed)
+        (skipped if isinstance(item, Skipped) else loaded).append(item)
     return loaded, skipped
 
 
@@ -114,8 +115,42 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
     ``selection`` keeps some steps of each (analysis/select.py); ``telemetry`` is the run's own unprofiled
     step timing, when stepscope's trainer made the run (`run_telemetry`). Raises TraceError (one line, naming
     worker.span) when a trace cannot be analysed (none of its steps in the selection, ...)."""
-    return run_report(label, [analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
-                              for item in loaded])
+    return run_report(label, [span_report(item, telemetry, selection) for item in loaded])
+
+
+def analyze_found(found: list[tuple[Found, str]], selection: StepSelection | None = None,
+                  telemetry: dict | None = None, workers: Workers | None = None
+                  ) -> tuple[list[tuple[Loaded, SpanReport]], list[Skipped]]:
+    """Each (found trace, its span) parsed and reported where ``workers`` says (default: in this process),
+    only the report and the trace without its events (``light``) brought back; and the traces skipped."""
+    jobs = [(f.path, f, span, telemetry, selection) for f, span in found]
+    done, skipped = [], []
+    for result in (workers or Workers.inline()).map(report_found, jobs):
+        (skipped if isinstance(result, Skipped) else done).append(result)
+    return done, skipped
+
+
+def report_found(path: Path, found: Found, span: str, telemetry: dict | None = None,
+                 selection: StepSelection | None = None, parts: int = 1) -> tuple[Loaded, SpanReport] | Skipped:
+    """One found trace, loaded as ``load_found`` does (in ``parts`` byte ranges), and its report; or why it
+    is skipped."""
+    item = load_one(found, span, parse_path(path, found.worker, span, parts))
+    if isinstance(item, Skipped):
+        return item
+    return light(item), span_report(item, telemetry, selection)
+
+
+def light(item: Loaded) -> Loaded:
+    """``item`` with only what jobs.py reads of its events: its rank, world size, first and last steps."""
+    p = item.parsed
+    return replace(item, parsed=replace(p, steps=p.steps[:1] + p.steps[1:][-1:], ops=(), annotations=(),
+                                        runtime=(), device=(), data_spans=(), memory=(), python_calls=(),
+                                        python_builtins=()))
+
+
+def span_report(item: Loaded, telemetry: dict | None = None, selection: StepSelection | None = None) -> SpanReport:
+    """The report of one loaded trace (``report_of``)."""
+    return analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
 
 
 def run_telemetry(path: Path) -> dict | None:

@@ -5,10 +5,10 @@
     json.dumps(report.to_dict())
 
 ``stepscope.profiler.front.analyze`` is the way in: it finds the traces (trace/discover.py) and calls these.
-Each trace file is parsed streaming (stream_parse.py). Several traces (ranks) are parsed in parallel
-processes as far as the memory budget and ``cpus`` allow (trace/workers.py); ``cpus=1`` never forks.
+Each trace file is parsed streaming (stream_parse.py). Several traces (ranks) are parsed where the worker
+policy says (trace/workers.py): in this process, in local processes, or on a Dask cluster.
 
-JSON shape (documented in the README):
+JSON shape (documented in docs/json.md):
     {"verdict": str,
      "spans": [{"worker", "span", "rank", "device", "verdict", "evidence": [str],
                 "metrics": {"step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",
@@ -20,15 +20,13 @@ JSON shape (documented in the README):
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..trace.bounded_read import TraceTooLarge
 from ..trace.errors import TraceError
-from ..trace.workers import default_budget, parts_for, plan_processes
+from ..trace.workers import Workers
 from .cross_rank import CrossRankReport, cross_rank
 from .events import ParsedTrace
 from .select import StepSelection
@@ -56,23 +54,24 @@ def run_report(label: str, spans: list[SpanReport]) -> RunReport:
     return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)
 
 
-def parse_paths(jobs: list[tuple], max_memory: int | None = None, cpus: int | None = None) -> list:
-    """``parse_path(*job)`` for each job (path, worker, span), in order (see ``in_processes``)."""
-    return in_processes(parse_path, jobs, max_memory, cpus)
+def analyze_paths(jobs: list[tuple], workers: Workers) -> list[SpanReport]:
+    """``analyze_path(*job)`` for each job (path, worker, span, ...), in order, where ``workers`` says."""
+    return workers.map(analyze_path, jobs)
 
 
-def in_processes(fn, jobs: list[tuple], max_memory: int | None, cpus: int | None) -> list:
-    """``fn(*job)`` for each job, whose first item is a trace path: in this process, or in several forked
-    ones when the traces are large and ``max_memory`` (default: a quarter of RAM) and ``cpus`` allow
-    (trace/workers.py); ``cpus=1``: always in this process."""
-    if not jobs:
-        return []
-    budget = max_memory if max_memory is not None else default_budget()
-    plan = plan_processes([job[0] for job in jobs], budget, cpus)
-    if plan.per_file > 1:
-        with ProcessPoolExecutor(plan.per_file, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(fn, *zip(*jobs)))
-    return [fn(*job, parts=parts_for(job[0], plan)) for job in jobs]
+def parse_paths(jobs: list[tuple], workers: Workers) -> list:
+    """``parse_path(*job)`` for each job (path, worker, span), in order, where ``workers`` says."""
+    return workers.map(parse_path, jobs)
+
+
+def analyze_path(path: Path, worker: str, span: str, telemetry: dict | None = None,
+                 selection: StepSelection | None = None, parts: int = 1) -> SpanReport:
+    """The report of one trace file (``parse_path``, then ``analyze_parsed_file``); raises the one-line
+    TraceError of either."""
+    parsed = parse_path(path, worker, span, parts)
+    if isinstance(parsed, TraceError):
+        raise parsed
+    return analyze_parsed_file(parsed, path, telemetry, selection)
 
 
 def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrace | TraceError:

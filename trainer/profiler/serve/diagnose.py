@@ -20,14 +20,17 @@ from ..analysis import (
 )
 from ..front import analyze
 from ..trace.atomic import write_text_atomic
+from ..trace.workers import Workers
 
 
-def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None) -> dict:
+def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None,
+                 workers: Workers | None = None) -> dict:
     """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars.
     `telemetry` is the run's own unprofiled step timing (trainer/timing.py), which makes the figures those of
-    the run without the profiler. Returns the report's JSON form. It runs in the training process, so
-    nothing is forked (``cpus=1``): a fork would copy a live CUDA context and process group."""
-    report = analyze(run_dir, telemetry=telemetry or {}, cpus=1)
+    the run without the profiler. `workers`: where the traces are parsed (trace/workers.py); by default in
+    this process alone, as a training process must (a fork would copy a live CUDA context and process
+    group). Returns the report's JSON form."""
+    report = analyze(run_dir, telemetry=telemetry or {}, workers=workers or Workers.inline())
     print(render_top(report))
     print(render_console(report))
     write_diagnosis(run_dir, report, log, step)

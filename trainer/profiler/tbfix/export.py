@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..trace import files as trace_files
 from ..trace.discover import EXPORT_MARKER, discover, export_marker
-from ..trace.workers import json_size
+from ..trace.workers import Workers, json_size
 from . import plugin_check
 from .plugin_check import plugin_problem
 from .stream_plan import plan_edits
@@ -63,7 +63,7 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
 
 
 def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None,
-                excerpt: Path | None = None, helpers: bool = False) -> tuple[Path, Path]:
+                excerpt: Path | None = None, workers: Workers | None = None) -> tuple[Path, Path]:
     """``write_adapted_pair`` for a trace file, streamed: the original is copied byte for byte under
     ``raw/`` (gzipped on the way when ``gz`` asks for it and ``src`` is plain), the plugin copy written event by
     event (``stream_plan.py``, ``stream_write.py``), so the trace is never in memory. ``gz`` (default: as
@@ -74,17 +74,20 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     ``excerpt``: a path for the copy's excerpt of its first ``plugin_check.EXCERPT_STEPS`` steps, written in the
     same pass when ``src`` is larger than half of ``plugin_check.WHOLE_UP_TO`` (plugin_problem then loads it
     instead of making it from the copy; no file there: there is none, the copy is small or short).
-    ``helpers``: a large uncompressed trace may be planned and written with forked helpers (stream_plan.py);
-    a command's own process may, a training process must not."""
+    ``workers``: the worker policy (trace/workers.py; default: this process only); where it allows, a large
+    trace is planned and written with a forked helper (stream_plan.py). A command's own process may fork, a
+    training process must not."""
     _check_names(worker, span)
     src = Path(src)
     gz = src.name.endswith(".gz") if gz is None else gz
-    plan, header = plan_edits(src, helpers)
+    workers = workers or Workers.inline()
+    plan, header = plan_edits(src, workers)
     raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
     adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     copy_file_atomic(src, raw)
     wanted = excerpt is not None and json_size(src) > plugin_check.WHOLE_UP_TO // 2
-    write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None)
+    write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None,
+                         workers)
     return adapted_path, raw
 
 
@@ -94,7 +97,7 @@ def written_excerpt(path: Path) -> Path | None:
 
 
 def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Path,
-                       helpers: bool = False) -> list[Path]:
+                       workers: Workers | None = None) -> list[Path]:
     """Write the corrected copy of some traces to ``out_dir``; return the adapted copies' paths.
 
     ``sources``: (trace file, worker, span) triples, or a folder whose traces trace/discover.py finds
@@ -103,7 +106,8 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
     loaded back with torch-tb-profiler's own parser (plugin_check.py): a copy it cannot load is a ValueError
     (PluginMissing, also a ValueError, when the plugin is not installed). The export is written to a
     temporary folder beside ``out_dir`` and renamed to ``out_dir`` only once complete: on any error nothing
-    appears there. The folder holds discover.EXPORT_MARKER, naming the traces it copies. ``helpers``: see ``export_file``."""
+    appears there. The folder holds discover.EXPORT_MARKER, naming the traces it copies. ``workers``: as
+    ``export_file``."""
     out_dir = Path(out_dir)
     traces = _sources(sources)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -115,7 +119,7 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
         written = []
         for n, (path, worker, span) in enumerate(traces):
             part = staging / f"excerpt-{n}.pt.trace.json"  # for the plugin check of a large copy
-            adapted, _raw = export_file(target, worker, span, path, excerpt=part, helpers=helpers)
+            adapted, _raw = export_file(target, worker, span, path, excerpt=part, workers=workers)
             # a copy TensorBoard would drop is no export
             if problem := plugin_problem(adapted, excerpt_path=written_excerpt(part)):
                 raise ValueError(f"{path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")
