@@ -155,10 +155,10 @@ def test_steps_option_in_the_report(replica):
 
 
 def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
-    one = analyze(DATA / "nccl_ddp", cpus=1)
+    one = analyze(DATA / "nccl_ddp", workers=Workers.inline())
     monkeypatch.setattr(parallel, "SPLIT_FROM", 0)  # these small traces would otherwise stay in-process
     assert parallel.plan_processes([tf.path for tf in discover(DATA / "nccl_ddp").traces], 1 << 30, 2).per_file == 2
-    two = analyze(DATA / "nccl_ddp", cpus=2)
+    two = analyze(DATA / "nccl_ddp", workers=Workers.local(cpus=2))
     assert _dict(one) == _dict(two)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis import TraceError
+from ..analysis.report import parse_path
 from ..loaded import Loaded, assign_spans, load_one
 from ..trace.discover import Found, discover
 from .mirror import EventsMirror
@@ -86,7 +87,8 @@ class Watcher:
         spans = assign_spans([f for f, _ in items])
         for found, sig in items:
             try:
-                item = load_one(found, spans[found.path])
+                span = spans[found.path]
+                item = load_one(found, span, parse_path(found.path, found.worker, span))
             except TraceError as e:
                 lines.append(self._reject(found.path, sig, str(e)))
                 continue
