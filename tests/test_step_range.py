@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import analyze_run
 from stepscope.profiler.analysis import step_range as sr
 from stepscope.profiler.analysis.render import render_console, render_markdown
 from stepscope.profiler.analysis.step_range import BANDS, loop_style
 from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.trace.files import find_traces
+from stepscope.profiler.front import analyze
+from stepscope.profiler.trace.discover import discover
 
 DATA = Path(__file__).parent / "data"
 # worker-fed loaders that fall behind outside the profiled window: the trace cannot show them at all (the
@@ -31,7 +31,7 @@ def _calibration_runs() -> list[Path]:
 
 
 def test_eager_bs128_reads_gpu_bound_but_cannot_rule_out_launch_bound():
-    (s,) = analyze_run(DATA / "eager_bs128").spans
+    (s,) = analyze(DATA / "eager_bs128").spans
     d = s.to_dict()
     assert d["verdict"] == "gpu_bound" and d["alternative"] == "launch_bound"
     lo, hi = d["step_range"]["step_ms"]
@@ -41,7 +41,7 @@ def test_eager_bs128_reads_gpu_bound_but_cannot_rule_out_launch_bound():
 
 
 def test_the_report_says_the_trace_cannot_decide_and_what_settles_it():
-    report = analyze_run(DATA / "eager_bs128")
+    report = analyze(DATA / "eager_bs128")
     console = render_console(report)
     assert "cannot decide between gpu_bound and launch_bound" in console
     assert "stepscope.schedule(" in console
@@ -50,22 +50,22 @@ def test_the_report_says_the_trace_cannot_decide_and_what_settles_it():
 
 
 def test_a_clear_verdict_has_no_alternative():
-    (s,) = analyze_run(DATA / "tiny_ops").spans
+    (s,) = analyze(DATA / "tiny_ops").spans
     d = s.to_dict()
     assert d["alternative"] is None and d["step_range"]["verdicts"] == ["launch_bound", "launch_bound"]
-    assert "launch_bound at both ends" in render_console(analyze_run(DATA / "tiny_ops"))
+    assert "launch_bound at both ends" in render_console(analyze(DATA / "tiny_ops"))
 
 
 def test_a_run_with_telemetry_needs_no_range():
     run = DATA / "suite" / "hf_gpt2_small"
     telemetry = json.loads((run / "telemetry.json").read_text())
-    (s,) = analyze_run(run, telemetry=telemetry).spans
+    (s,) = analyze(run, telemetry=telemetry).spans
     assert s.basis == "telemetry" and s.step_range is None and "alternative" not in s.to_dict()
 
 
 def test_loop_styles_are_read_from_the_trace():
     def style(run: Path) -> str:
-        tf = find_traces(run)[0]
+        tf = discover(run).traces[0]
         return loop_style(parse_trace_file(tf.path, tf.worker, tf.span))
 
     assert style(DATA / "suite" / "lightning_resnet18") == "lightning"
@@ -76,7 +76,7 @@ def test_loop_styles_are_read_from_the_trace():
 @pytest.mark.parametrize("run", _calibration_runs(), ids=lambda p: p.name)
 def test_every_measured_step_of_the_calibration_set_lies_in_its_range(run):
     truth = json.loads((run / "truth.json").read_text())
-    (s,) = analyze_run(run).spans
+    (s,) = analyze(run).spans
     lo, hi = s.step_range.low_ms, s.step_range.high_ms
     assert lo <= truth["step_ms"] <= hi, (lo, truth["step_ms"], hi)
 
@@ -127,7 +127,7 @@ def test_the_bands_are_the_measured_extremes_widened_a_little():
         groups.setdefault((r["loop_style_read"], r["recording"] in ("stacks", "all")), []).append(r["ratio"])
     for run in _calibration_runs():  # the suite's runs, all recorded with with_stack
         truth = json.loads((run / "truth.json").read_text())
-        (s,) = analyze_run(run).spans
+        (s,) = analyze(run).spans
         groups.setdefault((s.step_range.band.style, True), []).append(truth["step_ms"] / s.metrics.step_ms)
     assert set(groups) == set(BANDS)
     for key, ratios in groups.items():
