@@ -327,7 +327,8 @@ def table(rows: list[dict], device: str) -> str:
                    f"{r['predicted_ms']:.2f} | {rng} | {r['measured_ms']:.2f} | {r['ratio']:.2f} | "
                    f"{'yes' if r['in_range'] else 'NO'} | {r['verdict']} | {r['alternative'] or ''} |")
     # grouped as the analysis reads them: by the loop style the trace shows (a Hugging Face loop reads as eager,
-    # a small compiled model whose graph has no compiled range too) and with_stack, as BANDS is keyed
+    # and so does a compiled one recorded without record_shapes: no compiled-graph ranges) and with_stack, as
+    # BANDS is keyed
     out += ["", "| loop read | with_stack | runs | measured/predicted min | max | suggested band | measured/profiled max |",
             "|---|---|---:|---:|---:|---|---:|"]
     groups: dict = {}

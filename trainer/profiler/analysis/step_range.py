@@ -25,6 +25,8 @@ from ``scripts/calibrate_overhead.py`` run one loop style per command,
     CAL_STYLES=eager bash scripts/gpu_verify.sh OUT calibrate      # then compiled, lightning, hf
 
 (``--table`` joins them). The suite's runs are tests/data/suite and tests/data/holdout with their truth.json.
+A torch.compile'd loop reads as compiled only where it was recorded with record_shapes (inductor's
+"## Call CompiledFxGraph" ranges are recorded only then); the other compiled rows count as eager.
 With with_stack, framework-heavy loops (Lightning's and Hugging Face's Trainer, which reads as eager) run
 many Python functions per step whose recorded cost the model takes off in full, though much of that cost is
 the profiler's own: it over-subtracts, and the true step was up to 25x its estimate (a small MLP under
