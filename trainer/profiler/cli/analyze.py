@@ -105,8 +105,8 @@ def find_and_load(path: Path, workers: Workers) -> tuple[list[Loaded], str]:
 
 def find_and_analyze(path: Path, selection: StepSelection,
                      workers: Workers) -> tuple[RunReport | RunsReport, list[Loaded], str]:
-    """``find_and_load`` and the report in one, each trace analysed where ``workers`` says (a cluster) and
-    only its report brought back: the report, the traces analysed (without their events), the summary."""
+    """``find_and_load`` and the report in one, each trace analysed where ``workers`` says (local processes,
+    a cluster) and only its report brought back: the report, the traces analysed (without their events), the summary."""
     found = _discover(path)
     report, loaded, skipped = report_runs_found(found.traces, path, selection, None, workers)
     return report, loaded, _found_line(path, found, loaded, skipped)
@@ -175,14 +175,15 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         # A short-lived process holding millions of events that form no cycles: the cyclic collector would
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
         with gc_paused(), open_cluster(a.cluster) as address:
-            if address is None:
+            if address is None and a.export_tensorboard is not None:
                 loaded, found_line = find_and_load(a.run_dir, workers)
                 # validates every trace before anything is written
                 report = report_runs(loaded, a.run_dir, selection)
                 # the streamed export reads the files again: the parsed events are let go first
                 loaded = [replace(item, parsed=None) for item in loaded]
-            else:  # each trace's report made on the cluster, where it is read
-                report, loaded, found_line = find_and_analyze(a.run_dir, selection, Workers.dask(address))
+            else:  # each trace's report made where it is read (a local process, a Dask task), sent back
+                report, loaded, found_line = find_and_analyze(
+                    a.run_dir, selection, workers if address is None else Workers.dask(address))
             written = export(loaded, a.export_tensorboard, workers) if a.export_tensorboard is not None else None
     except (TraceError, UsageError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)
