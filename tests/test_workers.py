@@ -114,3 +114,26 @@ def test_the_pool_raises_the_first_failure_in_the_jobs_order(tmp_path):
     with pytest.raises(ValueError, match="bad"):
         policy.in_pool(1, _logged, [(log, "a"), (log, "bad"), (log, "c")], [3, 2, 1])
     assert Path(log).read_text().split()[:2] == ["a", "bad"]
+
+
+def test_local_processes_send_back_reports_and_this_process_only_joins_them(tmp_path, monkeypatch):
+    """Each rank is parsed and reported in a child; this process reports on none of them itself, and the
+    report is the one made here alone."""
+    from stepscope.profiler import loaded as loading
+    from stepscope.profiler.analysis.json_out import dumps
+
+    job = DATA / "suite_ddp" / "straggler"
+    alone = dumps(analyze(job, workers=Workers.inline()).to_dict())
+    log = tmp_path / "pids"
+    report = loading.span_report
+
+    def logged(*args, **kwargs):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return report(*args, **kwargs)
+
+    monkeypatch.setattr(loading, "span_report", logged)
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)  # even these small traces go to children
+    assert dumps(analyze(job, workers=Workers.local(cpus=2)).to_dict()) == alone
+    pids = log.read_text().split()
+    assert len(pids) == 2 and str(os.getpid()) not in pids
