@@ -27,8 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
-from stepscope.profiler.analysis import TraceError, analyze_run
-from verdict_score import score_rows, to_markdown
+from ...profiler.analysis import TraceError, analyze_run
+from .score import score_rows, to_markdown
 
 CPU_SCENARIOS = ("cpu_compute", "cpu_loader", "cpu_host_python", "cpu_comm")
 # the held-out families' names, without importing torch (scripts/verdict_holdout.py defines them)
@@ -69,11 +69,11 @@ TELEMETRY_FILE = "telemetry.json"
 
 def run_scenario(name: str, out: Path, device) -> dict:
     import torch
-    from verdict_truth import expected_verdict, measure, record_trace, run_telemetry
-    from verdict_workloads import WORKLOADS
+    from .truth import expected_verdict, measure, record_trace, run_telemetry
+    from .gpu import WORKLOADS
 
     if name not in WORKLOADS:
-        from verdict_holdout import HOLDOUT as WORKLOADS
+        from .holdout import HOLDOUT as WORKLOADS
     torch.manual_seed(0)
     w = WORKLOADS[name](device)
     cold = name == "cold_start"
@@ -104,7 +104,7 @@ def run_scenario(name: str, out: Path, device) -> dict:
 
 
 def cpu_scenario(name: str, out: Path) -> dict:
-    from verdict_cpu import run_cpu_scenario
+    from .cpu import run_cpu_scenario
 
     run_dir, truth = run_cpu_scenario(name, out / "traces")
     (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
@@ -133,7 +133,7 @@ def rescore(out: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from stepscope.profiler.cli.oneline import OneLineParser
+    from ...profiler.cli.oneline import OneLineParser
 
     p = OneLineParser(prog="verdict_bench.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="where results and traces go (created)")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn as nn
-from verdict_workloads import SlowSamples, Workload, _ce, _images, _lm, _tokens
+from ..workloads import SlowSamples, Workload, _ce, _images, _lm, _tokens
 
 
 def _timm(name: str) -> nn.Module:

@@ -162,7 +162,7 @@ class TinyOps:
 
 
 def _resnet18():
-    from stepscope.models import torchvision_cifar_resnet18
+    from ..models import torchvision_cifar_resnet18
     return torchvision_cifar_resnet18(10)
 
 
@@ -172,8 +172,8 @@ def _resnet50():
 
 
 def _small_cnn():
-    from stepscope.config import ModelConfig
-    from stepscope.models import build_model
+    from ..config import ModelConfig
+    from ..models import build_model
     return build_model(ModelConfig(arch="resnet8"))
 
 

@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from process_memory import measure_command, tree_peaks  # noqa: E402  (beside this script)
-from stepscope.profiler.trace.files import find_traces, load_trace  # noqa: E402
+from .memory import measure_command, tree_peaks
+from ..profiler.trace.files import find_traces, load_trace
 
 TOLERANCE = 0.02  # relative; only the first step of each copy may see a different previous step
 COMPARED = ("step_ms", "host_step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",
@@ -120,7 +120,7 @@ def build(source: Path, size: int, out: Path, gz: bool) -> Path:
 
 
 def _check_metrics(source: Path, built: Path) -> None:
-    from stepscope.profiler.analysis import analyze_run
+    from ..profiler.analysis import analyze_run
 
     want = analyze_run(source).spans[0].metrics.to_dict()
     got = analyze_run(built).spans[0].metrics.to_dict()
@@ -202,7 +202,7 @@ def parsers(run: Path, repeat: int) -> None:
 def plugin(exported: Path, timeout_s: float) -> None:
     """Start TensorBoard on the folder holding ``exported`` and time until the plugin's Overview of it
     answers (trainer/profiler/serve/tbserver.py starts it on a free loopback port)."""
-    from stepscope.profiler.serve.tbserver import TensorBoard
+    from ..profiler.serve.tbserver import TensorBoard
 
     t0 = time.perf_counter()
     peaks: dict[int, int] = {}

@@ -13,8 +13,8 @@ import statistics
 import time
 
 import torch
-from stepscope.profiler.cli.oneline import OneLineParser
-from stepscope.timing import StepClock
+from ..profiler.cli.oneline import OneLineParser
+from ..timing import StepClock
 
 
 def per_step_us(steps: int, phases: bool) -> float:

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import torch
-from verdict_truth import CONFIRM_SPEEDUP, record_trace, step_times
-from verdict_workloads import SlowSamples, Workload, _ce, _cifar, _pooled_linear, _small_cnn
+from .truth import CONFIRM_SPEEDUP, record_trace, step_times
+from ..workloads import SlowSamples, Workload, _ce, _cifar, _pooled_linear, _small_cnn
 
 CPU = torch.device("cpu")
 

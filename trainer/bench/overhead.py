@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-from stepscope.config import ConfigError, plain_name  # noqa: E402
-from stepscope.launch import checkout_train, last_line, read_run  # noqa: E402
-from stepscope.profiler.cli.oneline import OneLineParser  # noqa: E402
-from stepscope.run_dir import create_result_dir  # noqa: E402
+from ..config import ConfigError, plain_name
+from ..launch import checkout_train, last_line, read_run
+from ..profiler.cli.oneline import OneLineParser
+from ..run_dir import create_result_dir
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
 SIDES = ("plain", "profiled")
@@ -61,7 +61,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def check_possible(a: argparse.Namespace) -> None:
     """--name and --concurrent here; both sides' train.py flags by the trainer's own validation (what needs no
     torch first, so that a typo is answered at once)."""
-    from stepscope.cli import check_before_torch, parse_and_check
+    from ..cli import check_before_torch, parse_and_check
 
     plain_name("--name", a.name)
     root = a.logdir / a.name

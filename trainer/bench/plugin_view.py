@@ -20,8 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from stepscope.profiler.serve.tbserver import TensorBoard  # noqa: E402
-from stepscope.profiler.trace.files import WORKER_PATTERN  # noqa: E402
+from ..profiler.serve.tbserver import TensorBoard
+from ..profiler.trace.files import WORKER_PATTERN
 
 
 def profiler_runs(logdir: Path) -> list[str]:

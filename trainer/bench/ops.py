@@ -42,10 +42,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from stepscope import kernels  # noqa: E402
-from stepscope.profiler.cli.oneline import OneLineParser  # noqa: E402
-from stepscope.step import capture_graph  # noqa: E402
-from stepscope.timing import time_fn  # noqa: E402
+from .. import kernels
+from ..profiler.cli.oneline import OneLineParser
+from ..step import capture_graph
+from ..timing import time_fn
 
 EAGER = {  # op -> (number of inputs, eager PyTorch)
     "add": (2, lambda a, b: a + b),

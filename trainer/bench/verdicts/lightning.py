@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from verdict_truth import expected_verdict, graph_ms
-from verdict_workloads import Workload, _ce, _cifar
+from .truth import expected_verdict, graph_ms
+from ..workloads import Workload, _ce, _cifar
 
 BATCH = 64
 
@@ -31,7 +31,7 @@ def main() -> int:
     a = p.parse_args()
     import lightning as L
     from lightning.pytorch.profilers import PyTorchProfiler
-    from stepscope.models import torchvision_cifar_resnet18
+    from ...models import torchvision_cifar_resnet18
 
     class Module(L.LightningModule):
         def __init__(self) -> None:

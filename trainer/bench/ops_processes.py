@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench_ops import writable_file_error
-from stepscope.config import ARCHS, COMPILE_MODES
-from stepscope.launch import TrainFailed, checkout_train, run_train
-from stepscope.profiler.cli.oneline import OneLineParser
+from .ops import writable_file_error
+from ..config import ARCHS, COMPILE_MODES
+from ..launch import TrainFailed, checkout_train, run_train
+from ..profiler.cli.oneline import OneLineParser
 
 OPS = ("native", "custom")
 PHASES = ("step_ms", "dispatch_ms", "data_ms", "copy_host_ms", "cpu_ms")

@@ -53,9 +53,9 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from process_memory import measure_command  # noqa: E402  (beside this script)
-from stepscope.bench.ranks import CAUSES, TRUTH, JobSpec, Straggler, build_job, write_rank  # noqa: E402
-from stepscope.profiler.trace.workers import json_size  # noqa: E402
+from .memory import measure_command
+from .ranks import CAUSES, TRUTH, JobSpec, Straggler, build_job, write_rank
+from ..profiler.trace.workers import json_size
 
 ENGINES = ("local", "dask", "hta")
 
@@ -121,12 +121,12 @@ def _hta_available() -> bool:
 def run_engine(engine: str, job: Path, workers: int, out: Path) -> None:
     """In the measured subprocess: analyse ``job`` with ``engine`` and write what it found to ``out``."""
     if engine == "local":
-        from stepscope.profiler.analysis import analyze_run
-        from stepscope.profiler.analysis.json_out import dumps
+        from ..profiler.analysis import analyze_run
+        from ..profiler.analysis.json_out import dumps
 
         out.write_text(dumps(analyze_run(job, cpus=workers).to_dict()))
     elif engine == "dask":
-        from stepscope.profiler.cli.analyze import main
+        from ..profiler.cli.analyze import main
 
         with open(out, "w") as f, redirect_stdout(f):
             rc = main([str(job), "--json", "--cluster", f"local:{workers}"])

@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from stepscope.models import torchvision_cifar_resnet18  # noqa: E402
-from stepscope.timing import time_fn  # noqa: E402
+from ..models import torchvision_cifar_resnet18
+from ..timing import time_fn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import torch
-from stepscope.step import capture_graph
-from stepscope.timing import StepClock, Throughput
+from ...step import capture_graph
+from ...timing import StepClock, Throughput
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 GPU_BOUND_SHARE = 0.5  # the analysis's own threshold: the GPU busy for at least half of the step

@@ -20,15 +20,15 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_ops import writable_file_error
-from stepscope import kernels
-from stepscope.config import ARCHS, COMPILE_MODES, ModelConfig, OptimConfig
-from stepscope.env import configure_process, make_env
-from stepscope.models import build_model
-from stepscope.optim import build_optimizer, loss_fn
-from stepscope.profiler.capture.phases import Phases
-from stepscope.profiler.cli.oneline import OneLineParser
-from stepscope.step import CompiledStep, EagerStep
+from .ops import writable_file_error
+from .. import kernels
+from ..config import ARCHS, COMPILE_MODES, ModelConfig, OptimConfig
+from ..env import configure_process, make_env
+from ..models import build_model
+from ..optim import build_optimizer, loss_fn
+from ..profiler.capture.phases import Phases
+from ..profiler.cli.oneline import OneLineParser
+from ..step import CompiledStep, EagerStep
 
 OPS = ("native", "custom")
 
