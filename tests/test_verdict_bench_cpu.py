@@ -56,9 +56,8 @@ def test_bad_flags_get_one_line_and_exit_2(tmp_path):
 
 
 def test_holdout_names_match_their_workloads():
-    sys.path.insert(0, str(REPO / "scripts"))
-    import verdict_bench
-    import verdict_holdout
+    from stepscope.bench.verdicts import bench, gpu, holdout
 
-    assert tuple(verdict_holdout.HOLDOUT) == verdict_bench.HOLDOUT_ORDER
-    assert not set(verdict_bench.HOLDOUT_ORDER) & set(verdict_bench.GPU_ORDER)
+    assert tuple(holdout.HOLDOUT) == bench.HOLDOUT_ORDER
+    assert set(gpu.WORKLOADS) == set(bench.GPU_ORDER)
+    assert not set(bench.HOLDOUT_ORDER) & set(bench.GPU_ORDER)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from make_cifar_folder import write_cifar_folder
+from stepscope.bench.cifar_folder import write_cifar_folder
 from stepscope.config import TrainConfig
 from stepscope.verify import VerifyError, _flag_args, _with, predicted_speedup, remedy_for
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -38,9 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-from .memory import measure_command, tree_peaks
 from ..profiler.trace.files import find_traces, load_trace
+from .memory import measure_command, tree_peaks
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (trainer/bench/ -> the repository)
 
 TOLERANCE = 0.02  # relative; only the first step of each copy may see a different previous step
 COMPARED = ("step_ms", "host_step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",

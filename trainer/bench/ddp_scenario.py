@@ -26,9 +26,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from ..timing import time_fn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+
+from ..timing import time_fn
 
 # Defaults: a model big enough that the all-reduce and the matmuls both show in the trace, small enough
 # that the trace stays a few hundred KB; a delay clearly above the step's compute (a few ms on 2 cores).

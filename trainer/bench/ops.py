@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
 from .. import kernels
 from ..profiler.cli.oneline import OneLineParser
 from ..step import capture_graph

@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from .ops import writable_file_error
 from ..config import ARCHS, COMPILE_MODES
 from ..launch import TrainFailed, checkout_train, run_train
 from ..profiler.cli.oneline import OneLineParser
+from .ops import writable_file_error
 
 OPS = ("native", "custom")
 PHASES = ("step_ms", "dispatch_ms", "data_ms", "copy_host_ms", "cpu_ms")
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     a.logdir.mkdir(parents=True, exist_ok=True)
     journal = a.logdir / "runs.jsonl"
     journal.write_text("")
-    train = checkout_train(Path(__file__).resolve().parent.parent)
+    train = checkout_train(Path(__file__).resolve().parents[2])
     runs = []
     try:
         for i in range(a.pairs):

@@ -28,11 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 from ..config import ConfigError, plain_name
 from ..launch import checkout_train, last_line, read_run
 from ..profiler.cli.oneline import OneLineParser
 from ..run_dir import create_result_dir
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout (trainer/bench/ -> the repository)
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
 SIDES = ("plain", "profiled")

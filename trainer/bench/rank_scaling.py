@@ -11,7 +11,7 @@ jitter per rank, and the stragglers of ``--straggler RANK:CAUSE:MS`` (default: o
 step of host work outside ops), with the truth in truth.json.
 
 ``measure`` analyses a built job once per engine and worker count, each in its own subprocess, sampling the
-peak RSS of its processes (process_memory.py), and prints one Markdown row each:
+peak RSS of its processes (memory.py), and prints one Markdown row each:
   ``local``  the embedded engine (report.analyze_run with ``cpus=K``: up to K forked processes, as the memory
              budget allows; jobs under 64 MB of JSON in all stay in one process);
   ``dask``   ``stepscope analyze --cluster local:K`` (a Dask LocalCluster of K worker processes), where the
@@ -52,10 +52,11 @@ import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from ..profiler.trace.workers import json_size
 from .memory import measure_command
 from .ranks import CAUSES, TRUTH, JobSpec, Straggler, build_job, write_rank
-from ..profiler.trace.workers import json_size
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (trainer/bench/ -> the repository)
 
 ENGINES = ("local", "dask", "hta")
 
@@ -170,7 +171,7 @@ def measure(job: Path, engines: list[str], workers: list[int], repeat: int, hta_
         one = None  # the engine's wall time with one worker, for the efficiency column
         for k in workers if engine != "hta" else [1]:
             out = job.parent / f".{job.name}.{engine}{k}.json"
-            cmd = [sys.executable, str(Path(__file__).resolve()), "_run", engine, str(job), str(k), str(out)]
+            cmd = [sys.executable, "-m", "stepscope.bench.rank_scaling", "_run", engine, str(job), str(k), str(out)]
             best = None
             for _ in range(repeat):
                 got = measure_command(cmd)
@@ -205,6 +206,14 @@ def _engines(args) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ValueError as e:  # a bad spec or source: one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
@@ -253,9 +262,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ValueError as e:  # a bad spec or source: one line
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+if __name__ == "__main__":  # the measured subprocess (`_run`) starts here
+    sys.exit(main())

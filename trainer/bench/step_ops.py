@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import torch
-from .ops import writable_file_error
+
 from .. import kernels
 from ..config import ARCHS, COMPILE_MODES, ModelConfig, OptimConfig
 from ..env import configure_process, make_env
@@ -29,6 +29,7 @@ from ..optim import build_optimizer, loss_fn
 from ..profiler.capture.phases import Phases
 from ..profiler.cli.oneline import OneLineParser
 from ..step import CompiledStep, EagerStep
+from .ops import writable_file_error
 
 OPS = ("native", "custom")
 

@@ -13,6 +13,7 @@ import statistics
 import time
 
 import torch
+
 from ..profiler.cli.oneline import OneLineParser
 from ..timing import StepClock
 

@@ -6,7 +6,7 @@
     python scripts/verdict_bench.py --out /tmp/vbh --set holdout      # families the analysis was never fitted on
     python scripts/verdict_bench.py --rescore /tmp/vb                 # re-analyse saved traces, no GPU needed
 
-For each scenario (scripts/verdict_workloads.py): measure the truth unprofiled (scripts/verdict_truth.py: step
+For each scenario (gpu.py, holdout.py, cpu.py): measure the truth unprofiled (truth.py: step
 time, GPU time by CUDA-graph replay, the step with the cause removed), derive the expected verdict from those
 numbers, time 30 unprofiled steps with the trainer's own StepClock (the telemetry a stepscope run records),
 profile 3 steps with record_shapes, profile_memory and with_stack, and diagnose the trace twice: as a
@@ -31,7 +31,7 @@ from ...profiler.analysis import TraceError, analyze_run
 from .score import score_rows, to_markdown
 
 CPU_SCENARIOS = ("cpu_compute", "cpu_loader", "cpu_host_python", "cpu_comm")
-# the held-out families' names, without importing torch (scripts/verdict_holdout.py defines them)
+# the held-out families' names, without importing torch (holdout.py defines them)
 HOLDOUT_ORDER = ("vit_tiny_bs8", "vit_tiny_bs256", "vit_pageable", "bert_bs8", "bert_host_sync", "convnext_loader",
                  "mlp_adamw_loop")
 GPU_ORDER = ("cold_start", "resnet18_bs32", "resnet18_bs128", "resnet18_bs1024", "resnet50_pinned", "gpt_tiny",
@@ -69,8 +69,9 @@ TELEMETRY_FILE = "telemetry.json"
 
 def run_scenario(name: str, out: Path, device) -> dict:
     import torch
-    from .truth import expected_verdict, measure, record_trace, run_telemetry
+
     from .gpu import WORKLOADS
+    from .truth import expected_verdict, measure, record_trace, run_telemetry
 
     if name not in WORKLOADS:
         from .holdout import HOLDOUT as WORKLOADS
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="where results and traces go (created)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--set", dest="scenario_set", default="main", choices=["main", "holdout"],
-                   help="GPU scenarios: the main set, or the held-out families (scripts/verdict_holdout.py)")
+                   help="GPU scenarios: the main set, or the held-out families (stepscope.bench.verdicts.holdout)")
     p.add_argument("--only", nargs="+", metavar="SCENARIO")
     p.add_argument("--rescore", type=Path, metavar="OUT", help="re-analyse the traces of an earlier --out")
     a = p.parse_args(argv)

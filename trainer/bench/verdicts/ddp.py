@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+
 from .truth import step_times
 
 EXPECTED = {"comm": "communication_bound", "straggler": "host_bound", "balanced": None}

@@ -5,7 +5,7 @@
 A LightningModule trains the CIFAR ResNet-18 at batch 64 in bf16. Unprofiled, a callback records a CUDA event
 at every batch start (median step time over 60 steps); the GPU time of the same step is its CUDA-graph
 replay outside Lightning. Then `PyTorchProfiler(record_shapes, profile_memory, with_stack)` records 3 steps.
-Writes OUT/traces/lightning_resnet18/ (Lightning's trace files and truth.json, in verdict_bench.py's format)
+Writes OUT/traces/lightning_resnet18/ (Lightning's trace files and truth.json, in bench.py's format)
 and prints one line.
 """
 
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from ..workloads import Workload, ce_loss, cifar_batch
 from .truth import expected_verdict, graph_ms
-from ..workloads import Workload, _ce, _cifar
 
 BATCH = 64
 
@@ -31,6 +32,7 @@ def main() -> int:
     a = p.parse_args()
     import lightning as L
     from lightning.pytorch.profilers import PyTorchProfiler
+
     from ...models import torchvision_cifar_resnet18
 
     class Module(L.LightningModule):
@@ -69,7 +71,7 @@ def main() -> int:
     ms = [x.elapsed_time(y) for x, y in zip(clock.events[10:], clock.events[11:])]
     # the same step outside Lightning, for its GPU time
     w = Workload("lightning_resnet18", "lightning-resnet18", "launch_bound", torch.device("cuda"),
-                 torchvision_cifar_resnet18(10), _cifar(BATCH), _ce)
+                 torchvision_cifar_resnet18(10), cifar_batch(BATCH), ce_loss)
     truth = {"step_ms": statistics.median(ms), "gpu_ms": graph_ms(w.gpu_part), "copy_ms": 0.0,
              "fixed_step_ms": None, "intervention": None}
     truth["expected"], truth["confirmed"] = expected_verdict(w, truth)

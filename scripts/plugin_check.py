@@ -1,0 +1,13 @@
+"""Start TensorBoard on a loopback port and print what the PyTorch Profiler tab shows for a run, as JSON.
+
+    python scripts/plugin_check.py LOGDIR RUN [RUN ...]
+
+The code lives in stepscope.bench.plugin_view (trainer/bench/plugin_view.py); this is its command.
+"""
+
+import sys
+
+from stepscope.bench.plugin_view import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
