@@ -1,8 +1,10 @@
 """scripts/compare.py on the CPU: one real train.py --profile run per variant, tabulated."""
 
 import json
+import re
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
@@ -42,6 +44,12 @@ BAD = [
     (["--name", "a/b"], "compare.py: error: --name 'a/b' is not a plain directory name"),
     (["--name", "x\ny"], "compare.py: error: --name 'x\\ny' contains control characters"),
 ]
+BAD += [
+    (["--variants", "eager", "eager"], "compare.py: error: --variants: eager given more than once; name each once"),
+    (["--variants", "eager", "compile", "eager"], "compare.py: error: --variants: eager given more than once"),
+    (["--ops", "native", "native"], "compare.py: error: --ops: native given more than once"),
+    (["--variants", "eagre"], "compare.py: error: argument --variants: invalid choice: 'eagre'"),
+]
 if not torch.cuda.is_available():
     BAD.append((["--variants", "cuda-graphs"], "compare.py: error: --cuda-graphs needs a CUDA GPU"))
 
@@ -58,6 +66,76 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
 
 
 def test_a_bad_flag_is_answered_before_torch_is_imported():
-    rc, torch_imported, stderr = call_without_torch("stepscope.compare", "main", ["--batch-size", "0"])
+    rc, torch_imported, stderr = call_without_torch("stepscope.comparison", "main", ["--batch-size", "0"])
     assert (rc, torch_imported) == (2, False), stderr
     assert "--batch-size must be a positive number, got 0" in stderr
+
+
+def test_help_is_complete():
+    r = subprocess.run([*COMPARE, "--help"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    # the description is whole sentences, and the defaults of both devices are stated
+    assert "each with native and custom elementwise ops." in text
+    assert "on a CPU ResNet-8 at batch 32 for 40 steps" in text and "on a GPU ResNet-18 at batch 128" in text
+    assert "refused up front, before anything runs or is written" in text
+
+
+def test_the_defaults_fit_the_device():
+    from stepscope.comparison import DEFAULTS, fill_defaults, parse
+
+    a = parse(["--device", "cpu", "--variants", "eager"], "compare", REPO / "logs")
+    cpu = fill_defaults(a, "cpu")
+    assert (cpu.arch, cpu.batch_size, cpu.steps, cpu.variants, cpu.ops) == ("resnet8", 32, 40, ["eager"], ["native"])
+    gpu = fill_defaults(parse([], "compare", REPO / "logs"), "cuda")
+    assert (gpu.arch, gpu.batch_size, gpu.steps) == ("resnet18", 128, 300)
+    assert "cuda-graphs" not in DEFAULTS["cpu"].variants  # every CPU default can run on a CPU
+    given = fill_defaults(parse(["--arch", "lenet", "--batch-size", "8", "--steps", "30"], "c", REPO), "cpu")
+    assert (given.arch, given.batch_size, given.steps) == ("lenet", 8, 30)
+
+
+def test_stepscope_compare_resolves_to_the_function_returning_rows():
+    """In a fresh process, also after the module that holds it has been imported."""
+    code = ("import inspect, stepscope, stepscope.comparison\n"
+            "f = stepscope.compare\n"
+            "print(f.__module__, f.__name__, inspect.signature(f).return_annotation)\n"
+            "try:\n    f(['--variants', 'eager', 'eager'])\nexcept ValueError as e:\n    print(type(e).__name__, e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["stepscope.comparison compare list[dict]",
+                                     "CompareError --variants: eager given more than once; name each once"]
+
+
+FAKE_TRAIN = """
+import json, sys, time
+from pathlib import Path
+from stepscope.profiler.serve.tb_events import EventLog
+args = sys.argv[1:]
+run = Path(args[args.index("--logdir") + 1]) / args[args.index("--run-name") + 1]
+run.mkdir(parents=True)
+with EventLog(run) as log:
+    for step in (10, 20, 30):
+        time.sleep(1.0)
+        log.scalars({"train/loss": 1.0}, step)
+        log.flush()
+(run / "run.json").write_text(json.dumps({"config": {"data": {"batch_size": 8}}, "world_size": 1,
+    "final": {"median_step_ms": 5.0, "mean_step_ms": 5.5, "timed_steps": 20}}))
+"""
+
+
+def test_each_variant_shows_its_progress_while_it_runs(tmp_path, capsys):
+    """A progress line every few seconds while each variant runs: its latest logged step."""
+    from stepscope.comparison import compare
+
+    with mock.patch("stepscope.comparison.PROGRESS_EVERY_S", 0.4):
+        rows = compare(["--device", "cpu", "--variants", "eager", "compile-default", "--ops", "native",
+                        "--steps", "30", "--logdir", str(tmp_path), "--name", "cmp"],
+                       train_cmd=(sys.executable, "-c", FAKE_TRAIN))
+    out = capsys.readouterr().out
+    assert [(r["variant"], r["median_ms"]) for r in rows] == [("eager", 5.0), ("compile-default", 5.0)]
+    assert out.splitlines()[0].startswith("stepscope compare: 2 variant(s) on cpu, resnet8 at batch 32 for 30 steps")
+    for name in ("eager-native", "compile-default-native"):
+        ticks = re.findall(rf"^\[{name}\] (starting|step \d+/30), [\d.]+ s$", out, re.M)
+        steps = [int(t.split()[1].split("/")[0]) for t in ticks if t.startswith("step")]
+        assert steps and steps == sorted(steps) and steps[-1] >= 20, out
+        assert out.index(f"[{name}] started") < out.index(f"[{name}] step") < out.index(f"[{name}] finished")

@@ -9,6 +9,7 @@ where mounting is not allowed). The profiled cycle's trace does not fit, so the 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from tmpfs import mounted_tmpfs
@@ -34,3 +35,61 @@ def test_full_disk_during_the_trace_export(tiny_disk):
     # run.json was written at the start; the room set aside beside it lets its last update say "failed"
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
     assert not (run / ".run.json.reserve").exists()
+
+
+def test_run_json_ends_failed_on_a_disk_too_full_for_the_usual_reserve(tmp_path):
+    """256 KiB: too small for a 256 KiB reserve beside run.json; the reserve is sized from the smallest final
+    record instead, and run.json still says "failed" (it stayed "running", with stdout saying failed)."""
+    with mounted_tmpfs(tmp_path / "mnt", "size=256k") as disk:
+        r = run_train([*FAST, *PROFILE_3_STEPS, "--steps", "6", "--logdir", str(disk / "logs"), "--run-name", "f"])
+        assert r.returncode == 2, r.stderr[-3000:]
+        run = disk / "logs" / "f"
+        record = json.loads((run / "run.json").read_text())
+        steps = int(re.match(r"failed: (\d+) steps", r.stdout.splitlines()[-1]).group(1))
+        assert record["status"] == "failed" and record["final"]["steps"] == steps
+        assert not (run / ".run.json.reserve").exists()
+        assert not [p.name for p in run.rglob("*") if p.name.startswith(".tmp-") or ".partial" in p.name]
+
+
+def start_record(run_dir):
+    from stepscope.run_record import RunRecord
+
+    return RunRecord(config={"model": {"arch": "resnet8"}, "notes": "x" * 3000}, environment={"torch": "2"},
+                     git_sha=None, world_size=1, global_batch_size=32, distributed={}, step_kind="eager",
+                     run_dir=str(run_dir))
+
+
+def test_the_reserve_is_measured_from_the_smallest_final_record(tmp_path):
+    from dataclasses import replace
+
+    from stepscope.finish import reserve_bytes, widest_final
+
+    record = start_record(tmp_path)
+    end = replace(record, status="interrupted", signal="SIGTERM", final=widest_final(),
+                  loss_history=[[i, 1.0] for i in range(10000)], traces=["a"] * 100)
+    smallest = len(end.smallest().text().encode())
+    assert smallest < len(end.text().encode()) / 10  # the loss history and the traces are what can go
+    assert smallest + 4096 <= reserve_bytes(record) <= smallest + 3 * 4096
+
+
+def test_the_last_record_is_written_on_a_disk_with_no_room_and_no_reserve(tmp_path):
+    from dataclasses import replace
+
+    from stepscope.finish import write_last
+
+    with mounted_tmpfs(tmp_path / "mnt", "size=64k") as disk:
+        record = start_record(disk)
+        record.write(disk)
+        with open(disk / "filler", "wb", buffering=0) as f:  # the run's other files took every page left
+            try:
+                while True:
+                    f.write(bytes(4096))
+            except OSError:
+                pass
+        done = replace(record, status="failed", final={"steps": 19},
+                       loss_history=[[i, 1.0] for i in range(2000)])
+        write_last(done, disk)
+        written = json.loads((disk / "run.json").read_text())
+        assert written["status"] == "failed" and written["final"] == {"steps": 19}
+        assert written["loss_history"] == []  # what the disk had no room for
+        assert not [p.name for p in disk.iterdir() if p.name.startswith(".tmp-")]

@@ -23,7 +23,7 @@ except PackageNotFoundError:  # a source tree that was never installed
 _PUBLIC = {  # name -> (module, attribute): each public call is one line into the engine
     "analyze": ("stepscope.profiler.front", "analyze"),
     "trace_handler": ("stepscope.profiler.capture.handler", "stepscope_trace_handler"),
-    "compare": ("stepscope.compare", "compare"),
+    "compare": ("stepscope.comparison", "compare"),
 }
 __all__ = ["__version__", *_PUBLIC]
 

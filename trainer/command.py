@@ -53,7 +53,7 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("stepscope.command", "train_main"),
     "analyze": ("stepscope.profiler.cli.analyze", "main"),
-    "compare": ("stepscope.compare", "main"),
+    "compare": ("stepscope.comparison", "main"),
     "tensorboard": ("stepscope.profiler.cli.tensorboard", "main"),
     "verify": ("stepscope.verify", "main"),
     "bench-ops": ("checkout:scripts/bench_ops.py", "main"),  # a maintainer's benchmark: in a clone only

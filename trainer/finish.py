@@ -17,8 +17,12 @@ from pathlib import Path
 
 from .profiler.serve.diagnose import diagnose_run
 from .profiler.trace.files import find_plugin_traces
-from .run_dir import no_space, release_space
+from .run_dir import PAGE, no_space, release_space
 from .run_record import RunRecord, finite_or_none
+from .timing import PHASES
+
+# the widest a number is written in run.json (a float's repr is at most 24 characters)
+WIDEST = -2.2250738585072014e-308
 
 
 def final_numbers(progress, thr) -> dict:
@@ -33,6 +37,44 @@ def final_numbers(progress, thr) -> dict:
         # means of the timed steps: the step and its phases as the run runs without the profiler
         "telemetry": thr.telemetry(),
     }
+
+
+def widest_final() -> dict:
+    """final_numbers' keys, each with the widest value it can hold: the most room the final numbers take."""
+    return {k: WIDEST for k in ("steps", "train_loss", "eval_accuracy", "images_per_s", "mean_step_ms",
+                                "median_step_ms", "timed_steps")} | {
+        "telemetry": {k: WIDEST for k in ("steps", "step_ms", *PHASES)}}
+
+
+def reserve_bytes(record: RunRecord) -> int:
+    """The room to set aside at the start (run_dir.reserve_space): the smallest record the run can end with,
+    measured with the widest final numbers and signal, in whole pages, plus a page for the file system's own
+    bookkeeping of the temporary file."""
+    end = replace(record, status="interrupted", signal="SIGVTALRM", final=widest_final()).smallest()
+    return PAGE * (2 + len(end.text().encode("utf-8")) // PAGE)
+
+
+def write_last(done: RunRecord, run_dir: Path) -> None:
+    """Write the run's last record however full the disk is: the whole record; else, with the reserve
+    given back, the whole record again; else the smallest record (RunRecord.smallest); else that record
+    over run.json in place (not atomic, but the old record's room is then the new one's)."""
+    try:
+        done.write(run_dir)
+        return
+    except OSError as e:
+        if not no_space(e):
+            raise
+    release_space(run_dir)
+    for record in (done, done.smallest()):
+        try:
+            record.write(run_dir)
+            return
+        except OSError as e:
+            if not no_space(e):
+                raise
+    with open(Path(run_dir) / "run.json", "r+b") as f:  # truncating frees the old record's pages first
+        f.truncate(0)
+        f.write(done.smallest().text().encode("utf-8"))
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -91,12 +133,7 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
                        "findings": [{k: f[k] for k in ("id", "cost_ms_per_step")} for f in sp["findings"]]}
                       for sp in diagnosis["spans"]]})
     try:
-        try:
-            done.write(run_dir)
-        except OSError as e:
-            if not (no_space(e) and release_space(run_dir)):
-                raise
-            done.write(run_dir)  # the room set aside at the start is free now: run.json still says how it ended
+        write_last(done, run_dir)  # run.json says how the run ended, however full the disk is
         log.close()
     except OSError:
         if status != "failed":  # the disk is full: the caller reports the first failure, not this one

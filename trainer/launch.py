@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 INSTALLED_TRAIN = (sys.executable, "-m", "stepscope.command", "train")
@@ -36,9 +38,22 @@ def last_line(stderr: str, returncode: int) -> str:
     return (stderr.strip().splitlines() or [f"exit code {returncode}"])[-1]
 
 
-def run_train(args: list[str], train_cmd: tuple[str, ...] = INSTALLED_TRAIN, cwd: Path | None = None) -> dict:
-    """Run training with `args` (which name --logdir and --run-name) and return its run.json."""
-    r = subprocess.run([*train_cmd, *args], capture_output=True, text=True, cwd=cwd)
-    if r.returncode != 0:
-        raise TrainFailed(last_line(r.stderr, r.returncode))
+def run_train(args: list[str], train_cmd: tuple[str, ...] = INSTALLED_TRAIN, cwd: Path | None = None,
+              progress: Callable[[float], None] | None = None, every_s: float = 10.0) -> dict:
+    """Run training with `args` (which name --logdir and --run-name) and return its run.json. While it runs,
+    `progress(seconds so far)` is called every `every_s` seconds."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen([*train_cmd, *args], stdout=out, stderr=err, text=True, cwd=cwd)
+        elapsed = 0.0
+        while True:
+            try:
+                p.wait(timeout=every_s)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed += every_s
+                if progress is not None:
+                    progress(elapsed)
+        err.seek(0)
+        if p.returncode != 0:
+            raise TrainFailed(last_line(err.read(), p.returncode))
     return read_run(args)

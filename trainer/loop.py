@@ -25,7 +25,7 @@ from .config import TrainConfig
 from .data import build_data
 from .distributed import all_reduce_sum, make_distributed
 from .env import Env, configure_process, make_env, seed_everything
-from .finish import RunParts, finish_run
+from .finish import RunParts, finish_run, reserve_bytes
 from .models import build_model
 from .optim import build_optimizer, loss_fn
 from .profiler.capture.phases import Phases
@@ -141,7 +141,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         step_kind=step_kind(cfg), run_dir=str(run_dir))
     if env.is_main:
         record.write(run_dir)
-        reserve_space(run_dir)
+        reserve_space(run_dir, reserve_bytes(record))
 
     progress = Progress()
     clock = StepClock(env.device)

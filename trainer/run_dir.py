@@ -29,18 +29,24 @@ def no_space(e: BaseException) -> bool:
 
 # Room set aside beside run.json at the start of a run and given back at its end. If the disk fills up
 # during the run, freeing it first lets run.json still record how the run ended ("failed", not "running").
+# Its size is measured from the smallest record the run can end with (finish.reserve_bytes): room for that
+# record written whole beside the old run.json (the atomic write needs both for a moment), in whole pages.
 RESERVE_NAME = ".run.json.reserve"
-RESERVE_BYTES = 256 * 1024
+PAGE = 4096
 
 
-def reserve_space(run_dir: Path) -> None:
-    """Set the room aside; on a disk already too full for it, go on without (best effort)."""
+def reserve_space(run_dir: Path, nbytes: int) -> bool:
+    """Set ``nbytes`` aside; on a disk already too full for it, go on without (best effort). True if set."""
     path = Path(run_dir) / RESERVE_NAME
     try:
         with open(path, "wb") as f:
-            f.write(bytes(RESERVE_BYTES))
+            f.write(bytes(nbytes))
+            f.flush()
+            os.fsync(f.fileno())
+        return True
     except OSError:
         path.unlink(missing_ok=True)
+        return False
 
 
 def release_space(run_dir: Path) -> bool:

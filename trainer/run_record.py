@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .profiler.trace.atomic import write_text_atomic
@@ -51,6 +51,13 @@ class RunRecord:
                 del d[key]
         return d
 
+    def text(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str, allow_nan=False) + "\n"
+
+    def smallest(self) -> RunRecord:
+        """The same record without what can be left out when the disk has no room for more: the loss history,
+        the list of traces and the diagnosis summary (diagnosis.md and the traces themselves stay on disk)."""
+        return replace(self, loss_history=[], traces=[], diagnosis=None)
+
     def write(self, run_dir: Path) -> None:
-        write_text_atomic(Path(run_dir) / "run.json",
-                          json.dumps(self.to_dict(), indent=2, default=str, allow_nan=False) + "\n")
+        write_text_atomic(Path(run_dir) / "run.json", self.text())

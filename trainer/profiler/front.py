@@ -4,9 +4,11 @@ handler, the TensorBoard watcher) is a call of ``analyze``.
     report = analyze("logs/myrun")                               # RunReport; report.to_dict() is the --json
     report = analyze("trace.json", selection=StepSelection(steps=(3, 8)))
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
+    runs = analyze("logs")          # a folder of several runs: RunsReport, one RunReport per run (runs.py)
 
-Discovery (trace/discover.py) finds the traces, loaded.py parses them, the analysis reports on them. When
-``telemetry`` is not given and ``path`` is a stepscope run with a run.json, the run's own telemetry is used.
+Discovery (trace/discover.py) finds the traces, loaded.py parses them, jobs.py groups them into jobs (one run
+folder is one job, unless the traces' distributedInfo joins folders), the analysis reports on each. When
+``telemetry`` is not given and a run is a stepscope run with a run.json, the run's own telemetry is used.
 Raises TraceError (a ValueError, one line) on bad input. Torch-free.
 """
 
@@ -18,7 +20,8 @@ from pathlib import Path
 
 from .analysis.report import RunReport
 from .analysis.select import StepSelection
-from .loaded import Loaded, load_found, report_of, run_telemetry
+from .loaded import Loaded, load_found
+from .runs import RunsReport, report_runs
 from .trace.discover import discover, summary_line
 from .trace.errors import TraceError
 
@@ -47,10 +50,9 @@ def find(path: str | os.PathLike, max_memory: int | None = None) -> Found:
 
 
 def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
-            max_memory: int | None = None) -> RunReport:
-    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file)."""
+            max_memory: int | None = None) -> RunReport | RunsReport:
+    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file): a
+    RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several."""
     path = Path(path)
     found = find(path, max_memory)
-    if telemetry is None:
-        telemetry = run_telemetry(path)
-    return report_of(found.loaded, str(path), selection, telemetry)
+    return report_runs(found.loaded, path, selection, telemetry)

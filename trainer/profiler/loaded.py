@@ -32,6 +32,9 @@ from .analysis.select import StepSelection
 from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
+# what a trace without steps needs: prof.step() marks each step only under a schedule
+NO_STEPS = ("no ProfilerStep# events; profile with schedule=torch.profiler.schedule(...) and call prof.step() "
+            "once per training step")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def skip_reason(found: Found, trace: dict) -> str | None:
     as are sniffed files without steps."""
     if found.kind in STEPS_REQUIRED or has_profiler_steps(trace):
         return None
-    return "no ProfilerStep# events"
+    return NO_STEPS
 
 
 def assign_spans(found: list[Found]) -> dict[Path, str]:

@@ -5,7 +5,9 @@ worker's sorted spans (``tensorboard_trace_handler`` stamps each rank's file wit
 strings differ between ranks). Each rank comes from the trace's ``distributedInfo.rank``, else from
 ``rank<N>`` in the worker name (our trainer's ``<host>_<pid>_rank<N>``). A worker with neither is not a rank:
 two runs of a plain ``tensorboard_trace_handler`` script in one directory are two processes named by host and
-PID, not a distributed job, and get no cross-rank section.
+PID, not a distributed job, and get no cross-rank section. Nor does a cycle in which two workers claim the
+same rank: the ranks of one job are distinct, so those are separate processes (e.g. two single-process runs
+whose workers are both named ``..._rank0``).
 
 For each straggler, ``stragglers_why`` compares its step phase by phase with the median of the ranks
 that do not straggle and names the phases, and the kernels, ops or ranges, that make the difference
@@ -102,7 +104,8 @@ def cross_rank(spans: list[SpanReport]) -> list[CrossRankReport]:
     for lst in by_worker.values():
         for i, s in enumerate(sorted(lst, key=lambda s: s.span), 1):
             cycles[i].append(s)
-    return [_cycle(i, members) for i, members in sorted(cycles.items()) if len(members) > 1]
+    return [_cycle(i, members) for i, members in sorted(cycles.items())
+            if len(members) > 1 and len({rank_of(s) for s in members}) == len(members)]
 
 
 def rank_of(span: SpanReport) -> int | None:
@@ -121,25 +124,24 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
         exposed = bd.ms_per_step("communication")
         rows.append(RankRow(rank_of(s), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
                             m.comm_ms_per_step, m.overlap_ms_per_step, exposed, m.step_ms - exposed, False))
-    flagged = [r.rank for r, s in zip(rows, members, strict=True) if _straggles(s, members)]
-    rows = sorted((RankRow(**{**r.__dict__, "straggler": r.rank in flagged}) for r in rows),
+    flagged = [r.worker for r, s in zip(rows, members, strict=True) if _straggles(s, members)]
+    rows = sorted((RankRow(**{**r.__dict__, "straggler": r.worker in flagged}) for r in rows),
                   key=lambda r: r.rank)
     found = _findings(rows, members)
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
-                           tuple(sorted(flagged)), _verdict(rows, members), tuple(found), tuple(remedies(found)),
-                           tuple(_why(members, flagged)))
+                           tuple(sorted(r.rank for r in rows if r.straggler)), _verdict(rows, members), tuple(found),
+                           tuple(remedies(found)), tuple(_why(members, flagged)))
 
 
-def _why(members: list[SpanReport], flagged: list[int]) -> list[StragglerWhy]:
-    """Each straggler against the median of the ranks that do not straggle (of all the others when every
-    rank does)."""
+def _why(members: list[SpanReport], flagged: list[str]) -> list[StragglerWhy]:
+    """Each straggler (``flagged``: their workers) against the median of the ranks that do not straggle (of
+    all the others when every rank does)."""
     out = []
     for s in sorted(members, key=rank_of):
-        r = rank_of(s)
-        if r not in flagged:
+        if s.worker not in flagged:
             continue
-        peers = [o for o in members if rank_of(o) not in flagged] or [o for o in members if o is not s]
-        out.append(straggler_why(s, peers, r))
+        peers = [o for o in members if o.worker not in flagged] or [o for o in members if o is not s]
+        out.append(straggler_why(s, peers, rank_of(s)))
     return out
 
 
@@ -156,8 +158,17 @@ def _straggles(s: SpanReport, members: list[SpanReport]) -> bool:
     excess = _outside_comm(s) - others
     median_step = statistics.median(o.metrics.step_ms for o in members)
     noise = s.inflation.ms_per_step if s.inflation is not None else 0.0
+    # the finding's cost is the excess as profiled (what the others measurably wait): a rank that is not
+    # also ahead as profiled holds nobody back in this trace
+    profiled = statistics.median(_profiled_outside_comm(o) for o in members if o is not s)
     return _outside_comm(s) > STRAGGLER_RATIO * others and excess >= STRAGGLER_MIN_SHARE * median_step \
-        and excess > noise
+        and excess > noise and _profiled_outside_comm(s) > profiled
+
+
+def _profiled_outside_comm(s: SpanReport) -> float:
+    """ms per step outside exposed communication, as profiled (the rows' outside_comm_ms)."""
+    m, bd = s.profiled or s.metrics, s.breakdown_profiled or s.breakdown
+    return m.step_ms - bd.ms_per_step("communication")
 
 
 def _verdict(rows: list[RankRow], members: list[SpanReport]) -> str:
@@ -178,6 +189,7 @@ def _findings(rows: list[RankRow], members: list[SpanReport]) -> list[Finding]:
         if not r.straggler:
             continue
         med = statistics.median(o.outside_comm_ms for o in rows if o is not r)
+        assert r.outside_comm_ms > med, f"straggler {r.worker} is not slower than the other ranks as profiled"
         own = by_worker[r.worker]
         out.append(Finding(
             "straggler",

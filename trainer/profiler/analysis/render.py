@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .cross_rank import CrossRankReport
+from .metrics import TOP_N
 from .report import RunReport
 from .span import SpanReport
 from .straggler_why import PHASES, StragglerWhy
@@ -51,7 +52,7 @@ def render_console(report: RunReport) -> str:
     return "\n".join(lines)
 
 
-def render_top(report: RunReport, rows: int = 15) -> str:
+def render_top(report: RunReport, rows: int = TOP_N) -> str:
     """The first trace's top kernels (GPU) or top ops by self time (CPU), per step, as an aligned table."""
     s = next((s for s in report.spans if s.metrics.top), None)
     if s is None:

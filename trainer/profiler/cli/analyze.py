@@ -12,7 +12,9 @@ PATH is a trace file or a directory holding traces from stepscope's trainer (``l
 untouched originals under ``raw/`` are preferred, and whose ``run.json`` gives the unprofiled steps' timing:
 the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md), plain
 ``tensorboard_trace_handler``, Lightning's ``PyTorchProfiler``, accelerate's
-``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace`` (see discover.py). All traces found are analysed as one run. First, one line on stderr says what was found
+``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace`` (see discover.py). One run folder is one job: a folder holding several runs is
+reported run by run, one section each (traces of different folders pair as ranks only when their own
+distributedInfo says they are one job; see jobs.py). First, one line on stderr says what was found
 and skipped, e.g. ``found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (not a
 profiler trace)``. The console text on stdout looks like
 
@@ -21,9 +23,12 @@ profiler trace)``. The console text on stdout looks like
          48.4% (5.05 ms) GPU idle while the host dispatches ops / launches kernels
         ...
 
-``--json`` prints ``{"verdict", "spans": [...], "distributed": [...]}`` (schema in the README).
+``--json`` prints ``{"verdict", "spans": [...], "distributed": [...]}``, or for a folder of several runs
+``{"runs": [{"run": <folder>, "verdict", "spans", ...}, ...]}`` (schema in docs/json.md).
 ``--export-tensorboard OUT_DIR`` also writes the traces, rewritten so that torch-tb-profiler 0.4.3 shows true
-numbers, to OUT_DIR (which must not exist or be empty), and lists the files it wrote: on stdout after the
+numbers, to OUT_DIR (which must not exist or be empty), marked as an export (a ``.stepscope-export``
+file naming the originals) so that analysing a folder that holds both, e.g. the analysed run itself, counts
+each trace once; and lists the files it wrote: on stdout after the
 console text, on stderr with ``--json`` so that stdout stays one JSON document. The export goes to a
 temporary folder beside OUT_DIR that is renamed into place only once complete.
 
@@ -48,9 +53,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import StepSelection, TraceError, json_out, render_console
-from ..loaded import Loaded, load_found, report_of, run_telemetry
-from ..trace.discover import discover, summary_line
+from ..analysis import StepSelection, TraceError, json_out
+from ..loaded import Loaded, load_found
+from ..runs import render_runs, report_runs, telemetry_sources
+from ..trace.discover import EXPORT_MARKER, discover, export_marker, summary_line
 from ..trace.gc_paused import gc_paused
 from .analyze_args import memory_size, window
 from .oneline import OneLineParser
@@ -137,6 +143,8 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
                 raise UsageError(f"--export-tensorboard: {item.found.path}: torch-tb-profiler 0.4.3 cannot load "
                                  f"the exported copy ({problem})")
             written.append(out_dir / adapted.name)
+        # marks the folder as copies, so that analysing a folder above it does not count them twice
+        (target / EXPORT_MARKER).write_text(export_marker([item.found.path for item in loaded]))
         os.replace(target, out_dir)  # out_dir is missing or empty (checked before): rename(2) replaces it
         return written
     finally:
@@ -167,8 +175,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         with gc_paused():
             loaded, found_line = find_and_load(a.run_dir, a.max_memory)
             # validates every trace before anything is written
-            telemetry = run_telemetry(a.run_dir)
-            report = report_of(loaded, str(a.run_dir), selection, telemetry)
+            report = report_runs(loaded, a.run_dir, selection)
             # the streamed export reads the files again: the parsed events are let go first
             loaded = [replace(item, parsed=None) for item in loaded]
             written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
@@ -182,10 +189,10 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(found_line, file=sys.stderr)
-    if telemetry is not None:
-        print(f"unprofiled figures from {a.run_dir / 'run.json'}: mean of {telemetry.get('steps', 0):.0f} "
+    for record, telemetry in telemetry_sources(a.run_dir, report):
+        print(f"unprofiled figures from {record}: mean of {telemetry.get('steps', 0):.0f} "
               f"timed steps, {telemetry['step_ms']:.2f} ms", file=sys.stderr)
-    print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_console(report))
+    print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_runs(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout
         print(f"exported {len(written)} trace(s) to {a.export_tensorboard}, originals under raw/ "

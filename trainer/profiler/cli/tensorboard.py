@@ -13,22 +13,25 @@ for a run already shown appear as a new run `<run>@2`, `<run>@3`, ...
 Prints one line per published run ("+ run exp1: 2 traces (tensorboard_trace_handler): launch_bound"), one
 per rejected file ("! ..."), and the URL. The shadow logdir is a temporary folder removed at exit, or
 --shadow DIR2/logdir (kept; DIR2 must be outside DIR). Ctrl-C (or SIGTERM) stops TensorBoard, waits for it,
-and exits 130 (143 on SIGTERM). Bad input (no such DIR, a port in use, --shadow inside DIR): one line on
+and exits 130 (143 on SIGTERM). TensorBoard also dies when this process is killed outright (SIGKILL; Linux),
+and a temporary folder left by a killed server is removed when the next one starts. Bad input (no such DIR, a port in use, --shadow inside DIR): one line on
 stderr, exit code 2.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..serve.child import die_with_parent
+from ..serve.shadow_root import make_root, remove_stale
 from ..serve.watch import WatchConfig, Watcher
 from .oneline import OneLineParser
 
@@ -97,7 +100,9 @@ def _raise_stop(signum, _frame) -> None:
 
 def serve(cfg: ServeConfig) -> int:
     check_port_free(cfg.host, cfg.port)
-    root = Path(tempfile.mkdtemp(prefix="stepscope-tb-")) if cfg.shadow is None else cfg.shadow
+    for stale in remove_stale():  # left by a server that was killed before it could clean up
+        print(f"removed {stale} (left by a stopped stepscope tensorboard)", flush=True)
+    root = make_root() if cfg.shadow is None else cfg.shadow
     logdir, staging = root / "logdir", root / ".staging"
     logdir.mkdir(parents=True, exist_ok=True)
     watcher = Watcher(WatchConfig(cfg.source, logdir, staging))
@@ -110,7 +115,8 @@ def serve(cfg: ServeConfig) -> int:
             time.sleep(cfg.poll_s)
         for line in watcher.poll():
             print(line, flush=True)
-        proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port))
+        # TensorBoard dies with this process, however it ends (SIGKILL too): the port is never left served
+        proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port), preexec_fn=die_with_parent(os.getpid()))
         print(f"TensorBoard (pid {proc.pid}) at http://{cfg.host}:{cfg.port}/#pytorch_profiler serving "
               f"{len(watcher.runs)} run(s) from {logdir}; watching {cfg.source}; Ctrl-C stops", flush=True)
         while proc.poll() is None:

@@ -7,7 +7,14 @@ TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdi
 
     <name>/<worker>.<span>.pt.trace.json[.gz]     adapted copy (trainer layout, see files.py)
     <name>/raw/<span>/<worker>.trace.json[.gz]    untouched original
-    <name>/diagnosis.md, events.out.tfevents.*    Text "diagnosis" and "diagnosis/*" Scalars
+    <name>/diagnosis.md, events.out.tfevents.*    Text "diagnosis" and "diagnosis/*" Scalars, unless the
+                                                  source run writes its own (see below)
+
+One diagnosis per run, from one place. A run that writes its own diagnosis into its own event files (a
+stepscope trainer run that has one or is still running, a stepscope_trace_handler folder) shows that one: the
+mirror (mirror.py) copies it, and the server adds none. Any other run gets exactly one, the server's, with
+the run's own unprofiled figures when its run.json has them (a trainer run that ended without a
+diagnosis), so that analyze, run.json, Text and Scalars show the same numbers.
 
 torch-tb-profiler parses a run folder once, when it first has a trace, so a run's traces are never added to:
 traces that arrive later for the same source run are published as a new run, `<name>@2`, `<name>@3`, ...
@@ -17,15 +24,17 @@ Torch-free.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from ..analysis import TraceError
-from ..loaded import Loaded, report_of
+from ..loaded import Loaded, report_of, run_telemetry
 from ..tbfix import write_adapted_pair
 from ..trace.atomic import write_text_atomic
+from ..trace.discover import EXPORT_MARKER, STEPSCOPE
 from ..trace.files import WORKER_PATTERN
 from .diagnose import write_diagnosis
 from .tb_events import EventLog
@@ -59,25 +68,46 @@ def _move_in(work: Path, target: Path) -> None:
         os.rename(entry, target / entry.name)
 
 
-def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str) -> tuple[Path, str]:
+def own_diagnosis(source: Path | None, loaded: list[Loaded]) -> bool:
+    """Whether the source run folder writes its own diagnosis into its own event files (module docstring)."""
+    if source is None:
+        return False
+    record = source / "run.json"
+    if record.is_file():  # stepscope's trainer: a diagnosis after a profiled run, unless it ended otherwise
+        try:
+            run = json.loads(record.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(run, dict) and (bool(run.get("diagnosis")) or run.get("status") == "running")
+    # stepscope_trace_handler diagnoses every cycle; an export (analyze --export-tensorboard) has no events
+    return any(item.found.kind == STEPSCOPE for item in loaded) and not (source / EXPORT_MARKER).exists()
+
+
+def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str,
+                source: Path | None = None) -> tuple[Path, str]:
     """Write `loaded` as a new run named after `base` (see free_name); return (its folder, the verdict or
-    the reason there is none). Nothing appears in `logdir` unless the whole run was written."""
+    the reason there is none). `source`: the folder the traces come from (its run.json and its own
+    diagnosis, see own_diagnosis). Nothing appears in `logdir` unless the whole run was written."""
     logdir, staging = Path(logdir), Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=staging))
     try:
         for item in loaded:
             write_adapted_pair(work, item.worker, item.span, item.trace, item.found.path.name.endswith(".gz"))
-        with EventLog(work) as log:
-            try:
-                report = report_of(loaded, base)
-            except TraceError as e:
-                verdict = f"no diagnosis: {e}"
-                write_text_atomic(work / "diagnosis.md", verdict + "\n")
-                log.text("diagnosis", verdict, 0)
-            else:
-                verdict = report.verdict
-                write_diagnosis(work, report, log, 0)
+        telemetry = run_telemetry(source) if source is not None else None
+        try:
+            report = report_of(loaded, base, telemetry=telemetry)
+        except TraceError as e:
+            report, verdict = None, f"no diagnosis: {e}"
+        else:
+            verdict = report.verdict
+        if not own_diagnosis(source, loaded):
+            with EventLog(work) as log:
+                if report is None:
+                    write_text_atomic(work / "diagnosis.md", verdict + "\n")
+                    log.text("diagnosis", verdict, 0)
+                else:
+                    write_diagnosis(work, report, log, 0)
         target = logdir / free_name(logdir, base)
         _move_in(work, target)
         return target, verdict

@@ -101,7 +101,7 @@ class Watcher:
         if not loaded:
             return lines
         path, verdict = publish_run([item for item, _ in loaded], self.cfg.logdir, self.cfg.staging,
-                                    self.run_name(run))
+                                    self.run_name(run), self.cfg.source / run if run else self.cfg.source)
         self.runs.append(path)
         for item, sig in loaded:
             self.state.published[item.found.path] = sig

@@ -17,12 +17,16 @@ Recognised, by kind:
 Torch-free and cheap: names decide the first four kinds; any other JSON file is sniffed from its first
 64 KiB (a JSON object holding "traceEvents"), never parsed whole here. Whether a sniffed file really has
 ProfilerStep# events is only known once it is loaded: `loaded.py` checks that and skips it otherwise.
-Hidden files and folders and temporary `.partial` files are ignored.
+Hidden files and folders and temporary `.partial` files are ignored. So is stepscope's own output below the
+root: a folder written by ``stepscope analyze --export-tensorboard`` holds the EXPORT_MARKER file naming the
+traces it copies, and is skipped when those originals lie under the root too (they are found there); an
+export whose originals are elsewhere or gone is a run like any other, and so is the export folder itself.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import zlib
@@ -44,6 +48,8 @@ LIGHTNING_WORKER = re.compile(r"^(fit|validate|test|predict)-.*\[[A-Za-z_]+\]")
 ACCELERATE_NAME = re.compile(r"^profile_\d+\.json(\.gz)?$")
 CHROME_COPY = re.compile(r"\.chrome_trace\.json(\.gz)?$")  # our trainer's --export-chrome-trace copies
 SNIFF_BYTES = 64 * 1024
+# written into every --export-tensorboard folder: its traces are copies, never counted again from above
+EXPORT_MARKER = ".stepscope-export"
 HEAD_OF_TRACE = re.compile(rb'^\s*\{.*"traceEvents"\s*:', re.S)
 
 
@@ -109,7 +115,7 @@ def discover(root: Path) -> Discovery:
         return Discovery(root, tuple(traces), tuple(skipped))
     for folder, dirs, files in os.walk(root):
         folder_path = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not copies_within(folder_path / d, root))
         run = "" if folder_path == root else str(folder_path.relative_to(root))
         raw = raw_traces(folder_path, run)
         if raw:  # a stepscope run: its originals are the traces; its other trace files are copies of them
@@ -124,6 +130,24 @@ def discover(root: Path) -> Discovery:
                 skipped.append(hit)
     traces.sort(key=lambda t: (t.run, t.worker, t.span, str(t.path)))
     return Discovery(root, tuple(traces), tuple(skipped))
+
+
+def export_marker(sources: list[Path]) -> str:
+    """The EXPORT_MARKER file's text for an export of the traces at ``sources``."""
+    return json.dumps({"written_by": "stepscope analyze --export-tensorboard",
+                       "copies_of": [str(Path(p).resolve()) for p in sources]}, indent=1) + "\n"
+
+
+def copies_within(folder: Path, root: Path) -> bool:
+    """Whether ``folder`` is one of stepscope's exports whose originals all still lie under ``root``."""
+    try:
+        sources = json.loads((folder / EXPORT_MARKER).read_text()).get("copies_of")
+    except (OSError, ValueError, AttributeError):
+        return False
+    if not isinstance(sources, list) or not sources:
+        return False
+    top = root.resolve()
+    return all(isinstance(s, str) and Path(s).is_file() and Path(s).is_relative_to(top) for s in sources)
 
 
 def raw_traces(folder: Path, run: str) -> list[Found]:

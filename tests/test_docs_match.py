@@ -1,0 +1,43 @@
+"""What the README promises is what the code does: the end-of-run table's size, and the remedy given for a
+trace recorded without a schedule.
+
+    pytest tests/test_docs_match.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from stepscope.profiler.analysis import analyze_run, render_top
+from stepscope.profiler.analysis.metrics import TOP_N
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+DATA = REPO / "tests" / "data"
+
+
+def test_the_end_of_run_table_has_as_many_rows_as_the_readme_says():
+    (promised,) = re.findall(r"prints the top (\d+) kernels", README)
+    report = analyze_run(DATA / "eager_bs128")  # a ResNet step: more distinct kernels than any table holds
+    (span,) = report.spans
+    lines = render_top(report).splitlines()
+    rows = lines[2:]  # a title, a header, then one line per kernel
+    assert len(rows) == int(promised) == TOP_N
+    assert len(span.to_dict()["top"]) == int(promised)  # and --json's "top" holds the same rows
+
+
+def test_a_trace_recorded_without_a_schedule_is_refused_with_the_remedy(tmp_path):
+    """prof.export_chrome_trace of a profile without a schedule has no ProfilerStep# events."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]}))
+    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(trace)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    (line,) = p.stderr.splitlines()
+    assert "no ProfilerStep# events" in line
+    assert "schedule=torch.profiler.schedule(" in line and "prof.step()" in line

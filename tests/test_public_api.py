@@ -1,0 +1,44 @@
+"""`import stepscope` is the product: its public names, torch-free on import, each one line into the engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def test_import_stepscope_is_torch_free_and_names_its_api():
+    r = run("import sys, stepscope\n"
+            "print('torch' in sys.modules, sorted(n for n in stepscope.__all__ if n != '__version__'))\n"
+            "print(stepscope.__version__)")
+    assert r.returncode == 0, r.stderr
+    first, version = r.stdout.splitlines()
+    assert first.startswith("False ")
+    for name in ("analyze", "trace_handler", "compare"):
+        assert name in first
+    assert version[0].isdigit()
+
+
+def test_analyze_is_the_cli_report():
+    """stepscope.analyze(path) gives the report `stepscope analyze PATH --json` prints."""
+    r = run("import json, stepscope\n"
+            "from stepscope.profiler.analysis import json_out\n"
+            "print(json_out.dumps(stepscope.analyze('tests/data/eager_bs128').to_dict(), indent=1))")
+    assert r.returncode == 0, r.stderr
+    cli = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", "tests/data/eager_bs128", "--json"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(r.stdout) == json.loads(cli.stdout)
+    assert json.loads(r.stdout)["verdict"]
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    r = run("import stepscope\ntry:\n    stepscope.no_such_thing\nexcept AttributeError as e:\n    print(e)")
+    assert r.returncode == 0 and "no_such_thing" in r.stdout
