@@ -1,5 +1,5 @@
 """scripts/verdict_bench.py --device cpu: the CPU subset of the verdict benchmark, run for real, and its command
-line. Four scenarios with an injected cause each (scripts/verdict_cpu.py): convolutions (cpu_bound), a
+line. Four scenarios with an injected cause each (stepscope.bench.verdicts.cpu): convolutions (cpu_bound), a
 DataLoader sleeping 10 ms a sample in the main process into a pooled linear classifier (data_bound), 2M Python
 iterations after each step of that classifier (host_bound), and a 64 MB gradient all-reduced over gloo by 2
 ranks under torchrun (communication_bound). The truth is measured without the profiler, and the cause removed
