@@ -17,6 +17,7 @@
     ddp_scaling.py     images/s from 1 to N GPUs (scripts/ddp_scaling.py)
     plugin_view.py     what TensorBoard's PyTorch Profiler tab shows for a run (scripts/plugin_check.py)
     cifar_folder.py    a CIFAR-10 folder of random images (scripts/make_cifar_folder.py)
+    same_reports.py    this checkout's reports and exports against another commit's (scripts/same_reports.py)
 
 Importing this package imports nothing; torch comes with the modules that need it.
 """

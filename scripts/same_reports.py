@@ -1,0 +1,15 @@
+"""Check that this checkout reports and exports exactly what another checkout does, on every run in a folder.
+
+    git worktree add /tmp/before 96f345e
+    python scripts/same_reports.py /tmp/before tests/data          # every run folder under tests/data
+    python scripts/same_reports.py /tmp/before big/replica --no-export
+
+The code lives in stepscope.bench.same_reports (trainer/bench/same_reports.py); this is its command.
+"""
+
+import sys
+
+from stepscope.bench.same_reports import main
+
+if __name__ == "__main__":
+    sys.exit(main())
