@@ -5,6 +5,9 @@ verdict sets are built from it.
     python -m pytest -q tests/test_bench_workloads.py
 """
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
@@ -88,3 +91,22 @@ def test_a_graphed_workload_replays_the_whole_step():
     torch.cuda.synchronize()
     assert "graph_replay" in names and "forward" not in names
     assert any(not torch.equal(a, b) for a, b in zip(before, w.model.parameters()))
+
+
+def test_the_bench_package_and_its_scorers_import_without_torch():
+    """`import stepscope.bench` is cheap: the package, the verdict benchmark's runner and scorer, and the
+    measuring helpers import in a process where `import torch` fails (torch comes with the workloads)."""
+    script = """
+import sys
+sys.modules["torch"] = None
+import stepscope.bench, stepscope.bench.verdicts
+from stepscope.bench import ddp_scaling, memory, ranks, same_reports
+from stepscope.bench.verdicts import bench, score
+assert bench.GPU_ORDER and callable(score.score_rows)
+try:
+    import stepscope.bench.workloads
+except ImportError:
+    print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr[-3000:]
