@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify ddp compare
-#                                                     overhead plugin tests bench ops ops_processes
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify verify_extra ddp
+#                                                     compare overhead plugin tests bench ops ops_processes calibrate
 #                                                     (default: compare overhead plugin tests)
 #
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
-# a launch-bound eager run and on a data-bound CIFAR-format run.
+# a launch-bound eager run and on a data-bound CIFAR-format run, and a table of predicted vs measured
+# speed-ups (OUT_DIR/verify_predictions.md). verify_extra: the same for the other remedies (--compile
+# reduce-overhead on CIFAR data with 8 workers, --pin-memory on pageable host data, fewer logging syncs;
+# VX_RUNS="cifar_launch pageable logsync" picks some of them).
 #
 # ops: the custom ops' cost in training: bench_step_ops.py (native and custom ResNet-18 steps interleaved in
 # one process; eager 3 times, reduce-overhead once), bench_ops.py --per-call (interleaved rounds), then
@@ -16,6 +19,12 @@
 # variant its own process, so host drift between processes shows too). ops_processes: bench_ops_processes.py,
 # OPP_PAIRS (16) alternating unprofiled train.py pairs of OPP_STEPS (250) steps, native vs custom, with a sign
 # test (OPP_ARGS adds flags, e.g. "--compile reduce-overhead"; OPP_TIMEOUT, 480 s).
+#
+# calibrate: scripts/calibrate_overhead.py, the overhead model's predicted vs measured unprofiled step per
+# family, loop style (eager, compiled, Lightning, Hugging Face) and recording option (none, shapes, memory,
+# stacks, all), one style after another (CAL_STYLES, default "eager compiled lightning hf"; each bounded by
+# CAL_TIMEOUT, 280 s); the joined Markdown table in OUT_DIR/calibration.md for BENCHMARKS.md (CAL_ARGS adds
+# flags, e.g. "--families gru,transformer"; Lightning and HF need lightning / transformers installed).
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
@@ -29,8 +38,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|verdicts_ddp|verify|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify ddp compare overhead plugin tests bench ops ops_processes" >&2; exit 2;;
+  case $part in verdicts|holdout|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -77,6 +86,15 @@ part_holdout() {
   (cd "$L/vbh" && tar cf - traces | split -b 15M - "$OUT/holdout_traces.tar.")
 }
 
+verify_one() {  # NAME TRAIN_FLAGS...: a profiled ResNet-18 run, then stepscope verify on it
+  local name=$1; shift
+  stamp "verify: $name ($*)"
+  timeout 200 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 "$@" --logdir "$L/ver" \
+    --run-name "$name" > "$OUT/verify_${name}_train.log" 2>&1; echo "exit $?"
+  timeout 300 python3 scripts/verify.py "$L/ver/$name" --steps 200 > "$OUT/verify_$name.log" 2>&1; echo "exit $?"
+  tail -4 "$OUT/verify_$name.log"
+}
+
 part_verify() {
   stamp "verify: eager ResNet-18 batch 128 (launch-bound), the remedy timed unprofiled"
   timeout 150 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --steps 200 --log-every 50 \
@@ -91,6 +109,43 @@ part_verify() {
   timeout 240 python3 scripts/verify.py "$L/ver/cifar" --steps 80 > "$OUT/verify_cifar.log" 2>&1; echo "exit $?"
   tail -4 "$OUT/verify_cifar.log"
   for r in eager cifar; do cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null; done
+  predictions_table verify_predictions.md eager cifar
+}
+
+part_verify_extra() {  # the other remedies, each on whatever verdict its run reads (VX_RUNS picks some)
+  local runs=${VX_RUNS:-cifar_launch pageable logsync}
+  for r in $runs; do
+    case $r in
+      cifar_launch)  # --compile reduce-overhead
+        [ -d "$L/cifar" ] || python3 scripts/make_cifar_folder.py "$L/cifar" --per-file 10000
+        verify_one cifar_launch --data cifar10 --data-dir "$L/cifar" --workers 8 --steps 120;;
+      pageable) verify_one pageable --data-placement host --no-pin-memory --batch-size 512 --steps 200;;  # --pin-memory
+      logsync) verify_one logsync --log-every 1 --steps 200;;  # --log-every 10
+      *) echo "gpu_verify.sh: unknown VX_RUNS entry '$r' (cifar_launch pageable logsync)" >&2; continue;;
+    esac
+    cp "$L/ver/$r/run.json" "$OUT/verify_$r.run.json" 2>/dev/null
+  done
+  predictions_table verify_extra_predictions.md $runs
+}
+
+predictions_table() {  # FILE RUNS...: predicted vs measured speed-up of each run's verification
+  local file=$1; shift
+  stamp "verify: predicted vs measured"
+  python3 - $(for r in "$@"; do echo "$OUT/verify_$r.run.json"; done) <<'PY' | tee "$OUT/$file"
+import json, sys
+print("| run | verdict | remedy | baseline ms | remedy ms | measured | predicted (range) | measured / predicted | result |")
+print("|---|---|---|---:|---:|---:|---|---:|---|")
+for path in sys.argv[1:]:
+    try:
+        v = json.load(open(path))["verification"]
+    except (OSError, KeyError, ValueError) as e:
+        print(f"| {path} | no verification ({type(e).__name__}) |"); continue
+    lo, hi = v["predicted_speedup_range"]
+    print(f"| {path.split('verify_')[-1].split('.')[0]} | {v['verdict']} | `{' '.join(v['remedy'])}` | "
+          f"{v['baseline_step_ms']:.3f} | {v['remedy_step_ms']:.3f} | {v['measured_speedup']:.2f}x | "
+          f"{v['predicted_speedup']:.2f}x ({lo:.2f}x..{hi:.2f}x) | {v['measured_speedup'] / v['predicted_speedup']:.2f} | "
+          f"{v['result']} |")
+PY
 }
 
 part_verdicts_ddp() {
@@ -205,6 +260,15 @@ part_ops_processes() {
   timeout "${OPP_TIMEOUT:-480}" python3 scripts/bench_ops_processes.py --pairs "${OPP_PAIRS:-16}" --steps "${OPP_STEPS:-250}" \
     ${OPP_ARGS:-} --logdir "$L/opp" --out "$OUT/ops_processes.json" > "$OUT/ops_processes.log" 2>&1; echo "exit $?"
   cp "$L/opp/runs.jsonl" "$OUT/ops_processes_runs.jsonl" 2>/dev/null; tail -$(( ${OPP_PAIRS:-16} + 1 )) "$OUT/ops_processes.log"
+}
+part_calibrate() {
+  for style in ${CAL_STYLES:-eager compiled lightning hf}; do
+    stamp "calibrate_overhead.py --styles $style: predicted vs measured unprofiled step per family and recording"
+    timeout "${CAL_TIMEOUT:-280}" python3 scripts/calibrate_overhead.py --out "$L/cal/$style" --styles "$style" \
+      ${CAL_ARGS:-} > "$OUT/calibration_$style.md" 2> "$OUT/calibration_$style.log"; echo "exit $?"
+    cp "$L/cal/$style/calibration.json" "$OUT/calibration_$style.json" 2>/dev/null
+  done
+  python3 scripts/calibrate_overhead.py --table "$OUT"/calibration_*.json | tee "$OUT/calibration.md"
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"

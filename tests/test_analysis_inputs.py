@@ -114,7 +114,7 @@ def test_several_spans_of_one_worker_are_not_cross_rank(tmp_path):
     ([], "not a Chrome trace"),
     ({"events": []}, "not a Chrome trace"),
     ({"traceEvents": []}, "no ProfilerStep#N events"),
-    ({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1.0, "dur": 2.0}]},
+    ({"traceEvents": [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 1.0, "dur": 2.0}]},
      "no ProfilerStep#N events"),
     ({"traceEvents": ["x"]}, "event #0 is str"),
     ({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 5.0}]},

@@ -75,9 +75,9 @@ def test_sniffing_reads_only_the_head_of_a_json_file(tmp_path):
     p = analyze(tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines() == ["found 1 trace (1 export_chrome_trace); skipped 2 files: metrics.json (not a "
-                                     "profiler trace), no_steps.json (no ProfilerStep# events; profile with "
-                                     "schedule=torch.profiler.schedule(...) and call prof.step() once per "
-                                     "training step)"]
+                                     "profiler trace), no_steps.json (no ProfilerStep#, Optimizer.step# or torch "
+                                     "operator events; profile with schedule=torch.profiler.schedule(...) and "
+                                     "call prof.step() once per training step)"]
     assert p.stdout.startswith("stepscope diagnosis: cpu_bound")
 
 

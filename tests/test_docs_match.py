@@ -1,5 +1,5 @@
-"""What the README promises is what the code does: the end-of-run table's size, and the remedy given for a
-trace recorded without a schedule.
+"""What the README promises is what the code does: the end-of-run table's size, how a trace recorded without
+a schedule is read, and the remedy given for a trace with nothing to read steps from.
 
     pytest tests/test_docs_match.py -q
 """
@@ -30,14 +30,27 @@ def test_the_end_of_run_table_has_as_many_rows_as_the_readme_says():
     assert len(span.to_dict()["top"]) == int(promised)  # and --json's "top" holds the same rows
 
 
-def test_a_trace_recorded_without_a_schedule_is_refused_with_the_remedy(tmp_path):
-    """prof.export_chrome_trace of a profile without a schedule has no ProfilerStep# events."""
+def test_a_trace_recorded_without_a_schedule_is_read_as_the_readme_says(tmp_path):
+    """prof.export_chrome_trace of a profile without a schedule has no ProfilerStep# events: without optimizer
+    steps either, the README says the whole recorded window is one step, with a note."""
+    assert "Without any optimizer step the whole recorded\nwindow is one step" in README
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]}))
     p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(trace)], capture_output=True,
                        text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "note: the trace has neither ProfilerStep# nor Optimizer.step# events: the whole recorded window is " \
+           "read as one step" in p.stdout
+
+
+def test_a_chrome_trace_with_nothing_torch_recorded_is_refused_with_the_remedy(tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]}))
+    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(trace)], capture_output=True,
+                       text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == ""
     (line,) = p.stderr.splitlines()
-    assert "no ProfilerStep# events" in line
+    assert "no ProfilerStep#, Optimizer.step# or torch operator events" in line
     assert "schedule=torch.profiler.schedule(" in line and "prof.step()" in line

@@ -67,7 +67,7 @@ def test_refused_input_falls_back(tmp_path, bad):
 
 def test_no_steps_and_bad_metadata_fall_back(tmp_path):
     path = tmp_path / "w.1.pt.trace.json"
-    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1}]}))
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "Trace", "name": "a", "ts": 1, "dur": 1}]}))
     with pytest.raises(StreamFallback):
         parse_trace_file(path, "w", "1")
     path.write_text(json.dumps({**_trace(), "distributedInfo": [1]}))

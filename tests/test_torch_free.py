@@ -10,6 +10,7 @@ from trainrun import REPO
 
 TORCH_FREE = ["trace.files", "trace.bounded_read", "trace.atomic", "trace.vocabulary", "trace.discover", "loaded", "cli.analyze", "serve.diagnose",
               "capture.flamegraph", "serve.tb_events", "serve.tbserver", "cli.tensorboard", "serve.watch", "serve.shadow", "serve.mirror", "tbfix",
+              "measure", "summary", "diff", "cli.diff", "serve.tab.plugin",
               "analysis"]
 
 SCRIPT = f"""

@@ -4,6 +4,7 @@
     stepscope analyze logs/<run>                # = python scripts/analyze.py logs/<run>; a file or any folder
     stepscope compare --device cpu --variants eager --ops native --steps 40    # = python scripts/compare.py
     stepscope tensorboard --logdir DIR          # TensorBoard + plugin on DIR's traces, whatever wrote them
+    stepscope diff logs/a logs/b                # b's step vs a's, with a confidence interval; --fail-above 5%
     stepscope --help                            # the subcommands
 
 Each subcommand has its own `--help`; bad input gets one line on stderr and exit code 2.
@@ -53,6 +54,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("stepscope.comparison", "main"),
     "tensorboard": ("stepscope.profiler.cli.tensorboard", "main"),
     "verify": ("stepscope.verify", "main"),
+    "diff": ("stepscope.profiler.cli.diff", "main"),
     "bench-ops": ("stepscope.bench.ops", "main"),  # a maintainer's benchmark (= python scripts/bench_ops.py)
 }
 

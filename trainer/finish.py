@@ -34,6 +34,8 @@ def final_numbers(progress, thr) -> dict:
         "mean_step_ms": finite_or_none(thr.mean_ms),
         "median_step_ms": finite_or_none(thr.median_ms),
         "timed_steps": thr.steps,  # profiled steps and the trace export are excluded
+        # each timed step's wall time, in order: what `stepscope diff` draws its confidence interval from
+        "step_times_ms": [round(ms, 4) for ms in thr.all_ms],
         # means of the timed steps: the step and its phases as the run runs without the profiler
         "telemetry": thr.telemetry(),
     }

@@ -8,7 +8,7 @@ Fields, in the file's order: config (the resolved configuration), environment (t
 git_sha, world_size, global_batch_size, distributed (backend, every rank's worker, DDP options), step_kind,
 run_dir, status ("running", "completed", "interrupted", or "failed" when the disk filled up), signal (the
 signal's name when interrupted), final (steps, train_loss, eval_accuracy, images_per_s, mean/median_step_ms,
-timed_steps, and the unprofiled step telemetry), traces, loss_history, and after a profiled run diagnosis
+timed_steps, step_times_ms (each timed step's wall time), and the unprofiled step telemetry), traces, loss_history, and after a profiled run diagnosis
 (verdict and each span's verdict and metrics).
 """
 

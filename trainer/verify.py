@@ -4,22 +4,24 @@
     stepscope verify logs/<run> --steps 400
 
 Reads the run's run.json (its resolved config and its diagnosis), picks the trainer option that removes the
-verdict's cause (REMEDIES below), then runs the same config twice in this invocation, unprofiled: as it was
-(the baseline) and with the remedy, each as a TensorBoard run under RUN/verify/ so that the Scalars tab shows
-the A/B. The verdict is
+verdict's cause (the cause's fixes in the verdict registry, profiler/analysis/verdicts.py, the first that
+this config allows), then runs the same config twice in this invocation, unprofiled: as it was (the
+baseline) and with the remedy, each as a TensorBoard run under RUN/verify/ so that the Scalars tab shows the
+A/B. The prediction comes from the baseline's unprofiled figures: its measured step and phases (telemetry:
+the wait for the batch, the copy, the dispatch, the CPU time) and the diagnosis's GPU time, through the
+cause's rule in the registry (for a launch-bound step, the step once the dispatch is gone: at least its GPU
+time). The rule gives the remedied step as a range, fastest to slowest, so the predicted speed-up is a
+range too (low..high), and its middle is the point figure. The verdict is
 
-- confirmed: the remedy's speed-up reaches at least half of what the verdict's cost predicts
-  (predicted = step / (step - cost of the verdict's finding)) and at least MIN_SPEEDUP. For data_bound the
-  loading moves to worker processes but still needs cores: the step cannot drop below the run's CPU time per
-  step (its telemetry `cpu_ms`) spread over this machine's cores, so predicted = step / max(step - cost,
-  cpu_ms / cores);
+- confirmed: the measured speed-up is at least MIN_SPEEDUP and reaches at least half of the gain at the
+  range's low end;
 - refuted: the step does not get faster (below MIN_SPEEDUP);
-- inconclusive: faster, but by less than half the predicted gain.
+- inconclusive: faster, but by less than that.
 
 Prints one line per run and the result, and writes it into the run: `verification` in run.json, a section of
 diagnosis.md, and TensorBoard text `verification` plus scalars `verify/<variant>_step_ms`.
-Bad input (no run.json, a run another tool wrote, no diagnosis, a verdict with no trainer option for its
-remedy): one line on stderr, exit code 2, nothing written.
+Bad input (no run.json, a run another tool wrote, no diagnosis, a verdict whose cause no trainer option
+removes): one line on stderr, exit code 2, nothing written.
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .launch import INSTALLED_TRAIN, TrainFailed, run_train
+from .profiler.analysis.verdicts import LOG_EVERY_FACTOR, REGISTRY, Cause, Unprofiled, by_name, primary_cause
 from .profiler.cli.oneline import OneLineParser
+from .profiler.front import analyze
 from .profiler.serve.tb_events import EventLog
 from .profiler.trace.atomic import write_text_atomic
 
 MIN_SPEEDUP = 1.05
-HALF = 0.5  # the share of the predicted gain a confirmed remedy must reach
+HALF = 0.5  # the share of the gain at the predicted range's low end that a confirmed remedy must reach
 
 
 class VerifyError(ValueError):
@@ -48,6 +52,7 @@ class VerifyError(ValueError):
 class Remedy:
     flags: tuple[str, ...]  # replaces the same flags of the baseline
     why: str
+    cause: Cause  # the verdict's cause that the flags remove (its prediction rule)
 
 
 def _flag_args(cfg: dict) -> list[str]:
@@ -71,36 +76,56 @@ def _flag_args(cfg: dict) -> list[str]:
 
 
 def remedy_for(verdict: str, cfg: dict, findings: list[dict]) -> Remedy:
+    """The first fix of the verdict's primary cause (its costliest finding, as the diagnosis reports it)
+    that this config allows."""
+    try:
+        record = by_name(verdict)
+    except KeyError:
+        raise VerifyError(f"{verdict}: not a verdict of stepscope") from None
+    cause = primary_cause(record, {f["id"]: f.get("cost_ms_per_step", 0.0) for f in findings})
+    if not cause.fixes:
+        which = f" from {cause.finding}" if len(record.causes) > 1 else ""
+        verifiable = ", ".join(f"{v.name} from {c.finding}" if len(v.causes) > 1 else v.name
+                               for v in REGISTRY for c in v.causes if c.fixes)
+        raise VerifyError(f"{verdict}{which}: no trainer option expresses its remedy (the trainer can verify "
+                          f"{verifiable})")
+    reasons = []
+    for fix in cause.fixes:
+        reason = _refusal(fix.flags, cfg)
+        if reason is None:
+            return Remedy(_filled(fix.flags, cfg), fix.why, cause)
+        reasons.append(reason)
+    raise VerifyError(f"{verdict}: {'; '.join(dict.fromkeys(reasons))}")
+
+
+def _refusal(flags: tuple[str, ...], cfg: dict) -> str | None:
+    """Why this config cannot take `flags` (a registry fix), or None."""
     d = cfg["data"]
-    on_gpu = cfg["device"] == "cuda"
-    if verdict == "launch_bound":
-        if not on_gpu:
-            raise VerifyError("launch_bound on a CPU: no trainer option removes launches there")
-        if cfg.get("cuda_graphs"):
-            raise VerifyError("launch_bound with --cuda-graphs already on: no further trainer option")
-        if d["name"] == "synthetic" and d.get("placement", "device") == "device" and not cfg.get("compile"):
-            return Remedy(("--cuda-graphs",), "replay the whole step as one CUDA graph")
-        if cfg.get("compile") == "reduce-overhead":
-            raise VerifyError("launch_bound with --compile reduce-overhead already on: no further trainer option")
-        return Remedy(("--compile", "reduce-overhead"), "torch.compile with CUDA graphs (reduce-overhead)")
-    if verdict == "data_bound":
-        if d["name"] != "cifar10":
-            raise VerifyError("data_bound on synthetic data: no trainer option loads it faster")
-        return Remedy(("--workers", str(max(4, 2 * d["workers"]))) + (("--pin-memory",) if on_gpu else ()),
-                      "DataLoader workers load batches in the background")
-    if verdict == "transfer_bound":
-        if not d.get("pin_memory", True):
-            return Remedy(("--pin-memory",), "copy from pinned memory with non_blocking=True")
-        if d["name"] == "synthetic" and d.get("placement") == "host":
-            return Remedy(("--data-placement", "device"), "keep the data on the GPU")
-        raise VerifyError("transfer_bound with pinned memory already on: no further trainer option")
-    if verdict == "host_bound":
-        if any(f["id"] == "host_sync" for f in findings):
-            return Remedy(("--log-every", str(10 * cfg["run"]["log_every"])),
-                          "sync at the logging cadence ten times less often")
-        raise VerifyError("host_bound from host work outside torch ops: no trainer option removes it")
-    raise VerifyError(f"{verdict}: no trainer option expresses its remedy (the trainer can verify launch_bound, "
-                      "data_bound, transfer_bound and host_bound from logging syncs)")
+    synthetic, placement = d["name"] == "synthetic", d.get("placement", "device")
+    graphs, reduce_overhead = flags == ("--cuda-graphs",), flags == ("--compile", "reduce-overhead")
+    if (graphs or reduce_overhead) and cfg["device"] != "cuda":
+        return "on a CPU no trainer option removes launches"
+    if (graphs or reduce_overhead) and cfg.get("cuda_graphs"):
+        return "--cuda-graphs already on: no further trainer option"
+    if graphs and not (synthetic and placement == "device" and not cfg.get("compile")):
+        return "--cuda-graphs needs synthetic data on the device and no --compile"
+    if reduce_overhead and cfg.get("compile") == "reduce-overhead":
+        return "--compile reduce-overhead already on: no further trainer option"
+    if flags[0] == "--workers" and d["name"] != "cifar10":
+        return "synthetic data: no trainer option loads it faster"
+    if flags == ("--pin-memory",) and d.get("pin_memory", True):
+        return "pinned memory already on"
+    if flags[0] == "--data-placement" and not (synthetic and placement == "host"):
+        return "no synthetic data on the host to move to the device"
+    return None
+
+
+def _filled(flags: tuple[str, ...], cfg: dict) -> tuple[str, ...]:
+    """A fix's flags with the run's values: more workers (at least 4, twice as many as before), logging
+    LOG_EVERY_FACTOR times less often; pinned memory only where there is a device to copy to."""
+    values = {"workers": str(max(4, 2 * cfg["data"]["workers"])),
+              "log_every": str(LOG_EVERY_FACTOR * cfg["run"]["log_every"])}
+    return tuple(f.format(**values) for f in flags if f != "--pin-memory" or cfg["device"] == "cuda")
 
 
 def _with(args: list[str], flags: tuple[str, ...]) -> list[str]:
@@ -144,31 +169,44 @@ def load_run(run_dir: Path) -> dict:
     return run
 
 
-def timed_run(args: list[str], logdir: Path, name: str, train_cmd: tuple[str, ...]) -> float:
-    """Median ms per timed step of an unprofiled run (its run.json), printing one line."""
+def timed_run(args: list[str], logdir: Path, name: str, train_cmd: tuple[str, ...]) -> tuple[float, dict | None]:
+    """Median ms per timed step of an unprofiled run and its telemetry (its run.json), printing one line."""
     try:
         run = run_train([*args, "--logdir", str(logdir), "--run-name", name], train_cmd)
     except TrainFailed as e:
         raise VerifyError(f"the {name} run failed ({e}); flags: {shlex.join(args)}") from None
     ms = run["final"]["median_step_ms"]
     print(f"{name}: median {ms:.3f} ms/step   ({shlex.join(args)})", flush=True)
-    return ms
+    return ms, run["final"].get("telemetry")
 
 
-def predicted_speedup(diag_span: dict, verdict: str, step_ms: float, cpu_ms: float | None = None,
-                      cores: int = 1) -> float:
-    """The speed-up that removing the verdict's cost would give. With `cpu_ms` (the training process's CPU time
-    per step), a data_bound step is bounded below by that work spread over `cores`: worker processes move
-    the loading off the training process, not off the machine."""
-    primary = {"launch_bound": "launch_overhead", "data_bound": "data_loading", "transfer_bound": "transfer",
-               "host_bound": "host_sync"}[verdict]
-    cost = next((f["cost_ms_per_step"] for f in diag_span.get("findings", []) if f["id"] == primary), 0.0)
-    if not cost:
-        return 1.0
-    floor = step_ms - cost
-    if verdict == "data_bound" and cpu_ms:
-        floor = max(floor, cpu_ms / cores)
-    return step_ms / max(floor, 1e-9)
+def diagnosis_span(run_dir: Path, summary: dict) -> dict:
+    """The run's first span as the analysis reports it (with the unprofiled breakdown that the prediction
+    needs; run.json keeps only a summary of it), from the run's traces and telemetry; the summary when the
+    traces can no longer be analysed."""
+    try:
+        spans = analyze(run_dir).to_dict()["spans"]
+    except (ValueError, OSError):
+        return summary
+    return next((s for s in spans if s.get("worker") == summary.get("worker")), spans[0])
+
+
+def unprofiled_figures(telemetry: dict | None, span: dict, cores: int) -> Unprofiled:
+    """The step the prediction starts from: a run's telemetry (the baseline's, else the profiled run's), with
+    the GPU time of the diagnosis; without telemetry, the diagnosis's step alone."""
+    if not telemetry or not telemetry.get("step_ms"):
+        telemetry = {"step_ms": span["metrics"]["step_ms"]}
+    return Unprofiled.of_run(telemetry, span, cores)
+
+
+def prediction(cause: Cause, u: Unprofiled, base_ms: float) -> dict:
+    """The remedied step by the cause's rule (fastest..slowest ms, never slower than the step was) and the
+    speed-up over `base_ms` it implies: a range, low..high, and its middle (the middle of the step range)."""
+    fast, slow = cause.predict(u) if cause.predict else (u.step_ms, u.step_ms)
+    slow = max(min(slow, u.step_ms), 1e-9)
+    fast = max(min(fast, slow), 1e-9)
+    return {"step_ms": [fast, slow], "speedup": [base_ms / slow, base_ms / fast],
+            "point": base_ms / ((fast + slow) / 2)}
 
 
 def verify(run_dir: Path, steps: int, train_cmd: tuple[str, ...] = INSTALLED_TRAIN) -> dict:
@@ -178,43 +216,50 @@ def verify(run_dir: Path, steps: int, train_cmd: tuple[str, ...] = INSTALLED_TRA
     verdict = diag["verdict"]
     span = diag["spans"][0]
     remedy = remedy_for(verdict, cfg, span.get("findings", []))
+    span = diagnosis_span(run_dir, span)
     base = _flag_args(cfg) + ["--steps", str(steps)]
     fixed = _with(base, remedy.flags)
     out_dir = run_dir / "verify"
     if out_dir.exists():
         raise VerifyError(f"{out_dir} exists: this run was verified already (remove it to verify again)")
-    base_ms = timed_run(base, out_dir, "baseline", train_cmd)
-    fixed_ms = timed_run(fixed, out_dir, "remedy", train_cmd)
+    base_ms, base_telemetry = timed_run(base, out_dir, "baseline", train_cmd)
+    fixed_ms, _ = timed_run(fixed, out_dir, "remedy", train_cmd)
     measured = base_ms / fixed_ms
-    cpu_ms = (run.get("final", {}).get("telemetry") or {}).get("cpu_ms")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    predicted = predicted_speedup(span, verdict, span["metrics"]["step_ms"], cpu_ms, cores)
+    u = unprofiled_figures(base_telemetry or (run.get("final") or {}).get("telemetry"), span, cores)
+    p = prediction(remedy.cause, u, base_ms)
+    low, high = p["speedup"]
     if measured < MIN_SPEEDUP:
         result = "refuted"
-    elif measured - 1 >= HALF * (predicted - 1):
+    elif measured - 1 >= HALF * (low - 1):
         result = "confirmed"
     else:
         result = "inconclusive"
-    return {"verdict": verdict, "remedy": list(remedy.flags), "why": remedy.why, "result": result,
-            "baseline_step_ms": base_ms, "remedy_step_ms": fixed_ms, "measured_speedup": measured,
-            "predicted_speedup": predicted, "cpu_ms_per_step": cpu_ms, "cores": cores, "steps": steps,
-            "min_speedup": MIN_SPEEDUP,
+    return {"verdict": verdict, "cause": remedy.cause.finding, "remedy": list(remedy.flags), "why": remedy.why,
+            "result": result, "baseline_step_ms": base_ms, "remedy_step_ms": fixed_ms,
+            "measured_speedup": measured, "predicted_speedup": p["point"], "predicted_speedup_range": [low, high],
+            "predicted_step_ms_range": p["step_ms"], "unprofiled": asdict(u), "cpu_ms_per_step": u.cpu_ms,
+            "cores": cores, "steps": steps, "min_speedup": MIN_SPEEDUP,
             "share_of_predicted_gain_required": HALF}
 
 
-def _core_bound(v: dict) -> str:
-    if v["verdict"] != "data_bound" or not v.get("cpu_ms_per_step"):
-        return ""
-    return (f", at most what {v['cores']} cores allow for {v['cpu_ms_per_step']:.1f} ms of the training process's "
-            "CPU time per step")
+def _rule(v: dict) -> str:
+    """The rule behind the prediction, in words: the first sentence of the rule's docstring, lower-cased."""
+    cause = by_name(v["verdict"]).cause(v.get("cause", ""))
+    doc = " ".join(((cause.predict.__doc__ or "") if cause is not None and cause.predict else "").split())
+    first = doc.split(". ")[0].rstrip(".")
+    return first[:1].lower() + first[1:]
 
 
 def record(run_dir: Path, v: dict) -> str:
     """Write the result into run.json, diagnosis.md and TensorBoard; returns the Markdown section."""
+    low, high = v["predicted_speedup_range"]
+    fast, slow = v["predicted_step_ms_range"]
     md = (f"## Verification: `{v['result']}`\n\n{v['verdict']}: the remedy `{' '.join(v['remedy'])}` ({v['why']}) "
           f"took the unprofiled step from {v['baseline_step_ms']:.3f} to {v['remedy_step_ms']:.3f} ms: "
-          f"{v['measured_speedup']:.2f}x measured, {v['predicted_speedup']:.2f}x predicted by the verdict's "
-          f"cost{_core_bound(v)} (confirmed from {MIN_SPEEDUP:.2f}x and half the predicted gain).\n")
+          f"{v['measured_speedup']:.2f}x measured, {low:.2f}x..{high:.2f}x predicted ({v['predicted_speedup']:.2f}x "
+          f"in the middle; a step of {fast:.3f}..{slow:.3f} ms, from the baseline's unprofiled figures: "
+          f"{_rule(v)}; confirmed from {MIN_SPEEDUP:.2f}x and half the gain at the range's low end).\n")
     run = json.loads((run_dir / "run.json").read_text())
     run["verification"] = v
     write_text_atomic(run_dir / "run.json", json.dumps(run, indent=2, allow_nan=False) + "\n")
@@ -223,7 +268,8 @@ def record(run_dir: Path, v: dict) -> str:
     with EventLog(run_dir) as tb:
         tb.text("verification", md, 0)
         tb.scalars({"verify/baseline_step_ms": v["baseline_step_ms"], "verify/remedy_step_ms": v["remedy_step_ms"],
-                    "verify/measured_speedup": v["measured_speedup"]}, 0)
+                    "verify/measured_speedup": v["measured_speedup"], "verify/predicted_speedup": v["predicted_speedup"],
+                    "verify/predicted_speedup_low": low, "verify/predicted_speedup_high": high}, 0)
     return md
 
 

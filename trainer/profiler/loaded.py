@@ -6,9 +6,9 @@
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
 the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
-report or error. A trace that does not parse is an error (TraceError, one line). A Lightning trace, or a
-file that was only sniffed as a Chrome trace, is skipped when it has no ProfilerStep# events (see
-skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
+report or error. A trace that does not parse is an error (TraceError, one line). A Lightning trace without
+ProfilerStep# or Optimizer.step# events, or a file that was only sniffed as a Chrome trace and holds no torch
+operators either, is skipped (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
 trace of the same run folder so that the ranks of an accelerate run pair up.
 Torch-free.
 """
@@ -29,12 +29,13 @@ from .analysis.report import (
     run_report,
 )
 from .analysis.select import StepSelection
-from .trace.discover import HANDLER, STEPSCOPE, Found, Skipped, has_profiler_steps
+from .trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped, step_source
+from .trace.vocabulary import STEPS_FROM_WINDOW
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 # what a trace without steps needs: prof.step() marks each step only under a schedule
-NO_STEPS = ("no ProfilerStep# events; profile with schedule=torch.profiler.schedule(...) and call prof.step() "
-            "once per training step")
+NO_STEPS = ("no ProfilerStep#, Optimizer.step# or torch operator events; profile with "
+            "schedule=torch.profiler.schedule(...) and call prof.step() once per training step")
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,18 @@ def read(found: Found) -> dict:
 
 def skip_reason(found: Found, trace: dict) -> str | None:
     """Why a found file is not a trace to analyse after all; None when it is one. Traces of stepscope and
-    tensorboard_trace_handler are always analysed (a missing ProfilerStep# is then an error that says how to
-    fix the loop); Lightning's also profiles actions without steps (e.g. validation_step), which are skipped,
-    as are sniffed files without steps."""
-    if found.kind in STEPS_REQUIRED or has_profiler_steps(trace):
+    tensorboard_trace_handler are always analysed (a trace without steps is then an error that says how to
+    fix the loop); Lightning's also profiles actions without steps (e.g. validation_step), which are skipped
+    unless they hold optimizer steps; a sniffed file is skipped when it holds no torch operators."""
+    return _skip(found, step_source(trace))
+
+
+def _skip(found: Found, source: str | None) -> str | None:
+    if found.kind in STEPS_REQUIRED or (source is not None and (source != STEPS_FROM_WINDOW
+                                                                 or found.kind != LIGHTNING)):
         return None
+    if found.kind == LIGHTNING:
+        return "no ProfilerStep# or Optimizer.step# events"
     return NO_STEPS
 
 
@@ -82,8 +90,12 @@ def load_found(found: list[Found] | tuple[Found, ...],
     loaded, skipped = [], []
     streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory)
     for f, parsed in zip(found, streamed, strict=True):
-        if parsed is not None:  # it has ProfilerStep#N events, so skip_reason has nothing to say
-            loaded.append(Loaded(f, spans[f.path], None, parsed))
+        if parsed is not None:
+            reason = _skip(f, parsed.steps_from if parsed.steps_from != STEPS_FROM_WINDOW or parsed.ops else None)
+            if reason:
+                skipped.append(Skipped(f.path, reason))
+            else:
+                loaded.append(Loaded(f, spans[f.path], None, parsed))
             continue
         trace = read(f)
         reason = skip_reason(f, trace)

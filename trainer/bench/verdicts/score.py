@@ -7,13 +7,16 @@
 A row counts when its truth has an expected verdict; a scenario whose intervention did not confirm the cause
 (`confirmed` false) is listed but left out of the matrix, since its truth is then not known. `key` picks the
 diagnosis: "diagnosis" (the trace as a stranger's) or "diagnosis_run" (with the run's telemetry); rows
-without it are left out. Pure Python.
+without it are left out. Every verdict must be one of the registry's (stepscope/profiler/analysis/verdicts.py).
+Pure Python.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
+
+from ...profiler.analysis.verdicts import by_name
 
 BUSY_TOLERANCE_PP = 5.0
 
@@ -26,6 +29,8 @@ def score_rows(rows: list[dict], key: str = "diagnosis") -> dict:
     rows = [r for r in rows if "error" in r or key in r]
     counted = _counted(rows)
     pairs = [(r["truth"]["expected"], r[key]["verdict"]) for r in counted]
+    for name in {v for p in pairs for v in p}:
+        by_name(name)  # KeyError for a name that is not a verdict (a workload's typo, a stale result)
     labels = sorted({v for p in pairs for v in p})
     matrix = Counter(pairs)
     per_verdict = {}

@@ -23,10 +23,11 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+from ...profiler.analysis.verdicts import GPU_BOUND, GPU_BOUND_PCT, LAUNCH_BOUND, TRANSFER_BOUND
 from ...step import capture_graph
 from ...timing import StepClock, Throughput
 
-GPU_BOUND_SHARE = 0.5  # the analysis's own threshold: the GPU busy for at least half of the step
+GPU_BOUND_SHARE = GPU_BOUND_PCT / 100  # the analysis's own threshold: the GPU busy for at least half of the step
 CONFIRM_SPEEDUP = 1.15  # removing a cause that bounds the step must speed it up at least this much
 
 
@@ -114,7 +115,7 @@ def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:
         out["fixed_step_ms"] = statistics.fmean(step_times(fixed.step, device))
         out["intervention"] = f"{fixed.name}"
         del fixed
-    elif w.cause == "launch_bound" and out["gpu_ms"] is not None:
+    elif w.cause == LAUNCH_BOUND.name and out["gpu_ms"] is not None:
         out["fixed_step_ms"], out["intervention"] = out["gpu_ms"], "whole step as a CUDA graph"
     return out
 
@@ -123,10 +124,11 @@ def expected_verdict(w, truth: dict) -> tuple[str, bool | None]:
     """(the verdict the unprofiled numbers imply, whether removing the cause confirmed it)."""
     gpu, step = truth["gpu_ms"], truth["step_ms"]
     if gpu is not None and gpu / step >= GPU_BOUND_SHARE:
-        copy = truth["copy_ms"]
-        return ("transfer_bound" if copy > gpu - copy else "gpu_bound"), True
-    cause = "launch_bound" if w.cause == "gpu_bound" else w.cause
-    if gpu is None and w.cause in ("gpu_bound", "transfer_bound"):
+        copy = truth["copy_ms"]  # the device verdicts: the larger share, ties to gpu_bound (as the analysis)
+        return (TRANSFER_BOUND.name if copy > gpu - copy else GPU_BOUND.name), True
+    # a workload meant to be GPU-bound whose GPU is idle most of the step waits for its launches
+    cause = LAUNCH_BOUND.name if w.cause == GPU_BOUND.name else w.cause
+    if gpu is None and w.cause in (GPU_BOUND.name, TRANSFER_BOUND.name):
         return w.cause, None
     fixed = truth["fixed_step_ms"]
     confirmed = None if fixed is None else step / fixed >= CONFIRM_SPEEDUP

@@ -46,9 +46,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .breakdown import Breakdown
-from .findings import COMM, STRAGGLER, Finding, remedies, verdict
+from .findings import Finding, remedies, verdict
 from .span import SpanReport
 from .straggler_why import StragglerWhy, straggler_why
+from .verdicts import COMM, STRAGGLER
 
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_SHARE = 0.05

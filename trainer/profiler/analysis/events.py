@@ -27,7 +27,9 @@ from ..trace.vocabulary import (
     DEVICE_KINDS,
     OPERATOR_CATEGORIES,
     RUNTIME_CATEGORIES,
+    STEP_PREFIX,
 )
+from .inferred_steps import FROM_PROFILER, infer_steps
 from .validate import check_document, check_event, is_step_event, no_steps_error
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -103,6 +105,7 @@ class ParsedTrace:
     python_calls: tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
     python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
     recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
+    steps_from: str = FROM_PROFILER  # or, in a trace without ProfilerStep#N, inferred_steps.FROM_*
 
     @property
     def has_gpu(self) -> bool:
@@ -129,7 +132,8 @@ def _span(e: dict, i: int, base: float) -> tuple[float, float]:
 
 
 def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
-    """Typed events of one (worker, span) trace. Raises TraceError if it holds no ProfilerStep#N."""
+    """Typed events of one (worker, span) trace. Without ProfilerStep#N ranges, the steps are inferred
+    (inferred_steps.py); raises TraceError if there is nothing to infer them from."""
     check_document(trace, f"{worker}.{span}")
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
     python_calls: list[float] = []
@@ -183,6 +187,11 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             annotations.append(HostEvent(name, e.get("tid"), s, t))
             if name in DATA_ANNOTATIONS:
                 data_spans.append(HostEvent(name, e.get("tid"), s, t))
+    steps_from = FROM_PROFILER
+    if not steps and not any(isinstance(e, dict) and str(e.get("name", "")).startswith(STEP_PREFIX)
+                             for e in trace["traceEvents"]):  # misplaced ones: no_steps_error says how
+        inferred, steps_from = infer_steps(annotations, (ops, runtime, data_spans))
+        steps = [Step(*s) for s in inferred]
     if not steps:
         raise no_steps_error(trace["traceEvents"], f"{worker}.{span}")
     dist = trace.get("distributedInfo") or {}
@@ -195,7 +204,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         ops=tuple(ops), annotations=tuple(annotations), runtime=tuple(runtime),
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
-        python_builtins=tuple(sorted(python_builtins)), recorded_shapes=shapes)
+        python_builtins=tuple(sorted(python_builtins)), recorded_shapes=shapes, steps_from=steps_from)
 
 
 def _base(events: list) -> float:

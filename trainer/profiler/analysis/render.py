@@ -42,6 +42,10 @@ def render_console(report: RunReport) -> str:
     lines = [f"stepscope diagnosis: {report.verdict}"]
     for s in report.spans:
         lines.append(f"  {_title(s)}: {_headline(s)}")
+        if s.steps_note:
+            lines.append(f"    note: {s.steps_note}")
+        if s.step_range is not None:
+            lines.append(f"    {_range_line(s)}")
         lines += [f"    {e}" for e in s.evidence[1: 1 + CONSOLE_EVIDENCE_LINES]]
         lines += [_console_finding(f) for f in s.findings[:CONSOLE_FINDINGS]]
     for d in report.distributed:
@@ -50,6 +54,10 @@ def render_console(report: RunReport) -> str:
         lines += [_console_finding(f) for f in d.findings[:CONSOLE_FINDINGS]]
         lines += [f"    - why: {w.text()}" for w in d.why]
     return "\n".join(lines)
+
+
+def _range_line(s: SpanReport) -> str:
+    return s.step_range.line(s.verdict)
 
 
 def render_top(report: RunReport, rows: int = TOP_N) -> str:
@@ -96,8 +104,13 @@ def render_markdown(report: RunReport) -> str:
 
 def _markdown_span(s: SpanReport) -> list[str]:
     out = [f"## {_title(s)}: `{s.verdict}`", "", f"**{_headline(s)}**", ""]
+    if s.steps_note:
+        out += [f"Note: {s.steps_note}.", ""]
     if s.basis in BASIS:
         out += [f"Unprofiled figures from {BASIS[s.basis]}.", ""]
+    if s.step_range is not None:
+        out += [f"{'**Undecided:** ' if s.step_range.alternative else ''}{_range_line(s)[0].upper()}"
+                f"{_range_line(s)[1:]}.", ""]
     out += ["Where the step goes without the profiler:", ""] + [f"- {e}" for e in s.evidence[1:]] + [""]
     if s.breakdown_profiled is not None:
         out += ["| bucket | ms/step | ms/step as profiled |", "|---|---:|---:|"]

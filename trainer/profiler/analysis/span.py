@@ -20,12 +20,15 @@ from .breakdown import Breakdown, breakdown, host_sets
 from .by_name import NameTimes, name_times
 from .events import ParsedTrace, parse_trace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
+from .inferred_steps import FROM_PROFILER, NOTES
 from .metrics import SpanMetrics, span_metrics
 from .overhead import Inflation, Recording, host_inflation, recording
 from .select import StepSelection, select
+from .step_range import StepRange, error_band, step_range
 from .steps import step_windows
 from .trust import representative_steps
 from .unprofiled import loader_paced, unprofiled_view, worker_fed
+from .verdicts import DATA_BOUND
 
 WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which the trace does not show: a short "
                   "profiled window can run on batches they had prefetched, so whether they keep up without the "
@@ -56,6 +59,13 @@ class SpanReport:
     uncertainty: dict | None = None  # overhead_model only: {"gpu_busy_pct": [lo, hi], "verdicts": [...]}
     loader_paced: bool = False  # the DataLoader sets the step's pace (unprofiled.py)
     names: NameTimes | None = None  # the profiled steps' phases by name (by_name.py), for cross-rank comparison
+    steps_from: str = FROM_PROFILER  # where the steps came from (inferred_steps.py)
+    step_range: StepRange | None = None  # overhead_model only: the step's range and the verdicts at its ends
+
+    @property
+    def steps_note(self) -> str | None:
+        """One line on how the steps were found, when the trace has no ProfilerStep# ranges."""
+        return NOTES.get(self.steps_from)
 
     @property
     def gpu(self) -> bool:
@@ -80,6 +90,12 @@ class SpanReport:
             out["profiler_inflation"] = self.inflation.to_dict()
         if self.uncertainty is not None:
             out["uncertainty"] = self.uncertainty
+        if self.step_range is not None:
+            out["step_range"] = self.step_range.to_dict()
+            out["alternative"] = self.step_range.alternative
+        if self.steps_note is not None:
+            out["steps_from"] = self.steps_from
+            out["steps_note"] = self.steps_note
         out.update({
             "top": [{"name": t.name, "ms_per_step": round(t.ms_per_step, 4),
                      "count_per_step": t.count_per_step, "pct": round(t.pct, 2)} for t in self.metrics.top],
@@ -117,12 +133,13 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     v = verdict(bd, gpu, view.loader_paced)
     found = findings(bd, m, gpu, v)
     ev = evidence(bd, m, gpu)
-    uncertainty = None
+    uncertainty = rng = None
     if view.low is not None:
+        rng = step_range(bd_prof, bd, error_band(trace, recording(trace)), gpu, view.loader_paced)
         verdicts = sorted({verdict(b, gpu, view.loader_paced) for b in (view.low, bd, view.high)})
-        unseen_workers = not paced and v != "data_bound" and worker_fed(trace, kept)
+        unseen_workers = not paced and v != DATA_BOUND.name and worker_fed(trace, kept)
         if unseen_workers:
-            verdicts = sorted({*verdicts, "data_bound"})
+            verdicts = sorted({*verdicts, DATA_BOUND.name})
         uncertainty = {"gpu_busy_pct": [round(busy_pct(view.low), 2), round(busy_pct(view.high), 2)] if gpu
                        else None, "verdicts": verdicts}
         ev.insert(1, _model_line(m_prof, m, inflation, verdicts, v))
@@ -133,13 +150,14 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                                                    cold.whole_window)],
                        key=lambda f: f.cost_ms_per_step, reverse=True)
     device = (trace.device_name or "gpu") if gpu else "cpu"
-    if view.loader_paced and v == "data_bound":
+    if view.loader_paced and v == DATA_BOUND.name:
         ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step("data"), basis="the run's unprofiled steps"
                                          if view.basis == "telemetry" else "every profiled step"))
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
-                      loader_paced=view.loader_paced, names=name_times(trace, kept, m_prof.sync_episodes))
+                      loader_paced=view.loader_paced, names=name_times(trace, kept, m_prof.sync_episodes),
+                      steps_from=trace.steps_from, step_range=rng)
 
 
 def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdicts: list[str], v: str) -> str:

@@ -8,7 +8,8 @@ turned into events.py's HostEvent/DeviceEvent objects exactly as ``parse_trace``
 ``json.load``; a piece is dropped once parsed. The result equals ``parse_trace(load_trace(path), ...)``.
 
 Only a trace that passes every check of validate.py is parsed here. Anything else (text msgspec refuses,
-such as NaN literals, an event that is not an object, a field of the wrong type, a trace without steps)
+such as NaN literals, an event that is not an object, a field of the wrong type, a trace with nothing to take
+steps from)
 raises ``StreamFallback``: the caller then reads the file the ordinary way (``report.read_trace`` and
 ``parse_trace``), which yields main's one-line ``TraceError`` for that input. Torch-free.
 """
@@ -40,6 +41,7 @@ from .events import (
     Step,
     _int_or_none,
 )
+from .inferred_steps import FROM_PROFILER, infer_steps
 from .validate import MAX_TIME_US, STEP_CATEGORIES, STEP_NAME
 
 UNSET = msgspec.UNSET
@@ -94,6 +96,7 @@ class _Collector:
         self.python_calls: list[float] = []
         self.python_builtins: list[float] = []
         self.shapes = False
+        self.misplaced_steps = False  # ProfilerStep# events outside the step categories
         self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
         self._kinds: dict[str, tuple[str, int, bool]] = {}  # category -> _kind(category)
 
@@ -151,6 +154,8 @@ class _Collector:
                     self._memory(ts, e.args or _NO_ARGS)
                 continue
             if kind == _K_OTHER and not name.startswith(DATALOADER_PREFIX):
+                if name.startswith(STEP_PREFIX):  # a ProfilerStep# that is no host step: no steps are inferred
+                    self.misplaced_steps = True
                 continue
             if ts is None or dur is None:
                 raise StreamFallback("an event without numeric ts/dur")
@@ -251,7 +256,11 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
 
 def _parsed(worker: str, span: str, c: _Collector, header: dict) -> ParsedTrace:
     _check_header(header)
-    if not c.steps:
+    steps, steps_from = c.steps, FROM_PROFILER
+    if not steps and not c.misplaced_steps:
+        inferred, steps_from = infer_steps(c.annotations, (c.ops, c.runtime, c.data_spans))
+        steps = [Step(*s) for s in inferred]
+    if not steps:
         raise StreamFallback("no steps: the ordinary parse says what the ProfilerStep# events lack")
     dist = header.get("distributedInfo") or {}
     props = header.get("deviceProperties") or []
@@ -259,8 +268,8 @@ def _parsed(worker: str, span: str, c: _Collector, header: dict) -> ParsedTrace:
         worker=worker, span=span, base_us=c.base,
         rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
         device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
-        steps=tuple(sorted(c.steps, key=lambda s: s.start)),
+        steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=tuple(c.ops), annotations=tuple(c.annotations), runtime=tuple(c.runtime),
         device=tuple(sorted(c.device, key=lambda d: d.start)),
         data_spans=tuple(c.data_spans), memory=tuple(c.memory), python_calls=tuple(sorted(c.python_calls)),
-        python_builtins=tuple(sorted(c.python_builtins)), recorded_shapes=c.shapes)
+        python_builtins=tuple(sorted(c.python_builtins)), recorded_shapes=c.shapes, steps_from=steps_from)

@@ -117,8 +117,9 @@ def serve(cfg: ServeConfig) -> int:
             print(line, flush=True)
         # TensorBoard dies with this process, however it ends (SIGKILL too): the port is never left served
         proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port), preexec_fn=die_with_parent(os.getpid()))
-        print(f"TensorBoard (pid {proc.pid}) at http://{cfg.host}:{cfg.port}/#pytorch_profiler serving "
-              f"{len(watcher.runs)} run(s) from {logdir}; watching {cfg.source}; Ctrl-C stops", flush=True)
+        print(f"TensorBoard (pid {proc.pid}) at http://{cfg.host}:{cfg.port}/#pytorch_profiler (and #stepscope, "
+              f"stepscope's tab) serving {len(watcher.runs)} run(s) from {logdir}; watching {cfg.source}; "
+              "Ctrl-C stops", flush=True)
         while proc.poll() is None:
             time.sleep(cfg.poll_s)
             for line in watcher.poll():

@@ -9,6 +9,9 @@ TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdi
     <name>/raw/<span>/<worker>.trace.json[.gz]    untouched original
     <name>/diagnosis.md, events.out.tfevents.*    Text "diagnosis" and "diagnosis/*" Scalars, unless the
                                                   source run writes its own (see below)
+    <name>/run.json                               the source run's record, when it has one (stepscope's
+                                                  trainer): the stepscope tab reads the run's unprofiled steps
+                                                  and its verification from it, as `stepscope analyze` does
 
 One diagnosis per run, from one place. A run that writes its own diagnosis into its own event files (a
 stepscope trainer run that has one or is still running, a stepscope_trace_handler folder) shows that one: the
@@ -94,6 +97,9 @@ def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str,
     try:
         for item in loaded:
             write_adapted_pair(work, item.worker, item.span, item.trace, item.found.path.name.endswith(".gz"))
+        record = source / "run.json" if source is not None else None
+        if record is not None and record.is_file():
+            shutil.copyfile(record, work / "run.json")
         telemetry = run_telemetry(source) if source is not None else None
         try:
             report = report_of(loaded, base, telemetry=telemetry)

@@ -7,7 +7,13 @@ Two streamed passes over the file (analysis/jsonstream.py), never holding it: th
 ProfilerStep#N starts; the second keeps, byte for byte, every event that starts before step ``steps + 1``
 begins (and those without a time: process and thread names), then writes them with the file's other
 top-level keys. Returns the excerpt's path, or None when the file has ``steps`` steps or fewer (the file is
-its own excerpt) or cannot be streamed. Torch-free.
+its own excerpt) or cannot be streamed.
+
+    path = step_window(Path("big.pt.trace.json.gz"), Path("/tmp/x/w.pt.trace.json"), first=40, stop=43)
+
+``step_window`` is the same for any steps ProfilerStep#first .. #stop-1: it keeps every event that starts
+from step ``first``'s start until step ``stop`` begins (the trace's end when ``stop`` is past its last
+step), and every event without a time or of phase "M" (process and thread names). Torch-free.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from ..trace.vocabulary import STEP_PREFIX
 class _Timed(msgspec.Struct, gc=False):
     name: Any = None
     ts: Any = None
+    ph: Any = None
 
 
 _TIMED = msgspec.json.Decoder(list[_Timed])
@@ -54,6 +61,39 @@ def excerpt(path: Path, out: Path, steps: int) -> Path | None:
         with TraceStream(Path(path)) as ts:
             kept = [bytes(raw) for events in ts.decode_events(_both) for raw, timed in events
                     if not (isinstance(timed.ts, (int, float)) and timed.ts >= cutoff)]
+            header = ts.header
+        write_excerpt(Path(out), kept, header)
+    except (OSError, EOFError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return Path(out)
+
+
+def _numbered_starts(path: Path) -> dict[int, float]:
+    """ProfilerStep#N -> its start, for every step of the trace."""
+    starts: dict[int, float] = {}
+    with TraceStream(path) as ts:
+        for events in ts.decode_events(_TIMED.decode):
+            for e in events:
+                if (isinstance(e.name, str) and e.name.startswith(STEP_PREFIX) and isinstance(e.ts, (int, float))
+                        and e.name[len(STEP_PREFIX):].isdigit()):
+                    starts[int(e.name[len(STEP_PREFIX):])] = e.ts
+    return starts
+
+
+def step_window(path: Path, out: Path, first: int, stop: int) -> Path | None:
+    """See the module docstring. None when no step of the trace lies in [first, stop), or when the file
+    cannot be streamed."""
+    try:
+        starts = _numbered_starts(Path(path))
+        inside = [n for n in starts if first <= n < stop]
+        if not inside:
+            return None
+        begin = starts[min(inside)]
+        later = [starts[n] for n in starts if n >= stop]
+        end = min(later) if later else float("inf")
+        with TraceStream(Path(path)) as ts:
+            kept = [bytes(raw) for events in ts.decode_events(_both) for raw, timed in events
+                    if timed.ph == "M" or not isinstance(timed.ts, (int, float)) or begin <= timed.ts < end]
             header = ts.header
         write_excerpt(Path(out), kept, header)
     except (OSError, EOFError, msgspec.DecodeError, msgspec.ValidationError):

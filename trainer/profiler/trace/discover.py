@@ -15,8 +15,9 @@ Recognised, by kind:
     export_chrome_trace        any other *.json / *.json.gz that is a Chrome trace from torch.profiler
 
 Torch-free and cheap: names decide the first four kinds; any other JSON file is sniffed from its first
-64 KiB (a JSON object holding "traceEvents"), never parsed whole here. Whether a sniffed file really has
-ProfilerStep# events is only known once it is loaded: `loaded.py` checks that and skips it otherwise.
+64 KiB (a JSON object holding "traceEvents"), never parsed whole here. Whether a sniffed file really holds
+training steps is only known once it is loaded (`step_source`): `loaded.py` checks that and skips it
+otherwise.
 Hidden files and folders and temporary `.partial` files are ignored. So is stepscope's own output below the
 root: a folder written by ``stepscope analyze --export-tensorboard`` holds the EXPORT_MARKER file naming the
 traces it copies, and is skipped when those originals lie under the root too (they are found there); an
@@ -35,6 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .files import RAW_DIR, WORKER_PATTERN
+from .vocabulary import (
+    OPERATOR_CATEGORIES,
+    OPTIMIZER_STEP_PREFIX,
+    STEPS_FROM_OPTIMIZER,
+    STEPS_FROM_PROFILER,
+    STEPS_FROM_WINDOW,
+    category,
+)
 
 STEPSCOPE = "stepscope"
 HANDLER = "tensorboard_trace_handler"
@@ -215,3 +224,20 @@ def has_profiler_steps(trace: dict) -> bool:
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     return isinstance(events, list) and any(
         isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#") for e in events)
+
+
+def step_source(trace: dict) -> str | None:
+    """Where a loaded trace's steps come from (vocabulary.STEPS_FROM_*): its ProfilerStep# ranges, else its
+    Optimizer.step# ranges, else (a trace of torch operators, e.g. export_chrome_trace of a loop profiled
+    without a schedule) its whole window; None for a Chrome trace with none of these."""
+    if has_profiler_steps(trace):
+        return STEPS_FROM_PROFILER
+    events = trace.get("traceEvents") if isinstance(trace, dict) else None
+    if not isinstance(events, list):
+        return None
+    events = [e for e in events if isinstance(e, dict)]
+    if any(str(e.get("name", "")).startswith(OPTIMIZER_STEP_PREFIX) for e in events):
+        return STEPS_FROM_OPTIMIZER
+    if any(category(e) in OPERATOR_CATEGORIES for e in events):
+        return STEPS_FROM_WINDOW
+    return None

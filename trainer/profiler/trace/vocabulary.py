@@ -25,6 +25,10 @@ DEVICE_CATEGORIES = frozenset(DEVICE_KINDS)
 PYTHON_FUNCTION = "python_function"  # with_stack's Python frames
 
 STEP_PREFIX = "ProfilerStep#"
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"  # torch's range around every optimizer.step() ("Optimizer.step#SGD.step")
+# Where a trace's training steps come from: its ProfilerStep#N ranges; without those, its Optimizer.step#
+# ranges; without either, its whole recorded window as one step (analysis/inferred_steps.py)
+STEPS_FROM_PROFILER, STEPS_FROM_OPTIMIZER, STEPS_FROM_WINDOW = "ProfilerStep", "Optimizer.step", "window"
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 MEMORY_EVENT = "[memory]"  # profile_memory's instant events
 

@@ -1,0 +1,98 @@
+"""`stepscope diff`: the step-time ratio of two runs with a confidence interval, on real CPU training runs.
+
+Three small profiled runs of the trainer, started together so that they share the machine's load: two of
+the same configuration (any difference is noise) and one with 32x the batch (a real change).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from stepscope.profiler.cli.diff import main as diff_main
+from stepscope.profiler.diff import ratio_interval, t_quantile
+from trainrun import REPO, TRAIN, run_json
+
+LENET = ["--device", "cpu", "--arch", "lenet", "--synthetic-train-size", "512", "--synthetic-eval-size", "32",
+         "--workers", "0", "--log-every", "4", "--steps", "16", "--profile", "--skip-first", "0", "--wait", "1",
+         "--warmup", "1", "--active", "2"]
+RUNS = {"same1": ["--batch-size", "16"], "same2": ["--batch-size", "16"], "big": ["--batch-size", "512"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("diff")
+    # one thread each: three runs on a shared machine, none spinning on cores the others need
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = {name: subprocess.Popen([sys.executable, str(TRAIN), *LENET, *extra, "--logdir", str(logdir),
+                                     "--run-name", name], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+             for name, extra in RUNS.items()}
+    for name, p in procs.items():
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, f"{name}: {err[-3000:]}"
+    return logdir
+
+
+def diff(capsys, *argv) -> tuple[int, dict, str]:
+    rc = diff_main([*map(str, argv), "--json"])
+    out = capsys.readouterr()
+    return rc, json.loads(out.out), out.err
+
+
+def test_t_quantile_matches_the_tables():
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
+    assert t_quantile(0.975, 1e6) == pytest.approx(1.960, abs=1e-3)
+
+
+def test_interval_holds_one_for_noise_and_not_for_a_shift():
+    rng = np.random.default_rng(0)
+    a = list(rng.normal(100, 5, 40))
+    same = ratio_interval(a, list(rng.normal(100, 5, 40)))
+    slower = ratio_interval(a, list(rng.normal(110, 5, 40)))
+    assert same[1] <= 1.0 <= same[2]
+    assert 1.0 < slower[1] < slower[0] == pytest.approx(1.1, abs=0.03) and slower[0] < slower[2]
+
+
+def test_identical_runs_show_no_significant_change(runs, capsys):
+    # at 95% an interval misses 1.0 for one identical pair in twenty by construction: asked at 99.9% here
+    rc, d, _ = diff(capsys, runs / "same1", runs / "same2", "--fail-above", "5%", "--confidence", "99.9%")
+    assert rc == 0 and d["confidence"] == pytest.approx(0.999)
+    assert d["source"] == "run.json" and d["a"]["steps"] >= 8 and d["b"]["steps"] >= 8
+    final = run_json(runs / "same1")["final"]  # the trainer records every timed step's time
+    assert len(final["step_times_ms"]) == final["timed_steps"] == d["a"]["steps"]
+    assert not d["significant"] and d["low"] <= 1.0 <= d["high"], d["summary"]
+    assert d["summary"].startswith("no significant change")
+
+
+def test_a_bigger_batch_is_a_real_slowdown_and_fails_the_gate(runs, capsys):
+    rc, d, err = diff(capsys, runs / "same1", runs / "big", "--fail-above", "5%")
+    assert d["significant"] and d["low"] > 1.05, d["summary"]
+    assert rc == 1 and "regression" in err
+    assert "slower" in d["summary"]
+    # the other way round it is a speed-up: no regression
+    rc, d, _ = diff(capsys, runs / "big", runs / "same1", "--fail-above", "5%")
+    assert rc == 0 and d["significant"] and d["high"] < 1.0 and "faster" in d["summary"]
+
+
+def test_console_output_names_both_runs_and_the_breakdown(runs, capsys):
+    assert diff_main([str(runs / "same1"), str(runs / "big")]) == 0
+    out = capsys.readouterr().out
+    assert "same1" in out and "big" in out and "breakdown, ms per step" in out and "cpu_ops" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tests/data/no_such_run", "tests/data/cpu_resnet"], "not a directory or a trace file"),
+    (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "--fail-above", "five"], "--fail-above"),
+    (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "--confidence", "100%"], "--confidence"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message):
+    r = subprocess.run([sys.executable, "-m", "stepscope.command", "diff", *argv], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr

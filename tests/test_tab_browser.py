@@ -1,0 +1,232 @@
+"""The stepscope tab in a real browser: headless Chromium (Debian's `chromium`) through Playwright, against a
+real TensorBoard on 127.0.0.1 that found the plugin through its entry point.
+
+    apt-get update && apt-get install -y chromium
+    pytest -m browser tests/test_tab_browser.py
+
+The logdir holds a CPU run the trainer makes here (6 profiled steps: the trace a window is cut from), a
+2-rank job with a straggler, and a compare pair (tests/data). Every test asserts what the page shows and
+that no request left 127.0.0.1. Screenshots go to $STEPSCOPE_ARTIFACTS (default test-artifacts/):
+tab-runs.png, tab-run.png, tab-ranks.png (and tab-ranks-full.png), tab-diff.png, tab-window.png.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir
+from stepscope.profiler.front import analyze
+from stepscope.profiler.serve.tbserver import TensorBoard
+from trainrun import run_train
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no {CHROMIUM}; install it with: {INSTALL_HINT}")]
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright: pip install -e '.[dev]'")
+
+DATA = Path(__file__).resolve().parent / "data"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CPU_RUN = "cpu_lenet"
+CPU_ARGS = ["--device", "cpu", "--arch", "lenet", "--synthetic-train-size", "256", "--synthetic-eval-size", "32",
+            "--batch-size", "16", "--workers", "0", "--log-every", "4", "--steps", "16", "--profile",
+            "--skip-first", "0", "--wait", "1", "--warmup", "1", "--active", "5", "--repeat", "2"]
+CYCLES = 2  # ProfilerStep#2-#6 and #9-#13
+TIMEOUT_MS = 60_000
+SCREENSHOTS = {"test_runs_list_shows_every_run_with_its_verdict": "runs",
+               "test_run_view_shows_the_verdict_card_bars_and_top_ops": "run",
+               "test_multi_rank_job_marks_the_straggler_and_says_why": "ranks",
+               "test_hundreds_of_ranks_are_a_sorted_distribution": "wide",
+               "test_two_runs_side_by_side": "diff", "test_window_of_steps_becomes_a_run_for_both_tabs": "window"}
+LOOPBACK = re.compile(r"^(https?://127\.0\.0\.1[:/]|data:|blob:|about:)")
+
+
+WIDE_RANKS = 66  # more than the tab draws as bars (MAX_BARS = 64 in index.js)
+
+
+def write_wide_job(folder: Path, ranks: int) -> None:
+    """A job of ``ranks`` ranks from the 2-rank straggler job's real traces: every rank but the last is a
+    copy of its steady rank 0, the last one of its straggling rank 1, each with its own distributedInfo.
+    Named like export_chrome_trace files, which stepscope finds and torch-tb-profiler leaves alone (its
+    loader would start a process per trace on the shared test machine)."""
+    src = DATA / "suite_ddp" / "straggler"
+    steady, slow = (json.loads(gzip.decompress(next(src.glob(f"straggler_rank{r}.*")).read_bytes())) for r in (0, 1))
+    folder.mkdir(parents=True)
+    for rank in range(ranks):
+        trace = slow if rank == ranks - 1 else steady
+        trace["distributedInfo"] = {**trace["distributedInfo"], "rank": rank, "world_size": ranks}
+        name = f"job_rank{rank}.json.gz"
+        (folder / name).write_bytes(gzip.compress(json.dumps(trace).encode(), 1))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("tab") / "logs"
+    r = run_train([*CPU_ARGS, "--logdir", str(logdir), "--run-name", CPU_RUN],
+                  env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.copytree(DATA / "suite_ddp" / "straggler", logdir / "ddp")
+    for name in ("eager_bs32", "big_batch"):
+        shutil.copytree(DATA / name, logdir / name)
+    write_wide_job(logdir / "wide", WIDE_RANKS)
+    with TensorBoard(logdir, startup_timeout_s=60) as tb:
+        try:
+            yield tb, logdir
+        finally:
+            shutil.copy(tb.log_path, artifacts_dir() / "tab-tensorboard.log")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=30_000)
+        yield b
+        b.close()
+
+
+class Tab:
+    """The page with the stepscope tab open, its iframe, and every request the page made."""
+
+    def __init__(self, page, requests: list[str]) -> None:
+        self.page, self.requests = page, requests
+        self.frame = None
+
+    def open(self, base: str):
+        self.page.goto(base + "/#stepscope")
+        deadline = time.monotonic() + TIMEOUT_MS / 1e3
+        while self.frame is None and time.monotonic() < deadline:
+            self.frame = next((f for f in self.page.frames if "plugin_entry.html?name=stepscope" in f.url), None)
+            self.page.wait_for_timeout(200)  # lets Playwright take in the page's events (a sleep would not)
+        assert self.frame is not None, [f.url for f in self.page.frames]
+        # every run analysed (the list asks again while one is pending, and then marks itself complete)
+        self.frame.wait_for_selector("#runs[data-complete='true'] table.runs", timeout=TIMEOUT_MS)
+        return self.frame
+
+    def off_host(self) -> list[str]:
+        return [u for u in self.requests if not LOOPBACK.match(u)]
+
+
+@pytest.fixture
+def tab(browser, served, request):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(TIMEOUT_MS)
+    requests: list[str] = []
+    page = context.new_page()
+    page.on("request", lambda r: requests.append(r.url))
+    t = Tab(page, requests)
+    try:
+        yield t
+    finally:
+        name = SCREENSHOTS[request.node.name]
+        try:
+            page.screenshot(path=str(artifacts_dir() / f"tab-{name}.png"), full_page=True)
+        finally:
+            context.close()
+    assert t.off_host() == [], f"requests left 127.0.0.1: {t.off_host()}"
+
+
+def test_runs_list_shows_every_run_with_its_verdict(tab, served):
+    tb, logdir = served
+    frame = tab.open(tb.base)
+    rows = frame.locator("tr.run")
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.run)")) == sorted(
+        [CPU_RUN, "big_batch", "ddp", "eager_bs32", "wide"])
+    want = analyze(logdir / CPU_RUN).to_dict()
+    row = frame.locator(f"tr.run[data-run='{CPU_RUN}']")
+    assert row.locator(".badge").inner_text() == want["verdict"]
+    assert row.locator("td.step").inner_text() == f"{want['spans'][0]['metrics']['step_ms']:.2f}"
+    assert frame.locator("tr.run[data-run='eager_bs32'] td.busy").inner_text() == "26.3%"
+    assert frame.locator(f"tr.run[data-run='{CPU_RUN}'] .spark").get_attribute("data-points") == str(CYCLES)
+    assert frame.locator(f"tr.run[data-run='{CPU_RUN}'] .spark canvas").count() == 1
+    assert any(u.endswith("/data/plugin/stepscope/static/vendor/uPlot.iife.min.js") for u in tab.requests)
+
+
+def test_run_view_shows_the_verdict_card_bars_and_top_ops(tab, served):
+    tb, logdir = served
+    frame = tab.open(tb.base)
+    frame.click(f"a.run-link[data-run='{CPU_RUN}']")
+    frame.wait_for_selector("#verdict")
+    want = analyze(logdir / CPU_RUN).to_dict()
+    assert frame.locator("#verdict .verdict-name").inner_text() == want["verdict"]
+    assert frame.locator("#step-unprofiled").inner_text() == f"{want['spans'][0]['metrics']['step_ms']:.2f} ms"
+    profiled = want["spans"][-1]["metrics"]["profiled"]["step_ms"]  # the card shows the last cycle
+    assert frame.locator("#step-profiled").inner_text() == f"{profiled:.2f} ms"
+    assert frame.locator(".chart[data-kind='cycles']").get_attribute("data-bars") == str(CYCLES)
+    assert frame.locator(".chart[data-kind='cycles'] canvas").count() == 1  # drawn by uPlot
+    assert frame.locator("#top table.top").count() == CYCLES
+    assert frame.locator("#top table.top").first.locator("tr").count() == 1 + len(want["spans"][0]["top"])
+    assert frame.locator("#verdict ul.remedies li").count() == sum(len(s["remedies"]) for s in want["spans"])
+    assert frame.locator("#verdict ul.remedies code").first.inner_text().startswith("--")  # a stepscope flag
+
+
+def test_multi_rank_job_marks_the_straggler_and_says_why(tab, served):
+    tb, _ = served
+    frame = tab.open(tb.base)
+    frame.click("a.run-link[data-run='ddp']")
+    frame.wait_for_selector("li.straggler")
+    chart = frame.locator(".chart[data-kind='ranks']")
+    assert chart.get_attribute("data-bars") == "2" and chart.get_attribute("data-marked") == "1"
+    straggler = frame.locator("li.straggler")
+    assert straggler.count() == 1 and straggler.get_attribute("data-rank") == "1"
+    assert "rank 1 straggles" in straggler.inner_text()
+    assert "host work outside torch ops" in straggler.inner_text()  # the analysis's own stragglers_why
+    tab.page.set_viewport_size({"width": 1400, "height": 1900})  # the whole job on one screenshot
+    tab.page.wait_for_timeout(500)
+    tab.page.screenshot(path=str(artifacts_dir() / "tab-ranks-full.png"))
+
+
+def test_hundreds_of_ranks_are_a_sorted_distribution(tab, served):
+    tb, _ = served
+    frame = tab.open(tb.base)
+    frame.click("a.run-link[data-run='wide']")
+    frame.wait_for_selector("li.straggler")
+    assert frame.locator(".chart[data-kind='ranks']").count() == 0
+    chart = frame.locator(".chart[data-kind='distribution']")
+    assert chart.get_attribute("data-points") == str(WIDE_RANKS) and chart.get_attribute("data-marked") == "1"
+    assert frame.locator("li.straggler").get_attribute("data-rank") == str(WIDE_RANKS - 1)
+
+
+def test_two_runs_side_by_side(tab, served):
+    tb, _ = served
+    frame = tab.open(tb.base)
+    frame.check("input[data-run='eager_bs32']")
+    frame.check("input[data-run='big_batch']")
+    frame.click("#compare")
+    frame.wait_for_selector("#diff-summary")
+    summary = frame.locator("#diff-summary .verdict-line").inner_text()
+    assert "big_batch" in summary and "eager_bs32" in summary and "CI" in summary
+    assert frame.locator(".chart[data-kind='compare']").get_attribute("data-bars") == "2"
+    assert frame.locator("#ops-changed tr").count() > 3
+    assert frame.locator("table.sides .badge").all_inner_texts() == ["launch_bound", "gpu_bound"]
+
+
+def test_window_of_steps_becomes_a_run_for_both_tabs(tab, served):
+    tb, logdir = served
+    frame = tab.open(tb.base)
+    frame.click(f"a.run-link[data-run='{CPU_RUN}']")
+    frame.wait_for_selector("#window")
+    frame.fill("#steps", "3:6")
+    started = time.monotonic()
+    frame.click("#window-go")
+    frame.wait_for_selector("#window-result .window-run")
+    name = frame.locator("#window-result .window-run").inner_text()
+    elapsed = time.monotonic() - started
+    assert name == f"{CPU_RUN}.steps3-5" and elapsed < 30, (name, elapsed)
+    assert frame.locator("#open-profiler").get_attribute("href") == "/#pytorch_profiler"  # TensorBoard's page
+    link = frame.locator("#window-result a.perfetto").first
+    with tab.page.expect_download() as download:
+        link.click()
+    assert download.value.suggested_filename.endswith(".trace.json.gz")
+    frame.click("#window-result a.run-link")
+    frame.wait_for_selector("#verdict")
+    report = analyze(logdir / name).to_dict()
+    assert "3 profiled steps analysed" in report["spans"][0]["evidence"][0]
+    assert frame.locator("#verdict .verdict-name").inner_text() == report["verdict"]
+    # the PyTorch Profiler tab lists the window as a run of its own
+    assert name in tb.wait_for_runs([name], timeout_s=90)
+    assert json.loads(json.dumps(report))["spans"][0]["worker"] in tb.profiler("workers", run=name, view="Overview")

@@ -1,0 +1,216 @@
+"""The stepscope tab's JSON routes, called through werkzeug's test client on the real plugin (no browser):
+figures equal to `stepscope analyze --json`, the analysis cached beside the run (or in memory when the
+run is read-only), the window route, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from stepscope.profiler.front import analyze
+from stepscope.profiler.serve.tab.cache import CACHE_DIR, CACHE_FILE
+from stepscope.profiler.serve.tab.plugin import StepscopePlugin
+from tensorboard.plugins import base_plugin
+from werkzeug import Client
+from werkzeug.wrappers import Response
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class App:
+    """The plugin's routes as one WSGI app, the way TensorBoard mounts them under /data/plugin/stepscope."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.plugin = StepscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+        self.routes = self.plugin.get_plugin_apps()
+        self.client = Client(self, Response)
+
+    def __call__(self, environ, start_response):
+        path = environ["PATH_INFO"]
+        app = self.routes.get(path) or next(a for p, a in self.routes.items()
+                                            if p.endswith("/*") and path.startswith(p[:-1]))
+        return app(environ, start_response)
+
+    def get(self, route: str, ready: bool = True, **params):
+        for _ in range(600):  # 202 while the run is analysed in the background
+            r = self.client.get(route, query_string=params)
+            if r.status_code != 202 or not ready:
+                return r.status_code, json.loads(r.get_data())
+        raise TimeoutError(route)
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    for name in ("cpu_resnet", "eager_bs32"):
+        shutil.copytree(DATA / name, tmp_path / name)
+    shutil.copytree(DATA / "suite_ddp" / "straggler", tmp_path / "ddp")
+    return tmp_path
+
+
+def test_runs_and_run_match_analyze_json_and_are_cached_beside_the_run(logdir):
+    app = App(logdir)
+    _, body = app.get("/runs")
+    assert [r["name"] for r in body["runs"]] == ["cpu_resnet", "ddp", "eager_bs32"]
+    code, run = app.get("/run", run="eager_bs32")
+    want = analyze(logdir / "eager_bs32").to_dict()
+    assert code == 200 and run["report"] == json.loads(json.dumps(want))
+    assert run["figures"]["step_ms"] == want["spans"][0]["metrics"]["step_ms"]
+    assert run["spans"][0]["top"][0]["share_of_step_pct"] > 0
+    cache = logdir / "eager_bs32" / CACHE_DIR / CACHE_FILE
+    assert cache.is_file()
+    _, rows = app.get("/runs")
+    row = next(r for r in rows["runs"] if r["name"] == "eager_bs32")
+    assert row["verdict"] == want["verdict"] and row["gpu_busy_pct"] == want["spans"][0]["metrics"]["gpu_busy_pct"]
+    assert row["trend"] == [{"cycle": 1, "step_ms": row["step_ms"], "gpu_busy_pct": row["gpu_busy_pct"],
+                             "profiled_step_ms": want["spans"][0]["metrics"]["profiled"]["step_ms"]}]
+    # a new TensorBoard answers from the cache file at once, without parsing the trace
+    again = App(logdir)
+    code, first = again.get("/run", ready=False, run="eager_bs32")
+    assert code == 200 and first["report"] == run["report"]
+    # a trace written again invalidates it
+    trace = next((logdir / "eager_bs32").glob("*.json.gz"))
+    os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))
+    assert again.plugin.cache.get(again.plugin._find("eager_bs32")).__class__.__name__ == "Pending"
+
+
+def test_a_run_where_the_cache_cannot_be_written_is_cached_in_memory(logdir):
+    # a file where the cache folder would go: writing fails for every user, root included (a read-only
+    # folder does not stop root)
+    run = logdir / "cpu_resnet"
+    (run / CACHE_DIR).write_text("not a folder")
+    app = App(logdir)
+    code, body = app.get("/run", run="cpu_resnet")
+    assert code == 200 and body["verdict"] == "cpu_bound"
+    assert (run / CACHE_DIR).read_text() == "not a folder"
+    assert app.get("/run", ready=False, run="cpu_resnet")[0] == 200  # from memory, at once
+
+
+def test_ranks_mark_the_straggler_with_its_reason(logdir):
+    code, body = App(logdir).get("/ranks", run="ddp")
+    job = body["jobs"][0]
+    assert code == 200 and [r["rank"] for r in job["ranks"]] == [0, 1]
+    assert [s["rank"] for s in job["stragglers"]] == [1]
+    why = job["stragglers"][0]
+    given = analyze(logdir / "ddp").to_dict()["distributed"][0]["stragglers_why"][0]
+    assert why["why"] == given["text"] and "host work outside torch ops" in why["why"]
+    assert why["phase_differences"][0]["bucket"] == "exposed_comm"  # the largest difference first
+    assert why["top_differing"][0]["name"] == "straggler_delay"
+
+
+def test_without_a_given_reason_the_phase_differences_are_the_reason(logdir):
+    from stepscope.profiler.measure import measure_path
+    from stepscope.profiler.serve.tab.views import ranks_view
+    m = measure_path(logdir / "ddp")
+    for d in m.report["distributed"]:
+        d.pop("stragglers_why", None)
+    (why,) = ranks_view("ddp", m)["jobs"][0]["stragglers"]
+    assert why["why"].startswith("vs the median of the other ranks") and "other_host +" in why["why"]
+
+
+def test_verification_is_shown_when_the_run_has_one(logdir):
+    record = {"final": {}, "verification": {"verdict": "launch_bound", "result": "confirmed",
+                                            "measured_speedup": 1.8, "predicted_speedup": 2.0}}
+    (logdir / "eager_bs32" / "run.json").write_text(json.dumps(record))
+    _, body = App(logdir).get("/run", run="eager_bs32")
+    assert body["verification"]["result"] == "confirmed"
+
+
+def test_diff_route_is_the_cli_comparison(logdir):
+    code, d = App(logdir).get("/diff", a="cpu_resnet", b="eager_bs32")
+    assert code == 200 and d["a"]["run"] == "cpu_resnet" and d["b"]["verdict"] == "launch_bound"
+    assert d["source"] == "trace" and d["a"]["steps"] == 2 and "summary" in d
+
+
+def test_window_writes_a_small_run_for_both_tabs(logdir):
+    app = App(logdir)
+    code, w = app.get("/window", run="ddp", steps="3:5")
+    assert code == 200 and w["run"] == "ddp.steps3-4"
+    folder = logdir / "ddp.steps3-4"
+    assert len(list(folder.glob("*.pt.trace.json.gz"))) == 2  # the PyTorch Profiler tab's copies
+    assert len(list(folder.glob("raw/*/*.trace.json.gz"))) == 2  # the untouched windows, for Perfetto
+    code, run = app.get("/run", run="ddp.steps3-4")
+    assert code == 200 and {s["evidence"][0].split("(")[1] for s in run["spans"]} == {"2 profiled steps analysed)"}
+    import gzip
+    window = json.loads(gzip.decompress(next(folder.glob("raw/*/*.trace.json.gz")).read_bytes()))
+    steps = sorted(e["name"] for e in window["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#3", "ProfilerStep#4"]
+    assert any(e.get("ph") == "M" for e in window["traceEvents"])  # process and thread names kept
+    assert window["distributedInfo"]["rank"] in (0, 1)  # the trace's other top-level keys too
+    r = app.client.get("/trace", query_string={"run": "ddp.steps3-4", "i": 0})
+    assert r.status_code == 200 and r.get_data()[:2] == b"\x1f\x8b"
+
+
+@pytest.mark.parametrize("route, params, code, message", [
+    ("/run", {"run": "nope"}, 404, "no run 'nope'"),
+    ("/window", {"run": "ddp", "steps": "5:3"}, 400, "use A:B"),
+    ("/window", {"run": "ddp", "steps": "40:50"}, 400, "no trace has steps in 40:50"),
+    ("/static/../plugin.py", {}, 404, "no static file"),
+])
+def test_bad_input_is_one_line(logdir, route, params, code, message):
+    got, body = App(logdir).get(route, **params)
+    assert got == code and message in body["error"] and "\n" not in body["error"]
+
+
+def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
+    """`stepscope tensorboard` serves a shadow copy of each run: the copy of a trainer run keeps its run.json,
+    so the tab shows the unprofiled figures `stepscope analyze` gives on the source run."""
+    from stepscope.profiler.loaded import Loaded, read
+    from stepscope.profiler.serve.shadow import publish_run
+    from stepscope.profiler.trace.discover import discover
+
+    source = tmp_path / "src" / "run1"
+    trace = next((DATA / "cpu_resnet").glob("*.json.gz"))
+    worker, span = trace.name.split(".")[:2]
+    (source / "raw" / span).mkdir(parents=True)
+    shutil.copy(trace, source / "raw" / span / f"{worker}.trace.json.gz")
+    record = {"final": {"telemetry": {"steps": 4, "step_ms": 150.0, "data_ms": 1.0},
+                        "step_times_ms": [149.0, 151.0, 150.5, 149.5]},
+              "verification": {"verdict": "cpu_bound", "result": "refuted"}}
+    (source / "run.json").write_text(json.dumps(record))
+    found = discover(source).traces
+    loaded = [Loaded(f, f.span, read(f)) for f in found]
+    shadow = tmp_path / "shadow"
+    path, _ = publish_run(loaded, shadow, tmp_path / "staging", "run1", source=source)
+    assert json.loads((path / "run.json").read_text()) == record
+    _, body = App(shadow).get("/run", run="run1")
+    want = analyze(source).to_dict()
+    assert body["report"]["spans"][0]["metrics"] == want["spans"][0]["metrics"]
+    assert body["figures"]["step_ms"] == 150.0 and body["verification"]["result"] == "refuted"
+    assert body["steps"] == {"source": "run.json", "count": 4}
+
+
+@pytest.mark.parametrize("given, want", [
+    ({1: "rank 1 waits on its data loader"}, {1: "rank 1 waits on its data loader"}),
+    ({"1": "slow loader"}, {1: "slow loader"}),
+    ([{"rank": 1, "text": "slow loader", "phases": []}], {1: "slow loader"}),
+    (["slow loader"], {1: "slow loader"}),
+    (None, {}),
+])
+def test_a_given_straggler_reason_in_any_form(given, want):
+    from stepscope.profiler.serve.tab.views import _why_given
+    got = _why_given({"stragglers": [1], "stragglers_why": given})
+    assert {rank: g["text"] for rank, g in got.items()} == want
+
+
+def test_other_tools_runs_are_listed_like_the_trainers(tmp_path):
+    shutil.copytree(DATA / "lightning_cpu", tmp_path / "lightning")
+    app = App(tmp_path)
+    assert app.get("/runs")[1]["runs"] == [{"name": "lightning", "state": "analysing"}]  # at once, not waiting
+    app.get("/run", run="lightning")
+    (row,) = app.get("/runs")[1]["runs"]
+    assert row["name"] == "lightning" and row["verdict"] == analyze(tmp_path / "lightning").verdict
+
+
+def test_a_run_that_cannot_be_analysed_says_why_in_one_line(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "w.1795259064016889483.pt.trace.json").write_text('{"traceEvents": [{"name": "ProfilerStep#1", ')
+    app = App(tmp_path)
+    code, body = app.get("/run", run="bad")
+    assert code == 422 and body["state"] == "error" and "w.1795259064016889483.pt.trace.json" in body["error"]
+    assert "\n" not in body["error"]
+    (row,) = app.get("/runs")[1]["runs"]
+    assert row["state"] == "error" and row["error"] == body["error"]

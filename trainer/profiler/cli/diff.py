@@ -1,0 +1,104 @@
+"""Compare two runs, aware of run-to-run noise: did the step get slower or faster, and where?
+
+    stepscope diff logs/before logs/after                     # step time, busy, breakdown, operators
+    stepscope diff logs/main logs/pr --fail-above 5%          # a CI gate: exit 1 on a regression beyond 5%
+    stepscope diff logs/a logs/b --json                       # the comparison as one JSON document
+    stepscope diff logs/a logs/b --confidence 99%             # a wider interval: fewer false alarms
+
+RUN_A and RUN_B are what `stepscope analyze` takes (a run folder, any folder of traces, a trace file). The
+verdict line is the step-time ratio B/A with its 95% (``--confidence``) confidence interval (profiler/diff.py: Welch, on the
+runs' per-step times: the trainer's unprofiled timed steps from run.json when both runs have them, else
+the traced steps); "no significant change" when the interval holds 1.0. ``--fail-above P%`` exits 1 when B
+is slower than A beyond P% for certain, that is when the interval's low end is above 1 + P/100; otherwise 0.
+Bad input (no such run, no traces, a malformed --fail-above): one line on stderr, exit code 2. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..diff import compare_runs
+from ..measure import measure_path
+from ..trace.errors import TraceError
+from ..trace.gc_paused import gc_paused
+from .oneline import OneLineParser
+
+
+def percent(text: str) -> float:
+    """'5%' or '5' -> 0.05."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a percentage such as 5%") from None
+    if not 0 <= value < 1000:
+        raise ValueError(f"{text!r}: use 0% to 1000%")
+    return value / 100
+
+
+def _ms(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def render(d: dict) -> str:
+    a, b = d["a"], d["b"]
+    width = max(len(a["run"]), len(b["run"]), 8)
+    lines = [d["summary"], "",
+             f"  {'run':<{width}}  {'verdict':<20} {'step ms':>9} {'profiled':>9} {'GPU busy':>9} {'steps':>6}"]
+    for side in (a, b):
+        lines.append(f"  {side['run']:<{width}}  {side['verdict'] or '-':<20} {_ms(side['step_ms']):>9} "
+                     f"{_ms(side['profiled_step_ms']):>9} {_pct(side['gpu_busy_pct']):>9} {side['steps']:>6}")
+    lines += ["", f"  per-step time source: {d['source']}", "", "  breakdown, ms per step:"]
+    for row in d["breakdown"]:
+        lines.append(f"    {row['bucket']:<16} {row['a_ms']:>9.2f} -> {row['b_ms']:>9.2f}  "
+                     f"({row['b_ms'] - row['a_ms']:+.2f})")
+    if d["ops"]:
+        lines += ["", "  operators and kernels that changed most, ms per step:"]
+        for row in d["ops"]:
+            name = row["name"] if len(row["name"]) <= 60 else row["name"][:57] + "..."
+            lines.append(f"    {name:<60} {_ms(row['a_ms']):>9} -> {_ms(row['b_ms']):>9}  ({row['delta_ms']:+.2f})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
+    p = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline run")
+    p.add_argument("run_b", type=Path, metavar="RUN_B", help="the run compared with it")
+    p.add_argument("--fail-above", metavar="P%", default=None,
+                   help="exit 1 when RUN_B's step is slower than RUN_A's by more than P%% beyond the noise")
+    p.add_argument("--confidence", metavar="C%", default="95%",
+                   help="the confidence interval's level (default 95%%; a 95%% interval misses 1.0 for about "
+                        "one pair of identical runs in twenty)")
+    p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
+    a = p.parse_args(argv)
+    try:
+        limit = None if a.fail_above is None else percent(a.fail_above)
+    except ValueError as e:
+        p.error(f"--fail-above: {e}")
+    try:
+        confidence = percent(a.confidence)
+        if not 0.5 <= confidence < 1:
+            raise ValueError(f"{a.confidence!r}: use 50% to 99.9%")
+    except ValueError as e:
+        p.error(f"--confidence: {e}")
+    try:
+        with gc_paused():
+            runs = [measure_path(path) for path in (a.run_a, a.run_b)]
+    except TraceError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    d = compare_runs(*runs, str(a.run_a), str(a.run_b), confidence)
+    regression = limit is not None and d["low"] is not None and d["low"] > 1 + limit
+    d["fail_above"] = limit
+    d["regression"] = regression
+    print(json.dumps(d, indent=1) if a.json else render(d))
+    if regression:
+        print(f"{prog}: regression: {a.run_b} is slower than {a.run_a} by more than {limit:.0%} "
+              f"(step ratio at least {d['low']:.3f}x)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,97 @@
+"""Two runs compared, aware of run-to-run noise: is B's step really slower or faster than A's?
+
+    d = compare_runs(measure_path("logs/before"), measure_path("logs/after"), "before", "after")
+    d["summary"]    # "after is 1.93x slower than before (95% CI 1.85x-2.01x)" / "no significant change ..."
+
+The step-time ratio is B's geometric mean step over A's, with a Welch confidence interval on the log step
+times: the steps' own spread says how far two means of the same configuration may lie apart. When the
+interval holds 1.0 the runs do not differ beyond their noise. The per-step times are Measured.step_ms
+(measure.py): the unprofiled timed steps of run.json when both runs have them, else each run's traced steps.
+The rest (verdicts, busy, breakdown, operators) is the two reports side by side. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .measure import TRACED, UNPROFILED, Measured
+from .summary import run_figures, top_ops
+
+CONFIDENCE = 0.95
+TOP_CHANGED = 10
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (p > 0.5) for ``df`` degrees of freedom, by bisection on its CDF, which is
+    integrated numerically (numpy only; exact to about 1e-6 for df >= 1)."""
+    def cdf(x: float) -> float:
+        grid = np.linspace(0.0, x, 4001)
+        log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+        density = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
+        return 0.5 + float(np.trapezoid(density, grid))
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(ratio, low, high): B's geometric-mean step over A's and its Welch interval. Needs 2 steps each."""
+    la, lb = np.log(np.asarray(a, float)), np.log(np.asarray(b, float))
+    diff = lb.mean() - la.mean()
+    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return math.exp(diff), math.exp(diff), math.exp(diff)
+    df = (va + vb) ** 2 / (va * va / (len(la) - 1) + vb * vb / (len(lb) - 1))
+    half = t_quantile(0.5 + confidence / 2, df) * se
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+
+
+def same_source(a: Measured, b: Measured) -> tuple[list[float], list[float], str]:
+    """The two runs' step times measured alike: unprofiled when both have them, else traced."""
+    if a.source == b.source == UNPROFILED:
+        return a.step_ms, b.step_ms, UNPROFILED
+    return a.traced_ms, b.traced_ms, TRACED
+
+
+def _side(m: Measured, name: str, steps: list[float]) -> dict:
+    fig = run_figures(m.report)
+    return {"run": name, "verdict": fig["verdict"], "step_ms": fig["step_ms"],
+            "profiled_step_ms": fig["profiled_step_ms"], "gpu_busy_pct": fig["gpu_busy_pct"],
+            "breakdown_ms": fig["breakdown_ms"], "steps": len(steps),
+            "mean_step_ms": float(np.mean(steps)) if steps else None}
+
+
+def compare_runs(a: Measured, b: Measured, name_a: str = "A", name_b: str = "B",
+                 confidence: float = CONFIDENCE) -> dict:
+    steps_a, steps_b, source = same_source(a, b)
+    out = {"a": _side(a, name_a, steps_a), "b": _side(b, name_b, steps_b), "source": source,
+           "confidence": confidence}
+    if len(steps_a) < 2 or len(steps_b) < 2:
+        out.update(ratio=None, low=None, high=None, significant=False,
+                   summary=f"too few steps to compare ({len(steps_a)} and {len(steps_b)}; 2 each at least)")
+    else:
+        ratio, low, high = ratio_interval(steps_a, steps_b, confidence)
+        significant = not low <= 1.0 <= high
+        ci = f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(steps_a)} vs {len(steps_b)} steps"
+        if not significant:
+            summary = f"no significant change: the step of {name_b} over {name_a} is {ratio:.3f}x ({ci})"
+        else:
+            way = "slower" if ratio > 1 else "faster"
+            summary = f"{name_b} is {ratio:.3f}x the step of {name_a}, {way} ({ci})"
+        out.update(ratio=ratio, low=low, high=high, significant=significant, summary=summary)
+    buckets = list(dict.fromkeys([*out["a"]["breakdown_ms"], *out["b"]["breakdown_ms"]]))
+    out["breakdown"] = [{"bucket": k, "a_ms": out["a"]["breakdown_ms"].get(k, 0.0),
+                         "b_ms": out["b"]["breakdown_ms"].get(k, 0.0)} for k in buckets]
+    ops_a, ops_b = top_ops(a.report), top_ops(b.report)
+    changed = [{"name": n, "a_ms": ops_a.get(n), "b_ms": ops_b.get(n),
+                "delta_ms": (ops_b.get(n) or 0.0) - (ops_a.get(n) or 0.0)} for n in {*ops_a, *ops_b}]
+    changed.sort(key=lambda r: (-abs(r["delta_ms"]), r["name"]))
+    out["ops"] = changed[:TOP_CHANGED]
+    return out

@@ -1,0 +1,91 @@
+"""A run's report and its per-step times, from one parse of its traces.
+
+    m = measure_path(Path("logs/myrun"))       # m.report, m.step_ms, m.source ("run.json" or "trace")
+    m = measure_found(found_traces, Path("logs/myrun"))   # some of a discovery's traces, as one run
+
+``report`` is ``RunReport.to_dict()``, exactly what ``stepscope analyze --json`` prints for the same traces.
+``step_ms`` is what a comparison of two runs draws its noise from: the unprofiled timed steps that the
+trainer keeps in run.json (``final.step_times_ms``, ``recorded_ms``) when the run has them, else each traced
+step's window (``traced_ms``; analysis/steps.py: the time between two step completions, profiled) of every
+trace. ``source`` says which.
+Raises TraceError (one line) on bad input. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .analysis.events import parse_trace
+from .analysis.steps import step_windows
+from .front import find
+from .loaded import Loaded, load_found, report_of, run_telemetry
+from .trace.discover import Found
+from .trace.errors import TraceError
+
+RUN_RECORD = "run.json"
+UNPROFILED = "run.json"  # source: the trainer's own timed steps, without the profiler
+TRACED = "trace"  # source: the profiled steps of the traces
+
+
+@dataclass(frozen=True)
+class Measured:
+    report: dict
+    recorded_ms: list[float]  # run.json's unprofiled timed steps; [] when the run has none
+    traced_ms: list[float]  # every trace's profiled step windows
+
+    @property
+    def source(self) -> str:
+        return UNPROFILED if self.recorded_ms else TRACED
+
+    @property
+    def step_ms(self) -> list[float]:
+        return self.recorded_ms or self.traced_ms
+
+    def to_dict(self) -> dict:
+        return {"report": self.report, "recorded_ms": self.recorded_ms, "traced_ms": self.traced_ms}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Measured:
+        return cls(d["report"], list(d["recorded_ms"]), list(d["traced_ms"]))
+
+
+def measure_path(path: str | os.PathLike, max_memory: int | None = None) -> Measured:
+    """Every trace under ``path`` (a run folder, any folder of traces, or one trace file), as one run."""
+    path = Path(path)
+    return measured(find(path, max_memory).loaded, path)
+
+
+def measure_found(found: list[Found], path: Path, max_memory: int | None = None) -> Measured:
+    """These discovered traces, as the run in folder ``path``."""
+    loaded, _ = load_found(found, max_memory)
+    if not loaded:
+        raise TraceError(f"{path}: no traces with ProfilerStep# events")
+    return measured(loaded, path)
+
+
+def measured(loaded: list[Loaded], path: Path) -> Measured:
+    report = report_of(loaded, str(path), None, run_telemetry(path)).to_dict()
+    return Measured(report, recorded_step_ms(path), [ms for item in loaded for ms in traced_step_ms(item)])
+
+
+def traced_step_ms(item: Loaded) -> list[float]:
+    """Each ProfilerStep's window in one trace, in ms (trace times are in us)."""
+    parsed = item.parsed if item.parsed is not None else parse_trace(item.trace, item.worker, item.span)
+    return [(w.end - w.start) / 1e3 for w in step_windows(parsed)]
+
+
+def recorded_step_ms(path: Path) -> list[float]:
+    """run.json's ``final.step_times_ms`` (the trainer's unprofiled timed steps); [] when there is none."""
+    record = path / RUN_RECORD if path.is_dir() else None
+    if record is None or not record.is_file():
+        return []
+    try:
+        times = (json.loads(record.read_text()).get("final") or {}).get("step_times_ms")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(times, list):
+        return []
+    return [float(t) for t in times if isinstance(t, (int, float)) and 0 < t < float("inf")]

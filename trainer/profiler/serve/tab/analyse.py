@@ -1,0 +1,38 @@
+"""One run's analysis in a process of its own, for the tab's cache (cache.py).
+
+    python -m stepscope.profiler.serve.tab.analyse RUN_FOLDER < traces.json > measured.json
+
+stdin: the run's discovered traces, ``[{"path", "kind", "worker", "span", "run"}, ...]``; stdout: its
+Measured (measure.py) as JSON. A TraceError is one line on stderr and exit code 2.
+
+TensorBoard serves from many threads; the analysis of a large run forks parsers (trace/workers.py) and holds
+the trace's columns at their peak. In a fresh process the fork copies no other thread's state, and the
+memory goes back to the system when it ends, not to TensorBoard's heap.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ...measure import measure_found
+from ...trace.discover import Found
+from ...trace.errors import TraceError
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    folder = Path(argv[0])
+    traces = [Found(Path(t["path"]), t["kind"], t["worker"], t["span"], t["run"]) for t in json.load(sys.stdin)]
+    try:
+        measured = measure_found(traces, folder)
+    except TraceError as e:
+        print(e, file=sys.stderr)
+        return 2
+    json.dump(measured.to_dict(), sys.stdout, allow_nan=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""The TensorBoard plugin "stepscope": JSON routes over each run's analysis, and the static frontend.
+
+Registered through the ``tensorboard_plugins`` entry point (pyproject.toml), so a plain
+``tensorboard --logdir logs`` shows the tab. Routes, under /data/plugin/stepscope/:
+
+    runs                   every run: name, state (ready | analysing | error), verdict, unprofiled step ms,
+                           GPU busy %, and the trend over its profiling cycles
+    run?run=NAME           the whole report (views.run_view), with the run's verification when it has one
+    ranks?run=NAME         each multi-rank cycle: per-rank breakdown, the stragglers and why
+    diff?a=NAME&b=NAME     two runs compared (profiler/diff.py; what `stepscope diff` prints)
+    window?run=NAME&steps=A:B   writes ProfilerStep#A..#B-1 of NAME as its own run (window.py)
+    trace?run=NAME&i=K     the K-th trace file of a run, as it is on disk (to open in Perfetto)
+    index.js, static/...   the frontend
+
+A run that is not analysed yet answers {"state": "analysing"} at once and is analysed in the background
+(cache.py); the page asks again. Bad input answers 400 with {"error": "<one line>"}.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from pathlib import Path
+
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from ...diff import compare_runs
+from ...measure import RUN_RECORD
+from .cache import AnalysisCache, Failed, Pending, Ready
+from .runs import Run, find_runs
+from .views import ranks_view, run_row, run_view
+from .window import WindowError, write_window
+
+PLUGIN_NAME = "stepscope"
+STATIC = Path(__file__).resolve().parent / "static"
+STATIC_FILES = {"index.js", "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css", "vendor/LICENSE", "vendor/README"}
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+WAIT_S = 2.0  # a route waits this long for a run's analysis before it answers "analysing"
+
+
+def _json(body, code: int = 200) -> wrappers.Response:
+    return wrappers.Response(json.dumps(body, allow_nan=False), status=code, content_type="application/json",
+                             headers={"Cache-Control": "no-cache", **NOSNIFF})
+
+
+def _error(message: str, code: int = 400) -> wrappers.Response:
+    return _json({"error": message}, code)
+
+
+def verification_of(run: Run) -> dict | None:
+    """``stepscope verify``'s result, kept in the run's run.json; None when the run has none."""
+    try:
+        v = json.loads((run.folder / RUN_RECORD).read_text()).get("verification")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """"A:B" -> (A, B), the steps ProfilerStep#A .. #B-1 (as `stepscope analyze --steps`)."""
+    lo, sep, hi = (text or "").partition(":")
+    if not sep or not lo.strip().isdigit() or not hi.strip().isdigit() or int(hi) <= int(lo):
+        raise ValueError(f"steps {text!r}: use A:B, whole numbers with B > A (ProfilerStep#A .. #B-1)")
+    return int(lo), int(hi)
+
+
+class StepscopePlugin(base_plugin.TBPlugin):
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self.logdir = Path(context.logdir or ".")
+        self.cache = AnalysisCache()
+
+    def is_active(self) -> bool:
+        return bool(find_runs(self.logdir))
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="stepscope", disable_reload=False)
+
+    def get_plugin_apps(self) -> dict:
+        return {"/index.js": self._index, "/static/*": self._static, "/runs": self._runs, "/run": self._run,
+                "/ranks": self._ranks, "/diff": self._diff, "/window": self._window, "/trace": self._trace}
+
+    @wrappers.Request.application
+    def _index(self, request):
+        return wrappers.Response((STATIC / "index.js").read_bytes(), content_type="text/javascript", headers=NOSNIFF)
+
+    @wrappers.Request.application
+    def _static(self, request):
+        name = request.path.split("/static/", 1)[-1]
+        if name not in STATIC_FILES:
+            return _error(f"no static file {name!r}", 404)
+        kind = mimetypes.guess_type(name)[0] or "text/plain"
+        return wrappers.Response((STATIC / name).read_bytes(), content_type=kind,
+                                 headers={"Cache-Control": "max-age=3600", **NOSNIFF})
+
+    def _find(self, name: str | None) -> Run:
+        runs = find_runs(self.logdir)
+        if not name or name not in runs:
+            raise LookupError(f"no run {name!r} with traces under {self.logdir}")
+        return runs[name]
+
+    def _state(self, run: Run):
+        """The run's Measured, or the response to give while it is analysed or when it failed."""
+        state = self.cache.wait(run, WAIT_S)
+        if isinstance(state, Ready):
+            return state.measured, None
+        if isinstance(state, Pending):
+            return None, _json({"name": run.name, "state": "analysing"}, 202)
+        assert isinstance(state, Failed)
+        return None, _json({"name": run.name, "state": "error", "error": state.message}, 422)
+
+    @wrappers.Request.application
+    def _runs(self, request):
+        rows = []
+        for name, run in find_runs(self.logdir).items():
+            state = self.cache.get(run)
+            if isinstance(state, Ready):
+                rows.append(run_row(name, state.measured))
+            elif isinstance(state, Failed):
+                rows.append({"name": name, "state": "error", "error": state.message})
+            else:
+                rows.append({"name": name, "state": "analysing"})
+        return _json({"logdir": str(self.logdir), "runs": rows})
+
+    @wrappers.Request.application
+    def _run(self, request):
+        try:
+            run = self._find(request.args.get("run"))
+        except LookupError as e:
+            return _error(str(e), 404)
+        measured, response = self._state(run)
+        if response is not None:
+            return response
+        return _json({"state": "ready", **run_view(run.name, measured, verification_of(run))})
+
+    @wrappers.Request.application
+    def _ranks(self, request):
+        try:
+            run = self._find(request.args.get("run"))
+        except LookupError as e:
+            return _error(str(e), 404)
+        measured, response = self._state(run)
+        if response is not None:
+            return response
+        return _json({"state": "ready", **ranks_view(run.name, measured)})
+
+    @wrappers.Request.application
+    def _diff(self, request):
+        try:
+            runs = [self._find(request.args.get(side)) for side in ("a", "b")]
+        except LookupError as e:
+            return _error(str(e), 404)
+        measured = []
+        for run in runs:
+            m, response = self._state(run)
+            if response is not None:
+                return response
+            measured.append(m)
+        return _json({"state": "ready", **compare_runs(*measured, runs[0].name, runs[1].name)})
+
+    @wrappers.Request.application
+    def _window(self, request):
+        try:
+            run = self._find(request.args.get("run"))
+            first, stop = parse_steps(request.args.get("steps", ""))
+            name = write_window(self.logdir, run, first, stop)
+        except LookupError as e:
+            return _error(str(e), 404)
+        except (ValueError, WindowError) as e:
+            return _error(str(e))
+        window = find_runs(self.logdir).get(name)
+        traces = [{"i": i, "file": str(t.path.relative_to(window.folder)), "worker": t.worker}
+                  for i, t in enumerate(window.traces)] if window else []
+        return _json({"run": name, "from": run.name, "steps": [first, stop], "traces": traces})
+
+    @wrappers.Request.application
+    def _trace(self, request):
+        try:
+            run = self._find(request.args.get("run"))
+            i = int(request.args.get("i", "0"))
+            path = run.traces[i].path
+        except LookupError as e:
+            return _error(str(e), 404)
+        except (ValueError, IndexError):
+            return _error(f"no trace {request.args.get('i')!r} in run {request.args.get('run')!r}", 404)
+        return wrappers.Response(path.read_bytes(), content_type="application/octet-stream",
+                                 headers={"Content-Disposition": f'attachment; filename="{path.name}"', **NOSNIFF})

@@ -1,0 +1,115 @@
+"""The JSON each route of the tab answers with, shaped from a run's Measured (the report of
+``stepscope analyze --json`` plus per-step times). Pure functions of dicts; plugin.py serves them.
+
+    run_row(name, measured)      # one line of the runs list: verdict, step ms, busy %, trend over cycles
+    run_view(name, measured, verification)   # the whole report, per cycle, with shares of the step
+    ranks_view(name, measured)   # per cycle of a multi-rank job: each rank's breakdown, stragglers and why
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from ...measure import Measured
+from ...summary import cycles, run_figures, spans_by_cycle
+
+WHY_PHASES = 3  # a straggler's reason names its largest differences from the median rank
+
+
+def _round(x, digits: int = 4):
+    return None if x is None else round(float(x), digits)
+
+
+def run_row(name: str, m: Measured) -> dict:
+    fig = run_figures(m.report)
+    return {"name": name, "state": "ready", "verdict": fig["verdict"], "step_ms": fig["step_ms"],
+            "profiled_step_ms": fig["profiled_step_ms"], "gpu_busy_pct": fig["gpu_busy_pct"],
+            "ranks": max((len(c) for c in spans_by_cycle(m.report)), default=0),
+            "trend": [{"cycle": c["cycle"], "step_ms": c["step_ms"], "profiled_step_ms": c["profiled_step_ms"],
+                       "gpu_busy_pct": c["gpu_busy_pct"]} for c in cycles(m.report)]}
+
+
+def _span_view(s: dict) -> dict:
+    metrics = s["metrics"]
+    profiled = metrics.get("profiled") or {}
+    step = profiled.get("step_ms") or metrics.get("step_ms")
+    top = [{**op, "share_of_step_pct": _round(100.0 * op["ms_per_step"] / step, 2) if step else None}
+           for op in s.get("top", [])]
+    return {"worker": s["worker"], "span": s["span"], "rank": s["rank"], "device": s["device"],
+            "verdict": s["verdict"], "basis": s.get("basis"),
+            "unprofiled": {"step_ms": metrics.get("step_ms"), "gpu_busy_pct": metrics.get("gpu_busy_pct")},
+            "profiled": {"step_ms": profiled.get("step_ms"), "gpu_busy_pct": profiled.get("gpu_busy_pct")},
+            "evidence": s.get("evidence", []), "findings": s.get("findings", []),
+            "remedies": s.get("remedies", []), "top": top}
+
+
+def run_view(name: str, m: Measured, verification: dict | None) -> dict:
+    fig = run_figures(m.report)
+    return {"name": name, "verdict": m.report.get("verdict"), "figures": fig, "cycles": cycles(m.report),
+            "spans": [_span_view(s) for s in m.report.get("spans", [])],
+            "distributed": m.report.get("distributed", []), "verification": verification,
+            "steps": {"source": m.source, "count": len(m.step_ms)}, "report": m.report}
+
+
+def phase_differences(rank_breakdown: dict, median: dict) -> list[dict]:
+    """A rank's breakdown minus the median one, bucket by bucket, largest first."""
+    rows = [{"bucket": k, "ms": _round(v - median.get(k, 0.0)), "median_ms": _round(median.get(k, 0.0))}
+            for k, v in rank_breakdown.items()]
+    return sorted(rows, key=lambda r: -abs(r["ms"]))
+
+
+def _why_given(d: dict) -> dict[int, dict]:
+    """The cross-rank section's own account of each straggler (``stragglers_why``: text, phases, the names
+    that differ most), as {rank: {"text", "phases", "top_differing"}}; tolerant of a bare text per rank."""
+    given = d.get("stragglers_why")
+    out: dict[int, dict] = {}
+    items = list(given.items()) if isinstance(given, dict) else list(enumerate(given or []))
+    for key, item in items:
+        if isinstance(item, dict):
+            rank = item.get("rank", key)
+            text = item.get("text") or item.get("why") or item.get("reason")
+        else:
+            rank = d.get("stragglers", [])[key] if isinstance(given, list) and key < len(d.get("stragglers", [])) \
+                else key
+            text, item = str(item), {}
+        if str(rank).lstrip("-").isdigit():
+            out[int(rank)] = {"text": str(text) if text else None, "phases": item.get("phases") or [],
+                              "top_differing": item.get("top_differing") or []}
+    return out
+
+
+def _job_view(d: dict, spans: dict) -> dict:
+    ranks = []
+    for r in d["ranks"]:
+        span = spans.get((r["worker"], r["span"]), {})
+        ranks.append({**r, "breakdown_ms": span.get("breakdown_ms_per_step", {})})
+    buckets = list(dict.fromkeys(k for r in ranks for k in r["breakdown_ms"]))
+    # the reference is the median of the ranks that keep pace (all of them when every rank straggles)
+    steady = [r for r in ranks if r["rank"] not in d.get("stragglers", [])] or ranks
+    median = {k: statistics.median(r["breakdown_ms"].get(k, 0.0) for r in steady) for k in buckets} if steady else {}
+    given = _why_given(d)
+    stragglers = []
+    for rank in d.get("stragglers", []):
+        row = next((r for r in ranks if r["rank"] == rank), None)
+        if row is None:
+            continue
+        own = given.get(rank, {})
+        if own.get("phases"):
+            diffs = sorted(({"bucket": x["phase"], "ms": _round(x["delta_ms"]), "median_ms": _round(x["median_ms"])}
+                            for x in own["phases"]), key=lambda x: -abs(x["ms"]))
+        else:
+            diffs = phase_differences({k: row["breakdown_ms"].get(k, 0.0) for k in buckets}, median)
+        phases = "; ".join(f"{x['bucket']} {x['ms']:+.2f} ms" for x in diffs[:WHY_PHASES] if x["ms"])
+        stragglers.append({"rank": rank, "step_ms": row["step_ms"], "verdict": row["verdict"],
+                           "why": own.get("text") or f"vs the median of the other ranks, per step: {phases}",
+                           "phase_differences": diffs, "top_differing": own.get("top_differing", [])})
+    return {"cycle": d.get("span_index"), "world_size": d.get("world_size"), "verdict": d.get("verdict"),
+            "median_step_ms": d.get("median_step_ms"), "buckets": buckets, "median_breakdown_ms": median,
+            "ranks": sorted(ranks, key=lambda r: r["rank"]), "stragglers": stragglers,
+            "findings": d.get("findings", [])}
+
+
+def ranks_view(name: str, m: Measured) -> dict:
+    spans = {(s["worker"], s["span"]): s for s in m.report.get("spans", [])}
+    return {"name": name, "verdict": m.report.get("verdict"),
+            "jobs": [_job_view(d, spans) for d in m.report.get("distributed", [])]}

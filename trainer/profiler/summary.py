@@ -1,0 +1,76 @@
+"""A report's figures per profiling cycle and for the whole run, from ``RunReport.to_dict()``.
+
+    cycles(report)   # [{"cycle": 1, "step_ms", "profiled_step_ms", "gpu_busy_pct", "breakdown_ms": {...}}, ...]
+    run_figures(report)   # the last cycle's figures: what a run list shows
+
+A cycle is one profiling window (``schedule(repeat=...)``, or one trigger of a long job): the i-th span of
+each worker, as cross_rank.py counts them. Over several ranks a cycle's figures are the median rank's
+(the ranks of one job wait for each other), its breakdown the ranks' mean. Torch-free, dicts only.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+
+def spans_by_cycle(report: dict) -> list[list[dict]]:
+    """The report's spans grouped into cycles, in order: cycle i holds each worker's i-th span."""
+    by_worker: dict[str, list[dict]] = defaultdict(list)
+    for s in report.get("spans", []):
+        by_worker[s["worker"]].append(s)
+    cycles: list[list[dict]] = []
+    for spans in by_worker.values():
+        for i, s in enumerate(sorted(spans, key=lambda s: (len(s["span"]), s["span"]))):
+            while len(cycles) <= i:
+                cycles.append([])
+            cycles[i].append(s)
+    return cycles
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def mean_breakdown(spans: list[dict], key: str = "breakdown_ms_per_step") -> dict[str, float]:
+    """The buckets' mean over ``spans`` (ms per step), in the order the first span lists them."""
+    total: dict[str, float] = {}
+    for s in spans:
+        for bucket, ms in (s.get(key) or {}).items():
+            total[bucket] = total.get(bucket, 0.0) + (ms or 0.0)
+    return {bucket: ms / len(spans) for bucket, ms in total.items()} if spans else {}
+
+
+def cycle_figures(index: int, spans: list[dict]) -> dict:
+    profiled = [(s["metrics"].get("profiled") or {}).get("step_ms") for s in spans]
+    return {"cycle": index + 1, "spans": len(spans),
+            "verdicts": sorted({s["verdict"] for s in spans}),
+            "step_ms": _median(s["metrics"]["step_ms"] for s in spans),
+            "profiled_step_ms": _median(profiled),
+            "gpu_busy_pct": _median(s["metrics"].get("gpu_busy_pct") for s in spans),
+            "profiled_gpu_busy_pct": _median((s["metrics"].get("profiled") or {}).get("gpu_busy_pct") for s in spans),
+            "breakdown_ms": mean_breakdown(spans)}
+
+
+def cycles(report: dict) -> list[dict]:
+    return [cycle_figures(i, spans) for i, spans in enumerate(spans_by_cycle(report))]
+
+
+def run_figures(report: dict) -> dict:
+    """The run's verdict and its last cycle's figures (the run as it stands at the end)."""
+    all_cycles = cycles(report)
+    last = all_cycles[-1] if all_cycles else {}
+    return {"verdict": report.get("verdict"), "step_ms": last.get("step_ms"),
+            "profiled_step_ms": last.get("profiled_step_ms"), "gpu_busy_pct": last.get("gpu_busy_pct"),
+            "profiled_gpu_busy_pct": last.get("profiled_gpu_busy_pct"),
+            "breakdown_ms": last.get("breakdown_ms", {}), "cycles": len(all_cycles)}
+
+
+def top_ops(report: dict) -> dict[str, float]:
+    """Each top operator or kernel's mean ms per step over every span that lists it."""
+    total: dict[str, list[float]] = defaultdict(list)
+    for s in report.get("spans", []):
+        for op in s.get("top", []):
+            total[op["name"]].append(op["ms_per_step"])
+    return {name: statistics.fmean(ms) for name, ms in total.items()}
