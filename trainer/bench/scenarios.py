@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+from ..profiler.analysis.verdicts import DATA_BOUND, GPU_BOUND, HOST_BOUND, LAUNCH_BOUND
 from ..timing import time_fn
 from .workloads import SlowSamples, TinyOps, Workload, cifar_batch, cifar_resnet18
 
@@ -54,13 +55,13 @@ def resnet(name: str, device: torch.device, batch: int, cause: str | None = None
 SCENARIOS = {
     # name -> workload; its cause is the one it was built to show (None: no one cause). tests/test_analysis.py
     # takes its expected verdicts from the unprofiled step times in BENCHMARKS.md, not from here
-    "eager_bs32": lambda d: resnet("eager_bs32", d, 32, "launch_bound"),
-    "eager_bs128": lambda d: resnet("eager_bs128", d, 128, "launch_bound"),
-    "big_batch": lambda d: resnet("big_batch", d, 1024, "gpu_bound"),
-    "cuda_graph": lambda d: resnet("cuda_graph", d, 128, "gpu_bound", graphed=True),
+    "eager_bs32": lambda d: resnet("eager_bs32", d, 32, LAUNCH_BOUND.name),
+    "eager_bs128": lambda d: resnet("eager_bs128", d, 128, LAUNCH_BOUND.name),
+    "big_batch": lambda d: resnet("big_batch", d, 1024, GPU_BOUND.name),
+    "cuda_graph": lambda d: resnet("cuda_graph", d, 128, GPU_BOUND.name, graphed=True),
     "tiny_ops": lambda d: TinyOps(d, name="tiny_ops"),
-    "slow_dataset": lambda d: resnet("slow_dataset", d, 128, "data_bound", loader=True),
-    "host_bound": lambda d: resnet("host_bound", d, 128, "host_bound", host_work=120_000),
+    "slow_dataset": lambda d: resnet("slow_dataset", d, 128, DATA_BOUND.name, loader=True),
+    HOST_BOUND.name: lambda d: resnet(HOST_BOUND.name, d, 128, HOST_BOUND.name, host_work=120_000),
     "item_per_layer": lambda d: resnet("item_per_layer", d, 128, item_hooks=True),
     "cpu_resnet": lambda d: resnet("cpu_resnet", d, 8),
 }

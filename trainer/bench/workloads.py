@@ -31,6 +31,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import record_function
 
+from ..profiler.analysis.verdicts import DATA_BOUND, GPU_BOUND, LAUNCH_BOUND
+
 
 class NoClock:
     """A step clock that times nothing: what `step()` gets when nobody times its phases."""
@@ -249,7 +251,7 @@ class Workload:
 class TinyOps:
     """Thousands of tiny elementwise ops on a 1 Ki-element tensor: nothing but launches."""
 
-    family, cause, copy_bytes = "elementwise", "launch_bound", 0
+    family, cause, copy_bytes = "elementwise", LAUNCH_BOUND.name, 0
 
     def __init__(self, device: torch.device, n_ops: int = 3000, name: str = "tiny_ops") -> None:
         self.name, self.device, self.n_ops = name, device, n_ops
@@ -316,10 +318,10 @@ def hf_gpt2(d):
         def forward(self, idx):
             return self.m(idx).logits
 
-    return Workload("hf_gpt2_small", "hf-gpt2", "launch_bound", d, LogitsOnly(), token_batch(4, 128, 2048), lm_loss)
+    return Workload("hf_gpt2_small", "hf-gpt2", LAUNCH_BOUND.name, d, LogitsOnly(), token_batch(4, 128, 2048), lm_loss)
 
 
-def loader(d, name, workers, sample_ms, batch=32, fix_workers=None, cause="data_bound"):
+def loader(d, name, workers, sample_ms, batch=32, fix_workers=None, cause=DATA_BOUND.name):
     def make():
         dl = torch.utils.data.DataLoader(SlowSamples(1_000_000, sample_ms), batch_size=batch, shuffle=False,
                                          num_workers=workers, pin_memory=d.type == "cuda",
@@ -333,11 +335,11 @@ def reduce_overhead(d):
     """ResNet-18 batch 128 under torch.compile(mode="reduce-overhead"), as scripts/compare.py runs it. Its
     device work is timed on a twin compiled with mode "default" (the same Inductor kernels) replayed as one
     CUDA graph: reduce-overhead's own graphs cannot be captured inside another."""
-    w = Workload("compile_reduce_overhead", "resnet18-compiled", "gpu_bound", d, cifar_resnet18(), cifar_batch(128), ce_loss,
+    w = Workload("compile_reduce_overhead", "resnet18-compiled", GPU_BOUND.name, d, cifar_resnet18(), cifar_batch(128), ce_loss,
                  compile_mode="reduce-overhead")
 
     def twin():
-        t = Workload("compile_default_twin", "resnet18-compiled", "gpu_bound", d, cifar_resnet18(), cifar_batch(128), ce_loss,
+        t = Workload("compile_default_twin", "resnet18-compiled", GPU_BOUND.name, d, cifar_resnet18(), cifar_batch(128), ce_loss,
                      compile_mode="default", graph_compiled=True)
         t.model.load_state_dict(w.model.state_dict())
         return t

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ...profiler.analysis.verdicts import CPU_BOUND, DATA_BOUND, HOST_BOUND
 from ..workloads import SlowSamples, Workload, ce_loss, cifar_batch, pooled_linear, small_cnn
 from .truth import CONFIRM_SPEEDUP, record_trace, step_times
 
@@ -27,15 +28,15 @@ CPU = torch.device("cpu")
 
 def _workload(name: str, fixed: bool = False):
     if name == "cpu_compute":
-        return Workload(name, "resnet8", "cpu_bound", CPU, small_cnn(), cifar_batch(64), ce_loss)
+        return Workload(name, "resnet8", CPU_BOUND.name, CPU, small_cnn(), cifar_batch(64), ce_loss)
     if name == "cpu_loader":  # 10 ms a sample in the main process, 16 samples a batch: 160 ms of loading (a
         # sleep, which a loaded machine does not lengthen) into a pooled linear classifier (under 1 ms of compute)
         dl = torch.utils.data.DataLoader(SlowSamples(1_000_000, 0.0 if fixed else 10.0), batch_size=16)
-        return Workload(name, "pooled-linear", "data_bound", CPU, pooled_linear(), cifar_batch(16), ce_loss, loader=dl)
+        return Workload(name, "pooled-linear", DATA_BOUND.name, CPU, pooled_linear(), cifar_batch(16), ce_loss, loader=dl)
     if name == "cpu_host_python":  # about 100 ms of Python after each step, no calls for with_stack to record,
         # after a pooled linear classifier's step (under 1 ms): torch's threads, which a busy machine slows more
         # than one Python thread, cannot outweigh it
-        return Workload(name, "pooled-linear", "host_bound", CPU, pooled_linear(), cifar_batch(8), ce_loss,
+        return Workload(name, "pooled-linear", HOST_BOUND.name, CPU, pooled_linear(), cifar_batch(8), ce_loss,
                         host_work=0 if fixed else 2_000_000, host_calls=False)
     raise ValueError(name)
 

@@ -30,9 +30,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
+from ...profiler.analysis.verdicts import COMMUNICATION_BOUND, HOST_BOUND
 from .truth import step_times
 
-EXPECTED = {"comm": "communication_bound", "straggler": "host_bound", "balanced": None}
+EXPECTED = {"comm": COMMUNICATION_BOUND.name, "straggler": HOST_BOUND.name, "balanced": None}
 
 
 class Net(nn.Module):

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ...profiler.analysis.verdicts import LAUNCH_BOUND
 from ..workloads import Workload, ce_loss, cifar_batch
 from .truth import expected_verdict, graph_ms
 
@@ -70,7 +71,7 @@ def main() -> int:
     torch.cuda.synchronize()  # sync point: once, after the timed run
     ms = [x.elapsed_time(y) for x, y in zip(clock.events[10:], clock.events[11:])]
     # the same step outside Lightning, for its GPU time
-    w = Workload("lightning_resnet18", "lightning-resnet18", "launch_bound", torch.device("cuda"),
+    w = Workload("lightning_resnet18", "lightning-resnet18", LAUNCH_BOUND.name, torch.device("cuda"),
                  torchvision_cifar_resnet18(10), cifar_batch(BATCH), ce_loss)
     truth = {"step_ms": statistics.median(ms), "gpu_ms": graph_ms(w.gpu_part), "copy_ms": 0.0,
              "fixed_step_ms": None, "intervention": None}
