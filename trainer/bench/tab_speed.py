@@ -22,12 +22,13 @@ import shutil
 import time
 from pathlib import Path
 
-from stepscope.profiler.serve.tab.cache import CACHE_DIR
-from stepscope.profiler.serve.tab.plugin import StepscopePlugin, parse_steps
-from stepscope.profiler.serve.tab.window import window_name
 from tensorboard.plugins import base_plugin
 from werkzeug import Client
 from werkzeug.wrappers import Response
+
+from ..profiler.serve.tab.cache import CACHE_DIR
+from ..profiler.serve.tab.plugin import StepscopePlugin, parse_steps
+from ..profiler.serve.tab.window import window_name
 
 
 def client(logdir: Path) -> Client:

@@ -80,7 +80,7 @@ class Encoder(nn.Module):
 def families() -> dict:
     """name -> (model factory, input shape with the batch first)."""
     def resnet18():
-        from stepscope.models import torchvision_cifar_resnet18
+        from ..models import torchvision_cifar_resnet18
 
         return torchvision_cifar_resnet18(10)
 
@@ -246,7 +246,7 @@ def run(style, model, shape, device, steps, clock, prof):
 
 def predicted(folder: Path) -> dict:
     """stepscope's reading of the traces in ``folder``, as a trace from elsewhere (no telemetry)."""
-    from stepscope.profiler.front import analyze
+    from ..profiler.front import analyze
 
     s = analyze(folder).spans[-1]
     rng = s.step_range
