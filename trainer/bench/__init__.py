@@ -14,6 +14,8 @@
                        the ops inside a training step and in whole training runs
     telemetry.py       the trainer's per-step telemetry cost (scripts/bench_telemetry.py)
     overhead.py        the profiler's overhead on real training runs (scripts/profiler_overhead.py)
+    calibration.py     the overhead model's predicted vs measured unprofiled step (scripts/calibrate_overhead.py)
+    tab_speed.py       how long the stepscope tab takes on a large run (scripts/bench_tab.py)
     ddp_scaling.py     images/s from 1 to N GPUs (scripts/ddp_scaling.py)
     plugin_view.py     what TensorBoard's PyTorch Profiler tab shows for a run (scripts/plugin_check.py)
     cifar_folder.py    a CIFAR-10 folder of random images (scripts/make_cifar_folder.py)
