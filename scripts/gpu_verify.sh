@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout verdicts_ddp verify verify_extra ddp
-#                                                     compare overhead plugin tests bench ops ops_processes calibrate
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops verdicts_ddp verify verify_extra
+#                                                     ddp compare overhead plugin tests bench ops ops_processes calibrate
 #                                                     (default: compare overhead plugin tests)
 #
+# loops: the same scenarios (and the held-out families) as plain loops with stepscope.schedule +
+# stepscope.trace_handler (scripts/verdict_loops.py), and what the schedule costs per step (bench_schedule.py).
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
@@ -32,14 +34,14 @@
 # OUT_DIR as they go, so a cut-off run still leaves what it measured. Knobs: VB_ARGS (verdicts: e.g. "--only
 # loader_ahead", which also skips Lightning), OVH_PAIRS (6), OVH_GRAPH_PAIRS (3),
 # OVH_TIMEOUT (420 s), BENCH_ARGS (e.g. "--no-compile --reps 50"), BENCH_TIMEOUT (300 s). Expects torch-tb-profiler (and pytest,
-# hypothesis) installed or as wheels in .whl/ (README, "Working on a GPU machine").
+# hypothesis) installed or as wheels in .whl/ (docs/gpu.md).
 set -uo pipefail
 OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -84,6 +86,18 @@ part_holdout() {
   echo "exit $?"
   cp "$L/vbh/results.json" "$OUT/holdout.json" 2>/dev/null; cat "$L/vbh/results.md" 2>/dev/null
   (cd "$L/vbh" && tar cf - traces | split -b 15M - "$OUT/holdout_traces.tar.")
+}
+
+part_loops() {
+  stamp "verdict_loops.py: the suite's scenarios as plain loops, stepscope.schedule + stepscope.trace_handler"
+  timeout "${LOOPS_TIMEOUT:-480}" python3 scripts/verdict_loops.py --out "$L/vl" ${VL_ARGS:-} > "$OUT/loops.log" 2>&1
+  echo "exit $?"
+  cp "$L/vl/results.json" "$OUT/loops.json" 2>/dev/null; cat "$L/vl/results.md" 2>/dev/null
+  stamp "verdict_loops.py --set holdout"
+  timeout "${LOOPS_TIMEOUT:-480}" python3 scripts/verdict_loops.py --set holdout --out "$L/vlh" > "$OUT/loops_holdout.log" 2>&1
+  echo "exit $?"
+  cp "$L/vlh/results.json" "$OUT/loops_holdout.json" 2>/dev/null; cat "$L/vlh/results.md" 2>/dev/null
+  python3 scripts/bench_schedule.py | tee "$OUT/bench_schedule.txt"
 }
 
 verify_one() {  # NAME TRAIN_FLAGS...: a profiled ResNet-18 run, then stepscope verify on it

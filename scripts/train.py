@@ -8,9 +8,9 @@
     torchrun --nproc_per_node 2 scripts/train.py --profile    # DDP; --batch-size is per rank
     tensorboard --logdir logs
 
-Prints a progress bar (loss, images/s), and at the end a summary line; with --profile also the top-15 ops
+Prints a progress bar (loss, images/s), and at the end a summary line; with --profile also the top-5 ops
 table, the TensorBoard command and the diagnosis (why the step is slow). Writes logs/<run>/: TensorBoard
-events, run.json, and with --profile the traces (see trainer/trace_files.py) and diagnosis.md.
+events, run.json, and with --profile the traces (see trainer/profiler/trace/files.py) and diagnosis.md.
 Bad flags (or a full disk under --logdir): one line on stderr, exit code 2, nothing half-written. Ctrl-C or
 SIGTERM: the cycle's trace and the scalars flushed, run.json "interrupted", exit code 130 or 143.
 Under torchrun each rank checks its flags the same way; a rank that fails ends the whole group, and

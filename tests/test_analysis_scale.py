@@ -10,6 +10,7 @@ not here.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from stepscope.profiler.trace import workers as parallel
 from stepscope.profiler.trace.discover import discover
 from stepscope.profiler.trace.files import find_traces, load_trace
 from stepscope.profiler.trace.jsonstream import split_points
+from stepscope.profiler.trace.workers import Workers
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -79,16 +81,28 @@ def test_a_trace_parsed_in_byte_ranges_by_several_processes_is_the_same(replica,
     assert parse_trace_file(tf.path, tf.worker, tf.span, parts=parts) == parse_trace_file(tf.path, tf.worker, tf.span)
 
 
-def test_the_analysis_cuts_only_large_uncompressed_traces(replica, tmp_path):
+def test_a_gzipped_trace_is_parsed_in_byte_ranges_too(replica, tmp_path):
+    (tf,) = find_traces(replica)
+    gz = tmp_path / (tf.path.name + ".gz")
+    gz.write_bytes(gzip.compress(tf.path.read_bytes(), compresslevel=1))
+    ranges = split_points(gz, 2, stream_parse._decode)
+    assert ranges is not None and ranges == split_points(tf.path, 2, stream_parse._decode)  # decompressed offsets
+    assert parse_trace_file(gz, tf.worker, tf.span, parts=2) == parse_trace_file(tf.path, tf.worker, tf.span)
+
+
+def test_the_analysis_cuts_only_large_traces(replica, tmp_path):
     (tf,) = find_traces(replica)
     plan = parallel.plan_processes([tf.path], budget_bytes=1 << 30, cpus=2)
     assert plan == parallel.Plan(per_file=1, parts=2)
     assert parallel.parts_for(tf.path, plan) == 1  # 16 MiB: under SPLIT_FROM, one range
-    for name, parts in (("w.1.pt.trace.json", 2), ("w.2.pt.trace.json.gz", 1)):  # gzip cannot be cut
+    for name, parts in (("w.1.pt.trace.json", 2), ("w.2.pt.trace.json.gz", 2)):
         big = tmp_path / name
         with open(big, "wb") as f:
-            f.truncate(parallel.SPLIT_FROM)  # a sparse file: only its size is read
+            f.truncate(parallel.SPLIT_FROM)  # a sparse file: only its size (and gzip trailer) is read
         assert parallel.parts_for(big, plan) == parts
+    small = tmp_path / "w.3.pt.trace.json.gz"
+    small.write_bytes(gzip.compress(b" " * (1 << 20)))  # its trailer: 1 MiB of JSON
+    assert parallel.parts_for(small, plan) == 1
 
 
 def test_step_window_analyses_exactly_those_steps(replica):
@@ -160,7 +174,7 @@ def test_command_loader_parses_ranks_in_parallel(monkeypatch):
     one = report_of(load_found(found)[0])
     monkeypatch.setattr(parallel, "SPLIT_FROM", 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    loaded, _ = load_found(found, 1 << 30)
+    loaded, _ = load_found(found, Workers.local(max_memory=1 << 30))
     assert all(item.parsed is not None for item in loaded)
     assert _dict(report_of(loaded)) == _dict(one)
 

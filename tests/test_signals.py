@@ -140,21 +140,22 @@ def test_signal_inside_the_profiled_cycle(tmp_path, sig):
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_during_the_trace_export(tmp_path, sig):
-    """A signal while a cycle's trace is being exported (its `.tmp-*` file exists) lets that trace finish."""
+    """A signal while a cycle's trace is being exported (its `raw/<span>/.tmp-*` file exists) lets that trace
+    finish."""
     cmd = train_cmd(tmp_path, "--steps", "300", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
                     "--active", "6", "--repeat", "20")
     run = tmp_path / "logs" / "r"
     exporting: list[Path] = []
 
     def tmp_trace() -> bool:
-        exporting[:] = list(run.glob(".tmp-*.chrome.json")) if run.is_dir() else []
+        exporting[:] = list(run.glob("raw/*/.tmp-*.partial")) if run.is_dir() else []
         return bool(exporting)
 
     with Child(cmd, tmp_path) as c:
         code, out, err = c.signal_when("a trace being exported", tmp_trace, sig, poll_s=0.002)
     d = assert_interrupted(run, sig, code, err)
     assert_readable_traces(run, d)
-    span = exporting[0].name.removesuffix(".chrome.json").rpartition("-")[2]
+    span = exporting[0].parent.name
     assert any(name.endswith(f".{span}.pt.trace.json.gz") for name in d["traces"]), (span, d["traces"])
 
 

@@ -15,19 +15,20 @@ from pathlib import Path
 import pytest
 from stepscope.profiler.tbfix import (
     adapt_trace,
-    forked,
     plan_columns,
     plugin_check,
     stream_plan,
-    stream_write,
 )
 from stepscope.profiler.tbfix.excerpt import excerpt
 from stepscope.profiler.tbfix.export import export_file
+from stepscope.profiler.trace import workers as policy
 from stepscope.profiler.trace.files import find_traces, load_trace
 from stepscope.profiler.trace.gc_paused import gc_paused
+from stepscope.profiler.trace.workers import Workers
 
 DATA = Path(__file__).parent / "data"
 SPAN = "1795259109156023363"
+LOCAL = Workers.local(cpus=2)  # the command line's policy on a machine of two CPUs or more
 
 
 def _plain(tmp_path: Path, run: str, junk: bool = False) -> tuple[Path, dict]:
@@ -47,32 +48,39 @@ def _plain(tmp_path: Path, run: str, junk: bool = False) -> tuple[Path, dict]:
 
 def _export(src: Path, out: Path, split: bool, monkeypatch, gz: bool = False) -> tuple[Path, Path]:
     with monkeypatch.context() as m:
-        m.setattr(forked, "SPLIT_FROM", 0 if split else 1 << 62)
+        m.setattr(policy, "SPLIT_FROM", 0 if split else 1 << 62)
         m.setattr(stream_plan, "SPLIT_EVENTS", 0 if split else 1 << 62)
-        adapted, _ = export_file(out, "w", SPAN, src, gz=gz, excerpt=out / "excerpt.json", helpers=True)
+        adapted, _ = export_file(out, "w", SPAN, src, gz=gz, excerpt=out / "excerpt.json", workers=LOCAL)
     return adapted, out / "excerpt.json"
 
 
 @pytest.mark.parametrize("run", ["cuda_graph", "eager_bs128", "nccl_ddp", "lightning_h100"])
 def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
     src, trace = _plain(tmp_path, run, junk=run == "cuda_graph")
-    assert forked.export_ranges(src, plan_columns._decode) is None  # small: one range unless told otherwise
-    monkeypatch.setattr(forked, "SPLIT_FROM", 0)
-    assert len(forked.export_ranges(src, plan_columns._decode)) == 2
+    if run == "nccl_ddp":  # a gzipped original: read in two ranges through its index (gzindex.py)
+        src = src.rename(src.with_name(src.name + ".gz"))
+        src.write_bytes(gzip.compress(src.read_bytes()))
+    assert plan_columns.export_ranges(src, LOCAL) is None  # small: one range unless told otherwise
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    assert len(plan_columns.export_ranges(src, LOCAL)) == 2
+    assert plan_columns.export_ranges(src, Workers.inline()) is None  # a training process: never in halves
     one, _ = _export(src, tmp_path / "one", False, monkeypatch)
     two, _ = _export(src, tmp_path / "two", True, monkeypatch)
     assert two.read_bytes() == one.read_bytes()
     assert load_trace(two) == json.loads(json.dumps(adapt_trace(trace)))
     zipped, _ = _export(src, tmp_path / "gz", True, monkeypatch, gz=True)  # two gzip members, one stream
     assert gzip.decompress(zipped.read_bytes()) == one.read_bytes()
+    assert len(plan_columns.export_ranges(zipped, LOCAL)) == 2  # two gzip members, read through an index
+    again, _ = _export(zipped, tmp_path / "again", True, monkeypatch)
+    assert again.read_bytes() == _export(zipped, tmp_path / "again1", False, monkeypatch)[0].read_bytes()
 
 
 def test_the_plan_of_two_ranges_is_the_plan_of_one(tmp_path, monkeypatch):
     src, _ = _plain(tmp_path, "eager_bs128", junk=True)
-    monkeypatch.setattr(forked, "SPLIT_FROM", 0)
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
     one, _ = stream_plan.plan_edits(src)  # a training process's call: no helpers, whatever the size
-    two, _ = stream_plan.plan_edits(src, helpers=True)
+    two, _ = stream_plan.plan_edits(src, LOCAL)
     assert one.ranges is None and [index for _, index in two.ranges][0] == 0 and len(two.ranges) == 2
     assert two.edits == one.edits and two.step_starts == one.step_starts
     assert (two.keep == one.keep).all() and ((two.ts == one.ts) | (two.ts != two.ts)).all()
@@ -100,18 +108,24 @@ def test_no_excerpt_for_a_trace_of_few_steps_or_a_small_one(tmp_path, monkeypatc
     assert not part.exists()  # no more steps than the excerpt would keep: the copy is its own excerpt
 
 
-@pytest.mark.parametrize("module", [plan_columns, stream_write])
-def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(module, tmp_path, monkeypatch):
+@pytest.mark.parametrize("refused", [1, 2, 3])  # the helper of read_columns, of the call stacks, of the writing
+def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(refused, tmp_path, monkeypatch):
     src, _ = _plain(tmp_path, "eager_bs128", junk=True)
     one, _ = _export(src, tmp_path / "one", False, monkeypatch)
+    calls = []
+    fork_pool = policy.fork_pool
 
-    def refuse(*args):
-        raise RuntimeError("can't start new thread")
+    def refuse(processes):
+        calls.append(processes)
+        if len(calls) == refused:
+            raise RuntimeError("can't start new thread")
+        return fork_pool(processes)
 
-    monkeypatch.setattr(module, "forked", refuse)
+    monkeypatch.setattr(policy, "fork_pool", refuse)
     two, _ = _export(src, tmp_path / "two", True, monkeypatch)
     assert two.read_bytes() == one.read_bytes()
     assert not [p for p in (tmp_path / "two").iterdir() if p.name.startswith(".tmp-")]  # no part left behind
+    assert len(calls) >= refused
 
 
 def test_without_helpers_nothing_is_forked(tmp_path, monkeypatch):
@@ -121,19 +135,19 @@ def test_without_helpers_nothing_is_forked(tmp_path, monkeypatch):
     def no_fork(*args):
         raise AssertionError("forked a helper")
 
-    for module in (plan_columns, stream_plan, stream_write):
-        monkeypatch.setattr(module, "forked", no_fork)
-    monkeypatch.setattr(forked, "SPLIT_FROM", 0)
+    monkeypatch.setattr(policy, "fork_pool", no_fork)
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
     adapted, _ = export_file(tmp_path / "out", "w", SPAN, src)
     assert load_trace(adapted) == json.loads(json.dumps(adapt_trace(trace)))
 
 
-def test_a_helper_runs_a_call_on_what_this_process_holds():
+@pytest.mark.parametrize("workers", [LOCAL, Workers.inline()])
+def test_a_helper_runs_a_call_on_what_this_process_holds(workers):
     columns = list(range(100_000))
-    with forked.forked(sum, columns) as result:
+    with workers.beside(sum, columns) as result:
         assert result.result() == sum(columns)
-    with forked.forked(int, "not a number") as result, pytest.raises(ValueError):
+    with workers.beside(int, "not a number") as result, pytest.raises(ValueError):
         result.result()
 
 

@@ -76,7 +76,7 @@ def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
     run([sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-deps", "--no-index",
          *wheels], cwd=tmp_path)
 
-    away = tmp_path / "elsewhere"  # not the repository, and no scripts/_checkout.py on any path
+    away = tmp_path / "elsewhere"  # not the repository, and no checkout on any path
     away.mkdir()
     probe = run([bin_dir / "python", "-c",
                  "import json, kernels, stepscope, stepscope.kernels, stepscope.command as c;"

@@ -4,6 +4,9 @@
     report = stepscope.analyze("logs/myrun")          # any folder of traces, or one trace file
     print(report.verdict, report.to_dict())
     prof = torch.profiler.profile(..., on_trace_ready=stepscope.trace_handler("logs/myrun"))
+    with stepscope.profile("logs/myrun") as prof:     # stepscope.schedule + trace_handler (docs/loops.md)
+        for batch in stepscope.loader(train_loader):  # times the wait for each batch
+            ...; prof.step()
     rows = stepscope.compare(["--device", "cpu", "--variants", "eager"])
 
 The names load on first use, so `import stepscope` stays quick and imports no torch. This package is the
@@ -22,7 +25,10 @@ except PackageNotFoundError:  # a source tree that was never installed
 
 _PUBLIC = {  # name -> (module, attribute): each public call is one line into the engine
     "analyze": ("stepscope.profiler.front", "analyze"),
-    "trace_handler": ("stepscope.profiler.capture.handler", "stepscope_trace_handler"),
+    "trace_handler": ("stepscope.profiler.capture.handler", "trace_handler"),
+    "schedule": ("stepscope.profiler.capture.schedule", "schedule"),
+    "loader": ("stepscope.profiler.capture.loader", "loader"),
+    "profile": ("stepscope.profiler.capture.session", "profile"),
     "compare": ("stepscope.comparison", "compare"),
 }
 __all__ = ["__version__", *_PUBLIC]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .profiler.serve.diagnose import diagnose_run
 from .profiler.trace.files import find_plugin_traces
+from .profiler.trace.workers import Workers
 from .run_dir import PAGE, no_space, release_space
 from .run_record import RunRecord, finite_or_none
 from .timing import PHASES
@@ -113,7 +114,9 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
     try:
         if writer is not None and writer.cycles and status != "failed":
             print("stepscope: analysing the profiled steps ...", flush=True)
-            diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"])
+            # rank 0 of a training job: its threads, CUDA context and process group must never be forked
+            diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"],
+                                     workers=Workers.inline())
     except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
         status = "interrupted"
         print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "

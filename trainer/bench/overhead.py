@@ -6,7 +6,7 @@
 
 Each run is `scripts/train.py [--profile] ...` with the default profiler schedule; its number is run.json's
 `final.mean_step_ms`, the mean over the steps that count towards throughput (warm-up, profiled and
-trace-export steps excluded, as the README says). Pairs alternate which run goes first, so a slow drift of the
+trace-export steps excluded, as docs/training.md says). Pairs alternate which run goes first, so a slow drift of the
 machine does not favour one side. With `--concurrent` the two runs of a pair start together, one per GPU
 (swapping GPUs from pair to pair), so that host noise hits both at once.
 

@@ -41,12 +41,12 @@ import random
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
 from ..profiler.trace.files import find_traces, load_trace
+from ..profiler.trace.workers import fork_pool
 
 CAUSES = ("host_outside_ops", "data", "gpu_kernels")
 INJECTED_RANGE = "injected_host_work"
@@ -111,7 +111,7 @@ def build_job(spec: JobSpec, out: Path, workers: int = 1) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
+        with fork_pool(workers) as pool:  # the one place process pools are made
             list(pool.map(write_rank, [spec] * spec.ranks, range(spec.ranks), [out] * spec.ranks,
                           [files] * spec.ranks, chunksize=max(1, spec.ranks // (4 * workers))))
     else:

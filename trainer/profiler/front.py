@@ -5,6 +5,7 @@ handler, the TensorBoard watcher) is a call of ``analyze``.
     report = analyze("trace.json", selection=StepSelection(steps=(3, 8)))
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
     runs = analyze("logs")          # a folder of several runs: RunsReport, one RunReport per run (runs.py)
+    report = analyze("logs/job", workers=Workers.dask("tcp://host:8786"))   # each rank's work on a cluster
 
 Discovery (trace/discover.py) finds the traces, loaded.py parses them, jobs.py groups them into jobs (one run
 folder is one job, unless the traces' distributedInfo joins folders), the analysis reports on each. When
@@ -21,9 +22,10 @@ from pathlib import Path
 from .analysis.report import RunReport
 from .analysis.select import StepSelection
 from .loaded import Loaded, load_found
-from .runs import RunsReport, report_runs
+from .runs import RunsReport, report_runs, report_runs_found
 from .trace.discover import discover, summary_line
 from .trace.errors import TraceError
+from .trace.workers import Workers
 
 
 @dataclass(frozen=True)
@@ -33,26 +35,45 @@ class Found:
     summary: str
 
 
-def find(path: str | os.PathLike, max_memory: int | None = None) -> Found:
-    """Every trace under ``path``, parsed; TraceError when there is none or one cannot be read."""
+def find(path: str | os.PathLike, workers: Workers | None = None) -> Found:
+    """Every trace under ``path``, parsed where ``workers`` says (default: in this process); TraceError when
+    there is none or one cannot be read."""
     path = Path(path)
+    found = _discover(path)
+    loaded, skipped = load_found(found.traces, workers)
+    return Found(loaded, _summary(path, found, loaded, skipped))
+
+
+def _discover(path: Path):
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise TraceError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
-    found = discover(path)
-    loaded, skipped = load_found(found.traces, max_memory)
+    return discover(path)
+
+
+def _summary(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
+    """The line that says what was found and skipped; TraceError when nothing was loaded."""
     line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
     if not loaded:
         raise TraceError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
                          "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
                          + (f"; {line}" if found.skipped or skipped else ""))
-    return Found(loaded, line)
+    return line
 
 
 def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
-            max_memory: int | None = None) -> RunReport | RunsReport:
+            max_memory: int | None = None, workers: Workers | None = None) -> RunReport | RunsReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file): a
-    RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several."""
+    RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several.
+    ``workers`` says where the traces are parsed (trace/workers.py); by default in this process alone,
+    which a training process needs, or in local processes within ``max_memory`` bytes when it is given. On
+    a cluster, each trace's report is made where the trace is read, and only the report comes back."""
     path = Path(path)
-    found = find(path, max_memory)
-    return report_runs(found.loaded, path, selection, telemetry)
+    if workers is None:
+        workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
+    if workers.cluster is not None:
+        found = _discover(path)
+        report, loaded, skipped = report_runs_found(found.traces, path, selection, telemetry, workers)
+        _summary(path, found, loaded, skipped)
+        return report
+    return report_runs(find(path, workers).loaded, path, selection, telemetry)

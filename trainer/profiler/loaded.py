@@ -3,6 +3,7 @@
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
     report = report_of(loaded)                          # RunReport, as for a run directory
     report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
+    done, skipped = analyze_found(pairs, workers=Workers.dask(address))   # [(light Loaded, SpanReport)]
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
 the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
@@ -10,13 +11,15 @@ report or error. A trace that does not parse is an error (TraceError, one line).
 ProfilerStep# or Optimizer.step# events, or a file that was only sniffed as a Chrome trace and holds no torch
 operators either, is skipped (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
 trace of the same run folder so that the ranks of an accelerate run pair up.
+``analyze_found`` does both for a cluster (trace/workers.py): each trace is parsed and analysed where it is
+read (a Dask task), and only its report comes back, with the little that runs.py groups jobs by.
 Torch-free.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .analysis.events import ParsedTrace
@@ -24,13 +27,16 @@ from .analysis.report import (
     RunReport,
     analyze_file,
     analyze_parsed_file,
+    parse_path,
     parse_paths,
     read_trace,
     run_report,
 )
 from .analysis.select import StepSelection
+from .analysis.span import SpanReport
 from .trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped, step_source
 from .trace.vocabulary import STEPS_FROM_WINDOW
+from .trace.workers import Workers
 
 STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 # what a trace without steps needs: prof.step() marks each step only under a schedule
@@ -83,27 +89,26 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
 
 
 def load_found(found: list[Found] | tuple[Found, ...],
-               max_memory: int | None = None) -> tuple[list[Loaded], list[Skipped]]:
-    """Parse every found trace (large ones in parallel processes within ``max_memory`` bytes, see
-    analysis/parallel.py); skip sniffed ones without ProfilerStep# events."""
+               workers: Workers | None = None) -> tuple[list[Loaded], list[Skipped]]:
+    """Parse every found trace where ``workers`` says (default: in this process; trace/workers.py); skip
+    sniffed ones without ProfilerStep# events."""
     spans = assign_spans(list(found))
     loaded, skipped = [], []
-    streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], max_memory)
+    streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], workers or Workers.inline())
     for f, parsed in zip(found, streamed, strict=True):
-        if parsed is not None:
-            reason = _skip(f, parsed.steps_from if parsed.steps_from != STEPS_FROM_WINDOW or parsed.ops else None)
-            if reason:
-                skipped.append(Skipped(f.path, reason))
-            else:
-                loaded.append(Loaded(f, spans[f.path], None, parsed))
-            continue
-        trace = read(f)
-        reason = skip_reason(f, trace)
-        if reason:
-            skipped.append(Skipped(f.path, reason))
-        else:
-            loaded.append(Loaded(f, spans[f.path], trace))
+        item = load_one(f, spans[f.path], parsed)
+        (skipped if isinstance(item, Skipped) else loaded).append(item)
     return loaded, skipped
+
+
+def load_one(f: Found, span: str, parsed: ParsedTrace | None) -> Loaded | Skipped:
+    """A found trace as ``load_found`` loads it, given its streamed parse (None: it is read whole)."""
+    if parsed is not None:
+        reason = _skip(f, parsed.steps_from if parsed.steps_from != STEPS_FROM_WINDOW or parsed.ops else None)
+        return Skipped(f.path, reason) if reason else Loaded(f, span, None, parsed)
+    trace = read(f)
+    reason = skip_reason(f, trace)
+    return Skipped(f.path, reason) if reason else Loaded(f, span, trace)
 
 
 def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None,
@@ -112,10 +117,50 @@ def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | 
     ``selection`` keeps some steps of each (analysis/select.py); ``telemetry`` is the run's own unprofiled
     step timing, when stepscope's trainer made the run (`run_telemetry`). Raises TraceError (one line, naming
     worker.span) when a trace cannot be analysed (no ProfilerStep#, or none in the selection)."""
-    spans = [analyze_parsed_file(item.parsed, item.found.path, telemetry, selection) if item.parsed is not None
-             else analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
-             for item in loaded]
+    spans = [span_report(item, telemetry, selection) for item in loaded]
     return run_report(label, spans)
+
+
+def analyze_found(found: list[tuple[Found, str]], selection: StepSelection | None = None,
+                  telemetry: dict | None = None, workers: Workers | None = None
+                  ) -> tuple[list[tuple[Loaded, SpanReport]], list[Skipped]]:
+    """Each (found trace, its span) parsed and reported where ``workers`` says (default: in this process),
+    only the report and the trace without its events (``light``) brought back; and the traces skipped."""
+    jobs = [(f.path, f, span, telemetry, selection) for f, span in found]
+    done, skipped = [], []
+    for result in (workers or Workers.inline()).map(report_found, jobs):
+        (skipped if isinstance(result, Skipped) else done).append(result)
+    return done, skipped
+
+
+def report_found(path: Path, found: Found, span: str, telemetry: dict | None = None,
+                 selection: StepSelection | None = None, parts: int = 1) -> tuple[Loaded, SpanReport] | Skipped:
+    """One found trace, loaded as ``load_found`` does (in ``parts`` byte ranges), and its report; or why it
+    is skipped."""
+    item = load_one(found, span, parse_path(path, found.worker, span, parts))
+    if isinstance(item, Skipped):
+        return item
+    return light(item), span_report(item, telemetry, selection)
+
+
+def light(item: Loaded) -> Loaded:
+    """``item`` with only what jobs.py reads of its events: its rank, world size, first and last steps."""
+    if item.parsed is not None:
+        p = item.parsed
+        return replace(item, parsed=replace(p, steps=p.steps[:1] + p.steps[1:][-1:], ops=(), annotations=(),
+                                            runtime=(), device=(), data_spans=(), memory=(), python_calls=(),
+                                            python_builtins=()))
+    trace = item.trace or {}
+    return replace(item, trace={"distributedInfo": trace.get("distributedInfo"), "traceEvents": [
+        e for e in trace.get("traceEvents") or () if isinstance(e, dict)
+        and str(e.get("name", "")).startswith("ProfilerStep#")]})
+
+
+def span_report(item: Loaded, telemetry: dict | None = None, selection: StepSelection | None = None) -> SpanReport:
+    """The report of one loaded trace (``report_of``)."""
+    if item.parsed is not None:
+        return analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
+    return analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
 
 
 def run_telemetry(path: Path) -> dict | None:

@@ -24,6 +24,7 @@ from .front import find
 from .loaded import Loaded, load_found, report_of, run_telemetry
 from .trace.discover import Found
 from .trace.errors import TraceError
+from .trace.workers import Workers
 
 RUN_RECORD = "run.json"
 UNPROFILED = "run.json"  # source: the trainer's own timed steps, without the profiler
@@ -52,15 +53,16 @@ class Measured:
         return cls(d["report"], list(d["recorded_ms"]), list(d["traced_ms"]))
 
 
-def measure_path(path: str | os.PathLike, max_memory: int | None = None) -> Measured:
-    """Every trace under ``path`` (a run folder, any folder of traces, or one trace file), as one run."""
+def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Measured:
+    """Every trace under ``path`` (a run folder, any folder of traces, or one trace file), as one run, parsed
+    where ``workers`` says (trace/workers.py; default: in this process)."""
     path = Path(path)
-    return measured(find(path, max_memory).loaded, path)
+    return measured(find(path, workers).loaded, path)
 
 
-def measure_found(found: list[Found], path: Path, max_memory: int | None = None) -> Measured:
-    """These discovered traces, as the run in folder ``path``."""
-    loaded, _ = load_found(found, max_memory)
+def measure_found(found: list[Found], path: Path, workers: Workers | None = None) -> Measured:
+    """These discovered traces, as the run in folder ``path`` (``workers``: as ``measure_path``)."""
+    loaded, _ = load_found(found, workers)
     if not loaded:
         raise TraceError(f"{path}: no traces with ProfilerStep# events")
     return measured(loaded, path)

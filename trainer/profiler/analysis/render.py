@@ -102,6 +102,11 @@ def render_markdown(report: RunReport) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def render_span_markdown(s: SpanReport) -> str:
+    """One trace's section of the Markdown diagnosis."""
+    return "\n".join(_markdown_span(s)).rstrip() + "\n"
+
+
 def _markdown_span(s: SpanReport) -> list[str]:
     out = [f"## {_title(s)}: `{s.verdict}`", "", f"**{_headline(s)}**", ""]
     if s.steps_note:

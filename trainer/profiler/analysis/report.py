@@ -6,10 +6,10 @@
 
 Each trace file is parsed streaming (stream_parse.py); a file that the streaming parser leaves to the
 ordinary reader (``StreamFallback``) is loaded whole with ``read_trace`` and parsed by events.py, which gives
-the same report or the same one-line error. Several traces (ranks) are analysed in parallel processes as far
-as the memory budget and the CPUs allow (parallel.py).
+the same report or the same one-line error. Several traces (ranks) are analysed where the worker policy says
+(trace/workers.py): in this process, in local processes, or on a Dask cluster.
 
-JSON shape (documented in the README):
+JSON shape (documented in docs/json.md):
     {"verdict": str,
      "spans": [{"worker", "span", "rank", "device", "verdict", "evidence": [str],
                 "metrics": {"step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",
@@ -22,17 +22,15 @@ JSON shape (documented in the README):
 from __future__ import annotations
 
 import json
-import multiprocessing
 import zlib
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..trace.bounded_read import TraceTooLarge
 from ..trace.errors import TraceError
 from ..trace.files import find_traces, load_trace
-from ..trace.workers import default_budget, parts_for, plan_processes
+from ..trace.workers import Workers
 from .cross_rank import CrossRankReport, cross_rank
 from .events import ParsedTrace
 from .select import StepSelection
@@ -55,13 +53,14 @@ class RunReport:
 
 
 def analyze_run(run_dir: Path, telemetry: dict | None = None, selection: StepSelection | None = None,
-                max_memory: int | None = None, cpus: int | None = None) -> RunReport:
+                max_memory: int | None = None, cpus: int | None = None, workers: Workers | None = None) -> RunReport:
     """Analyse every (worker, span) trace in a run directory, plus a cross-rank section when several workers
     share a profiling cycle. `telemetry` is the run's own unprofiled step timing (the trainer's run.json
     `final.telemetry`), when the run was made by stepscope's trainer. ``selection`` restricts each trace to
-    some steps (select.py). Traces are analysed in parallel processes as far as ``max_memory`` bytes
-    (default: a quarter of RAM) and ``cpus`` allow (parallel.py). Raises TraceError (a ValueError) with a
-    one-line message on bad input."""
+    some steps (select.py). Traces are analysed where ``workers`` says (trace/workers.py); without it, in
+    local processes as far as ``max_memory`` bytes (default: a quarter of RAM) and ``cpus`` allow, and in
+    this process alone when ``cpus`` is 1. Raises TraceError (a ValueError) with a one-line message on bad
+    input."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise TraceError(f"{run_dir}: not a directory (expected a run directory such as logs/<run>)")
@@ -70,7 +69,9 @@ def analyze_run(run_dir: Path, telemetry: dict | None = None, selection: StepSel
         raise TraceError(f"{run_dir}: no traces (expected <worker>.<span>.pt.trace.json[.gz], or "
                          "raw/<span>/<worker>.trace.json[.gz])")
     jobs = [(tf.path, tf.worker, tf.span, telemetry, selection) for tf in files]
-    return run_report(str(run_dir), analyze_paths(jobs, max_memory, cpus))
+    if workers is None:
+        workers = Workers.inline() if cpus == 1 else Workers.local(cpus, max_memory)
+    return run_report(str(run_dir), analyze_paths(jobs, workers))
 
 
 def run_report(label: str, spans: list[SpanReport]) -> RunReport:
@@ -79,27 +80,14 @@ def run_report(label: str, spans: list[SpanReport]) -> RunReport:
     return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)
 
 
-def analyze_paths(jobs: list[tuple], max_memory: int | None = None, cpus: int | None = None) -> list[SpanReport]:
-    """``analyze_path(*job)`` for each job (path, worker, span, ...), in order (see ``in_processes``)."""
-    return in_processes(analyze_path, jobs, max_memory, cpus)
+def analyze_paths(jobs: list[tuple], workers: Workers) -> list[SpanReport]:
+    """``analyze_path(*job)`` for each job (path, worker, span, ...), in order, where ``workers`` says."""
+    return workers.map(analyze_path, jobs)
 
 
-def parse_paths(jobs: list[tuple], max_memory: int | None = None, cpus: int | None = None) -> list:
-    """``parse_path(*job)`` for each job (path, worker, span), in order (see ``in_processes``)."""
-    return in_processes(parse_path, jobs, max_memory, cpus)
-
-
-def in_processes(fn, jobs: list[tuple], max_memory: int | None, cpus: int | None) -> list:
-    """``fn(*job)`` for each job, whose first item is a trace path: in this process, or in several forked
-    ones when the traces are large and ``max_memory`` (default: a quarter of RAM) allows (parallel.py)."""
-    if not jobs:
-        return []
-    budget = max_memory if max_memory is not None else default_budget()
-    plan = plan_processes([job[0] for job in jobs], budget, cpus)
-    if plan.per_file > 1:
-        with ProcessPoolExecutor(plan.per_file, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(fn, *zip(*jobs)))
-    return [fn(*job, parts=parts_for(job[0], plan)) for job in jobs]
+def parse_paths(jobs: list[tuple], workers: Workers) -> list:
+    """``parse_path(*job)`` for each job (path, worker, span), in order, where ``workers`` says."""
+    return workers.map(parse_path, jobs)
 
 
 def analyze_path(path: Path, worker: str, span: str, telemetry: dict | None = None,

@@ -4,22 +4,21 @@
     ranges = jsonstream.split_points(path, 2, decode)       # byte ranges of whole events
     collector, header = collect_ranges(path, ranges, first_base(path, BLOCK), BLOCK)
 
-This process collects the first range while forked processes collect the others. Each sends its events
-back as columns (numpy arrays of times, names as codes into a table of distinct names), encoded piece by
-piece as it goes, so that it never holds more than one piece's event tuples: pickling the tuples themselves
+This process collects the first range while forked processes (trace/workers.py) collect the others. Each
+sends its events back as columns (numpy arrays of times, names as codes into a table of distinct names),
+encoded piece by piece as it goes, so that it never holds more than one piece's event tuples: pickling the tuples themselves
 would cost about as much as parsing them, and holding them would double the parse's memory.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import TraceStream
+from ..trace.workers import fork_pool
 from .events import DeviceEvent, HostEvent, MemorySample
 from .stream_parse import StreamFallback, _Collector, _decode
 
@@ -132,8 +131,9 @@ def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float
 
 
 def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[_Collector, dict]:
-    """The ranges' events in file order, and the file's header keys."""
-    with ProcessPoolExecutor(len(ranges) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+    """The ranges' events in file order, and the file's header keys. The caller's worker policy granted the
+    helper processes (``parts`` > 1, trace/workers.py)."""
+    with fork_pool(len(ranges) - 1) as pool:
         rest = [pool.submit(_collect_encoded, path, r, base, block) for r in ranges[1:]]
         c = collect_range(path, ranges[0], base, block)
         for f in rest:

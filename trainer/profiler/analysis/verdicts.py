@@ -16,7 +16,8 @@ A record holds everything about one verdict:
   trainer flags that remove it (``fixes``, tried in order by verify.py) and the rule that predicts the step
   once they do (``predict``, from the run's unprofiled figures). Of several causes the costliest is the
   verdict's primary finding;
-- ``readme``: its row in README.md's verdict table (tests/test_verdict_registry.py holds the two together).
+- ``readme``: its row in the verdict table of docs/verdicts.md (tests/test_verdict_registry.py holds the two
+  together).
 
 Adding a verdict (say ``memory_bound``):
 1. one bucket: the time it stands for, in breakdown.py (GPU_BUCKETS or CPU_BUCKETS, and how a gap is judged
@@ -26,7 +27,7 @@ Adding a verdict (say ``memory_bound``):
    the bucket (a candidate in findings._gpu_candidates or _cpu_candidates, built with ``_remedies(id)``),
    its remedies, and, where a trainer flag removes the cause, its fixes and ``predict`` rule (a flag verify.py
    has not applied before also needs its check in verify._refusal);
-3. its row in README.md's verdict table, and tests: a breakdown and a trace that read it
+3. its row in docs/verdicts.md's verdict table, and tests: a breakdown and a trace that read it
    (tests/test_verdict_registry.py, tests/test_analysis*.py); the golden reports gain the new bucket's key.
 Nothing else names verdicts: other modules take them from here (the names are string literals in this module
 only, which tests/test_verdict_registry.py checks).
@@ -186,7 +187,7 @@ class Verdict:
     kind: str  # "device": taken when the GPU is busy most of the step; "host": the largest idle cause
     buckets: tuple[str, ...]
     causes: tuple[Cause, ...]  # the first is the primary finding where none of them was found
-    readme: str  # its meaning, as README.md's verdict table gives it
+    readme: str  # its meaning, as the verdict table of docs/verdicts.md gives it
     paces: bool = False  # taken whenever the DataLoader paces the step (and the GPU is not busy most of it)
 
     def applies(self, gpu: bool) -> bool:

@@ -1,9 +1,9 @@
 """The profiler: `ProfileConfig.build()` lands here, plus the trace writer that each finished cycle calls.
 
-Each cycle is exported once with `export_chrome_trace`, then written twice by `stepscope.profiler.tbfix`:
-the untouched original under `raw/<span>/` (Perfetto, Holistic Trace Analysis) and a copy that
-torch-tb-profiler 0.4.3 reads correctly, under a name it lists. Both go through a temporary name and a
-rename, so no half-written trace is ever visible. Optional per-cycle exports: a plain Chrome trace, an
+Each cycle is exported once with `export_chrome_trace`, as `stepscope.trace_handler` does (handler.export_raw):
+the untouched original under `raw/<span>/` (Perfetto, Holistic Trace Analysis), then rewritten streamed into a
+copy that torch-tb-profiler 0.4.3 reads correctly, under a name it lists (cycle_worker.write_plugin_copy).
+Both go through a temporary name and a rename, so no half-written trace is ever visible. Optional per-cycle exports: a plain Chrome trace, an
 SVG flame graph of the call stacks, and the memory timeline as HTML.
 
 Without `--profile` the loop gets `NullProfiler`, which has the same interface and does nothing.
@@ -108,7 +108,7 @@ def build_profiler(cfg: ProfileConfig, cuda: bool, on_trace_ready) -> profile:
 
 
 class TraceWriter:
-    """`on_trace_ready` for our run layout (see trainer/trace_files.py).
+    """`on_trace_ready` for our run layout (see trainer/profiler/trace/files.py).
 
     Cycle k is span `span_base + k`. Under torchrun every rank gets rank 0's `span_base`, so the k-th
     cycles of all ranks share one span: the plugin pairs them for its Distributed view, and `raw/<span>/`
@@ -123,29 +123,37 @@ class TraceWriter:
         self.cycles = 0
 
     def __call__(self, prof: profile) -> None:
-        from ..tbfix import export_file
+        # the trace handler's core (handler.py, cycle_worker.py) with the trainer's extras; the rewrite runs here,
+        # not in a thread: the trainer diagnoses the whole run at its end, from these copies
+        from ..tbfix import write_adapted_pair
         from ..tbfix.stream_write import copy_file_atomic
+        from ..trace.files import load_trace
+        from .cycle_worker import gzip_raw, write_plugin_copy
+        from .handler import export_raw
 
         span = str(self.span_base + self.cycles)
-        tmp = self.run_dir / f".tmp-{self.worker}-{span}.chrome.json"
-        kineto_tmp = tmp.with_name(tmp.name + ".tmp")  # Kineto writes here, then renames it to `tmp`
         stem = self.run_dir / f"{self.worker}.{span}"
+        raw = export_raw(prof, self.run_dir, self.worker, span)  # a full disk that left no file: ENOSPC
         try:
-            prof.export_chrome_trace(str(tmp))
             try:
-                # streamed: the original copied under raw/, the plugin's copy written event by event, so the
-                # trace is never held in memory (a Python-heavy window is gigabytes as objects)
-                export_file(self.run_dir, self.worker, span, tmp, gz=self.cfg.gzip)
-            except (FileNotFoundError, ValueError):
-                # Kineto reports no write error: on a full disk it leaves a truncated file or none at all
+                # streamed: the plugin's copy written event by event, so the trace is never held in memory (a
+                # Python-heavy window is gigabytes as objects)
+                write_plugin_copy(self.run_dir, self.worker, span, raw, self.cfg.gzip)
+            except ValueError:
                 if shutil.disk_usage(self.run_dir).free < FULL_BYTES:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from None
-                raise
+                    raise  # a trace cut short by the full disk (below)
+                # what the streamed reader refuses (e.g. NaN literals) but Python's json reads
+                write_adapted_pair(self.run_dir, self.worker, span, load_trace(raw), self.cfg.gzip)
             if self.cfg.export_chrome_trace:
-                copy_file_atomic(tmp, Path(f"{stem}.chrome_trace.json"))
-        finally:
-            tmp.unlink(missing_ok=True)
-            kineto_tmp.unlink(missing_ok=True)
+                copy_file_atomic(raw, Path(f"{stem}.chrome_trace.json"))
+            if self.cfg.gzip and raw.exists():
+                gzip_raw(self.run_dir, self.worker, span, raw)
+        except (FileNotFoundError, ValueError):
+            raw.unlink(missing_ok=True)
+            # Kineto reports no write error: on a full disk it leaves a truncated file
+            if shutil.disk_usage(self.run_dir).free < FULL_BYTES:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(raw)) from None
+            raise
         self.cycles += 1
         if self.cfg.flamegraph:
             self._flamegraph(prof, Path(f"{stem}.flamegraph.svg"))

@@ -6,6 +6,8 @@
     stepscope analyze logs/myrun --steps 3:8     # only ProfilerStep#3 .. #7 (a half-open window)
     stepscope analyze logs/myrun --time-range 100:400   # only steps starting 100-400 ms in
     stepscope analyze logs/ddp --max-memory 2G   # ranks parsed in parallel within 2 GiB
+    stepscope analyze logs/job --cluster tcp://HOST:8786   # each rank's work on a Dask cluster
+    stepscope analyze logs/job --cluster local:4  # ... on a LocalCluster of 4 processes (docs/cluster.md)
     python scripts/analyze.py ...                # the same, from a checkout
 
 PATH is a trace file or a directory holding traces from stepscope's trainer (``logs/<run>/``, whose
@@ -37,10 +39,14 @@ range starts inside) restrict the analysis of every trace to those steps; either
 The export always copies whole traces, streamed: the original byte for byte under raw/, the plugin copy
 event by event (tbfix/stream_plan.py, stream_write.py). Traces are parsed streaming, never loaded whole;
 several large traces (ranks) are parsed in parallel processes, as many as the CPUs and ``--max-memory``
-(default: a quarter of RAM) allow.
+(default: a quarter of RAM) allow. ``--cluster`` runs each trace's parse and report as a task of a Dask
+cluster (trace/cluster.py) whose workers read the traces from a shared filesystem; the cross-rank analysis
+runs here on the reports that come back, and the output is the same. It needs ``stepscope[cluster]``.
 
-Bad input (a malformed or empty --steps/--time-range window, a bad --max-memory, no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty OUT_DIR, an
-exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing written.
+Bad input (a malformed or empty --steps/--time-range window, a bad --max-memory, a bad --cluster or one
+that does not answer, no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty
+OUT_DIR, an exported copy that torch-tb-profiler cannot load): one line on stderr, exit code 2, nothing
+written.
 ``--json`` output is strict JSON: a value that is not a finite number is ``null``. Torch-free.
 """
 
@@ -53,11 +59,13 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import StepSelection, TraceError, json_out
+from ..analysis import RunReport, StepSelection, TraceError, json_out
 from ..loaded import Loaded, load_found
-from ..runs import render_runs, report_runs, telemetry_sources
+from ..runs import RunsReport, render_runs, report_runs, report_runs_found, telemetry_sources
+from ..trace.cluster import ClusterError, check_spec, open_cluster
 from ..trace.discover import EXPORT_MARKER, discover, export_marker, summary_line
 from ..trace.gc_paused import gc_paused
+from ..trace.workers import Workers
 from .analyze_args import memory_size, window
 from .oneline import OneLineParser
 
@@ -90,22 +98,39 @@ def check_out_dir(out_dir: Path) -> None:
                          "directory")
 
 
-def find_and_load(path: Path, max_memory: int | None = None) -> tuple[list[Loaded], str]:
+def find_and_load(path: Path, workers: Workers) -> tuple[list[Loaded], str]:
     """Every trace under ``path``, parsed, and the one-line summary of what was found and skipped."""
+    found = _discover(path)
+    loaded, skipped = load_found(found.traces, workers)
+    return loaded, _found_line(path, found, loaded, skipped)
+
+
+def find_and_analyze(path: Path, selection: StepSelection,
+                     workers: Workers) -> tuple[RunReport | RunsReport, list[Loaded], str]:
+    """``find_and_load`` and the report in one, each trace analysed where ``workers`` says (a cluster) and
+    only its report brought back: the report, the traces analysed (without their events), the summary."""
+    found = _discover(path)
+    report, loaded, skipped = report_runs_found(found.traces, path, selection, None, workers)
+    return report, loaded, _found_line(path, found, loaded, skipped)
+
+
+def _discover(path: Path):
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise UsageError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
-    found = discover(path)
-    loaded, skipped = load_found(found.traces, max_memory)
+    return discover(path)
+
+
+def _found_line(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
     line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
     if not loaded:
         raise UsageError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
                          "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
                          + (f"; {line}" if found.skipped or skipped else ""))
-    return loaded, line
+    return line
 
 
-def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
+def export(loaded: list[Loaded], out_dir: Path, workers: Workers) -> list[Path]:
     """Write each trace's adapted copy and its original (raw/) to ``out_dir`` through a temporary sibling
     folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
     try:
@@ -126,7 +151,7 @@ def export(loaded: list[Loaded], out_dir: Path) -> list[Path]:
             try:
                 if item.trace is None:  # streamed: the file is copied and rewritten as it is read
                     adapted, _raw = export_file(target, item.worker, item.span, item.found.path, excerpt=part,
-                                                helpers=True)
+                                                workers=workers)
                 else:
                     adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
             except ValueError as e:
@@ -164,22 +189,31 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
                    help="analyse only the steps that start T0..T1 ms after the trace's first event")
     p.add_argument("--max-memory", type=memory_size, metavar="SIZE",
                    help="memory for parallel parsing, e.g. 2G (default: a quarter of RAM)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run each trace's analysis on a Dask cluster: tcp://HOST:8786, or local:N for N "
+                        "local worker processes (needs stepscope[cluster]; docs/cluster.md)")
     a = p.parse_args(argv)
     try:
         check_run_dir(a.run_dir)
+        if a.cluster is not None:
+            check_spec(a.cluster)
         if a.export_tensorboard is not None:
             check_out_dir(a.export_tensorboard)
         selection = StepSelection(steps=a.steps, time_ms=a.time_range)
+        workers = Workers.local(max_memory=a.max_memory)  # a short-lived command: local processes may help
         # A short-lived process holding millions of events that form no cycles: the cyclic collector would
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
-        with gc_paused():
-            loaded, found_line = find_and_load(a.run_dir, a.max_memory)
-            # validates every trace before anything is written
-            report = report_runs(loaded, a.run_dir, selection)
-            # the streamed export reads the files again: the parsed events are let go first
-            loaded = [replace(item, parsed=None) for item in loaded]
-            written = export(loaded, a.export_tensorboard) if a.export_tensorboard is not None else None
-    except (TraceError, UsageError) as e:
+        with gc_paused(), open_cluster(a.cluster) as address:
+            if address is None:
+                loaded, found_line = find_and_load(a.run_dir, workers)
+                # validates every trace before anything is written
+                report = report_runs(loaded, a.run_dir, selection)
+                # the streamed export reads the files again: the parsed events are let go first
+                loaded = [replace(item, parsed=None) for item in loaded]
+            else:  # each trace's report made on the cluster, where it is read
+                report, loaded, found_line = find_and_analyze(a.run_dir, selection, Workers.dask(address))
+            written = export(loaded, a.export_tensorboard, workers) if a.export_tensorboard is not None else None
+    except (TraceError, UsageError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except MemoryError:  # past the per-file checks: e.g. many traces that fit one by one but not together

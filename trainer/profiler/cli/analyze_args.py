@@ -1,4 +1,4 @@
-"""Argument types of the analyze command (analyze_cli.py) for a window of steps and a memory budget.
+"""Argument types of the analyze command (cli/analyze.py) for a window of steps and a memory budget.
 
     p.add_argument("--steps", type=window(int))           # "3:8" -> (3, 8); "3:" -> (3, None)
     p.add_argument("--time-range", type=window(float))    # "100:400" -> (100.0, 400.0) ms

@@ -23,6 +23,7 @@ from ..diff import compare_runs
 from ..measure import measure_path
 from ..trace.errors import TraceError
 from ..trace.gc_paused import gc_paused
+from ..trace.workers import Workers
 from .oneline import OneLineParser
 
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
         p.error(f"--confidence: {e}")
     try:
         with gc_paused():
-            runs = [measure_path(path) for path in (a.run_a, a.run_b)]
+            runs = [measure_path(path, Workers.local()) for path in (a.run_a, a.run_b)]  # a command may fork
     except TraceError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2

@@ -20,13 +20,16 @@ from ..analysis import (
     summary_scalars,
 )
 from ..trace.atomic import write_text_atomic
+from ..trace.workers import Workers
 
 
-def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None) -> dict:
+def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None,
+                 workers: Workers | None = None) -> dict:
     """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars.
     `telemetry` is the run's own unprofiled step timing (trainer/timing.py), which makes the figures those of
-    the run without the profiler. Returns the report's JSON form."""
-    report = analyze_run(run_dir, telemetry=telemetry)
+    the run without the profiler. `workers`: where the traces are parsed (trace/workers.py); by default in
+    this process alone, as a training process must. Returns the report's JSON form."""
+    report = analyze_run(run_dir, telemetry=telemetry, workers=workers or Workers.inline())
     print(render_top(report))
     print(render_console(report))
     write_diagnosis(run_dir, report, log, step)

@@ -3,7 +3,7 @@ load a whole trace and cannot afford to at gigabyte size.
 
     path = excerpt(Path("out/w.1.pt.trace.json.gz"), Path("/tmp/x/excerpt.pt.trace.json"), steps=3)
 
-Two streamed passes over the file (analysis/jsonstream.py), never holding it: the first finds the
+Two streamed passes over the file (trace/jsonstream.py), never holding it: the first finds the
 ProfilerStep#N starts; the second keeps, byte for byte, every event that starts before step ``steps + 1``
 begins (and those without a time: process and thread names), then writes them with the file's other
 top-level keys. Returns the excerpt's path, or None when the file has ``steps`` steps or fewer (the file is

@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from ..trace import files as trace_files
-from ..trace.workers import json_size
+from ..trace.workers import Workers, json_size
 from . import plugin_check
 from .adapt import adapt_trace
 from .plugin_check import plugin_problem
@@ -55,7 +55,7 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
 
 
 def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None,
-                excerpt: Path | None = None, helpers: bool = False) -> tuple[Path, Path]:
+                excerpt: Path | None = None, workers: Workers | None = None) -> tuple[Path, Path]:
     """``write_adapted_pair`` for a trace file, streamed: the original is copied byte for byte under
     ``raw/`` (gzipped on the way when ``gz`` asks for it and ``src`` is plain), the plugin copy written event by
     event (``stream_plan.py``, ``stream_write.py``), so the trace is never in memory. ``gz`` (default: as
@@ -66,20 +66,23 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     ``excerpt``: a path for the copy's excerpt of its first ``plugin_check.EXCERPT_STEPS`` steps, written in the
     same pass when ``src`` is larger than half of ``plugin_check.WHOLE_UP_TO`` (plugin_problem then loads it
     instead of making it from the copy; no file there: there is none, the copy is small or short).
-    ``helpers``: a large uncompressed trace may be planned and written with forked helpers (stream_plan.py);
-    a command's own process may, a training process must not."""
+    ``workers``: the worker policy (trace/workers.py; default: this process only); where it allows, a large
+    trace is planned and written with a forked helper (stream_plan.py). A command's own process may fork, a
+    training process must not."""
     _check_names(worker, span)
     src = Path(src)
     gz = src.name.endswith(".gz") if gz is None else gz
+    workers = workers or Workers.inline()
     try:
-        plan, header = plan_edits(src, helpers)
+        plan, header = plan_edits(src, workers)
     except (OSError, EOFError, zlib.error, msgspec.DecodeError, msgspec.ValidationError):
         return write_adapted_pair(run_dir, worker, span, trace_files.load_trace(src), gz)
     raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
     adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     copy_file_atomic(src, raw)
     wanted = excerpt is not None and json_size(src) > plugin_check.WHOLE_UP_TO // 2
-    write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None)
+    write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None,
+                         workers)
     return adapted_path, raw
 
 
@@ -93,13 +96,13 @@ def _span_of(tf: trace_files.TraceFile) -> str:
     return tf.span or str(tf.path.stat().st_mtime_ns)
 
 
-def export_tensorboard(src_run_dir: Path, out_dir: Path, helpers: bool = False) -> list[Path]:
+def export_tensorboard(src_run_dir: Path, out_dir: Path, workers: Workers | None = None) -> list[Path]:
     """Write the corrected copy of the run in ``src_run_dir`` to ``out_dir``; return the adapted paths.
 
     ``src_run_dir`` holds traces from plain ``torch.profiler.tensorboard_trace_handler`` or from our
     trainer (then its ``raw/`` originals are used). ``out_dir`` must be missing or empty. Each adapted copy
     is loaded back with torch-tb-profiler's own parser (plugin_check.py): a copy it cannot load is a
-    ValueError. On any error nothing is left half-written in ``out_dir``.
+    ValueError. On any error nothing is left half-written in ``out_dir``. ``workers``: as ``export_file``.
     """
     src, out = Path(src_run_dir), Path(out_dir)
     if not src.is_dir():
@@ -117,7 +120,7 @@ def export_tensorboard(src_run_dir: Path, out_dir: Path, helpers: bool = False) 
         for tf in traces:
             with tempfile.TemporaryDirectory(prefix="stepscope-excerpt-") as tmp:
                 part = Path(tmp) / "excerpt.pt.trace.json"
-                adapted, raw = export_file(out, tf.worker, _span_of(tf), tf.path, excerpt=part, helpers=helpers)
+                adapted, raw = export_file(out, tf.worker, _span_of(tf), tf.path, excerpt=part, workers=workers)
                 written += [raw, adapted]
                 # a copy TensorBoard would drop is no export
                 if problem := plugin_problem(adapted, excerpt_path=written_excerpt(part)):

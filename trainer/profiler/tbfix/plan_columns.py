@@ -4,8 +4,9 @@
 
 One streamed pass decodes each event into a small struct of the fields the rules read and appends them to
 columns: times in typed arrays, repeated values (categories, threads) as shared objects; a 1 GB trace has
-millions of complete events. A large uncompressed file is read in two byte ranges at once, the second by a
-forked helper (forked.py), and the two sets of columns joined: the same columns either way.
+millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
+byte ranges at once, the second by a forked helper, and the two sets of columns joined: the same columns
+either way.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from ..trace.jsonstream import TraceStream
+from ..trace.jsonstream import TraceStream, split_points
 from ..trace.vocabulary import STEP_PREFIX
-from .forked import export_ranges, forked
+from ..trace.workers import Workers
 
 UNSET = msgspec.UNSET
 NAN = float("nan")
@@ -92,13 +93,20 @@ class Columns:
     header: dict = field(default_factory=dict)
 
 
-def read_columns(path: Path, helpers: bool = False) -> Columns:
-    """The columns of the trace in ``path``; a large uncompressed one is read in two byte ranges at once,
-    the second by a forked helper (the columns are the same)."""
-    ranges = export_ranges(path, _decode) if helpers else None
+def export_ranges(path: Path, workers: Workers) -> list[tuple[int, int | None]] | None:
+    """Two byte ranges of whole events near the middle of ``path``, when ``workers`` has the export read and
+    write it in halves (the second by a helper); else None: one range, here."""
+    return split_points(path, 2, _decode) if workers.halves(path) else None
+
+
+def read_columns(path: Path, workers: Workers | None = None) -> Columns:
+    """The columns of the trace in ``path``; where ``workers`` allows (default: this process only), a large
+    one is read in two byte ranges at once, the second by a forked helper (the columns are the same)."""
+    workers = workers or Workers.inline()
+    ranges = export_ranges(path, workers)
     if ranges is not None:
         try:
-            with forked(_read_range, path, ranges[1]) as rest:
+            with workers.beside(_read_range, path, ranges[1]) as rest:
                 c = _read_range(path, ranges[0])
                 first_of_rest = c.count
                 _append(c, rest.result())

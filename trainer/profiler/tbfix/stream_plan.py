@@ -6,7 +6,8 @@
 The rules are ``adapt.py``'s (the module docstring there says why each exists), applied to columns of the
 few fields they read (plan_columns.py) instead of to a list of dicts, so a 1 GB trace needs a few hundred
 MB. On a trace of more than ``SPLIT_EVENTS`` complete events the operators' call stacks are worked out by a
-forked helper while this process rewrites the runtime events. Like
+helper process (trace/workers.py), where the worker policy allows one, while this process rewrites the
+runtime events. Like
 ``adapt_trace``, the copy leaves out only the entries that are not JSON objects. It keeps the
 ``python_function`` frames although they are now also the operators' ``Call stack``: the plugin's Trace view
 shows them, and its Module view links modules through their ``Python parent id``. ``stream_write.py`` applies a plan.
@@ -17,7 +18,6 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import numpy as np
 from ..trace.gc_paused import gc_paused
 from ..trace.vocabulary import DEVICE_CATEGORIES, STEP_PREFIX
 from ..trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
+from ..trace.workers import Workers
 from .adapt import (
     COLLECTIVES,
     DEVICE_STEP_PREFIX,
@@ -35,7 +36,6 @@ from .adapt import (
     ROOT_EXTERNAL_ID,
     is_dataloader_span,
 )
-from .forked import forked
 from .plan_columns import UNSET, Columns, read_columns
 from .step_guard import HOST_CATEGORIES, Launch, unlink_with
 from .stream_callstack import call_stacks_of
@@ -80,11 +80,12 @@ def _straddles_any(a: float, b: float, c: np.ndarray, d: np.ndarray) -> bool:
 
 
 @gc_paused()
-def plan_edits(path: Path, helpers: bool = False) -> tuple[EditPlan, dict]:
+def plan_edits(path: Path, workers: Workers | None = None) -> tuple[EditPlan, dict]:
     """The edits ``adapt_trace`` would make to the trace in ``path`` (see the module docstring), and the
-    trace's top-level keys other than traceEvents. ``helpers``: this process may fork helpers (a short-lived
-    command may; a training process, whose threads and CUDA context a fork would copy, must not)."""
-    c = read_columns(path, helpers)
+    trace's top-level keys other than traceEvents. ``workers``: the worker policy (default: this process
+    only; a training process, whose threads and CUDA context a fork would copy, must keep to it)."""
+    workers = workers or Workers.inline()
+    c = read_columns(path, workers)
     plan = EditPlan(keep=np.ones(c.count, dtype=bool), ts=np.frombuffer(c.ts_all, dtype=np.float64),
                     ranges=c.ranges)
     plan.keep[c.not_objects] = False
@@ -93,13 +94,13 @@ def plan_edits(path: Path, helpers: bool = False) -> tuple[EditPlan, dict]:
     for i in c.missing_cat:
         plan.edit(i).guard_cat = True
     if c.index:
-        _plan_complete_events(plan, c, helpers)
+        _plan_complete_events(plan, c, workers)
     # after the renames: a device-side ProfilerStep#N is no host step in the copy
     plan.step_starts = sorted(float(plan.ts[i]) for i in c.step_rows if plan.edits.get(i, _NO_EDIT).name is None)
     return plan, c.header
 
 
-def _plan_complete_events(plan: EditPlan, c: Columns, helpers: bool) -> None:
+def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     """The edits of the complete events (``ph`` X): names, categories, ids, unlinking, call stacks."""
     thread, corr, ext, module, has_stack = c.thread, c.corr, c.ext, c.module, c.has_stack
     idx = np.frombuffer(c.index, dtype=np.int64)
@@ -140,12 +141,13 @@ def _plan_complete_events(plan: EditPlan, c: Columns, helpers: bool) -> None:
             e.cat, e.touch_args = PLUGIN_OPERATOR, True
 
     stack_args = (cat_arr, name_of, thread, start, stop, has_stack)
-    try:
-        with forked(call_stacks_of, *stack_args) if helpers and len(idx) >= SPLIT_EVENTS else nullcontext() as later:
-            _rewrite_runtimes(plan, idx, cat_arr, step_named, start, stop, corr, ext, tree_nodes())
-            stacks = later.result() if later is not None else call_stacks_of(*stack_args)
-    except (OSError, RuntimeError, BrokenProcessPool):  # no helper: here
-        stacks = call_stacks_of(*stack_args)
+    helper = workers if len(idx) >= SPLIT_EVENTS else Workers.inline()
+    with helper.beside(call_stacks_of, *stack_args) as later:
+        _rewrite_runtimes(plan, idx, cat_arr, step_named, start, stop, corr, ext, tree_nodes())
+        try:
+            stacks = later.result()
+        except (OSError, BrokenProcessPool):  # the helper died: here
+            stacks = call_stacks_of(*stack_args)
     for k, stack in stacks.items():
         plan.edit(int(idx[k])).call_stack = stack
 

@@ -7,8 +7,9 @@ r"""Write the plugin copy of a trace file by streaming it once more and applying
 Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
 they are); an edited event is decoded, changed the way ``adapt.py`` changes it, and re-encoded (compact,
 UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
-written in them too: a forked helper writes the second range's events to a file of its own, appended to
-the copy once this process has written the first (gzipped copies: one gzip member each, a valid stream).
+written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
+own, appended to the copy once this process has written the first (gzipped copies: one gzip member each, a
+valid stream).
 The excerpt for the plugin check (excerpt.py's rule: the events before step N+1 begins and those without a
 time, the copy's bytes and top-level keys) is collected on the way, so no further pass reads the copy.
 The top-level keys keep json's default separators, which Holistic Trace Analysis's ``"rank":\s+`` regex
@@ -31,9 +32,9 @@ import numpy as np
 
 from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import TraceStream
+from ..trace.workers import Workers
 from .adapt import UNLINKED_KEY
 from .excerpt import write_excerpt
-from .forked import forked
 from .stream_plan import UNSET, Edit, EditPlan
 
 GZ_LEVEL = 1
@@ -67,24 +68,27 @@ def apply_edit(e: dict, edit: Edit) -> dict:
 
 @gc_paused()
 def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
-                         excerpt: tuple[Path, int] | None = None) -> Path | None:
+                         excerpt: tuple[Path, int] | None = None, workers: Workers | None = None) -> Path | None:
     """Write the copy to ``dst``. ``excerpt=(path, steps)``: also write excerpt.py's excerpt of the copy's
     first ``steps`` steps to ``path`` (plain JSON) in the same pass, and return ``path``; None when the copy
     has ``steps`` steps or fewer (it is its own excerpt), as excerpt.py. A plan read in byte ranges is
-    written in them, the second by a forked helper into a file of its own that is then appended."""
+    written in them, the second by a forked helper into a file of its own that is then appended, where
+    ``workers`` allows (default: this process only; then in one pass)."""
+    workers = workers or Workers.inline()
+    ranges = plan.ranges if workers.forks else None
     gz = Path(dst).name.endswith(".gz")
     steps = excerpt[1] if excerpt is not None and len(plan.step_starts) > excerpt[1] else None
     in_excerpt = _excerpt_rows(plan, steps) if steps is not None else None
 
     def fill(raw_out) -> None:
         try:
-            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, plan.ranges)
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, ranges, workers)
         except (OSError, RuntimeError):  # e.g. the helper could not start or died (BrokenProcessPool)
-            if not plan.ranges:
+            if not ranges:
                 raise
             raw_out.seek(0)
             raw_out.truncate()
-            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None)
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None, workers)
         if steps is not None:
             write_excerpt(excerpt[0], parts, header)
 
@@ -111,7 +115,7 @@ class _Unclosed:
 
 
 def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in_excerpt, folder: Path,
-                  ranges: list | None) -> list:
+                  ranges: list | None, workers: Workers) -> list:
     """The copy to ``raw_out``: top-level keys, events (in ``ranges``, else in one pass here), closing;
     returns the excerpt's events."""
     head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
@@ -124,8 +128,8 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
         fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
         os.close(fd)
     try:
-        helper = forked(_write_range_file, src, rest, gz, plan, special, ranges[1], in_excerpt) if rest \
-            else nullcontext()
+        helper = workers.beside(_write_range_file, src, rest, gz, plan, special, ranges[1], in_excerpt) \
+            if rest else nullcontext()
         with helper as later:
             with _member(raw_out, gz) as out:
                 out.write(head)

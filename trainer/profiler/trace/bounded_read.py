@@ -78,6 +78,12 @@ class _Bounded(io.RawIOBase):
         super().close()
 
 
+def bounded(raw, path: Path, limit: int | None = None) -> io.RawIOBase:
+    """``raw`` (a binary file of ``path``'s JSON, at any position) yielding at most ``limit`` more bytes
+    (default ``read_limit()``)."""
+    return _Bounded(raw, Path(path), read_limit() if limit is None else limit)
+
+
 def open_trace(path: Path, limit: int | None = None) -> io.RawIOBase:
     """``path`` for binary reading (gunzipped when the name ends in .gz), yielding at most ``limit`` bytes
     (default ``read_limit()``)."""

@@ -6,7 +6,7 @@
         ts.header                            # dict: the top-level keys other than traceEvents
     TraceStream(path, opener=bounded_read.open_trace)   # any binary opener, for a whole-file stream
 
-    ranges = split_points(path, 2)           # uncompressed files: byte ranges of whole events ...
+    ranges = split_points(path, 2)           # byte ranges of whole events ...
     with TraceStream(path, span=ranges[1]) as ts:   # ... that separate processes decode independently
         ...
 
@@ -14,7 +14,9 @@ The file is read in blocks of ``BLOCK`` bytes (decompressed on the fly for .gz).
 last ``}`` that is followed by ``,`` and ``{`` (the boundary between two events, whitespace allowed), and
 the events before the cut become one piece, given to the caller's decode function. A cut is only a
 candidate: a piece that does not decode (the cut fell inside a string or a nested object) is retried with
-the next block appended, cut after the failed position. The keys before ``"traceEvents"`` and those after
+the next block appended, cut after the failed position. A byte range of a .gz file is read through its
+index of decompression points (gzindex.py), built when split_points first looks at the file's middle, and
+yields at most bounded_read's ceiling (its trailer's size may not be the whole of its JSON). The keys before ``"traceEvents"`` and those after
 its closing ``]`` are decoded once each, so the header costs nothing on large files. Raises
 ``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
 on unreadable files.
@@ -23,12 +25,16 @@ on unreadable files.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from . import gzindex
+from .bounded_read import bounded
 
 BLOCK = 8 << 20
 KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -57,12 +63,22 @@ class TraceStream:
         self._left: int | None = None  # bytes left to read in the span
 
     def __enter__(self) -> TraceStream:
+        gz = self.path.name.endswith(".gz")
         if self.opener is not None and self.span is None:
             self._f = self.opener(self.path)
+        elif gz and self.span is not None:
+            f = gzindex.open_at(self.path)
+            try:
+                f.seek(self.span[0])
+            except BaseException:
+                f.close()
+                raise
+            self._f = bounded(f, self.path)
         else:
-            self._f = gzip.open(self.path, "rb") if self.path.name.endswith(".gz") else open(self.path, "rb")
+            self._f = gzip.open(self.path, "rb") if gz else open(self.path, "rb")
+            if self.span is not None:
+                self._f.seek(self.span[0])
         if self.span is not None:
-            self._f.seek(self.span[0])
             self._left = None if self.span[1] is None else self.span[1] - self.span[0]
         return self
 
@@ -147,22 +163,28 @@ def _last_boundary(buf: bytearray, after: int) -> int | None:
 
 def split_points(path: Path, parts: int, decode: Callable[[bytes], list],
                  first_weight: float = 1.0) -> list[tuple[int, int | None]] | None:
-    """Byte ranges that split the traceEvents array of an uncompressed file into ``parts`` runs of whole
-    events, for ``TraceStream(span=...)``; the first range starts at 0 (the header is read with it) and is
+    """Byte ranges that split the traceEvents array of a file into ``parts`` runs of whole events, for
+    ``TraceStream(span=...)``; the first range starts at 0 (the header is read with it) and is
     ``first_weight`` times as long as each of the others (the process that reads it does more besides).
-    None when the file is gzipped or too small to split."""
+    Offsets of a .gz file are of its decompressed bytes; finding them indexes the file (gzindex.py). None
+    when the file is too small to split, or gzipped and gzindex.py's reader is missing."""
     path = Path(path)
-    if path.name.endswith(".gz") or parts < 2:
+    gz = path.name.endswith(".gz")
+    if parts < 2 or (gz and not gzindex.available()):
         return None
-    size = path.stat().st_size
+    size = gzindex.uncompressed_size(path) if gz else path.stat().st_size
     starts = [0]
     total = first_weight + parts - 1
-    with open(path, "rb") as f:
+    with gzindex.open_at(path) if gz else open(path, "rb") as f:
+        if size is None:  # a trailer that cannot tell: decompressed to the end once (and indexed)
+            size = f.seek(0, os.SEEK_END)
         for k in range(1, parts):
             at = _event_start_near(f, int(size * (first_weight + k - 1) / total), decode)
             if at is None or at <= starts[-1]:
                 return None
             starts.append(at)
+        if gz:
+            gzindex.remember(path, f)  # for the readers of the ranges, here and in the helpers forked next
     return [(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))]
 
 

@@ -1,0 +1,93 @@
+"""The one worker policy (trace/workers.py): a training process never forks; the command line may.
+
+    python -m pytest -q tests/test_workers.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from stepscope.profiler.analysis import analyze_run
+from stepscope.profiler.trace import workers as policy
+from stepscope.profiler.trace.workers import Workers
+from trainrun import REPO, TRAIN, run_torchrun
+
+DATA = Path(__file__).parent / "data"
+NCCL = DATA / "nccl_ddp"  # two ranks of one job
+
+# Loaded at the start of every Python process of a run (PYTHONPATH): lowers the size from which work is
+# spread over processes to nothing, and logs each fork with the functions on the forking thread's stack.
+FORK_LOGGER = """
+import os, traceback
+if os.environ.get("FORK_LOG"):
+    import stepscope.profiler.trace.workers as _workers
+    _workers.SPLIT_FROM = 0
+    _fork = os.fork
+    def _logged_fork():
+        with open(os.environ["FORK_LOG"], "a") as f:
+            f.write(" ".join(frame.name for frame in traceback.extract_stack()) + "\\n")
+        return _fork()
+    os.fork = _logged_fork
+"""
+
+
+def _no_fork(*args):
+    raise AssertionError("a process pool was made")
+
+
+def test_inline_parses_large_runs_in_this_process(monkeypatch):
+    local = analyze_run(NCCL, workers=Workers.local(cpus=2)).to_dict()  # small traces: parsed here
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    monkeypatch.setattr(policy, "fork_pool", _no_fork)
+    assert analyze_run(NCCL, workers=Workers.inline()).to_dict() == local
+    assert analyze_run(NCCL, cpus=1).to_dict() == local  # the handler's call
+    with pytest.raises(AssertionError, match="process pool"):
+        analyze_run(NCCL, workers=Workers.local(cpus=2))  # the command line's policy would fork here
+
+
+def test_the_policy_plans_nothing_for_a_training_process(monkeypatch, tmp_path):
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    paths = sorted(NCCL.rglob("*.json*"))
+    assert Workers.inline().plan(paths) == policy.Plan(1, 1) and not Workers.inline().forks
+    assert Workers.local(cpus=2, max_memory=1 << 30).plan(paths).per_file == 2
+    plain = tmp_path / "w.1.pt.trace.json"
+    plain.write_text('{"traceEvents": []}')
+    assert not Workers.inline().halves(plain) and Workers.local(cpus=2).halves(plain)
+    assert Workers.dask("tcp://127.0.0.1:8786").cluster == "tcp://127.0.0.1:8786"
+
+
+def test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child(tmp_path):
+    """Rank 0's diagnosis of a 2-rank gloo run whose traces are over the (lowered) threshold: no fork while
+    it runs. The same traces analysed by the command, under the same threshold, do fork: the log works."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(textwrap.dedent(FORK_LOGGER))
+    log = tmp_path / "forks.log"
+    env = {"FORK_LOG": str(log), "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"),
+                                                                 os.environ.get("PYTHONPATH", "")])}
+    logdir = tmp_path / "logs"
+    r = run_torchrun([str(TRAIN), "--device", "cpu", "--synthetic-train-size", "128", "--synthetic-eval-size",
+                      "32", "--batch-size", "32", "--steps", "3", "--profile", "--skip-first", "0", "--wait", "0",
+                      "--warmup", "1", "--active", "2", "--logdir", str(logdir), "--run-name", "r"], env, 300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (logdir / "r" / "diagnosis.md").is_file() and "analysing the profiled steps" in r.stdout
+    forks = log.read_text().splitlines() if log.exists() else []
+    assert not [f for f in forks if "diagnose_run" in f], forks
+
+    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(logdir / "r"), "--json"],
+                       capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert [f for f in log.read_text().splitlines() if "parse_paths" in f]  # the command forked its ranks
+
+
+def test_gzip_ranges_need_room_for_rapidgzip():
+    """rapidgzip crashes the process when refused address space: under a tight limit, .gz stays in one range."""
+    probe = ("import resource, sys; from stepscope.profiler.trace import gzindex; a = gzindex.available(); "
+             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY)); "
+             "print(a, gzindex.available())")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["True", "False"], p.stderr

@@ -1,0 +1,54 @@
+"""A profiling cycle as stepscope.schedule records it, and the unprofiled steps timed around it.
+
+    cycle.start, cycle.end, cycle.trigger     # its first and RECORD_AND_SAVE steps, what started it
+    cycle.telemetry()                         # {"steps", "step_ms", "data_ms"}: the kept steps around it
+    cycle.done                                # those steps are all in
+
+The shape of the telemetry is the trainer's (trainer/timing.py Throughput.telemetry): means in ms. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Sums:
+    """Kept steps: how many, their total time and their total wait for data, in ns."""
+    n: int = 0
+    ns: int = 0
+    data: int = 0
+
+    def add(self, other: Sums) -> None:
+        self.n += other.n
+        self.ns += other.ns
+        self.data += other.data
+
+
+def telemetry_of(s: Sums, with_data: bool) -> dict | None:
+    """The trainer's telemetry shape (trainer/timing.py Throughput.telemetry): means in ms; None if no step."""
+    if s.n == 0:
+        return None
+    out = {"steps": s.n, "step_ms": s.ns / s.n / 1e6}
+    if with_data:
+        out["data_ms"] = s.data / s.n / 1e6
+    return out
+
+
+@dataclass
+class Cycle:
+    """One profiling cycle: its steps, why it ran, and the kept steps around it."""
+    index: int
+    start: int  # first step of the cycle (warming up or recording)
+    trigger: str  # "schedule", or what started it (triggers.py)
+    end: int | None = None  # its RECORD_AND_SAVE step
+    before: Sums = field(default_factory=Sums)
+    after: Sums = field(default_factory=Sums)
+    done: bool = False  # the kept steps after it are all in (or the next cycle began)
+    with_data: bool = False
+
+    def telemetry(self) -> dict | None:
+        s = Sums()
+        s.add(self.before)
+        s.add(self.after)
+        return telemetry_of(s, self.with_data)

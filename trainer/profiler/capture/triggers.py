@@ -1,0 +1,184 @@
+"""What starts a profiling cycle outside the fixed schedule: a slowdown, a file, a signal.
+
+    rule = SlowdownRule(factor=1.5, patience=3, max_per_hour=6)
+    stepscope.schedule(wait=1000, warmup=1, active=3, capture_on_slowdown=True, slowdown=rule,
+                       capture_file="logs/run/.capture", capture_signal=signal.SIGUSR1)
+
+A slowdown is `patience` kept steps in a row that take more than `factor` times the median of the last
+`norm_steps` kept steps, or that wait for their batch (stepscope.loader) more than `factor` times the median
+wait and more than `data_floor_ms` and 2% of the median step (the threshold at which the analysis calls a step
+paced by its loader). The median is refreshed every `norm_steps` steps, so a new normal becomes the norm. While
+the trace handler's thread analyses a cycle, the loop shares the interpreter with it and may run at half its
+speed: a step then counts as slow only beyond twice the thresholds, so that the analysis of one capture does not
+look like the next slowdown, while a real stall (a loader that stops for 20 ms) is still seen. One
+slowdown gives one capture: the detector re-arms after `patience` ordinary steps. At most `max_per_hour`
+slowdown captures start in any hour. Touching the file or sending the signal always starts one (after the
+cycle in progress, if any); the signal handler only sets a flag, and the file is looked for at most every
+`FILE_CHECK_S` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal as signal_module
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_CHECK_S = 0.5
+FIRED, ENDED = 1, 2  # SlowdownDetector.observe: a capture is due; a run of slow steps is over
+PACED_SHARE = 0.02  # analysis/unprofiled.py's PACING_WAIT_SHARE
+
+
+@dataclass(frozen=True)
+class SlowdownRule:
+    factor: float = 1.5
+    patience: int = 3
+    norm_steps: int = 64
+    max_per_hour: int = 6
+    data_floor_ms: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.factor <= 1 or self.patience < 1 or self.norm_steps < 4 or self.max_per_hour < 0:
+            raise ValueError(f"{self}: need factor > 1, patience >= 1, norm_steps >= 4, max_per_hour >= 0")
+
+
+class SlowdownDetector:
+    def __init__(self, rule: SlowdownRule) -> None:
+        self.rule = rule
+        self._dur = [0] * rule.norm_steps
+        self._data = [0] * rule.norm_steps
+        self._i = 0
+        self._norm = 0  # median kept step (ns); 0 until norm_steps steps were seen
+        self._norm_data = 0
+        self._slow_over = self._wait_over = float("inf")  # slow / waiting beyond these (ns); see _renorm
+        self._run = [0, 0, 0, False]  # the current run of slow steps: count, ns, data ns, any waited for data
+        self._calm = 0
+        self._armed = True
+        self.fired: str | None = None
+        self._times: deque[float] = deque()  # when the captures of the last hour started (monotonic s)
+        self.suppressed = 0  # slowdowns that the hourly limit left uncaptured
+
+    def observe(self, ns: int, data: int, step: int, shared: bool = False) -> int:
+        """One kept step; FIRED when it completes a slowdown to capture, ENDED when it ends a run of slow
+        steps, else 0. `shared`: the trace handler's thread was working, so the step is slow only beyond twice
+        the thresholds (see the module docstring)."""
+        i = self._i
+        self._dur[i] = ns
+        self._data[i] = data
+        i += 1
+        if i == self.rule.norm_steps:
+            i = 0
+            self._renorm()
+        self._i = i
+        if shared:
+            ns, data = ns >> 1, data >> 1
+        waits = data > self._wait_over
+        if waits or ns > self._slow_over:
+            return self._slow(ns, data, waits, step)
+        if self._armed and not self._run[0]:
+            return 0
+        if not self._armed:
+            self._calm += 1
+            if self._calm >= self.rule.patience:
+                self._armed = True
+        if self._run[0]:
+            self._run = [0, 0, 0, False]
+            return ENDED
+        return 0
+
+    def _renorm(self) -> None:
+        """The norm from the last norm_steps kept steps: what counts as slow, and as waiting for data."""
+        r = self.rule
+        self._norm = statistics.median(self._dur)
+        self._norm_data = statistics.median(self._data)
+        self._slow_over = r.factor * self._norm
+        self._wait_over = max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm)
+
+    def _slow(self, ns: int, data: int, waits: bool, step: int) -> int:
+        run = self._run
+        run[0] += 1
+        run[1] += ns
+        run[2] += data
+        run[3] = run[3] or waits
+        self._calm = 0
+        if run[0] >= self.rule.patience and self._armed:
+            self._armed = False
+            if self._allowed():
+                self.fired = self._describe(step)
+                return FIRED
+            self.suppressed += 1
+        return 0
+
+    def _allowed(self) -> bool:
+        now = time.monotonic()
+        while self._times and now - self._times[0] > 3600:
+            self._times.popleft()
+        if len(self._times) >= self.rule.max_per_hour:
+            return False
+        self._times.append(now)
+        return True
+
+    def _describe(self, step: int) -> str:
+        n, ns, data, waited = self._run
+        step_ms, norm_ms = ns / n / 1e6, self._norm / 1e6
+        if waited:
+            return (f"loader wait: {n} steps up to step {step} waited {data / n / 1e6:.2f} ms for their batch "
+                    f"(median wait {self._norm_data / 1e6:.2f} ms) and took {step_ms:.2f} ms "
+                    f"(median {norm_ms:.2f} ms)")
+        return (f"slowdown: {n} steps up to step {step} took {step_ms:.2f} ms, over {self.rule.factor:g}x "
+                f"the median step of {norm_ms:.2f} ms")
+
+    def take(self) -> str | None:
+        fired, self.fired = self.fired, None
+        return fired
+
+    def run(self) -> tuple[int, int, int]:
+        """The slow steps that set off the capture: how many, their total time and wait for data (ns)."""
+        n, ns, data, _ = self._run
+        return n, ns, data
+
+
+class OnDemand:
+    """A cycle asked for by touching a file or by a signal."""
+
+    def __init__(self, path: Path | None, signum: int | None, wake) -> None:
+        self.path = Path(path) if path is not None else None
+        self.pending: str | None = None
+        self._wake = wake
+        if signum is not None:
+            if threading.current_thread() is not threading.main_thread():
+                raise ValueError("capture_signal: a signal handler can only be installed from the main thread")
+            name = signal_module.Signals(signum).name
+            signal_module.signal(signum, lambda *_: self._request(f"signal {name}"))
+
+    def _request(self, why: str) -> None:
+        self.pending = why  # all a signal handler does
+        self._wake()
+
+    def next_check(self, now_ns: int) -> float:
+        """When to look for the file next (perf_counter_ns); never without one."""
+        return now_ns + FILE_CHECK_S * 1e9 if self.path is not None else float("inf")
+
+    def poll(self, now_ns: int) -> float:
+        """Look for the file; returns when to look next."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return self.next_check(now_ns)
+        except OSError:
+            pass  # a file we may not remove still asks for one capture, which its presence keeps asking for
+        self._request(f"file {self.path}")
+        return self.next_check(now_ns)
+
+    def take(self) -> str | None:
+        pending, self.pending = self.pending, None
+        return pending
+
+    @staticmethod
+    def asked(trigger: str) -> bool:
+        """The trigger of a cycle was a request (file or signal), not a slowdown."""
+        return trigger.startswith(("file ", "signal "))
