@@ -3,7 +3,8 @@
     workloads.py       the workload library: `Workload` (a training step with one injected cause), `TinyOps`,
                        and their parts (slow dataset, decoder, batch makers, losses, models)
     verdicts/          the verdict benchmark (scripts/verdict_bench.py): truth, score, the gpu / holdout / cpu
-                       sets, ddp (multi-rank, under torchrun) and lightning (scripts/record_lightning.py)
+                       sets, ddp (multi-rank, under torchrun), lightning (scripts/record_lightning.py) and loops
+                       (the sets as plain user loops, scripts/verdict_loops.py)
     scenarios.py       the traces under tests/data (scripts/record_scenarios.py)
     ddp_scenario.py    the 2-rank gloo trace under tests/data/ddp_gloo (scripts/record_ddp_scenario.py)
     ranks.py           an N-rank job built from real traces, with stragglers of a known cause
@@ -13,6 +14,7 @@
     ops.py             the elementwise ops against PyTorch (scripts/bench_ops.py); step_ops.py, ops_processes.py:
                        the ops inside a training step and in whole training runs
     telemetry.py       the trainer's per-step telemetry cost (scripts/bench_telemetry.py)
+    schedule.py        what stepscope.schedule and stepscope.loader cost a loop (scripts/bench_schedule.py)
     overhead.py        the profiler's overhead on real training runs (scripts/profiler_overhead.py)
     calibration.py     the overhead model's predicted vs measured unprofiled step (scripts/calibrate_overhead.py)
     tab_speed.py       how long the stepscope tab takes on a large run (scripts/bench_tab.py)

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import stepscope
+from .. import loader, schedule
 
 
 def per_call_ns(fn, steps: int) -> float:
@@ -30,10 +30,10 @@ def per_call_ns(fn, steps: int) -> float:
 
 
 def loader_ns(steps: int) -> float:
-    sched = stepscope.schedule(wait=10**9, warmup=1, active=1)
+    sched = schedule(wait=10**9, warmup=1, active=1)
     items = range(steps)
     t0 = time.perf_counter_ns()
-    for _ in stepscope.loader(items, schedule=sched):
+    for _ in loader(items, schedule=sched):
         pass
     wrapped = time.perf_counter_ns() - t0
     t0 = time.perf_counter_ns()
@@ -43,7 +43,7 @@ def loader_ns(steps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from stepscope.profiler.cli.oneline import OneLineParser
+    from ..profiler.cli.oneline import OneLineParser
 
     p = OneLineParser(prog="bench_schedule.py", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200_000)
@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     variants = {
         "empty call": lambda: empty,
         "torch.profiler.schedule": lambda: torch.profiler.schedule(wait=10**9, warmup=1, active=1),
-        "stepscope.schedule": lambda: stepscope.schedule(wait=10**9, warmup=1, active=1),
-        "  capture_on_slowdown": lambda: stepscope.schedule(wait=10**9, warmup=1, active=1, capture_on_slowdown=True),
-        "  capture_file": lambda: stepscope.schedule(wait=10**9, warmup=1, active=1, capture_file=flag),
+        "stepscope.schedule": lambda: schedule(wait=10**9, warmup=1, active=1),
+        "  capture_on_slowdown": lambda: schedule(wait=10**9, warmup=1, active=1, capture_on_slowdown=True),
+        "  capture_file": lambda: schedule(wait=10**9, warmup=1, active=1, capture_file=flag),
     }
     rounds: dict[str, list[float]] = {name: [] for name in [*variants, "stepscope.loader (per batch)"]}
     for _ in range(a.rounds):

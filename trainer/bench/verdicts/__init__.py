@@ -2,5 +2,6 @@
 
 bench.py runs it (``python scripts/verdict_bench.py``); the scenario sets are gpu.py (the main GPU set),
 holdout.py (families the analysis was never fitted on), cpu.py (the CPU subset), ddp.py (multi-rank, under
-torchrun) and lightning.py (a Lightning run); truth.py measures the truth, score.py scores the verdicts.
+torchrun), lightning.py (a Lightning run) and loops.py (the sets as plain user loops, stepscope.schedule +
+stepscope.trace_handler); truth.py measures the truth, score.py scores the verdicts.
 """

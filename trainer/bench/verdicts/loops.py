@@ -4,8 +4,8 @@
     python scripts/verdict_loops.py --out /tmp/vlh --set holdout           # the held-out families
     python scripts/verdict_loops.py --out /tmp/vl --only gpt_tiny loader_two_workers
 
-For each scenario (scripts/verdict_workloads.py, verdict_holdout.py): the truth measured unprofiled
-(scripts/verdict_truth.py, as verdict_bench.py does), then the workload's step run in the loop a user writes:
+For each scenario (gpu.py, holdout.py): the truth measured unprofiled
+(truth.py, as bench.py does), then the workload's step run in the loop a user writes:
 
     sched = stepscope.schedule(skip_first=5, wait=30, warmup=1, active=3, repeat=1, window=30)
     handler = stepscope.trace_handler(out / "traces" / name)
@@ -16,7 +16,7 @@ For each scenario (scripts/verdict_workloads.py, verdict_holdout.py): the truth 
             prof.step()
     handler.close()
 
-and scored (verdict_score.py) two ways: the handler's own diagnosis, from the schedule's telemetry
+and scored (score.py) two ways: the handler's own diagnosis, from the schedule's telemetry
 ("diagnosis_run"), and the same raw trace read as a stranger's, without it ("diagnosis"). Writes OUT/results.json
 and OUT/results.md and prints the Markdown. Done when every verdict is right and GPU busy is within 5 points.
 Bad flags: one line on stderr, exit code 2.
@@ -30,11 +30,11 @@ import time
 import traceback
 from pathlib import Path
 
-import stepscope
-from stepscope.profiler.trace.errors import TraceError
-from verdict_bench import GPU_ORDER, HOLDOUT_ORDER, diagnose
-from verdict_parts import NoClock
-from verdict_score import score_rows, to_markdown
+from ... import schedule, trace_handler
+from ...profiler.trace.errors import TraceError
+from ..workloads import NoClock
+from .bench import GPU_ORDER, HOLDOUT_ORDER, diagnose
+from .score import score_rows, to_markdown
 
 SCHEDULE = dict(skip_first=5, wait=30, warmup=1, active=3, repeat=1, window=30)
 STEPS = 5 + 30 + 4 + 1 + 30 + 2  # to the end of the window after the cycle
@@ -59,11 +59,12 @@ class LoaderClock(NoClock):
 def loop_scenario(name: str, out: Path, device) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
-    from verdict_truth import expected_verdict, measure
-    from verdict_workloads import WORKLOADS
+
+    from .gpu import WORKLOADS
+    from .truth import expected_verdict, measure
 
     if name not in WORKLOADS:
-        from verdict_holdout import HOLDOUT as WORKLOADS
+        from .holdout import HOLDOUT as WORKLOADS
     torch.manual_seed(0)
     w = WORKLOADS[name](device)
     t0 = time.perf_counter()
@@ -72,8 +73,8 @@ def loop_scenario(name: str, out: Path, device) -> dict:
     truth.update(expected=expected, confirmed=confirmed, cause=w.cause, family=w.family,
                  gpu_busy_pct=None if truth["gpu_ms"] is None else min(100.0, 100 * truth["gpu_ms"] / truth["step_ms"]))
     run_dir = out / "traces" / name
-    sched = stepscope.schedule(**SCHEDULE)
-    handler = stepscope.trace_handler(run_dir, worker_name=name)
+    sched = schedule(**SCHEDULE)
+    handler = trace_handler(run_dir, worker_name=name)
     clock = LoaderClock(sched)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched, on_trace_ready=handler,
                  record_shapes=True, profile_memory=True, with_stack=True) as prof:
@@ -102,7 +103,7 @@ def loop_scenario(name: str, out: Path, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from stepscope.profiler.cli.oneline import OneLineParser
+    from ...profiler.cli.oneline import OneLineParser
 
     p = OneLineParser(prog="verdict_loops.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="where results and traces go (created)")
