@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 from stepscope.profiler.analysis import (
     VERDICTS,
-    analyze_run,
     render_console,
     render_markdown,
     render_top,
     summary_scalars,
 )
 from stepscope.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.front import analyze
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 # scenario: the verdict its unprofiled truth implies (step ms measured on the H200; GPU ms of the trace):
@@ -50,12 +51,12 @@ UNPROFILED_MS = {"big_batch": 16.12, "cuda_graph": 3.29}
 
 @cache
 def report(scenario: str):
-    return analyze_run(DATA / scenario)
+    return analyze(DATA / scenario)
 
 
 @cache
 def raw(scenario: str) -> dict:
-    (tf,) = find_traces(DATA / scenario)
+    (tf,) = discover(DATA / scenario).traces
     return load_trace(tf.path)
 
 

@@ -11,9 +11,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import analyze_run, render_console, render_markdown, summary_scalars
+from stepscope.profiler.analysis import render_console, render_markdown, summary_scalars
 from stepscope.profiler.analysis.cross_rank import STRAGGLER_RATIO
-from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
+from stepscope.profiler.front import analyze
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace, write_trace_atomic
 
 DDP = Path(__file__).parent / "data" / "ddp_gloo"
 INJECTED_DELAY_MS = 20.0
@@ -21,7 +23,7 @@ INJECTED_DELAY_MS = 20.0
 
 @cache
 def report():
-    return analyze_run(DDP)
+    return analyze(DDP)
 
 
 def by_rank():
@@ -42,7 +44,7 @@ def merged_length(intervals, lo, hi) -> float:
 
 
 def raw_rank(rank: int):
-    (tf,) = [t for t in find_traces(DDP) if t.worker.endswith(f"rank{rank}")]
+    (tf,) = [t for t in discover(DDP).traces if t.worker.endswith(f"rank{rank}")]
     return load_trace(tf.path)
 
 
@@ -126,7 +128,7 @@ def test_identical_ranks_have_no_straggler(tmp_path):
         t = {**trace}
         t.pop("distributedInfo")
         write_trace_atomic(tmp_path / f"node_rank{rank}.{1000 + rank}.pt.trace.json.gz", t)
-    r = analyze_run(tmp_path)
+    r = analyze(tmp_path)
     (cycle,) = r.distributed
     assert [x.rank for x in cycle.ranks] == [0, 1]
     assert cycle.stragglers == () and not [f for f in cycle.findings if f.id == "straggler"]
@@ -135,8 +137,8 @@ def test_identical_ranks_have_no_straggler(tmp_path):
 
 def test_cycles_are_matched_by_span_order(tmp_path):
     """tensorboard_trace_handler stamps each rank's file with its own clock: spans differ between ranks."""
-    for tf in find_traces(DDP):
+    for tf in discover(DDP).traces:
         shutil.copy(tf.path, tmp_path / tf.path.name)
-    r = analyze_run(tmp_path)
+    r = analyze(tmp_path)
     assert len({s.span for s in r.spans}) == 2
     assert len(r.distributed) == 1

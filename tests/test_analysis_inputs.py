@@ -14,9 +14,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import TraceError, analyze_run, analyze_trace, parse_trace
+from on_disk import analyze_trace
+from reference.dict_parse import parse_trace
+from stepscope.profiler.analysis import TraceError
+from stepscope.profiler.front import analyze
+from stepscope.profiler.trace.discover import discover
 from stepscope.profiler.trace.files import (
-    find_traces,
     load_trace,
     plugin_name,
     raw_path,
@@ -27,7 +30,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def scenario_trace(name: str):
-    (tf,) = find_traces(DATA / name)
+    (tf,) = discover(DATA / name).traces
     return tf, load_trace(tf.path)
 
 
@@ -53,7 +56,7 @@ def test_runtime_category_renamed_gives_the_same_report(scenario):
 
 @pytest.mark.parametrize("scenario", ["eager_bs128", "slow_dataset", "cuda_graph", "cpu_resnet"])
 def test_tbfix_adapted_copy_gives_the_same_report(scenario):
-    tbfix = importlib.import_module("stepscope.profiler.tbfix")
+    tbfix = importlib.import_module("reference.dict_rewrite")
     _, trace = scenario_trace(scenario)
     adapted = tbfix.adapt_trace(trace)
     assert comparable(analyze_trace(adapted, "w", "1")) == comparable(analyze_trace(trace, "w", "1"))
@@ -82,9 +85,9 @@ def test_trainer_layout_prefers_raw_originals(tmp_path):
         if e.get("cat") == "cuda_runtime":
             e["cat"] = "runtime"
     write_trace_atomic(run / plugin_name("host_123_rank0", "1700000000000000000", gz=True), renamed)
-    r = analyze_run(run)
+    r = analyze(run)
     (s,) = r.spans
-    same = analyze_run(DATA / "eager_bs128").spans[0]  # the original analysed where it was recorded
+    same = analyze(DATA / "eager_bs128").spans[0]  # the original analysed where it was recorded
     assert (s.worker, s.span, s.verdict) == ("host_123_rank0", "1700000000000000000", same.verdict)
     assert s.metrics.step_ms == same.metrics.step_ms
     assert "distributed" not in r.to_dict()
@@ -95,7 +98,7 @@ def test_plain_uncompressed_trace(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "worker0.123.pt.trace.json").write_text(json.dumps(trace))
-    (s,) = analyze_run(run).spans
+    (s,) = analyze(run).spans
     assert (s.worker, s.span, s.verdict) == ("worker0", "123", "gpu_bound")
 
 
@@ -105,7 +108,7 @@ def test_several_spans_of_one_worker_are_not_cross_rank(tmp_path):
     run.mkdir()
     shutil.copy(tf.path, run / "w.100.pt.trace.json.gz")
     shutil.copy(tf.path, run / "w.200.pt.trace.json.gz")
-    r = analyze_run(run)
+    r = analyze(run)
     assert [s.span for s in r.spans] == ["100", "200"]
     assert r.distributed == () and r.verdict == "launch_bound"
 
@@ -128,12 +131,12 @@ def test_bad_trace_raises_one_line(trace, message):
 
 def test_bad_run_dirs_raise_one_line(tmp_path):
     with pytest.raises(TraceError, match="not a directory"):
-        analyze_run(tmp_path / "missing")
+        analyze(tmp_path / "missing")
     with pytest.raises(TraceError, match="no traces"):
-        analyze_run(tmp_path)
+        analyze(tmp_path)
     (tmp_path / "w.1.pt.trace.json.gz").write_bytes(b"not gzip at all")
     with pytest.raises(TraceError, match=r"w\.1\.pt\.trace\.json\.gz: unreadable trace"):
-        analyze_run(tmp_path)
+        analyze(tmp_path)
     (tmp_path / "w.1.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [tru'))
     with pytest.raises(TraceError, match="unreadable trace .*JSONDecodeError"):
-        analyze_run(tmp_path)
+        analyze(tmp_path)

@@ -18,21 +18,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from reference.dict_parse import parse_trace
 from stepscope.bench import analysis_speed, memory
 from stepscope.profiler.analysis import (
     StepSelection,
     TraceError,
     analyze_parsed,
-    analyze_run,
-    stream_parse,
 )
-from stepscope.profiler.analysis.events import parse_trace
 from stepscope.profiler.analysis.select import select
+from stepscope.profiler.analysis.stream_collect import decode
 from stepscope.profiler.analysis.stream_parse import parse_trace_file
+from stepscope.profiler.front import analyze
 from stepscope.profiler.loaded import load_found, report_of
 from stepscope.profiler.trace import workers as parallel
 from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.files import load_trace
 from stepscope.profiler.trace.jsonstream import split_points
 from stepscope.profiler.trace.workers import Workers
 
@@ -58,15 +58,15 @@ def _dict(report) -> str:
 
 
 def test_replica_has_the_sources_per_step_metrics(replica):
-    want = analyze_run(DATA / "eager_bs128").spans[0].metrics
-    got = analyze_run(replica).spans[0].metrics
+    want = analyze(DATA / "eager_bs128").spans[0].metrics
+    got = analyze(replica).spans[0].metrics
     assert got.steps == 5 * want.steps
     assert got.kernels_per_step == want.kernels_per_step
     assert got.step_ms == pytest.approx(want.step_ms, rel=0.02)
 
 
 def test_streamed_parse_equals_the_in_memory_one(replica):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     in_memory = parse_trace(load_trace(tf.path), tf.worker, tf.span)
     streamed = parse_trace_file(tf.path, tf.worker, tf.span)
     assert streamed == in_memory
@@ -75,23 +75,23 @@ def test_streamed_parse_equals_the_in_memory_one(replica):
 
 @pytest.mark.parametrize("parts", [2, 3])
 def test_a_trace_parsed_in_byte_ranges_by_several_processes_is_the_same(replica, parts):
-    (tf,) = find_traces(replica)
-    ranges = split_points(tf.path, parts, stream_parse._decode)
+    (tf,) = discover(replica).traces
+    ranges = split_points(tf.path, parts, decode)
     assert ranges is not None and len(ranges) == parts  # the file really is cut, at event boundaries
     assert parse_trace_file(tf.path, tf.worker, tf.span, parts=parts) == parse_trace_file(tf.path, tf.worker, tf.span)
 
 
 def test_a_gzipped_trace_is_parsed_in_byte_ranges_too(replica, tmp_path):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     gz = tmp_path / (tf.path.name + ".gz")
     gz.write_bytes(gzip.compress(tf.path.read_bytes(), compresslevel=1))
-    ranges = split_points(gz, 2, stream_parse._decode)
-    assert ranges is not None and ranges == split_points(tf.path, 2, stream_parse._decode)  # decompressed offsets
+    ranges = split_points(gz, 2, decode)
+    assert ranges is not None and ranges == split_points(tf.path, 2, decode)  # decompressed offsets
     assert parse_trace_file(gz, tf.worker, tf.span, parts=2) == parse_trace_file(tf.path, tf.worker, tf.span)
 
 
 def test_the_analysis_cuts_only_large_traces(replica, tmp_path):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     plan = parallel.plan_processes([tf.path], budget_bytes=1 << 30, cpus=2)
     assert plan == parallel.Plan(per_file=1, parts=2)
     assert parallel.parts_for(tf.path, plan) == 1  # 16 MiB: under SPLIT_FROM, one range
@@ -106,7 +106,7 @@ def test_the_analysis_cuts_only_large_traces(replica, tmp_path):
 
 
 def test_step_window_analyses_exactly_those_steps(replica):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     parsed = parse_trace_file(tf.path, tf.worker, tf.span)
     part = select(parsed, StepSelection(steps=(5, 7)))
     assert [s.number for s in part.steps] == [5, 6]
@@ -119,7 +119,7 @@ def test_step_window_analyses_exactly_those_steps(replica):
 
 
 def test_time_range_selects_steps_by_start(replica):
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     parsed = parse_trace_file(tf.path, tf.worker, tf.span)
     t = [s.start / 1e3 for s in parsed.steps]
     part = select(parsed, StepSelection(time_ms=(t[2], t[4])))
@@ -153,10 +153,10 @@ def test_steps_option_in_the_report(replica):
 
 
 def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
-    one = analyze_run(DATA / "nccl_ddp", cpus=1)
+    one = analyze(DATA / "nccl_ddp", workers=Workers.inline())
     monkeypatch.setattr(parallel, "SPLIT_FROM", 0)  # these small traces would otherwise stay in-process
-    assert parallel.plan_processes([tf.path for tf in find_traces(DATA / "nccl_ddp")], 1 << 30, 2).per_file == 2
-    two = analyze_run(DATA / "nccl_ddp", cpus=2)
+    assert parallel.plan_processes([tf.path for tf in discover(DATA / "nccl_ddp").traces], 1 << 30, 2).per_file == 2
+    two = analyze(DATA / "nccl_ddp", workers=Workers.local(cpus=2))
     assert _dict(one) == _dict(two)
 
 
@@ -186,7 +186,7 @@ def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, 
     from stepscope.profiler.tbfix.excerpt import excerpt
     from stepscope.profiler.tbfix.export import export_file
 
-    (tf,) = find_traces(replica)
+    (tf,) = discover(replica).traces
     adapted, _ = export_file(tmp_path / "out", tf.worker, tf.span, tf.path)
     doc = load_trace(adapted)
     steps = sorted(e["ts"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stepscope.profiler.analysis import analyze_trace
+from on_disk import analyze_trace
 from stepscope.profiler.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
 
 

@@ -23,7 +23,8 @@ from stepscope.bench.ranks import (
     build_job,
     rank_path,
 )
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 # comfortably above the rule's floor: the profiler's modelled host cost on these ranks is about 2 ms per step
@@ -38,7 +39,7 @@ def built64(tmp_path_factory) -> Path:
 
 
 def test_each_copy_is_its_own_rank(built64):
-    files = find_traces(built64)
+    files = discover(built64).traces
     assert len(files) == 64 and len({f.worker for f in files}) == 64
     for r in (0, 37, 63):
         trace = load_trace(rank_path(JobSpec(ranks=64), r, built64))

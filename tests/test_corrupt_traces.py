@@ -23,9 +23,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import TraceError, analyze_run
+from stepscope.profiler.analysis import TraceError
+from stepscope.profiler.front import analyze
 from stepscope.profiler.tbfix import export_tensorboard
-from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace, write_trace_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -35,7 +37,7 @@ NAME = f"w.{SPAN}.pt.trace.json.gz"
 
 @functools.cache
 def _base() -> dict:
-    (tf,) = find_traces(DATA / "eager_bs32")
+    (tf,) = discover(DATA / "eager_bs32").traces
     return load_trace(tf.path)
 
 
@@ -167,7 +169,7 @@ def test_corrupt_trace_gets_one_line_and_exit_2(case, tmp_path):
         return
     if rlimit is None:  # the library call says the same
         with pytest.raises(TraceError, match=re.escape(fragment)) as e:
-            analyze_run(run)
+            analyze(run)
         assert "\n" not in str(e.value) and NAME in str(e.value)
     p = run_analyze(run, "--json", "--export-tensorboard", out, rlimit=rlimit)
     assert p.returncode == 2, p.stderr[-2000:]

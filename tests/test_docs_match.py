@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.profiler.analysis import analyze_run, render_top
+from stepscope.profiler.analysis import render_top
 from stepscope.profiler.analysis.metrics import TOP_N
+from stepscope.profiler.front import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -22,7 +23,7 @@ DATA = REPO / "tests" / "data"
 
 def test_the_end_of_run_table_has_as_many_rows_as_the_readme_says():
     (promised,) = re.findall(r"prints the top (\d+) kernels", README)
-    report = analyze_run(DATA / "eager_bs128")  # a ResNet step: more distinct kernels than any table holds
+    report = analyze(DATA / "eager_bs128")  # a ResNet step: more distinct kernels than any table holds
     (span,) = report.spans
     lines = render_top(report).splitlines()
     rows = lines[2:]  # a title, a header, then one line per kernel

@@ -11,8 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import analyze_run, analyze_trace
-from stepscope.profiler.trace.files import find_traces, load_trace, write_trace_atomic
+from on_disk import analyze_trace
+from stepscope.profiler.front import analyze
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace, write_trace_atomic
 
 DATA = Path(__file__).parent / "data"
 
@@ -40,7 +42,7 @@ def summary(report) -> dict:
 
 @pytest.mark.parametrize("scenario", ["eager_bs32", "cpu_resnet"])
 def test_torch19_vocabulary_reads_like_today(scenario):
-    (tf,) = find_traces(DATA / scenario)
+    (tf,) = discover(DATA / scenario).traces
     trace = load_trace(tf.path)
     old = as_torch19(trace)
     assert not [e for e in old["traceEvents"] if e.get("cat") == "user_annotation"
@@ -76,7 +78,7 @@ def test_the_plugins_own_test_trace_shape_with_six_steps():
 
 def test_two_plain_runs_in_one_directory_are_not_a_distributed_job(tmp_path):
     """Two processes of one plain tensorboard_trace_handler script: host_PID names, no distributedInfo."""
-    (tf,) = find_traces(DATA / "slow_dataset")
+    (tf,) = discover(DATA / "slow_dataset").traces
     trace = load_trace(tf.path)
     trace.pop("distributedInfo", None)
     fast = copy.deepcopy(trace)
@@ -85,7 +87,7 @@ def test_two_plain_runs_in_one_directory_are_not_a_distributed_job(tmp_path):
             e["dur"] = e["dur"] / 2
     write_trace_atomic(tmp_path / "myhost_41233.1795259112677408466.pt.trace.json.gz", trace)
     write_trace_atomic(tmp_path / "myhost_41877.1795259112677408999.pt.trace.json.gz", fast)
-    r = analyze_run(tmp_path)
+    r = analyze(tmp_path)
     assert len(r.spans) == 2 and [s.rank for s in r.spans] == [None, None]
     assert r.distributed == () and "distributed" not in r.to_dict()
     # the same two files named as our trainer names ranks are a 2-rank job
@@ -93,7 +95,7 @@ def test_two_plain_runs_in_one_directory_are_not_a_distributed_job(tmp_path):
     ranked.mkdir()
     for i, src in enumerate(sorted(tmp_path.glob("*.pt.trace.json.gz"))):
         shutil.copy(src, ranked / src.name.replace(".1795", f"_rank{i}.1795"))  # myhost_41233_rank0.1795...
-    assert [len(c.ranks) for c in analyze_run(ranked).distributed] == [2]
+    assert [len(c.ranks) for c in analyze(ranked).distributed] == [2]
 
 
 def synced_queue_trace(steps: int = 3) -> dict:

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from stepscope.profiler.analysis.events import HostEvent, parse_trace
+from on_disk import analyze_trace
+from reference.dict_parse import parse_trace
+from stepscope.profiler.analysis.events import HostEvent
 from stepscope.profiler.analysis.inferred_steps import infer_steps
-from stepscope.profiler.analysis.span import analyze_trace
 from stepscope.profiler.analysis.stream_parse import parse_trace_file
 from stepscope.profiler.front import analyze
 from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.files import load_trace
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,7 +187,7 @@ def test_a_gzip_export_is_found_by_its_sniff(traces):
 def test_a_committed_trace_without_its_profiler_steps_reads_the_same(run):
     # GPU traces of the suite with their ProfilerStep# events (host and GPU) taken out: the steps inferred from
     # the optimizer steps give the step time of the scheduled steps and the same verdict
-    tf = find_traces(DATA / run)[0]
+    tf = discover(DATA / run).traces[0]
     trace = load_trace(tf.path)
     scheduled = analyze_trace(trace, "w", "1")
     stripped = {**trace, "traceEvents": [e for e in trace["traceEvents"]

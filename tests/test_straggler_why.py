@@ -12,7 +12,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import analyze_run, render_console, render_markdown
+from stepscope.profiler.analysis import render_console, render_markdown
+from stepscope.profiler.front import analyze
 
 DATA = Path(__file__).parent / "data"
 DDP = DATA / "suite_ddp"
@@ -20,7 +21,7 @@ DDP = DATA / "suite_ddp"
 
 @cache
 def report(run: Path):
-    return analyze_run(run)
+    return analyze(run)
 
 
 @pytest.mark.parametrize("run", [DDP / "straggler", DATA / "ddp_gloo"])

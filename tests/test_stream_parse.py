@@ -1,21 +1,26 @@
-"""The streamed parse (analysis/stream_parse.py) equals events.parse_trace of the loaded dict, and leaves
-every input that a validate.py check refuses to the ordinary reader.
+"""The streamed parse (analysis/stream_parse.py), the analysis' only parse, equals the reference parse of the
+loaded dict (tests/reference/dict_parse.py) on every trace, and says the same one line about every bad one,
+including those that msgspec refuses and that are normalised first (NaN, an event that is not an object).
 
     python -m pytest -q tests/test_stream_parse.py
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis.events import parse_trace
-from stepscope.profiler.analysis.stream_parse import StreamFallback, parse_trace_file
+from reference.dict_parse import parse_file, parse_trace
+from stepscope.profiler.analysis.report import parse_path
+from stepscope.profiler.analysis.stream_parse import NoSteps, Unreadable, parse_trace_file
+from stepscope.profiler.trace.errors import TraceError
 from stepscope.profiler.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(p for p in DATA.glob("*/*.json*") if "golden" not in p.parts and ".trace.json" in p.name)
+STEP = '{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 1000, "dur": 50}'
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.parent.name + "/" + p.name.split(".")[0])
@@ -48,28 +53,114 @@ def test_small_pieces_and_edge_values(tmp_path):
         assert parse_trace_file(path, "w", "1", block=block) == want
 
 
-@pytest.mark.parametrize("bad", [
-    '{"ph": "X", "cat": "cpu_op", "name": "a", "ts": NaN, "dur": 1}',
-    '{"ph": "X", "cat": "cpu_op", "name": 5, "ts": 1001, "dur": 1}',
-    '{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "1001", "dur": 1}',
-    '{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1e300, "dur": 1}',
-    '{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1001, "dur": 1, "args": [1]}',
-    '7',
-    '{"ph": "i", "cat": "user_annotation", "name": "ProfilerStep#4", "ts": 1001}',
-], ids=["nan", "int_name", "string_ts", "huge_ts", "list_args", "not_object", "instant_step"])
-def test_refused_input_falls_back(tmp_path, bad):
+def _error(fn, *args) -> str:
+    with pytest.raises(TraceError) as e:
+        result = fn(*args)
+        if isinstance(result, TraceError):
+            raise result
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def _same_error(path: Path) -> str:
+    want = _error(parse_file, path, "w", "1")
+    assert _error(parse_path, path, "w", "1") == want
+    return want
+
+
+BAD_EVENTS = {
+    "nan_ts": ('{"ph": "X", "cat": "cpu_op", "name": "a", "ts": NaN, "dur": 1}', "has ts nan"),
+    "infinite_dur": ('{"ph": "X", "cat": "kernel", "name": "k", "ts": 1001, "dur": Infinity}', "has dur inf"),
+    "int_name": ('{"ph": "X", "cat": "cpu_op", "name": 5, "ts": 1001, "dur": 1}', "has a name that is a number"),
+    "string_ts": ('{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "1001", "dur": 1}', "has ts '1001'"),
+    "huge_ts": ('{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1e300, "dur": 1}', "has ts 1e+300"),
+    "list_args": ('{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1001, "dur": 1, "args": [1]}',
+                  "has args that is an array"),
+    "not_object": ("7", "event #1 is int"),
+    "instant_step": ('{"ph": "i", "cat": "user_annotation", "name": "ProfilerStep#4", "ts": 1001}', "has ph 'i'"),
+    "op_without_dur": ('{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1001}', "has no numeric ts/dur"),
+    "memory_without_ts": ('{"ph": "i", "name": "[memory]", "args": {}}', "[memory] event #1 has no numeric"),
+    "device_not_a_number": ('{"ph": "X", "cat": "kernel", "name": "k", "ts": 1001, "dur": 1, '
+                            '"args": {"device": "gpu0"}}', "cannot analyse this trace (ValueError:"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_EVENTS)
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+def test_a_bad_event_gets_the_reference_error(tmp_path, case, gz):
+    bad, fragment = BAD_EVENTS[case]
+    path = tmp_path / ("w.1.pt.trace.json" + (".gz" if gz else ""))
+    text = ('{"traceEvents": [' + STEP + ", " + bad + ', {"ph": "X", "cat": "cpu_op", "name": "b", "ts": 1002, '
+            '"dur": 1}]}').encode()
+    path.write_bytes(gzip.compress(text) if gz else text)
+    assert fragment in _same_error(path)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (b"[]", "a JSON list, not an object"),
+    (b'{"events": []}', "not a Chrome trace"),
+    (b'{"traceEvents": []}', "no ProfilerStep#N events"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "Trace", "name": "a", "ts": 1, "dur": 1}]}', "no ProfilerStep#N"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "foreign", "name": "ProfilerStep#1", "ts": 1, "dur": 1}]}',
+     "1 ProfilerStep#N events but none is a host step range: event #0 has cat 'foreign'"),
+    (b'{"traceEvents": [' + STEP.encode() + b'], "distributedInfo": [1]}', "distributedInfo is an array"),
+    (b'{"deviceProperties": {"a": NaN}, "traceEvents": [' + STEP.encode() + b"]}", "deviceProperties is an object"),
+    (b'{"traceEvents": [tru', "unreadable trace (JSONDecodeError"),
+    (b"\xff\xfe not text", "unreadable trace"),
+    (b'{"traceEvents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+], ids=["list", "no_events", "empty", "no_steps", "foreign_steps", "bad_metadata", "nan_metadata", "truncated",
+        "not_utf8", "deep"])
+def test_a_bad_document_gets_the_reference_error(tmp_path, text, fragment):
     path = tmp_path / "w.1.pt.trace.json"
-    step = '{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 1000, "dur": 50}'
-    path.write_text('{"traceEvents": [' + step + ", " + bad + "]}")
-    with pytest.raises(StreamFallback):
+    path.write_bytes(text)
+    assert fragment in _same_error(path)
+
+
+def test_nan_where_the_analysis_does_not_look_is_normalised_and_parsed(tmp_path):
+    """NaN in an argument nobody reads: msgspec refuses the text, Python's json reads it, and the normalised
+    piece gives what the reference gives."""
+    trace = _trace({"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1001, "dur": 2,
+                    "args": {"Input Dims": [[1]], "scale": float("nan")}},
+                   {"ph": "X", "cat": "kernel", "name": "k", "ts": 1002, "dur": 3, "args": {"correlation": 1}})
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    assert "NaN" in path.read_text()
+    want = parse_trace(trace, "w", "1")
+    assert want.recorded_shapes and want.device
+    assert parse_trace_file(path, "w", "1") == want
+    assert parse_trace_file(path, "w", "1", block=64) == want
+
+
+def test_a_trace_without_a_schedule_gets_the_reference_steps(tmp_path):
+    """No ProfilerStep# anywhere: the steps are inferred (here: the whole window of its operators), as the
+    reference infers them."""
+    trace = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1},
+                             {"ph": "X", "cat": "cpu_op", "name": "b", "ts": 5, "dur": 2}]}
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    want = parse_trace(trace, "w", "1")
+    assert want.steps and parse_trace_file(path, "w", "1") == want
+
+
+def test_error_classes(tmp_path):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#x", "ts": 1,
+                                                 "dur": 1}]}))
+    with pytest.raises(NoSteps) as e:
+        parse_trace_file(path, "w", "1")
+    assert e.value.step_names  # named like a step, though not ProfilerStep#<number>
+    path.write_text("[]")
+    with pytest.raises(Unreadable):
         parse_trace_file(path, "w", "1")
 
 
-def test_no_steps_and_bad_metadata_fall_back(tmp_path):
+def test_a_bad_event_in_a_later_byte_range_is_named_by_its_index_in_the_file(tmp_path):
+    """A helper that parses the second byte range does not know the index of its first event: the error
+    comes from the one-process parse, as the reference gives it."""
+    ops = [f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {1001 + i}, "dur": 1}}' for i in range(3000)]
+    ops[2500] = '{"ph": "X", "cat": "cpu_op", "name": "bad", "ts": NaN, "dur": 1}'
     path = tmp_path / "w.1.pt.trace.json"
-    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "Trace", "name": "a", "ts": 1, "dur": 1}]}))
-    with pytest.raises(StreamFallback):
-        parse_trace_file(path, "w", "1")
-    path.write_text(json.dumps({**_trace(), "distributedInfo": [1]}))
-    with pytest.raises(StreamFallback):
-        parse_trace_file(path, "w", "1")
+    path.write_text('{"traceEvents": [' + STEP + ",\n" + ",\n".join(ops) + "]}")
+    want = _error(parse_file, path, "w", "1")
+    assert "event #2501 ('bad', cat 'cpu_op') has ts nan" in want
+    assert _error(parse_path, path, "w", "1", 2) == want

@@ -157,7 +157,7 @@ def test_bad_input_is_one_line(logdir, route, params, code, message):
 def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
     """`stepscope tensorboard` serves a shadow copy of each run: the copy of a trainer run keeps its run.json,
     so the tab shows the unprofiled figures `stepscope analyze` gives on the source run."""
-    from stepscope.profiler.loaded import Loaded, read
+    from stepscope.profiler.loaded import load_found
     from stepscope.profiler.serve.shadow import publish_run
     from stepscope.profiler.trace.discover import discover
 
@@ -171,7 +171,7 @@ def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
               "verification": {"verdict": "cpu_bound", "result": "refuted"}}
     (source / "run.json").write_text(json.dumps(record))
     found = discover(source).traces
-    loaded = [Loaded(f, f.span, read(f)) for f in found]
+    loaded, _ = load_found(found)
     shadow = tmp_path / "shadow"
     path, _ = publish_run(loaded, shadow, tmp_path / "staging", "run1", source=source)
     assert json.loads((path / "run.json").read_text()) == record

@@ -1,4 +1,5 @@
-"""Unit tests for stepscope.profiler.tbfix: adapt_trace on events cut from the real H200 traces in tests/data, and the
+"""Unit tests for stepscope.profiler.tbfix: the rewrite (the streamed one and its reference, checked equal by
+on_disk.adapt_trace) on events cut from the real H200 traces in tests/data, and the
 plugin's own parser (torch-tb-profiler 0.4.3, in-process, no server) on every committed trace.
 
     pytest tests/test_tbfix.py -q        # about 20 s on 2 cores, most of it the plugin parsing host_bound
@@ -14,9 +15,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.tbfix import adapt_trace, export_tensorboard, write_adapted_pair
-from stepscope.profiler.tbfix.adapt import UNLINKED_KEY
-from stepscope.profiler.tbfix.step_guard import plugin_step_spans
+from on_disk import adapt_trace
+from reference.dict_rewrite import plugin_step_spans
+from stepscope.profiler.tbfix import export_tensorboard, write_adapted_pair
+from stepscope.profiler.tbfix.rules import UNLINKED_KEY
 from stepscope.profiler.trace import files as trace_files
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.event_parser import EventParser
@@ -324,12 +326,15 @@ def float_slack_us(n_events: int) -> float:
 
 def test_write_adapted_pair_writes_the_original_first_and_the_adapted_copy_where_the_plugin_looks(
         tmp_path, monkeypatch):
+    from stepscope.profiler.tbfix import export
+
     trace = {"traceEvents": conv_slice()}
-    order = []
-    real_write = trace_files.write_trace_atomic
-    monkeypatch.setattr(trace_files, "write_trace_atomic", lambda p, t: (order.append(p), real_write(p, t)))
+    seen = []  # (the copy being written, whether the original was in place by then)
+    real_write = export.write_adapted_stream
+    monkeypatch.setattr(export, "write_adapted_stream", lambda src, dst, *a: (
+        seen.append((dst, src.is_file() and src.name == "host_1.trace.json.gz")), real_write(src, dst, *a))[1])
     adapted, raw = write_adapted_pair(tmp_path, "host_1", "1795259107760373831", trace)
-    assert order == [raw, adapted]
+    assert seen == [(adapted, True)]
     assert adapted == tmp_path / "host_1.1795259107760373831.pt.trace.json.gz"
     assert raw == tmp_path / "raw" / "1795259107760373831" / "host_1.trace.json.gz"
     assert trace_files.load_trace(raw) == trace
@@ -359,8 +364,10 @@ def test_export_tensorboard_converts_a_plain_run_and_refuses_bad_directories(tmp
 
     with pytest.raises(ValueError, match="exists and is not an empty directory"):
         export_tensorboard(src, out)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no trace here")
     with pytest.raises(ValueError, match="no traces found"):
-        export_tensorboard(tmp_path / "fixed" / "raw", tmp_path / "x")
+        export_tensorboard(tmp_path / "empty", tmp_path / "x")
     with pytest.raises(ValueError, match="not a directory"):
         export_tensorboard(tmp_path / "missing", tmp_path / "y")
 

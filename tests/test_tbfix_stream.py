@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.tbfix import adapt_trace, export_tensorboard
+from reference.dict_rewrite import adapt_trace
+from stepscope.profiler.tbfix import export_tensorboard
 from stepscope.profiler.tbfix.export import export_file
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.trace.discover import discover
+from stepscope.profiler.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))
@@ -26,8 +28,38 @@ def test_streamed_copy_is_adapt_trace(path, tmp_path):
     assert raw.read_bytes() == path.read_bytes()
 
 
+@pytest.mark.parametrize("block", [None, 64 << 10], ids=["whole", "pieces"])
+def test_nan_and_infinity_are_normalised_and_kept(tmp_path, monkeypatch, block):
+    """Python's json writes NaN and Infinity, msgspec refuses them: the pieces holding them are read by
+    Python's json and written back with the literals, in events copied as they are and in edited ones
+    (here: launches, whose category the copy changes); no second, in-memory rewrite is involved."""
+    from stepscope.profiler.trace import jsonstream
+
+    if block is not None:  # pieces of 64 KiB: the literals fall in many of them, and in the last
+        defaults = jsonstream.TraceStream.__init__.__defaults__
+        monkeypatch.setattr(jsonstream.TraceStream.__init__, "__defaults__", (block, *defaults[1:]))
+    (tf,) = discover(DATA / "cuda_graph").traces
+    trace = load_trace(tf.path)
+    edited = 0
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "cuda_runtime" and edited < 3:
+            e.setdefault("args", {})["stepscope test"] = float("nan")
+            edited += 1
+        elif e.get("cat") == "cpu_op":
+            e.setdefault("args", {})["stepscope test"] = float("inf")
+    trace["stepscope test"] = float("-inf")
+    src = tmp_path / "w.1795259109156023363.pt.trace.json"
+    src.write_text(json.dumps(trace))
+    adapted, raw = export_file(tmp_path / "out", "w", "1795259109156023363", src)
+    got = load_trace(adapted)
+    assert json.dumps(got, sort_keys=True) == json.dumps(adapt_trace(trace), sort_keys=True)
+    runtime = [e for e in got["traceEvents"] if e.get("cat") == "runtime" and "stepscope test" in e["args"]]
+    assert len(runtime) == 3 and all(e["args"]["stepscope test"] != e["args"]["stepscope test"] for e in runtime)
+    assert raw.read_bytes() == src.read_bytes()
+
+
 def test_entries_that_are_not_objects_are_left_out(tmp_path):
-    (tf,) = find_traces(DATA / "cuda_graph")
+    (tf,) = discover(DATA / "cuda_graph").traces
     trace = load_trace(tf.path)
     trace["traceEvents"][5:5] = ["junk", 7, None]
     src = tmp_path / "w.1795259109156023363.pt.trace.json"
@@ -38,7 +70,7 @@ def test_entries_that_are_not_objects_are_left_out(tmp_path):
 
 
 def test_uncompressed_trace_exports_uncompressed(tmp_path):
-    (tf,) = find_traces(DATA / "cuda_graph")
+    (tf,) = discover(DATA / "cuda_graph").traces
     src = tmp_path / "plain"
     src.mkdir()
     plain = src / "w.1795259109156023363.pt.trace.json"
@@ -52,7 +84,7 @@ def test_uncompressed_trace_exports_uncompressed(tmp_path):
 
 def test_a_plain_kineto_file_is_exported_gzipped_when_asked(tmp_path):
     """The trainer's case: Kineto writes plain JSON, the run keeps gzipped copies (--gzip, the default)."""
-    (tf,) = find_traces(DATA / "cuda_graph")
+    (tf,) = discover(DATA / "cuda_graph").traces
     plain = tmp_path / ".tmp-w-1795259109156023363.chrome.json"
     plain.write_bytes(gzip.decompress(tf.path.read_bytes()))
     adapted, raw = export_file(tmp_path / "run", "w", "1795259109156023363", plain, gz=True)

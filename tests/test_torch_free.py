@@ -19,11 +19,15 @@ sys.modules["torch"] = None  # any import of torch now raises ImportError
 import importlib
 for name in {TORCH_FREE!r}:
     importlib.import_module("stepscope.profiler." + name)
-from stepscope.profiler.analysis import analyze_run
-from stepscope.profiler.tbfix import adapt_trace
-from stepscope.profiler.trace.files import find_traces, load_trace
+from stepscope.profiler.front import analyze
+import tempfile
+from pathlib import Path
+from stepscope.profiler.tbfix import export_tensorboard
+from stepscope.profiler.trace.files import load_trace
 run = {str(REPO / "tests" / "data" / "eager_bs32")!r}
-print(analyze_run(run).verdict, len(adapt_trace(load_trace(find_traces(run)[0].path))["traceEvents"]))
+with tempfile.TemporaryDirectory() as tmp:
+    (adapted,) = export_tensorboard(Path(run), Path(tmp) / "out")
+    print(analyze(run).verdict, len(load_trace(adapted)["traceEvents"]))
 assert "torch" not in [m.split(".")[0] for m, v in sys.modules.items() if v is not None]
 """
 

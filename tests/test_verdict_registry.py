@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from stepscope.cli import build_parser
-from stepscope.profiler.analysis import VERDICTS, analyze_run
+from stepscope.profiler.analysis import VERDICTS
 from stepscope.profiler.analysis.breakdown import Breakdown
 from stepscope.profiler.analysis.findings import verdict
 from stepscope.profiler.analysis.verdicts import (
@@ -25,6 +25,7 @@ from stepscope.profiler.analysis.verdicts import (
     primary_cause,
     threshold_pct,
 )
+from stepscope.profiler.front import analyze
 from stepscope.verify import prediction
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def suite_case(name: str):
     path = next(DATA.glob(f"*/{name}/truth.json")).parent
     truth = json.loads((path / "truth.json").read_text())
     telemetry = json.loads((path / "telemetry.json").read_text())
-    span = analyze_run(path, telemetry=telemetry).to_dict()["spans"][0]
+    span = analyze(path, telemetry=telemetry).to_dict()["spans"][0]
     return truth, Unprofiled.of_run(telemetry, span, RECORDING_CORES)
 
 

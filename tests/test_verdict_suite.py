@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import analyze_run, render_console
+from stepscope.profiler.analysis import render_console
+from stepscope.profiler.front import analyze
 
 DATA = Path(__file__).parent / "data"
 SUITE = sorted(p.parent for p in DATA.glob("suite/*/truth.json"))
@@ -44,7 +45,7 @@ VERDICT_NOT_IN_TRACE = {"loader_two_workers", "convnext_loader", "loader_catchin
 
 def case(path: Path, as_run: bool = False):
     telemetry = json.loads((path / "telemetry.json").read_text()) if as_run else None
-    return json.loads((path / "truth.json").read_text()), analyze_run(path, telemetry=telemetry).spans[0]
+    return json.loads((path / "truth.json").read_text()), analyze(path, telemetry=telemetry).spans[0]
 
 
 def test_the_holdout_spans_new_families_and_verdicts():
@@ -69,7 +70,7 @@ def test_verdict_matches_the_unprofiled_truth(path):
         assert s.verdict != truth["expected"]  # still not in the trace, or this list is stale
         assert truth["expected"] in s.uncertainty["verdicts"] and "worker processes" in s.evidence[2]
         return
-    assert s.verdict == truth["expected"], render_console(analyze_run(path))
+    assert s.verdict == truth["expected"], render_console(analyze(path))
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
@@ -79,7 +80,7 @@ def test_a_runs_verdict_matches_the_unprofiled_truth(path):
     truth, s = case(path, as_run=True)
     assert s.basis == "telemetry" and s.uncertainty is None
     if truth["confirmed"] is not False:
-        assert s.verdict == truth["expected"], render_console(analyze_run(path))
+        assert s.verdict == truth["expected"], render_console(analyze(path))
 
 
 def test_runs_cover_every_case_but_lightnings():
@@ -159,7 +160,7 @@ DDP = DATA / "suite_ddp"  # 2 H200s over NCCL (scripts/verdict_ddp.py): the job'
                                                      ("balanced", None, ())])
 def test_multi_rank_verdicts_and_stragglers(name, verdict, stragglers):
     truth = json.loads((DDP / name / "truth.json").read_text())
-    r = analyze_run(DDP / name)
+    r = analyze(DDP / name)
     (cycle,) = r.distributed
     assert truth["confirmed"] is not False and truth["stragglers"] == list(stragglers)
     assert cycle.stragglers == stragglers, render_console(r)  # a balanced run names nobody

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import analyze_run
+from stepscope.profiler.front import analyze
 from stepscope.profiler.trace import workers as policy
 from stepscope.profiler.trace.workers import Workers
 from trainrun import REPO, TRAIN, run_torchrun
@@ -41,13 +41,13 @@ def _no_fork(*args):
 
 
 def test_inline_parses_large_runs_in_this_process(monkeypatch):
-    local = analyze_run(NCCL, workers=Workers.local(cpus=2)).to_dict()  # small traces: parsed here
+    local = analyze(NCCL, workers=Workers.local(cpus=2)).to_dict()  # small traces: parsed here
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     monkeypatch.setattr(policy, "fork_pool", _no_fork)
-    assert analyze_run(NCCL, workers=Workers.inline()).to_dict() == local
-    assert analyze_run(NCCL, cpus=1).to_dict() == local  # the handler's call
+    assert analyze(NCCL, workers=Workers.inline()).to_dict() == local
+    assert analyze(NCCL).to_dict() == local  # the default: a training process's call
     with pytest.raises(AssertionError, match="process pool"):
-        analyze_run(NCCL, workers=Workers.local(cpus=2))  # the command line's policy would fork here
+        analyze(NCCL, workers=Workers.local(cpus=2))  # the command line's policy would fork here
 
 
 def test_the_policy_plans_nothing_for_a_training_process(monkeypatch, tmp_path):

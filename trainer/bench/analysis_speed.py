@@ -38,7 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..profiler.trace.files import find_traces, load_trace
+from ..profiler.trace.discover import discover
+from ..profiler.trace.files import load_trace
 from .memory import measure_command, tree_peaks
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (trainer/bench/ -> the repository)
@@ -81,7 +82,7 @@ def _copy_events(events: list[dict], k: int, shift: float, step_span: int, offse
 
 
 def build(source: Path, size: int, out: Path, gz: bool) -> Path:
-    (tf,) = find_traces(source)[:1]
+    (tf,) = discover(source).traces[:1]
     trace = load_trace(tf.path)
     events = [e for e in trace["traceEvents"] if isinstance(e, dict)]
     timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
@@ -121,10 +122,10 @@ def build(source: Path, size: int, out: Path, gz: bool) -> Path:
 
 
 def _check_metrics(source: Path, built: Path) -> None:
-    from ..profiler.analysis import analyze_run
+    from ..profiler.front import analyze
 
-    want = analyze_run(source).spans[0].metrics.to_dict()
-    got = analyze_run(built).spans[0].metrics.to_dict()
+    want = analyze(source).spans[0].metrics.to_dict()
+    got = analyze(built).spans[0].metrics.to_dict()
     for key in COMPARED:
         a, b = want[key], got[key]
         if a is None and b is None:
@@ -160,7 +161,7 @@ def _table(rows: list[tuple[str, list[str]]], repeat: int, scratch: Path | None 
 
 
 def measure(run: Path, repeat: int, export: bool) -> None:
-    (tf,) = find_traces(run)[:1]
+    (tf,) = discover(run).traces[:1]
     py = sys.executable
     opener = "gzip.open" if tf.path.name.endswith(".gz") else "open"
     rows = [("json.load (baseline)", [py, "-c", f"import gzip, json; json.load({opener}({str(tf.path)!r}, 'rb'))"]),
@@ -192,7 +193,7 @@ PARSERS = {
 
 
 def parsers(run: Path, repeat: int) -> None:
-    (tf,) = find_traces(run)[:1]
+    (tf,) = discover(run).traces[:1]
     if tf.path.name.endswith(".gz"):
         raise SystemExit("error: give an uncompressed trace to compare parsers")
     print(f"{tf.path} ({tf.path.stat().st_size / 1e6:.0f} MB)")

@@ -12,7 +12,7 @@ step of host work outside ops), with the truth in truth.json.
 
 ``measure`` analyses a built job once per engine and worker count, each in its own subprocess, sampling the
 peak RSS of its processes (memory.py), and prints one Markdown row each:
-  ``local``  the embedded engine (report.analyze_run with ``cpus=K``: up to K forked processes, as the memory
+  ``local``  the embedded engine (front.analyze with ``Workers.local(cpus=K)``: up to K forked processes, as the memory
              budget allows; jobs under 64 MB of JSON in all stay in one process);
   ``dask``   ``stepscope analyze --cluster local:K`` (a Dask LocalCluster of K worker processes), where the
              installed stepscope has ``--cluster`` (the ``cluster`` extra);
@@ -122,10 +122,11 @@ def _hta_available() -> bool:
 def run_engine(engine: str, job: Path, workers: int, out: Path) -> None:
     """In the measured subprocess: analyse ``job`` with ``engine`` and write what it found to ``out``."""
     if engine == "local":
-        from ..profiler.analysis import analyze_run
         from ..profiler.analysis.json_out import dumps
+        from ..profiler.front import analyze
+        from ..profiler.trace.workers import Workers
 
-        out.write_text(dumps(analyze_run(job, cpus=workers).to_dict()))
+        out.write_text(dumps(analyze(job, workers=Workers.local(cpus=workers)).to_dict()))
     elif engine == "dask":
         from ..profiler.cli.analyze import main
 

@@ -45,7 +45,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
-from ..profiler.trace.files import find_traces, load_trace
+from ..profiler.trace.discover import discover
+from ..profiler.trace.files import load_trace
 from ..profiler.trace.workers import fork_pool
 
 CAUSES = ("host_outside_ops", "data", "gpu_kernels")
@@ -96,7 +97,7 @@ def source_files(sources: tuple[str, ...]) -> tuple[Path, ...]:
         if not p.exists():
             raise ValueError(f"{p}: no such trace or folder (the default sources are a source checkout's "
                              "tests/data/suite_ddp/balanced; pass sources= elsewhere)")
-        paths += [tf.path for tf in find_traces(p)] if p.is_dir() else [p]
+        paths += [tf.path for tf in discover(p).traces] if p.is_dir() else [p]
     if not paths:
         raise ValueError(f"no traces in {', '.join(sources)}")
     return tuple(sorted(paths, key=lambda p: (_source(p).rank, str(p))))

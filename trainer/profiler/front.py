@@ -77,3 +77,9 @@ def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection
         _summary(path, found, loaded, skipped)
         return report
     return report_runs(find(path, workers).loaded, path, selection, telemetry)
+
+
+def report(loaded: list[Loaded], root: Path, selection: StepSelection | None = None,
+           telemetry: dict | None = None) -> RunReport | RunsReport:
+    """The report on traces found under ``root`` (runs.report_runs): one job's RunReport, or a RunsReport."""
+    return report_runs(loaded, Path(root), selection, telemetry)

@@ -83,18 +83,7 @@ def _ranks(items: list[Loaded]) -> _Ranks | None:
 def _facts(item: Loaded) -> tuple[int, int, float, float] | None:
     """(rank, world size, first step's start, last step's end in the trace's µs) or None when the trace does
     not say which rank of which world it is."""
-    if item.parsed is not None:
-        p = item.parsed
-        if p.rank is None or p.world_size is None or not p.steps:
-            return None
-        return p.rank, p.world_size, p.base_us + p.steps[0].start, p.base_us + p.steps[-1].end
-    trace = item.trace if isinstance(item.trace, dict) else {}
-    dist = trace.get("distributedInfo")
-    rank = dist.get("rank") if isinstance(dist, dict) else None
-    size = dist.get("world_size") if isinstance(dist, dict) else None
-    steps = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in trace.get("traceEvents") or ()
-             if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")
-             and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur", 0), (int, float))]
-    if not isinstance(rank, int) or not isinstance(size, int) or not steps:
+    p = item.parsed
+    if p.rank is None or p.world_size is None or not p.steps:
         return None
-    return rank, size, float(min(s for s, _ in steps)), float(max(e for _, e in steps))
+    return p.rank, p.world_size, p.base_us + p.steps[0].start, p.base_us + p.steps[-1].end

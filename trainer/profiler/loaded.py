@@ -1,16 +1,16 @@
-"""Load what `discover.py` found, and analyse any set of loaded traces as one run.
+"""Parse what `discover.py` found: each trace into a ParsedTrace, or a reason to skip it.
 
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
+    loaded, skipped = load_found(discovery.traces, Workers.local())   # large traces in local processes
     report = report_of(loaded)                          # RunReport, as for a run directory
     report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
     done, skipped = analyze_found(pairs, workers=Workers.dask(address))   # [(light Loaded, SpanReport)]
 
-Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON; one that
-the streaming parser leaves to the ordinary reader is loaded whole (``Loaded.trace``), which gives the same
-report or error. A trace that does not parse is an error (TraceError, one line). A Lightning trace without
-ProfilerStep# or Optimizer.step# events, or a file that was only sniffed as a Chrome trace and holds no torch
-operators either, is skipped (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns, shared by every spanless
-trace of the same run folder so that the ranks of an accelerate run pair up.
+Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON. A trace
+that does not parse is an error (TraceError, one line). A Lightning trace without ProfilerStep# or
+Optimizer.step# events, or a file that was only sniffed as a Chrome trace and holds no torch operators
+either, is skipped (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns,
+shared by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
 ``analyze_found`` does both for a cluster (trace/workers.py): each trace is parsed and analysed where it is
 read (a Dask task), and only its report comes back, with the little that runs.py groups jobs by.
 Torch-free.
@@ -23,18 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .analysis.events import ParsedTrace
-from .analysis.report import (
-    RunReport,
-    analyze_file,
-    analyze_parsed_file,
-    parse_path,
-    parse_paths,
-    read_trace,
-    run_report,
-)
+from .analysis.report import RunReport, analyze_parsed_file, parse_path, parse_paths, run_report
 from .analysis.select import StepSelection
 from .analysis.span import SpanReport
-from .trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped, step_source
+from .analysis.stream_parse import NoSteps, Unreadable, has_step_names
+from .trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped
+from .trace.errors import TraceError
 from .trace.vocabulary import STEPS_FROM_WINDOW
 from .trace.workers import Workers
 
@@ -48,28 +42,29 @@ NO_STEPS = ("no ProfilerStep#, Optimizer.step# or torch operator events; profile
 class Loaded:
     found: Found
     span: str  # found.span, or the one given to a spanless trace
-    trace: dict | None  # the whole JSON, only when the streamed parse left it to the ordinary reader
-    parsed: ParsedTrace | None = None  # the streamed parse, otherwise
+    parsed: ParsedTrace
 
     @property
     def worker(self) -> str:
         return self.found.worker
 
 
-def read(found: Found) -> dict:
-    """Parse one found trace completely; TraceError (one line) when it is not readable JSON."""
-    return read_trace(found.path)
-
-
-def skip_reason(found: Found, trace: dict) -> str | None:
-    """Why a found file is not a trace to analyse after all; None when it is one. Traces of stepscope and
-    tensorboard_trace_handler are always analysed (a trace without steps is then an error that says how to
-    fix the loop); Lightning's also profiles actions without steps (e.g. validation_step), which are skipped
-    unless they hold optimizer steps; a sniffed file is skipped when it holds no torch operators."""
-    return _skip(found, step_source(trace))
+def skip_reason(found: Found, error: TraceError) -> str | None:
+    """Why a found file that did not parse is not a trace to analyse after all; None when ``error`` stands.
+    Traces of stepscope and tensorboard_trace_handler are always analysed (a trace without steps is then an
+    error that says how to fix the loop); Lightning's also profiles actions without steps (e.g.
+    validation_step), which are skipped, as are sniffed files with nothing to take steps from."""
+    if found.kind in STEPS_REQUIRED or isinstance(error, Unreadable):
+        return None
+    if isinstance(error, NoSteps):
+        return None if error.step_names else _skip(found, None)
+    if found.kind == LIGHTNING and not has_step_names(found.path):
+        return _skip(found, None)
+    return None
 
 
 def _skip(found: Found, source: str | None) -> str | None:
+    """Why a trace whose steps come from ``source`` (None: from nothing) is skipped; None when it is not."""
     if found.kind in STEPS_REQUIRED or (source is not None and (source != STEPS_FROM_WINDOW
                                                                  or found.kind != LIGHTNING)):
         return None
@@ -88,10 +83,23 @@ def assign_spans(found: list[Found]) -> dict[Path, str]:
     return {f.path: f.span or str(shared[f.path.parent]) for f in found}
 
 
+def load_one(found: Found, span: str, parsed: ParsedTrace | TraceError) -> Loaded | Skipped:
+    """A found trace as ``load_found`` loads it, given its parse (report.parse_path): loaded, or skipped;
+    raises the parse's TraceError if it stands."""
+    if isinstance(parsed, ParsedTrace):
+        # a Lightning action without steps of its own, a sniffed file without torch operators
+        reason = _skip(found, parsed.steps_from if parsed.steps_from != STEPS_FROM_WINDOW or parsed.ops else None)
+        return Skipped(found.path, reason) if reason else Loaded(found, span, parsed)
+    reason = skip_reason(found, parsed)
+    if reason is None:
+        raise parsed
+    return Skipped(found.path, reason)
+
+
 def load_found(found: list[Found] | tuple[Found, ...],
                workers: Workers | None = None) -> tuple[list[Loaded], list[Skipped]]:
     """Parse every found trace where ``workers`` says (default: in this process; trace/workers.py); skip
-    sniffed ones without ProfilerStep# events."""
+    Lightning actions and sniffed files with nothing to take steps from (``load_one``)."""
     spans = assign_spans(list(found))
     loaded, skipped = [], []
     streamed = parse_paths([(f.path, f.worker, spans[f.path]) for f in found], workers or Workers.inline())
@@ -101,24 +109,13 @@ def load_found(found: list[Found] | tuple[Found, ...],
     return loaded, skipped
 
 
-def load_one(f: Found, span: str, parsed: ParsedTrace | None) -> Loaded | Skipped:
-    """A found trace as ``load_found`` loads it, given its streamed parse (None: it is read whole)."""
-    if parsed is not None:
-        reason = _skip(f, parsed.steps_from if parsed.steps_from != STEPS_FROM_WINDOW or parsed.ops else None)
-        return Skipped(f.path, reason) if reason else Loaded(f, span, None, parsed)
-    trace = read(f)
-    reason = skip_reason(f, trace)
-    return Skipped(f.path, reason) if reason else Loaded(f, span, trace)
-
-
 def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None,
               telemetry: dict | None = None) -> RunReport:
     """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared;
     ``selection`` keeps some steps of each (analysis/select.py); ``telemetry`` is the run's own unprofiled
     step timing, when stepscope's trainer made the run (`run_telemetry`). Raises TraceError (one line, naming
-    worker.span) when a trace cannot be analysed (no ProfilerStep#, or none in the selection)."""
-    spans = [span_report(item, telemetry, selection) for item in loaded]
-    return run_report(label, spans)
+    worker.span) when a trace cannot be analysed (none of its steps in the selection, ...)."""
+    return run_report(label, [span_report(item, telemetry, selection) for item in loaded])
 
 
 def analyze_found(found: list[tuple[Found, str]], selection: StepSelection | None = None,
@@ -145,22 +142,15 @@ def report_found(path: Path, found: Found, span: str, telemetry: dict | None = N
 
 def light(item: Loaded) -> Loaded:
     """``item`` with only what jobs.py reads of its events: its rank, world size, first and last steps."""
-    if item.parsed is not None:
-        p = item.parsed
-        return replace(item, parsed=replace(p, steps=p.steps[:1] + p.steps[1:][-1:], ops=(), annotations=(),
-                                            runtime=(), device=(), data_spans=(), memory=(), python_calls=(),
-                                            python_builtins=()))
-    trace = item.trace or {}
-    return replace(item, trace={"distributedInfo": trace.get("distributedInfo"), "traceEvents": [
-        e for e in trace.get("traceEvents") or () if isinstance(e, dict)
-        and str(e.get("name", "")).startswith("ProfilerStep#")]})
+    p = item.parsed
+    return replace(item, parsed=replace(p, steps=p.steps[:1] + p.steps[1:][-1:], ops=(), annotations=(),
+                                        runtime=(), device=(), data_spans=(), memory=(), python_calls=(),
+                                        python_builtins=()))
 
 
 def span_report(item: Loaded, telemetry: dict | None = None, selection: StepSelection | None = None) -> SpanReport:
     """The report of one loaded trace (``report_of``)."""
-    if item.parsed is not None:
-        return analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
-    return analyze_file(item.trace, item.found.path, item.worker, item.span, telemetry, selection)
+    return analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
 
 
 def run_telemetry(path: Path) -> dict | None:

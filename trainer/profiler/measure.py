@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .analysis.events import parse_trace
 from .analysis.steps import step_windows
 from .front import find
 from .loaded import Loaded, load_found, report_of, run_telemetry
@@ -75,8 +74,7 @@ def measured(loaded: list[Loaded], path: Path) -> Measured:
 
 def traced_step_ms(item: Loaded) -> list[float]:
     """Each ProfilerStep's window in one trace, in ms (trace times are in us)."""
-    parsed = item.parsed if item.parsed is not None else parse_trace(item.trace, item.worker, item.span)
-    return [(w.end - w.start) / 1e3 for w in step_windows(parsed)]
+    return [(w.end - w.start) / 1e3 for w in step_windows(item.parsed)]
 
 
 def recorded_step_ms(path: Path) -> list[float]:

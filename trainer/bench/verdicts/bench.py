@@ -27,7 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
-from ...profiler.analysis import TraceError, analyze_run
+from ...profiler.analysis import TraceError
+from ...profiler.front import analyze
 from .score import score_rows, to_markdown
 
 CPU_SCENARIOS = ("cpu_compute", "cpu_loader", "cpu_host_python", "cpu_comm")
@@ -41,7 +42,7 @@ GPU_ORDER = ("cold_start", "resnet18_bs32", "resnet18_bs128", "resnet18_bs1024",
 
 
 def diagnose(run_dir: Path, telemetry: dict | None = None) -> dict:
-    report = analyze_run(run_dir, telemetry=telemetry)
+    report = analyze(run_dir, telemetry=telemetry or {})  # {}: the traces alone, never run.json's
     if report.distributed:  # a multi-rank scenario: the job's verdict and its stragglers
         cycle = report.distributed[0]
         return {"verdict": report.verdict, "stragglers": list(cycle.stragglers), "gpu_busy_pct": None,

@@ -161,9 +161,10 @@ def _cpu_candidates(bd: Breakdown, m: SpanMetrics) -> list[tuple[Finding, float]
 
 
 def _data_finding(bd: Breakdown, m: SpanMetrics, who_waits: str, gpu: bool) -> Finding:
+    share = 100.0 * m.data_ms_per_step / m.step_ms if m.step_ms > 0 else 0.0  # a window of zero-length steps
     return Finding("data_loading",
                    f"data loading {m.data_ms_per_step:.2f} ms per step "
-                   f"({100.0 * m.data_ms_per_step / m.step_ms:.0f}% of step); {who_waits} "
+                   f"({share:.0f}% of step); {who_waits} "
                    f"{bd.ms_per_step('data'):.2f} ms per step for input",
                    bd.ms_per_step("data"), _remedies("data_loading", gpu))
 

@@ -1,13 +1,12 @@
-"""The analysis of a run directory (RunReport): every trace (span.py), plus cross-rank (cross_rank.py).
+"""The analysis of a run (RunReport): every trace (span.py), plus cross-rank (cross_rank.py).
 
-    report = analyze_run(Path("logs/myrun"))
-    report = analyze_run(Path("logs/myrun"), StepSelection(steps=(3, 8)), max_memory=2 << 30)
+    parsed = parse_paths([(path, worker, span), ...], max_memory, cpus)   # ParsedTrace or TraceError each
+    report = run_report("logs/myrun", [analyze_parsed_file(p, path) for ...])
     json.dumps(report.to_dict())
 
-Each trace file is parsed streaming (stream_parse.py); a file that the streaming parser leaves to the
-ordinary reader (``StreamFallback``) is loaded whole with ``read_trace`` and parsed by events.py, which gives
-the same report or the same one-line error. Several traces (ranks) are analysed where the worker policy says
-(trace/workers.py): in this process, in local processes, or on a Dask cluster.
+``stepscope.profiler.front.analyze`` is the way in: it finds the traces (trace/discover.py) and calls these.
+Each trace file is parsed streaming (stream_parse.py). Several traces (ranks) are parsed where the worker
+policy says (trace/workers.py): in this process, in local processes, or on a Dask cluster.
 
 JSON shape (documented in docs/json.md):
     {"verdict": str,
@@ -21,21 +20,18 @@ JSON shape (documented in docs/json.md):
 
 from __future__ import annotations
 
-import json
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..trace.bounded_read import TraceTooLarge
 from ..trace.errors import TraceError
-from ..trace.files import find_traces, load_trace
 from ..trace.workers import Workers
 from .cross_rank import CrossRankReport, cross_rank
 from .events import ParsedTrace
 from .select import StepSelection
-from .span import SpanReport, analyze_selected, analyze_trace
-from .stream_parse import StreamFallback, parse_trace_file
+from .span import SpanReport, analyze_selected
+from .stream_parse import NoSteps, Unreadable, parse_trace_file
 
 
 @dataclass(frozen=True)
@@ -50,28 +46,6 @@ class RunReport:
         if self.distributed:
             out["distributed"] = [d.to_dict() for d in self.distributed]
         return out
-
-
-def analyze_run(run_dir: Path, telemetry: dict | None = None, selection: StepSelection | None = None,
-                max_memory: int | None = None, cpus: int | None = None, workers: Workers | None = None) -> RunReport:
-    """Analyse every (worker, span) trace in a run directory, plus a cross-rank section when several workers
-    share a profiling cycle. `telemetry` is the run's own unprofiled step timing (the trainer's run.json
-    `final.telemetry`), when the run was made by stepscope's trainer. ``selection`` restricts each trace to
-    some steps (select.py). Traces are analysed where ``workers`` says (trace/workers.py); without it, in
-    local processes as far as ``max_memory`` bytes (default: a quarter of RAM) and ``cpus`` allow, and in
-    this process alone when ``cpus`` is 1. Raises TraceError (a ValueError) with a one-line message on bad
-    input."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise TraceError(f"{run_dir}: not a directory (expected a run directory such as logs/<run>)")
-    files = find_traces(run_dir)
-    if not files:
-        raise TraceError(f"{run_dir}: no traces (expected <worker>.<span>.pt.trace.json[.gz], or "
-                         "raw/<span>/<worker>.trace.json[.gz])")
-    jobs = [(tf.path, tf.worker, tf.span, telemetry, selection) for tf in files]
-    if workers is None:
-        workers = Workers.inline() if cpus == 1 else Workers.local(cpus, max_memory)
-    return run_report(str(run_dir), analyze_paths(jobs, workers))
 
 
 def run_report(label: str, spans: list[SpanReport]) -> RunReport:
@@ -92,62 +66,41 @@ def parse_paths(jobs: list[tuple], workers: Workers) -> list:
 
 def analyze_path(path: Path, worker: str, span: str, telemetry: dict | None = None,
                  selection: StepSelection | None = None, parts: int = 1) -> SpanReport:
-    """The report of one trace file, streamed (stream_parse.py; in ``parts`` byte ranges at once), else read
-    whole; errors as ``analyze_file``."""
-    try:
-        parsed = parse_trace_file(path, worker, span, parts=parts)
-    except StreamFallback:
-        return analyze_file(read_trace(path), path, worker, span, telemetry, selection)
-    except TraceTooLarge as e:
-        raise TraceError(str(e)) from None
-    except MemoryError:
-        raise TraceError(f"{path}: too large to load into the memory available here") from None
+    """The report of one trace file (``parse_path``, then ``analyze_parsed_file``); raises the one-line
+    TraceError of either."""
+    parsed = parse_path(path, worker, span, parts)
+    if isinstance(parsed, TraceError):
+        raise parsed
     return analyze_parsed_file(parsed, path, telemetry, selection)
 
 
-def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrace | None:
-    """The streamed parse of a trace file (in ``parts`` byte ranges at once); None when it must be read whole
-    (StreamFallback), and when it is too large: ``read_trace`` then raises the one-line error, in the order
-    the caller reads the files."""
+def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrace | TraceError:
+    """The parse of a trace file (stream_parse.py; in ``parts`` byte ranges at once), or the one-line
+    TraceError naming the file that says why there is none: returned, not raised, so that the caller meets
+    the errors of several files in its own order (a NoSteps keeps its class, see stream_parse.py)."""
     try:
         return parse_trace_file(path, worker, span, parts=parts)
-    except (StreamFallback, TraceTooLarge, MemoryError):
-        return None
+    except Unreadable as e:
+        return e
+    except NoSteps as e:
+        return NoSteps(f"{path}: {e}", e.step_names)
+    except TraceError as e:
+        return TraceError(f"{path}: {e}")
+    except TraceTooLarge as e:
+        return Unreadable(str(e))
+    except MemoryError:
+        return Unreadable(f"{path}: too large to load into the memory available here")
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        return TraceError(f"{path}: {worker}.{span}: cannot analyse this trace ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''})")
 
 
 def analyze_parsed_file(parsed: ParsedTrace, path: Path, telemetry: dict | None = None,
                         selection: StepSelection | None = None) -> SpanReport:
-    """``analyze_file`` for a trace parsed from ``path`` already."""
+    """The report of a trace parsed from ``path``; its one-line TraceError, and running out of memory,
+    name the file."""
     try:
         return analyze_selected(parsed, telemetry, selection)
-    except TraceError as e:
-        raise TraceError(f"{path}: {e}") from None
-    except MemoryError:
-        raise TraceError(f"{path}: too large to analyse in the memory available here") from None
-
-
-def read_trace(path: Path) -> dict:
-    """A trace file's JSON object; TraceError (one line naming the file) when it cannot be read."""
-    try:
-        trace = load_trace(path)
-    except TraceTooLarge as e:
-        raise TraceError(str(e)) from None
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TraceError(f"{path}: unreadable trace ({type(e).__name__}: {e})") from None
-    except RecursionError:
-        raise TraceError(f"{path}: unreadable trace (JSON nested too deeply to parse)") from None
-    except MemoryError:
-        raise TraceError(f"{path}: too large to load into the memory available here") from None
-    if not isinstance(trace, dict):
-        raise TraceError(f"{path}: unreadable trace (a JSON {type(trace).__name__}, not an object)")
-    return trace
-
-
-def analyze_file(raw: dict, path: Path, worker: str, span: str, telemetry: dict | None = None,
-                 selection: StepSelection | None = None) -> SpanReport:
-    """``analyze_trace`` with its one-line TraceError, and running out of memory, naming the file."""
-    try:
-        return analyze_trace(raw, worker, span, telemetry, selection)
     except TraceError as e:
         raise TraceError(f"{path}: {e}") from None
     except MemoryError:

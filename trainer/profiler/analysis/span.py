@@ -1,10 +1,10 @@
 """The analysis of one (worker, span) trace: `SpanReport`, and the pipeline that makes it.
 
-    report = analyze_trace(trace_dict, worker="rank0", span="1795259107760373831")
-    report = analyze_trace(trace_dict, "rank0", "1", telemetry={"step_ms": 9.1, "data_ms": 0.1})
+    report = analyze_selected(parse_trace_file(path, "rank0", "1795259107760373831"))
+    report = analyze_selected(parsed, telemetry={"step_ms": 9.1, "data_ms": 0.1}, selection=StepSelection(...))
     report.verdict, report.to_dict()
 
-parse (events.py) -> step windows (steps.py) -> trust gate (trust.py: cold steps left out) -> breakdown of
+parse (stream_parse.py) -> step windows (steps.py) -> trust gate (trust.py: cold steps left out) -> breakdown of
 the profiled steps (breakdown.py) and their metrics (metrics.py) -> the same step without the profiler
 (unprofiled.py: from the run's own telemetry, else from the overhead model, overhead.py) -> verdict,
 evidence and findings of the unprofiled step (findings.py). The profiled figures stay in the report,
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from ..trace.errors import TraceError
 from .breakdown import Breakdown, breakdown, host_sets
 from .by_name import NameTimes, name_times
-from .events import ParsedTrace, parse_trace
+from .events import ParsedTrace
 from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
 from .inferred_steps import FROM_PROFILER, NOTES
 from .metrics import SpanMetrics, span_metrics
@@ -174,17 +174,12 @@ def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdi
     return line
 
 
-def analyze_trace(trace: dict, worker: str, span: str, telemetry: dict | None = None,
-                  selection: StepSelection | None = None) -> SpanReport:
-    """Analyse one parsed-JSON trace (only the steps ``selection`` keeps, see select.py). Raises TraceError
-    (one line) on a trace without training steps or one that is corrupt. Errors that no input check foresaw
-    become a TraceError naming the exception, so that a corrupt trace never ends in a traceback."""
-    return _guarded(lambda: parse_trace(trace, worker, span), worker, span, telemetry, selection)
-
-
 def analyze_selected(trace: ParsedTrace, telemetry: dict | None = None,
                      selection: StepSelection | None = None) -> SpanReport:
-    """``analyze_trace`` for a trace already parsed (e.g. streamed from its file by stream_parse.py)."""
+    """The report of a parsed trace (stream_parse.py), on the steps ``selection`` keeps (select.py). Raises
+    TraceError (one line) on a trace without training steps in the selection, or one that is corrupt. Errors
+    that no input check foresaw become a TraceError naming the exception, so that a corrupt trace never ends
+    in a traceback."""
     return _guarded(lambda: trace, trace.worker, trace.span, telemetry, selection)
 
 

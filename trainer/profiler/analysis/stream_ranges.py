@@ -20,7 +20,7 @@ from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import TraceStream
 from ..trace.workers import fork_pool
 from .events import DeviceEvent, HostEvent, MemorySample
-from .stream_parse import StreamFallback, _Collector, _decode
+from .stream_collect import Collector, decode, from_objects
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
 
@@ -28,10 +28,10 @@ HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
 def first_base(path: Path, block: int) -> float | None:
     """The base (``events._base``) of the file's events, from its first pieces; None if none has a time or
     the file cannot be read (the one-process parse then says why)."""
-    c = _Collector()
+    c = Collector()
     try:
-        with TraceStream(path, block) as ts:
-            for events in ts.decode_events(_decode):
+        with TraceStream(path, block, lenient=from_objects) as ts:
+            for events in ts.decode_events(decode):
                 if c.find_base(events):
                     return c.base
     except Exception:
@@ -41,25 +41,21 @@ def first_base(path: Path, block: int) -> float | None:
 
 def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take) -> dict:
     """``take(events)`` for each decoded piece of one byte range, in order; returns the range's header keys.
-    Anything that goes wrong is a StreamFallback, as in the one-process parse."""
-    try:
-        with TraceStream(path, block, span=byte_range) as ts:
-            for events in ts.decode_events(_decode):
-                take(events)
-            return ts.header
-    except StreamFallback:
-        raise
-    except Exception as e:
-        raise StreamFallback(f"{type(e).__name__}: {e}") from None
+    Raises what reading or collecting them raises: the caller then parses the file in one process, which
+    says where the trouble is (an event's index in the whole file is not known here)."""
+    with TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
+        for events in ts.decode_events(decode):
+            take(events)
+        return ts.header
 
 
-def _collector(base: float) -> _Collector:
-    c = _Collector()
+def _collector(base: float) -> Collector:
+    c = Collector()
     c.base = base
     return c
 
 
-def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> _Collector:
+def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> Collector:
     """The events of one byte range, collected with the file's base; its header keys in ``c.header``."""
     c = _collector(base)
     c.header = _stream_range(path, byte_range, block, c.add)
@@ -73,7 +69,7 @@ def _codes(names: list[str], table: dict[str, int]) -> np.ndarray:
     return np.fromiter(map(table.__getitem__, names), dtype=np.int64, count=len(names))
 
 
-def encode(c: _Collector) -> dict:
+def encode(c: Collector) -> dict:
     """A range's events as columns, for the trip back to the parsing process."""
     table: dict[str, int] = {}
     out: dict = {"steps": c.steps, "shapes": c.shapes, "misplaced_steps": c.misplaced_steps, "header": c.header,
@@ -94,7 +90,7 @@ def encode(c: _Collector) -> dict:
     return out
 
 
-def decode_into(c: _Collector, part: dict) -> None:
+def decode_into(c: Collector, part: dict) -> None:
     """Append an encoded range's events to ``c``, as the tuples ``encode`` took them from."""
     names = part["names"]
     c.steps.extend(part["steps"])
@@ -130,7 +126,7 @@ def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float
     return out
 
 
-def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[_Collector, dict]:
+def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[Collector, dict]:
     """The ranges' events in file order, and the file's header keys. The caller's worker policy granted the
     helper processes (``parts`` > 1, trace/workers.py)."""
     with fork_pool(len(ranges) - 1) as pool:

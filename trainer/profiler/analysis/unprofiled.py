@@ -30,8 +30,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from ..trace.vocabulary import DATALOADER_PREFIX
 from .breakdown import Breakdown, host_sets
-from .events import DATALOADER_PREFIX, ParsedTrace
+from .events import ParsedTrace
 from .intervals import IntervalSet
 from .overhead import Inflation
 from .steps import StepWindow

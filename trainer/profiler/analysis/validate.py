@@ -85,11 +85,17 @@ def no_steps_error(events: list, where: str) -> TraceError:
     there lack, if there are any."""
     named = [(i, e) for i, e in enumerate(events) if isinstance(e, dict) and isinstance(e.get("name"), str)
              and STEP_NAME.match(e["name"])]
-    if not named:
+    return steps_missing_error(len(named), named[0] if named else None, where)
+
+
+def steps_missing_error(count: int, first: tuple[int, dict] | None, where: str) -> TraceError:
+    """``no_steps_error`` from the number of ProfilerStep#N events and the first of them (its index and
+    the event), for a parser that does not hold the events."""
+    if not count:
         return TraceError(f"{where}: no ProfilerStep#N events; profile with a schedule and call prof.step() "
                           "once per training step")
-    i, e = named[0]
-    return TraceError(f"{where}: {len(named)} ProfilerStep#N events but none is a host step range: event #{i} "
+    i, e = first
+    return TraceError(f"{where}: {count} ProfilerStep#N events but none is a host step range: event #{i} "
                       f"has cat {_short(e.get('cat'))}, ph {_short(e.get('ph'))} (expected cat user_annotation "
                       "or Operator, ph X)")
 

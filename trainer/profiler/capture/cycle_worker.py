@@ -209,7 +209,7 @@ def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool
     """The copy torch-tb-profiler 0.4.3 lists, rewritten from the raw trace event by event (tbfix's streamed
     plan and write): the trace is never held in memory, and no helper process is started."""
     adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
-    plan, header = plan_edits(raw, helpers=False)  # a training process never forks
+    plan, header = plan_edits(raw)  # the default policy: this process only (a training process never forks)
     write_adapted_stream(raw, adapted, plan, header)
     return adapted
 

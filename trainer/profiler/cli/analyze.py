@@ -53,9 +53,7 @@ written.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -63,7 +61,7 @@ from ..analysis import RunReport, StepSelection, TraceError, json_out
 from ..loaded import Loaded, load_found
 from ..runs import RunsReport, render_runs, report_runs, report_runs_found, telemetry_sources
 from ..trace.cluster import ClusterError, check_spec, open_cluster
-from ..trace.discover import EXPORT_MARKER, discover, export_marker, summary_line
+from ..trace.discover import discover, summary_line
 from ..trace.gc_paused import gc_paused
 from ..trace.workers import Workers
 from .analyze_args import memory_size, window
@@ -131,49 +129,22 @@ def _found_line(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
 
 
 def export(loaded: list[Loaded], out_dir: Path, workers: Workers) -> list[Path]:
-    """Write each trace's adapted copy and its original (raw/) to ``out_dir`` through a temporary sibling
-    folder, renamed to ``out_dir`` only when complete. Returns the adapted copies' paths."""
+    """tbfix.export_tensorboard of the analysed traces (streamed, through a temporary sibling folder renamed
+    to ``out_dir`` only when complete), its errors as one line; returns the adapted copies' paths."""
     try:
-        from ..tbfix import write_adapted_pair
-        from ..tbfix.export import export_file, written_excerpt
-        from ..tbfix.plugin_check import PluginMissing, plugin_problem
+        from ..tbfix import export_tensorboard
+        from ..tbfix.plugin_check import PluginMissing
     except ImportError as e:
         raise UsageError(f"--export-tensorboard needs stepscope.profiler.tbfix, which failed to "
                          f"import: {e}") from None
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:
-        target = staging / out_dir.name
-        written = []
-        for item in loaded:
-            gz = item.found.path.name.endswith(".gz")
-            part = staging / f"excerpt-{len(written)}.pt.trace.json"  # for the plugin check of a large copy
-            try:
-                if item.trace is None:  # streamed: the file is copied and rewritten as it is read
-                    adapted, _raw = export_file(target, item.worker, item.span, item.found.path, excerpt=part,
-                                                workers=workers)
-                else:
-                    adapted, _raw = write_adapted_pair(target, item.worker, item.span, item.trace, gz)
-            except ValueError as e:
-                raise UsageError(f"--export-tensorboard: {e}") from None
-            except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
-                # the analysis accepted these traces, so this is a defect of the adapter: still one line
-                raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
-            try:
-                # a copy TensorBoard would drop is no export
-                problem = plugin_problem(adapted, excerpt_path=written_excerpt(part))
-            except PluginMissing as e:
-                raise UsageError(f"--export-tensorboard: {e}") from None
-            if problem:
-                raise UsageError(f"--export-tensorboard: {item.found.path}: torch-tb-profiler 0.4.3 cannot load "
-                                 f"the exported copy ({problem})")
-            written.append(out_dir / adapted.name)
-        # marks the folder as copies, so that analysing a folder above it does not count them twice
-        (target / EXPORT_MARKER).write_text(export_marker([item.found.path for item in loaded]))
-        os.replace(target, out_dir)  # out_dir is missing or empty (checked before): rename(2) replaces it
-        return written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        return export_tensorboard([(item.found.path, item.worker, item.span) for item in loaded], out_dir,
+                                  workers=workers)
+    except (ValueError, PluginMissing) as e:
+        raise UsageError(f"--export-tensorboard: {e}") from None
+    except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
+        # the analysis accepted these traces, so this is a defect of the adapter: still one line
+        raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
 
 
 def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from ..analysis import (
     RunReport,
-    analyze_run,
     render_console,
     render_markdown,
     render_top,
     summary_scalars,
 )
+from ..front import analyze
 from ..trace.atomic import write_text_atomic
 from ..trace.workers import Workers
 
@@ -28,8 +28,9 @@ def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None,
     """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars.
     `telemetry` is the run's own unprofiled step timing (trainer/timing.py), which makes the figures those of
     the run without the profiler. `workers`: where the traces are parsed (trace/workers.py); by default in
-    this process alone, as a training process must. Returns the report's JSON form."""
-    report = analyze_run(run_dir, telemetry=telemetry, workers=workers or Workers.inline())
+    this process alone, as a training process must (a fork would copy a live CUDA context and process
+    group). Returns the report's JSON form."""
+    report = analyze(run_dir, telemetry=telemetry or {}, workers=workers or Workers.inline())
     print(render_top(report))
     print(render_console(report))
     write_diagnosis(run_dir, report, log, step)

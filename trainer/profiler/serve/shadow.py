@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..analysis import TraceError
 from ..loaded import Loaded, report_of, run_telemetry
-from ..tbfix import write_adapted_pair
+from ..tbfix import export_file
 from ..trace.atomic import write_text_atomic
 from ..trace.discover import EXPORT_MARKER, STEPSCOPE
 from ..trace.files import WORKER_PATTERN
@@ -96,7 +96,7 @@ def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str,
     work = Path(tempfile.mkdtemp(prefix="run-", dir=staging))
     try:
         for item in loaded:
-            write_adapted_pair(work, item.worker, item.span, item.trace, item.found.path.name.endswith(".gz"))
+            export_file(work, item.worker, item.span, item.found.path)
         record = source / "run.json" if source is not None else None
         if record is not None and record.is_file():
             shutil.copyfile(record, work / "run.json")

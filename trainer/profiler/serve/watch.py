@@ -7,7 +7,7 @@
         time.sleep(2)
 
 A trace is published only once it is complete: its size and mtime must be the same at two consecutive polls,
-and it must then parse completely (gzip and JSON). A file that stays unparsable is reported once and
+and it must then parse completely (loaded.py, streamed, in this process). A file that stays unparsable is reported once and
 retried only when it changes. A file that changes after it was published (accelerate rewrites
 `profile_<rank>.json` each time) is published again, as a new run. Event files under the source (a trainer
 run's loss, learning rate, ...) are mirrored into the run of the same name (mirror.py). The source
@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis import TraceError
-from ..loaded import Loaded, assign_spans, read, skip_reason
+from ..analysis.report import parse_path
+from ..loaded import Loaded, assign_spans, load_one
 from ..trace.discover import Found, discover
 from .mirror import EventsMirror
 from .shadow import publish_run
@@ -86,18 +87,18 @@ class Watcher:
         spans = assign_spans([f for f, _ in items])
         for found, sig in items:
             try:
-                trace = read(found)
+                span = spans[found.path]
+                item = load_one(found, span, parse_path(found.path, found.worker, span))
             except TraceError as e:
                 lines.append(self._reject(found.path, sig, str(e)))
                 continue
             if signature(found.path) != sig:  # rewritten while we read it: wait for it to settle again
                 self.state.pending.pop(found.path, None)
                 continue
-            reason = skip_reason(found, trace)
-            if reason:
-                lines.append(self._reject(found.path, sig, f"{found.path}: skipped ({reason})"))
+            if not isinstance(item, Loaded):
+                lines.append(self._reject(found.path, sig, f"{found.path}: skipped ({item.reason})"))
                 continue
-            loaded.append((Loaded(found, spans[found.path], trace), sig))
+            loaded.append((item, sig))
         if not loaded:
             return lines
         path, verdict = publish_run([item for item, _ in loaded], self.cfg.logdir, self.cfg.staging,

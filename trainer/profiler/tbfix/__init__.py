@@ -1,7 +1,6 @@
 """Truthful traces for TensorBoard's PyTorch Profiler tab (torch-tb-profiler 0.4.3) on modern PyTorch.
 
-    from stepscope.profiler.tbfix import adapt_trace, write_adapted_pair, export_file, export_tensorboard
-    fixed = adapt_trace(trace)                                   # pure: a new, plugin-ready dict
+    from stepscope.profiler.tbfix import write_adapted_pair, export_file, export_tensorboard
     write_adapted_pair(run_dir, worker, span, trace)             # original under raw/, adapted copy listed
     export_file(run_dir, worker, span, path, gz=True)            # the same from a trace file, streamed
     export_tensorboard(Path("plain_run"), Path("logs/fixed"))    # a plain tensorboard_trace_handler run
@@ -10,7 +9,6 @@
 ``tensorboard --logdir OUT_DIR`` shows operator device time, Runtime, DataLoader and call stacks.
 """
 
-from .adapt import adapt_trace
 from .export import export_file, export_tensorboard, write_adapted_pair
 
-__all__ = ["adapt_trace", "export_file", "export_tensorboard", "write_adapted_pair"]
+__all__ = ["export_file", "export_tensorboard", "write_adapted_pair"]

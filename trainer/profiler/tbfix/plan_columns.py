@@ -11,6 +11,7 @@ either way.
 
 from __future__ import annotations
 
+import json
 from array import array
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -64,6 +65,17 @@ def _decode(text) -> list:
             except msgspec.ValidationError:
                 out.append(r)
         return out
+
+
+def from_objects(entries: list) -> list:
+    """``_decode`` for a piece that Python's json read (NaN or Infinity literals, see jsonstream.py)."""
+    out = []
+    for e in entries:
+        try:
+            out.append(msgspec.convert(e, _Event))
+        except msgspec.ValidationError:  # not an object, or args that is not one: kept as its JSON text
+            out.append(msgspec.Raw(json.dumps(e).encode()))
+    return out
 
 
 @dataclass
@@ -121,7 +133,7 @@ def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Column
     c = Columns()
     cats: dict[Any, str] = {}
     threads: dict[tuple, tuple] = {}
-    with TraceStream(path, span=byte_range) as stream:
+    with TraceStream(path, span=byte_range, lenient=from_objects) as stream:
         for events in stream.decode_events(_decode):
             _read_events(c, events, cats, threads)
             c.count += len(events)

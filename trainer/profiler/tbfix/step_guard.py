@@ -8,33 +8,23 @@ the previous step's kernels finished therefore gets length 0, and the Overview d
 PR #941; no release has it). The untouched trace never got there, because without runtime events the plugin keeps the
 host spans (``event_parser.py:353-375``).
 
-``unlink_for_positive_steps`` replays the plugin's step arithmetic and, while some kept step would be
+``unlink_with`` replays the plugin's step arithmetic and, while some kept step would be
 zero-length, unlinks the launches that cause it: those of earlier steps whose GPU work ends at or after
 that step's host end. An unlinked launch still counts as Runtime; its kernels are shown the way 0.4.3
 showed every kernel before (under the call-tree root, without an operator).
 
-    from stepscope.profiler.tbfix.step_guard import plugin_step_spans, unlink_for_positive_steps
-    spans = plugin_step_spans(events, runtime)          # the (start, end) of each step the plugin keeps
-    cut = unlink_for_positive_steps(events, runtime)    # indices of runtime events to unlink
-    # `runtime`: indices of the events the plugin reads as category "runtime"
+    spans = step_spans_of(host_steps, launches, orphans)    # the (start, end) of each step the plugin keeps
+    cut = unlink_with(host_steps, launches_of, runtime)      # indices of runtime events to unlink
+    # `runtime`: indices of the events the plugin reads as category "runtime"; launches_of(linked indices)
+    # -> (Launch tuples sorted by start, device spans of no linked launch), from stream_plan.py's columns
 """
 
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 from typing import NamedTuple
 
-from ..trace.vocabulary import (
-    ANNOTATION_CATEGORIES,
-    DEVICE_CATEGORIES,
-    OPERATOR_CATEGORIES,
-    STEP_PREFIX,
-    category,
-)
-from ..trace.vocabulary import span as _span
-
-STEP_CATEGORIES = ANNOTATION_CATEGORIES | OPERATOR_CATEGORIES  # where a ProfilerStep#N may sit
+from ..trace.vocabulary import OPERATOR_CATEGORIES
 
 HOST_CATEGORIES = OPERATOR_CATEGORIES | {"python"}  # what sets the plugin's cpu_min/max_ts
 
@@ -48,50 +38,11 @@ class Launch(NamedTuple):  # a trace holds hundreds of thousands: a tuple is mad
     n_device: int  # how many: the plugin's tail-step rule counts device events, not launches
 
 
-def host_steps(events: list[dict]) -> list[tuple[float, float]]:
-    """The host spans of the ``ProfilerStep#`` events, or of all host events when there are none."""
-    steps = []
-    lo, hi = float(sys.maxsize), float(-sys.maxsize - 1)
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        cat = category(e)
-        if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
-            steps.append(_span(e))
-        if cat in HOST_CATEGORIES:
-            s, t = _span(e)
-            lo, hi = min(lo, s), max(hi, t)
-    steps.sort()
-    return steps or [(lo, hi)]
-
-
-def _launches(events: list[dict], runtime_indices: set[int]) -> tuple[list[Launch], list[tuple[float, float]]]:
-    device_by_corr: dict = defaultdict(list)
-    for e in events:
-        if e.get("ph") == "X" and category(e) in DEVICE_CATEGORIES:
-            device_by_corr[(e.get("args") or {}).get("correlation")].append(_span(e))
-    launches, linked = [], set()
-    for i in sorted(runtime_indices):
-        corr = (events[i].get("args") or {}).get("correlation")
-        spans = device_by_corr.get(corr)
-        if spans:
-            linked.add(corr)
-            start, end = _span(events[i])
-            launches.append(Launch(i, start, end, min(s[0] for s in spans), max(s[1] for s in spans), len(spans)))
-    orphans = [s for corr, spans in device_by_corr.items() if corr not in linked for s in spans]
-    return sorted(launches, key=lambda r: r.start), orphans
-
-
-def plugin_step_spans(events: list[dict], runtime_indices: set[int]) -> list[tuple[float, float]]:
-    """The steps the plugin would show, given which events it reads as runtime (a port of
-    ``StepParser._find_device_steps`` and ``_update_steps_duration``, tail removal included)."""
-    return step_spans_of(host_steps(events), *_launches(events, runtime_indices))
-
-
 def step_spans_of(steps: list[tuple[float, float]], launches: list[Launch],
                   orphans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """``plugin_step_spans`` from the host steps, the linked launches (sorted by start) and the device spans
-    of no linked launch."""
+    """The steps the plugin would show (a port of ``StepParser._find_device_steps`` and
+    ``_update_steps_duration``, tail removal included), from the host steps, the linked launches (sorted by
+    start) and the device spans of no linked launch."""
     big, small = float(sys.maxsize), float(-sys.maxsize - 1)
     device = [(big, small)] * len(steps)
     matched = [0] * len(steps)
@@ -137,15 +88,10 @@ def step_spans_of(steps: list[tuple[float, float]], launches: list[Launch],
     return out
 
 
-def unlink_for_positive_steps(events: list[dict], runtime_indices: set[int]) -> set[int]:
-    """Runtime events whose link to their kernels must be cut so that no step the plugin keeps is
-    zero-length. Empty in the common case (every step launches GPU work)."""
-    return unlink_with(host_steps(events), lambda linked: _launches(events, linked), runtime_indices)
-
-
 def unlink_with(steps: list[tuple[float, float]], launches_of, runtime_indices: set[int]) -> set[int]:
-    """``unlink_for_positive_steps`` given the host steps and ``launches_of(linked indices)`` -> (launches
-    sorted by start, orphan device spans), as ``_launches`` computes them."""
+    """Runtime events whose link to their kernels must be cut so that no step the plugin keeps is
+    zero-length (empty in the common case: every step launches GPU work), given the host steps and
+    ``launches_of(linked indices)`` -> (launches sorted by start, orphan device spans)."""
     linked = set(runtime_indices)
     cut: set[int] = set()
     while True:

@@ -1,19 +1,33 @@
-"""Operators' ``Call stack`` strings from columns of a trace's complete events (``callstack.py``'s rule).
+"""Operators' ``Call stack`` strings, the argument torch-tb-profiler 0.4.3 expects, from columns of a trace's
+complete events.
 
     stacks = call_stacks_of(cat, name, thread, start, stop, has_stack)   # {row: "a.py(3): f;b.py(9): main"}
 
 An operator's stack is the chain of ``python_function`` frames open at its start on the same (pid, tid),
-innermost first, real Python frames only (``callstack.PYTHON_FRAME``). Consecutive operators under the same
+innermost first, real Python frames only (``PYTHON_FRAME``). Consecutive operators under the same
 open frames share one string. Used by ``stream_plan.py``.
+
+Before torch 1.12 a ``with_stack=True`` trace carried ``args["Call stack"]`` on each ``cpu_op``: Python
+frames as ``file(line): function``, innermost first, joined by ``;``. The plugin groups operators by it
+(``profiler/op_agg.py:139-156``), marks rows ``has_call_stack`` (``profiler/run_generator.py:292-299``),
+serves the per-stack rows at ``/operation/stack`` (``plugin.py:197-207``), and its page splits the
+string on ``;`` and parses each frame with ``/\\([0-9]+\\)$/`` for "go to source". Modern torch
+records the stack as separate ``python_function`` events instead, so the string here is rebuilt from
+the Python frames that enclose each operator in time on the same thread.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import numpy as np
 
-from .callstack import PYTHON_FRAME, STACK_SEPARATOR
+# A real Python frame, as kineto names it: "torch/nn/modules/conv.py(552): forward". C functions
+# ("<built-in method conv2d ...>") and module markers ("nn.Module: Conv2d_0") were never part of the
+# old Call stack, and the page could not parse them as file and line.
+PYTHON_FRAME = re.compile(r"^.+\(\d+\): .+$")
+STACK_SEPARATOR = ";"
 
 
 def call_stacks_of(cat_arr: np.ndarray, name_of: list[str], thread: list, start: np.ndarray,

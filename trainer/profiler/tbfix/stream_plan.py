@@ -1,14 +1,13 @@
-"""What ``adapt_trace`` would change in a trace file, worked out from one streamed pass over its events.
+"""What the TensorBoard copy changes in a trace file, worked out from one streamed pass over its events.
 
     plan, header = plan_edits(path)   # EditPlan: per event index, the edits; which entries to keep
     plan.edits[12]                 # e.g. Edit(cat="runtime", external_id=0, call_stack="a.py(3): f")
 
-The rules are ``adapt.py``'s (the module docstring there says why each exists), applied to columns of the
-few fields they read (plan_columns.py) instead of to a list of dicts, so a 1 GB trace needs a few hundred
-MB. On a trace of more than ``SPLIT_EVENTS`` complete events the operators' call stacks are worked out by a
-helper process (trace/workers.py), where the worker policy allows one, while this process rewrites the
-runtime events. Like
-``adapt_trace``, the copy leaves out only the entries that are not JSON objects. It keeps the
+The rules are rules.py's (its module docstring says why each exists), applied to columns of the few fields
+they read (plan_columns.py), never to the whole document, so a 1 GB trace needs a few hundred MB. On a trace
+of more than ``SPLIT_EVENTS`` complete events the operators' call stacks are worked out by a helper process
+(trace/workers.py), where the worker policy allows one, while this process rewrites the runtime events.
+The copy leaves out only the entries that are not JSON objects. It keeps the
 ``python_function`` frames although they are now also the operators' ``Call stack``: the plugin's Trace view
 shows them, and its Module view links modules through their ``Python parent id``. ``stream_write.py`` applies a plan.
 """
@@ -28,7 +27,8 @@ from ..trace.gc_paused import gc_paused
 from ..trace.vocabulary import DEVICE_CATEGORIES, STEP_PREFIX
 from ..trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
 from ..trace.workers import Workers
-from .adapt import (
+from .plan_columns import UNSET, Columns, read_columns
+from .rules import (
     COLLECTIVES,
     DEVICE_STEP_PREFIX,
     PLUGIN_OPERATOR,
@@ -36,7 +36,6 @@ from .adapt import (
     ROOT_EXTERNAL_ID,
     is_dataloader_span,
 )
-from .plan_columns import UNSET, Columns, read_columns
 from .step_guard import HOST_CATEGORIES, Launch, unlink_with
 from .stream_callstack import call_stacks_of
 
@@ -49,7 +48,7 @@ class Edit:
     guard_cat: bool = False  # set "cat": ""
     name: str | None = None
     cat: str | None = None
-    touch_args: bool = False  # copy args (dataloader spans: adapt's _with_args)
+    touch_args: bool = False  # copy args (dataloader spans become operators with args of their own)
     external_id: Any = UNSET  # set the plugin's External id key to this
     unlink: bool = False
     call_stack: str | None = None
@@ -81,7 +80,7 @@ def _straddles_any(a: float, b: float, c: np.ndarray, d: np.ndarray) -> bool:
 
 @gc_paused()
 def plan_edits(path: Path, workers: Workers | None = None) -> tuple[EditPlan, dict]:
-    """The edits ``adapt_trace`` would make to the trace in ``path`` (see the module docstring), and the
+    """The edits the copy makes to the trace in ``path`` (see the module docstring), and the
     trace's top-level keys other than traceEvents. ``workers``: the worker policy (default: this process
     only; a training process, whose threads and CUDA context a fork would copy, must keep to it)."""
     workers = workers or Workers.inline()
@@ -154,7 +153,7 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
 
 
 def _host_steps(cat_arr, step_named, start, stop) -> list[tuple[float, float]]:
-    """step_guard.host_steps on the columns (``step_named``: whether each one's name is ProfilerStep#...)."""
+    """The host steps (ProfilerStep# spans, else the span of all host events) from the columns (``step_named``: whether each one's name is ProfilerStep#...)."""
     rows = np.flatnonzero(np.isin(cat_arr, ["user_annotation", "cpu_op", "operator"]) & step_named)
     steps = sorted(zip(start[rows].tolist(), stop[rows].tolist()))
     if steps:
@@ -166,7 +165,7 @@ def _host_steps(cat_arr, step_named, start, stop) -> list[tuple[float, float]]:
 
 
 def _rewrite_runtimes(plan: EditPlan, idx, cat_arr, step_named, start, stop, corr, ext, nodes) -> None:
-    """adapt._rewrite_runtimes and the step guard's unlinking, on the columns."""
+    """Launches become ``runtime`` (rules.py, item 2), then the step guard's unlinking, on the columns."""
     node_ids = {ext[k] for k in np.flatnonzero(nodes)}
     node_ids.discard(None)
     device = np.flatnonzero(np.isin(cat_arr, list(DEVICE_CATEGORIES)))
@@ -179,7 +178,7 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat_arr, step_named, start, stop, cor
     j = np.searchsorted(s_lo, start[candidates], side="right") - 1
     in_a_step = ((j >= 0) & (s_reach[np.maximum(j, 0)] >= stop[candidates])).tolist()
     for k, inside in zip(candidates.tolist(), in_a_step):
-        if not inside and corr[k] not in launched:  # outside every step (see adapt.py)
+        if not inside and corr[k] not in launched:  # outside every step (see rules.py)
             continue
         runtime.append(k)
         e = plan.edit(int(idx[k]))

@@ -5,7 +5,7 @@ r"""Write the plugin copy of a trace file by streaming it once more and applying
     write_adapted_stream(src, dst, plan, header, (Path("x.json"), 3))   # + the excerpt of its first 3 steps
 
 Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
-they are); an edited event is decoded, changed the way ``adapt.py`` changes it, and re-encoded (compact,
+they are); an edited event is decoded, changed by the plan's edit (rules.py), and re-encoded (compact,
 UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
 written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
 own, appended to the copy once this process has written the first (gzipped copies: one gzip member each, a
@@ -33,8 +33,8 @@ import numpy as np
 from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import TraceStream
 from ..trace.workers import Workers
-from .adapt import UNLINKED_KEY
 from .excerpt import write_excerpt
+from .rules import UNLINKED_KEY
 from .stream_plan import UNSET, Edit, EditPlan
 
 GZ_LEVEL = 1
@@ -42,8 +42,23 @@ _RAW = msgspec.json.Decoder(list[msgspec.Raw])
 _ENCODE = msgspec.json.Encoder().encode
 
 
+def _raws(entries: list) -> list:
+    """``_RAW.decode`` for a piece that Python's json read (NaN or Infinity literals, see jsonstream.py): each
+    entry as json writes it, which keeps those literals."""
+    return [msgspec.Raw(json.dumps(e).encode()) for e in entries]
+
+
+def _edited(raw, edit: Edit) -> bytes:
+    """The event ``raw`` with ``edit`` applied, re-encoded (compact); by Python's json when the event holds
+    a NaN or an Infinity, which msgspec would write as null."""
+    try:
+        return _ENCODE(apply_edit(msgspec.json.decode(raw), edit))
+    except msgspec.DecodeError:
+        return json.dumps(apply_edit(json.loads(bytes(raw)), edit), separators=(",", ":")).encode()
+
+
 def apply_edit(e: dict, edit: Edit) -> dict:
-    """``e`` with ``edit`` applied, in adapt_trace's order (guard, names, categories, ids, unlink, stack)."""
+    """``e`` with ``edit`` applied, in the rewrite's order (guard, names, categories, ids, unlink, stack)."""
     if edit.guard_name:
         e.setdefault("name", "")
     if edit.guard_cat:
@@ -166,7 +181,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
     excerpt_parts: list = []
     wrote = False
     n = first
-    with TraceStream(src, span=byte_range) as stream:
+    with TraceStream(src, span=byte_range, lenient=_raws) as stream:
         for raws in stream.decode_events(lambda view: _RAW.decode(bytes(view))):  # Raw keeps its buffer
             a, b = np.searchsorted(special, (n, n + len(raws)))
             parts: list = []  # msgspec.Raw objects are bytes-like: joined without a copy each
@@ -177,7 +192,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
                 parts += raws[prev:j]
                 if keep[i]:
                     edit = edits.get(i)
-                    part = raws[j] if edit is None else _ENCODE(apply_edit(msgspec.json.decode(raws[j]), edit))
+                    part = raws[j] if edit is None else _edited(raws[j], edit)
                     parts.append(part)
                     rewritten[j] = part
                 prev = j + 1

@@ -1,7 +1,7 @@
 """The one exception the analysis raises on bad input. Torch-free.
 
     from stepscope.profiler.analysis import TraceError
-    try: analyze_run(run_dir)
+    try: stepscope.analyze(run_dir)
     except TraceError as e: print(f"error: {e}")      # one line naming the file or event and the problem
 """
 

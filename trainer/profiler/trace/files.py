@@ -70,14 +70,6 @@ def find_raw_traces(run_dir: Path) -> list[TraceFile]:
     return sorted(out, key=lambda t: (t.worker, t.span))
 
 
-def find_traces(run_dir: Path) -> list[TraceFile]:
-    """Traces to analyse: the originals when the run keeps them, else whatever the plugin would list.
-
-    This accepts both our trainer's runs and runs written by plain ``tensorboard_trace_handler``.
-    """
-    return find_raw_traces(run_dir) or find_plugin_traces(run_dir)
-
-
 def load_trace(path: Path) -> dict:
     """Parse a Chrome-trace JSON file, gzipped or not."""
     with open_trace(Path(path)) as f:  # refuses more bytes than this process can afford to parse

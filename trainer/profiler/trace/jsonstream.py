@@ -5,6 +5,7 @@
             ...                              # a list of consecutive events, in file order
         ts.header                            # dict: the top-level keys other than traceEvents
     TraceStream(path, opener=bounded_read.open_trace)   # any binary opener, for a whole-file stream
+    TraceStream(path, lenient=convert)       # pieces msgspec refuses: read by Python's json, then convert(list)
 
     ranges = split_points(path, 2)           # byte ranges of whole events ...
     with TraceStream(path, span=ranges[1]) as ts:   # ... that separate processes decode independently
@@ -20,11 +21,18 @@ yields at most bounded_read's ceiling (its trailer's size may not be the whole o
 its closing ``]`` are decoded once each, so the header costs nothing on large files. Raises
 ``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
 on unreadable files.
+
+``lenient``: text that is JSON to Python but not to msgspec (NaN and Infinity literals) or that the caller's
+types refuse (an event that is not an object) is normalised instead of refused: a piece (or the header) that
+msgspec rejects is read by Python's json, and the piece's list of entries is given to ``lenient``, which
+returns what ``decode`` would have. A piece that Python's json cannot read either is refused as before (a
+cut inside a string is retried with more text).
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -53,8 +61,10 @@ class TraceStream:
     """
 
     def __init__(self, path: Path, block: int = BLOCK, span: tuple[int, int | None] | None = None,
-                 opener: Callable[[Path], Any] | None = None) -> None:
+                 opener: Callable[[Path], Any] | None = None,
+                 lenient: Callable[[list], list] | None = None) -> None:
         self.path = Path(path)
+        self.lenient = lenient
         self.opener = opener  # e.g. bounded_read.open_trace; default: gzip.open/open by the name
         self.block = block
         self.span = span
@@ -105,7 +115,7 @@ class TraceStream:
             buf += more
         head = bytes(buf[:m.start()]).rstrip()
         head = head[:-1] if head.endswith(b",") else head
-        self.header = msgspec.json.decode(head + b"}")  # '{' + the keys before traceEvents
+        self.header = self._decode_json(head + b"}")  # '{' + the keys before traceEvents
         if not isinstance(self.header, dict):
             raise msgspec.DecodeError("the trace is not a JSON object")
         return bytearray(b" ") + buf[m.end():]
@@ -129,7 +139,7 @@ class TraceStream:
             buf[0], buf[cut] = 0x5B, 0x5D  # "[" and "]" around the events before the cut
             try:
                 with memoryview(buf) as view:
-                    events = decode(view[:cut + 1])
+                    events = self._decode(decode, view[:cut + 1])
             except DECODE_ERRORS:
                 buf[cut] = closing
                 failed_at = cut
@@ -140,12 +150,49 @@ class TraceStream:
         if self.span is not None and self.span[1] is not None:
             # a middle range: whole events followed by ',' (and whitespace)
             text = bytes(buf[1:]).rstrip()
-            yield decode(b"[" + (text[:-1] if text.endswith(b",") else text) + b"]")
+            yield self._decode(decode, b"[" + (text[:-1] if text.endswith(b",") else text) + b"]")
             return
         # The rest: the last events, ']' and the keys after the array, decoded as one object.
-        tail = msgspec.json.decode(b'{"traceEvents":[' + bytes(buf[1:]), type=dict[str, msgspec.Raw])
-        yield decode(bytes(tail.pop("traceEvents")))
-        self.header.update({k: msgspec.json.decode(v) for k, v in tail.items()})
+        text = b'{"traceEvents":[' + bytes(buf[1:])
+        try:
+            tail = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+        except DECODE_ERRORS:
+            if self.lenient is None:
+                raise
+            rest = self._python_json(text)
+            events = rest.pop("traceEvents")
+            yield self.lenient(events if isinstance(events, list) else [])
+            self.header.update(rest)
+            return
+        yield self._decode(decode, bytes(tail.pop("traceEvents")))
+        self.header.update({k: self._decode_json(v) for k, v in tail.items()})
+
+    def _decode(self, decode: Callable, text) -> list:
+        """``decode(text)``; with ``lenient``, a piece msgspec refuses is read by Python's json instead."""
+        try:
+            return decode(text)
+        except DECODE_ERRORS:
+            if self.lenient is None:
+                raise
+            entries = self._python_json(text)
+            if not isinstance(entries, list):
+                raise
+            return self.lenient(entries)
+
+    def _decode_json(self, text) -> Any:
+        try:
+            return msgspec.json.decode(text)
+        except DECODE_ERRORS:
+            if self.lenient is None:
+                raise
+            return self._python_json(text)
+
+    @staticmethod
+    def _python_json(text) -> Any:
+        try:
+            return json.loads(bytes(text))
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+            raise msgspec.DecodeError(f"{type(e).__name__}: {e}") from None
 
 
 def _last_boundary(buf: bytearray, after: int) -> int | None:

@@ -1,85 +1,42 @@
-"""Rewrite a modern torch.profiler trace so that torch-tb-profiler 0.4.3 reports true numbers.
+"""The dict rewrite: a trace loaded whole and adapted event by event. A reference for the tests only.
 
-    from stepscope.profiler.tbfix import adapt_trace
     fixed = adapt_trace(trace)     # a new dict; `trace` itself is never modified
+    stacks = call_stacks(events)   # {index of a cpu_op event: "a.py(3): f;b.py(9): main"}
+    spans = plugin_step_spans(events, runtime)   # the (start, end) of each step the plugin keeps
 
-What 0.4.3 gets wrong on torch 2.x traces, and what is rewritten (plugin paths are relative to
-``torch_tb_profiler/``, version 0.4.3):
-
-1. Launches are ``cuda_runtime``/``cuda_driver`` events, categories missing from ``EventTypeMap``
-   (``profiler/trace.py:38-53``), so ``create_trace_event`` drops them (``trace.py:217-219``). Without
-   runtime nodes no kernel reaches an operator (``profiler/event_parser.py:133-160``,
-   ``profiler/node.py:113-119``): device self/total time is 0 for every operator, the Runtime bucket is
-   empty (``event_parser.py:277-278``) and the launch time falls into "CPU Exec"
-   (``event_parser.py:286-290``). Rewritten to the category ``runtime``.
-2. A launch outside every operator carries no ``External id`` (``cudaGraphLaunch``,
-   ``cudaDeviceSynchronize``), or one of an annotation the plugin drops. The plugin would file it under
-   that id and never attach it to a tree (``event_parser.py:86-94``), so its kernels, which 0.4.3
-   showed under the call-tree root before, would vanish from the kernel-by-operator table. Its
-   ``External id`` becomes 0: the plugin's own convention for "attach to the root"
-   (``event_parser.py:156-159``). A call that launched nothing and runs outside every step on the
-   host keeps its category, invisible as before: it is not step work (the largest is the profiler's own
-   ``cudaDeviceSynchronize`` when it flushes the trace, 14-36 ms on the GPU-bound traces), yet the
-   plugin, which moves steps onto the GPU's clock, would file the device-side step time under it, and
-   once kernels and runtime cover every step the Overview's split restarts and reports the whole step
-   as "Other" (``profiler/overall_parser.py:44-53``: an empty ``slots`` reads as "first role").
-3. DataLoader spans (``enumerate(DataLoader)#...__next__``) are ``user_annotation`` events now, and the
-   plugin keeps a user annotation only if it is a ``ProfilerStep#`` or a collective
-   (``trace.py:189-194``), so the DataLoader bucket (``event_parser.py:279-282``) is 0 and the
-   data-loading recommendation (``profiler/data.py:231-239``) never fires. A DataLoader span becomes
-   ``cpu_op`` (a ``DataLoaderNode``, ``node.py:296-299``, never listed as an operator) when it nests
-   cleanly on its thread; one that straddles an operator would break the thread's call tree
-   (``profiler/op_tree.py:446-459``) and is left alone.
-4. Operators carry no ``Call stack`` argument (``trace.py:94``); ``with_stack`` now writes separate
-   ``python_function`` events. The string is rebuilt from them (see ``callstack.py``).
-5. Seeing launches makes the plugin stretch steps to their GPU work, which can leave a step with no GPU
-   work of its own zero-length and crash the Overview (see ``step_guard.py``). The few launches that
-   would cause it are unlinked from their kernels.
-6. Any event without ``name``, or a complete event without ``cat``, fails the whole file
-   (``data.py:146``, ``trace.py:188``); such events get an empty name or category, and entries that are
-   not JSON objects are dropped.
-
-7. torch 2.11 also records each ``ProfilerStep#N`` on the GPU timeline (``gpu_user_annotation``, seen on
-   single-GPU and NCCL DDP runs of our trainer). 0.4.3 takes every event of that name for a step
-   (``profiler/event_parser.py``), so it sees steps 17, 17, 18, 18, 19 with zero-length duplicates, and the
-   Overview divides by zero (``run_generator.py:87``): the worker does not load at all. The device-side copies
-   are renamed ``GPU ProfilerStep#N``; they stay on the GPU timeline of the Trace view.
-
-Everything else passes through unchanged, so every view the plugin showed before is still there. Left
-alone on purpose: torch's ``fwdbwd`` flow events. 0.4.3 looks for ``forward_backward``
-(``data.py:46``), but renaming them switches on its backward-module builder, which crashes on these
-traces (``op_tree.py:292`` -> ``node.py:182``: a backward node without a start time).
+The export rewrites traces streaming (stepscope.profiler.tbfix: stream_plan.py, stream_write.py), by the
+rules that tbfix/rules.py explains; this is the plain reading of the same rules on a whole document, which
+the tests hold the streamed copy to.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 
-from ..trace.vocabulary import (
+from stepscope.profiler.tbfix.rules import (
+    COLLECTIVES,
+    DEVICE_STEP_PREFIX,
+    PLUGIN_OPERATOR,
+    PLUGIN_RUNTIME,
+    ROOT_EXTERNAL_ID,
+    UNLINKED_KEY,
+    is_dataloader_span,
+)
+from stepscope.profiler.tbfix.step_guard import HOST_CATEGORIES, Launch, step_spans_of, unlink_with
+from stepscope.profiler.tbfix.stream_callstack import PYTHON_FRAME, STACK_SEPARATOR
+from stepscope.profiler.trace.vocabulary import (
     ANNOTATION_CATEGORIES,
     DEVICE_CATEGORIES,
     OPERATOR_CATEGORIES,
     STEP_PREFIX,
     TORCH_RUNTIME_CATEGORIES,
+    category,
 )
-from ..trace.vocabulary import category as _cat
-from ..trace.vocabulary import span as _span
-from .callstack import call_stacks
-from .step_guard import host_steps, unlink_for_positive_steps
+from stepscope.profiler.trace.vocabulary import category as _cat
+from stepscope.profiler.trace.vocabulary import span as _span
 
-PLUGIN_RUNTIME = "runtime"
-PLUGIN_OPERATOR = "cpu_op"
-ROOT_EXTERNAL_ID = 0
-COLLECTIVES = frozenset(f"{lib}:{op}" for lib in ("nccl", "gloo")
-                        for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter"))
-DEVICE_STEP_PREFIX = "GPU "  # "GPU ProfilerStep#N": no longer read as a host step by the plugin
-UNLINKED_KEY = "stepscope unlinked correlation"  # where a cut correlation id is kept, for the reader
-
-
-def is_dataloader_span(name: str) -> bool:
-    """The plugin's own DataLoader test (``event_parser.py:280-281``, ``node.py:297-298``)."""
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
-        "enumerate(DataPipe)#")
+STEP_CATEGORIES = ANNOTATION_CATEGORIES | OPERATOR_CATEGORIES  # where a ProfilerStep#N may sit
 
 
 def _external_id(e: dict):
@@ -219,3 +176,98 @@ def adapt_trace(trace: dict) -> dict:
     out = dict(trace)
     out["traceEvents"] = events
     return out
+
+
+def host_steps(events: list[dict]) -> list[tuple[float, float]]:
+    """The host spans of the ``ProfilerStep#`` events, or of all host events when there are none."""
+    steps = []
+    lo, hi = float(sys.maxsize), float(-sys.maxsize - 1)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = category(e)
+        if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
+            steps.append(_span(e))
+        if cat in HOST_CATEGORIES:
+            s, t = _span(e)
+            lo, hi = min(lo, s), max(hi, t)
+    steps.sort()
+    return steps or [(lo, hi)]
+
+
+def _launches(events: list[dict], runtime_indices: set[int]) -> tuple[list[Launch], list[tuple[float, float]]]:
+    device_by_corr: dict = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and category(e) in DEVICE_CATEGORIES:
+            device_by_corr[(e.get("args") or {}).get("correlation")].append(_span(e))
+    launches, linked = [], set()
+    for i in sorted(runtime_indices):
+        corr = (events[i].get("args") or {}).get("correlation")
+        spans = device_by_corr.get(corr)
+        if spans:
+            linked.add(corr)
+            start, end = _span(events[i])
+            launches.append(Launch(i, start, end, min(s[0] for s in spans), max(s[1] for s in spans), len(spans)))
+    orphans = [s for corr, spans in device_by_corr.items() if corr not in linked for s in spans]
+    return sorted(launches, key=lambda r: r.start), orphans
+
+
+def plugin_step_spans(events: list[dict], runtime_indices: set[int]) -> list[tuple[float, float]]:
+    """The steps the plugin would show, given which events it reads as runtime (a port of
+    ``StepParser._find_device_steps`` and ``_update_steps_duration``, tail removal included)."""
+    return step_spans_of(host_steps(events), *_launches(events, runtime_indices))
+
+
+def unlink_for_positive_steps(events: list[dict], runtime_indices: set[int]) -> set[int]:
+    """Runtime events whose link to their kernels must be cut so that no step the plugin keeps is
+    zero-length. Empty in the common case (every step launches GPU work)."""
+    return unlink_with(host_steps(events), lambda linked: _launches(events, linked), runtime_indices)
+
+
+def call_stacks(events: list[dict]) -> dict[int, str]:
+    """Map the index of each operator event that runs under Python frames to its call-stack string.
+
+    An operator's stack is the chain of ``python_function`` frames open at the operator's start on the
+    same (pid, tid), innermost first. Operators with no enclosing Python frame (autograd's backward
+    thread, for instance) get no entry, exactly like the old traces.
+    """
+    frames_by_thread: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    ops_by_thread: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for i, e in enumerate(events):
+        if e.get("ph") != "X":
+            continue
+        cat = category(e)
+        key = (e.get("pid"), e.get("tid"))
+        if cat == "python_function":
+            start, end = _span(e)
+            frames_by_thread[key].append((start, end, str(e.get("name", ""))))
+        elif cat in OPERATOR_CATEGORIES:
+            ops_by_thread[key].append((_span(e)[0], i))
+
+    stacks: dict[int, str] = {}
+    for key, ops in ops_by_thread.items():
+        frames = frames_by_thread.get(key)
+        if not frames:
+            continue
+        # Outer frames first when two start together, so that the open-frame stack stays nested.
+        frames.sort(key=lambda f: (f[0], -f[1]))
+        ops.sort()
+        open_frames: list[tuple[float, float, str]] = []
+        next_frame = 0
+        cache: dict[tuple, str] = {}
+        for op_start, index in ops:
+            while next_frame < len(frames) and frames[next_frame][0] <= op_start:
+                frame = frames[next_frame]
+                while open_frames and open_frames[-1][1] < frame[0]:
+                    open_frames.pop()
+                open_frames.append(frame)
+                next_frame += 1
+            while open_frames and open_frames[-1][1] < op_start:
+                open_frames.pop()
+            chain = tuple(f[2] for f in reversed(open_frames) if f[1] >= op_start and PYTHON_FRAME.match(f[2]))
+            if not chain:
+                continue
+            if chain not in cache:
+                cache[chain] = STACK_SEPARATOR.join(chain)
+            stacks[index] = cache[chain]
+    return stacks

@@ -1,0 +1,236 @@
+"""What the analysis takes from a piece of decoded events: the rules that turn trace events into a
+``ParsedTrace``'s columns, for the streamed parse (stream_parse.py) and its byte ranges (stream_ranges.py).
+
+    c = Collector("w.1")                   # "w.1": the worker.span that error messages start with
+    c.find_base(events)                    # the trace's base time, from the first event with one
+    c.add(events)                          # events: decode(text) of consecutive events, in file order
+
+msgspec decodes each piece into small structs of only the fields the analysis reads (name, cat, ph, ts,
+dur, tid, pid and five args). A piece that msgspec refuses although it is JSON that Python reads (NaN or
+Infinity literals, an event that is not an object, ``args`` that is not an object) is normalised: read with
+Python's json and turned into the same structs (``from_objects``), an entry that is no usable event kept as
+an ``Invalid`` marker that the collector refuses in its turn. The collector applies validate.py's checks
+as events arrive and raises their ``TraceError`` (one line, naming the event by its index in
+``traceEvents``), or the ValueError/TypeError of a field that is not a number. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import msgspec
+
+from ..trace.errors import TraceError
+from ..trace.vocabulary import (
+    ANNOTATION_CATEGORIES,
+    DATALOADER_PREFIX,
+    DEVICE_KINDS,
+    RUNTIME_CATEGORIES,
+    STEP_PREFIX,
+)
+from .events import (
+    DATA_ANNOTATIONS,
+    HOST_OP_CATEGORIES,
+    PROFILER_STEP,
+    DeviceEvent,
+    HostEvent,
+    MemorySample,
+    Step,
+)
+from .validate import MAX_TIME_US, STEP_CATEGORIES, STEP_NAME, check_event
+
+UNSET = msgspec.UNSET
+
+
+class Args(msgspec.Struct, gc=False):
+    device: Any = UNSET
+    stream: Any = UNSET
+    correlation: Any = None
+    input_dims: msgspec.Raw = msgspec.field(default=UNSET, name="Input Dims")  # only its presence is used
+    device_type: Any = msgspec.field(default=0, name="Device Type")
+    total_allocated: Any = msgspec.field(default=0, name="Total Allocated")
+
+
+class Event(msgspec.Struct, gc=False):
+    name: Any = UNSET
+    cat: Any = UNSET
+    ph: Any = None
+    ts: Any = None
+    dur: Any = None
+    tid: Any = None
+    pid: Any = 0
+    args: Args | None = None
+
+
+class Invalid(NamedTuple):
+    """An entry of traceEvents that is no event the structs can hold (kept in ``Event.name``)."""
+    entry: Any
+
+
+_DECODER = msgspec.json.Decoder(list[Event])
+_NO_ARGS = Args()
+_PRESENT = msgspec.Raw(b"[]")
+# What a category's complete events are (Collector._kind)
+_K_PYTHON, _K_DEVICE, _K_RUNTIME, _K_OP, _K_ANNOTATION, _K_OTHER = range(6)
+
+
+def decode(text) -> list[Event]:
+    # from an immutable copy: the "Input Dims" left undecoded (msgspec.Raw) keep a reference to the text they
+    # came from, which must not be the stream's own buffer (it is resized for the next piece)
+    return _DECODER.decode(bytes(text))
+
+
+def from_objects(entries: list) -> list[Event]:
+    """``decode`` for a piece that Python's json read (jsonstream.TraceStream's ``lenient``)."""
+    return [_event(e) for e in entries]
+
+
+def _event(e) -> Event:
+    if type(e) is not dict:
+        return Event(name=Invalid(e))
+    args = e.get("args")
+    if args is not None:
+        if type(args) is not dict:
+            return Event(name=Invalid(e))
+        args = Args(args.get("device", UNSET), args.get("stream", UNSET), args.get("correlation"),
+                    _PRESENT if "Input Dims" in args else UNSET, args.get("Device Type", 0),
+                    args.get("Total Allocated", 0))
+    return Event(e.get("name", UNSET), e.get("cat", UNSET), e.get("ph"), e.get("ts"), e.get("dur"), e.get("tid"),
+                 e.get("pid", 0), args)
+
+
+def as_dict(e: Event):
+    """The event as the JSON object it came from, as far as validate.py's checks read it."""
+    if type(e.name) is Invalid:
+        return e.name.entry
+    out = {k: v for k, v in (("name", e.name), ("cat", e.cat)) if v is not UNSET}
+    out.update((k, v) for k, v in (("ph", e.ph), ("ts", e.ts), ("dur", e.dur)) if v is not None)
+    if e.args is not None:
+        out["args"] = {}
+    return out
+
+
+def _position(events: list, e) -> int:
+    return next(k for k, x in enumerate(events) if x is e)
+
+
+class Collector:
+    """The events of a trace, collected piece by piece (module docstring)."""
+
+    def __init__(self, where: str = "") -> None:
+        self.where = where
+        self.base: float | None = None
+        self.count = 0  # events added so far: the index in traceEvents of the next one
+        self.steps, self.ops, self.annotations, self.runtime = [], [], [], []
+        self.device, self.data_spans, self.memory = [], [], []
+        self.python_calls: list[float] = []
+        self.python_builtins: list[float] = []
+        self.shapes = False
+        self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
+        self._kinds: dict[str, tuple[str, int, bool]] = {}  # category -> _kind(category)
+
+    def find_base(self, events: list[Event]) -> bool:
+        """``events._base`` over the events seen so far; False while none has a finite numeric ts."""
+        for e in events:
+            ts = e.ts
+            if isinstance(ts, (int, float)) and math.isfinite(ts):
+                self.base = float(math.floor(ts))
+                return True
+        return False
+
+    def _kind(self, cat) -> tuple[str, int, bool]:
+        """(lower-cased category, what its complete events are: one of the ``_K`` codes, whether a
+        ProfilerStep#N in it is a step), kept per category string."""
+        lowered = "" if cat is UNSET else str(cat).lower()
+        kind = (_K_PYTHON if lowered == "python_function" else _K_DEVICE if lowered in DEVICE_KINDS
+                else _K_RUNTIME if lowered in RUNTIME_CATEGORIES else _K_OP if lowered in HOST_OP_CATEGORIES
+                else _K_ANNOTATION if lowered in ANNOTATION_CATEGORIES else _K_OTHER)
+        info = (lowered, kind, lowered in STEP_CATEGORIES)
+        if type(cat) is str:
+            self._kinds[cat] = info
+        return info
+
+    def refuse(self, events: list[Event], e: Event):
+        """Raise validate.check_event's error for ``e``, which fails one of its checks."""
+        i = self.count + _position(events, e)
+        check_event(as_dict(e), i, self.where)
+        raise TraceError(f"{self.where}: event #{i} is not a well-formed event")  # not reached
+
+    def no_time(self, events: list[Event], e: Event):
+        cat = None if e.cat is UNSET else e.cat
+        raise TraceError(f"event #{self.count + _position(events, e)} ({e.name!r}, cat {cat!r}) has no numeric "
+                         "ts/dur")
+
+    def add(self, events: list[Event]) -> None:
+        """The rules of the parse, event by event, in file order; the category decides first, as the rules
+        for python_function, device and runtime events hold whatever their name."""
+        base, kinds, new_kind = self.base, self._kinds, self._kind
+        lo, hi = -MAX_TIME_US, MAX_TIME_US
+        ops, annotations, runtime, device, data_spans = (self.ops, self.annotations, self.runtime, self.device,
+                                                         self.data_spans)
+        calls, builtins = self.python_calls, self.python_builtins
+        for e in events:
+            name, ts, dur, cat = e.name, e.ts, e.dur, e.cat
+            if ts is not None and ((type(ts) is not float and type(ts) is not int) or not lo <= ts <= hi):
+                self.refuse(events, e)
+            if dur is not None and ((type(dur) is not float and type(dur) is not int) or not lo <= dur <= hi):
+                self.refuse(events, e)
+            info = kinds.get(cat) if type(cat) is str else None
+            lowered, kind, step_category = info if info is not None else new_kind(cat)
+            ph = e.ph
+            if type(name) is not str:
+                if name is not UNSET:
+                    self.refuse(events, e)
+                if ph == "X" and kind == _K_PYTHON:  # a frame without a name is a call
+                    if ts is None or dur is None:
+                        self.no_time(events, e)
+                    calls.append(ts - base)
+                continue
+            if step_category and name.startswith(STEP_PREFIX) and STEP_NAME.match(name) is not None:
+                if ph != "X" or ts is None or dur is None or dur <= 0:
+                    self.refuse(events, e)
+                s = float(ts) - base
+                self.steps.append(Step(int(PROFILER_STEP.match(name).group(1)), s, s + float(dur)))
+                continue
+            if ph != "X":
+                if ph == "i" and name == "[memory]":
+                    self._memory(events, e)
+                continue
+            if kind == _K_OTHER and not name.startswith(DATALOADER_PREFIX):
+                continue
+            if ts is None or dur is None:
+                self.no_time(events, e)
+            s = ts - base  # a float: base is one; float(ts) - base, as events._span
+            t = s + dur if dur > 0 else s  # max(dur, 0)
+            if kind == _K_PYTHON:
+                (builtins if name.startswith("<built-in") else calls).append(s)
+            elif kind == _K_DEVICE:
+                args = e.args or _NO_ARGS
+                dev = e.pid if args.device is UNSET else args.device
+                stream = e.tid if args.stream is UNSET else args.stream
+                # a device or stream that is no number raises int()'s ValueError/TypeError, as it would
+                device.append(DeviceEvent(name, DEVICE_KINDS[lowered], int(dev or 0), int(stream or 0), s, t,
+                                          args.correlation))
+            elif kind == _K_RUNTIME:
+                runtime.append(HostEvent(name, e.tid, s, t, (e.args or _NO_ARGS).correlation))
+            elif name.startswith(DATALOADER_PREFIX):  # any category: our TensorBoard copy makes it a cpu_op
+                data_spans.append(HostEvent(name, e.tid, s, t))
+            elif kind == _K_OP:
+                ops.append(HostEvent(name, e.tid, s, t))
+                if not self.shapes and e.args is not None and e.args.input_dims is not UNSET:
+                    self.shapes = True
+            elif kind == _K_ANNOTATION:
+                annotations.append(HostEvent(name, e.tid, s, t))
+                if name in DATA_ANNOTATIONS:
+                    data_spans.append(HostEvent(name, e.tid, s, t))
+        self.count += len(events)
+
+    def _memory(self, events: list[Event], e: Event) -> None:
+        args = e.args or _NO_ARGS
+        try:
+            self.memory.append(MemorySample(float(e.ts) - self.base, int(args.device_type),
+                                            int(args.total_allocated)))
+        except (TypeError, ValueError):
+            raise TraceError(f"{self.where}: [memory] event #{self.count + _position(events, e)} has no numeric "
+                             "ts/args") from None
