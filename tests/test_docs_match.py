@@ -34,7 +34,7 @@ def test_the_end_of_run_table_has_as_many_rows_as_the_readme_says():
 def test_a_trace_recorded_without_a_schedule_is_read_as_the_readme_says(tmp_path):
     """prof.export_chrome_trace of a profile without a schedule has no ProfilerStep# events: without optimizer
     steps either, the README says the whole recorded window is one step, with a note."""
-    assert "Without any optimizer step the whole recorded\nwindow is one step" in README
+    assert "has its steps end where each `optimizer.step()`\nends, or is one step without any" in README
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]}))
