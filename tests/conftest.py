@@ -1,16 +1,11 @@
-"""Shared test set-up: the scripts' modules importable by the tests, the CUDA skip, and shared fixtures.
+"""Shared test set-up: the CUDA skip and shared fixtures.
 
 Tests marked `cuda` skip where torch sees no GPU (CI); everything else runs everywhere.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))  # the tests import the benchmark scripts' modules
-import pytest  # noqa: E402
+import pytest
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from reference.dict_parse import parse_trace
+from stepscope.bench import analysis_speed, memory
 from stepscope.profiler.analysis import (
     StepSelection,
     TraceError,
@@ -37,9 +38,6 @@ from stepscope.profiler.trace.workers import Workers
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_analysis  # noqa: E402
-import process_memory  # noqa: E402
 
 # Peak RSS of `analyze.py --json` on the ~50 MB replica, all processes together. The streamed parse keeps
 # only the event objects (181 MiB on the 100 MB replica, see BENCHMARKS.md); an in-memory json.load of the
@@ -51,7 +49,7 @@ RSS_BUDGET_MIB = 300
 def replica(tmp_path_factory) -> Path:
     """eager_bs128 (ProfilerStep#3, #4) replicated to 16 MiB: 5 copies, steps #3..#12, uncompressed."""
     out = tmp_path_factory.mktemp("replica") / "run"
-    bench_analysis.build(DATA / "eager_bs128", 16 << 20, out, gz=False)
+    analysis_speed.build(DATA / "eager_bs128", 16 << 20, out, gz=False)
     return out
 
 
@@ -164,8 +162,8 @@ def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
 
 def test_peak_rss_of_a_50mb_trace(tmp_path):
     run = tmp_path / "run"
-    bench_analysis.build(DATA / "eager_bs128", 50 << 20, run, gz=False)
-    wall, cpu, largest_mib, tree_mib, held_mib = process_memory.measure_command(
+    analysis_speed.build(DATA / "eager_bs128", 50 << 20, run, gz=False)
+    wall, cpu, largest_mib, tree_mib, held_mib = memory.measure_command(
         [sys.executable, str(ROOT / "scripts" / "analyze.py"), str(run), "--json"])
     assert largest_mib <= held_mib <= tree_mib  # the tree held at least its largest process, at most the sum
     assert largest_mib < RSS_BUDGET_MIB and tree_mib < RSS_BUDGET_MIB, (largest_mib, tree_mib, wall, cpu)

@@ -7,7 +7,7 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
-from make_cifar_folder import write_cifar_folder
+from stepscope.bench.cifar_folder import write_cifar_folder
 from stepscope.cifar_files import CIFAR10Files, download_cifar
 from stepscope.config import ConfigError, DataConfig
 from stepscope.data import Cifar10Data, check_data

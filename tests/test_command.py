@@ -77,11 +77,8 @@ def test_tensorboard_bad_input(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_dispatcher_loads_a_checkout_file_and_refuses_a_missing_one(capsys):
-    from stepscope.command import CommandUnavailable, load_function
+def test_every_subcommand_is_a_package_function():
+    from stepscope.command import SUBCOMMANDS, load_function
 
-    main = load_function("checkout:scripts/analyze.py", "main")
-    assert main([str(REPO / "tests" / "data" / "cuda_graph")], prog="stepscope analyze") == 0
-    assert capsys.readouterr().out.startswith("stepscope diagnosis: gpu_bound")
-    with pytest.raises(CommandUnavailable, match="scripts/no_such_tool.py is not in this install"):
-        load_function("checkout:scripts/no_such_tool.py", "main")
+    for place, function in SUBCOMMANDS.values():
+        assert place.startswith("stepscope.") and callable(load_function(place, function)), place

@@ -4,9 +4,9 @@ import json
 import subprocess
 import sys
 
-import profiler_overhead
 import pytest
 import torch
+from stepscope.bench import overhead as profiler_overhead
 from trainrun import REPO
 
 OVERHEAD = [sys.executable, str(REPO / "scripts" / "profiler_overhead.py")]

@@ -1,5 +1,5 @@
 """scripts/verdict_bench.py --device cpu: the CPU subset of the verdict benchmark, run for real, and its command
-line. Four scenarios with an injected cause each (scripts/verdict_cpu.py): convolutions (cpu_bound), a
+line. Four scenarios with an injected cause each (stepscope.bench.verdicts.cpu): convolutions (cpu_bound), a
 DataLoader sleeping 10 ms a sample in the main process into a pooled linear classifier (data_bound), 2M Python
 iterations after each step of that classifier (host_bound), and a 64 MB gradient all-reduced over gloo by 2
 ranks under torchrun (communication_bound). The truth is measured without the profiler, and the cause removed
@@ -56,9 +56,8 @@ def test_bad_flags_get_one_line_and_exit_2(tmp_path):
 
 
 def test_holdout_names_match_their_workloads():
-    sys.path.insert(0, str(REPO / "scripts"))
-    import verdict_bench
-    import verdict_holdout
+    from stepscope.bench.verdicts import bench, gpu, holdout
 
-    assert tuple(verdict_holdout.HOLDOUT) == verdict_bench.HOLDOUT_ORDER
-    assert not set(verdict_bench.HOLDOUT_ORDER) & set(verdict_bench.GPU_ORDER)
+    assert tuple(holdout.HOLDOUT) == bench.HOLDOUT_ORDER
+    assert set(gpu.WORKLOADS) == set(bench.GPU_ORDER)
+    assert not set(bench.HOLDOUT_ORDER) & set(bench.GPU_ORDER)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from make_cifar_folder import write_cifar_folder
+from stepscope.bench.cifar_folder import write_cifar_folder
 from stepscope.config import TrainConfig
 from stepscope.profiler.analysis.verdicts import DATA_BOUND, Unprofiled
 from stepscope.verify import (

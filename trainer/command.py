@@ -13,10 +13,8 @@ Each subcommand has its own `--help`; bad input gets one line on stderr and exit
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import sys
-from pathlib import Path
 
 
 def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
@@ -48,9 +46,8 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
         return 2
 
 
-# name -> (where its main lives, the function). Each function takes (argv, prog=...) and returns an exit
-# code. The place is a dotted module of the package, or "checkout:<path>", a file relative to the checkout
-# this package was loaded from (tools that only exist in a clone, not in a wheel).
+# name -> (the package module its main lives in, the function). Each function takes (argv, prog=...) and
+# returns an exit code.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("stepscope.command", "train_main"),
     "analyze": ("stepscope.profiler.cli.analyze", "main"),
@@ -58,27 +55,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tensorboard": ("stepscope.profiler.cli.tensorboard", "main"),
     "verify": ("stepscope.verify", "main"),
     "diff": ("stepscope.profiler.cli.diff", "main"),
-    "bench-ops": ("checkout:scripts/bench_ops.py", "main"),  # a maintainer's benchmark: in a clone only
+    "bench-ops": ("stepscope.bench.ops", "main"),  # a maintainer's benchmark (= python scripts/bench_ops.py)
 }
-CHECKOUT = "checkout:"
-
-
-class CommandUnavailable(Exception):
-    """The subcommand's code is not in this install; the message is the one line printed."""
 
 
 def load_function(place: str, function: str):
     """The callable named by a SUBCOMMANDS entry."""
-    if not place.startswith(CHECKOUT):
-        return getattr(importlib.import_module(place), function)
-    path = Path(__file__).resolve().parents[1] / place[len(CHECKOUT):]
-    if not path.is_file():
-        raise CommandUnavailable(f"{path} is not in this install (it comes with a clone of the repository)")
-    spec = importlib.util.spec_from_file_location(f"_stepscope_cmd_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name
-    spec.loader.exec_module(module)
-    return getattr(module, function)
+    return getattr(importlib.import_module(place), function)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"stepscope: error: unknown command {name!r}; valid: {names}", file=sys.stderr)
         return 2
-    try:
-        function = load_function(*SUBCOMMANDS[name])
-    except CommandUnavailable as e:
-        print(f"stepscope {name}: error: {e}", file=sys.stderr)
-        return 2
-    return function(rest, prog=f"stepscope {name}")
+    return load_function(*SUBCOMMANDS[name])(rest, prog=f"stepscope {name}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from stepscope.profiler.analysis.verdicts import by_name
+from ...profiler.analysis.verdicts import by_name
 
 BUSY_TOLERANCE_PP = 5.0
 

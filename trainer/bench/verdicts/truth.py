@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 import torch
-from stepscope.profiler.analysis.verdicts import GPU_BOUND, GPU_BOUND_PCT, LAUNCH_BOUND, TRANSFER_BOUND
-from stepscope.step import capture_graph
-from stepscope.timing import StepClock, Throughput
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+from ...profiler.analysis.verdicts import GPU_BOUND, GPU_BOUND_PCT, LAUNCH_BOUND, TRANSFER_BOUND
+from ...step import capture_graph
+from ...timing import StepClock, Throughput
 
 GPU_BOUND_SHARE = GPU_BOUND_PCT / 100  # the analysis's own threshold: the GPU busy for at least half of the step
 CONFIRM_SPEEDUP = 1.15  # removing a cause that bounds the step must speed it up at least this much
@@ -97,7 +98,7 @@ def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:
     compute = graph_ms(w.gpu_part) if device.type == "cuda" and w.capturable() else None
     twin = getattr(w, "gpu_twin", None)
     if compute is None and device.type == "cuda" and twin is not None:
-        t = twin()  # the same device work in a form a CUDA graph can hold (verdict_workloads.py)
+        t = twin()  # the same device work in a form a CUDA graph can hold (workloads.py)
         compute = graph_ms(t.gpu_part) if t.capturable() else None
         del t
     times = step_times(w.step, device)

@@ -3,7 +3,7 @@ its profiler-overhead model were never fitted on (timm's ViT and ConvNeXt, Huggi
 
     python scripts/verdict_bench.py --set holdout --out /tmp/vb-holdout      # on a CUDA machine
 
-Each scenario's expected verdict comes from the same unprofiled truth as the main set (verdict_truth.py: the
+Each scenario's expected verdict comes from the same unprofiled truth as the main set (truth.py: the
 step timed without the profiler, its device work replayed as a CUDA graph, the cause removed and re-timed);
 the names below say only which cause was injected. Needs timm and transformers; nothing here prints.
 """
@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn as nn
-from verdict_workloads import SlowSamples, Workload, _ce, _images, _lm, _tokens
+
+from ...profiler.analysis.verdicts import DATA_BOUND, GPU_BOUND, HOST_BOUND, LAUNCH_BOUND, TRANSFER_BOUND
+from ..workloads import SlowSamples, Workload, ce_loss, cifar_batch, image_batch, lm_loss, token_batch
 
 
 def _timm(name: str) -> nn.Module:
@@ -46,18 +48,12 @@ def _mlp(width: int = 1024, depth: int = 8) -> nn.Module:
     return nn.Sequential(*layers, nn.GELU(), nn.Linear(width, 10))
 
 
-def _cifar_like(batch: int):
-    def make(g):
-        return torch.randn(batch, 3, 32, 32, generator=g), torch.randint(0, 10, (batch,), generator=g)
-    return make
-
-
 def _vit(d, name, batch, cause, **kw):
-    return Workload(name, "timm-vit", cause, d, _timm("vit_tiny_patch16_224"), _images(batch, 224), _ce, **kw)
+    return Workload(name, "timm-vit", cause, d, _timm("vit_tiny_patch16_224"), image_batch(batch, 224), ce_loss, **kw)
 
 
 def _bert_wl(d, name, batch, cause, **kw):
-    return Workload(name, "hf-bert", cause, d, _bert(), _tokens(batch, 128, 2048), _lm, **kw)
+    return Workload(name, "hf-bert", cause, d, _bert(), token_batch(batch, 128, 2048), lm_loss, **kw)
 
 
 def _convnext_loader(d, name: str, workers: int, fix_workers: int | None = None):
@@ -65,24 +61,24 @@ def _convnext_loader(d, name: str, workers: int, fix_workers: int | None = None)
                                      num_workers=workers, pin_memory=d.type == "cuda",
                                      persistent_workers=workers > 0, prefetch_factor=2 if workers else None)
     fix = (lambda: _convnext_loader(d, name + "_fixed", fix_workers)) if fix_workers else None
-    return Workload(name, "timm-convnext", "data_bound", d, _timm("convnext_atto"), _images(64, 64), _ce,
+    return Workload(name, "timm-convnext", DATA_BOUND.name, d, _timm("convnext_atto"), image_batch(64, 64), ce_loss,
                     loader=dl, fixed=fix)
 
 
 HOLDOUT: dict[str, Callable[[torch.device], object]] = {
-    "vit_tiny_bs8": lambda d: _vit(d, "vit_tiny_bs8", 8, "launch_bound"),
-    "vit_tiny_bs256": lambda d: _vit(d, "vit_tiny_bs256", 256, "gpu_bound"),
+    "vit_tiny_bs8": lambda d: _vit(d, "vit_tiny_bs8", 8, LAUNCH_BOUND.name),
+    "vit_tiny_bs256": lambda d: _vit(d, "vit_tiny_bs256", 256, GPU_BOUND.name),
     # 154 MB of pageable float32 images a step into the ViT
-    "vit_pageable": lambda d: _vit(d, "vit_pageable", 256, "transfer_bound", host_input=True, pinned=False,
-                                   fixed=lambda: _vit(d, "vit_pageable_fixed", 256, "transfer_bound",
+    "vit_pageable": lambda d: _vit(d, "vit_pageable", 256, TRANSFER_BOUND.name, host_input=True, pinned=False,
+                                   fixed=lambda: _vit(d, "vit_pageable_fixed", 256, TRANSFER_BOUND.name,
                                                       host_input=True, pinned=True)),
-    "bert_bs8": lambda d: _bert_wl(d, "bert_bs8", 8, "launch_bound"),
-    "bert_host_sync": lambda d: _bert_wl(d, "bert_host_sync", 64, "host_bound", host_work=150_000,
-                                         fixed=lambda: _bert_wl(d, "bert_host_sync_fixed", 64, "host_bound")),
+    "bert_bs8": lambda d: _bert_wl(d, "bert_bs8", 8, LAUNCH_BOUND.name),
+    "bert_host_sync": lambda d: _bert_wl(d, "bert_host_sync", 64, HOST_BOUND.name, host_work=150_000,
+                                         fixed=lambda: _bert_wl(d, "bert_host_sync_fixed", 64, HOST_BOUND.name)),
     "convnext_loader": lambda d: _convnext_loader(d, "convnext_loader", 2, fix_workers=16),
-    "mlp_adamw_loop": lambda d: Workload("mlp_adamw_loop", "mlp", "launch_bound", d, _mlp(), _cifar_like(256),
-                                         _ce, opt="adamw_loop",
-                                         fixed=lambda: Workload("mlp_adamw_fused", "mlp", "launch_bound", d,
-                                                                _mlp(), _cifar_like(256), _ce,
+    "mlp_adamw_loop": lambda d: Workload("mlp_adamw_loop", "mlp", LAUNCH_BOUND.name, d, _mlp(), cifar_batch(256),
+                                         ce_loss, opt="adamw_loop",
+                                         fixed=lambda: Workload("mlp_adamw_fused", "mlp", LAUNCH_BOUND.name, d,
+                                                                _mlp(), cifar_batch(256), ce_loss,
                                                                 opt="adamw_fused")),
 }

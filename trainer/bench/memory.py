@@ -1,4 +1,4 @@
-"""Time and memory of a command and the processes it starts, for scripts/bench_analysis.py.
+"""Time and memory of a command and the processes it starts, for analysis_speed.py and rank_scaling.py.
 
     wall, cpu, largest_mib, vmhwm_sum_mib, held_mib = measure_command([sys.executable, "scripts/analyze.py", "run", "--json"])
 

@@ -1,32 +1,119 @@
-"""Training workloads with one injected, known bottleneck each, for scripts/verdict_bench.py.
+"""The workload library: training steps with one injected, known bottleneck each, and their parts.
 
-    w = WORKLOADS["gpt_tiny"](torch.device("cuda"))
+    w = resnet18(torch.device("cuda"), "resnet18_bs128", 128, "launch_bound")
     w.step()            # one training step, inside record_function ranges data/forward/backward/optimizer
-    w.step(clock)       # the same, its phases timed by a trainer.timing.StepClock (the unprofiled telemetry)
-    w.gpu_part          # the step's device work alone, capturable as a CUDA graph (None where it is not)
+    w.step(clock)       # the same, its phases timed by a stepscope.timing.StepClock (the unprofiled telemetry)
+    w.gpu_part          # the step's device work alone, capturable as a CUDA graph (where `capturable()`)
     w.copy_bytes        # host->device bytes copied per step (0 for data already on the device)
     w.cause             # the injected cause: the verdict the step has unless the GPU is busy anyway
     w.fixed()           # the same workload with the cause removed (the intervention), or None
 
-Families: CIFAR ResNet-18 and ResNet-50 (torchvision), a nanoGPT-style decoder, Hugging Face's GPT-2 (when
-transformers is installed), a small CNN under torch.compile, a 1 Ki-element elementwise chain. Causes: kernel
-launches, a DataLoader in the main process or fed by too few workers, a pageable host->device copy, Python
-work after a device-to-host copy, CPU-side optimizer scalars (AdamW with foreach=False), and a profiled
-window that holds the process's first CUDA work. Run by verdict_bench.py; nothing here prints.
+Knobs of `Workload` that inject a cause: a DataLoader in the main process or fed by too few workers
+(`loader`), a pageable host->device copy (`host_input`, `pinned`), Python work after a device-to-host copy
+(`host_work`), a `.item()` after every convolution (`item_hooks`), CPU-side optimizer scalars
+(`opt="adamw_loop"`), torch.compile modes (`compile_mode`), and the whole step replayed as one CUDA graph
+(`graphed`). `TinyOps` is a step of nothing but launches. Parts: `NO_CLOCK`, `SlowSamples` (a slow per-sample
+dataset), `Decoder` (a nanoGPT-style decoder), the batch makers `cifar_batch`, `image_batch`, `token_batch`,
+the losses `ce_loss`, `lm_loss`, and the models `cifar_resnet18`, `resnet50`, `small_cnn`, `pooled_linear`.
+
+The sets built from it: stepscope.bench.verdicts (gpu, holdout, cpu) and stepscope.bench.scenarios (the
+traces under tests/data). Nothing here prints.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.profiler import record_function
-from verdict_parts import NO_CLOCK, Decoder, SlowSamples, _ce, _cifar, _images, _lm, _tokens
+
+from ..profiler.analysis.verdicts import DATA_BOUND, GPU_BOUND, LAUNCH_BOUND
 
 
-def _sync_host_work(out: torch.Tensor, iters: int, calls: bool = True) -> None:
+class NoClock:
+    """A step clock that times nothing: what `step()` gets when nobody times its phases."""
+
+    def begin(self) -> None:
+        pass
+
+    batch_ready = dispatched = begin
+
+    def copy(self, fn: Callable[[], object]):
+        return fn()
+
+
+NO_CLOCK = NoClock()
+
+
+class SlowSamples(torch.utils.data.Dataset):
+    """A per-sample Python dataset that costs `sample_ms` a sample, like a slow decode."""
+
+    def __init__(self, n: int, sample_ms: float, shape=(3, 32, 32)) -> None:
+        self.n, self.sample_ms, self.shape = n, sample_ms, shape
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(self.sample_ms / 1e3)
+        return torch.rand(self.shape, generator=torch.Generator().manual_seed(i)), i % 10
+
+
+class Decoder(nn.Module):
+    """A nanoGPT-style causal decoder: token + position embeddings, pre-LN blocks, tied head."""
+
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, seq: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "ln1": nn.LayerNorm(d), "qkv": nn.Linear(d, 3 * d), "proj": nn.Linear(d, d),
+            "ln2": nn.LayerNorm(d), "fc": nn.Linear(d, 4 * d), "out": nn.Linear(4 * d, d)}) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        b, t = idx.shape
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for blk in self.blocks:
+            q, k, v = blk["qkv"](blk["ln1"](x)).view(b, t, 3, self.heads, -1).transpose(1, 3).unbind(2)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, -1)
+            x = x + blk["proj"](a)
+            x = x + blk["out"](F.gelu(blk["fc"](blk["ln2"](x))))
+        return self.ln(x) @ self.tok.weight.t()
+
+
+def cifar_batch(batch: int, classes: int = 10):
+    def make(g):
+        return torch.randn(batch, 3, 32, 32, generator=g), torch.randint(0, classes, (batch,), generator=g)
+    return make
+
+
+def image_batch(batch: int, size: int):
+    def make(g):
+        return torch.randn(batch, 3, size, size, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    return make
+
+
+def token_batch(batch: int, seq: int, vocab: int):
+    def make(g):
+        idx = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+        return idx[:, :-1].contiguous(), idx[:, 1:].contiguous()
+    return make
+
+
+def ce_loss(out, y):
+    return F.cross_entropy(out.float(), y)
+
+
+def lm_loss(out, y):
+    return F.cross_entropy(out.float().flatten(0, 1), y.flatten())
+
+def sync_host_work(out: torch.Tensor, iters: int, calls: bool = True) -> None:
+    """Copy the logits to the host (a sync), then `iters` iterations of Python, like per-sample metrics."""
     logits = out.detach().float().cpu()  # sync point: deliberate, the anti-pattern under test
     acc = 0.0
     if calls:
@@ -38,22 +125,32 @@ def _sync_host_work(out: torch.Tensor, iters: int, calls: bool = True) -> None:
     logits.numpy().argsort(axis=1)
 
 
-class Workload:
-    """A model, an optimizer, inputs, and the knobs that inject a cause (see the module docstring)."""
+def _item_hook(_mod: nn.Module, _inp, out: torch.Tensor) -> None:
+    out.float().mean().item()  # sync point: deliberate, the anti-pattern under test
 
-    def __init__(self, name: str, family: str, cause: str, device: torch.device, model: nn.Module,
-                 make_batch: Callable[[torch.Generator], tuple], loss: Callable, *, opt: str = "sgd",
+
+class Workload:
+    """A model, an optimizer, inputs, and the knobs that inject a cause (see the module docstring). `opt` is
+    "sgd", "adamw_loop", "adamw_fused" or a function of the parameters that returns an optimizer; `cause` is
+    None where the workload was built to show no one cause."""
+
+    def __init__(self, name: str, family: str, cause: str | None, device: torch.device, model: nn.Module,
+                 make_batch: Callable[[torch.Generator], tuple], loss: Callable, *,
+                 opt: str | Callable[..., torch.optim.Optimizer] = "sgd",
                  loader: torch.utils.data.DataLoader | None = None, host_input: bool = False,
                  pinned: bool = False, host_work: int = 0, host_calls: bool = True,
                  compile_mode: str | None = None, graph_compiled: bool = False,
-                 bf16: bool = True, fixed: Callable[[], Workload] | None = None) -> None:
+                 bf16: bool = True, item_hooks: bool = False, graphed: bool = False,
+                 fixed: Callable[[], Workload] | None = None) -> None:
         self.name, self.family, self.cause, self.device = name, family, cause, device
         self.cuda = device.type == "cuda"
         self.model = model.to(device)
         if self.cuda and family.startswith("resnet"):
             self.model = self.model.to(memory_format=torch.channels_last)
         params = self.model.parameters()
-        if opt == "adamw_loop":  # per-parameter kernels; step counters are CPU tensors read with .item()
+        if callable(opt):
+            self.opt = opt(params)
+        elif opt == "adamw_loop":  # per-parameter kernels; step counters are CPU tensors read with .item()
             self.opt = torch.optim.AdamW(params, lr=1e-4, foreach=False, capturable=False)
         elif opt == "adamw_fused":
             self.opt = torch.optim.AdamW(params, lr=1e-4, fused=self.cuda)
@@ -75,6 +172,21 @@ class Workload:
         self.gpu_twin: Callable[[], Workload] | None = None
         self._fixed = fixed
         self.copy_bytes = (x.numel() * x.element_size() + y.numel() * y.element_size()) if host_input else 0
+        if item_hooks:
+            for mod in self.model.modules():
+                if isinstance(mod, nn.Conv2d):
+                    mod.register_forward_hook(_item_hook)
+        self.graph = self._capture() if graphed else None
+
+    def _capture(self) -> torch.cuda.CUDAGraph:
+        """The whole step's device work as one CUDA graph, which `step()` then replays."""
+        from ..step import capture_graph
+
+        def graph_step() -> None:
+            self.opt.zero_grad(set_to_none=True)
+            self.gpu_part()
+
+        return capture_graph(graph_step)
 
     def _forward(self):
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False):
@@ -99,7 +211,7 @@ class Workload:
         return isinstance(self.opt, torch.optim.SGD) or bool(self.opt.defaults.get("fused"))
 
     def step(self, clock=NO_CLOCK) -> None:
-        """One training step; `clock` (a trainer.timing.StepClock) times its phases as the trainer does."""
+        """One training step; `clock` (a stepscope.timing.StepClock) times its phases as the trainer does."""
         clock.begin()
         with record_function("data"):
             if self.loader is not None:
@@ -115,6 +227,11 @@ class Workload:
                                     self.y.copy_(self.host_y, non_blocking=self.pinned)))
             else:
                 clock.batch_ready()
+        if self.graph is not None:
+            with record_function("graph_replay"):
+                self.graph.replay()
+            clock.dispatched()
+            return
         with record_function("forward"):
             loss, out = self._forward()
         with record_function("backward"):
@@ -124,7 +241,7 @@ class Workload:
             self.opt.zero_grad(set_to_none=True)
         if self.host_work:
             with record_function("host_postprocess"):
-                _sync_host_work(out, self.host_work, self.host_calls)
+                sync_host_work(out, self.host_work, self.host_calls)
         clock.dispatched()
 
     def fixed(self) -> Workload | None:
@@ -134,10 +251,10 @@ class Workload:
 class TinyOps:
     """Thousands of tiny elementwise ops on a 1 Ki-element tensor: nothing but launches."""
 
-    family, cause, copy_bytes = "elementwise", "launch_bound", 0
+    family, cause, copy_bytes = "elementwise", LAUNCH_BOUND.name, 0
 
-    def __init__(self, device: torch.device, n_ops: int = 3000) -> None:
-        self.name, self.device, self.n_ops = "tiny_ops", device, n_ops
+    def __init__(self, device: torch.device, n_ops: int = 3000, name: str = "tiny_ops") -> None:
+        self.name, self.device, self.n_ops = name, device, n_ops
         self.cuda = device.type == "cuda"
         self.x = torch.randn(1024, device=device)
 
@@ -158,36 +275,36 @@ class TinyOps:
         clock.dispatched()
 
     def fixed(self):
-        return None  # the intervention is the CUDA graph of gpu_part itself (verdict_bench.py)
+        return None  # the intervention is the CUDA graph of gpu_part itself (verdicts/truth.py)
 
 
-def _resnet18():
-    from stepscope.models import torchvision_cifar_resnet18
+def cifar_resnet18() -> nn.Module:
+    from ..models import torchvision_cifar_resnet18
     return torchvision_cifar_resnet18(10)
 
 
-def _resnet50():
+def resnet50() -> nn.Module:
     import torchvision
     return torchvision.models.resnet50(num_classes=10)
 
 
-def _small_cnn():
-    from stepscope.config import ModelConfig
-    from stepscope.models import build_model
+def small_cnn() -> nn.Module:
+    from ..config import ModelConfig
+    from ..models import build_model
     return build_model(ModelConfig(arch="resnet8"))
 
 
-def _pooled_linear():
+def pooled_linear() -> nn.Module:
     return nn.Sequential(nn.AdaptiveAvgPool2d(8), nn.Flatten(), nn.Linear(192, 10))
 
 
 def resnet18(d, name, batch, cause, **kw):
-    return Workload(name, "resnet18", cause, d, _resnet18(), _cifar(batch), _ce, **kw)
+    return Workload(name, "resnet18", cause, d, cifar_resnet18(), cifar_batch(batch), ce_loss, **kw)
 
 
 def gpt(d, name, batch, seq, width, layers, cause, **kw):
     return Workload(name, "gpt", cause, d, Decoder(2048, width, layers, max(2, width // 64), seq),
-                    _tokens(batch, seq, 2048), _lm, **kw)
+                    token_batch(batch, seq, 2048), lm_loss, **kw)
 
 
 def hf_gpt2(d):
@@ -201,10 +318,10 @@ def hf_gpt2(d):
         def forward(self, idx):
             return self.m(idx).logits
 
-    return Workload("hf_gpt2_small", "hf-gpt2", "launch_bound", d, LogitsOnly(), _tokens(4, 128, 2048), _lm)
+    return Workload("hf_gpt2_small", "hf-gpt2", LAUNCH_BOUND.name, d, LogitsOnly(), token_batch(4, 128, 2048), lm_loss)
 
 
-def loader(d, name, workers, sample_ms, batch=32, fix_workers=None, cause="data_bound"):
+def loader(d, name, workers, sample_ms, batch=32, fix_workers=None, cause=DATA_BOUND.name):
     def make():
         dl = torch.utils.data.DataLoader(SlowSamples(1_000_000, sample_ms), batch_size=batch, shuffle=False,
                                          num_workers=workers, pin_memory=d.type == "cuda",
@@ -218,11 +335,11 @@ def reduce_overhead(d):
     """ResNet-18 batch 128 under torch.compile(mode="reduce-overhead"), as scripts/compare.py runs it. Its
     device work is timed on a twin compiled with mode "default" (the same Inductor kernels) replayed as one
     CUDA graph: reduce-overhead's own graphs cannot be captured inside another."""
-    w = Workload("compile_reduce_overhead", "resnet18-compiled", "gpu_bound", d, _resnet18(), _cifar(128), _ce,
+    w = Workload("compile_reduce_overhead", "resnet18-compiled", GPU_BOUND.name, d, cifar_resnet18(), cifar_batch(128), ce_loss,
                  compile_mode="reduce-overhead")
 
     def twin():
-        t = Workload("compile_default_twin", "resnet18-compiled", "gpu_bound", d, _resnet18(), _cifar(128), _ce,
+        t = Workload("compile_default_twin", "resnet18-compiled", GPU_BOUND.name, d, cifar_resnet18(), cifar_batch(128), ce_loss,
                      compile_mode="default", graph_compiled=True)
         t.model.load_state_dict(w.model.state_dict())
         return t
@@ -231,41 +348,3 @@ def reduce_overhead(d):
     return w
 
 
-WORKLOADS: dict[str, Callable[[torch.device], object]] = {
-    # the process's first CUDA work inside the profiled window; the verdict is that of the warm steps
-    "cold_start": lambda d: resnet18(d, "cold_start", 128, "launch_bound"),
-    "resnet18_bs32": lambda d: resnet18(d, "resnet18_bs32", 32, "launch_bound"),
-    "resnet18_bs128": lambda d: resnet18(d, "resnet18_bs128", 128, "launch_bound"),
-    "resnet18_bs1024": lambda d: resnet18(d, "resnet18_bs1024", 1024, "gpu_bound"),
-    "resnet50_pinned": lambda d: Workload("resnet50_pinned", "resnet50", "gpu_bound", d, _resnet50(),
-                                          _images(128, 64), _ce, host_input=True, pinned=True),
-    "gpt_tiny": lambda d: gpt(d, "gpt_tiny", 2, 64, 128, 4, "launch_bound"),
-    "gpt_large": lambda d: gpt(d, "gpt_large", 16, 512, 1024, 8, "gpu_bound"),
-    "hf_gpt2_small": hf_gpt2,
-    "compile_default": lambda d: Workload("compile_default", "resnet8-compiled", "launch_bound", d, _small_cnn(),
-                                          _cifar(32), _ce, compile_mode="default",
-                                          fixed=lambda: Workload("compile_default_fixed", "resnet8-compiled",
-                                                                 "launch_bound", d, _small_cnn(), _cifar(32), _ce,
-                                                                 compile_mode="reduce-overhead")),
-    "tiny_ops": TinyOps,
-    "compile_reduce_overhead": reduce_overhead,
-    "loader_in_process": lambda d: loader(d, "loader_in_process", 0, 0.3, batch=64, fix_workers=8),
-    "loader_two_workers": lambda d: loader(d, "loader_two_workers", 2, 2.0, batch=32, fix_workers=16),
-    # 2 workers slower than the unprofiled step (about 16 ms a batch against 10) but faster than the profiled
-    # one (about 19): profiled straight from the data-bound steady state (verdict_bench.py STEADY_FIRST), the
-    # queue is empty when the profiler starts and the workers catch up while it slows the steps
-    "loader_catching_up": lambda d: loader(d, "loader_catching_up", 2, 1.0, batch=32, fix_workers=16),
-    # a worker-fed loader that keeps up with room to spare: its waits are the hand-off of a ready batch
-    "loader_ahead": lambda d: loader(d, "loader_ahead", 8, 0.05, batch=32, cause="launch_bound"),
-    # 151 MB of float32 images per step into a model that pools them at once: the copy is the step
-    "pageable_copy": lambda d: Workload(
-        "pageable_copy", "pooled-linear", "transfer_bound", d, _pooled_linear(), _images(768, 128), _ce,
-        host_input=True, pinned=False,
-        fixed=lambda: Workload("pageable_copy_fixed", "pooled-linear", "transfer_bound", d, _pooled_linear(),
-                               _images(768, 128), _ce, host_input=True, pinned=True)),
-    "host_python": lambda d: resnet18(d, "host_python", 128, "host_bound", host_work=120_000,
-                                      fixed=lambda: resnet18(d, "host_python_fixed", 128, "host_bound")),
-    "adamw_cpu_scalars": lambda d: resnet18(d, "adamw_cpu_scalars", 128, "launch_bound", opt="adamw_loop",
-                                            fixed=lambda: resnet18(d, "adamw_fused", 128, "launch_bound",
-                                                                   opt="adamw_fused")),
-}

@@ -4,7 +4,7 @@ communication_bound over gloo under torchrun (2 processes). CI-sized: about a mi
     run_dir, truth = run_cpu_scenario("cpu_loader", Path("/tmp/vb/traces"))
 
 Each returns the run directory of its trace and its truth (verdict by construction, confirmed by removing
-the cause where there is one to remove). Used by scripts/verdict_bench.py --device cpu.
+the cause where there is one to remove). Used by bench.py (scripts/verdict_bench.py --device cpu).
 """
 
 from __future__ import annotations
@@ -18,23 +18,25 @@ import time
 from pathlib import Path
 
 import torch
-from verdict_truth import CONFIRM_SPEEDUP, record_trace, step_times
-from verdict_workloads import SlowSamples, Workload, _ce, _cifar, _pooled_linear, _small_cnn
+
+from ...profiler.analysis.verdicts import CPU_BOUND, DATA_BOUND, HOST_BOUND
+from ..workloads import SlowSamples, Workload, ce_loss, cifar_batch, pooled_linear, small_cnn
+from .truth import CONFIRM_SPEEDUP, record_trace, step_times
 
 CPU = torch.device("cpu")
 
 
 def _workload(name: str, fixed: bool = False):
     if name == "cpu_compute":
-        return Workload(name, "resnet8", "cpu_bound", CPU, _small_cnn(), _cifar(64), _ce)
+        return Workload(name, "resnet8", CPU_BOUND.name, CPU, small_cnn(), cifar_batch(64), ce_loss)
     if name == "cpu_loader":  # 10 ms a sample in the main process, 16 samples a batch: 160 ms of loading (a
         # sleep, which a loaded machine does not lengthen) into a pooled linear classifier (under 1 ms of compute)
         dl = torch.utils.data.DataLoader(SlowSamples(1_000_000, 0.0 if fixed else 10.0), batch_size=16)
-        return Workload(name, "pooled-linear", "data_bound", CPU, _pooled_linear(), _cifar(16), _ce, loader=dl)
+        return Workload(name, "pooled-linear", DATA_BOUND.name, CPU, pooled_linear(), cifar_batch(16), ce_loss, loader=dl)
     if name == "cpu_host_python":  # about 100 ms of Python after each step, no calls for with_stack to record,
         # after a pooled linear classifier's step (under 1 ms): torch's threads, which a busy machine slows more
         # than one Python thread, cannot outweigh it
-        return Workload(name, "pooled-linear", "host_bound", CPU, _pooled_linear(), _cifar(8), _ce,
+        return Workload(name, "pooled-linear", HOST_BOUND.name, CPU, pooled_linear(), cifar_batch(8), ce_loss,
                         host_work=0 if fixed else 2_000_000, host_calls=False)
     raise ValueError(name)
 
@@ -72,9 +74,8 @@ def run_cpu_scenario(name: str, traces: Path) -> tuple[Path, dict]:
 
 
 def _gloo(run_dir: Path) -> tuple[Path, dict]:
-    script = Path(__file__).with_name("verdict_ddp.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-           "--case", "comm", "--out", str(run_dir)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "stepscope.bench.verdicts.ddp", "--case", "comm", "--out", str(run_dir)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if r.returncode != 0:
         raise RuntimeError(f"torchrun failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")

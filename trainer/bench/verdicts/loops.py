@@ -1,0 +1,145 @@
+"""The verdict suite's scenarios as plain user loops: stepscope.schedule + stepscope.trace_handler, no trainer.
+
+    python scripts/verdict_loops.py --out /tmp/vl                          # every GPU scenario of the suite
+    python scripts/verdict_loops.py --out /tmp/vlh --set holdout           # the held-out families
+    python scripts/verdict_loops.py --out /tmp/vl --only gpt_tiny loader_two_workers
+
+For each scenario (gpu.py, holdout.py): the truth measured unprofiled
+(truth.py, as bench.py does), then the workload's step run in the loop a user writes:
+
+    sched = stepscope.schedule(skip_first=5, wait=30, warmup=1, active=3, repeat=1, window=30)
+    handler = stepscope.trace_handler(out / "traces" / name)
+    with torch.profiler.profile(activities=[CPU, CUDA], schedule=sched, on_trace_ready=handler,
+                                record_shapes=True, profile_memory=True, with_stack=True) as prof:
+        for _ in range(STEPS):
+            w.step(LoaderClock(sched))    # the wait for each batch, reported as stepscope.loader does
+            prof.step()
+    handler.close()
+
+and scored (score.py) two ways: the handler's own diagnosis, from the schedule's telemetry
+("diagnosis_run"), and the same raw trace read as a stranger's, without it ("diagnosis"). Writes OUT/results.json
+and OUT/results.md and prints the Markdown. Done when every verdict is right and GPU busy is within 5 points.
+Bad flags: one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ... import schedule, trace_handler
+from ...profiler.trace.errors import TraceError
+from ..workloads import NoClock
+from .bench import GPU_ORDER, HOLDOUT_ORDER, diagnose
+from .score import score_rows, to_markdown
+
+SCHEDULE = dict(skip_first=5, wait=30, warmup=1, active=3, repeat=1, window=30)
+STEPS = 5 + 30 + 4 + 1 + 30 + 2  # to the end of the window after the cycle
+
+
+class LoaderClock(NoClock):
+    """What Workload.step() calls around fetching its batch, turned into stepscope.loader's report."""
+
+    def __init__(self, sched) -> None:
+        self.sched, self.t0 = sched, 0
+
+    def begin(self) -> None:
+        self.t0 = time.perf_counter_ns()
+
+    def batch_ready(self) -> None:
+        self.sched.add_data_wait(time.perf_counter_ns() - self.t0)
+
+    def dispatched(self) -> None:
+        pass
+
+
+def loop_scenario(name: str, out: Path, device) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .gpu import WORKLOADS
+    from .truth import expected_verdict, measure
+
+    if name not in WORKLOADS:
+        from .holdout import HOLDOUT as WORKLOADS
+    torch.manual_seed(0)
+    w = WORKLOADS[name](device)
+    t0 = time.perf_counter()
+    truth = measure(w, device)
+    expected, confirmed = expected_verdict(w, truth)
+    truth.update(expected=expected, confirmed=confirmed, cause=w.cause, family=w.family,
+                 gpu_busy_pct=None if truth["gpu_ms"] is None else min(100.0, 100 * truth["gpu_ms"] / truth["step_ms"]))
+    run_dir = out / "traces" / name
+    sched = schedule(**SCHEDULE)
+    handler = trace_handler(run_dir, worker_name=name)
+    clock = LoaderClock(sched)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched, on_trace_ready=handler,
+                 record_shapes=True, profile_memory=True, with_stack=True) as prof:
+        for _ in range(STEPS):
+            w.step(clock)
+            prof.step()
+    handler.close(timeout=300)
+    (summary,) = handler.summaries
+    if summary.report is None:
+        raise ValueError(f"{name}: no diagnosis: {summary.error}")
+    d = summary.report.to_dict()
+    (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    row = {"scenario": name, "truth": truth, "telemetry": summary.telemetry,
+           "diagnosis_run": {"verdict": d["verdict"], "gpu_busy_pct": d["metrics"]["gpu_busy_pct"],
+                             "profiled_gpu_busy_pct": d["metrics"]["profiled"]["gpu_busy_pct"],
+                             "step_ms": d["metrics"]["step_ms"], "profiled_step_ms": d["metrics"]["profiled"]["step_ms"],
+                             "findings": [f["id"] for f in d["findings"]]},
+           "seconds": time.perf_counter() - t0}
+    try:  # the same trace as a stranger's, for comparison; its failure leaves the loop's own result standing
+        row["diagnosis"] = diagnose(run_dir)
+    except TraceError as e:
+        row["diagnosis_error"] = str(e)
+    del w
+    torch.cuda.empty_cache()
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ...profiler.cli.oneline import OneLineParser
+
+    p = OneLineParser(prog="verdict_loops.py", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="where results and traces go (created)")
+    p.add_argument("--set", dest="scenario_set", default="main", choices=["main", "holdout"])
+    p.add_argument("--only", nargs="+", metavar="SCENARIO")
+    a = p.parse_args(argv)
+    names = GPU_ORDER if a.scenario_set == "main" else HOLDOUT_ORDER
+    names = tuple(n for n in names if n != "cold_start")  # a window over the first steps is the trainer's case
+    unknown = [n for n in (a.only or []) if n not in names]
+    if unknown:
+        p.error(f"unknown scenario {unknown[0]!r}; valid: {', '.join(names)}")
+    import torch
+
+    if not torch.cuda.is_available():
+        p.error("no CUDA GPU is visible: the suite's loops are GPU scenarios")
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in [n for n in names if not a.only or n in a.only]:
+        print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
+        try:
+            row = loop_scenario(name, a.out, torch.device("cuda"))
+        except (RuntimeError, OSError, ValueError) as e:
+            traceback.print_exc()
+            row = {"scenario": name, "error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        (a.out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    scored, scored_run = score_rows(rows), score_rows(rows, "diagnosis_run")
+    (a.out / "results.json").write_text(json.dumps({"rows": rows, "score": scored, "score_run": scored_run},
+                                                   indent=1) + "\n")
+    md = ("Plain loops, stepscope.schedule + stepscope.trace_handler (the schedule's telemetry)\n\n"
+          + to_markdown(rows, scored_run, "diagnosis_run")
+          + "\nThe same traces as strangers' (no telemetry: the profiler-overhead model)\n\n" + to_markdown(rows, scored))
+    (a.out / "results.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
