@@ -137,3 +137,27 @@ def test_local_processes_send_back_reports_and_this_process_only_joins_them(tmp_
     assert dumps(analyze(job, workers=Workers.local(cpus=2)).to_dict()) == alone
     pids = log.read_text().split()
     assert len(pids) == 2 and str(os.getpid()) not in pids
+
+
+def test_this_process_alone_holds_one_trace_at_a_time(monkeypatch):
+    """Working alone, the front door parses, reports and lets go of each rank before the next: the events of
+    no two ranks are alive at once (a training process diagnosing a many-rank job)."""
+    import gc
+    import weakref
+
+    from stepscope.profiler.analysis import report as reporting
+
+    alive: weakref.WeakSet = weakref.WeakSet()
+    most = []
+    parse = reporting.parse_trace_file
+
+    def tracked(*args, **kwargs):
+        parsed = parse(*args, **kwargs)
+        gc.collect()
+        most.append(len(alive))  # parses still alive when this one is made
+        alive.add(parsed)
+        return parsed
+
+    monkeypatch.setattr(reporting, "parse_trace_file", tracked)
+    report = analyze(DATA / "suite_ddp" / "straggler", workers=Workers.inline())
+    assert len(report.spans) == 2 and most == [0, 0]

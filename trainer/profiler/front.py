@@ -66,18 +66,17 @@ def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file): a
     RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several.
     ``workers`` says where the traces are parsed (trace/workers.py); by default in this process alone,
-    which a training process needs, or in local processes within ``max_memory`` bytes when it is given. In
-    local processes or on a cluster, each trace's report is made where the trace is read, and only the
-    report comes back: the cross-rank analysis here works on small reports, not on every rank's events."""
+    which a training process needs, or in local processes within ``max_memory`` bytes when it is given. Each
+    trace's report is made where the trace is read (here, a local process, a Dask task), and only the report
+    is kept: the cross-rank analysis works on small reports, and no more than one trace's events are held
+    at once by a process working alone."""
     path = Path(path)
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
-    if workers.cluster is not None or workers.forks:
-        found = _discover(path)
-        report, loaded, skipped = report_runs_found(found.traces, path, selection, telemetry, workers)
-        _summary(path, found, loaded, skipped)
-        return report
-    return report_runs(find(path, workers).loaded, path, selection, telemetry)
+    found = _discover(path)
+    report, loaded, skipped = report_runs_found(found.traces, path, selection, telemetry, workers)
+    _summary(path, found, loaded, skipped)
+    return report
 
 
 def report(loaded: list[Loaded], root: Path, selection: StepSelection | None = None,
