@@ -54,12 +54,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from ..analysis import RunReport, StepSelection, TraceError, json_out
-from ..loaded import Loaded, load_found
-from ..runs import RunsReport, render_runs, report_runs, report_runs_found, telemetry_sources
+from ..loaded import Loaded
+from ..runs import RunsReport, render_runs, report_runs_found, telemetry_sources
 from ..trace.cluster import ClusterError, check_spec, open_cluster
 from ..trace.discover import discover, summary_line
 from ..trace.gc_paused import gc_paused
@@ -96,17 +95,11 @@ def check_out_dir(out_dir: Path) -> None:
                          "directory")
 
 
-def find_and_load(path: Path, workers: Workers) -> tuple[list[Loaded], str]:
-    """Every trace under ``path``, parsed, and the one-line summary of what was found and skipped."""
-    found = _discover(path)
-    loaded, skipped = load_found(found.traces, workers)
-    return loaded, _found_line(path, found, loaded, skipped)
-
-
 def find_and_analyze(path: Path, selection: StepSelection,
                      workers: Workers) -> tuple[RunReport | RunsReport, list[Loaded], str]:
-    """``find_and_load`` and the report in one, each trace analysed where ``workers`` says (local processes,
-    a cluster) and only its report brought back: the report, the traces analysed (without their events), the summary."""
+    """Every trace under ``path`` and the report on them, each trace parsed and reported where ``workers`` says
+    (here, local processes, a cluster) and only its report kept: the report, the traces analysed (without
+    their events), and the one-line summary of what was found and skipped."""
     found = _discover(path)
     report, loaded, skipped = report_runs_found(found.traces, path, selection, None, workers)
     return report, loaded, _found_line(path, found, loaded, skipped)
@@ -175,15 +168,10 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         # A short-lived process holding millions of events that form no cycles: the cyclic collector would
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
         with gc_paused(), open_cluster(a.cluster) as address:
-            if address is None and a.export_tensorboard is not None:
-                loaded, found_line = find_and_load(a.run_dir, workers)
-                # validates every trace before anything is written
-                report = report_runs(loaded, a.run_dir, selection)
-                # the streamed export reads the files again: the parsed events are let go first
-                loaded = [replace(item, parsed=None) for item in loaded]
-            else:  # each trace's report made where it is read (a local process, a Dask task), sent back
-                report, loaded, found_line = find_and_analyze(
-                    a.run_dir, selection, workers if address is None else Workers.dask(address))
+            # each trace's report made where it is read (here, a local process, a Dask task), and only the
+            # report kept: every trace is validated before anything is written; the export reads them again
+            report, loaded, found_line = find_and_analyze(
+                a.run_dir, selection, workers if address is None else Workers.dask(address))
             written = export(loaded, a.export_tensorboard, workers) if a.export_tensorboard is not None else None
     except (TraceError, UsageError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)
