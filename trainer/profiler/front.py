@@ -7,8 +7,9 @@ handler, the TensorBoard watcher) is a call of ``analyze``.
     runs = analyze("logs")          # a folder of several runs: RunsReport, one RunReport per run (runs.py)
     report = analyze("logs/job", workers=Workers.dask("tcp://host:8786"))   # each rank's work on a cluster
 
-Discovery (trace/discover.py) finds the traces, loaded.py parses them, jobs.py groups them into jobs (one run
-folder is one job, unless the traces' distributedInfo joins folders), the analysis reports on each. When
+Discovery (trace/discover.py) finds the traces, loaded.py parses and reports on each where the worker policy
+says (keeping only the report), jobs.py groups them into jobs (one run folder is one job, unless the traces'
+distributedInfo joins folders), and the cross-rank analysis joins each job's reports. When
 ``telemetry`` is not given and a run is a stepscope run with a run.json, the run's own telemetry is used.
 Raises TraceError (a ValueError, one line) on bad input. Torch-free.
 """

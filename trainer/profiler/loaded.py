@@ -11,8 +11,9 @@ that does not parse is an error (TraceError, one line). A Lightning trace withou
 Optimizer.step# events, or a file that was only sniffed as a Chrome trace and holds no torch operators
 either, is skipped (see skip_reason). A trace whose name carries no span gets one: the file's mtime in ns,
 shared by every spanless trace of the same run folder so that the ranks of an accelerate run pair up.
-``analyze_found`` does both for a cluster (trace/workers.py): each trace is parsed and analysed where it is
-read (a Dask task), and only its report comes back, with the little that runs.py groups jobs by.
+``analyze_found`` does both, as the front door does (trace/workers.py): each trace is parsed and analysed
+where it is read (this process, a local process, a Dask task), and only its report is kept, with the little
+that runs.py groups jobs by.
 Torch-free.
 """
 
