@@ -179,3 +179,20 @@ def test_a_traces_interval_sets_are_built_once_and_let_go_with_it():
     assert held() is None
     first, second = parse_trace_file(path, "w", "1"), parse_trace_file(path, "w", "1")
     assert host_sets(first) is not host_sets(second)  # an equal trace is another trace
+
+
+def test_the_modelled_inflation_never_takes_the_whole_step():
+    """A loop of 0.2 ms CPU steps whose recorded events the model charges 0.25 ms: the estimate stays a fifth
+    of the profiled step (the profiler never cost more than about 3x a step over the H100 calibration),
+    instead of 0.00 ms."""
+    from stepscope.profiler.analysis.breakdown import Breakdown
+    from stepscope.profiler.analysis.overhead import Inflation
+    from stepscope.profiler.analysis.unprofiled import MAX_INFLATION_SHARE, unprofiled_view
+
+    steps = 3
+    profiled = Breakdown({"cpu_ops": 150.0 * steps, "data": 0.0, "other_host": 50.0 * steps,
+                          "communication": 0.0}, 200.0 * steps, steps)
+    view = unprofiled_view(profiled, 0.2, 0.0, Inflation(0.25, 0.17, 0.32, {}), loader_paced=False)
+    step = view.breakdown.total_us / steps / 1e3
+    assert step == pytest.approx(0.2 * (1 - MAX_INFLATION_SHARE))
+    assert view.low.total_us > 0 and view.high.total_us > 0

@@ -168,14 +168,21 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
     # CI runs tests two at a time on two cores: a neighbour that takes a core during the remedy's run leaves the
     # workers one core, and the speed-up falls short of the 2-core prediction (inconclusive) or vanishes
     # (refuted, exit code 1: measured 1.02x with a busy loop on one of the two cores). Such a run is done again
-    # (up to three in all); each is a complete verification, and the last one must confirm and exit 0.
+    # (up to three in all); each is a complete verification, and the last one must confirm and exit 0. The
+    # same neighbour, leaving during the remedy's run after slowing the baseline's, makes the remedy look
+    # faster than the baseline's figures allow (3.1x measured against 1.0x..1.28x predicted, seen with the
+    # machine's load at 12): that run is done again too, and the last one must hold its prediction.
+    def holds(v: dict) -> bool:
+        low, high = v["predicted_speedup_range"]
+        return 0.75 * low <= v["measured_speedup"] <= 1.25 * high
+
     for _attempt in range(3):
         shutil.rmtree(run_dir / "verify", ignore_errors=True)
         with on_cpus(cpus):
             r = verify(run_dir, "--steps", "30")
         assert r.returncode in (0, 1), r.stderr  # 2 would be an error, not a measurement
         v = json.loads((run_dir / "run.json").read_text())["verification"]
-        if v["result"] == "confirmed":
+        if v["result"] == "confirmed" and holds(v):
             break
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert v["remedy"] == ["--workers", "4"] and v["result"] == "confirmed", (v, r.stdout)

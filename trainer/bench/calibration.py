@@ -295,7 +295,8 @@ def main() -> int:
                 run(style, model, shape, device, 0, Clock(device), {"dir": folder, "options": OPTIONS[option]})
                 row = {"family": fam, "style": style, "recording": option, "measured_ms": measured,
                        **predicted(folder)}
-                row["ratio"] = measured / row["predicted_ms"]
+                # a trace whose steps all measure 0 ms (a loaded machine's few steps) has no estimate
+                row["ratio"] = measured / row["predicted_ms"] if row["predicted_ms"] > 0 else None
                 row["in_range"] = bool(row["range_ms"] and row["range_ms"][0] <= measured <= row["range_ms"][1])
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
@@ -317,6 +318,10 @@ def _device_name(device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
 def table(rows: list[dict], device: str) -> str:
     out = [f"Overhead model vs measured unprofiled step ({device}, torch {torch.__version__}; median step, ms)", "",
            "| family | loop | recording | profiled | predicted | range | measured | measured/predicted | in range "
@@ -324,7 +329,7 @@ def table(rows: list[dict], device: str) -> str:
     for r in rows:
         rng = f"{r['range_ms'][0]:.2f}-{r['range_ms'][1]:.2f}" if r["range_ms"] else "–"
         out.append(f"| {r['family']} | {r['style']} | {r['recording']} | {r['profiled_ms']:.2f} | "
-                   f"{r['predicted_ms']:.2f} | {rng} | {r['measured_ms']:.2f} | {r['ratio']:.2f} | "
+                   f"{r['predicted_ms']:.2f} | {rng} | {r['measured_ms']:.2f} | {_num(r['ratio'])} | "
                    f"{'yes' if r['in_range'] else 'NO'} | {r['verdict']} | {r['alternative'] or ''} |")
     # grouped as the analysis reads them: by the loop style the trace shows (a Hugging Face loop reads as eager,
     # and so does a compiled one recorded without record_shapes: no compiled-graph ranges) and with_stack, as
@@ -336,9 +341,11 @@ def table(rows: list[dict], device: str) -> str:
         stack = OPTIONS[r["recording"]].get("with_stack", False)
         groups.setdefault((r.get("loop_style_read") or r["style"], stack), []).append(r)
     for (style, stack), group in sorted(groups.items()):
-        ratios = [r["ratio"] for r in group]
+        ratios = [r["ratio"] for r in group if r["ratio"] is not None]
+        if not ratios:
+            continue
         lo, hi = min(ratios), max(ratios)
-        over = max(r["measured_ms"] / r["profiled_ms"] for r in group)
+        over = max((r["measured_ms"] / r["profiled_ms"] for r in group if r["profiled_ms"]), default=0.0)
         out.append(f"| {style} | {stack} | {len(ratios)} | {lo:.2f} | {hi:.2f} | "
                    f"({math.floor(lo * 95) / 100:.2f}, {math.ceil(hi * 105) / 100:.2f}) | {over:.2f} |")
     return "\n".join(out)
