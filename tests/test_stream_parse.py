@@ -164,3 +164,27 @@ def test_a_bad_event_in_a_later_byte_range_is_named_by_its_index_in_the_file(tmp
     want = _error(parse_file, path, "w", "1")
     assert "event #2501 ('bad', cat 'cpu_op') has ts nan" in want
     assert _error(parse_path, path, "w", "1", 2) == want
+
+
+def test_byte_ranges_parse_without_falling_back(tmp_path):
+    """A good trace cut into byte ranges is parsed by the ranges themselves: the one-process parse that takes
+    over from a range that fails (a bad event, a helper that cannot start) must not hide a broken range path,
+    which costs twice the time on a large trace with the same result."""
+    import gzip
+    import shutil
+
+    from stepscope.profiler.analysis import stream_parse
+    from stepscope.profiler.analysis.stream_collect import decode
+    from stepscope.profiler.analysis.stream_ranges import collect_ranges, first_base
+    from stepscope.profiler.trace.jsonstream import BLOCK, split_points
+
+    src = next((Path(__file__).resolve().parent / "data" / "eager_bs128").glob("*.json.gz"))
+    path = tmp_path / "trace.json"
+    with gzip.open(src, "rb") as f, open(path, "wb") as out:
+        shutil.copyfileobj(f, out)
+    ranges = split_points(path, 2, decode, 1.0)
+    assert len(ranges) == 2
+    collector, _header = collect_ranges(path, ranges, first_base(path, BLOCK), BLOCK)  # raises if broken
+    one = stream_parse.parse_trace_file(path, "w", "1")
+    assert len(collector.ops) == len(one.ops) and len(collector.device) == len(one.device)
+    assert stream_parse.parse_trace_file(path, "w", "1", parts=2) == one

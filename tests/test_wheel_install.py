@@ -96,3 +96,15 @@ def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
     analyze = run([bin_dir / "stepscope", "analyze", "logs/wheel", "--json"], cwd=away)
     assert analyze.stderr.splitlines()[-1] == "found 1 trace (1 stepscope)"
     assert json.loads(analyze.stdout)["verdict"] == "cpu_bound"
+
+    # the public API, from the installed wheel: one line into the same engine as the command
+    api = run([bin_dir / "python", "-c",
+               "import json, sys, stepscope\n"
+               f"r = stepscope.analyze({str(REPO / 'tests' / 'data' / 'eager_bs128')!r})\n"
+               "print(json.dumps([stepscope.__file__, stepscope.__version__, r.verdict, 'torch' in sys.modules]))"],
+              cwd=away)
+    api_file, version, verdict, torch_imported = json.loads(api.stdout)
+    assert api_file.startswith(site) and version == "0.1.0"
+    assert verdict == json.loads(run([bin_dir / "stepscope", "analyze", str(REPO / "tests" / "data" / "eager_bs128"),
+                                      "--json"], cwd=away).stdout)["verdict"]
+    assert torch_imported is False  # the analysis is torch-free

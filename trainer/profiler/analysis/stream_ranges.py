@@ -72,7 +72,7 @@ def _codes(names: list[str], table: dict[str, int]) -> np.ndarray:
 def encode(c: Collector) -> dict:
     """A range's events as columns, for the trip back to the parsing process."""
     table: dict[str, int] = {}
-    out: dict = {"steps": c.steps, "shapes": c.shapes, "misplaced_steps": c.misplaced_steps, "header": c.header,
+    out: dict = {"steps": c.steps, "shapes": c.shapes, "header": c.header,
                  "python_calls": np.asarray(c.python_calls, dtype=np.float64),
                  "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
                  "memory": (np.asarray([m[0] for m in c.memory], dtype=np.float64),
@@ -95,7 +95,6 @@ def decode_into(c: Collector, part: dict) -> None:
     names = part["names"]
     c.steps.extend(part["steps"])
     c.shapes = c.shapes or part["shapes"]
-    c.misplaced_steps = c.misplaced_steps or part["misplaced_steps"]
     c.header.update(part["header"])
     c.python_calls.extend(part["python_calls"].tolist())
     c.python_builtins.extend(part["python_builtins"].tolist())
