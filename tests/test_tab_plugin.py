@@ -214,3 +214,31 @@ def test_a_run_that_cannot_be_analysed_says_why_in_one_line(tmp_path):
     assert "\n" not in body["error"]
     (row,) = app.get("/runs")[1]["runs"]
     assert row["state"] == "error" and row["error"] == body["error"]
+
+
+def test_a_users_loop_run_matches_analyze(tmp_path):
+    """A folder written by a plain torch.profiler loop with stepscope.schedule and stepscope.trace_handler."""
+    import stepscope
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+    run = tmp_path / "my_loop"
+    handler = stepscope.trace_handler(run)
+    with torch.profiler.profile(schedule=stepscope.schedule(wait=3, warmup=1, active=3, repeat=1),
+                                on_trace_ready=handler) as prof:
+        for _ in range(12):
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    handler.close(60)
+    app = App(tmp_path)
+    code, body = app.get("/run", run="my_loop")
+    want = analyze(run).to_dict()
+    assert code == 200 and body["report"] == json.loads(json.dumps(want))
+    (row,) = app.get("/runs")[1]["runs"]
+    assert row["name"] == "my_loop" and row["verdict"] == want["verdict"]
