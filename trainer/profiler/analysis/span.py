@@ -156,8 +156,17 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
-                      loader_paced=view.loader_paced, names=name_times(trace, kept, m_prof.sync_episodes),
+                      loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
                       steps_from=trace.steps_from, step_range=rng)
+
+
+def _names(trace: ParsedTrace, kept: list, m_prof: SpanMetrics) -> NameTimes | None:
+    """The steps' time by op, kernel and range name, which only a straggler's comparison with the other
+    ranks reads: computed for the trace of a rank of a job of several (its distributedInfo says so), not for a
+    single process, where it would cost about 8% of the analysis of a large trace for nothing."""
+    if trace.world_size is None or trace.world_size < 2:
+        return None
+    return name_times(trace, kept, m_prof.sync_episodes)
 
 
 def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdicts: list[str], v: str) -> str:
