@@ -145,6 +145,7 @@ def test_the_prediction_starts_from_the_telemetry_else_the_diagnosis():
     assert unprofiled_figures(None, span, 2).step_ms == 50.0
 
 
+@pytest.mark.alone
 def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
     """End to end on the CPU: LeNet on a CIFAR-format folder the test writes, heavy per-sample augmentation in
     the training process (--workers 0). The profiled run reads data_bound; verify reruns it unprofiled with and
