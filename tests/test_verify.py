@@ -195,7 +195,7 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
     assert 0.75 * low <= v["measured_speedup"] <= 1.25 * high, v
     u = v["unprofiled"]  # the baseline's own telemetry: a CPU step that waits for its batch
     assert u["device_ms"] == 0 and u["data_ms"] > 0 and u["cpu_ms"] > 0 and u["cores"] == len(cpus)
-    assert v["measured_speedup"] >= 1.3 and v["baseline_step_ms"] > v["remedy_step_ms"]
+    assert v["measured_speedup"] >= v["min_speedup"] and v["baseline_step_ms"] > v["remedy_step_ms"]
     md = (run_dir / "diagnosis.md").read_text()
     assert "## Verification: `confirmed`" in md and f"{low:.2f}x..{high:.2f}x predicted" in md
     assert "without the wait for the batch" in md
