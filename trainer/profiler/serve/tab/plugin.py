@@ -126,17 +126,15 @@ class StepscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _run(self, request):
-        try:
-            run = self._find(request.args.get("run"))
-        except LookupError as e:
-            return _error(str(e), 404)
-        measured, response = self._state(run)
-        if response is not None:
-            return response
-        return _json({"state": "ready", **run_view(run.name, measured, verification_of(run))})
+        return self._ready(request, lambda run, measured: run_view(run.name, measured, verification_of(run)))
 
     @wrappers.Request.application
     def _ranks(self, request):
+        return self._ready(request, lambda run, measured: ranks_view(run.name, measured))
+
+    def _ready(self, request, view):
+        """``view(run, analysis)`` of the run the request names, once its analysis is ready; 404 for an unknown
+        run, and the state of an analysis still running or failed."""
         try:
             run = self._find(request.args.get("run"))
         except LookupError as e:
@@ -144,7 +142,7 @@ class StepscopePlugin(base_plugin.TBPlugin):
         measured, response = self._state(run)
         if response is not None:
             return response
-        return _json({"state": "ready", **ranks_view(run.name, measured)})
+        return _json({"state": "ready", **view(run, measured)})
 
     @wrappers.Request.application
     def _diff(self, request):
