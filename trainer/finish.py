@@ -4,7 +4,8 @@ TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text
 Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
 at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
 gone), and run.json lists the traces that exist at that moment. A signal during the top-ops table or the
-diagnosis ends it: run.json then says "interrupted" and no diagnosis.md is written. Once the diagnosis is
+diagnosis ends it: run.json then says "interrupted" and no diagnosis.md is written. A trace that cannot be
+analysed (one line on stderr) leaves no diagnosis either, never an unwritten run.json. Once the diagnosis is
 over, a signal is only recorded: run.json is written as the run stands.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .profiler.serve.diagnose import diagnose_run
+from .profiler.trace.errors import TraceError
 from .profiler.trace.files import find_plugin_traces
 from .profiler.trace.workers import Workers
 from .run_dir import PAGE, no_space, release_space
@@ -121,6 +123,8 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
         status = "interrupted"
         print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "
               f"{shlex.quote(str(run_dir))} later)", file=sys.stderr)
+    except TraceError as e:  # e.g. a peer rank stopped by the same signal mid-cycle: run.json is still written
+        print(f"stepscope: no diagnosis: {e}", file=sys.stderr)
     # what follows records the run as it now stands: a signal from here on changes nothing
     stop.hold()
     traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..trace.bounded_read import TraceTooLarge
 from ..trace.errors import TraceError
+from ..trace.files import gzipped_since
 from ..trace.workers import Workers
 from .cross_rank import CrossRankReport, cross_rank
 from .events import ParsedTrace
@@ -81,7 +82,8 @@ def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrac
     try:
         return parse_trace_file(path, worker, span, parts=parts)
     except Unreadable as e:
-        return e
+        gzipped = gzipped_since(path)
+        return e if gzipped is None else parse_path(gzipped, worker, span, parts)
     except NoSteps as e:
         return NoSteps(f"{path}: {e}", e.step_names)
     except TraceError as e:

@@ -160,16 +160,18 @@ def copies_within(folder: Path, root: Path) -> bool:
 
 
 def raw_traces(folder: Path, run: str) -> list[Found]:
-    """The untouched originals of a stepscope run: ``folder/raw/<span>/<worker>.trace.json[.gz]``."""
+    """The untouched originals of a stepscope run: ``folder/raw/<span>/<worker>.trace.json[.gz]``, one per
+    (span, worker). The writer gzips a plain original by making the whole .gz copy, then removing the plain
+    one: while both exist, the .gz copy is the one that stays."""
     raw = folder / RAW_DIR
     if not raw.is_dir():
         return []
-    out = []
-    for p in sorted(raw.glob("*/*.trace.json*")):
+    chosen: dict[tuple[str, str], Path] = {}
+    for p in sorted(raw.glob("*/*.trace.json*")):  # sorted: a worker's plain name comes before its .gz name
         if p.name.endswith((".trace.json", ".trace.json.gz")) and p.parent.name.isdigit():
-            out.append(Found(p, STEPSCOPE, p.name.removesuffix(".gz").removesuffix(".trace.json"),
-                             p.parent.name, run))
-    return out
+            chosen[(p.parent.name, p.name.removesuffix(".gz"))] = p
+    return [Found(p, STEPSCOPE, p.name.removesuffix(".gz").removesuffix(".trace.json"), p.parent.name, run)
+            for p in chosen.values()]
 
 
 def classify(path: Path, folder: Path, run: str) -> Found | Skipped | None:

@@ -49,6 +49,16 @@ def raw_path(run_dir: Path, worker: str, span: str, gz: bool) -> Path:
     return run_dir / RAW_DIR / span / (f"{worker}.trace.json" + (".gz" if gz else ""))
 
 
+def gzipped_since(path: Path) -> Path | None:
+    """The .gz copy of a stepscope original that is gone because the writer has since gzipped it (the whole
+    copy is made before the plain file is removed), else None."""
+    path = Path(path)
+    if path.name.endswith(".trace.json") and path.parent.parent.name == RAW_DIR and not path.exists():
+        gz = path.with_name(path.name + ".gz")
+        return gz if gz.is_file() else None
+    return None
+
+
 def find_plugin_traces(run_dir: Path) -> list[TraceFile]:
     """The traces in ``run_dir`` itself that the plugin would list, sorted by (worker, span)."""
     out = []
