@@ -183,9 +183,8 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(found_line, file=sys.stderr)
-    for record, telemetry in telemetry_sources(a.run_dir, report):
-        print(f"unprofiled figures from {record}: mean of {telemetry.get('steps', 0):.0f} "
-              f"timed steps, {telemetry['step_ms']:.2f} ms", file=sys.stderr)
+    for record, what in telemetry_sources(a.run_dir, report):
+        print(f"unprofiled figures from {record}: {what}", file=sys.stderr)
     print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_runs(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout
