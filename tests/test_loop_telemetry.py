@@ -1,12 +1,12 @@
 """A trace handler's folder analysed later gets the figures the handler diagnosed each cycle with.
 
-    pytest tests/test_loop_telemetry.py -q      # about 20 s on 2 busy cores
+    pytest tests/test_loop_telemetry.py -q      # about 10 s on 2 busy cores
 
-A real (CPU) loop under stepscope.schedule and stepscope.trace_handler writes its cycles; `stepscope.analyze`,
-`stepscope analyze` (text and --json), the tab's measure and the TensorBoard shadow then read each trace with
-its own cycle's telemetry from cycles.jsonl (telemetry.py), matched by worker and span: the same verdict, step
-and GPU busy as the handler's own summary. Without cycles.jsonl, or with a row that holds no usable telemetry,
-the trace is read as anyone's (the overhead model).
+A real (CPU) loop under stepscope.schedule and stepscope.trace_handler writes its cycles; `stepscope.analyze` of
+the folder or of one of its trace files, `stepscope analyze` (text and --json), the tab's measure and the
+TensorBoard shadow then read each trace with its own cycle's telemetry from cycles.jsonl (telemetry.py), matched
+by worker and span: the same verdict, step and GPU busy as the handler's own summary. Without cycles.jsonl, or
+with a row that holds no usable telemetry, the trace is read as anyone's (the overhead model).
 """
 
 from __future__ import annotations
@@ -93,6 +93,13 @@ def test_analyze_gives_each_cycle_the_handlers_own_figures(handled):
         span = next(s for s in report.spans if s.span == row["span"])
         assert row["worker"] == span.worker
         assert row["step_ms"] == pytest.approx(span.metrics.step_ms, abs=1e-3)
+
+
+def test_one_trace_file_of_the_folder_gets_its_cycle_too(handled):
+    run, summaries = handled
+    for trace in [*trace_files.find_raw_traces(run), *trace_files.find_plugin_traces(run)]:
+        (span,) = stepscope.analyze(trace.path).spans
+        assert span.basis == "telemetry" and span.metrics.step_ms == summaries[trace.span].report.metrics.step_ms
 
 
 def test_without_cycles_jsonl_the_traces_are_read_as_anyones(handled, tmp_path):
