@@ -49,15 +49,16 @@ def report_runs(loaded: list[Loaded], root: Path, selection: StepSelection | Non
                 report: Callable[[list[Loaded], str, list[dict | None]], RunReport] | None = None
                 ) -> RunReport | RunsReport:
     """One job: its RunReport. Several: a RunsReport; ``telemetry`` cannot be given then (it is one run's).
-    Each trace is analysed with the telemetry ``job_telemetry`` gives it. ``report(items, label, telemetries)``
-    makes a job's RunReport from its traces and each one's telemetry (default: ``report_of`` with
-    ``selection``)."""
+    Each trace is analysed with the telemetry that telemetry.py's policy gives it (``trace_telemetry``: the
+    caller's, else the job's run.json, else its cycle's row in cycles.jsonl). ``report(items, label,
+    telemetries)`` makes a job's RunReport from its traces and each one's telemetry (default: ``report_of``
+    with ``selection``)."""
     if report is None:
         def report(items: list[Loaded], label: str, each: list[dict | None]) -> RunReport:
             return report_of(items, label, selection, telemetries=each)
     jobs = group_jobs(loaded)
     if len(jobs) == 1:
-        return report(loaded, str(root), job_telemetry([item.found for item in loaded], root, telemetry))
+        return report(loaded, str(root), trace_telemetry([item.found for item in loaded], root, telemetry))
     if telemetry is not None:
         raise TraceError(f"{root}: holds {len(jobs)} runs ({', '.join(j.run or '.' for j in jobs)}); "
                          "telemetry belongs to one run: give that run's folder")
@@ -66,15 +67,8 @@ def report_runs(loaded: list[Loaded], root: Path, selection: StepSelection | Non
         folder = run_dir(root, job)
         items = list(job.loaded)
         out.append((job.run or root.name, report(items, str(folder or root / job.run),
-                                                 job_telemetry([item.found for item in items], folder))))
+                                                 trace_telemetry([item.found for item in items], folder))))
     return RunsReport(str(root), tuple(out))
-
-
-def job_telemetry(found: list[Found], folder: Path | None, telemetry: dict | None = None) -> list[dict | None]:
-    """The telemetry of each trace of one job whose run folder is ``folder`` (None: joined from several):
-    ``telemetry``, else the folder's run.json, else its cycle's row in the trace handler's cycles.jsonl
-    (telemetry.py, the one policy)."""
-    return trace_telemetry(found, folder, telemetry)
 
 
 def report_runs_found(found: list[Found] | tuple[Found, ...], root: Path, selection: StepSelection | None = None,
@@ -113,11 +107,11 @@ def expected_telemetry(found: list[Found] | tuple[Found, ...], root: Path,
     found = list(found)
     folders = {f.run for f in found}
     if telemetry is not None or len(folders) < 2:
-        return dict(zip((f.path for f in found), job_telemetry(found, root, telemetry), strict=True))
+        return dict(zip((f.path for f in found), trace_telemetry(found, root, telemetry), strict=True))
     out: dict[Path, dict | None] = {}
     for run in folders:
         group = [f for f in found if f.run == run]
-        out.update(zip((f.path for f in group), job_telemetry(group, root / run if run else root),
+        out.update(zip((f.path for f in group), trace_telemetry(group, root / run if run else root),
                        strict=True))
     return out
 
