@@ -180,6 +180,22 @@ def test_two_workers_sharing_a_span_each_get_their_own_row(handled, tmp_path):
                          "rank1": pytest.approx(2 * first["telemetry"]["step_ms"])}
 
 
+def test_two_handlers_sharing_a_folder_each_get_their_own_cycles(tmp_path):
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        own = {}
+        for worker in ("rank0", "rank1"):  # as two ranks of a job, each with its own handler, one folder
+            own.update({(worker, s.span): s.report for s in loop(tmp_path / "job", worker).summaries})
+    finally:
+        torch.set_num_threads(n)
+    assert {r["worker"] for r in rows(tmp_path / "job")} == {"rank0", "rank1"}
+    spans = stepscope.analyze(tmp_path / "job").spans
+    assert sorted((s.worker, s.span) for s in spans) == sorted(own)
+    for span in spans:
+        assert span.basis == "telemetry" and span == own[(span.worker, span.span)]
+
+
 def test_cycle_telemetry_reads_only_usable_rows(tmp_path):
     (tmp_path / trace_files.CYCLES).write_text("\n".join(json.dumps(r) for r in [
         {"span": "1", "worker": "a", "telemetry": {"steps": 4, "step_ms": 2.0, "data_ms": 0.5}},
