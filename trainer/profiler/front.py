@@ -11,7 +11,8 @@ handler, the TensorBoard watcher) is a call of ``analyze``.
 Discovery (trace/discover.py) finds the traces, loaded.py parses and reports on each where the worker policy
 says (keeping only the report), jobs.py groups them into jobs (one run folder is one job, unless the traces'
 distributedInfo joins folders), and the cross-rank analysis joins each job's reports. When
-``telemetry`` is not given and a run is a stepscope run with a run.json, the run's own telemetry is used.
+``telemetry`` is not given, each trace gets its run's own (telemetry.py): a trainer run's run.json, or the
+row of its cycle in a trace handler's cycles.jsonl.
 Raises TraceError (a ValueError, one line) on bad input. Torch-free.
 """
 

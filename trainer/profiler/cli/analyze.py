@@ -12,7 +12,8 @@
 
 PATH is a trace file or a directory holding traces from stepscope's trainer (``logs/<run>/``, whose
 untouched originals under ``raw/`` are preferred, and whose ``run.json`` gives the unprofiled steps' timing:
-the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md), plain
+the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md; a
+``stepscope.trace_handler`` folder's ``cycles.jsonl`` gives each cycle's, telemetry.py), plain
 ``tensorboard_trace_handler``, Lightning's ``PyTorchProfiler``, accelerate's
 ``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace`` (see discover.py). One run folder is one job: a folder holding several runs is
 reported run by run, one section each (traces of different folders pair as ranks only when their own
@@ -159,9 +160,8 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         return 2
     print(analyzed.summary, file=sys.stderr)
     report = analyzed.report
-    for record, telemetry in telemetry_sources(a.run_dir, report):
-        print(f"unprofiled figures from {record}: mean of {telemetry.get('steps', 0):.0f} "
-              f"timed steps, {telemetry['step_ms']:.2f} ms", file=sys.stderr)
+    for record, what in telemetry_sources(a.run_dir, report):
+        print(f"unprofiled figures from {record}: {what}", file=sys.stderr)
     print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_runs(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout
