@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops verdicts_ddp verify verify_extra
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations verdicts_ddp verify verify_extra
 #                                                     ddp compare overhead plugin tests bench ops ops_processes calibrate
 #                                                     (default: compare overhead plugin tests)
 #
 # loops: the same scenarios (and the held-out families) as plain loops with stepscope.schedule +
-# stepscope.trace_handler (scripts/verdict_loops.py), and what the schedule costs per step (bench_schedule.py).
+# stepscope.trace_handler (scripts/verdict_loops.py), and what the schedule costs per step (bench_schedule.py);
+# VL_ARGS / VLH_ARGS pick scenarios ("--only resnet18_bs32 ..."), LOOPS_ENV sets variables for both runs.
+# after: scripts/bench_after_profiling.py, a loop's speed before and after one profiling cycle, per mode
+# (AP_ARGS, e.g. "--only resnet18_bs32 --modes default teardown"). integrations: scripts/verdict_integrations.py,
+# the Lightning and Hugging Face callbacks on one scenario each against their truth.
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
@@ -40,8 +44,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|after|integrations|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -90,14 +94,32 @@ part_holdout() {
 
 part_loops() {
   stamp "verdict_loops.py: the suite's scenarios as plain loops, stepscope.schedule + stepscope.trace_handler"
-  timeout "${LOOPS_TIMEOUT:-480}" python3 scripts/verdict_loops.py --out "$L/vl" ${VL_ARGS:-} > "$OUT/loops.log" 2>&1
+  env ${LOOPS_ENV:-} timeout "${LOOPS_TIMEOUT:-480}" python3 scripts/verdict_loops.py --out "$L/vl" ${VL_ARGS:-} \
+    > "$OUT/loops.log" 2>&1
   echo "exit $?"
   cp "$L/vl/results.json" "$OUT/loops.json" 2>/dev/null; cat "$L/vl/results.md" 2>/dev/null
   stamp "verdict_loops.py --set holdout"
-  timeout "${LOOPS_TIMEOUT:-480}" python3 scripts/verdict_loops.py --set holdout --out "$L/vlh" > "$OUT/loops_holdout.log" 2>&1
+  env ${LOOPS_ENV:-} timeout "${LOOPS_TIMEOUT:-480}" python3 scripts/verdict_loops.py --set holdout --out "$L/vlh" \
+    ${VLH_ARGS:-} > "$OUT/loops_holdout.log" 2>&1
   echo "exit $?"
   cp "$L/vlh/results.json" "$OUT/loops_holdout.json" 2>/dev/null; cat "$L/vlh/results.md" 2>/dev/null
   python3 scripts/bench_schedule.py | tee "$OUT/bench_schedule.txt"
+}
+
+part_after() {
+  stamp "bench_after_profiling.py: a loop's speed before and after one profiling cycle"
+  timeout "${AFTER_TIMEOUT:-240}" python3 scripts/bench_after_profiling.py --out "$L/ap" ${AP_ARGS:-} \
+    > "$OUT/after_profiling.log" 2>&1
+  echo "exit $?"
+  cp "$L/ap/after_profiling.json" "$OUT/after_profiling.json" 2>/dev/null; cat "$L/ap/after_profiling.md" 2>/dev/null
+}
+
+part_integrations() {
+  stamp "verdict_integrations.py: the Lightning and Hugging Face callbacks against their truth"
+  timeout "${INTEGRATIONS_TIMEOUT:-240}" python3 scripts/verdict_integrations.py --out "$L/vi" \
+    > "$OUT/integrations.log" 2>&1
+  echo "exit $?"
+  cp "$L/vi/results.json" "$OUT/integrations.json" 2>/dev/null; cat "$L/vi/results.md" 2>/dev/null
 }
 
 verify_one() {  # NAME TRAIN_FLAGS...: a profiled ResNet-18 run, then stepscope verify on it
