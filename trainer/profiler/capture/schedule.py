@@ -52,6 +52,11 @@ KEPT_CYCLES = 256  # cycle records kept for the handler to find (it asks within 
 class StepscopeSchedule:
     """The callable that `schedule(...)` returns; see the module docstring."""
 
+    # what the hot path (__call__) reads and writes at every step, in slots: faster than an instance dict
+    # of this many attributes (the rest stay in __dict__)
+    __slots__ = ("_fast_until", "_last_step", "_last_ns", "_data", "_seg_n", "_seg_ns", "_seg_data", "_durs",
+                 "_waits", "_gate_ns", "_gate_data", "_next_check", "__dict__", "__weakref__")
+
     def __init__(self, *, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0,
                  skip_first_wait: int = 0, capture_on_slowdown: bool = False, slowdown: SlowdownRule | None = None,
                  capture_file: str | os.PathLike | None = None, capture_signal: int | None = None,
