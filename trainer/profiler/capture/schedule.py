@@ -297,7 +297,8 @@ class StepscopeSchedule:
         leaves the hot path to _step from the next call on, where there is something to act on."""
         if self.detector.fired is not None:
             self._special, self._fast_until = True, 0
-        elif any(c.trigger != "schedule" and not self.on_demand.asked(c.trigger) for c in self._awaiting):
+        elif self._awaiting and any(c.trigger != "schedule" and not self.on_demand.asked(c.trigger)
+                                    for c in self._awaiting):
             self._close_window()
             self._fast_until = 0
 

@@ -52,7 +52,7 @@ class SlowdownDetector:
     """The slowdown rule, step by step. `observe` takes one kept step. The schedule's hot path splits it in two
     to spend a comparison on an ordinary step: it appends the step to `durs` and `waits` itself (never the step
     that fills them to norm_steps, which refreshes the norm: `due()` says which that is), and calls `judge` only
-    when the step is over `gate_ns` or `gate_data`; a step within both changes nothing else."""
+    when the step is over `gate_ns` or `gate_data` (see __init__); a step within both changes nothing else."""
 
     def __init__(self, rule: SlowdownRule) -> None:
         self.rule = rule
@@ -60,8 +60,11 @@ class SlowdownDetector:
         self.waits: list[int] = []  # their waits for data (ns)
         self._norm = 0  # median kept step (ns); 0 until norm_steps steps were seen
         self._norm_data = 0
-        self._slow_over = self._wait_over = float("inf")  # slow / waiting beyond these (ns); see _renorm
-        self.gate_ns = self.gate_data = NEVER  # see the class docstring and _open_gates
+        # slow / waiting beyond these (ns; see _renorm), floored: an int is over x exactly when over floor(x)
+        self._slow_over = self._wait_over = NEVER
+        # the gates: the same, while the detector is armed with no slow steps running (a step within both is
+        # ordinary, shared or not); otherwise -1, so that every step is judged (it may re-arm or end a run)
+        self.gate_ns = self.gate_data = NEVER
         self._run = [0, 0, 0, False]  # the current run of slow steps: count, ns, data ns, any waited for data
         self._calm = 0
         self._armed = True
@@ -112,14 +115,8 @@ class SlowdownDetector:
             self._run = [0, 0, 0, False]
             verdict = ENDED
         if self._armed:
-            self._open_gates()
+            self.gate_ns, self.gate_data = self._slow_over, self._wait_over
         return verdict
-
-    def _open_gates(self) -> None:
-        """gate_ns, gate_data, while the detector is armed with no slow steps running: the integers that a step
-        within (<=) is ordinary at, shared or not (an int <= floor(x) is <= x). Otherwise both are -1, so that
-        every step is judged: it may re-arm the detector or end a run."""
-        self.gate_ns, self.gate_data = _floor(self._slow_over), _floor(self._wait_over)
 
     def _renorm(self) -> None:
         """The norm from the last norm_steps kept steps: what counts as slow, and as waiting for data."""
@@ -128,10 +125,10 @@ class SlowdownDetector:
         self._norm_data = statistics.median(self.waits)
         self.durs.clear()  # in place: the schedule holds the lists
         self.waits.clear()
-        self._slow_over = r.factor * self._norm
-        self._wait_over = max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm)
+        self._slow_over = math.floor(r.factor * self._norm)
+        self._wait_over = math.floor(max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm))
         if self._armed and not self._run[0]:
-            self._open_gates()
+            self.gate_ns, self.gate_data = self._slow_over, self._wait_over
 
     def _allowed(self) -> bool:
         now = time.monotonic()
@@ -203,7 +200,3 @@ class OnDemand:
         """The trigger of a cycle was a request (file or signal), not a slowdown."""
         return trigger.startswith(("file ", "signal "))
 
-
-def _floor(x: float) -> int:
-    """The largest int <= x; NEVER for infinity (ints compare faster with ints than with floats)."""
-    return math.floor(x) if x < NEVER else NEVER
