@@ -120,7 +120,9 @@ def test_a_loader_stall_outside_the_fixed_window_is_captured_and_diagnosed_data_
     assert stall, [(s.steps, s.trigger) for s in handler.summaries]
     s = stall[0]
     assert s.trigger.startswith("loader wait:") and s.report.verdict == "data_bound", (s.trigger, s.report.verdict)
-    assert s.report.basis == "telemetry" and s.telemetry["data_ms"] > 10
+    # the stall's 20 ms waits are in the steps it is diagnosed from (beside them, a batch waits ~0 ms); on a
+    # loaded machine the steps timed after the capture may run past the stall's end and dilute the mean
+    assert s.report.basis == "telemetry" and s.telemetry["data_ms"] > 5
     md = (run / "diagnosis.md").read_text()
     assert "loader wait:" in md and "`data_bound`" in md
 

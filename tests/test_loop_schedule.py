@@ -9,6 +9,7 @@ times it precisely).
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -257,3 +258,14 @@ def test_bench_schedule_reports_each_variant_and_refuses_bad_flags():
     assert {"torch.profiler.schedule", "stepscope.schedule", "stepscope.loader (per batch)"} <= set(ns)
     bad = subprocess.run([sys.executable, str(script), "--steps", "10"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_schedule_asks_kineto_to_detach_cupti_after_each_cycle(monkeypatch):
+    """After a cycle CUPTI would stay attached to every kernel launch (capture/cupti.py): the schedule asks
+    for the teardown unless the user's environment already says either way."""
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    stepscope.schedule(wait=1, warmup=1, active=1)
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    stepscope.schedule(wait=1, warmup=1, active=1)
+    assert os.environ["TEARDOWN_CUPTI"] == "0"

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .profiler.capture.cupti import detach_after_cycles
+
 
 @dataclass(frozen=True)
 class Env:
@@ -77,10 +79,9 @@ def configure_process(env: Env, *, profiling: bool, cuda_graphs: bool, compile_m
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     if profiling:
-        # Kineto keeps CUPTI attached after a cycle unless TEARDOWN_CUPTI=1, and every later kernel launch
-        # pays for it: +23% step time over 600 ResNet-18 steps on an H100 (BENCHMARKS.md). torch itself sets
-        # it back to 0 where CUDA graphs make the teardown unsafe.
-        os.environ.setdefault("TEARDOWN_CUPTI", "1")
+        # every later kernel launch would pay for CUPTI staying attached after a cycle: +23% step time over
+        # 600 ResNet-18 steps on an H100 (BENCHMARKS.md; capture/cupti.py)
+        detach_after_cycles()
     if env.world_size > 1 and cuda_graphs:
         # PyTorch's recipe for capturing DDP: the NCCL watchdog's async error handling must stay out of a
         # captured backward; collectives inside the graph are not watched anyway, and torchrun still ends

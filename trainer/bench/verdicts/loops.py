@@ -4,8 +4,9 @@
     python scripts/verdict_loops.py --out /tmp/vlh --set holdout           # the held-out families
     python scripts/verdict_loops.py --out /tmp/vl --only gpt_tiny loader_two_workers
 
-For each scenario (gpu.py, holdout.py): the truth measured unprofiled
-(truth.py, as bench.py does), then the workload's step run in the loop a user writes:
+For each scenario (gpu.py, holdout.py): the truth measured unprofiled (truth.py, as bench.py does), then the
+workload's step run in the loop a user writes, then the truth's step timed again; the truth's step is the mean
+of the two timings, which bracket the loop in time (the host's speed drifts over seconds):
 
     sched = stepscope.schedule(skip_first=5, wait=30, warmup=1, active=3, repeat=1, window=30)
     handler = stepscope.trace_handler(out / "traces" / name)
@@ -25,6 +26,7 @@ Bad flags: one line on stderr, exit code 2.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 import traceback
@@ -62,7 +64,7 @@ def loop_scenario(name: str, out: Path, device) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from .gpu import WORKLOADS
-    from .truth import expected_verdict, measure
+    from .truth import expected_verdict, measure, step_times
 
     if name not in WORKLOADS:
         from .holdout import HOLDOUT as WORKLOADS
@@ -83,6 +85,14 @@ def loop_scenario(name: str, out: Path, device) -> dict:
             w.step(clock)
             prof.step()
     handler.close(timeout=300)
+    # the truth's step timed again, now that the loop is over: the mean of the two brackets the loop in time,
+    # so that the host's drift over the scenario weighs on the truth as on the loop's own timing
+    after = statistics.fmean(step_times(w.step, device))
+    truth["step_ms_before_loop"], truth["step_ms_after_loop"] = truth["step_ms"], after
+    truth["step_ms"] = (truth["step_ms"] + after) / 2
+    if truth["gpu_ms"] is not None:
+        truth["gpu_busy_pct"] = min(100.0, 100 * truth["gpu_ms"] / truth["step_ms"])
+    truth["expected"], truth["confirmed"] = expected_verdict(w, truth)
     (summary,) = handler.summaries
     if summary.report is None:
         raise ValueError(f"{name}: no diagnosis: {summary.error}")
@@ -94,15 +104,11 @@ def loop_scenario(name: str, out: Path, device) -> dict:
                              "step_ms": d["metrics"]["step_ms"], "profiled_step_ms": d["metrics"]["profiled"]["step_ms"],
                              "findings": [f["id"] for f in d["findings"]]},
            "seconds": time.perf_counter() - t0}
-    # the kept steps before the cycle and after it, apart, and the handler's diagnosis redone with each alone:
-    # where they differ, the profiler left a cost in the steps after it (bench/after_profiling.py)
+    # the kept steps before the cycle and after it, apart: where they differ, the profiler left a cost in the
+    # steps after it (bench/after_profiling.py), or the host's speed drifted
     cycle = sched.cycles[0]
-    for side, sums in (("before", cycle.before), ("after", cycle.after)):
-        tel = telemetry_of(sums, cycle.with_data)
-        row[f"telemetry_{side}"] = tel
-        if tel is not None:
-            d = diagnose(run_dir, tel)
-            row[f"diagnosis_{side}"] = {k: d[k] for k in ("verdict", "gpu_busy_pct", "step_ms")}
+    row["telemetry_before"] = telemetry_of(cycle.before, cycle.with_data)
+    row["telemetry_after"] = telemetry_of(cycle.after, cycle.with_data)
     try:  # the same trace as a stranger's, for comparison; its failure leaves the loop's own result standing
         row["diagnosis"] = diagnose(run_dir)
     except TraceError as e:
