@@ -53,6 +53,11 @@ KEPT_CYCLES = 256  # cycle records kept for the handler to find (it asks within 
 class StepscopeSchedule:
     """The callable that `schedule(...)` returns; see the module docstring."""
 
+    # what the hot path (__call__) reads and writes at every step, in slots: faster than an instance dict
+    # of this many attributes (the rest stay in __dict__)
+    __slots__ = ("_fast_until", "_last_step", "_last_ns", "_data", "_seg_n", "_seg_ns", "_seg_data", "_durs",
+                 "_waits", "_gate_ns", "_gate_data", "_next_check", "__dict__", "__weakref__")
+
     def __init__(self, *, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0,
                  skip_first_wait: int = 0, capture_on_slowdown: bool = False, slowdown: SlowdownRule | None = None,
                  capture_file: str | os.PathLike | None = None, capture_signal: int | None = None,
@@ -68,7 +73,10 @@ class StepscopeSchedule:
         self.wait, self.warmup, self.active, self.repeat = wait, warmup, active, repeat
         self.skip_first, self.skip_first_wait = skip_first, skip_first_wait
         self.window, self.warm_steps, self.sync = window, warm_steps, sync
-        self.detector = SlowdownDetector(slowdown or SlowdownRule()) if capture_on_slowdown else None
+        self.detector = det = SlowdownDetector(slowdown or SlowdownRule()) if capture_on_slowdown else None
+        # the hot path's share of the detector (see SlowdownDetector): its lists, and its gates
+        self._durs, self._waits = (det.durs, det.waits) if det is not None else (None, None)
+        self._gate_ns, self._gate_data = (det.gate_ns, det.gate_data) if det is not None else (0, 0)
         self.on_demand = OnDemand(capture_file, capture_signal, self._wake)
         self.cycles: deque[Cycle] = deque(maxlen=KEPT_CYCLES)
         self.cycle_count = 0
@@ -142,9 +150,15 @@ class StepscopeSchedule:
             self._data = 0
             self._last_ns = now
             self._last_step = step
-            if self.detector is not None and self.detector.observe(ns, data, step, self.observer_busy):
-                self._fast_until = 0
-                self._detected()
+            durs = self._durs
+            if durs is not None:
+                durs.append(ns)
+                self._waits.append(data)
+                if ns > self._gate_ns or data > self._gate_data:  # else an ordinary step: nothing to judge
+                    det = self.detector
+                    if det.judge(ns, data, step, self.observer_busy):
+                        self._detected()
+                    self._gate_ns, self._gate_data = det.gate_ns, det.gate_data
             if now >= self._next_check:
                 self._next_check = self.on_demand.poll(now)
             return NONE
@@ -172,8 +186,11 @@ class StepscopeSchedule:
             self._seg_n += 1
             self._seg_ns += ns
             self._seg_data += data
-            if self.detector is not None and self.detector.observe(ns, data, step, self.observer_busy):
-                self._detected()
+            det = self.detector
+            if det is not None:
+                if det.observe(ns, data, step, self.observer_busy):
+                    self._detected()
+                self._gate_ns, self._gate_data = det.gate_ns, det.gate_data
         self._data = 0
         if kept is not prev_kept or window_full:
             self._close_window()
@@ -185,9 +202,13 @@ class StepscopeSchedule:
         if now >= self._next_check:
             self._next_check = self.on_demand.poll(now)
         self._kept_prev, self._last_ns, self._last_step, self._prev = kept, now, step, action
-        # the calls after this one that the hot path may take: up to the next window edge, while nothing can act
-        self._fast_until = (min(self._quiet_until, step + self.window - self._seg_n)
-                            if kept and not self._special else 0)
+        # the calls after this one that the hot path may take: up to the next window edge, while nothing can act,
+        # and short of the step that refreshes the detector's norm (observe, above, sees that one)
+        if kept and not self._special:
+            fast_until = min(self._quiet_until, step + self.window - self._seg_n)
+            self._fast_until = fast_until if self.detector is None else min(fast_until, step + self.detector.due())
+        else:
+            self._fast_until = 0
         return action
 
     def _action(self, step: int, follows: bool) -> ProfilerAction:
@@ -273,11 +294,14 @@ class StepscopeSchedule:
             self._awaiting.append(cycle)
 
     def _detected(self) -> None:
-        """The detector fired, or a run of slow steps ended: a capture of that slowdown has all its steps."""
+        """The detector fired, or a run of slow steps ended: a capture of that slowdown has all its steps. Either
+        leaves the hot path to _step from the next call on, where there is something to act on."""
         if self.detector.fired is not None:
-            self._special = True
-        elif any(c.trigger != "schedule" and not self.on_demand.asked(c.trigger) for c in self._awaiting):
+            self._special, self._fast_until = True, 0
+        elif self._awaiting and any(c.trigger != "schedule" and not self.on_demand.asked(c.trigger)
+                                    for c in self._awaiting):
             self._close_window()
+            self._fast_until = 0
 
     def _wake(self) -> None:
         self._special, self._fast_until = True, 0  # a trigger is pending: the next step takes the slow path

@@ -19,6 +19,7 @@ cycle in progress, if any); the signal handler only sets a flag, and the file is
 
 from __future__ import annotations
 
+import math
 import os
 import signal as signal_module
 import statistics
@@ -31,6 +32,7 @@ from pathlib import Path
 FILE_CHECK_S = 0.5
 FIRED, ENDED = 1, 2  # SlowdownDetector.observe: a capture is due; a run of slow steps is over
 PACED_SHARE = 0.02  # analysis/unprofiled.py's PACING_WAIT_SHARE
+NEVER = 1 << 62  # ns (146 years): no step is over it, as no step is over an infinite threshold
 
 
 @dataclass(frozen=True)
@@ -47,14 +49,22 @@ class SlowdownRule:
 
 
 class SlowdownDetector:
+    """The slowdown rule, step by step. `observe` takes one kept step. The schedule's hot path splits it in two
+    to spend a comparison on an ordinary step: it appends the step to `durs` and `waits` itself (never the step
+    that fills them to norm_steps, which refreshes the norm: `due()` says which that is), and calls `judge` only
+    when the step is over `gate_ns` or `gate_data` (see __init__); a step within both changes nothing else."""
+
     def __init__(self, rule: SlowdownRule) -> None:
         self.rule = rule
-        self._dur = [0] * rule.norm_steps
-        self._data = [0] * rule.norm_steps
-        self._i = 0
+        self.durs: list[int] = []  # the kept steps since the norm was last refreshed (ns); cleared in place
+        self.waits: list[int] = []  # their waits for data (ns)
         self._norm = 0  # median kept step (ns); 0 until norm_steps steps were seen
         self._norm_data = 0
-        self._slow_over = self._wait_over = float("inf")  # slow / waiting beyond these (ns); see _renorm
+        # slow / waiting beyond these (ns; see _renorm), floored: an int is over x exactly when over floor(x)
+        self._slow_over = self._wait_over = NEVER
+        # the gates: the same, while the detector is armed with no slow steps running (a step within both is
+        # ordinary, shared or not); otherwise -1, so that every step is judged (it may re-arm or end a run)
+        self.gate_ns = self.gate_data = NEVER
         self._run = [0, 0, 0, False]  # the current run of slow steps: count, ns, data ns, any waited for data
         self._calm = 0
         self._armed = True
@@ -66,52 +76,59 @@ class SlowdownDetector:
         """One kept step; FIRED when it completes a slowdown to capture, ENDED when it ends a run of slow
         steps, else 0. `shared`: the trace handler's thread was working, so the step is slow only beyond twice
         the thresholds (see the module docstring)."""
-        i = self._i
-        self._dur[i] = ns
-        self._data[i] = data
-        i += 1
-        if i == self.rule.norm_steps:
-            i = 0
+        self.durs.append(ns)
+        self.waits.append(data)
+        if len(self.durs) >= self.rule.norm_steps:
             self._renorm()
-        self._i = i
+        return self.judge(ns, data, step, shared)
+
+    def due(self) -> int:
+        """How many kept steps from now the one is that refreshes the norm (1: the next one)."""
+        return self.rule.norm_steps - len(self.durs)
+
+    def judge(self, ns: int, data: int, step: int, shared: bool = False) -> int:
+        """observe's answer for a kept step already in `durs` and `waits`."""
         if shared:
             ns, data = ns >> 1, data >> 1
         waits = data > self._wait_over
+        run = self._run
         if waits or ns > self._slow_over:
-            return self._slow(ns, data, waits, step)
-        if self._armed and not self._run[0]:
+            run[0] += 1
+            run[1] += ns
+            run[2] += data
+            run[3] = run[3] or waits
+            self._calm = 0
+            self.gate_ns = self.gate_data = -1  # judge every step of the run, and the one that ends it
+            if run[0] >= self.rule.patience and self._armed:
+                self._armed = False
+                if self._allowed():
+                    self.fired = self._describe(step)
+                    return FIRED
+                self.suppressed += 1
             return 0
+        verdict = 0
         if not self._armed:
             self._calm += 1
             if self._calm >= self.rule.patience:
                 self._armed = True
-        if self._run[0]:
+        if run[0]:
             self._run = [0, 0, 0, False]
-            return ENDED
-        return 0
+            verdict = ENDED
+        if self._armed:
+            self.gate_ns, self.gate_data = self._slow_over, self._wait_over
+        return verdict
 
     def _renorm(self) -> None:
         """The norm from the last norm_steps kept steps: what counts as slow, and as waiting for data."""
         r = self.rule
-        self._norm = statistics.median(self._dur)
-        self._norm_data = statistics.median(self._data)
-        self._slow_over = r.factor * self._norm
-        self._wait_over = max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm)
-
-    def _slow(self, ns: int, data: int, waits: bool, step: int) -> int:
-        run = self._run
-        run[0] += 1
-        run[1] += ns
-        run[2] += data
-        run[3] = run[3] or waits
-        self._calm = 0
-        if run[0] >= self.rule.patience and self._armed:
-            self._armed = False
-            if self._allowed():
-                self.fired = self._describe(step)
-                return FIRED
-            self.suppressed += 1
-        return 0
+        self._norm = statistics.median(self.durs)
+        self._norm_data = statistics.median(self.waits)
+        self.durs.clear()  # in place: the schedule holds the lists
+        self.waits.clear()
+        self._slow_over = math.floor(r.factor * self._norm)
+        self._wait_over = math.floor(max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm))
+        if self._armed and not self._run[0]:
+            self.gate_ns, self.gate_data = self._slow_over, self._wait_over
 
     def _allowed(self) -> bool:
         now = time.monotonic()
@@ -182,3 +199,4 @@ class OnDemand:
     def asked(trigger: str) -> bool:
         """The trigger of a cycle was a request (file or signal), not a slowdown."""
         return trigger.startswith(("file ", "signal "))
+
