@@ -171,7 +171,8 @@ class Collector:
         lo, hi = -MAX_TIME_US, MAX_TIME_US
         ops, annotations, runtime, device, data_spans = (self.ops, self.annotations, self.runtime, self.device,
                                                          self.data_spans)
-        calls, builtins, long_frames = self.python_calls, self.python_builtins, self.long_frames
+        calls, builtins, long_frames, long_us = (self.python_calls, self.python_builtins, self.long_frames,
+                                                 LONG_FRAME_US)
         for e in events:
             name, ts, dur, cat = e.name, e.ts, e.dur, e.cat
             if ts is not None and ((type(ts) is not float and type(ts) is not int) or not lo <= ts <= hi):
@@ -210,7 +211,7 @@ class Collector:
                     builtins.append(s)
                 else:
                     calls.append(s)
-                    if dur >= LONG_FRAME_US:  # few frames are: the loop's own (events.ParsedTrace)
+                    if dur >= long_us:  # few frames are: the loop's own among them (events.py)
                         long_frames.add(name)
             elif kind == _K_DEVICE:
                 args = e.args or _NO_ARGS
