@@ -1,7 +1,8 @@
 """A trace from elsewhere (no telemetry): the unprofiled step as a range from the overhead model's measured
 error, and an ``alternative`` verdict where the range crosses a verdict boundary.
 
-    pytest tests/test_step_range.py -q        # about 30 s on 2 idle cores (the suite's calibration runs)
+    pytest tests/test_step_range.py -q        # about 30 s on 2 idle cores (the suite's calibration runs and
+                                              # a Hugging Face Trainer recorded on the CPU)
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def hf_traces(tmp_path_factory) -> dict:
                            calibration.Clock(torch.device("cpu")), {"dir": folder, "options": {"with_stack": stack}})
         (tf,) = discover(folder).traces
         out[stack] = parse_trace_file(tf.path, tf.worker, tf.span)
+        out[stack, "folder"] = folder
     return out
 
 
@@ -134,8 +136,13 @@ def test_a_hugging_face_trainer_recorded_with_stack_reads_as_hf(hf_traces):
     assert {"_inner_training_loop", "training_step"} <= frames
     band = sr.error_band(parsed, recording(parsed))
     assert (band.style, band.with_stack, (band.low, band.high)) == ("hf", True, BANDS[("hf", True)])
+    assert band.label == "Hugging Face Trainer loops recorded with with_stack"
     # the long frames are few: a with_stack trace's Python frames are mostly short calls
     assert 0 < len(parsed.long_frames) < len(parsed.python_calls) / 10
+    # and the report of the trace, as a stranger's, gives its range from that band
+    report = analyze(hf_traces[True, "folder"])
+    assert report.spans[-1].to_dict()["step_range"]["band"] == list(BANDS[("hf", True)])
+    assert "measured error on Hugging Face Trainer loops recorded with with_stack" in render_console(report)
 
 
 def test_a_hugging_face_trainer_without_stack_reads_as_eager(hf_traces):

@@ -95,7 +95,8 @@ class Band:
 
     @property
     def label(self) -> str:
-        return f"{self.style} loops recorded {'with' if self.with_stack else 'without'} with_stack"
+        loops = "Hugging Face Trainer" if self.style == HF else self.style
+        return f"{loops} loops recorded {'with' if self.with_stack else 'without'} with_stack"
 
 
 @dataclass(frozen=True)
