@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from stepscope.profiler.analysis import json_out
-from stepscope.profiler.front import analyze
+from stepscope.profiler.cli.analyze import main as analyze_main
+from stepscope.profiler.front import analyze, find
 from stepscope.profiler.serve.diagnose import diagnose_run
 from stepscope.profiler.trace import workers
+from stepscope.profiler.trace.errors import TraceError
 from stepscope.profiler.trace.workers import Workers
 
 DATA = Path(__file__).parent / "data"
@@ -90,3 +92,34 @@ def test_the_diagnosis_uses_the_telemetry_it_is_given_only(tmp_path, capsys):
     assert analyze(run).to_dict()["spans"][0]["basis"] == "telemetry"  # the CLI's reading of a finished run
     given = diagnose_run(run, Log(), 0, telemetry={"step_ms": 1000.0, "steps": 3})
     assert given["spans"][0]["basis"] == "telemetry"
+
+
+@pytest.mark.parametrize("bad", ["missing", "empty", "not_traces"])
+def test_the_command_refuses_with_the_front_doors_words(tmp_path, capsys, bad):
+    """One discovery, one set of messages: the command's one line on stderr is the TraceError that
+    front.analyze and front.find raise for the same path, and it writes nothing on stdout."""
+    path = tmp_path / bad
+    if bad != "missing":
+        path.mkdir()
+    if bad == "not_traces":
+        (path / "notes.json").write_text('{"not": "a trace"}')
+    with pytest.raises(TraceError) as by_analyze:
+        analyze(path)
+    with pytest.raises(TraceError) as by_find:
+        find(path)
+    assert str(by_find.value) == str(by_analyze.value)
+    capsys.readouterr()
+    assert analyze_main([str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"error: {by_analyze.value}\n")
+    assert ("not a directory or a trace file" if bad == "missing" else ": no traces (expected") in err
+    assert ("notes.json" in err) == (bad == "not_traces")
+
+
+def test_the_command_says_what_the_front_door_found(capsys):
+    """The command's first stderr line is the front door's summary of what was found."""
+    run = DATA / "eager_bs32"
+    want = find(run).summary
+    assert analyze_main([str(run), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == want and want.startswith("found 1 trace")

@@ -7,14 +7,18 @@ including those that msgspec refuses and that are normalised first (NaN, an even
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
 from reference.dict_parse import parse_file, parse_trace
+from stepscope.profiler.analysis import stream_parse, stream_ranges
 from stepscope.profiler.analysis.report import parse_path
 from stepscope.profiler.analysis.stream_parse import NoSteps, Unreadable, parse_trace_file
+from stepscope.profiler.trace import gzindex
 from stepscope.profiler.trace.errors import TraceError
 from stepscope.profiler.trace.files import load_trace
 
@@ -188,3 +192,136 @@ def test_byte_ranges_parse_without_falling_back(tmp_path):
     one = stream_parse.parse_trace_file(path, "w", "1")
     assert len(collector.ops) == len(one.ops) and len(collector.device) == len(one.device)
     assert stream_parse.parse_trace_file(path, "w", "1", parts=2) == one
+
+
+@pytest.fixture
+def plain_trace(tmp_path) -> Path:
+    """eager_bs128's trace uncompressed: large enough to be cut into two byte ranges."""
+    src = next((DATA / "eager_bs128").glob("*.json.gz"))
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_bytes(gzip.decompress(src.read_bytes()))
+    return path
+
+
+def _ranges_met(monkeypatch) -> list:
+    """What each byte-range parse raised (None: it parsed), recorded as parse_trace_file runs them."""
+    met = []
+    real = stream_parse.collect_ranges
+
+    def spy(*args, **kwargs):
+        try:
+            out = real(*args, **kwargs)
+        except BaseException as e:
+            met.append(e)
+            raise
+        met.append(None)
+        return out
+
+    monkeypatch.setattr(stream_parse, "collect_ranges", spy)
+    return met
+
+
+def test_a_range_cut_inside_an_event_falls_back_to_the_same_parse(plain_trace, monkeypatch):
+    """Byte ranges cut in the middle of an event cannot be decoded: the file is parsed again in one process,
+    with the result of parts=1."""
+    one = parse_trace_file(plain_trace, "w", "1")
+    real_split = stream_parse.split_points
+
+    def cut_inside(*args, **kwargs):
+        (a, cut), (_, end) = real_split(*args, **kwargs)
+        return [(a, cut + 7), (cut + 7, end)]
+
+    monkeypatch.setattr(stream_parse, "split_points", cut_inside)
+    met = _ranges_met(monkeypatch)
+    assert parse_trace_file(plain_trace, "w", "1", parts=2) == one
+    assert len(met) == 1 and isinstance(met[0], stream_ranges.RANGE_FAILURES)
+
+
+@pytest.mark.skipif(not gzindex.available(), reason="needs rapidgzip to read a .gz file in byte ranges")
+def test_a_corrupt_gz_range_gets_the_one_process_error(plain_trace):
+    """A .gz file corrupt past the cut: cutting it or reading a range fails (rapidgzip's RuntimeError, or
+    garbage that is no JSON), and the error is the one-process parse's one line."""
+    raw = bytearray(gzip.compress(plain_trace.read_bytes()))
+    at = len(raw) * 3 // 4
+    raw[at:at + 200] = bytes(b ^ 0x55 for b in raw[at:at + 200])
+    path = plain_trace.with_name("w.1.pt.trace.json.gz")
+    path.write_bytes(bytes(raw))
+    want = _error(parse_path, path, "w", "1")
+    assert _error(parse_path, path, "w", "1", 2) == want
+    assert "unreadable trace" in want
+
+
+@pytest.mark.parametrize("failure", [
+    BrokenProcessPool("A process in the process pool was terminated abruptly"),
+    OSError(errno.EAGAIN, "Resource temporarily unavailable"),  # fork refused
+    MemoryError(),
+    TraceError("event #3 ('a', cat 'cpu_op') has ts nan"),
+    RuntimeError("Mismatching size for gzip stream!"),  # rapidgzip of a corrupt .gz
+], ids=lambda e: type(e).__name__)
+def test_a_range_path_that_fails_falls_back_to_the_same_parse(plain_trace, monkeypatch, failure):
+    """A helper that could not start or died, memory, a bad event, an unreadable range: parts=1's result."""
+    one = parse_trace_file(plain_trace, "w", "1")
+
+    def fails(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(stream_parse, "collect_ranges", fails)
+    assert parse_trace_file(plain_trace, "w", "1", parts=2) == one
+
+
+@pytest.mark.parametrize("defect", [AttributeError("'Collector' object has no attribute 'op'"),
+                                    TypeError("unsupported operand type(s)"), NameError("name 'c' is not defined"),
+                                    KeyError("names")], ids=lambda e: type(e).__name__)
+def test_a_defect_of_the_range_path_is_not_hidden(plain_trace, monkeypatch, defect):
+    """A programming error in the byte-range path is raised, not swallowed by the one-process parse (which
+    would hide it behind twice the time); report.parse_path names it in the trace's one-line error, as it
+    does for the one-process parse (a NameError it lets through)."""
+    calls = []
+    real = stream_parse.Collector
+
+    def fails(*args, **kwargs):
+        raise defect
+
+    monkeypatch.setattr(stream_parse, "collect_ranges", fails)
+    monkeypatch.setattr(stream_parse, "Collector", lambda *a: calls.append(a) or real(*a))
+    with pytest.raises(type(defect)):
+        parse_trace_file(plain_trace, "w", "1", parts=2)
+    assert calls == []  # the one-process parse did not run
+    if isinstance(defect, NameError):  # no trace causes one: parse_path lets it through too
+        with pytest.raises(NameError):
+            parse_path(plain_trace, "w", "1", 2)
+        return
+    error = parse_path(plain_trace, "w", "1", 2)
+    assert isinstance(error, TraceError)
+    assert f"cannot analyse this trace ({type(defect).__name__}: " in str(error)
+
+
+def test_first_base_says_none_of_an_unreadable_file_and_raises_a_defect(tmp_path, monkeypatch):
+    """The range path's base: None where the file cannot be read (the one-process parse then says why), a
+    defect raised."""
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_bytes(b'{"traceEvents": [tru')
+    assert stream_ranges.first_base(path, 64) is None
+    assert stream_ranges.first_base(tmp_path / "missing.json", 64) is None
+
+    def defect(*args, **kwargs):
+        raise AttributeError("defect")
+
+    monkeypatch.setattr(stream_ranges.Collector, "find_base", defect)
+    path.write_text(json.dumps(_trace()))
+    with pytest.raises(AttributeError):
+        stream_ranges.first_base(path, 64)
+
+
+def test_a_field_that_is_no_number_in_a_later_byte_range_gets_the_one_process_error(tmp_path, monkeypatch):
+    """int()'s TypeError of a device that is a list is raised by the range that meets it (not a failure
+    the one-process parse is asked about), and is the error parts=1 gives."""
+    ops = [f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {1001 + i}, "dur": 1}}' for i in range(3000)]
+    ops[2500] = '{"ph": "X", "cat": "kernel", "name": "k", "ts": 3501, "dur": 1, "args": {"device": [1]}}'
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text('{"traceEvents": [' + STEP + ",\n" + ",\n".join(ops) + "]}")
+    want = _error(parse_path, path, "w", "1")
+    assert "cannot analyse this trace (TypeError: " in want
+    met = _ranges_met(monkeypatch)
+    assert _error(parse_path, path, "w", "1", 2) == want
+    assert len(met) == 1 and isinstance(met[0], TypeError)

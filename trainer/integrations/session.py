@@ -78,6 +78,7 @@ class ProfilingSession:
     close_timeout: float = 60.0
     handler: object = None
     prof: object = None
+    schedule: object = None  # the schedule of the last start() (stepscope.schedule's keeps its cycles)
 
     def start(self) -> None:
         import torch
@@ -85,7 +86,8 @@ class ProfilingSession:
         if self.prof is not None:
             return
         self.handler = make_handler(self.dir_name, self.worker_name, self.use_gzip)
-        self.prof = torch.profiler.profile(activities=activities(), schedule=make_schedule(self.cycle),
+        self.schedule = make_schedule(self.cycle)
+        self.prof = torch.profiler.profile(activities=activities(), schedule=self.schedule,
                                            on_trace_ready=self.handler, **self.profile_options)
         self.prof.start()
 

@@ -6,11 +6,13 @@ handler, the TensorBoard watcher) is a call of ``analyze``.
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
     runs = analyze("logs")          # a folder of several runs: RunsReport, one RunReport per run (runs.py)
     report = analyze("logs/job", workers=Workers.dask("tcp://host:8786"))   # each rank's work on a cluster
+    done = find_and_analyze("logs/myrun")   # done.report, done.loaded, done.summary ("found 2 traces ...")
 
 Discovery (trace/discover.py) finds the traces, loaded.py parses and reports on each where the worker policy
 says (keeping only the report), jobs.py groups them into jobs (one run folder is one job, unless the traces'
 distributedInfo joins folders), and the cross-rank analysis joins each job's reports. When
-``telemetry`` is not given and a run is a stepscope run with a run.json, the run's own telemetry is used.
+``telemetry`` is not given, each trace gets its run's own (telemetry.py): a trainer run's run.json, or the
+row of its cycle in a trace handler's cycles.jsonl.
 Raises TraceError (a ValueError, one line) on bad input. Torch-free.
 """
 
@@ -71,13 +73,31 @@ def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection
     trace's report is made where the trace is read (here, a local process, a Dask task), and only the report
     is kept: the cross-rank analysis works on small reports, and no more than one trace's events are held
     at once by a process working alone."""
-    path = Path(path)
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
+    return find_and_analyze(path, selection=selection, telemetry=telemetry, workers=workers).report
+
+
+@dataclass(frozen=True)
+class Analyzed:
+    """The report on the traces under a path, the traces analysed (without their events: each keeps its
+    found file, worker and span, e.g. to export them) and the one-line summary of what was found and
+    skipped."""
+    report: RunReport | RunsReport
+    loaded: list[Loaded]
+    summary: str
+
+
+def find_and_analyze(path: str | os.PathLike, *, selection: StepSelection | None = None,
+                     telemetry: dict | None = None, workers: Workers | None = None) -> Analyzed:
+    """``analyze`` with what a caller that says what it found needs besides the report (the command line):
+    every trace under ``path`` parsed and reported where ``workers`` says (default: in this process), only
+    its report kept. TraceError when ``path`` is not a trace file or folder, when it holds no trace, or when
+    one cannot be read."""
+    path = Path(path)
     found = _discover(path)
     report, loaded, skipped = report_runs_found(found.traces, path, selection, telemetry, workers)
-    _summary(path, found, loaded, skipped)
-    return report
+    return Analyzed(report, loaded, _summary(path, found, loaded, skipped))
 
 
 def report(loaded: list[Loaded], root: Path, selection: StepSelection | None = None,

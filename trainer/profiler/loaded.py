@@ -3,7 +3,8 @@
     loaded, skipped = load_found(discovery.traces)      # raises TraceError on a broken trace named as one
     loaded, skipped = load_found(discovery.traces, Workers.local())   # large traces in local processes
     report = report_of(loaded)                          # RunReport, as for a run directory
-    report = report_of(loaded, telemetry=run_telemetry(run_dir))   # a stepscope run: its unprofiled figures
+    report = report_of(loaded, telemetries=trace_telemetry([i.found for i in loaded], run_dir))
+                                                        # each trace with its unprofiled figures (telemetry.py)
     done, skipped = analyze_found(pairs, workers=Workers.dask(address))   # [(light Loaded, SpanReport)]
 
 Each trace is parsed streaming into a ParsedTrace (analysis/stream_parse.py), never held as JSON. A trace
@@ -19,7 +20,6 @@ Torch-free.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -111,12 +111,14 @@ def load_found(found: list[Found] | tuple[Found, ...],
 
 
 def report_of(loaded: list[Loaded], label: str = "", selection: StepSelection | None = None,
-              telemetry: dict | None = None) -> RunReport:
+              telemetry: dict | None = None, telemetries: list[dict | None] | None = None) -> RunReport:
     """The analysis of these traces as one run: each (worker, span), plus cross-rank when spans are shared;
     ``selection`` keeps some steps of each (analysis/select.py); ``telemetry`` is the run's own unprofiled
-    step timing, when stepscope's trainer made the run (`run_telemetry`). Raises TraceError (one line, naming
-    worker.span) when a trace cannot be analysed (none of its steps in the selection, ...)."""
-    return run_report(label, [span_report(item, telemetry, selection) for item in loaded])
+    step timing, ``telemetries`` each trace's own instead (telemetry.py says which a run's traces get).
+    Raises TraceError (one line, naming worker.span) when a trace cannot be analysed (none of its steps in
+    the selection, ...)."""
+    each = telemetries if telemetries is not None else [telemetry] * len(loaded)
+    return run_report(label, [span_report(item, t, selection) for item, t in zip(loaded, each, strict=True)])
 
 
 def analyze_found(found: list[tuple[Found, str]], selection: StepSelection | None = None,
@@ -155,23 +157,3 @@ def light(item: Loaded) -> Loaded:
 def span_report(item: Loaded, telemetry: dict | None = None, selection: StepSelection | None = None) -> SpanReport:
     """The report of one loaded trace (``report_of``)."""
     return analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
-
-
-def run_telemetry(path: Path) -> dict | None:
-    """The unprofiled steps' telemetry of a stepscope trainer run (``run.json``'s ``final.telemetry``: the
-    mean step and its phases in ms) when ``path`` is such a run's directory; None otherwise, or when the
-    record is unreadable or holds no timed step (the traces are then read as anyone's)."""
-    record = path / "run.json" if path.is_dir() else None
-    if record is None or not record.is_file():
-        return None
-    try:
-        final = json.loads(record.read_text()).get("final") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    telemetry = final.get("telemetry") if isinstance(final, dict) else None
-    if not isinstance(telemetry, dict):
-        return None
-    step_ms = telemetry.get("step_ms")
-    if not isinstance(step_ms, (int, float)) or not 0 < step_ms < float("inf"):
-        return None
-    return {k: float(v) for k, v in telemetry.items() if isinstance(v, (int, float)) and v >= 0}

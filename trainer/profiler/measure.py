@@ -20,12 +20,12 @@ from pathlib import Path
 
 from .analysis.steps import step_windows
 from .front import find
-from .loaded import Loaded, load_found, report_of, run_telemetry
+from .loaded import Loaded, load_found, report_of
+from .telemetry import RUN_RECORD, trace_telemetry
 from .trace.discover import Found
 from .trace.errors import TraceError
 from .trace.workers import Workers
 
-RUN_RECORD = "run.json"
 UNPROFILED = "run.json"  # source: the trainer's own timed steps, without the profiler
 TRACED = "trace"  # source: the profiled steps of the traces
 
@@ -68,7 +68,8 @@ def measure_found(found: list[Found], path: Path, workers: Workers | None = None
 
 
 def measured(loaded: list[Loaded], path: Path) -> Measured:
-    report = report_of(loaded, str(path), None, run_telemetry(path)).to_dict()
+    each = trace_telemetry([item.found for item in loaded], path)
+    report = report_of(loaded, str(path), None, telemetries=each).to_dict()
     return Measured(report, recorded_step_ms(path), [ms for item in loaded for ms in traced_step_ms(item)])
 
 

@@ -31,6 +31,7 @@ import traceback
 from pathlib import Path
 
 from ... import schedule, trace_handler
+from ...profiler.capture.cycle import telemetry_of
 from ...profiler.trace.errors import TraceError
 from ..workloads import NoClock
 from .bench import GPU_ORDER, HOLDOUT_ORDER, diagnose
@@ -93,6 +94,15 @@ def loop_scenario(name: str, out: Path, device) -> dict:
                              "step_ms": d["metrics"]["step_ms"], "profiled_step_ms": d["metrics"]["profiled"]["step_ms"],
                              "findings": [f["id"] for f in d["findings"]]},
            "seconds": time.perf_counter() - t0}
+    # the kept steps before the cycle and after it, apart, and the handler's diagnosis redone with each alone:
+    # where they differ, the profiler left a cost in the steps after it (bench/after_profiling.py)
+    cycle = sched.cycles[0]
+    for side, sums in (("before", cycle.before), ("after", cycle.after)):
+        tel = telemetry_of(sums, cycle.with_data)
+        row[f"telemetry_{side}"] = tel
+        if tel is not None:
+            d = diagnose(run_dir, tel)
+            row[f"diagnosis_{side}"] = {k: d[k] for k in ("verdict", "gpu_busy_pct", "step_ms")}
     try:  # the same trace as a stranger's, for comparison; its failure leaves the loop's own result standing
         row["diagnosis"] = diagnose(run_dir)
     except TraceError as e:

@@ -33,6 +33,7 @@ it does nothing more than the others.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .span import SpanReport
@@ -51,33 +52,21 @@ SAME_WORK = 0.5  # the causes' work by name grew less than this share of their e
 
 
 @dataclass(frozen=True)
-class PhaseDelta:
+class Delta:
+    """A time per step of the straggler against the other ranks' median of it: one phase's (``name`` None),
+    or that of one kernel, op or range within the phase (by_name.py)."""
     phase: str
     straggler_ms: float
     median_ms: float
+    name: str | None = None
 
     @property
     def delta_ms(self) -> float:
         return self.straggler_ms - self.median_ms
 
     def to_dict(self) -> dict:
-        return {"phase": self.phase, "straggler_ms": round(self.straggler_ms, 4),
-                "median_ms": round(self.median_ms, 4), "delta_ms": round(self.delta_ms, 4)}
-
-
-@dataclass(frozen=True)
-class NameDelta:
-    phase: str
-    name: str
-    straggler_ms: float
-    median_ms: float
-
-    @property
-    def delta_ms(self) -> float:
-        return self.straggler_ms - self.median_ms
-
-    def to_dict(self) -> dict:
-        return {"phase": self.phase, "name": self.name, "straggler_ms": round(self.straggler_ms, 4),
+        named = {} if self.name is None else {"name": self.name}
+        return {"phase": self.phase, **named, "straggler_ms": round(self.straggler_ms, 4),
                 "median_ms": round(self.median_ms, 4), "delta_ms": round(self.delta_ms, 4)}
 
 
@@ -86,10 +75,10 @@ class StragglerWhy:
     rank: int
     worker: str
     excess_ms: float  # per step outside communication, over the other ranks' phase medians
-    phases: tuple[PhaseDelta, ...]  # every phase the trace has, in PHASES order
+    phases: tuple[Delta, ...]  # every phase the trace has, in PHASES order
     causes: tuple[str, ...]  # phase ids, the largest excess first
-    names: tuple[NameDelta, ...]  # within the causes, the largest excess first
-    work: tuple[PhaseDelta, ...]  # per cause with names: the total time of all its names (by_name.py)
+    names: tuple[Delta, ...]  # within the causes, the largest excess first
+    work: tuple[Delta, ...]  # per cause with names: the total time of all its names (by_name.py)
 
     @property
     def same_work(self) -> bool:
@@ -131,9 +120,7 @@ def _short(name: str, n: int = 80) -> str:
 
 def straggler_why(s: SpanReport, others: list[SpanReport], rank: int) -> StragglerWhy:
     mine = _phases(s)
-    theirs = [_phases(o) for o in others]
-    rows = tuple(PhaseDelta(p, mine[p], statistics.median(t.get(p, 0.0) for t in theirs))
-                 for p in PHASES if p in mine)
+    rows = tuple(_against_median(mine, [_phases(o) for o in others], [p for p in PHASES if p in mine]))
     excess = [r for r in rows if r.phase != "exposed_comm" and r.delta_ms > 0]
     total = sum(r.delta_ms for r in excess)
     ranked = sorted(excess, key=lambda r: r.delta_ms, reverse=True)
@@ -143,30 +130,35 @@ def straggler_why(s: SpanReport, others: list[SpanReport], rank: int) -> Straggl
                         tuple(_work(s, others, causes)))
 
 
+def _against_median(mine: dict[str, float], theirs: list[dict[str, float]], keys: Iterable[str],
+                    phase: str | None = None) -> list[Delta]:
+    """Each key's time per step on the straggler (``mine``) against its median over the other ranks
+    (``theirs``; a rank without the key counts 0): phases when ``phase`` is None, else names within it."""
+    return [Delta(k if phase is None else phase, mine.get(k, 0.0),
+                  statistics.median(t.get(k, 0.0) for t in theirs), None if phase is None else k)
+            for k in keys]
+
+
 def _phases(s: SpanReport) -> dict[str, float]:
     bd = s.breakdown_profiled or s.breakdown
     return {p: sum(bd.ms_per_step(b) for b in buckets if b in bd.buckets)
             for p, buckets in BUCKET_OF.items() if any(b in bd.buckets for b in buckets)}
 
 
-def _work(s: SpanReport, others: list[SpanReport], causes: tuple[str, ...]) -> list[PhaseDelta]:
+def _work(s: SpanReport, others: list[SpanReport], causes: tuple[str, ...]) -> list[Delta]:
     if s.names is None:
         return []
-    return [PhaseDelta(p, s.names.totals[p], statistics.median(
-        o.names.totals.get(p, 0.0) if o.names is not None else 0.0 for o in others))
-        for p in causes if p in s.names.totals]
+    return _against_median(s.names.totals, [o.names.totals if o.names is not None else {} for o in others],
+                           [p for p in causes if p in s.names.totals])
 
 
-def _names(s: SpanReport, others: list[SpanReport], causes: tuple[str, ...], excess_ms: float
-           ) -> list[NameDelta]:
+def _names(s: SpanReport, others: list[SpanReport], causes: tuple[str, ...], excess_ms: float) -> list[Delta]:
     if s.names is None:
         return []
     out = []
     for phase in causes:
         mine = s.names.of(phase)
         theirs = [o.names.of(phase) if o.names is not None else {} for o in others]
-        for name in set(mine).union(*theirs):
-            d = NameDelta(phase, name, mine.get(name, 0.0), statistics.median(t.get(name, 0.0) for t in theirs))
-            if d.delta_ms > 0 and d.delta_ms >= NAME_SHARE * excess_ms:
-                out.append(d)
+        out += [d for d in _against_median(mine, theirs, set(mine).union(*theirs), phase)
+                if d.delta_ms > 0 and d.delta_ms >= NAME_SHARE * excess_ms]
     return sorted(out, key=lambda d: (-d.delta_ms, d.name))[:TOP_NAMES]

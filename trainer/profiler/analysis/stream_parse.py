@@ -33,7 +33,7 @@ from ..trace.workers import json_size
 from .events import ParsedTrace, Step, _int_or_none
 from .inferred_steps import FROM_PROFILER, infer_steps
 from .stream_collect import UNSET, Collector, decode, from_objects
-from .stream_ranges import collect_ranges, first_base
+from .stream_ranges import RANGE_FAILURES, collect_ranges, first_base
 from .validate import STEP_NAME, check_document, steps_missing_error
 
 # This process parses the first byte range and then rebuilds the helpers' events from their columns (about
@@ -69,20 +69,21 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
     """The ParsedTrace of the trace in ``path``, streamed (module docstring) in pieces of about ``block``
     bytes. ``parts`` > 1: the file is cut into that many byte ranges of whole events, parsed at once by this
     process and ``parts - 1`` forked ones (the result is the same); a .gz file only when the JSON its trailer
-    records is within the bound of the one-range read (a small file may inflate to anything). Raises the
-    errors of the module docstring; TraceTooLarge past bounded_read's ceiling (``limit`` bytes)."""
+    records is within the bound of the one-range read (a small file may inflate to anything). When the
+    ranges fail for a reason of the file or the machine (stream_ranges.RANGE_FAILURES: a bad event, whose
+    index in the file a range does not know; an unreadable range; a helper that could not start or died;
+    memory), the file is parsed again in this process alone, which gives the result or the error of
+    ``parts=1``. Any other exception of the range path (TypeError, AttributeError, NameError ...: a defect,
+    or int()'s TypeError of a field that is no number, which the one-process parse raises alike) is raised
+    as it is, never hidden behind the slower parse; report.parse_path then names it in the trace's one-line
+    error. Raises the errors of the module docstring; TraceTooLarge past bounded_read's ceiling
+    (``limit`` bytes)."""
     path = Path(path)
     where = f"{worker}.{span}"
     bound = limit if limit is not None else read_limit() if path.name.endswith(".gz") else None
-    if parts > 1 and (bound is None or json_size(path) <= bound):
-        weight = FIRST_RANGE_WEIGHT_GZ if path.name.endswith(".gz") else FIRST_RANGE_WEIGHT
-        ranges = split_points(path, parts, decode, weight)
-        base = first_base(path, block) if ranges else None
-        if base is not None:
-            try:
-                return _parsed(path, where, worker, span, *collect_ranges(path, ranges, base, block))
-            except Exception:  # a bad event or a helper that could not start: the one-process parse says
-                pass
+    ranged = _in_ranges(path, parts, block, bound) if parts > 1 else None
+    if ranged is not None:
+        return _parsed(path, where, worker, span, *ranged)
     c = Collector(where)
     pending: list[list] = []
     try:
@@ -108,6 +109,22 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
         for piece in pending:
             c.add(piece)
     return _parsed(path, where, worker, span, c, header)
+
+
+def _in_ranges(path: Path, parts: int, block: int, bound: int | None) -> tuple[Collector, dict] | None:
+    """The file's events collected in ``parts`` byte ranges at once (stream_ranges.py) and its header keys;
+    None when it is not cut (too small; a .gz whose JSON may pass ``bound``, or that cannot be read from the
+    middle) or cannot be (RANGE_FAILURES, met while cutting it or reading a range: the one-process parse
+    then says what is wrong, or parses what the ranges could not). Any other exception is raised."""
+    try:
+        if bound is not None and json_size(path) > bound:
+            return None
+        weight = FIRST_RANGE_WEIGHT_GZ if path.name.endswith(".gz") else FIRST_RANGE_WEIGHT
+        ranges = split_points(path, parts, decode, weight)
+        base = first_base(path, block) if ranges else None
+        return collect_ranges(path, ranges, base, block) if base is not None else None
+    except RANGE_FAILURES:  # a bad event, an unreadable range or .gz, a helper that could not start or died
+        return None
 
 
 def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header: dict) -> ParsedTrace:

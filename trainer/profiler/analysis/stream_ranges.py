@@ -12,6 +12,7 @@ would cost about as much as parsing them, and holding them would double the pars
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +25,28 @@ from .stream_collect import Collector, decode, from_objects
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
 
+# What reading a file in byte ranges meets that the one-process parse then says properly, naming the file or
+# the event by its index in the whole file (which a range does not know), or does not meet at all: a bad
+# event (TraceError, the ValueError of int() of a field that is no number), a file that cannot be read
+# (OSError, EOFError, zlib.error; decode errors are ValueErrors; rapidgzip says RuntimeError of a corrupt .gz),
+# JSON nested too deeply (RecursionError, a RuntimeError), a helper that could not start or died (OSError,
+# concurrent.futures.BrokenExecutor, a RuntimeError), and running out of memory (the one-process parse holds
+# no helper's columns). Anything else (TypeError, AttributeError, NameError, KeyError ...) is a defect, or
+# int()'s TypeError of a bad field that the one-process parse raises alike: it is raised, not hidden behind
+# the slower parse.
+RANGE_FAILURES = (ValueError, OSError, EOFError, zlib.error, RuntimeError, MemoryError)
+
 
 def first_base(path: Path, block: int) -> float | None:
     """The base (``events._base``) of the file's events, from its first pieces; None if none has a time or
-    the file cannot be read (the one-process parse then says why)."""
+    the file cannot be read (``RANGE_FAILURES``: the one-process parse then says why)."""
     c = Collector()
     try:
         with TraceStream(path, block, lenient=from_objects) as ts:
             for events in ts.decode_events(decode):
                 if c.find_base(events):
                     return c.base
-    except Exception:
+    except RANGE_FAILURES:
         return None
     return None
 

@@ -1,6 +1,6 @@
 """A run's diagnosis merged from per-cycle summaries: each profiling cycle is analysed once, when it ends.
 
-    summaries.append(CycleSummary(index, span, trigger, steps, telemetry, report, error=None))
+    summaries.append(CycleSummary(index, span, trigger, steps, telemetry, report, worker=worker))
     md = render_cycles(label, summaries)        # diagnosis.md and the TensorBoard Text
     line = summaries[-1].json_line()            # one line of cycles.jsonl
 
@@ -31,9 +31,11 @@ class CycleSummary:
     report: SpanReport | None
     error: str | None = None  # why there is no report (e.g. a cycle without prof.step())
     notes: tuple[str, ...] = ()  # e.g. no TensorBoard copy
+    worker: str = ""  # the handler's worker name: the trace is raw/<span>/<worker>.trace.json
 
     def row(self) -> dict:
-        out = {"cycle": self.index, "span": self.span, "trigger": self.trigger,
+        out = {"cycle": self.index, **({"worker": self.worker} if self.worker else {}), "span": self.span,
+               "trigger": self.trigger,
                "steps": list(self.steps) if self.steps else None, "telemetry": self.telemetry}
         if self.report is not None:
             r = self.report

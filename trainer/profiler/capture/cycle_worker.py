@@ -131,12 +131,12 @@ class CycleWorker:
                 if skip:
                     self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), None, None,
                                               error=f"not analysed: {self.max_pending} cycles were already waiting "
-                                                    f"(the raw trace is {job.raw})"))
+                                                    f"(the raw trace is {job.raw})", worker=self.worker))
                 else:
                     self._process(index, job)
             except Exception as e:  # never let one cycle stop the thread; its row says what happened
                 self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), None, None,
-                                          error=f"{type(e).__name__}: {e}"))
+                                          error=f"{type(e).__name__}: {e}", worker=self.worker))
                 traceback.print_exc()
             finally:
                 with self._cv:
@@ -169,7 +169,7 @@ class CycleWorker:
         if not waited:
             notes.append(f"the steps after the cycle were still being timed after {self.settle_s:g} s")
         self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), telemetry, report, error,
-                                  tuple(notes)))
+                                  tuple(notes), self.worker))
 
     def _await_telemetry(self, cycle: Cycle | None) -> bool:
         if cycle is None:
@@ -190,7 +190,7 @@ class CycleWorker:
         md = render_cycles(str(self.dir), self.summaries, report.verdict if report else None)
         self.dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.dir / "diagnosis.md", md)
-        with open(self.dir / "cycles.jsonl", "a") as f:
+        with open(self.dir / trace_files.CYCLES, "a") as f:
             f.write(summary.json_line())
         if self._log is None:
             self._log = EventLog(self.dir)

@@ -25,7 +25,8 @@ loop without the profiler, the profiled figures beside them. With torch's own sc
 profiler's cost instead. Prints nothing unless the exit has to stop waiting (one line on stderr). The default
 `worker_name` is `<host>_<pid>`, as with tensorboard_trace_handler, so the ranks of a torch.distributed job
 sharing `dir_name` get one trace file each; every rank appends its cycles to cycles.jsonl, and diagnosis.md is
-the last rank's view of its own cycles (`stepscope analyze dir_name` reads them all together).
+the last rank's view of its own cycles (`stepscope analyze dir_name` reads them all together, each trace with
+its own cycle's telemetry from the row naming its worker and span).
 """
 
 from __future__ import annotations

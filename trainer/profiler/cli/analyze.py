@@ -12,7 +12,8 @@
 
 PATH is a trace file or a directory holding traces from stepscope's trainer (``logs/<run>/``, whose
 untouched originals under ``raw/`` are preferred, and whose ``run.json`` gives the unprofiled steps' timing:
-the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md), plain
+the figures and the verdict are then those of the run without the profiler, as in its diagnosis.md; a
+``stepscope.trace_handler`` folder's ``cycles.jsonl`` gives each cycle's, telemetry.py), plain
 ``tensorboard_trace_handler``, Lightning's ``PyTorchProfiler``, accelerate's
 ``ProfileKwargs(output_trace_dir=...)`` or ``export_chrome_trace`` (see discover.py). One run folder is one job: a folder holding several runs is
 reported run by run, one section each (traces of different folders pair as ranks only when their own
@@ -56,11 +57,11 @@ import os
 import sys
 from pathlib import Path
 
-from ..analysis import RunReport, StepSelection, TraceError, json_out
+from ..analysis import StepSelection, TraceError, json_out
+from ..front import find_and_analyze
 from ..loaded import Loaded
-from ..runs import RunsReport, render_runs, report_runs_found, telemetry_sources
+from ..runs import render_runs, telemetry_sources
 from ..trace.cluster import ClusterError, check_spec, open_cluster
-from ..trace.discover import discover, summary_line
 from ..trace.gc_paused import gc_paused
 from ..trace.workers import Workers
 from .analyze_args import memory_size, window
@@ -93,32 +94,6 @@ def check_out_dir(out_dir: Path) -> None:
     if out_dir.is_dir() and any(out_dir.iterdir()):
         raise UsageError(f"--export-tensorboard {out_dir}: directory is not empty; give a new or empty "
                          "directory")
-
-
-def find_and_analyze(path: Path, selection: StepSelection,
-                     workers: Workers) -> tuple[RunReport | RunsReport, list[Loaded], str]:
-    """Every trace under ``path`` and the report on them, each trace parsed and reported where ``workers`` says
-    (here, local processes, a cluster) and only its report kept: the report, the traces analysed (without
-    their events), and the one-line summary of what was found and skipped."""
-    found = _discover(path)
-    report, loaded, skipped = report_runs_found(found.traces, path, selection, None, workers)
-    return report, loaded, _found_line(path, found, loaded, skipped)
-
-
-def _discover(path: Path):
-    if not path.exists() or not (path.is_dir() or path.is_file()):
-        raise UsageError(f"{path}: not a directory or a trace file (expected a run directory such as "
-                         "logs/<run>, or a trace file)")
-    return discover(path)
-
-
-def _found_line(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
-    line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
-    if not loaded:
-        raise UsageError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
-                         "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
-                         + (f"; {line}" if found.skipped or skipped else ""))
-    return line
 
 
 def export(loaded: list[Loaded], out_dir: Path, workers: Workers) -> list[Path]:
@@ -170,9 +145,10 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         with gc_paused(), open_cluster(a.cluster) as address:
             # each trace's report made where it is read (here, a local process, a Dask task), and only the
             # report kept: every trace is validated before anything is written; the export reads them again
-            report, loaded, found_line = find_and_analyze(
-                a.run_dir, selection, workers if address is None else Workers.dask(address))
-            written = export(loaded, a.export_tensorboard, workers) if a.export_tensorboard is not None else None
+            analyzed = find_and_analyze(a.run_dir, selection=selection,
+                                        workers=workers if address is None else Workers.dask(address))
+            written = (export(analyzed.loaded, a.export_tensorboard, workers)
+                       if a.export_tensorboard is not None else None)
     except (TraceError, UsageError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -182,10 +158,10 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
     except OSError as e:  # what the checks above cannot foresee: a file that vanished, a disk that filled up
         print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
-    print(found_line, file=sys.stderr)
-    for record, telemetry in telemetry_sources(a.run_dir, report):
-        print(f"unprofiled figures from {record}: mean of {telemetry.get('steps', 0):.0f} "
-              f"timed steps, {telemetry['step_ms']:.2f} ms", file=sys.stderr)
+    print(analyzed.summary, file=sys.stderr)
+    report = analyzed.report
+    for record, what in telemetry_sources(a.run_dir, report):
+        print(f"unprofiled figures from {record}: {what}", file=sys.stderr)
     print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_runs(report))
     if written is not None:
         stream = sys.stderr if a.json else sys.stdout

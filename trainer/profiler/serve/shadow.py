@@ -12,12 +12,14 @@ TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdi
     <name>/run.json                               the source run's record, when it has one (stepscope's
                                                   trainer): the stepscope tab reads the run's unprofiled steps
                                                   and its verification from it, as `stepscope analyze` does
+    <name>/cycles.jsonl                           the source's, when it has one (stepscope.trace_handler):
+                                                  each cycle's unprofiled steps, read the same way
 
 One diagnosis per run, from one place. A run that writes its own diagnosis into its own event files (a
 stepscope trainer run that has one or is still running, a stepscope_trace_handler folder) shows that one: the
 mirror (mirror.py) copies it, and the server adds none. Any other run gets exactly one, the server's, with
-the run's own unprofiled figures when its run.json has them (a trainer run that ended without a
-diagnosis), so that analyze, run.json, Text and Scalars show the same numbers.
+the run's own unprofiled figures when its run.json or cycles.jsonl has them (telemetry.py; a trainer run
+that ended without a diagnosis), so that analyze, run.json, Text and Scalars show the same numbers.
 
 torch-tb-profiler parses a run folder once, when it first has a trace, so a run's traces are never added to:
 traces that arrive later for the same source run are published as a new run, `<name>@2`, `<name>@3`, ...
@@ -34,11 +36,12 @@ import tempfile
 from pathlib import Path
 
 from ..analysis import TraceError
-from ..loaded import Loaded, report_of, run_telemetry
+from ..loaded import Loaded, report_of
 from ..tbfix import export_file
+from ..telemetry import RUN_RECORD, trace_telemetry
 from ..trace.atomic import write_text_atomic
 from ..trace.discover import EXPORT_MARKER, STEPSCOPE
-from ..trace.files import WORKER_PATTERN
+from ..trace.files import CYCLES, WORKER_PATTERN
 from .diagnose import write_diagnosis
 from .tb_events import EventLog
 
@@ -97,12 +100,13 @@ def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str,
     try:
         for item in loaded:
             export_file(work, item.worker, item.span, item.found.path)
-        record = source / "run.json" if source is not None else None
-        if record is not None and record.is_file():
-            shutil.copyfile(record, work / "run.json")
-        telemetry = run_telemetry(source) if source is not None else None
+        for name in (RUN_RECORD, CYCLES):  # the unprofiled steps' telemetry (telemetry.py), read here and by the tab
+            record = source / name if source is not None else None
+            if record is not None and record.is_file():
+                shutil.copyfile(record, work / name)
+        each = trace_telemetry([item.found for item in loaded], source)
         try:
-            report = report_of(loaded, base, telemetry=telemetry)
+            report = report_of(loaded, base, telemetries=each)
         except TraceError as e:
             report, verdict = None, f"no diagnosis: {e}"
         else:

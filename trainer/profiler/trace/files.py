@@ -4,6 +4,7 @@ Layout of ``logs/<run>/`` (one worker name per process, one span per profiler cy
 
     <worker>.<span>.pt.trace.json[.gz]      TensorBoard-adapted copy: what torch-tb-profiler lists
     raw/<span>/<worker>.trace.json[.gz]      the untouched original, for Perfetto and Holistic Trace Analysis
+    cycles.jsonl                             stepscope.trace_handler's row per cycle (capture/cycle_summary.py)
 
 The plugin lists a file only if its name matches ``WORKER_PATTERN`` (copied from torch-tb-profiler 0.4.3,
 ``consts.py``), so the originals' names deliberately do not end in ``.pt.trace.json``. HTA wants one file per
@@ -30,6 +31,7 @@ WORKER_PATTERN = re.compile(
     re.X,
 )
 RAW_DIR = "raw"
+CYCLES = "cycles.jsonl"
 
 
 @dataclass(frozen=True)

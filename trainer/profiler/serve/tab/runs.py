@@ -1,10 +1,11 @@
 """The runs under a logdir, as stepscope's discovery sees them, and what identifies their traces' contents.
 
     runs = find_runs(Path("logs"))      # {"exp1": Run(name="exp1", folder=..., traces=(Found, ...)), ...}
-    run.fingerprint()                   # the traces' paths, sizes and mtimes, plus run.json's
+    run.fingerprint()                   # the traces' paths, sizes and mtimes, plus run.json's and cycles.jsonl's
 
 A run is a folder holding traces (discover.py's ``Found.run``); the logdir's own traces are the run ".".
-The fingerprint changes whenever a trace or the trainer's run record is written again.
+The fingerprint changes whenever a trace, the trainer's run record or a trace handler's cycles.jsonl (the
+unprofiled steps' telemetry of each cycle, telemetry.py) is written again.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...trace.discover import Found, discover
+from ...trace.files import CYCLES
 
 ROOT_RUN = "."
 RUN_RECORD = "run.json"
@@ -26,7 +28,7 @@ class Run:
 
     def fingerprint(self) -> list:
         parts = []
-        for path in [*(t.path for t in self.traces), self.folder / RUN_RECORD]:
+        for path in [*(t.path for t in self.traces), self.folder / RUN_RECORD, self.folder / CYCLES]:
             try:
                 st = path.stat()
             except OSError:
