@@ -30,9 +30,10 @@ How each loop reads (``loop_style``):
 - Lightning's Trainer by its profiler's ranges (``[Strategy]...``), recorded with or without with_stack.
 - Hugging Face's Trainer by its Python frames, those of transformers/trainer.py (``_inner_training_loop``
   spans the recorded window, ``training_step`` each step), among the few long frames whose names the parse
-  keeps (ParsedTrace.long_frames: no pass of its own over the events). Without with_stack the trace holds nothing of that Trainer of its own (its
-  DataLoader and optimizer ranges are torch's, as in any loop), so it reads as eager, and the 12 Hugging
-  Face rows without with_stack count as eager. A Hugging Face model in a loop of one's own is eager.
+  keeps (ParsedTrace.long_frames: no pass of its own over the events). Without with_stack the trace holds
+  nothing of that Trainer's own (its DataLoader and optimizer ranges are torch's, as in any loop), so it
+  reads as eager, and the 12 Hugging Face rows without with_stack count as eager. A Hugging Face model in a
+  loop of one's own is eager.
 - A torch.compile'd loop as compiled only where it was recorded with record_shapes (inductor's
   "## Call CompiledFxGraph" ranges are recorded only then); the other compiled rows count as eager.
 With with_stack, framework-heavy loops (Lightning's and Hugging Face's Trainer) run many Python functions
