@@ -17,6 +17,7 @@ import zlib
 from stepscope.profiler.analysis.events import (
     DATA_ANNOTATIONS,
     HOST_OP_CATEGORIES,
+    LONG_FRAME_US,
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
@@ -69,6 +70,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
     steps, ops, annotations, runtime, device, data_spans, memory = [], [], [], [], [], [], []
     python_calls: list[float] = []
     python_builtins: list[float] = []
+    long_frames: set[str] = set()
     shapes = False
     base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
@@ -86,7 +88,12 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             continue
         if ph == "X" and cat == "python_function":
             start = _span(e, i, base)[0]
-            (python_builtins if str(name).startswith("<built-in") else python_calls).append(start)
+            if str(name).startswith("<built-in"):
+                python_builtins.append(start)
+            else:
+                python_calls.append(start)
+                if isinstance(name, str) and float(e["dur"]) >= LONG_FRAME_US:
+                    long_frames.add(name)
             continue
         if ph != "X" or not isinstance(name, str):
             continue
@@ -135,7 +142,8 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         ops=tuple(ops), annotations=tuple(annotations), runtime=tuple(runtime),
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
-        python_builtins=tuple(sorted(python_builtins)), recorded_shapes=shapes, steps_from=steps_from)
+        python_builtins=tuple(sorted(python_builtins)), long_frames=tuple(sorted(long_frames)),
+        recorded_shapes=shapes, steps_from=steps_from)
 
 
 def _base(events: list) -> float:

@@ -331,9 +331,9 @@ def table(rows: list[dict], device: str) -> str:
         out.append(f"| {r['family']} | {r['style']} | {r['recording']} | {r['profiled_ms']:.2f} | "
                    f"{r['predicted_ms']:.2f} | {rng} | {r['measured_ms']:.2f} | {_num(r['ratio'])} | "
                    f"{'yes' if r['in_range'] else 'NO'} | {r['verdict']} | {r['alternative'] or ''} |")
-    # grouped as the analysis reads them: by the loop style the trace shows (a Hugging Face loop reads as eager,
-    # and so does a compiled one recorded without record_shapes: no compiled-graph ranges) and with_stack, as
-    # BANDS is keyed
+    # grouped as the analysis reads them: by the loop style the trace shows (a Hugging Face loop reads as eager
+    # without with_stack: no frames of its Trainer; a compiled one without record_shapes: no compiled-graph
+    # ranges) and with_stack, as BANDS is keyed
     out += ["", "| loop read | with_stack | runs | measured/predicted min | max | suggested band | measured/profiled max |",
             "|---|---|---:|---:|---:|---|---:|"]
     groups: dict = {}

@@ -8,7 +8,9 @@ output. Times are µs, as in the file, counted from ``base_us``. Device work is 
 ``correlation`` argument that both the runtime call and the kernel/memcpy/memset carry (the same id the
 ``ac2g`` flow events use). Of the Python-stack events (``python_function``) only their start times are kept:
 they tell how much the profiler itself slowed the host (overhead.py), and a trace of a hot Python loop holds
-hundreds of thousands of them.
+hundreds of thousands of them. Of the few frames that last ``LONG_FRAME_US`` or more, the distinct names are
+kept too: among them are the frames of the loop around the steps (a framework's ``Trainer``: its training
+loop spans the recorded window and its step function a step), which tell the loop's style (step_range.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
               "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
 DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
+# a Python frame this long (µs) or longer has its name kept (ParsedTrace.long_frames): a training step's
+# frame is longer under with_stack, and a few percent of a trace's frames are
+LONG_FRAME_US = 100.0
 
 
 class HostEvent(NamedTuple):
@@ -93,6 +98,7 @@ class ParsedTrace:
     memory: tuple[MemorySample, ...]
     python_calls: tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
     python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
+    long_frames: tuple[str, ...] = ()  # the distinct names of frames of LONG_FRAME_US or more, sorted
     recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
     steps_from: str = FROM_PROFILER  # or, in a trace without ProfilerStep#N, inferred_steps.FROM_*
 

@@ -32,6 +32,7 @@ from ..trace.vocabulary import (
 from .events import (
     DATA_ANNOTATIONS,
     HOST_OP_CATEGORIES,
+    LONG_FRAME_US,
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
@@ -126,6 +127,7 @@ class Collector:
         self.device, self.data_spans, self.memory = [], [], []
         self.python_calls: list[float] = []
         self.python_builtins: list[float] = []
+        self.long_frames: set[str] = set()  # names of Python frames of at least LONG_FRAME_US
         self.shapes = False
         self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
         self._kinds: dict[str, tuple[str, int, bool]] = {}  # category -> _kind(category)
@@ -169,7 +171,8 @@ class Collector:
         lo, hi = -MAX_TIME_US, MAX_TIME_US
         ops, annotations, runtime, device, data_spans = (self.ops, self.annotations, self.runtime, self.device,
                                                          self.data_spans)
-        calls, builtins = self.python_calls, self.python_builtins
+        calls, builtins, long_frames, long_us = (self.python_calls, self.python_builtins, self.long_frames,
+                                                 LONG_FRAME_US)
         for e in events:
             name, ts, dur, cat = e.name, e.ts, e.dur, e.cat
             if ts is not None and ((type(ts) is not float and type(ts) is not int) or not lo <= ts <= hi):
@@ -204,7 +207,12 @@ class Collector:
             s = ts - base  # a float: base is one; float(ts) - base, as events._span
             t = s + dur if dur > 0 else s  # max(dur, 0)
             if kind == _K_PYTHON:
-                (builtins if name.startswith("<built-in") else calls).append(s)
+                if name.startswith("<built-in"):
+                    builtins.append(s)
+                else:
+                    calls.append(s)
+                    if dur >= long_us:  # few frames are: the loop's own among them (events.py)
+                        long_frames.add(name)
             elif kind == _K_DEVICE:
                 args = e.args or _NO_ARGS
                 dev = e.pid if args.device is UNSET else args.device

@@ -87,6 +87,7 @@ def encode(c: Collector) -> dict:
     out: dict = {"steps": c.steps, "shapes": c.shapes, "header": c.header,
                  "python_calls": np.asarray(c.python_calls, dtype=np.float64),
                  "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
+                 "long_frames": list(c.long_frames),
                  "memory": (np.asarray([m[0] for m in c.memory], dtype=np.float64),
                             [m[1] for m in c.memory], [m[2] for m in c.memory])}
     for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation
@@ -110,6 +111,7 @@ def decode_into(c: Collector, part: dict) -> None:
     c.header.update(part["header"])
     c.python_calls.extend(part["python_calls"].tolist())
     c.python_builtins.extend(part["python_builtins"].tolist())
+    c.long_frames.update(part["long_frames"])
     ts, kinds, totals = part["memory"]
     c.memory.extend(map(MemorySample, ts.tolist(), kinds, totals))
     for name in HOST_LISTS:
