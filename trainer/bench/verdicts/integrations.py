@@ -194,7 +194,7 @@ def _graph_ms(fn, cuda: bool) -> float | None:
 def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float | None, session) -> dict:
     """``unprofiled``: the loop's mean step timed before the profiled run and after it; the truth's step is
     their mean, which brackets the profiled run in time (the host's speed drifts over seconds)."""
-    from ...profiler.analysis.verdicts import LAUNCH_BOUND
+    from ...profiler.analysis.verdicts import GPU_BOUND, LAUNCH_BOUND
     from ...profiler.capture.cycle import telemetry_of
     from .truth import GPU_BOUND_SHARE
 
@@ -208,7 +208,7 @@ def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float 
     if gpu_ms is None:
         expected = None
     elif gpu_ms / step_ms >= GPU_BOUND_SHARE:
-        expected = "gpu_bound"
+        expected = GPU_BOUND.name
     else:
         expected = LAUNCH_BOUND.name  # a step whose GPU idles most of the time waits for its launches
     sched = session.schedule
