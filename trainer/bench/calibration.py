@@ -111,13 +111,15 @@ class Clock:
         else:
             self.marks.append(time.perf_counter())
 
-    def step_ms(self, skip: int) -> float:
+    def times_ms(self, skip: int) -> list[float]:
+        """Each step's time after the first ``skip``, in ms (one sync, here, on a GPU)."""
         if self.cuda:
             torch.cuda.synchronize()
-            ms = [a.elapsed_time(b) for a, b in zip(self.marks[skip:], self.marks[skip + 1:])]
-        else:
-            ms = [(b - a) * 1e3 for a, b in zip(self.marks[skip:], self.marks[skip + 1:])]
-        return statistics.median(ms)
+            return [a.elapsed_time(b) for a, b in zip(self.marks[skip:], self.marks[skip + 1:])]
+        return [(b - a) * 1e3 for a, b in zip(self.marks[skip:], self.marks[skip + 1:])]
+
+    def step_ms(self, skip: int) -> float:
+        return statistics.median(self.times_ms(skip))
 
 
 def dataset(shape, n_batches: int):

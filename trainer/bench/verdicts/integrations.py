@@ -33,62 +33,23 @@ STEPS = 5 + 30 + 4 + 1 + 30 + 2  # to the end of the window after the cycle, as 
 SKIP = 10  # unprofiled steps left out of the truth's mean
 
 
-class EventClock:
-    """A CUDA event (the host clock on a CPU) at each step's start."""
-
-    def __init__(self, cuda: bool) -> None:
-        self.cuda, self.marks = cuda, []
-
-    def mark(self) -> None:
-        import torch
-
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self.marks.append(ev)
-        else:
-            self.marks.append(time.perf_counter())
-
-    def mean_ms(self, skip: int) -> float:
-        import torch
-
-        marks = self.marks[skip:]
-        if self.cuda:
-            torch.cuda.synchronize()  # sync point: once, after the timed run
-            ms = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
-        else:
-            ms = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
-        return statistics.fmean(ms)
-
-
 # ---- Lightning
 
 def lightning_run(out: Path, device, steps: int) -> dict:
     import lightning as L
     import torch
-    import torch.nn.functional as F
 
     from ...integrations.lightning import StepscopeCallback
     from ...models import torchvision_cifar_resnet18
+    from ..calibration import Clock
     from ..workloads import Workload, ce_loss, cifar_batch
+    from .lightning import resnet_module
 
     batch, cuda = 64, device.type == "cuda"
 
-    class Module(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torchvision_cifar_resnet18(10).to(memory_format=torch.channels_last)
-
-        def training_step(self, b, _i):
-            x, y = b
-            return F.cross_entropy(self.net(x).float(), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9, fused=cuda)
-
     class Boundaries(L.Callback):
         def __init__(self) -> None:
-            self.clock = EventClock(cuda)
+            self.clock = Clock(device)
 
         def on_train_batch_start(self, *args) -> None:
             self.clock.mark()
@@ -101,12 +62,13 @@ def lightning_run(out: Path, device, steps: int) -> dict:
     def fit(callback) -> None:
         L.Trainer(max_steps=steps, accelerator="gpu" if cuda else "cpu", devices=1,
                   precision="bf16-mixed" if cuda else "32-true", logger=False, enable_checkpointing=False,
-                  enable_progress_bar=False, enable_model_summary=False, callbacks=[callback]).fit(Module(), loader)
+                  enable_progress_bar=False, enable_model_summary=False, callbacks=[callback]).fit(
+            resnet_module(fused=cuda), loader)
 
     def unprofiled_ms() -> float:
         clock = Boundaries()
         fit(clock)
-        return clock.clock.mean_ms(SKIP)
+        return statistics.fmean(clock.clock.times_ms(SKIP))
 
     before = unprofiled_ms()
     # family "resnet18": channels_last, as the LightningModule's network
@@ -128,6 +90,7 @@ def hf_run(out: Path, device, steps: int) -> dict:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from ...integrations.hf import StepscopeCallback
+    from ..calibration import Clock
 
     batch, seq, vocab, cuda = 4, 128, 2048, device.type == "cuda"
 
@@ -141,7 +104,7 @@ def hf_run(out: Path, device, steps: int) -> dict:
 
     class Boundaries(transformers.TrainerCallback):
         def __init__(self) -> None:
-            self.clock = EventClock(cuda)
+            self.clock = Clock(device)
 
         def on_step_begin(self, *args, **kwargs):
             self.clock.mark()
@@ -158,7 +121,7 @@ def hf_run(out: Path, device, steps: int) -> dict:
     def unprofiled_ms() -> float:
         clock = Boundaries()
         train(clock, model())
-        return clock.clock.mean_ms(SKIP)
+        return statistics.fmean(clock.clock.times_ms(SKIP))
 
     before = unprofiled_ms()
     m = model().to(device)

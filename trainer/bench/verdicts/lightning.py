@@ -27,12 +27,10 @@ from .truth import expected_verdict, graph_ms
 BATCH = 64
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True)
-    a = p.parse_args()
+def resnet_module(fused: bool | None = None):
+    """The LightningModule: the CIFAR ResNet-18 (channels_last) with cross-entropy and SGD (momentum 0.9;
+    ``fused`` as torch.optim.SGD takes it: None leaves torch to choose, as SGD's own default does)."""
     import lightning as L
-    from lightning.pytorch.profilers import PyTorchProfiler
 
     from ...models import torchvision_cifar_resnet18
 
@@ -46,7 +44,19 @@ def main() -> int:
             return F.cross_entropy(self.net(x).float(), y)
 
         def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9, fused=fused)
+
+    return Module()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args()
+    import lightning as L
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    from ...models import torchvision_cifar_resnet18
 
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(BATCH * 200, 3, 32, 32, generator=g),
@@ -67,7 +77,7 @@ def main() -> int:
 
     loader = torch.utils.data.DataLoader(data, batch_size=BATCH, num_workers=0, pin_memory=True)
     clock = Boundaries()
-    trainer(70, callbacks=[clock]).fit(Module(), loader)
+    trainer(70, callbacks=[clock]).fit(resnet_module(), loader)
     torch.cuda.synchronize()  # sync point: once, after the timed run
     ms = [x.elapsed_time(y) for x, y in zip(clock.events[10:], clock.events[11:])]
     # the same step outside Lightning, for its GPU time
@@ -81,7 +91,7 @@ def main() -> int:
     prof = PyTorchProfiler(dirpath=str(run_dir), filename="fit", export_to_chrome=True,
                            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
                            record_shapes=True, profile_memory=True, with_stack=True)
-    trainer(8, profiler=prof).fit(Module(), loader)
+    trainer(8, profiler=prof).fit(resnet_module(), loader)
     (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     print(f"lightning_resnet18: {truth['step_ms']:.2f} ms/step, GPU {truth['gpu_ms']:.2f} ms, "
           f"{sorted(q.name for q in run_dir.iterdir())}")
