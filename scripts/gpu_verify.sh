@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations verdicts_ddp verify verify_extra
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations gaps verdicts_ddp verify verify_extra
 #                                                     ddp compare overhead plugin tests bench ops ops_processes calibrate
 #                                                     (default: compare overhead plugin tests)
 #
@@ -10,7 +10,8 @@
 # VL_ARGS / VLH_ARGS pick scenarios ("--only resnet18_bs32 ..."), LOOPS_ENV sets variables for both runs.
 # after: scripts/bench_after_profiling.py, a loop's speed before and after one profiling cycle, per mode
 # (AP_ARGS, e.g. "--only resnet18_bs32 --modes default teardown"). integrations: scripts/verdict_integrations.py,
-# the Lightning and Hugging Face callbacks on one scenario each against their truth.
+# the Lightning and Hugging Face callbacks on one scenario each against their truth. gaps:
+# scripts/bench_graph_gaps.py, a CUDA-graph replay's span against its kernels' time (GAPS_ARGS, "--only ...").
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
@@ -44,8 +45,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|after|integrations|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|after|integrations|gaps|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -120,6 +121,12 @@ part_integrations() {
     > "$OUT/integrations.log" 2>&1
   echo "exit $?"
   cp "$L/vi/results.json" "$OUT/integrations.json" 2>/dev/null; cat "$L/vi/results.md" 2>/dev/null
+}
+
+part_gaps() {
+  stamp "bench_graph_gaps.py: a CUDA-graph replay's span against its kernels' time"
+  timeout "${GAPS_TIMEOUT:-240}" python3 scripts/bench_graph_gaps.py --out "$OUT/graph_gaps.json" ${GAPS_ARGS:-} \
+    2>&1 | tee "$OUT/graph_gaps.log"
 }
 
 verify_one() {  # NAME TRAIN_FLAGS...: a profiled ResNet-18 run, then stepscope verify on it

@@ -8,7 +8,9 @@ Step time: CUDA events at step boundaries (perf_counter on a CPU), the mean of t
 warm-up (the run's time per step: a loader whose workers deliver in bursts makes alternate steps long, and
 a median would pick one kind).
 GPU time: the step's device work replayed as a CUDA graph (no launch gaps, no host), plus the input copy
-timed alone where the step copies its batch; where the device work cannot be captured, None. The
+timed alone where the step copies its batch, plus the copy of its output to the host timed alone where the
+step reads it back (a graph cannot hold a copy to pageable memory); where the device work cannot be
+captured, None. The
 intervention removes the injected cause: the workload's `fixed()` variant, or for launch-bound workloads
 the CUDA-graph replay itself. The expected verdict follows from these numbers alone (`expected_verdict`),
 never from what the analysis says. Used by scripts/verdict_bench.py.
@@ -91,6 +93,26 @@ def copy_ms(w) -> float:
     return statistics.median(times[2:])
 
 
+def readback_ms(w) -> float:
+    """The step's copy of its output to the host alone (``sync_host_work``'s ``.float().cpu()``), as the step
+    does it: a conversion kernel and a device-to-host copy into pageable memory."""
+    if not getattr(w, "host_work", 0):
+        return 0.0
+    with torch.no_grad():
+        _, out = w._forward()
+    times = []
+    for _ in range(10):
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out.detach().float().cpu()  # sync point: the copy alone, as the step makes it
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    del out
+    return statistics.median(times[2:])
+
+
 def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:
     """The truth (module docstring); `with_telemetry`: also the run's telemetry (`run_telemetry`), timed
     straight after the truth's own steps so that the two see the host alike (out["telemetry"])."""
@@ -103,13 +125,13 @@ def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:
         del t
     times = step_times(w.step, device)
     out = {"step_ms": statistics.fmean(times), "step_ms_median": statistics.median(times), "gpu_ms": None,
-           "copy_ms": 0.0, "fixed_step_ms": None, "intervention": None}
+           "copy_ms": 0.0, "readback_ms": 0.0, "fixed_step_ms": None, "intervention": None}
     if with_telemetry:
         out["telemetry"] = run_telemetry(w, device)
     if device.type == "cuda":
-        out["copy_ms"] = copy_ms(w)
+        out["copy_ms"], out["readback_ms"] = copy_ms(w), readback_ms(w)
         if compute is not None:
-            out["gpu_ms"] = compute + out["copy_ms"]
+            out["gpu_ms"] = compute + out["copy_ms"] + out["readback_ms"]
     fixed = w.fixed()
     if fixed is not None:
         out["fixed_step_ms"] = statistics.fmean(step_times(fixed.step, device))
@@ -124,7 +146,8 @@ def expected_verdict(w, truth: dict) -> tuple[str, bool | None]:
     """(the verdict the unprofiled numbers imply, whether removing the cause confirmed it)."""
     gpu, step = truth["gpu_ms"], truth["step_ms"]
     if gpu is not None and gpu / step >= GPU_BOUND_SHARE:
-        copy = truth["copy_ms"]  # the device verdicts: the larger share, ties to gpu_bound (as the analysis)
+        # the device verdicts: the larger share, ties to gpu_bound (as the analysis)
+        copy = truth["copy_ms"] + truth.get("readback_ms", 0.0)
         return (TRANSFER_BOUND.name if copy > gpu - copy else GPU_BOUND.name), True
     # a workload meant to be GPU-bound whose GPU is idle most of the step waits for its launches
     cause = LAUNCH_BOUND.name if w.cause == GPU_BOUND.name else w.cause
