@@ -1,7 +1,7 @@
 """The Lightning and Hugging Face integrations on a GPU, each on one scenario with its truth.
 
     python scripts/verdict_integrations.py --out OUT                  # both; needs lightning, transformers
-    python scripts/verdict_integrations.py --out OUT --only hf --device cpu --steps 12   # a smoke run
+    python scripts/verdict_integrations.py --out OUT --only hf --device cpu              # a smoke run
 
 lightning: a LightningModule trains the CIFAR ResNet-18 at batch 64 in bf16 (SGD, fused, momentum 0.9), as
     verdicts/lightning.py records it with Lightning's own profiler;
@@ -11,7 +11,11 @@ hf: Hugging Face's Trainer trains a 4-layer GPT-2 (vocabulary 2048, width 128, s
 For each: the truth, without the profiler: the framework's loop unprofiled, with a callback recording a CUDA
 event at every step's start (mean step over the steps after the first 10), run before the profiled run and
 again after it (the truth's step is the mean of the two), and the GPU time of the same step (forward,
-backward, clipping where the loop clips, optimizer) replayed as a CUDA graph outside the framework. Between
+backward, clipping where the loop clips, optimizer) replayed as a CUDA graph outside the framework, and the
+same step in a plain eager loop outside the framework (``truth.step_times``). The expected verdict follows from
+these alone (``expected_of``): ``gpu_bound`` where the GPU time is at least half the step; else the host cause
+whose removal saves more: the framework's own host work (its step minus the plain loop's) gives
+``host_bound``, the launches (the plain loop's step minus the graph replay's) ``launch_bound``. Between
 the two unprofiled runs, the same loop profiled by stepscope's integration (``stepscope.integrations.lightning`` /
 ``.hf`` ``StepscopeCallback`` with skip_first=5, wait=30, warmup=1, active=3; shapes, memory and stacks
 recorded), whose handler diagnoses the cycle from the unprofiled steps the schedule timed. Scored like the
@@ -44,6 +48,7 @@ def lightning_run(out: Path, device, steps: int) -> dict:
     from ..calibration import Clock
     from ..workloads import Workload, ce_loss, cifar_batch
     from .lightning import resnet_module
+    from .truth import step_times
 
     batch, cuda = 64, device.type == "cuda"
 
@@ -75,10 +80,11 @@ def lightning_run(out: Path, device, steps: int) -> dict:
     w = Workload("lightning_resnet18", "resnet18", None, device, torchvision_cifar_resnet18(10),
                  cifar_batch(batch), ce_loss)
     gpu_ms = _graph_ms(w.gpu_part, cuda)
+    plain = statistics.fmean(step_times(w.step, device))  # the same step, eager, outside Lightning
     del w
     cb = StepscopeCallback(out / "lightning", worker_name="lightning", **CYCLE, **RECORD)
     fit(cb)
-    return _row("lightning", "resnet18-bs64-bf16", (before, unprofiled_ms()), gpu_ms, cb.session)
+    return _row("lightning", "resnet18-bs64-bf16", (before, unprofiled_ms()), gpu_ms, plain, cb.session)
 
 
 # ---- Hugging Face
@@ -91,6 +97,7 @@ def hf_run(out: Path, device, steps: int) -> dict:
 
     from ...integrations.hf import StepscopeCallback
     from ..calibration import Clock
+    from .truth import step_times
 
     batch, seq, vocab, cuda = 4, 128, 2048, device.type == "cuda"
 
@@ -139,9 +146,19 @@ def hf_run(out: Path, device, steps: int) -> dict:
         opt.step()
 
     gpu_ms = _graph_ms(gpu_part, cuda)
+    pm = model().to(device)
+    popt = torch.optim.AdamW(pm.parameters(), lr=5e-5, fused=cuda)
+
+    def plain_step() -> None:  # the Trainer's step in a plain eager loop: the model's own loss, as it computes it
+        pm(input_ids=x, labels=x).loss.backward()
+        torch.nn.utils.clip_grad_norm_(pm.parameters(), 1.0)
+        popt.step()
+        popt.zero_grad(set_to_none=True)
+
+    plain = statistics.fmean(step_times(plain_step, device))
     cb = StepscopeCallback(out / "hf", worker_name="hf", **CYCLE, **RECORD)
     train(cb, model())
-    return _row("hf", "hf-gpt2-bs4", (before, unprofiled_ms()), gpu_ms, cb.session)
+    return _row("hf", "hf-gpt2-bs4", (before, unprofiled_ms()), gpu_ms, plain, cb.session)
 
 
 # ---- scoring
@@ -154,12 +171,27 @@ def _graph_ms(fn, cuda: bool) -> float | None:
     return graph_ms(fn)
 
 
-def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float | None, session) -> dict:
-    """``unprofiled``: the loop's mean step timed before the profiled run and after it; the truth's step is
-    their mean, which brackets the profiled run in time (the host's speed drifts over seconds)."""
-    from ...profiler.analysis.verdicts import GPU_BOUND, LAUNCH_BOUND
-    from ...profiler.capture.cycle import telemetry_of
+def expected_of(step_ms: float, gpu_ms: float | None, plain_ms: float | None) -> str | None:
+    """The verdict the unprofiled figures imply (module docstring); None without a GPU time."""
+    from ...profiler.analysis.verdicts import GPU_BOUND, HOST_BOUND, LAUNCH_BOUND
     from .truth import GPU_BOUND_SHARE
+
+    if gpu_ms is None:
+        return None
+    if gpu_ms / step_ms >= GPU_BOUND_SHARE:
+        return GPU_BOUND.name
+    if plain_ms is None:
+        return LAUNCH_BOUND.name  # a step whose GPU idles most of the time waits for its launches
+    framework, launches = step_ms - plain_ms, plain_ms - gpu_ms
+    return HOST_BOUND.name if framework > launches else LAUNCH_BOUND.name
+
+
+def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float | None, plain_ms: float | None,
+         session) -> dict:
+    """``unprofiled``: the loop's mean step timed before the profiled run and after it; the truth's step is
+    their mean, which brackets the profiled run in time (the host's speed drifts over seconds). ``plain_ms``:
+    the same step in a plain eager loop."""
+    from ...profiler.capture.cycle import telemetry_of
 
     step_ms = statistics.fmean(unprofiled)
     handler = session.handler
@@ -168,17 +200,12 @@ def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float 
         raise ValueError(f"{name}: no diagnosis: {summary.error}")
     d = summary.report.to_dict()
     busy = None if gpu_ms is None else min(100.0, 100 * gpu_ms / step_ms)
-    if gpu_ms is None:
-        expected = None
-    elif gpu_ms / step_ms >= GPU_BOUND_SHARE:
-        expected = GPU_BOUND.name
-    else:
-        expected = LAUNCH_BOUND.name  # a step whose GPU idles most of the time waits for its launches
+    expected = expected_of(step_ms, gpu_ms, plain_ms)
     sched = session.schedule
     cycle = sched.cycles[0] if sched is not None and sched.cycles else None
     return {"scenario": name, "family": family,
             "truth": {"step_ms": step_ms, "step_ms_before": unprofiled[0], "step_ms_after": unprofiled[1],
-                      "gpu_ms": gpu_ms, "gpu_busy_pct": busy, "expected": expected},
+                      "gpu_ms": gpu_ms, "gpu_busy_pct": busy, "plain_step_ms": plain_ms, "expected": expected},
             "telemetry": summary.telemetry,
             "telemetry_before": telemetry_of(cycle.before, cycle.with_data) if cycle else None,
             "telemetry_after": telemetry_of(cycle.after, cycle.with_data) if cycle else None,
@@ -190,17 +217,17 @@ def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float 
 
 def to_markdown(rows: list[dict]) -> str:
     out = ["| integration | scenario | step ms truth / telemetry | GPU busy % truth / diagnosed / as profiled "
-           "| expected | diagnosed | busy within 5 points |", "|---|---|---|---|---|---|---|"]
+           "| plain loop ms | expected | diagnosed | busy within 5 points |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['scenario']} | – | – | – | – | {r['error']} | – |")
+            out.append(f"| {r['scenario']} | – | – | – | – | – | {r['error']} | – |")
             continue
         t, d, tel = r["truth"], r["diagnosis_run"], r["telemetry"] or {}
         busy, got = t["gpu_busy_pct"], d["gpu_busy_pct"]
         within = "–" if busy is None or got is None else ("yes" if abs(busy - got) <= 5 else "no")
         out.append(f"| {r['scenario']} | {r['family']} | {_num(t['step_ms'])} / {_num(tel.get('step_ms'))} | "
                    f"{_num(busy, 1)} / {_num(got, 1)} / {_num(d['profiled_gpu_busy_pct'], 1)} | "
-                   f"{t['expected'] or '–'} | {d['verdict']} | {within} |")
+                   f"{_num(t.get('plain_step_ms'))} | {t['expected'] or '–'} | {d['verdict']} | {within} |")
     return "\n".join(out) + "\n"
 
 

@@ -1,0 +1,51 @@
+"""Every profiling cycle of a stepscope.schedule records the GPU's kernels (on a CUDA machine).
+
+The schedule asks Kineto to detach CUPTI after each cycle (capture/cupti.py). Kineto does that at the first
+CUDA call after the cycle; when the next cycle starts before that call (cycles back to back: wait=0), the
+teardown falls inside it, and that cycle has no GPU events at all. Each case runs in a process of its own, so
+that the variable and Kineto's state are those of a fresh training process.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LOOP = """
+import sys, torch, stepscope
+from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+wait, repeat, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+sched = stepscope.schedule(wait=wait, warmup=1, active=2, repeat=repeat)
+x = torch.randn(256, 256, device="cuda")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched,
+             on_trace_ready=tensorboard_trace_handler(out, worker_name="w", use_gzip=True)) as prof:
+    for _ in range(3 * (wait + 3) + 4):
+        for _ in range(20):
+            x = torch.tanh(x @ x) * 0.5
+        prof.step()
+torch.cuda.synchronize()
+"""
+
+
+def kernels_per_trace(folder: Path) -> list[int]:
+    counts = []
+    for path in sorted(folder.glob("*.pt.trace.json.gz"), key=lambda p: p.stat().st_mtime_ns):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        counts.append(sum(1 for e in events if e.get("cat") == "kernel"))
+    return counts
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("wait", [0, 1, 3])
+def test_every_cycle_records_the_gpu_kernels(tmp_path, wait):
+    env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"}
+    subprocess.run([sys.executable, "-c", LOOP, str(wait), "3", str(tmp_path)], check=True, env=env, timeout=120)
+    counts = kernels_per_trace(tmp_path)
+    assert len(counts) == 3
+    assert all(c >= 2 * 20 * 2 for c in counts), counts  # 2 recorded steps of 20 matmuls and 20 tanh each
