@@ -269,3 +269,12 @@ def test_the_schedule_asks_kineto_to_detach_cupti_after_each_cycle(monkeypatch):
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
     stepscope.schedule(wait=1, warmup=1, active=1)
     assert os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+@pytest.mark.parametrize("wait, repeat, asks", [(0, 0, False), (0, 3, False), (0, 1, True), (1, 0, True)])
+def test_no_teardown_between_back_to_back_cycles(monkeypatch, wait, repeat, asks):
+    """Cycles with no step between them: the teardown would fall inside the next cycle and leave it with no
+    GPU events (tests/test_schedule_cuda.py), so the schedule does not ask for it there."""
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    stepscope.schedule(wait=wait, warmup=1, active=1, repeat=repeat)
+    assert os.environ.get("TEARDOWN_CUPTI") == ("1" if asks else None)

@@ -1,9 +1,9 @@
 """Every profiling cycle of a stepscope.schedule records the GPU's kernels (on a CUDA machine).
 
-The schedule asks Kineto to detach CUPTI after each cycle (capture/cupti.py). Kineto does that at the first
-CUDA call after the cycle; when the next cycle starts before that call (cycles back to back: wait=0), the
-teardown falls inside it, and that cycle has no GPU events at all. Each case runs in a process of its own, so
-that the variable and Kineto's state are those of a fresh training process.
+The schedule asks Kineto to detach CUPTI after each cycle (capture/cupti.py), except where cycles are back to
+back (wait=0): Kineto detaches at the first CUDA call after a cycle, which then falls inside the next cycle and
+leaves it with no GPU events at all (with the teardown, wait=0 recorded [160, 0, 160] kernels here). Each case
+runs in a process of its own, so that the variable and Kineto's state are those of a fresh training process.
 """
 
 from __future__ import annotations

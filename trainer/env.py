@@ -63,9 +63,10 @@ def make_env(device: str, bf16: bool, channels_last: bool) -> Env:
     return Env(torch.device("cpu"), None, False, rank, world, local_rank)
 
 
-def configure_process(env: Env, *, profiling: bool, cuda_graphs: bool, compile_mode: str | None) -> None:
+def configure_process(env: Env, *, profiling: bool, cuda_graphs: bool, compile_mode: str | None,
+                      wait: int = 1, repeat: int = 1) -> None:
     """Set every process-global knob the run needs, once, before the model is built. A value the user put
-    in the environment wins over ours."""
+    in the environment wins over ours. ``wait`` and ``repeat``: the profiling schedule's."""
     if not env.is_cuda:
         if profiling:
             # A CUDA build of torch on a machine without a GPU driver: Kineto still asks CUDA for the device
@@ -81,7 +82,7 @@ def configure_process(env: Env, *, profiling: bool, cuda_graphs: bool, compile_m
     if profiling:
         # every later kernel launch would pay for CUPTI staying attached after a cycle: +23% step time over
         # 600 ResNet-18 steps on an H100 (BENCHMARKS.md; capture/cupti.py)
-        detach_after_cycles()
+        detach_after_cycles(wait, repeat)
     if env.world_size > 1 and cuda_graphs:
         # PyTorch's recipe for capturing DDP: the NCCL watchdog's async error handling must stay out of a
         # captured backward; collectives inside the graph are not watched anyway, and torchrun still ends

@@ -84,7 +84,8 @@ def train(cfg: TrainConfig) -> int:
     """Run training; returns the process exit code (0, or 130/143 after SIGINT/SIGTERM). A full disk under
     --logdir raises `NoSpace` (one line, exit code 2) after run.json says "failed", if it still fits."""
     env = make_env(cfg.device, cfg.bf16, cfg.channels_last)
-    configure_process(env, profiling=cfg.profile.enabled, cuda_graphs=cfg.cuda_graphs, compile_mode=cfg.compile)
+    configure_process(env, profiling=cfg.profile.enabled, cuda_graphs=cfg.cuda_graphs, compile_mode=cfg.compile,
+                      wait=cfg.profile.wait, repeat=cfg.profile.repeat)
     group = make_distributed(env)
     code = None
     try:

@@ -1,6 +1,6 @@
 """CUPTI detached after each profiling cycle, so that the loop runs at its own speed between cycles.
 
-    detach_after_cycles()      # before the first profiler starts: TEARDOWN_CUPTI=1 unless the user set it
+    detach_after_cycles(wait=50, repeat=0)   # before the first profiler starts: TEARDOWN_CUPTI=1 unless set
 
 Kineto keeps CUPTI attached to the process after a cycle that recorded CUDA activity unless the environment
 says TEARDOWN_CUPTI=1, and every later kernel launch pays for it. Measured on an H100 (torch 2.11.0+cu130,
@@ -10,6 +10,12 @@ stepscope.schedule times as "the loop without the profiler", and in the user's t
 imported and before the first profiler starts, it takes effect: the trainer does exactly that, and its +23%
 after a cycle went to +1% (BENCHMARKS.md, "Profiler overhead"). torch sets it back to 0 itself where CUDA graphs
 make the teardown unsafe on its CUDA version; a value the user set is left alone.
+
+Not where cycles follow each other with no step between them (``wait=0`` and more than one cycle). Kineto
+tears CUPTI down at the first CUDA call after a cycle; the next cycle has started by then, and the teardown
+leaves it with no GPU events at all. Measured on the H100 (tests/test_schedule_cuda.py): with wait=0 and three
+cycles, the second recorded 0 kernels of 160 (all three recorded them with wait >= 1, or without the teardown).
+Back-to-back cycles leave no unprofiled steps between them to protect, only those after the last one.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ import os
 VARIABLE = "TEARDOWN_CUPTI"
 
 
-def detach_after_cycles() -> None:
-    """Ask Kineto to tear CUPTI down after each cycle, unless the environment already says either way."""
-    os.environ.setdefault(VARIABLE, "1")
+def back_to_back(wait: int, repeat: int) -> bool:
+    """Whether a schedule's cycles follow each other with no step between them."""
+    return wait == 0 and repeat != 1
+
+
+def detach_after_cycles(wait: int, repeat: int) -> None:
+    """Ask Kineto to tear CUPTI down after each cycle of a schedule of ``wait`` and ``repeat`` (as
+    torch.profiler.schedule takes them), unless its cycles are back to back or the environment already says
+    either way."""
+    if not back_to_back(wait, repeat):
+        os.environ.setdefault(VARIABLE, "1")

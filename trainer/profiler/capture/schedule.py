@@ -376,7 +376,7 @@ def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0, skip_first
     capture_file: start a cycle when this file appears (checked at most every 0.5 s; it is removed).
     capture_signal: start a cycle on this signal (e.g. signal.SIGUSR1; installed from the main thread).
     sync, window, warm_steps: see the module docstring."""
-    detach_after_cycles()  # the loop between cycles runs at its own speed, and is timed at it (cupti.py)
+    detach_after_cycles(wait, repeat)  # the loop between cycles runs at its own speed, and is timed at it (cupti.py)
     s = StepscopeSchedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first,
                           skip_first_wait=skip_first_wait, capture_on_slowdown=capture_on_slowdown, slowdown=slowdown,
                           capture_file=Path(capture_file) if capture_file is not None else None,
