@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -44,18 +43,18 @@ def kernel_union_ms(events: list[dict]) -> float:
     return total / 1e3
 
 
-def _profiled_kernels(calls: list) -> list[list[dict]]:
-    """The kernels of each of ``calls``, each call in its own step of one profiling session (a second session
-    in the same process may start before Kineto has finished tearing the first one down, and record no GPU
-    events)."""
+def _profiled_kernels(fn, reps: int) -> list[list[dict]]:
+    """The kernels of each of ``reps`` calls of ``fn``, each call in its own profiled step. CUPTI stays
+    attached after the session (torch's default): a teardown would race the next session's start and leave
+    it with no GPU events."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.json"
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                     schedule=schedule(wait=0, warmup=1, active=len(calls), repeat=1)) as prof:
-            for fn in calls[:1] + calls:
+                     schedule=schedule(wait=0, warmup=1, active=reps, repeat=1)) as prof:
+            for _ in range(reps + 1):
                 fn()
                 torch.cuda.synchronize()  # sync point: each call's kernels within its own step
                 prof.step()
@@ -86,8 +85,8 @@ def measure(name: str, device) -> dict:
     for _ in range(5):
         w.step()
     torch.cuda.synchronize()
-    steps = _profiled_kernels([g.replay] * 5 + [w.step] * 5)
-    in_replay, in_eager = steps[:5], steps[5:]
+    in_replay = _profiled_kernels(g.replay, 5)
+    in_eager = _profiled_kernels(w.step, 5)
     return {"scenario": name, "replay_ms": replay,
             "replay_kernel_ms": statistics.median(kernel_union_ms(k) for k in in_replay),
             "eager_kernel_ms": statistics.median(kernel_union_ms(k) for k in in_eager),
@@ -105,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench_graph_gaps: error: needs a CUDA device", file=sys.stderr)
         return 2
-    os.environ.setdefault("TEARDOWN_CUPTI", "1")  # each scenario's session leaves the next one's launches alone
     rows = []
     print("| scenario | replay ms (unprofiled) | replay kernels ms | eager step kernels ms | kernels replay / eager |")
     print("|---|---:|---:|---:|---:|")
