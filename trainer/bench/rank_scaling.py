@@ -15,7 +15,12 @@ peak RSS of its processes (memory.py), and prints one Markdown row each:
   ``local``  the embedded engine (front.analyze with ``Workers.local(cpus=K)``: up to K forked processes, as the memory
              budget allows; jobs under 64 MB of JSON in all stay in one process);
   ``dask``   ``stepscope analyze --cluster local:K`` (a Dask LocalCluster of K worker processes), where the
-             installed stepscope has ``--cluster`` (the ``cluster`` extra);
+             installed stepscope has ``--cluster`` (the ``cluster`` extra): the cluster's start and stop are
+             inside the timing;
+  ``running`` ``stepscope analyze --cluster tcp://...`` against a LocalCluster of K worker processes started
+             before the timing and stopped after it, as a user's running cluster would be: the analysis
+             alone. Its memory columns are those of the cluster's workers (each one's VmHWM, read in the
+             worker after the run; the largest, and their sum), not of the measured command;
   ``hta``    Holistic Trace Analysis on the same folder: ``TraceAnalysis`` loading every rank (in its own
              process pool) and its ``get_temporal_breakdown()`` (idle / compute / non-compute time per
              rank), where it is installed (``pip install -e ".[bench]"``).
@@ -49,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
 from ..profiler.trace.workers import json_size
@@ -58,7 +63,7 @@ from .ranks import CAUSES, TRUTH, JobSpec, Straggler, build_job, write_rank
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (trainer/bench/ -> the repository)
 
-ENGINES = ("local", "dask", "hta")
+ENGINES = ("local", "dask", "running", "hta")
 
 
 def _copy_mb() -> float:
@@ -119,19 +124,21 @@ def _hta_available() -> bool:
     return True
 
 
-def run_engine(engine: str, job: Path, workers: int, out: Path) -> None:
-    """In the measured subprocess: analyse ``job`` with ``engine`` and write what it found to ``out``."""
+def run_engine(engine: str, job: Path, workers: int, out: Path, address: str | None = None) -> None:
+    """In the measured subprocess: analyse ``job`` with ``engine`` and write what it found to ``out``
+    (``address``: the running cluster's scheduler, for ``running``)."""
     if engine == "local":
         from ..profiler.analysis.json_out import dumps
         from ..profiler.front import analyze
         from ..profiler.trace.workers import Workers
 
         out.write_text(dumps(analyze(job, workers=Workers.local(cpus=workers)).to_dict()))
-    elif engine == "dask":
+    elif engine in ("dask", "running"):
         from ..profiler.cli.analyze import main
 
+        cluster = f"local:{workers}" if engine == "dask" else address
         with open(out, "w") as f, redirect_stdout(f):
-            rc = main([str(job), "--json", "--cluster", f"local:{workers}"])
+            rc = main([str(job), "--json", "--cluster", cluster])
         if rc:
             raise SystemExit(rc)
     else:
@@ -174,10 +181,13 @@ def measure(job: Path, engines: list[str], workers: list[int], repeat: int, hta_
             out = job.parent / f".{job.name}.{engine}{k}.json"
             cmd = [sys.executable, "-m", "stepscope.bench.rank_scaling", "_run", engine, str(job), str(k), str(out)]
             best = None
-            for _ in range(repeat):
-                got = measure_command(cmd)
-                best = got if best is None or got[0] < best[0] else best
+            with _running(engine, k) as (address, worker_peaks):
+                for _ in range(repeat):
+                    got = measure_command(cmd + (["--address", address] if address else []))
+                    best = got if best is None or got[0] < best[0] else best
             wall, cpu, largest, _, held = best
+            if worker_peaks:  # the running cluster's workers did the work: their memory, not the client's
+                largest, held = max(worker_peaks), sum(worker_peaks)
             label = k if engine != "hta" else "own pool"
             one = wall if k == 1 else one
             eff = f"{one / (wall * k):.2f}" if one is not None and engine != "hta" else "-"
@@ -185,6 +195,32 @@ def measure(job: Path, engines: list[str], workers: list[int], repeat: int, hta_
                         f"{largest:.0f} | {held:.0f} | {verdict_check(engine, job, out)} |")
             print(rows[-1], flush=True)
     return rows
+
+
+@contextmanager
+def _running(engine: str, workers: int):
+    """For ``running``: a LocalCluster of ``workers`` processes for the block, yielding (its scheduler's
+    address, a list that receives each worker's peak RSS in MiB at the block's end); else (None, [])."""
+    if engine != "running":
+        yield None, []
+        return
+    from distributed import Client
+
+    from ..profiler.trace.cluster import open_cluster
+
+    peaks: list[float] = []
+    with open_cluster(f"local:{workers}") as address:
+        yield address, peaks
+        with Client(address, set_as_default=False) as client:
+            peaks += [kib / 1024 for kib in client.run(_own_peak_kib).values()]
+
+
+def _own_peak_kib() -> int:
+    """This process's VmHWM (KiB): run in each Dask worker."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
 
 
 HEADER = ("| ranks | MB/rank | job MB | engine | workers | wall s | efficiency | CPU s | largest process MiB | "
@@ -195,7 +231,7 @@ def _engines(args) -> list[str]:
     engines = ["local"]
     if args.cluster:
         if _cluster_available():
-            engines.append("dask")
+            engines += ["dask", "running"]
         else:
             print("skipping dask: this stepscope has no --cluster", file=sys.stderr)
     if args.hta:
@@ -233,7 +269,8 @@ def _main(argv: list[str] | None) -> int:
     s.add_argument("--keep", action="store_true")
     for q in (m, s):
         q.add_argument("--workers", default="1,2", help="worker counts, comma-separated")
-        q.add_argument("--cluster", action="store_true", help="also with --cluster local:K")
+        q.add_argument("--cluster", action="store_true",
+                       help="also with --cluster local:K, and against a cluster of K workers already running")
         q.add_argument("--hta", action="store_true", help="also Holistic Trace Analysis")
         q.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest is reported")
         q.add_argument("--hta-max-ranks", type=int, default=64, help="HTA only on jobs of at most this many ranks")
@@ -242,9 +279,10 @@ def _main(argv: list[str] | None) -> int:
     r.add_argument("job", type=Path)
     r.add_argument("workers", type=int)
     r.add_argument("out", type=Path)
+    r.add_argument("--address", help="the running cluster's scheduler (engine running)")
     args = p.parse_args(argv)
     if args.cmd == "_run":
-        run_engine(args.engine, args.job, args.workers, args.out)
+        run_engine(args.engine, args.job, args.workers, args.out, args.address)
         return 0
     if args.cmd == "build":
         build(spec_for(args.ranks, args.rank_mb, args.straggler), args.out, args.workers)

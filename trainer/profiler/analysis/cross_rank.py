@@ -125,7 +125,7 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
         exposed = bd.ms_per_step("communication")
         rows.append(RankRow(rank_of(s), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
                             m.comm_ms_per_step, m.overlap_ms_per_step, exposed, m.step_ms - exposed, False))
-    flagged = [r.worker for r, s in zip(rows, members, strict=True) if _straggles(s, members)]
+    flagged = [s.worker for s in _stragglers(members)]
     rows = sorted((RankRow(**{**r.__dict__, "straggler": r.worker in flagged}) for r in rows),
                   key=lambda r: r.rank)
     found = _findings(rows, members)
@@ -151,19 +151,40 @@ def _outside_comm(s: SpanReport) -> float:
     return s.metrics.step_ms - s.breakdown.ms_per_step("communication")
 
 
-def _straggles(s: SpanReport, members: list[SpanReport]) -> bool:
-    """More than STRAGGLER_RATIO x the others' median time outside communication, by at least
-    STRAGGLER_MIN_SHARE of the median step, and by more than the profiler's own host cost on that rank could
-    explain (every rank's host is slowed by the profiler, and not always alike)."""
-    others = statistics.median(_outside_comm(o) for o in members if o is not s)
-    excess = _outside_comm(s) - others
+def _stragglers(members: list[SpanReport]) -> list[SpanReport]:
+    """The members that straggle: each more than STRAGGLER_RATIO x the others' median time outside
+    communication, by at least STRAGGLER_MIN_SHARE of the median step, and by more than the profiler's own
+    host cost on that rank could explain (every rank's host is slowed by the profiler, and not always
+    alike)."""
+    outside = [_outside_comm(s) for s in members]
+    profiled = [_profiled_outside_comm(s) for s in members]
+    others, others_profiled = medians_without_each(outside), medians_without_each(profiled)
     median_step = statistics.median(o.metrics.step_ms for o in members)
-    noise = s.inflation.ms_per_step if s.inflation is not None else 0.0
-    # the finding's cost is the excess as profiled (what the others measurably wait): a rank that is not
-    # also ahead as profiled holds nobody back in this trace
-    profiled = statistics.median(_profiled_outside_comm(o) for o in members if o is not s)
-    return _outside_comm(s) > STRAGGLER_RATIO * others and excess >= STRAGGLER_MIN_SHARE * median_step \
-        and excess > noise and _profiled_outside_comm(s) > profiled
+    out = []
+    for s, mine, theirs, mine_profiled, theirs_profiled in zip(members, outside, others, profiled, others_profiled,
+                                                                strict=True):
+        excess = mine - theirs
+        noise = s.inflation.ms_per_step if s.inflation is not None else 0.0
+        # the finding's cost is the excess as profiled (what the others measurably wait): a rank that is not
+        # also ahead as profiled holds nobody back in this trace
+        if mine > STRAGGLER_RATIO * theirs and excess >= STRAGGLER_MIN_SHARE * median_step and excess > noise \
+                and mine_profiled > theirs_profiled:
+            out.append(s)
+    return out
+
+
+def medians_without_each(values: list[float]) -> list[float]:
+    """For each value, ``statistics.median`` of all the others (exactly: the same middle elements, averaged
+    the same way), in O(n log n) rather than a median per value. At least two values."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranked = [values[i] for i in order]
+    m = len(values) - 1  # the others of each value
+    out = [0.0] * len(values)
+    hi = m // 2  # the others' middle (odd m), or the upper of their two middles (even m)
+    for pos, i in enumerate(order):  # the others: the ranked list without position pos
+        upper = ranked[hi if hi < pos else hi + 1]
+        out[i] = upper if m % 2 else (ranked[hi - 1 if hi - 1 < pos else hi] + upper) / 2
+    return out
 
 
 def _profiled_outside_comm(s: SpanReport) -> float:
