@@ -47,11 +47,15 @@ def test_small_pieces_and_edge_values(tmp_path):
                {"ph": "i", "name": "[memory]", "ts": 1003, "args": {"Device Type": 1, "Total Allocated": 7}},
                {"ph": "X", "cat": "python_function", "name": "<built-in method x>", "ts": 1004, "dur": 1},
                {"ph": "X", "cat": "python_function", "name": "a.py(1): f", "ts": 1004, "dur": 1},
+               {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "ts": 1005, "dur": 3},
+               {"ph": "X", "cat": "python_function", "name": "<built-in method run_backward of torch._C._EngineBase "
+                "object at 0x7f>", "ts": 1009.5, "dur": 4},
                {"name": "no ph"}, {"ph": "M", "name": "thread_name", "args": {"name": "x"}}]
     trace = _trace(*events)
     path = tmp_path / "w.1.pt.trace.json"
     path.write_text(json.dumps(trace, indent=2))
     want = parse_trace(trace, "w", "1")
+    assert [(round(a, 1), round(b, 1)) for a, b in want.model_spans] == [(5.0, 8.0), (9.5, 13.5)]  # after base 1000
     assert parse_trace_file(path, "w", "1") == want
     for block in (97, 500, 4096):  # pieces of a few events, cut at many positions
         assert parse_trace_file(path, "w", "1", block=block) == want

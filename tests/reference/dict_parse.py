@@ -18,6 +18,7 @@ from stepscope.profiler.analysis.events import (
     DATA_ANNOTATIONS,
     HOST_OP_CATEGORIES,
     LONG_FRAME_US,
+    MODEL_FRAME_PREFIXES,
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
@@ -71,6 +72,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
     python_calls: list[float] = []
     python_builtins: list[float] = []
     long_frames: set[str] = set()
+    model_spans: list[tuple[float, float]] = []
     shapes = False
     base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
@@ -87,13 +89,15 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
                 raise TraceError(f"{worker}.{span}: [memory] event #{i} has no numeric ts/args") from None
             continue
         if ph == "X" and cat == "python_function":
-            start = _span(e, i, base)[0]
+            start, end = _span(e, i, base)
             if str(name).startswith("<built-in"):
                 python_builtins.append(start)
             else:
                 python_calls.append(start)
                 if isinstance(name, str) and float(e["dur"]) >= LONG_FRAME_US:
                     long_frames.add(name)
+            if isinstance(name, str) and name.startswith(MODEL_FRAME_PREFIXES):
+                model_spans.append((start, end))
             continue
         if ph != "X" or not isinstance(name, str):
             continue
@@ -143,7 +147,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
         python_builtins=tuple(sorted(python_builtins)), long_frames=tuple(sorted(long_frames)),
-        recorded_shapes=shapes, steps_from=steps_from)
+        model_spans=tuple(sorted(model_spans)), recorded_shapes=shapes, steps_from=steps_from)
 
 
 def _base(events: list) -> float:

@@ -151,7 +151,7 @@ def light(item: Loaded) -> Loaded:
     p = item.parsed
     return replace(item, parsed=replace(p, steps=p.steps[:1] + p.steps[1:][-1:], ops=(), annotations=(),
                                         runtime=(), device=(), data_spans=(), memory=(), python_calls=(),
-                                        python_builtins=(), long_frames=()))
+                                        python_builtins=(), long_frames=(), model_spans=()))
 
 
 def span_report(item: Loaded, telemetry: dict | None = None, selection: StepSelection | None = None) -> SpanReport:

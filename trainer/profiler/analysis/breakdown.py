@@ -13,8 +13,12 @@ stream; the rest are idle gaps. Each gap is judged by the device activity that e
   ``sync``  inside a blocking call (cudaStreamSynchronize/DeviceSynchronize/EventSynchronize, blocking
             cudaMemcpy, a D2H copy to pageable memory, which is what `.item()` of a GPU tensor runs);
   ``data``  inside a DataLoader iteration or our ``data`` range;
-  ``launch`` inside a torch op or a CUDA runtime call (dispatching ops, launching kernels);
-  ``other_host`` anything else: Python outside torch ops, the GIL, sleeping.
+  ``launch`` inside a torch op or a CUDA runtime call (dispatching ops, launching kernels), or inside the
+            model's own work between them: an ``nn.Module`` call, the autograd engine's backward (both seen
+            in with_stack traces) or an optimizer's step or zero_grad (``model_scope``). The Python between a
+            model's ops is part of dispatching them: a CUDA graph or torch.compile removes it with the launches;
+  ``other_host`` anything else: the loop's own Python outside the model (metrics, logging, a framework's
+            bookkeeping), the GIL, sleeping.
   After a sync the queue is empty and the GPU waits while the host dispatches the next op: that launch time,
   inside a gap that overlaps a sync, is recovery from the sync and counts as ``sync``.
 - a gap at the end of the window that no device activity ends is host-caused too.
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .columns import device_columns, op_columns
-from .events import SYNC_CALLS, HostEvent, ParsedTrace, is_comm
+from .events import MODEL_ANNOTATION_PREFIXES, SYNC_CALLS, HostEvent, ParsedTrace, is_comm
 from .intervals import IntervalSet, pieces_by_priority, subtract
 from .per_trace import per_trace
 from .steps import StepWindow, launches_by_correlation
@@ -72,7 +76,7 @@ class HostSets:
 
     sync: IntervalSet
     data: IntervalSet
-    busy: IntervalSet  # inside a non-collective torch op or a runtime call
+    busy: IntervalSet  # inside a non-collective torch op, a runtime call or the model's own work (model_scope)
     compute_ops: IntervalSet  # inside a non-collective torch op
     comm: IntervalSet  # inside a collective annotation or c10d op
 
@@ -111,9 +115,16 @@ def host_sets(trace: ParsedTrace) -> HostSets:
         sync=_spans(sync_primitives(trace)),
         data=_spans(trace.data_spans),
         busy=IntervalSet.from_arrays([*compute_ops.starts, *(r.start for r in runtime)],
-                                     [*compute_ops.ends, *(r.end for r in runtime)]),
+                                     [*compute_ops.ends, *(r.end for r in runtime)]).union(model_scope(trace)),
         compute_ops=compute_ops,
         comm=_spans([*comm_ops, *(a for a in trace.annotations if is_comm(a.name))]))
+
+
+def model_scope(trace: ParsedTrace) -> IntervalSet:
+    """Where the host runs the model's own work (module docstring): its modules' calls and backward
+    (``model_spans``) and its optimizer's ranges."""
+    optimizer = [a for a in trace.annotations if a.name.startswith(MODEL_ANNOTATION_PREFIXES)]
+    return IntervalSet([*trace.model_spans, *((a.start, a.end) for a in optimizer)])
 
 
 @per_trace

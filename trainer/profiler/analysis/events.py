@@ -11,6 +11,9 @@ they tell how much the profiler itself slowed the host (overhead.py), and a trac
 hundreds of thousands of them. Of the few frames that last ``LONG_FRAME_US`` or more, the distinct names are
 kept too: among them are the frames of the loop around the steps (a framework's ``Trainer``: its training
 loop spans the recorded window and its step function a step), which tell the loop's style (step_range.py).
+The frames of the model's own work are kept whole (``model_spans``): each ``nn.Module`` call (``nn.Module:
+Name_0``) and the autograd engine's run of a backward (``<built-in method run_backward ...>``). The host's
+time inside them is the model dispatching its ops (breakdown.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ HOST_OP_CATEGORIES = OPERATOR_CATEGORIES  # the analysis's name for them
 # Runtime calls that block the host until the GPU has caught up.
 SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
               "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
+# Python frames (with_stack) of the model's own work: a module's call, the autograd engine running a backward
+MODEL_FRAME_PREFIXES = ("nn.Module:", "<built-in method run_backward")
+# record_function ranges of the model's own work: torch.optim names every optimizer's step and zero_grad
+MODEL_ANNOTATION_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
 # a Python frame this long (µs) or longer has its name kept (ParsedTrace.long_frames): a training step's
@@ -99,6 +106,7 @@ class ParsedTrace:
     python_calls: tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
     python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
     long_frames: tuple[str, ...] = ()  # the distinct names of frames of LONG_FRAME_US or more, sorted
+    model_spans: tuple[tuple[float, float], ...] = ()  # (start, end) of each MODEL_FRAME_PREFIXES frame
     recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
     steps_from: str = FROM_PROFILER  # or, in a trace without ProfilerStep#N, inferred_steps.FROM_*
 

@@ -80,4 +80,5 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
         trace, steps=steps, ops=between(trace.ops), annotations=between(trace.annotations),
         runtime=between(trace.runtime), device=between(trace.device), data_spans=between(trace.data_spans),
         memory=tuple(m for m in trace.memory if lo <= m.ts <= hi),
-        python_calls=starts_between(trace.python_calls), python_builtins=starts_between(trace.python_builtins))
+        python_calls=starts_between(trace.python_calls), python_builtins=starts_between(trace.python_builtins),
+        model_spans=tuple(m for m in trace.model_spans if m[1] >= lo and m[0] <= hi))

@@ -33,6 +33,7 @@ from .events import (
     DATA_ANNOTATIONS,
     HOST_OP_CATEGORIES,
     LONG_FRAME_US,
+    MODEL_FRAME_PREFIXES,
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
@@ -128,6 +129,7 @@ class Collector:
         self.python_calls: list[float] = []
         self.python_builtins: list[float] = []
         self.long_frames: set[str] = set()  # names of Python frames of at least LONG_FRAME_US
+        self.model_spans: list[tuple[float, float]] = []  # frames of the model's own work (events.py)
         self.shapes = False
         self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
         self._kinds: dict[str, tuple[str, int, bool]] = {}  # category -> _kind(category)
@@ -213,6 +215,8 @@ class Collector:
                     calls.append(s)
                     if dur >= long_us:  # few frames are: the loop's own among them (events.py)
                         long_frames.add(name)
+                if name.startswith(MODEL_FRAME_PREFIXES):
+                    self.model_spans.append((s, t))
             elif kind == _K_DEVICE:
                 args = e.args or _NO_ARGS
                 dev = e.pid if args.device is UNSET else args.device

@@ -151,7 +151,7 @@ def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header
         device=tuple(sorted(c.device, key=lambda d: d.start)),
         data_spans=tuple(c.data_spans), memory=tuple(c.memory), python_calls=tuple(sorted(c.python_calls)),
         python_builtins=tuple(sorted(c.python_builtins)), long_frames=tuple(sorted(c.long_frames)),
-        recorded_shapes=c.shapes, steps_from=steps_from)
+        model_spans=tuple(sorted(c.model_spans)), recorded_shapes=c.shapes, steps_from=steps_from)
 
 
 def _unreadable(path: Path, where: str, error: Exception) -> TraceError:

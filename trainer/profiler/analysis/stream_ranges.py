@@ -88,6 +88,7 @@ def encode(c: Collector) -> dict:
                  "python_calls": np.asarray(c.python_calls, dtype=np.float64),
                  "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
                  "long_frames": list(c.long_frames),
+                 "model_spans": np.asarray(c.model_spans, dtype=np.float64).reshape(-1, 2),
                  "memory": (np.asarray([m[0] for m in c.memory], dtype=np.float64),
                             [m[1] for m in c.memory], [m[2] for m in c.memory])}
     for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation
@@ -112,6 +113,7 @@ def decode_into(c: Collector, part: dict) -> None:
     c.python_calls.extend(part["python_calls"].tolist())
     c.python_builtins.extend(part["python_builtins"].tolist())
     c.long_frames.update(part["long_frames"])
+    c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
     ts, kinds, totals = part["memory"]
     c.memory.extend(map(MemorySample, ts.tolist(), kinds, totals))
     for name in HOST_LISTS:
