@@ -2,9 +2,10 @@
 
     python scripts/bench_copy_timing.py [--scenario pageable_copy] [--reps 3]
 
-  ``alone``      CUDA events around the copy after a synchronize, median of 8;
+  ``alone``      CUDA events around the copy after a synchronize, as the verdict benchmarks' truth times it
+                 (verdicts/truth.py ``copy_ms``), median of 8;
   ``in_step``    CUDA events around the same copy inside unprofiled training steps (the step's device work
-                 queued after it), as the verdict benchmarks' truth times it (verdicts/truth.py ``copy_ms``);
+                 queued after it), median of 20;
   ``traced``     the copy's device record in a torch.profiler trace of 5 steps (what the analysis reads as
                  transfer), median per step, and its runtime call's host time.
 Each repeated ``--reps`` times, alternating, since a pageable copy's speed drifts with the host's. Prints JSON.
@@ -20,20 +21,20 @@ import tempfile
 from pathlib import Path
 
 
-def alone_ms(w, reps: int = 10) -> float:
+def in_step_ms(w, steps: int = 20) -> float:
     import torch
 
     times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
+    for _ in range(steps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         w.x.copy_(w.host_x, non_blocking=w.pinned)
         w.y.copy_(w.host_y, non_blocking=w.pinned)
         b.record()
-        b.synchronize()  # sync point: the copy alone
-        times.append(a.elapsed_time(b))
-    return statistics.median(times[2:])
+        w.gpu_part()
+        times.append((a, b))
+    torch.cuda.synchronize()  # sync point: once, after the timed steps
+    return statistics.median(a.elapsed_time(b) for a, b in times)
 
 
 def traced_ms(w, steps: int = 5) -> tuple[float, float]:
@@ -74,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         w.step()
     rows = []
     for _ in range(a.reps):
-        alone = alone_ms(w)
-        step = copy_ms(w)
+        alone = copy_ms(w)
+        step = in_step_ms(w)
         device, host = traced_ms(w)
         rows.append({"alone_ms": alone, "in_step_ms": step, "traced_device_ms": device, "traced_call_ms": host})
         print(json.dumps(rows[-1]), flush=True)

@@ -76,23 +76,21 @@ def graph_ms(fn, reps: int = 20) -> float | None:
     return statistics.median(times)
 
 
-def copy_ms(w, steps: int = 12) -> float:
-    """The step's host->device input copy as the step does it: CUDA events around the copy inside unprofiled
-    steps, each followed by the step's device work (as the trainer's StepClock times it). Timed alone after a
-    synchronize, a pageable copy took 2-3 ms (10%) longer on the H100 (bench_copy_timing.py)."""
+def copy_ms(w) -> float:
+    """The step's host->device input copy alone, as the step does it."""
     if not getattr(w, "copy_bytes", 0):
         return 0.0
-    marks = []
-    for _ in range(steps):
+    times = []
+    for _ in range(10):
+        torch.cuda.synchronize()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         w.x.copy_(w.host_x, non_blocking=w.pinned)
         w.y.copy_(w.host_y, non_blocking=w.pinned)
         b.record()
-        w.gpu_part()
-        marks.append((a, b))
-    torch.cuda.synchronize()  # sync point: once, after the timed steps
-    return statistics.median(a.elapsed_time(b) for a, b in marks[2:])
+        b.synchronize()  # sync point: the copy alone
+        times.append(a.elapsed_time(b))
+    return statistics.median(times[2:])
 
 
 def readback_ms(w) -> float:
