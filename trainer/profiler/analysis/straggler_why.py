@@ -9,8 +9,10 @@ names a person asks about:
 
     phase             GPU trace bucket       CPU trace bucket   what it is
     data              data                   data               waiting for the next batch
-    host_outside_ops  other_host             other_host         host code outside torch ops (Python, sleeps)
-    host_dispatch     launch                 cpu_ops            inside torch ops: dispatching, launching
+    host_outside_ops  other_host             other_host         host code outside torch ops and, on a GPU,
+                                                                outside the model's own work (Python, sleeps)
+    host_dispatch     launch                 cpu_ops            inside torch ops (on a GPU, also the model's
+                                                                own Python between them): dispatching
     sync              sync                   -                  the host blocked until the GPU caught up
     gpu_kernels       gpu_busy               -                  kernels (and memsets) running
     device_idle       device_idle            -                  the GPU pausing between work already queued
