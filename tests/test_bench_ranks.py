@@ -144,3 +144,27 @@ def test_the_benchmark_builds_a_job_and_checks_its_verdict(tmp_path):
     assert m.returncode == 0, m.stderr
     (row,) = [line for line in m.stdout.splitlines() if line.startswith("| 4 |")]
     assert row.split("|")[4].strip() == "local" and row.rstrip().endswith("| ok |")
+
+
+def test_the_benchmark_measures_against_a_running_cluster(tmp_path):
+    """``--cluster`` adds ``dask`` (local:K, started inside the timing) and ``running`` (a cluster started before
+    it): both name the injected straggler."""
+    pytest.importorskip("distributed")
+    script = ROOT / "scripts" / "bench_ranks.py"
+    b = subprocess.run([sys.executable, str(script), "build", "--ranks", "4", "--straggler", "2:data:5",
+                        "--out", str(tmp_path / "r4")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert b.returncode == 0, b.stderr
+    m = subprocess.run([sys.executable, str(script), "measure", str(tmp_path / "r4"), "--workers", "1",
+                        "--cluster"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert m.returncode == 0, m.stderr
+    rows = {cells[4]: cells for cells in ([c.strip() for c in line.split("|")] for line in m.stdout.splitlines()
+                                          if line.startswith("| 4 |"))}
+    assert set(rows) == {"local", "dask", "running"}
+    assert all(cells[-2] == "ok" for cells in rows.values())
+    assert float(rows["running"][9]) > 0  # the workers' peak RSS (MiB), read in each worker after the run
+
+
+def test_a_process_reads_its_own_peak_memory():
+    from stepscope.bench.rank_scaling import _own_peak_kib
+
+    assert _own_peak_kib() > 10_000  # KiB: this interpreter with pytest and stepscope loaded
