@@ -125,7 +125,8 @@ def _gpu_candidates(bd: Breakdown, m: SpanMetrics) -> list[tuple[Finding, float]
     out.append((Finding("host_work",
                         f"GPU idle {bd.ms_per_step('other_host'):.2f} ms per step "
                         f"({bd.pct('other_host'):.0f}%) "
-                        "while the host runs code outside torch ops (Python between ops, metrics, logging)",
+                        "while the host runs code outside torch ops (metrics, logging, a framework's bookkeeping; "
+                        "without with_stack, also the model's own Python between ops)",
                         bd.ms_per_step("other_host"), _remedies("host_work")), bd.pct("other_host")))
     if m.memcpy_ms_per_step:
         out.append((Finding("transfer",
