@@ -18,7 +18,7 @@ whose removal saves more: the framework's own host work (its step minus the plai
 ``host_bound``, the launches (the plain loop's step minus the graph replay's) ``launch_bound``. Between
 the two unprofiled runs, the same loop profiled by stepscope's integration (``stepscope.integrations.lightning`` /
 ``.hf`` ``StepscopeCallback`` with skip_first=5, wait=30, warmup=1, active=3; shapes, memory and stacks
-recorded), whose handler diagnoses the cycle from the unprofiled steps the schedule timed. Scored like the
+recorded, or with ``--record none`` torch.profiler's defaults), whose handler diagnoses the cycle from the unprofiled steps the schedule timed. Scored like the
 plain loops (verdicts/score.py): the verdict against the one the truth implies, GPU busy within 5 points.
 Writes OUT/results.json and OUT/results.md and prints the Markdown. Bad flags: one line on stderr, exit 2.
 """
@@ -39,7 +39,7 @@ SKIP = 10  # unprofiled steps left out of the truth's mean
 
 # ---- Lightning
 
-def lightning_run(out: Path, device, steps: int) -> dict:
+def lightning_run(out: Path, device, steps: int, record: dict) -> dict:
     import lightning as L
     import torch
 
@@ -82,14 +82,14 @@ def lightning_run(out: Path, device, steps: int) -> dict:
     gpu_ms = _graph_ms(w.gpu_part, cuda)
     plain = statistics.fmean(step_times(w.step, device))  # the same step, eager, outside Lightning
     del w
-    cb = StepscopeCallback(out / "lightning", worker_name="lightning", **CYCLE, **RECORD)
+    cb = StepscopeCallback(out / "lightning", worker_name="lightning", **CYCLE, **record)
     fit(cb)
     return _row("lightning", "resnet18-bs64-bf16", (before, unprofiled_ms()), gpu_ms, plain, cb.session)
 
 
 # ---- Hugging Face
 
-def hf_run(out: Path, device, steps: int) -> dict:
+def hf_run(out: Path, device, steps: int, record: dict) -> dict:
     import torch
     import torch.nn.functional as F
     import transformers
@@ -156,7 +156,7 @@ def hf_run(out: Path, device, steps: int) -> dict:
         popt.zero_grad(set_to_none=True)
 
     plain = statistics.fmean(step_times(plain_step, device))
-    cb = StepscopeCallback(out / "hf", worker_name="hf", **CYCLE, **RECORD)
+    cb = StepscopeCallback(out / "hf", worker_name="hf", **CYCLE, **record)
     train(cb, model())
     return _row("hf", "hf-gpt2-bs4", (before, unprofiled_ms()), gpu_ms, plain, cb.session)
 
@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS))
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--steps", type=int, default=STEPS, help=f"steps of each run (default {STEPS})")
+    p.add_argument("--record", choices=["all", "none"], default="all",
+                   help="what the profiled run records beside the events: shapes, memory and stacks (all, the "
+                        "default), or none (torch.profiler's defaults)")
     a = p.parse_args(argv)
     import torch
 
@@ -257,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:
-            row = RUNS[name](a.out, torch.device(a.device), a.steps)
+            row = RUNS[name](a.out, torch.device(a.device), a.steps, RECORD if a.record == "all" else {})
         except (RuntimeError, OSError, ValueError, ImportError) as e:
             import traceback
 
