@@ -278,3 +278,26 @@ def test_no_teardown_between_back_to_back_cycles(monkeypatch, wait, repeat, asks
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     stepscope.schedule(wait=wait, warmup=1, active=1, repeat=repeat)
     assert os.environ.get("TEARDOWN_CUPTI") == ("1" if asks else None)
+
+
+def test_the_copy_time_is_the_mean_timed_copy_times_copies_a_step():
+    """telemetry_of: a window's copies that the GPU had not finished when read count, but are not timed."""
+    from stepscope.profiler.capture.cycle import Sums, telemetry_of
+
+    one = Sums(n=4, ns=40_000_000, copies=4, copies_timed=2, copy=2_000_000)
+    assert telemetry_of(one, False)["copy_ms"] == pytest.approx(1.0)
+    two = Sums(n=4, ns=40_000_000, copies=8, copies_timed=8, copy=8_000_000)  # two copies a step
+    assert telemetry_of(two, False)["copy_ms"] == pytest.approx(2.0)
+    assert "copy_ms" not in telemetry_of(Sums(n=4, ns=40_000_000, copies=4), False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the copy is timed: tests/test_schedule_cuda.py")
+def test_input_copy_without_a_gpu_runs_the_block_untimed():
+    sched = stepscope.schedule(wait=2, warmup=1, active=1, repeat=1)
+    x = torch.ones(8)
+    for step in range(12):
+        with stepscope.input_copy():
+            y = x.to("cpu", copy=True)
+        sched(step)
+    assert torch.equal(y, x)
+    assert sched._copies == [] and "copy_ms" not in sched.telemetry()

@@ -49,3 +49,42 @@ def test_every_cycle_records_the_gpu_kernels(tmp_path, wait):
     counts = kernels_per_trace(tmp_path)
     assert len(counts) == 3
     assert all(c >= 2 * 20 * 2 for c in counts), counts  # 2 recorded steps of 20 matmuls and 20 tanh each
+
+
+COPY_LOOP = """
+import json, statistics, sys, torch, stepscope
+from torch.profiler import ProfilerActivity, profile
+out = sys.argv[1]
+sched = stepscope.schedule(wait=40, warmup=1, active=2, repeat=1)
+handler = stepscope.trace_handler(out, worker_name="w")
+host = torch.randn(16 << 20)  # 64 MB of pageable memory
+dev = torch.empty_like(host, device="cuda")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched, on_trace_ready=handler) as prof:
+    for _ in range(90):
+        with stepscope.input_copy():
+            dev.copy_(host)
+        (dev * 2).sum()
+        prof.step()
+handler.close(timeout=120)
+alone = []
+for _ in range(10):
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); dev.copy_(host); b.record(); b.synchronize()
+    alone.append(a.elapsed_time(b))
+(summary,) = handler.summaries
+report = summary.report
+print(json.dumps({"telemetry": summary.telemetry, "alone_ms": statistics.median(alone),
+                  "transfer_ms": report.breakdown.ms_per_step("transfer")}))
+"""
+
+
+@pytest.mark.cuda
+def test_input_copy_times_the_copy_on_the_unprofiled_steps_and_the_diagnosis_uses_it(tmp_path):
+    p = subprocess.run([sys.executable, "-c", COPY_LOOP, str(tmp_path)], capture_output=True, text=True,
+                       timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    copy = got["telemetry"]["copy_ms"]
+    assert 0.5 * got["alone_ms"] < copy < 2 * got["alone_ms"], got  # the same 64 MB copy, timed apart
+    assert got["transfer_ms"] == pytest.approx(copy, rel=0.01), got  # the measured copy is the step's transfer

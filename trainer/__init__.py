@@ -28,6 +28,7 @@ _PUBLIC = {  # name -> (module, attribute): each public call is one line into th
     "trace_handler": ("stepscope.profiler.capture.handler", "trace_handler"),
     "schedule": ("stepscope.profiler.capture.schedule", "schedule"),
     "loader": ("stepscope.profiler.capture.loader", "loader"),
+    "input_copy": ("stepscope.profiler.capture.input_copy", "input_copy"),
     "profile": ("stepscope.profiler.capture.session", "profile"),
     "compare": ("stepscope.comparison", "compare"),
 }

@@ -32,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ... import schedule, trace_handler
+from ... import input_copy, schedule, trace_handler
 from ...profiler.capture.cycle import telemetry_of
 from ...profiler.trace.errors import TraceError
 from ..workloads import NoClock
@@ -44,7 +44,8 @@ STEPS = 5 + 30 + 4 + 1 + 30 + 2  # to the end of the window after the cycle
 
 
 class LoaderClock(NoClock):
-    """What Workload.step() calls around fetching its batch, turned into stepscope.loader's report."""
+    """What Workload.step() calls around fetching and copying its batch, turned into what stepscope.loader and
+    stepscope.input_copy report."""
 
     def __init__(self, sched) -> None:
         self.sched, self.t0 = sched, 0
@@ -57,6 +58,10 @@ class LoaderClock(NoClock):
 
     def dispatched(self) -> None:
         pass
+
+    def copy(self, fn):
+        with input_copy(self.sched):
+            return fn()
 
 
 def loop_scenario(name: str, out: Path, device) -> dict:

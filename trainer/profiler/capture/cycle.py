@@ -1,7 +1,7 @@
 """A profiling cycle as stepscope.schedule records it, and the unprofiled steps timed around it.
 
     cycle.start, cycle.end, cycle.trigger     # its first and RECORD_AND_SAVE steps, what started it
-    cycle.telemetry()                         # {"steps", "step_ms", "data_ms"}: the kept steps around it
+    cycle.telemetry()                         # {"steps", "step_ms", "data_ms", "copy_ms"}: the kept steps around it
     cycle.done                                # those steps are all in
 
 The shape of the telemetry is the trainer's (trainer/timing.py Throughput.telemetry): means in ms. Torch-free.
@@ -14,24 +14,35 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Sums:
-    """Kept steps: how many, their total time and their total wait for data, in ns."""
+    """Kept steps: how many, their total time and their total wait for data, in ns; and the input copies
+    timed in them (stepscope.input_copy): how many there were, how many the GPU had done when read, and the
+    time of those on the GPU's stream (ns)."""
     n: int = 0
     ns: int = 0
     data: int = 0
+    copies: int = 0
+    copies_timed: int = 0
+    copy: int = 0
 
     def add(self, other: Sums) -> None:
         self.n += other.n
         self.ns += other.ns
         self.data += other.data
+        self.copies += other.copies
+        self.copies_timed += other.copies_timed
+        self.copy += other.copy
 
 
 def telemetry_of(s: Sums, with_data: bool) -> dict | None:
-    """The trainer's telemetry shape (trainer/timing.py Throughput.telemetry): means in ms; None if no step."""
+    """The trainer's telemetry shape (trainer/timing.py Throughput.telemetry): means in ms; None if no step.
+    ``copy_ms``: the input copy's time per step on the GPU's stream, where copies were timed."""
     if s.n == 0:
         return None
     out = {"steps": s.n, "step_ms": s.ns / s.n / 1e6}
     if with_data:
         out["data_ms"] = s.data / s.n / 1e6
+    if s.copies_timed:
+        out["copy_ms"] = s.copy / s.copies_timed * s.copies / s.n / 1e6
     return out
 
 

@@ -55,8 +55,9 @@ class StepscopeSchedule:
 
     # what the hot path (__call__) reads and writes at every step, in slots: faster than an instance dict
     # of this many attributes (the rest stay in __dict__)
-    __slots__ = ("_fast_until", "_last_step", "_last_ns", "_data", "_seg_n", "_seg_ns", "_seg_data", "_durs",
-                 "_waits", "_gate_ns", "_gate_data", "_next_check", "__dict__", "__weakref__")
+    __slots__ = ("_fast_until", "_last_step", "_last_ns", "_data", "_copies", "_seg_n", "_seg_ns", "_seg_data",
+                 "_seg_copies", "_durs", "_waits", "_gate_ns", "_gate_data", "_next_check", "__dict__",
+                 "__weakref__")
 
     def __init__(self, *, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0,
                  skip_first_wait: int = 0, capture_on_slowdown: bool = False, slowdown: SlowdownRule | None = None,
@@ -83,6 +84,8 @@ class StepscopeSchedule:
         self.total = Sums()  # every kept step of the loop, up to the last window edge
         self.with_data = False  # a stepscope.loader reported a wait
         self._data = 0  # this step's wait for data so far (ns), from stepscope.loader
+        self._copies: list = []  # this step's input copies so far, (start, end) CUDA events (input_copy.py)
+        self._seg_copies: list = []  # those of the kept steps since the last window edge, read at the edge
         self._last_step = -2
         self._last_ns = 0
         self._prev = NONE  # the action returned for the previous step
@@ -148,6 +151,9 @@ class StepscopeSchedule:
             self._seg_ns += ns
             self._seg_data += data
             self._data = 0
+            if self._copies:
+                self._seg_copies += self._copies
+                self._copies = []
             self._last_ns = now
             self._last_step = step
             durs = self._durs
@@ -192,6 +198,10 @@ class StepscopeSchedule:
                     self._detected()
                 self._gate_ns, self._gate_data = det.gate_ns, det.gate_data
         self._data = 0
+        if self._copies:  # a kept step's copies are its own; a profiled step's are left out, as its time is
+            if prev_kept:
+                self._seg_copies += self._copies
+            self._copies = []
         if kept is not prev_kept or window_full:
             self._close_window()
         if action is not NONE:
@@ -252,7 +262,11 @@ class StepscopeSchedule:
     def _close_window(self) -> None:
         """A sync point between kept steps: the window since the last one is complete."""
         if self._seg_n:
-            seg = Sums(self._seg_n, self._seg_ns, self._seg_data)
+            copies = self._seg_copies
+            # the schedule synchronized just before this edge, unless sync=False: a copy not yet done is
+            # counted, not timed
+            timed = [a.elapsed_time(b) for a, b in copies if b.query()] if copies else ()
+            seg = Sums(self._seg_n, self._seg_ns, self._seg_data, len(copies), len(timed), int(sum(timed) * 1e6))
             self.total.add(seg)
             for c in self._awaiting:
                 c.after.add(seg)
@@ -261,6 +275,7 @@ class StepscopeSchedule:
             self._awaiting = []
             self._gap.append(seg)
         self._seg_n = self._seg_ns = self._seg_data = 0
+        self._seg_copies = []
 
     def _begin_cycle(self, step: int) -> None:
         self._close_window()
@@ -311,6 +326,11 @@ class StepscopeSchedule:
         self._data += ns
         self.with_data = True
 
+    # for stepscope.input_copy
+    def add_copy(self, start, end) -> None:
+        """An input copy of this step, between two recorded CUDA events; read at the next window edge."""
+        self._copies.append((start, end))
+
     @property
     def profiling(self) -> bool:
         """The profiler warms up or records this step."""
@@ -333,8 +353,9 @@ class StepscopeSchedule:
         return None
 
     def telemetry(self) -> dict | None:
-        """Every kept step of the loop so far: {"steps", "step_ms", "data_ms" (with stepscope.loader)}."""
-        s = Sums(self._seg_n, self._seg_ns, self._seg_data)  # the open window too
+        """Every kept step of the loop so far: {"steps", "step_ms", "data_ms" (with stepscope.loader), "copy_ms"
+        (with stepscope.input_copy)}."""
+        s = Sums(self._seg_n, self._seg_ns, self._seg_data, len(self._seg_copies))  # the open window too
         s.add(self.total)
         return telemetry_of(s, self.with_data)
 
