@@ -18,8 +18,9 @@ whose removal saves more: the framework's own host work (its step minus the plai
 ``host_bound``, the launches (the plain loop's step minus the graph replay's) ``launch_bound``. Between
 the two unprofiled runs, the same loop profiled by stepscope's integration (``stepscope.integrations.lightning`` /
 ``.hf`` ``StepscopeCallback`` with skip_first=5, wait=30, warmup=1, active=3; shapes, memory and stacks
-recorded, or with ``--record none`` torch.profiler's defaults), whose handler diagnoses the cycle from the unprofiled steps the schedule timed. Scored like the
-plain loops (verdicts/score.py): the verdict against the one the truth implies, GPU busy within 5 points.
+recorded, or with ``--record none`` torch.profiler's defaults), whose handler diagnoses the cycle from the
+unprofiled steps the schedule timed. Scored like the plain loops (verdicts/score.py): the verdict against the
+one the truth implies, GPU busy within 5 points.
 Writes OUT/results.json and OUT/results.md and prints the Markdown. Bad flags: one line on stderr, exit 2.
 """
 

@@ -56,41 +56,47 @@ def step_times(step, device: torch.device, warmup: int = 5, steps: int = 30, bud
     return [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
 
 
-def graph_ms(fn, reps: int = 20) -> float | None:
-    """Median ms of `fn`'s device work replayed as a CUDA graph; None if it cannot be captured."""
+def events_ms(fn, reps: int, skip: int = 0) -> float:
+    """Median ms of ``fn``'s device work, each call alone between two CUDA events (the device idle before
+    it), over ``reps`` calls less the first ``skip``."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()  # sync point: each call alone, outside any timed training step
+        times.append(a.elapsed_time(b))
+    return statistics.median(times[skip:])
+
+
+def capture(fn) -> torch.cuda.CUDAGraph | None:
+    """``fn``'s device work as a CUDA graph, the benchmarks' way; None if it cannot be captured."""
     try:
         # thread-local: a DataLoader's pin-memory thread may use CUDA while the step is captured
-        g = capture_graph(fn, warmup=3, capture_error_mode="thread_local")
+        return capture_graph(fn, warmup=3, capture_error_mode="thread_local")
     except Exception:  # noqa: BLE001 - not capturable (host syncs, dynamic shapes): no graph time
         torch.cuda.synchronize()
         return None
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()  # sync point: per replay, outside any timed training step
-        times.append(a.elapsed_time(b))
-    del g
-    return statistics.median(times)
+
+
+def graph_ms(fn, reps: int = 20) -> float | None:
+    """Median ms of `fn`'s device work replayed as a CUDA graph; None if it cannot be captured."""
+    g = capture(fn)
+    return None if g is None else events_ms(g.replay, reps)
 
 
 def copy_ms(w) -> float:
     """The step's host->device input copy alone, as the step does it."""
     if not getattr(w, "copy_bytes", 0):
         return 0.0
-    times = []
-    for _ in range(10):
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+
+    def copy() -> None:
         w.x.copy_(w.host_x, non_blocking=w.pinned)
         w.y.copy_(w.host_y, non_blocking=w.pinned)
-        b.record()
-        b.synchronize()  # sync point: the copy alone
-        times.append(a.elapsed_time(b))
-    return statistics.median(times[2:])
+
+    return events_ms(copy, 10, skip=2)
 
 
 def readback_ms(w) -> float:
@@ -100,17 +106,7 @@ def readback_ms(w) -> float:
         return 0.0
     with torch.no_grad():
         _, out = w._forward()
-    times = []
-    for _ in range(10):
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out.detach().float().cpu()  # sync point: the copy alone, as the step makes it
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    del out
-    return statistics.median(times[2:])
+    return events_ms(lambda: out.detach().float().cpu(), 10, skip=2)  # sync point: the copy, as the step makes it
 
 
 def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:

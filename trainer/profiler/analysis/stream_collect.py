@@ -175,6 +175,7 @@ class Collector:
                                                          self.data_spans)
         calls, builtins, long_frames, long_us = (self.python_calls, self.python_builtins, self.long_frames,
                                                  LONG_FRAME_US)
+        model_spans, model_frames = self.model_spans, MODEL_FRAME_PREFIXES
         for e in events:
             name, ts, dur, cat = e.name, e.ts, e.dur, e.cat
             if ts is not None and ((type(ts) is not float and type(ts) is not int) or not lo <= ts <= hi):
@@ -215,8 +216,8 @@ class Collector:
                     calls.append(s)
                     if dur >= long_us:  # few frames are: the loop's own among them (events.py)
                         long_frames.add(name)
-                if name.startswith(MODEL_FRAME_PREFIXES):
-                    self.model_spans.append((s, t))
+                if name.startswith(model_frames):
+                    model_spans.append((s, t))
             elif kind == _K_DEVICE:
                 args = e.args or _NO_ARGS
                 dev = e.pid if args.device is UNSET else args.device
