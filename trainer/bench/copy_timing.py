@@ -13,12 +13,12 @@ Each repeated ``--reps`` times, alternating, since a pageable copy's speed drift
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
+
+from ..profiler.cli.oneline import OneLineParser
 
 
 def in_step_ms(w, steps: int = 20) -> float:
@@ -57,18 +57,22 @@ def traced_ms(w, steps: int = 5) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="bench_copy_timing.py", description=__doc__.splitlines()[0])
     p.add_argument("--scenario", default="pageable_copy")
     p.add_argument("--reps", type=int, default=3)
     a = p.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
-        print("bench_copy_timing: error: needs a CUDA device", file=sys.stderr)
-        return 2
     from .verdicts.gpu import WORKLOADS
     from .verdicts.holdout import HOLDOUT
     from .verdicts.truth import copy_ms
+
+    if a.scenario not in WORKLOADS and a.scenario not in HOLDOUT:
+        p.error(f"--scenario {a.scenario}: no such scenario (one of {', '.join([*WORKLOADS, *HOLDOUT])})")
+    if a.reps < 1:
+        p.error(f"--reps {a.reps}: need at least 1")
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device")
 
     w = (WORKLOADS.get(a.scenario) or HOLDOUT[a.scenario])(torch.device("cuda"))
     for _ in range(5):

@@ -19,12 +19,12 @@ gaps between kernels, not slower kernels. Prints a Markdown table; ``--out`` als
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
+
+from ..profiler.cli.oneline import OneLineParser
 
 DEFAULT = ("bert_bs8", "vit_tiny_bs8", "resnet18_bs32", "gpt_tiny")
 
@@ -96,15 +96,20 @@ def measure(name: str, device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="bench_graph_gaps.py", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="+", default=list(DEFAULT), help="scenarios of the verdict benchmarks")
     p.add_argument("--out", type=Path, help="also write the rows as JSON here")
     a = p.parse_args(argv)
     import torch
 
+    from .verdicts.gpu import WORKLOADS
+    from .verdicts.holdout import HOLDOUT
+
+    unknown = [n for n in a.only if n not in WORKLOADS and n not in HOLDOUT]
+    if unknown:
+        p.error(f"--only {' '.join(unknown)}: no such scenario (one of {', '.join([*WORKLOADS, *HOLDOUT])})")
     if not torch.cuda.is_available():
-        print("bench_graph_gaps: error: needs a CUDA device", file=sys.stderr)
-        return 2
+        p.error("needs a CUDA device")
     rows = []
     print("| scenario | replay ms (unprofiled) | replay kernels ms | eager step kernels ms | kernels replay / eager |")
     print("|---|---:|---:|---:|---:|")
