@@ -37,6 +37,10 @@ def test_the_example_captures_the_stall_and_diagnoses_it_data_bound(tmp_path):
     stall = [r for r in rows if r["trigger"].startswith("loader wait:") and 150 <= r["steps"][0] < 180]
     assert len(fixed) == 1 and fixed[0]["steps"] == [55, 58], rows
     assert stall and stall[0]["verdict"] == "data_bound" and stall[0]["basis"] == "telemetry", rows
-    assert stall[0]["telemetry"]["data_ms"] > 10
+    # the stall's steps wait 20 ms for their batch: the wait is most of each measured step. On a loaded machine
+    # the capture's window also takes in fast steps after the stall (load makes 0.15 ms steps look slow, so the
+    # slowdown runs on), which lowers both means alike (data_ms 9.65 ms once, in a CI run)
+    tel = stall[0]["telemetry"]
+    assert tel["data_ms"] > 0.8 * tel["step_ms"] and tel["data_ms"] > 5, tel
     assert fixed[0]["verdict"] != "data_bound" and fixed[0]["telemetry"]["data_ms"] < 0.5
     assert p.stdout.splitlines()[-1].startswith("# stepscope diagnosis: `")
