@@ -61,3 +61,17 @@ def test_holdout_names_match_their_workloads():
     assert tuple(holdout.HOLDOUT) == bench.HOLDOUT_ORDER
     assert set(gpu.WORKLOADS) == set(bench.GPU_ORDER)
     assert not set(bench.HOLDOUT_ORDER) & set(bench.GPU_ORDER)
+
+
+def test_the_balanced_ddp_truth_follows_the_suites_rule():
+    """scripts/verdict_ddp.py --case balanced: the expected verdict from the step and its CUDA-graph replay,
+    as the single-GPU suite decides it (the GPU-bound share, then a confirming speed-up); none on the CPU."""
+    from stepscope.bench.verdicts.ddp import balanced_expected
+
+    truth = json.loads((REPO / "tests" / "data" / "suite_ddp" / "balanced_skew" / "truth.json").read_text())
+    assert balanced_expected(truth["step_ms"], truth["fixed_step_ms"]) == (truth["expected"], truth["confirmed"])
+    assert balanced_expected(1.9, 0.1) == ("launch_bound", True)
+    assert balanced_expected(1.9, 1.8) == ("gpu_bound", True)  # the replay is most of the step
+    assert balanced_expected(1.9, 0.9) == ("launch_bound", True)
+    assert balanced_expected(1.0, 0.49) == ("launch_bound", True)
+    assert balanced_expected(1.9, None) == (None, None)  # gloo on CPUs: no graph

@@ -5,9 +5,14 @@
     torchrun --nproc_per_node 2 scripts/verdict_ddp.py --case balanced --out DIR
 
 DDP over a small MLP. `comm` adds a large parameter (`--comm-mb`, 512 MB on GPUs, 64 MB on the CPU) whose
-gradient every step all-reduces; `straggler` makes rank 1 sleep `--straggler-ms` before its forward pass.
-Truth without the profiler: the median step (CUDA events or perf_counter), and the step with the cause
-removed (`no_sync()` for comm: no all-reduce; no sleep for straggler). Then 3 steps are profiled with
+gradient every step all-reduces; `straggler` makes rank 1 sleep `--straggler-ms` before its forward pass;
+`balanced` injects nothing. Truth without the profiler: the median step (CUDA events or perf_counter), and the
+step with the cause removed (`no_sync()` for comm: no all-reduce; no sleep for straggler). The balanced step
+has no injected cause to remove: on GPUs its host's whole share is removed instead, the step (forward,
+backward with DDP's all-reduces, optimizer) captured as one CUDA graph on every rank and replayed. Its
+expected verdict then follows from those two numbers by the single-GPU suite's rule (truth.py): GPU-bound if
+the replay is at least half of the step, else launch-bound where the replay is at least 1.15x faster (the
+step's own host work is only the model's dispatch: no loop code runs in it). Then 3 steps are profiled with
 record_shapes, profile_memory and with_stack. Rank 0 writes DIR/truth.json and prints one line.
 """
 
@@ -30,10 +35,16 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
-from ...profiler.analysis.verdicts import COMMUNICATION_BOUND, HOST_BOUND
-from .truth import step_times
+from ...profiler.analysis.verdicts import COMMUNICATION_BOUND, GPU_BOUND, HOST_BOUND, LAUNCH_BOUND
+from ...step import on_stream
+from .truth import CONFIRM_SPEEDUP, GPU_BOUND_SHARE, step_times
 
 EXPECTED = {"comm": COMMUNICATION_BOUND.name, "straggler": HOST_BOUND.name, "balanced": None}
+
+
+# DDP's first 10 iterations record runtime statistics with CUDA event queries, which a capture cannot hold
+# (PyTorch's notes on CUDA graphs with DistributedDataParallel; trainer/distributed.py)
+DDP_GRAPH_WARMUP = 11
 
 
 class Net(nn.Module):
@@ -46,6 +57,44 @@ class Net(nn.Module):
         out = self.body(x)
         # the whole parameter takes part, so that its gradient is one in-place pass (no fresh zeroed copy)
         return out + self.extra.sum() * 0.0 if self.extra is not None else out
+
+
+def graph_step_ms(net: nn.Module, local: int, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Median ms of the whole DDP step (forward, backward with its all-reduces, SGD) replayed as one CUDA graph:
+    the step without its host. Every rank calls it at once (the graph holds collectives). DDP is built on the
+    capture stream, as trainer/step.py's GraphedStep does, and the graph is freed before returning: a process
+    group destroyed while a graph holding NCCL collectives lives hangs."""
+    stream = torch.cuda.Stream()
+    with on_stream(stream):
+        ddp = DistributedDataParallel(net, device_ids=[local])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+
+    def fwd_bwd_opt() -> None:
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    with on_stream(stream):
+        for _ in range(DDP_GRAPH_WARMUP):
+            opt.zero_grad(set_to_none=True)
+            fwd_bwd_opt()
+    opt.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):  # sync point, once: no warm-up collective is in flight
+        fwd_bwd_opt()
+    ms = statistics.median(step_times(graph.replay, x.device, warmup=3, steps=30))
+    del graph
+    torch.cuda.synchronize()
+    return ms
+
+
+def balanced_expected(step_ms: float, graph_ms: float | None) -> tuple[str | None, bool | None]:
+    """(the verdict the unprofiled step and its graph replay imply, whether removing the host confirmed it);
+    (None, None) where no graph could be timed (the CPU)."""
+    if graph_ms is None:
+        return None, None
+    if graph_ms / step_ms >= GPU_BOUND_SHARE:
+        return GPU_BOUND.name, True
+    return LAUNCH_BOUND.name, step_ms / graph_ms >= CONFIRM_SPEEDUP
 
 
 def main() -> int:
@@ -95,6 +144,10 @@ def main() -> int:
     step_ms = statistics.median(step_times(step, device, warmup=3, steps=15))
     fixed_ms = statistics.median(step_times(lambda: step(True), device, warmup=2, steps=15)) \
         if a.case != "balanced" else None
+    graph_ms = None
+    if a.case == "balanced" and cuda:
+        torch.manual_seed(0)  # the same initial model, so the replayed step is the profiled one's
+        graph_ms = graph_step_ms(Net(1024, 0.0).to(device), local, x, y)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     run_dir = a.out
     with profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=3), record_shapes=True,
@@ -106,14 +159,19 @@ def main() -> int:
             prof.step()
     dist.barrier()
     if rank == 0:
-        truth = {"case": a.case, "expected": EXPECTED[a.case], "step_ms": step_ms, "fixed_step_ms": fixed_ms,
+        expected, confirmed = EXPECTED[a.case], None if fixed_ms is None else step_ms / fixed_ms >= CONFIRM_SPEEDUP
+        if a.case == "balanced":
+            expected, confirmed = balanced_expected(step_ms, graph_ms)
+            fixed_ms = graph_ms
+        truth = {"case": a.case, "expected": expected, "step_ms": step_ms, "fixed_step_ms": fixed_ms,
                  "intervention": {"comm": "no_sync(): no all-reduce", "straggler": "no sleep on rank 1",
-                                  "balanced": None}[a.case],
-                 "confirmed": None if fixed_ms is None else step_ms / fixed_ms >= 1.15,
+                                  "balanced": "whole step as a CUDA graph" if graph_ms else None}[a.case],
+                 "confirmed": confirmed,
                  "stragglers": [1] if a.case == "straggler" else [], "backend": dist.get_backend(),
-                 "comm_mb": comm_mb, "gpu_busy_pct": None, "family": "ddp-mlp", "cause": EXPECTED[a.case]}
+                 "comm_mb": comm_mb, "gpu_busy_pct": None if graph_ms is None else min(100.0, 100 * graph_ms / step_ms),
+                 "family": "ddp-mlp", "cause": EXPECTED[a.case]}
         (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-        print(f"{a.case}: {step_ms:.2f} ms/step, fixed {fixed_ms} ms", flush=True)
+        print(f"{a.case}: {step_ms:.2f} ms/step, fixed {fixed_ms} ms, expected {expected}", flush=True)
     dist.destroy_process_group()
     return 0
 
