@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU claim of the README and BENCHMARKS.md, checked in one go on a CUDA machine.
 #
-#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations gaps verdicts_ddp verify verify_extra
-#                                                     ddp compare overhead plugin tests bench ops ops_processes calibrate
+#   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations gaps nvml verdicts_ddp verify
+#                                                     verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate
 #                                                     (default: compare overhead plugin tests)
 #
 # loops: the same scenarios (and the held-out families) as plain loops with stepscope.schedule +
@@ -12,6 +12,7 @@
 # (AP_ARGS, e.g. "--only resnet18_bs32 --modes default teardown"). integrations: scripts/verdict_integrations.py,
 # the Lightning and Hugging Face callbacks on one scenario each against their truth. gaps:
 # scripts/bench_graph_gaps.py, a CUDA-graph replay's span against its kernels' time (GAPS_ARGS, "--only ...").
+# nvml: scripts/bench_nvml_busy.py, the driver's GPU-utilisation samples against duty cycles of known busy share.
 # verdicts: scripts/verdict_bench.py's GPU scenarios and a Lightning run (truth unprofiled, traces, scores);
 # their traces come back as OUT_DIR/verdict_traces.tar.* (15 MB pieces). verdicts_ddp (2 GPUs): the NCCL
 # scenarios of scripts/verdict_ddp.py (communication-bound, straggler, balanced). verify: stepscope verify on
@@ -45,8 +46,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|after|integrations|gaps|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -117,10 +118,17 @@ part_after() {
 
 part_integrations() {
   stamp "verdict_integrations.py: the Lightning and Hugging Face callbacks against their truth"
-  timeout "${INTEGRATIONS_TIMEOUT:-240}" python3 scripts/verdict_integrations.py --out "$L/vi" \
+  # one GPU: on a host of several, Hugging Face's Trainer wraps the model in nn.DataParallel over all of them
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout "${INTEGRATIONS_TIMEOUT:-240}" \
+    python3 scripts/verdict_integrations.py --out "$L/vi" \
     > "$OUT/integrations.log" 2>&1
   echo "exit $?"
   cp "$L/vi/results.json" "$OUT/integrations.json" 2>/dev/null; cat "$L/vi/results.md" 2>/dev/null
+}
+
+part_nvml() {
+  stamp "bench_nvml_busy.py: the driver's busy share against known duty cycles"
+  timeout "${NVML_TIMEOUT:-120}" python3 scripts/bench_nvml_busy.py --out "$OUT/nvml_busy.json" 2>&1 | tee "$OUT/nvml_busy.log"
 }
 
 part_gaps() {

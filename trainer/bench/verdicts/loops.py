@@ -68,8 +68,9 @@ def loop_scenario(name: str, out: Path, device) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from ..nvml_busy import driver_busy_pct
     from .gpu import WORKLOADS
-    from .truth import copy_ms, expected_verdict, measure, step_times
+    from .truth import compute_ms, copy_ms, expected_verdict, measure, step_times
 
     if name not in WORKLOADS:
         from .holdout import HOLDOUT as WORKLOADS
@@ -90,20 +91,24 @@ def loop_scenario(name: str, out: Path, device) -> dict:
             w.step(clock)
             prof.step()
     handler.close(timeout=300)
-    # the truth's step timed again, now that the loop is over: the mean of the two brackets the loop in time,
-    # so that the host's drift over the scenario weighs on the truth as on the loop's own timing
+    # the truth timed again, now that the loop is over: the mean of the two brackets the loop in time, so that
+    # the drift of the host's speed (the step), of a pageable copy's (the input copy) and of the device's (the
+    # graph replay of a GPU-bound step) over the scenario weighs on the truth as on the loop's own timing
     after = statistics.fmean(step_times(w.step, device))
     truth["step_ms_before_loop"], truth["step_ms_after_loop"] = truth["step_ms"], after
     truth["step_ms"] = (truth["step_ms"] + after) / 2
-    if truth["copy_ms"]:  # the input copy too (a pageable copy's speed drifts with the host's)
+    if truth["copy_ms"]:
         copy_after = copy_ms(w)
         truth["copy_ms_before_loop"], truth["copy_ms_after_loop"] = truth["copy_ms"], copy_after
-        mean = (truth["copy_ms"] + copy_after) / 2
-        if truth["gpu_ms"] is not None:
-            truth["gpu_ms"] += mean - truth["copy_ms"]
-        truth["copy_ms"] = mean
-    if truth["gpu_ms"] is not None:
+        truth["copy_ms"] = (truth["copy_ms"] + copy_after) / 2
+    if truth["compute_ms"] is not None:
+        compute_after = compute_ms(w, device)  # None where a loader's thread now refuses the capture
+        if compute_after is not None:
+            truth["compute_ms_before_loop"], truth["compute_ms_after_loop"] = truth["compute_ms"], compute_after
+            truth["compute_ms"] = (truth["compute_ms"] + compute_after) / 2
+        truth["gpu_ms"] = truth["compute_ms"] + truth["copy_ms"] + truth["readback_ms"]
         truth["gpu_busy_pct"] = min(100.0, 100 * truth["gpu_ms"] / truth["step_ms"])
+    truth["nvml_busy_pct"] = driver_busy_pct(w.step, device)
     truth["expected"], truth["confirmed"] = expected_verdict(w, truth)
     (summary,) = handler.summaries
     if summary.report is None:
@@ -128,6 +133,23 @@ def loop_scenario(name: str, out: Path, device) -> dict:
     del w
     torch.cuda.empty_cache()
     return row
+
+
+def driver_table(rows: list[dict]) -> str:
+    """GPU busy three ways per scenario: the truth's graph replay over the step, the driver's samples over the
+    unprofiled loop (bench/nvml_busy.py), and the handler's diagnosis."""
+    def f(v):
+        return "–" if v is None else f"{v:.1f}"
+
+    out = ["GPU busy %: graph replay / step (the truth) | the driver's samples, unprofiled | diagnosed", "",
+           "| scenario | graph replay / step | driver (NVML) | diagnosed |", "|---|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            continue
+        t = r["truth"]
+        out.append(f"| {r['scenario']} | {f(t.get('gpu_busy_pct'))} | {f(t.get('nvml_busy_pct'))} | "
+                   f"{f(r['diagnosis_run']['gpu_busy_pct'])} |")
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     md = ("Plain loops, stepscope.schedule + stepscope.trace_handler (the schedule's telemetry)\n\n"
           + to_markdown(rows, scored_run, "diagnosis_run")
           + "\nThe same traces as strangers' (no telemetry: the profiler-overhead model)\n\n" + to_markdown(rows, scored))
+    md += "\n" + driver_table(rows)
     (a.out / "results.md").write_text(md)
     print(md)
     return 0

@@ -109,19 +109,26 @@ def readback_ms(w) -> float:
     return events_ms(lambda: out.detach().float().cpu(), 10, skip=2)  # sync point: the copy, as the step makes it
 
 
-def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:
-    """The truth (module docstring); `with_telemetry`: also the run's telemetry (`run_telemetry`), timed
-    straight after the truth's own steps so that the two see the host alike (out["telemetry"])."""
-    # the graph first: a DataLoader's pin-memory thread, once started, may not allocate during a capture
+def compute_ms(w, device: torch.device) -> float | None:
+    """The step's device work (no input copy, no readback) replayed as a CUDA graph, or its twin's where the
+    step itself cannot be captured; None on a CPU or where neither can."""
     compute = graph_ms(w.gpu_part) if device.type == "cuda" and w.capturable() else None
     twin = getattr(w, "gpu_twin", None)
     if compute is None and device.type == "cuda" and twin is not None:
         t = twin()  # the same device work in a form a CUDA graph can hold (workloads.py)
         compute = graph_ms(t.gpu_part) if t.capturable() else None
         del t
+    return compute
+
+
+def measure(w, device: torch.device, with_telemetry: bool = False) -> dict:
+    """The truth (module docstring); `with_telemetry`: also the run's telemetry (`run_telemetry`), timed
+    straight after the truth's own steps so that the two see the host alike (out["telemetry"])."""
+    # the graph first: a DataLoader's pin-memory thread, once started, may not allocate during a capture
+    compute = compute_ms(w, device)
     times = step_times(w.step, device)
     out = {"step_ms": statistics.fmean(times), "step_ms_median": statistics.median(times), "gpu_ms": None,
-           "copy_ms": 0.0, "readback_ms": 0.0, "fixed_step_ms": None, "intervention": None}
+           "compute_ms": compute, "copy_ms": 0.0, "readback_ms": 0.0, "fixed_step_ms": None, "intervention": None}
     if with_telemetry:
         out["telemetry"] = run_telemetry(w, device)
     if device.type == "cuda":
