@@ -14,6 +14,7 @@ from .breakdown import Breakdown
 from .metrics import SpanMetrics
 from .verdicts import (
     BIGGER_BATCH,
+    DEVICE_TIE,
     FUSE,
     GPU_BOUND_PCT,
     REGISTRY,
@@ -26,8 +27,8 @@ from .verdicts import (
     threshold_pct,
 )
 
-__all__ = ["GPU_BOUND_PCT", "VERDICTS", "Finding", "cold_start_finding", "evidence", "findings", "remedies",
-           "verdict"]
+__all__ = ["GPU_BOUND_PCT", "VERDICTS", "Finding", "cold_start_finding", "evidence", "findings", "near_tie",
+           "remedies", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,22 @@ def verdict(bd: Breakdown, gpu: bool, loader_paces: bool = False) -> str:
         return paced[0].name
     causes = {v.name: sum(bd.buckets.get(b, 0.0) for b in v.buckets) for v in kinds if v.kind == "host"}
     return max(causes, key=causes.get)
+
+
+def near_tie(bd: Breakdown, gpu: bool, v: str) -> tuple[str, str] | None:
+    """(the other device verdict, the evidence line) when ``v`` is a device verdict and the other's share of
+    the step is at least DEVICE_TIE of its own: the two causes are too close for the larger to be known."""
+    if by_name(v).kind != "device":
+        return None
+    shares = {x.name: _share_pct(bd, x) for x in REGISTRY if x.applies(gpu) and x.kind == "device"}
+    other = max((n for n in shares if n != v), key=shares.get, default=None)
+    if other is None or shares[other] <= 0 or shares[other] < DEVICE_TIE * shares[v]:
+        return None
+    ms = {n: shares[n] * bd.total_us / bd.steps / 1e5 for n in (v, other)}
+    return other, (f"near tie: {other} takes {ms[other]:.2f} ms a step against {v}'s {ms[v]:.2f} ms, within "
+                   f"{100 * (1 - DEVICE_TIE):.0f}% of each other, as much as a pageable copy's time moves within "
+                   f"one run: the verdict could as well be {other}, and removing either cause leaves the other "
+                   "bounding the step")
 
 
 def _share_pct(bd: Breakdown, v: Verdict) -> float:

@@ -19,7 +19,7 @@ from ..trace.errors import TraceError
 from .breakdown import Breakdown, breakdown, host_sets
 from .by_name import NameTimes, name_times
 from .events import ParsedTrace
-from .findings import Finding, cold_start_finding, evidence, findings, remedies, verdict
+from .findings import Finding, cold_start_finding, evidence, findings, near_tie, remedies, verdict
 from .inferred_steps import FROM_PROFILER, NOTES
 from .metrics import SpanMetrics, span_metrics
 from .overhead import Inflation, Recording, host_inflation, recording
@@ -61,6 +61,7 @@ class SpanReport:
     names: NameTimes | None = None  # the profiled steps' phases by name (by_name.py), for cross-rank comparison
     steps_from: str = FROM_PROFILER  # where the steps came from (inferred_steps.py)
     step_range: StepRange | None = None  # overhead_model only: the step's range and the verdicts at its ends
+    tie: str | None = None  # the other device verdict where the two are a near tie (findings.near_tie)
 
     @property
     def steps_note(self) -> str | None:
@@ -92,7 +93,9 @@ class SpanReport:
             out["uncertainty"] = self.uncertainty
         if self.step_range is not None:
             out["step_range"] = self.step_range.to_dict()
-            out["alternative"] = self.step_range.alternative
+            out["alternative"] = self.step_range.alternative or self.tie
+        elif self.tie is not None:
+            out["alternative"] = self.tie
         if self.steps_note is not None:
             out["steps_from"] = self.steps_from
             out["steps_note"] = self.steps_note
@@ -133,6 +136,9 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     v = verdict(bd, gpu, view.loader_paced)
     found = findings(bd, m, gpu, v)
     ev = evidence(bd, m, gpu)
+    tie = near_tie(bd, gpu, v)
+    if tie is not None:
+        ev.insert(1, tie[1])
     uncertainty = rng = None
     if view.low is not None:
         rng = step_range(bd_prof, bd, error_band(trace, recording(trace)), gpu, view.loader_paced)
@@ -157,7 +163,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
-                      steps_from=trace.steps_from, step_range=rng)
+                      steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0])
 
 
 def _names(trace: ParsedTrace, kept: list, m_prof: SpanMetrics) -> NameTimes | None:

@@ -39,6 +39,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 GPU_BOUND_PCT = 50.0  # the GPU busy (kernels, copies, its own gaps) for at least this share bounds the step
+# Two device verdicts whose shares are this close (the smaller at least this fraction of the larger) are a
+# near tie: a pageable copy's own time moved 20% within one scenario's run on the H100 and the H200
+# (BENCHMARKS.md), so which of copies and kernels is the larger can flip between moments of one run.
+DEVICE_TIE = 0.8
 OTHER_FINDING_PCT = 10.0  # share of the step from which a finding that stands behind no verdict is reported
 LOG_EVERY_FACTOR = 10  # the host-sync fix logs (and so syncs) this many times less often
 # A replayed CUDA graph runs each kernel this much longer than the eager trace shows it, at most: its own
