@@ -1,4 +1,4 @@
-"""The GPU's busy share as the driver samples it (NVML), with no profiler attached: a second truth for GPU busy.
+"""The GPU's busy share as the driver samples it (NVML), with no profiler attached: a cross-check of GPU busy.
 
     python scripts/bench_nvml_busy.py            # the driver's reading against duty cycles set on the GPU
 
@@ -6,10 +6,11 @@ stepscope's GPU busy is the share of a step during which the device runs kernels
 benchmarks' truth divides a CUDA-graph replay's span by the unprofiled step; for a step of a few hundred small
 kernels that span is up to twice the time its kernels run (bench/graph_gaps.py), so it is the step's GPU floor
 rather than its busy share. NVML's utilisation is defined as the share of each sample period "during which one
-or more kernels was executing on the GPU": the same quantity as stepscope's busy, read by the driver while the
-loop runs unprofiled. ``driver_busy_pct`` runs a step for a while and averages the driver's samples taken
-inside that window; ``calibrate`` checks the reading against duty cycles whose truth is known (a GPU spin of
-measured length every period, the host idle in between).
+or more kernels was executing on the GPU", read by the driver while the loop runs unprofiled.
+``driver_busy_pct`` runs a step for a while and averages the driver's samples taken inside that window;
+``duty_cycle`` checks the reading against a GPU spin of measured length every period, the host idle in between.
+Measured on an H200 (BENCHMARKS.md): right within 2 points at 2 ms periods, 5-8 points low at 0.1-0.2 ms
+periods, blind to copies and high on thousands of tiny kernels, so it is recorded beside the truth, not as it.
 """
 
 from __future__ import annotations
@@ -68,10 +69,14 @@ def driver_busy_pct(step, device, seconds: float = WINDOW_S) -> float | None:
     while time.perf_counter() < t_end:
         step()
     torch.cuda.synchronize()  # sync point: the window's end, outside any timed step
-    got = samples_since(handle, start)
-    # a sample covers the period before its timestamp: the first may reach back before the window; drop it
-    inside = [v for _, v in got[1:]]
+    inside = _inside(handle, start)
     return statistics.fmean(inside) if inside else None
+
+
+def _inside(handle, start: int) -> list[int]:
+    """The driver's samples after ``start`` less the first: a sample covers the period before its timestamp,
+    so the first may reach back before the window."""
+    return [v for _, v in samples_since(handle, start)[1:]]
 
 
 def _spin_ms(cycles: int) -> float:
@@ -112,8 +117,7 @@ def duty_cycle(spin_ms: float, period_ms: float, seconds: float = WINDOW_S, devi
             pass
     torch.cuda.synchronize()
     period = (time.perf_counter() - t0) * 1e3 / n
-    got = samples_since(handle, start) if handle is not None else []
-    inside = [v for _, v in got[1:]]
+    inside = _inside(handle, start) if handle is not None else []
     return {"spin_ms": measured_spin, "period_ms": period, "true_pct": min(100.0, 100 * measured_spin / period),
             "driver_pct": statistics.fmean(inside) if inside else None, "samples": len(inside)}
 

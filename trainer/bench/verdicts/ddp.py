@@ -35,16 +35,12 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
+from ...distributed import Distributed
 from ...profiler.analysis.verdicts import COMMUNICATION_BOUND, GPU_BOUND, HOST_BOUND, LAUNCH_BOUND
 from ...step import on_stream
 from .truth import CONFIRM_SPEEDUP, GPU_BOUND_SHARE, step_times
 
 EXPECTED = {"comm": COMMUNICATION_BOUND.name, "straggler": HOST_BOUND.name, "balanced": None}
-
-
-# DDP's first 10 iterations record runtime statistics with CUDA event queries, which a capture cannot hold
-# (PyTorch's notes on CUDA graphs with DistributedDataParallel; trainer/distributed.py)
-DDP_GRAPH_WARMUP = 11
 
 
 class Net(nn.Module):
@@ -74,7 +70,7 @@ def graph_step_ms(net: nn.Module, local: int, x: torch.Tensor, y: torch.Tensor) 
         opt.step()
 
     with on_stream(stream):
-        for _ in range(DDP_GRAPH_WARMUP):
+        for _ in range(Distributed.graph_warmup_iters):  # DDP's first iterations query CUDA events
             opt.zero_grad(set_to_none=True)
             fwd_bwd_opt()
     opt.zero_grad(set_to_none=True)
