@@ -68,7 +68,7 @@ def near_tie(bd: Breakdown, gpu: bool, v: str) -> tuple[str, str] | None:
     other = max((n for n in shares if n != v), key=shares.get, default=None)
     if other is None or shares[other] <= 0 or shares[other] < DEVICE_TIE * shares[v]:
         return None
-    ms = {n: shares[n] * bd.total_us / bd.steps / 1e5 for n in (v, other)}
+    ms = {n: sum(bd.ms_per_step(b) for b in by_name(n).buckets) for n in (v, other)}
     return other, (f"near tie: {other} takes {ms[other]:.2f} ms a step against {v}'s {ms[v]:.2f} ms, within "
                    f"{100 * (1 - DEVICE_TIE):.0f}% of each other, as much as a pageable copy's time moves within "
                    f"one run: the verdict could as well be {other}, and removing either cause leaves the other "
