@@ -75,3 +75,9 @@ def test_the_balanced_ddp_truth_follows_the_suites_rule():
     assert balanced_expected(1.9, 0.9) == ("launch_bound", True)
     assert balanced_expected(1.0, 0.49) == ("launch_bound", True)
     assert balanced_expected(1.9, None) == (None, None)  # gloo on CPUs: no graph
+
+
+def test_bench_nvml_busy_refuses_an_out_path_in_no_folder(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_nvml_busy.py"), "--out",
+                        str(tmp_path / "missing" / "rows.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1 and "no such folder" in r.stderr

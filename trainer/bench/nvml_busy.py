@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="bench_nvml_busy.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="also write the rows as JSON here")
     a = p.parse_args(argv)
+    if a.out is not None and not a.out.parent.is_dir():
+        p.error(f"--out {a.out}: no such folder {a.out.parent}")
     import torch
 
     if not torch.cuda.is_available():
