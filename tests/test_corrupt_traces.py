@@ -20,6 +20,7 @@ import re
 import resource
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,45 @@ def test_export_without_the_plugin_says_so_in_one_line(tmp_path):
     (line,) = p.stderr.splitlines()
     assert "torch_tb_profiler failed to import (ImportError: hidden by the test)" in line
     assert not out.exists()
+
+
+def nul_tail(run: Path) -> None:
+    """2 GiB, sparse (no disk): the header of a trace, then NUL bytes, as a writer that crashed or preallocated
+    the file leaves it."""
+    with open(run / "w.1.pt.trace.json", "wb") as f:
+        f.write(b'{"traceEvents": [')
+        f.truncate(2 * GIB)
+
+
+def all_nul(run: Path) -> None:
+    with open(run / "w.1.pt.trace.json", "wb") as f:
+        f.truncate(2 * GIB)
+
+
+@pytest.mark.parametrize("build, offset", [(nul_tail, 17), (all_nul, 0)], ids=["nul_tail", "all_nul"])
+def test_a_file_of_nul_bytes_fails_at_the_first_one(build, offset, tmp_path):
+    """Bounded work on any input: the error comes from the first block read, in time and memory that do not
+    grow with the file (the whole file was read before, in memory several times its size, and the cost grew
+    faster than the size). The bound asserted is the memory (RSS of the analysing process); the time is only
+    held to the subprocess timeout, far below what reading 2 GiB cost."""
+    run = tmp_path / "run"
+    run.mkdir()
+    build(run)
+    with pytest.raises(TraceError, match=f"a NUL byte at offset {offset}"):
+        analyze(run)
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "analyze.py"), str(run)], stdout=o,
+                             stderr=e, cwd=ROOT)
+        timer = threading.Timer(120, p.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(p.pid, 0)
+        finally:
+            timer.cancel()
+            p.returncode = 0  # reaped by wait4
+    assert os.waitstatus_to_exitcode(status) == 2, "killed after 120 s" if os.WIFSIGNALED(status) else status
+    (line,) = err.read_text().splitlines()
+    assert line.startswith("error: ") and "w.1.pt.trace.json" in line and f"NUL byte at offset {offset}" in line
+    assert usage.ru_maxrss * 1024 < 300 << 20, usage.ru_maxrss  # ru_maxrss is in KiB on Linux
+    assert out.read_text() == ""

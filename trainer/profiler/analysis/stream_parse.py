@@ -27,7 +27,7 @@ from ..trace.bounded_read import TraceTooLarge, open_trace, read_limit
 from ..trace.errors import TraceError
 from ..trace.files import load_trace
 from ..trace.gc_paused import gc_paused
-from ..trace.jsonstream import BLOCK, TraceStream, split_points
+from ..trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream, split_points
 from ..trace.vocabulary import STEP_PREFIX
 from ..trace.workers import json_size
 from .events import ParsedTrace, Step, _int_or_none
@@ -156,7 +156,11 @@ def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header
 
 def _unreadable(path: Path, where: str, error: Exception) -> TraceError:
     """The error for a file the stream could not read: what Python's json says of it (the same words for the
-    same file, whichever reader met the trouble first), or what validate.py says of its top level."""
+    same file, whichever reader met the trouble first), or what validate.py says of its top level. A file of
+    more than ``HEADER_LIMIT`` bytes of JSON, or one the stream saw is no JSON text (a NUL byte), is not read
+    again, whole: the stream's own words then (bounded work on any input, jsonstream.py)."""
+    if isinstance(error, NotJSON) or json_size(path) > HEADER_LIMIT:
+        return Unreadable(f"{path}: unreadable trace ({error})")
     try:
         document = load_trace(path)
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:

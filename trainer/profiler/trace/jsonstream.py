@@ -22,6 +22,12 @@ its closing ``]`` are decoded once each, so the header costs nothing on large fi
 ``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
 on unreadable files.
 
+Bounded work on any input: each block is read once and searched for a NUL byte (which no JSON text holds:
+the tail of a file cut short, or preallocated by its writer and never filled), and a first byte that cannot
+open an object, a header of more than ``HEADER_LIMIT`` bytes, or more than ``PIECE_LIMIT`` bytes without a
+decodable cut end the read there, with ``NotJSON`` or ``msgspec.DecodeError``. A bad file therefore costs
+time linear in the bytes read up to the error and memory of a few blocks, whatever its size.
+
 ``lenient``: text that is JSON to Python but not to msgspec (NaN and Infinity literals) or that the caller's
 types refuse (an event that is not an object) is normalised instead of refused: a piece (or the header) that
 msgspec rejects is read by Python's json, and the piece's list of entries is given to ``lenient``, which
@@ -48,8 +54,14 @@ BLOCK = 8 << 20
 KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 HEADER_LIMIT = 64 << 20  # a header larger than this is not a torch.profiler trace
+PIECE_LIMIT = 64 << 20  # nor is this much text without a boundary between two events that decodes
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which Python's json (the lenient reader) accepts
 PROBE = 4 << 20  # bytes decoded to confirm that a split point starts an event
 DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+
+
+class NotJSON(msgspec.DecodeError):
+    """Text that no JSON reader accepts, seen without decoding it (a NUL byte); the message says where."""
 
 
 class TraceStream:
@@ -71,6 +83,7 @@ class TraceStream:
         self.header: dict[str, Any] = {}
         self._f = None
         self._left: int | None = None  # bytes left to read in the span
+        self._pos = 0  # offset (of the decompressed text) of the next byte read
 
     def __enter__(self) -> TraceStream:
         gz = self.path.name.endswith(".gz")
@@ -90,6 +103,7 @@ class TraceStream:
                 self._f.seek(self.span[0])
         if self.span is not None:
             self._left = None if self.span[1] is None else self.span[1] - self.span[0]
+            self._pos = self.span[0]
         return self
 
     def __exit__(self, *exc) -> None:
@@ -97,14 +111,23 @@ class TraceStream:
 
     def _read(self) -> bytes:
         if self._left is None:
-            return self._f.read(self.block)
-        data = self._f.read(min(self.block, self._left))
-        self._left -= len(data)
+            data = self._f.read(self.block)
+        else:
+            data = self._f.read(min(self.block, self._left))
+            self._left -= len(data)
+        nul = data.find(0)
+        if nul >= 0:
+            raise NotJSON(f"a NUL byte at offset {self._pos + nul}, which no JSON text holds: a file cut "
+                          "short, or preallocated by its writer and never filled")
+        self._pos += len(data)
         return data
 
     def _events_start(self) -> bytearray:
         """Read the header up to the ``[`` of traceEvents; return what follows it."""
         buf = bytearray(self._read())
+        first = buf.lstrip().removeprefix(BOM)[:1]
+        if first and first != b"{":
+            raise msgspec.DecodeError(f"the text starts with {bytes(first)!r}, not with a JSON object's '{{'")
         while True:
             m = KEY.search(buf)
             if m:
@@ -132,6 +155,10 @@ class TraceStream:
             if not more:
                 break
             buf += more
+            if len(buf) > PIECE_LIMIT + self.block:
+                raise msgspec.DecodeError(f"no boundary between two events that decodes in the "
+                                          f"{PIECE_LIMIT >> 20} MiB before offset {self._pos}: not a trace's "
+                                          "array of events")
             cut = _last_boundary(buf, failed_at)
             if cut is None:
                 continue
