@@ -16,6 +16,8 @@ import importlib
 import os
 import sys
 
+from .profiler.cli.oneline import print_error
+
 
 def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
     """Train a small ResNet, optionally under torch.profiler (the flags: `stepscope train --help`)."""
@@ -28,7 +30,7 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
     try:
         check_before_torch(argv, prog=prog)
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print_error(f"{prog}: error: {e}")
         return 2
     import torch
 
@@ -42,7 +44,7 @@ def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:
         check_distributed(cfg, distributed_ranks(), torch.cuda.device_count())
         return train(cfg)
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print_error(f"{prog}: error: {e}")
         return 2
 
 
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
-        print(f"stepscope: error: unknown command {name!r}; valid: {names}", file=sys.stderr)
+        print_error(f"stepscope: error: unknown command {name!r}; valid: {names}")
         return 2
     return load_function(*SUBCOMMANDS[name])(rest, prog=f"stepscope {name}")
 

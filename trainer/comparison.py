@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ConfigError, plain_name
 from .launch import INSTALLED_TRAIN, TrainFailed, run_train
-from .profiler.cli.oneline import OneLineParser
+from .profiler.cli.oneline import OneLineParser, print_error
 from .run_dir import create_result_dir
 
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
@@ -226,6 +225,6 @@ def main(argv: list[str] | None = None, prog: str = "stepscope compare",
     try:
         rows = compare(argv, prog=prog, train_cmd=train_cmd, default_logdir=default_logdir, cwd=cwd)
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print_error(f"{prog}: error: {e}")
         return 2
     return 1 if any("error" in r for r in rows) else 0

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .profiler.cli.oneline import print_error
 from .profiler.serve.diagnose import diagnose_run
 from .profiler.trace.errors import TraceError
 from .profiler.trace.files import find_plugin_traces
@@ -124,7 +125,7 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
         print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "
               f"{shlex.quote(str(run_dir))} later)", file=sys.stderr)
     except TraceError as e:  # e.g. a peer rank stopped by the same signal mid-cycle: run.json is still written
-        print(f"stepscope: no diagnosis: {e}", file=sys.stderr)
+        print_error(f"stepscope: no diagnosis: {e}")
     # what follows records the run as it now stands: a signal from here on changes nothing
     stop.hold()
     traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .launch import INSTALLED_TRAIN, TrainFailed, run_train
 from .profiler.analysis.verdicts import LOG_EVERY_FACTOR, REGISTRY, Cause, Unprofiled, by_name, primary_cause
-from .profiler.cli.oneline import OneLineParser
+from .profiler.cli.oneline import OneLineParser, print_error
 from .profiler.front import analyze
 from .profiler.serve.tb_events import EventLog
 from .profiler.trace.atomic import write_text_atomic
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope verify",
     try:
         v = verify(a.run_dir, a.steps, train_cmd)
     except VerifyError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print_error(f"{prog}: error: {e}")
         return 2
     print(record(a.run_dir, v).strip().splitlines()[-1])
     return 0 if v["result"] != "refuted" else 1

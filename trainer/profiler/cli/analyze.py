@@ -65,7 +65,7 @@ from ..trace.cluster import ClusterError, check_spec, open_cluster
 from ..trace.gc_paused import gc_paused
 from ..trace.workers import Workers
 from .analyze_args import memory_size, window
-from .oneline import OneLineParser
+from .oneline import OneLineParser, print_error
 
 
 class UsageError(ValueError):
@@ -150,13 +150,13 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
             written = (export(analyzed.loaded, a.export_tensorboard, workers)
                        if a.export_tensorboard is not None else None)
     except (TraceError, UsageError, ClusterError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(f"error: {e}")
         return 2
     except MemoryError:  # past the per-file checks: e.g. many traces that fit one by one but not together
-        print(f"error: {a.run_dir}: too large to analyse in the memory available here", file=sys.stderr)
+        print_error(f"error: {a.run_dir}: too large to analyse in the memory available here")
         return 2
     except OSError as e:  # what the checks above cannot foresee: a file that vanished, a disk that filled up
-        print(f"error: {e.filename or a.run_dir}: {e.strerror or e}", file=sys.stderr)
+        print_error(f"error: {e.filename or a.run_dir}: {e.strerror or e}")
         return 2
     print(analyzed.summary, file=sys.stderr)
     report = analyzed.report

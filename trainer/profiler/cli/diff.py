@@ -24,7 +24,7 @@ from ..measure import measure_path
 from ..trace.errors import TraceError
 from ..trace.gc_paused import gc_paused
 from ..trace.workers import Workers
-from .oneline import OneLineParser
+from .oneline import OneLineParser, print_error
 
 
 def percent(text: str) -> float:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
         with gc_paused():
             runs = [measure_path(path, Workers.local()) for path in (a.run_a, a.run_b)]  # a command may fork
     except TraceError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print_error(f"{prog}: error: {e}")
         return 2
     d = compare_runs(*runs, str(a.run_a), str(a.run_b), confidence)
     regression = limit is not None and d["low"] is not None and d["low"] > 1 + limit

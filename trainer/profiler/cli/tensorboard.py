@@ -33,7 +33,7 @@ from pathlib import Path
 from ..serve.child import die_with_parent
 from ..serve.shadow_root import make_root, remove_stale
 from ..serve.watch import WatchConfig, Watcher
-from .oneline import OneLineParser
+from .oneline import OneLineParser, print_error
 
 
 class UsageError(ValueError):
@@ -157,5 +157,5 @@ def main(argv: list[str] | None = None, prog: str = "stepscope tensorboard") -> 
     try:
         return serve(cfg)
     except UsageError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print_error(f"{prog}: error: {e}")
         return 2

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from ...cli.oneline import print_error
 from ...measure import measure_found
 from ...trace.discover import Found
 from ...trace.errors import TraceError
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         measured = measure_found(traces, folder)
     except TraceError as e:
-        print(e, file=sys.stderr)
+        print_error(str(e))
         return 2
     json.dump(measured.to_dict(), sys.stdout, allow_nan=False)
     return 0
