@@ -142,3 +142,37 @@ def test_watcher_publishes_only_complete_traces_and_later_ones_as_a_new_run(tmp_
     assert watcher.poll() == ["+ run exp@2: 1 trace (tensorboard_trace_handler): cpu_bound"]
     assert [p.name for p in (shadow / "logdir" / "exp@2").glob("*.pt.trace.json.gz")] == [second.name]
     assert not any((shadow / ".staging").iterdir())
+
+
+def test_an_unreadable_entry_is_skipped_with_its_reason_and_the_rest_analysed(tmp_path):
+    """A looping symbolic link, a dangling one and a FIFO with a trace's name (tests run as root, which reads
+    any file whatever its permissions, so a FIFO stands in for a file nobody can read: opening it would
+    block) are each skipped with a note on the one summary line; the good trace beside them is analysed.
+    The stepscope run's raw/ originals get the same rule."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(next((DATA / "eager_bs32").glob("*.gz")), run)
+    (run / "loop.1.pt.trace.json").symlink_to("loop.1.pt.trace.json")
+    (run / "a.json").symlink_to("b.json")
+    (run / "b.json").symlink_to("a.json")
+    (run / "gone.2.pt.trace.json").symlink_to("nowhere.json")
+    os.mkfifo(run / "fifo.3.pt.trace.json")
+    p = analyze(run)
+    assert p.returncode == 0, p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("found ")]
+    assert line == ("found 1 trace (1 tensorboard_trace_handler); skipped 5 files: "
+                    "a.json (unreadable: Too many levels of symbolic links), "
+                    "b.json (unreadable: Too many levels of symbolic links), "
+                    "fifo.3.pt.trace.json (not a regular file), "
+                    "gone.2.pt.trace.json (unreadable: No such file or directory), "
+                    "loop.1.pt.trace.json (unreadable: Too many levels of symbolic links)")
+    assert p.stdout.startswith("stepscope diagnosis: ")
+
+    stepscope_run = tmp_path / "exported"
+    assert analyze(DATA / "slow_dataset", "--export-tensorboard", stepscope_run).returncode == 0
+    (span,) = (stepscope_run / "raw").iterdir()
+    (span / "ghost.trace.json").symlink_to("ghost.trace.json")
+    found = discover(stepscope_run)
+    assert [t.path.name for t in found.traces] != [] and "ghost.trace.json" not in [t.path.name for t in found.traces]
+    assert [(s.path.name, s.reason) for s in found.skipped] == [
+        ("ghost.trace.json", "unreadable: Too many levels of symbolic links")]

@@ -18,7 +18,9 @@ Torch-free and cheap: names decide the first four kinds; any other JSON file is 
 64 KiB (a JSON object holding "traceEvents"), never parsed whole here. Whether a sniffed file really holds
 training steps is only known once it is loaded (`step_source`): `loaded.py` checks that and skips it
 otherwise.
-Hidden files and folders and temporary `.partial` files are ignored. So is stepscope's own output below the
+Hidden files and folders and temporary `.partial` files are ignored. An entry that cannot be read as a file (a
+looping or dangling symbolic link, no permission, a FIFO or folder with a trace's name) is skipped with the
+reason, and the rest is analysed. So is stepscope's own output below the
 root: a folder written by ``stepscope analyze --export-tensorboard`` holds the EXPORT_MARKER file naming the
 traces it copies, and is skipped when those originals lie under the root too (they are found there); an
 export whose originals are elsewhere or gone is a run like any other, and so is the export folder itself.
@@ -30,6 +32,7 @@ import gzip
 import json
 import os
 import re
+import stat
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -128,7 +131,12 @@ def discover(root: Path) -> Discovery:
         run = "" if folder_path == root else str(folder_path.relative_to(root))
         raw = raw_traces(folder_path, run)
         if raw:  # a stepscope run: its originals are the traces; its other trace files are copies of them
-            traces += raw
+            for t in raw:
+                problem = unreadable(t.path)
+                if problem:
+                    skipped.append(Skipped(t.path, problem))
+                else:
+                    traces.append(t)
             dirs[:] = [d for d in dirs if d != RAW_DIR]
             continue
         for name in sorted(files):
@@ -180,6 +188,9 @@ def classify(path: Path, folder: Path, run: str) -> Found | Skipped | None:
     name = path.name
     if name.startswith(".") or name.endswith(".partial") or not name.endswith((".json", ".json.gz")):
         return None
+    problem = unreadable(path)
+    if problem:
+        return Skipped(path, problem)
     if path.parent.parent.name == RAW_DIR and path.parent.name.isdigit() and ".trace.json" in name:
         worker = name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
         return Found(path, STEPSCOPE, worker, path.parent.name, run)
@@ -194,6 +205,19 @@ def classify(path: Path, folder: Path, run: str) -> Found | Skipped | None:
         return Skipped(path, "not a profiler trace")
     kind = ACCELERATE if ACCELERATE_NAME.match(name) else CHROME
     return Found(path, kind, safe_worker(_stem(name)), "", run)
+
+
+def unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file, in a few words, or None when it can: a looping or dangling
+    symbolic link, no permission, something that is no regular file (never opened: a FIFO would block)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return "not a regular file"
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        return f"unreadable: {e.strerror or type(e).__name__}"
+    return None
 
 
 def _stem(name: str) -> str:
