@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir
 from stepscope.profiler.front import analyze
+from stepscope.profiler.serve.tab.plugin import window_root
 from stepscope.profiler.serve.tbserver import TensorBoard
 from trainrun import run_train
 
@@ -74,11 +76,19 @@ def served(tmp_path_factory):
     for name in ("eager_bs32", "big_batch"):
         shutil.copytree(DATA / name, logdir / name)
     write_wide_job(logdir / "wide", WIDE_RANKS)
-    with TensorBoard(logdir, startup_timeout_s=60) as tb:
-        try:
-            yield tb, logdir
-        finally:
-            shutil.copy(tb.log_path, artifacts_dir() / "tab-tensorboard.log")
+    cache = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))  # the window tool writes there
+    try:
+        with TensorBoard(logdir, startup_timeout_s=60) as tb:
+            try:
+                yield tb, logdir
+            finally:
+                shutil.copy(tb.log_path, artifacts_dir() / "tab-tensorboard.log")
+    finally:
+        if cache is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = cache
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +216,10 @@ def test_two_runs_side_by_side(tab, served):
 
 
 def test_window_of_steps_becomes_a_run_for_both_tabs(tab, served):
+    """Under a plain TensorBoard the window is written to the user's cache (XDG_CACHE_HOME, set for the
+    server by ``served``), never into the logdir; the page says where, and shows its summary and traces."""
     tb, logdir = served
+    before = sorted(logdir.rglob("*"))
     frame = tab.open(tb.base)
     frame.click(f"a.run-link[data-run='{CPU_RUN}']")
     frame.wait_for_selector("#window")
@@ -217,6 +230,9 @@ def test_window_of_steps_becomes_a_run_for_both_tabs(tab, served):
     name = frame.locator("#window-result .window-run").inner_text()
     elapsed = time.monotonic() - started
     assert name == f"{CPU_RUN}.steps3-5" and elapsed < 30, (name, elapsed)
+    folder = window_root(logdir) / name
+    assert str(folder) in frame.locator("#window-result .window-folder").inner_text()
+    assert sorted(logdir.rglob("*")) == before  # the logdir of a plain tensorboard is never written
     assert frame.locator("#open-profiler").get_attribute("href") == "/#pytorch_profiler"  # TensorBoard's page
     link = frame.locator("#window-result a.perfetto").first
     with tab.page.expect_download() as download:
@@ -224,9 +240,6 @@ def test_window_of_steps_becomes_a_run_for_both_tabs(tab, served):
     assert download.value.suggested_filename.endswith(".trace.json.gz")
     frame.click("#window-result a.run-link")
     frame.wait_for_selector("#verdict")
-    report = analyze(logdir / name).to_dict()
+    report = analyze(folder).to_dict()
     assert "3 profiled steps analysed" in report["spans"][0]["evidence"][0]
     assert frame.locator("#verdict .verdict-name").inner_text() == report["verdict"]
-    # the PyTorch Profiler tab lists the window as a run of its own
-    assert name in tb.wait_for_runs([name], timeout_s=90)
-    assert json.loads(json.dumps(report))["spans"][0]["worker"] in tb.profiler("workers", run=name, view="Overview")

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from stepscope.profiler.front import analyze
+from stepscope.profiler.serve.shadow_root import WINDOWS_HERE
 from stepscope.profiler.serve.tab.cache import CACHE_DIR, CACHE_FILE
-from stepscope.profiler.serve.tab.plugin import StepscopePlugin
+from stepscope.profiler.serve.tab.plugin import TOKEN_HEADER, StepscopePlugin, window_root
 from tensorboard.plugins import base_plugin
 from werkzeug import Client
 from werkzeug.wrappers import Response
@@ -40,6 +41,11 @@ class App:
             if r.status_code != 202 or not ready:
                 return r.status_code, json.loads(r.get_data())
         raise TimeoutError(route)
+
+    def post_window(self, **params):
+        """The window route as the tab's page calls it: a POST with the token its index.js holds."""
+        r = self.client.post("/window", data=params, headers={TOKEN_HEADER: self.plugin.token})
+        return r.status_code, json.loads(r.get_data())
 
 
 @pytest.fixture
@@ -124,11 +130,24 @@ def test_diff_route_is_the_cli_comparison(logdir):
     assert d["source"] == "trace" and d["a"]["steps"] == 2 and "summary" in d
 
 
-def test_window_writes_a_small_run_for_both_tabs(logdir):
+@pytest.fixture
+def cache(tmp_path_factory, monkeypatch):
+    """The user's cache folder, outside the logdir (which is the test's tmp_path)."""
+    folder = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder
+
+
+def test_window_writes_a_small_run_for_both_tabs(logdir, cache):
+    """Under a plain TensorBoard the window goes to the user's cache, never into the logdir; the answer says
+    where, and the tab still finds its summary and traces."""
+    before = sorted(p.relative_to(logdir) for p in logdir.rglob("*"))
     app = App(logdir)
-    code, w = app.get("/window", run="ddp", steps="3:5")
-    assert code == 200 and w["run"] == "ddp.steps3-4"
-    folder = logdir / "ddp.steps3-4"
+    code, w = app.post_window(run="ddp", steps="3:5")
+    assert code == 200 and w["run"] == "ddp.steps3-4" and not w["in_logdir"]
+    folder = Path(w["folder"])
+    assert folder.parent == window_root(logdir) and cache in folder.parents
+    assert sorted(p.relative_to(logdir) for p in logdir.rglob("*")) == before  # nothing written in the logdir
     assert len(list(folder.glob("*.pt.trace.json.gz"))) == 2  # the PyTorch Profiler tab's copies
     assert len(list(folder.glob("raw/*/*.trace.json.gz"))) == 2  # the untouched windows, for Perfetto
     code, run = app.get("/run", run="ddp.steps3-4")
@@ -143,15 +162,42 @@ def test_window_writes_a_small_run_for_both_tabs(logdir):
     assert r.status_code == 200 and r.get_data()[:2] == b"\x1f\x8b"
 
 
+def test_window_writes_only_on_a_post_with_the_pages_token(logdir, cache, monkeypatch):
+    """A GET (what any web page can make a browser send to a loopback address) writes nothing; a POST
+    without the token that index.js carries is refused; under `stepscope tensorboard` (its shadow logdir
+    named in TensorBoard's environment) the window is written into that logdir, where both tabs list it."""
+    before = sorted(logdir.rglob("*"))
+    app = App(logdir)
+    r = app.client.get("/window", query_string={"run": "ddp", "steps": "3:5"})
+    assert r.status_code == 405
+    r = app.client.post("/window", data={"run": "ddp", "steps": "3:5"})
+    assert r.status_code == 403 and "X-Stepscope-Token" in json.loads(r.get_data())["error"]
+    r = app.client.post("/window", data={"run": "ddp", "steps": "3:5"}, headers={TOKEN_HEADER: "guessed"})
+    assert r.status_code == 403
+    assert sorted(logdir.rglob("*")) == before and not any(cache.iterdir())
+    script = app.client.get("/index.js").get_data(as_text=True)
+    assert f"const WINDOW_TOKEN = '{app.plugin.token}';" in script and "%STEPSCOPE_TOKEN%" not in script
+    assert App(logdir).plugin.token != app.plugin.token  # each process makes its own
+
+    monkeypatch.setenv(WINDOWS_HERE, str(logdir))
+    code, w = App(logdir).post_window(run="ddp", steps="3:5")
+    assert code == 200 and w["in_logdir"] and Path(w["folder"]) == logdir.resolve() / "ddp.steps3-4"
+
+
 @pytest.mark.parametrize("route, params, code, message", [
     ("/run", {"run": "nope"}, 404, "no run 'nope'"),
-    ("/window", {"run": "ddp", "steps": "5:3"}, 400, "use A:B"),
-    ("/window", {"run": "ddp", "steps": "40:50"}, 400, "no trace has steps in 40:50"),
     ("/static/../plugin.py", {}, 404, "no static file"),
 ])
 def test_bad_input_is_one_line(logdir, route, params, code, message):
     got, body = App(logdir).get(route, **params)
     assert got == code and message in body["error"] and "\n" not in body["error"]
+
+
+@pytest.mark.parametrize("params, message", [({"run": "ddp", "steps": "5:3"}, "use A:B"),
+                                             ({"run": "ddp", "steps": "40:50"}, "no trace has steps in 40:50")])
+def test_bad_window_is_one_line(logdir, cache, params, message):
+    got, body = App(logdir).post_window(**params)
+    assert got == 400 and message in body["error"] and "\n" not in body["error"]
 
 
 def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):

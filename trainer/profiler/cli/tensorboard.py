@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..serve.child import die_with_parent
-from ..serve.shadow_root import make_root, remove_stale
+from ..serve.shadow_root import WINDOWS_HERE, make_root, remove_stale
 from ..serve.watch import WatchConfig, Watcher
 from .oneline import OneLineParser, print_error
 
@@ -116,7 +116,9 @@ def serve(cfg: ServeConfig) -> int:
         for line in watcher.poll():
             print(line, flush=True)
         # TensorBoard dies with this process, however it ends (SIGKILL too): the port is never left served
-        proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port), preexec_fn=die_with_parent(os.getpid()))
+        # the tab's window tool may write into this logdir: it is the shadow copy, never DIR (tab/plugin.py)
+        proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port), preexec_fn=die_with_parent(os.getpid()),
+                                env={**os.environ, WINDOWS_HERE: str(logdir)})
         print(f"TensorBoard (pid {proc.pid}) at http://{cfg.host}:{cfg.port}/#pytorch_profiler (and #stepscope, "
               f"stepscope's tab) serving {len(watcher.runs)} run(s) from {logdir}; watching {cfg.source}; "
               "Ctrl-C stops", flush=True)

@@ -20,6 +20,9 @@ from pathlib import Path
 
 PREFIX = "stepscope-tb-"
 OWNER = "owner.json"
+# in the environment of the TensorBoard that `stepscope tensorboard` starts: its shadow logdir, which the
+# stepscope tab's window tool may write into (never a logdir of the user's: tab/plugin.py)
+WINDOWS_HERE = "STEPSCOPE_WINDOWS_IN_LOGDIR"
 
 
 def start_time(pid: int) -> str | None:

@@ -8,9 +8,20 @@ Registered through the ``tensorboard_plugins`` entry point (pyproject.toml), so 
     run?run=NAME           the whole report (views.run_view), with the run's verification when it has one
     ranks?run=NAME         each multi-rank cycle: per-rank breakdown, the stragglers and why
     diff?a=NAME&b=NAME     two runs compared (profiler/diff.py; what `stepscope diff` prints)
-    window?run=NAME&steps=A:B   writes ProfilerStep#A..#B-1 of NAME as its own run (window.py)
+    window?run=NAME&steps=A:B   POST only, with the header X-Stepscope-Token: writes ProfilerStep#A..#B-1 of
+                           NAME as its own run (window.py), and answers where
     trace?run=NAME&i=K     the K-th trace file of a run, as it is on disk (to open in Perfetto)
     index.js, static/...   the frontend
+
+The window route is the only one that writes. A GET never does (405): any web page the user opens can make
+the browser fire a GET at a loopback address. A POST must carry the token this process made at start, which
+only the tab's own page holds (it is written into index.js as served; other origins cannot read that, and the
+custom header alone makes a cross-origin browser request need a preflight TensorBoard never grants): 403
+without it. The window is written into the logdir only under `stepscope tensorboard`, whose logdir is its
+own shadow copy (WINDOWS_HERE names it in TensorBoard's environment). Under a plain `tensorboard` the user's
+logdir is never written: windows go to ``window_root(logdir)``, a folder of the user's cache
+($XDG_CACHE_HOME or ~/.cache, then stepscope/windows/<hash of the logdir>); the answer names the folder,
+and the tab still shows the window's summary and its traces for Perfetto.
 
 A run that is not analysed yet answers {"state": "analysing"} at once and is analysed in the background
 (cache.py); the page asks again. Bad input answers 400 with {"error": "<one line>"}.
@@ -18,8 +29,12 @@ A run that is not analysed yet answers {"state": "analysing"} at once and is ana
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import mimetypes
+import os
+import secrets
 from pathlib import Path
 
 from tensorboard.plugins import base_plugin
@@ -27,6 +42,7 @@ from werkzeug import wrappers
 
 from ...diff import compare_runs
 from ...measure import RUN_RECORD
+from ..shadow_root import WINDOWS_HERE
 from .cache import AnalysisCache, Failed, Pending, Ready
 from .runs import Run, find_runs
 from .views import ranks_view, run_row, run_view
@@ -37,6 +53,20 @@ STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"index.js", "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css", "vendor/LICENSE", "vendor/README"}
 NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 WAIT_S = 2.0  # a route waits this long for a run's analysis before it answers "analysing"
+TOKEN_HEADER = "X-Stepscope-Token"
+TOKEN_SLOT = b"%STEPSCOPE_TOKEN%"  # in index.js, replaced by the token as it is served
+
+
+def window_root(logdir: Path) -> Path:
+    """Where the window route writes for ``logdir``: the logdir itself when it is the shadow logdir of the
+    `stepscope tensorboard` that started this TensorBoard, else a folder of the user's cache (module
+    docstring)."""
+    logdir = Path(logdir).resolve()
+    here = os.environ.get(WINDOWS_HERE)
+    if here and Path(here).resolve() == logdir:
+        return logdir
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "stepscope" / "windows" / hashlib.sha256(str(logdir).encode()).hexdigest()[:16]
 
 
 def _json(body, code: int = 200) -> wrappers.Response:
@@ -70,6 +100,8 @@ class StepscopePlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self.logdir = Path(context.logdir or ".")
+        self.windows = window_root(self.logdir)
+        self.token = secrets.token_urlsafe(32)
         self.cache = AnalysisCache()
 
     def is_active(self) -> bool:
@@ -84,7 +116,9 @@ class StepscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _index(self, request):
-        return wrappers.Response((STATIC / "index.js").read_bytes(), content_type="text/javascript", headers=NOSNIFF)
+        script = (STATIC / "index.js").read_bytes().replace(TOKEN_SLOT, self.token.encode(), 1)
+        return wrappers.Response(script, content_type="text/javascript", headers={"Cache-Control": "no-store",
+                                                                                    **NOSNIFF})
 
     @wrappers.Request.application
     def _static(self, request):
@@ -96,7 +130,10 @@ class StepscopePlugin(base_plugin.TBPlugin):
                                  headers={"Cache-Control": "max-age=3600", **NOSNIFF})
 
     def _find(self, name: str | None) -> Run:
+        """The run ``name`` under the logdir, or else a window written outside it (window_root)."""
         runs = find_runs(self.logdir)
+        if name and name not in runs and self.windows != self.logdir.resolve():
+            runs = find_runs(self.windows)
         if not name or name not in runs:
             raise LookupError(f"no run {name!r} with traces under {self.logdir}")
         return runs[name]
@@ -160,18 +197,26 @@ class StepscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _window(self, request):
+        if request.method != "POST":
+            return _json({"error": "the window route writes, so it takes a POST from the stepscope tab"}, 405)
+        if not hmac.compare_digest(request.headers.get(TOKEN_HEADER, "").encode(), self.token.encode()):
+            return _error(f"no valid {TOKEN_HEADER}: windows are written from the stepscope tab's own page", 403)
         try:
-            run = self._find(request.args.get("run"))
-            first, stop = parse_steps(request.args.get("steps", ""))
-            name = write_window(self.logdir, run, first, stop)
+            run = self._find(request.values.get("run"))
+            first, stop = parse_steps(request.values.get("steps", ""))
+            self.windows.mkdir(parents=True, exist_ok=True)
+            name = write_window(self.windows, run, first, stop)
         except LookupError as e:
             return _error(str(e), 404)
+        except OSError as e:
+            return _error(f"{self.windows}: cannot write the window there ({e.strerror or e})")
         except (ValueError, WindowError) as e:
             return _error(str(e))
-        window = find_runs(self.logdir).get(name)
+        window = find_runs(self.windows).get(name)
         traces = [{"i": i, "file": str(t.path.relative_to(window.folder)), "worker": t.worker}
                   for i, t in enumerate(window.traces)] if window else []
-        return _json({"run": name, "from": run.name, "steps": [first, stop], "traces": traces})
+        return _json({"run": name, "from": run.name, "steps": [first, stop], "traces": traces,
+                      "folder": str(self.windows / name), "in_logdir": self.windows == self.logdir.resolve()})
 
     @wrappers.Request.application
     def _trace(self, request):

@@ -8,6 +8,8 @@
 // MAX_BARS ranks), and two runs side by side.
 
 const MAX_BARS = 64;
+// the window tool's POST carries this: plugin.py writes its process's token here as it serves this file
+const WINDOW_TOKEN = '%STEPSCOPE_TOKEN%';
 const POLL_MS = 1500;
 const COLORS = {
   gpu_busy: '#2e7d32', cpu_ops: '#2e7d32', launch: '#e65100', sync: '#c62828', data: '#6a1b9a',
@@ -329,10 +331,13 @@ function windowForm(name) {
   const go = el('button', {id: 'window-go', text: 'Write as its own run', onclick: async () => {
     out.replaceChildren(el('span', {class: 'muted', text: 'writing\u2026'}));
     try {
-      const r = await fetch('./window?' + new URLSearchParams({run: name, steps: input.value}));
+      const r = await fetch('./window', {method: 'POST', headers: {'X-Stepscope-Token': WINDOW_TOKEN},
+        body: new URLSearchParams({run: name, steps: input.value})});
       const w = await r.json();
       if (!r.ok) throw new Error(w.error);
-      out.replaceChildren(el('p', {}, ['Written as the run ', el('b', {class: 'window-run', text: w.run}), ': ',
+      out.replaceChildren(el('p', {}, ['Written as the run ', el('b', {class: 'window-run', text: w.run}),
+        w.in_logdir ? ': ' : el('span', {class: 'window-folder', text: ` in ${w.folder} (this TensorBoard's logdir is never written; `
+          + 'serve that folder with tensorboard --logdir to list it there, or use stepscope tensorboard): '}),
         el('a', {href: tensorBoardHome() + '#pytorch_profiler', target: '_top', id: 'open-profiler',
           text: 'open it in the PyTorch Profiler tab'}),
         ' (pick the run there), or download for Perfetto: ',
@@ -349,7 +354,7 @@ function windowForm(name) {
   return el('div', {class: 'card', id: 'window'}, [
     el('h2', {text: 'A window of steps'}),
     el('p', {class: 'muted', text: 'For a trace too large for the PyTorch Profiler tab: steps A:B (ProfilerStep#A to #B-1) '
-      + 'are written as a small run of their own, beside this one.'}),
+      + 'are written as a small run of their own (beside this one under stepscope tensorboard; in your cache, never in the logdir, under a plain tensorboard).'}),
     el('p', {}, [input, ' ', go]), out]);
 }
 
