@@ -6,6 +6,8 @@ and the next server removes the shadow folder it left behind.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import signal
@@ -91,3 +93,85 @@ def test_sigkill_of_the_server_frees_its_port_and_the_next_start_removes_its_sha
         os.kill(second.pid, signal.SIGINT)
         assert second.wait(timeout=60) == 130
     assert not list(tmp.glob("stepscope-tb-*"))
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below ``pid`` (children, theirs ...), by pid: its command line."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            todo.append(child)
+    return found
+
+
+def write_long_trace(path: Path, copies: int) -> None:
+    """The real trace of tests/data/eager_bs32 (2 steps), its steps repeated ``copies`` times one after the
+    other: a trace that keeps torch-tb-profiler's loader busy for a while (about 3.7 MB a copy)."""
+    trace = json.loads(gzip.decompress(next((REPO / "tests" / "data" / "eager_bs32").glob("*.gz")).read_bytes()))
+    events = trace["traceEvents"]
+    times = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    shift = max(times) - min(times) + 1000.0
+    out = []
+    for k in range(copies):
+        for e in events:
+            if k and e.get("ph") == "M":
+                continue  # process and thread names once
+            e = dict(e)
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] += k * shift
+            name = str(e.get("name", ""))
+            if name.startswith("ProfilerStep#"):
+                e["name"] = f"ProfilerStep#{int(name[13:]) + 2 * k}"
+            out.append(e)
+    trace["traceEvents"] = out
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress(json.dumps(trace).encode(), 1))
+
+
+def test_sigkill_of_the_server_leaves_no_process_it_started(tmp_path):
+    """TensorBoard's own children (torch-tb-profiler's loader, multiprocessing's resource tracker) die too:
+    they are in TensorBoard's process group, which ends whole when TensorBoard gets its parent-death signal.
+    The trace is long enough that the loader is still at work when the server is killed: a loader that has
+    finished ends by itself once its parent is gone, a busy one does not."""
+    src = tmp_path / "traces"
+    write_long_trace(src / "long" / "w.1.pt.trace.json.gz", 12)
+    (tmp_path / "tmp").mkdir()
+    log = tmp_path / "server.log"
+    server = start(src, tmp_path / "tmp", free_port(), log)
+    started: dict[int, str] = {}
+    try:
+        tb_pid = int(wait_for(r"TensorBoard \(pid (\d+)\)", log, server).group(1))
+        deadline = time.monotonic() + 120
+        while not any(pid != tb_pid for pid in descendants(tb_pid)) or not descendants(tb_pid):
+            assert time.monotonic() < deadline, (descendants(server.pid), log.read_text())
+            time.sleep(0.5)
+        time.sleep(2)  # the loader starts its own helpers (the resource tracker) as it goes
+        started = descendants(server.pid)
+        assert len(started) >= 2, started  # TensorBoard and at least one process of its own
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait()
+        time.sleep(10)
+        alive = {pid: cmd for pid, cmd in started.items() if not gone(pid)}
+        assert not alive, alive
+    finally:
+        for pid in started:  # what outlived the server, if the test failed
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(server.pid, signal.SIGKILL)  # whatever the session still holds, if the test failed
+        except ProcessLookupError:
+            pass

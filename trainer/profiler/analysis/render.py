@@ -22,9 +22,23 @@ SCALAR_METRICS = ("step_ms", "gpu_busy_pct", "kernels_per_step", "median_kernel_
                   "peak_gpu_memory_mib", "compute_ms_per_step", "comm_ms_per_step", "overlap_ms_per_step")
 
 
+def md_text(text: str) -> str:
+    """``text`` (which may hold what a trace, a file name or a run name says) as Markdown text that renders as
+    itself and never as HTML or an image: ``&`` and ``<`` become entities (TensorBoard's sanitizer keeps
+    ``<img src>``, which a browser fetches), ``![`` loses its image meaning, ``|`` its table one."""
+    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace("![", "!\\[")
+            .replace("|", "\\|"))
+
+
+def md_code(text: str) -> str:
+    """``text`` inside a Markdown code span, which renders its content as text: only a backtick could end the
+    span early, so it becomes a prime; ``|`` is escaped for tables."""
+    return str(text).replace("`", "\u2032").replace("|", "\\|")
+
+
 def _title(s: SpanReport) -> str:
     rank = f" rank {s.rank}" if s.rank is not None else ""
-    return f"{s.worker}{rank} (span {s.span or '-'}, {s.device})"
+    return md_text(f"{s.worker}{rank} (span {s.span or '-'}, {s.device})")
 
 
 BASIS = {"telemetry": "the run's own timing of its unprofiled steps",
@@ -91,7 +105,7 @@ def _fmt(v) -> str:
 
 def render_markdown(report: RunReport) -> str:
     out = [f"# stepscope diagnosis: `{report.verdict}`", ""]
-    out.append(f"Run `{report.run_dir}`: {len(report.spans)} trace(s). The verdict and the figures describe the "
+    out.append(f"Run `{md_code(report.run_dir)}`: {len(report.spans)} trace(s). The verdict and the figures describe the "
                "steps as they run without the profiler, which slows the host (not the GPU); the profiled steps' "
                "own figures are given beside them, labelled \"as profiled\".")
     out.append("")
@@ -108,24 +122,24 @@ def render_span_markdown(s: SpanReport) -> str:
 
 
 def _markdown_span(s: SpanReport) -> list[str]:
-    out = [f"## {_title(s)}: `{s.verdict}`", "", f"**{_headline(s)}**", ""]
+    out = [f"## {_title(s)}: `{s.verdict}`", "", f"**{md_text(_headline(s))}**", ""]
     if s.steps_note:
-        out += [f"Note: {s.steps_note}.", ""]
+        out += [f"Note: {md_text(s.steps_note)}.", ""]
     if s.basis in BASIS:
         out += [f"Unprofiled figures from {BASIS[s.basis]}.", ""]
     if s.step_range is not None:
         out += [f"{'**Undecided:** ' if s.step_range.alternative else ''}{_range_line(s)[0].upper()}"
                 f"{_range_line(s)[1:]}.", ""]
-    out += ["Where the step goes without the profiler:", ""] + [f"- {e}" for e in s.evidence[1:]] + [""]
+    out += ["Where the step goes without the profiler:", ""] + [f"- {md_text(e)}" for e in s.evidence[1:]] + [""]
     if s.breakdown_profiled is not None:
         out += ["| bucket | ms/step | ms/step as profiled |", "|---|---:|---:|"]
         out += [f"| {b} | {s.breakdown.ms_per_step(b):.2f} | {s.breakdown_profiled.ms_per_step(b):.2f} |"
                 for b in s.breakdown.buckets] + [""]
     if s.findings:
         out += ["| finding | cost (ms/step) |", "|---|---:|"]
-        out += [f"| {f.text} | {f.cost_ms_per_step:.2f} |" for f in s.findings] + [""]
+        out += [f"| {md_text(f.text)} | {f.cost_ms_per_step:.2f} |" for f in s.findings] + [""]
     if s.remedies:
-        out += ["Remedies, most valuable first:", ""] + [f"1. {r}" for r in s.remedies] + [""]
+        out += ["Remedies, most valuable first:", ""] + [f"1. {md_text(r)}" for r in s.remedies] + [""]
     out += ["| metric | value |", "|---|---:|"]
     out += [f"| {k} | {_fmt(v)} |" for k, v in s.metrics.to_dict().items()] + [""]
     if s.metrics.top:
@@ -143,13 +157,13 @@ def _markdown_cross_rank(d: CrossRankReport) -> list[str]:
            "| rank | worker | verdict | step ms | compute ms | comm ms | overlap ms | exposed comm ms | "
            "outside comm ms | straggler |",
            "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    out += [f"| {r.rank} | {r.worker} | {r.verdict} | {r.step_ms:.2f} | {r.compute_ms:.2f} | "
+    out += [f"| {r.rank} | {md_text(r.worker)} | {r.verdict} | {r.step_ms:.2f} | {r.compute_ms:.2f} | "
             f"{r.comm_ms:.2f} | {r.overlap_ms:.2f} | {r.exposed_comm_ms:.2f} | {r.outside_comm_ms:.2f} | "
             f"{'yes' if r.straggler else ''} |" for r in d.ranks]
     out.append("")
-    out += [f"- {f.text} (~{f.cost_ms_per_step:.2f} ms/step)" for f in d.findings]
+    out += [f"- {md_text(f.text)} (~{f.cost_ms_per_step:.2f} ms/step)" for f in d.findings]
     if d.remedies:
-        out += ["", "Remedies:", ""] + [f"1. {r}" for r in d.remedies]
+        out += ["", "Remedies:", ""] + [f"1. {md_text(r)}" for r in d.remedies]
     out.append("")
     for w in d.why:
         out += _markdown_why(w)
@@ -157,7 +171,7 @@ def _markdown_cross_rank(d: CrossRankReport) -> list[str]:
 
 
 def _markdown_why(w: StragglerWhy) -> list[str]:
-    out = [f"### Why rank {w.rank} straggles", "", w.text(), "",
+    out = [f"### Why rank {w.rank} straggles", "", md_text(w.text()), "",
            f"| phase | rank {w.rank} ms/step | median rank ms/step | difference |", "|---|---:|---:|---:|"]
     out += [f"| {'**' + PHASES[p.phase] + '**' if p.phase in w.causes else PHASES[p.phase]} | "
             f"{p.straggler_ms:.2f} | {p.median_ms:.2f} | {_signed(p.delta_ms)} |" for p in w.phases]
@@ -177,7 +191,7 @@ def _signed(ms: float) -> str:
 
 
 def _cell(name: str, n: int = 90) -> str:
-    name = name.replace("|", "\\|")
+    name = md_code(name)
     return name if len(name) <= n else name[: n - 1] + "…"
 
 

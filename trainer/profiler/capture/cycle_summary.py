@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..analysis.render import render_span_markdown
+from ..analysis.render import md_code, md_text, render_span_markdown
 from ..analysis.report import RunReport, run_verdict
 from ..analysis.span import SpanReport
 
@@ -67,7 +67,7 @@ def merged_report(label: str, summaries: list[CycleSummary]) -> RunReport | None
 def render_cycles(label: str, summaries: list[CycleSummary], verdict: str | None) -> str:
     title = f"`{verdict}`" if verdict else "no diagnosis yet"
     out = [f"# stepscope diagnosis: {title}", "",
-           f"Run `{label}`: {len(summaries)} profiling cycle(s), each analysed once when it ended. The verdict and "
+           f"Run `{md_code(label)}`: {len(summaries)} profiling cycle(s), each analysed once when it ended. The verdict and "
            "the figures describe the steps as they run without the profiler (measured by stepscope.schedule "
            "where the profiler's schedule is one; else the profiled steps less the profiler's modelled cost); "
            "the profiled steps' own figures are given beside them, labelled \"as profiled\".", "",
@@ -85,13 +85,13 @@ def render_cycles(label: str, summaries: list[CycleSummary], verdict: str | None
     out.append("")
     for s in [s for s in summaries if s.report is not None][-DETAILED_CYCLES:][::-1]:
         out += [f"# Cycle {s.index}" + (f" (steps {s.steps[0]}-{s.steps[1]})" if s.steps else ""), "",
-                f"Started by: {s.trigger}.", ""]
+                f"Started by: {md_text(s.trigger)}.", ""]
         if s.telemetry:
             t = s.telemetry
             data = f", waiting {t['data_ms']:.2f} ms for data" if "data_ms" in t else ""
             out += [f"Unprofiled steps measured around it: {t['steps']}, {t['step_ms']:.2f} ms each{data} (means).",
                     ""]
-        out += [f"- {n}" for n in s.notes] + ([""] if s.notes else [])
+        out += [f"- {md_text(n)}" for n in s.notes] + ([""] if s.notes else [])
         out.append(render_span_markdown(s.report))
     return "\n".join(out).rstrip() + "\n"
 
@@ -101,4 +101,4 @@ def _f(v) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return md_text(text)

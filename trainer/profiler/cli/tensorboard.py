@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..serve.child import die_with_parent
+from ..serve.child import die_with_parent, group_command
 from ..serve.shadow_root import WINDOWS_HERE, make_root, remove_stale
 from ..serve.watch import WatchConfig, Watcher
 from .oneline import OneLineParser, print_error
@@ -90,8 +90,9 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", host, "--port",
-            str(port), "--load_fast=false", "--reload_interval", "5"]
+    """TensorBoard, as the leader of a process group that ends whole when it gets SIGTERM (serve/child.py)."""
+    return group_command(["-m", "tensorboard.main", "--logdir", str(logdir), "--host", host, "--port",
+                          str(port), "--load_fast=false", "--reload_interval", "5"])
 
 
 def _raise_stop(signum, _frame) -> None:
@@ -115,9 +116,11 @@ def serve(cfg: ServeConfig) -> int:
             time.sleep(cfg.poll_s)
         for line in watcher.poll():
             print(line, flush=True)
-        # TensorBoard dies with this process, however it ends (SIGKILL too): the port is never left served
-        # the tab's window tool may write into this logdir: it is the shadow copy, never DIR (tab/plugin.py)
-        proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port), preexec_fn=die_with_parent(os.getpid()),
+        # TensorBoard and every process it starts die with this process, however it ends (SIGKILL too): the
+        # port is never left served, and no loader is left under PID 1 (serve/child.py). The tab's window
+        # tool may write into this logdir: it is the shadow copy, never DIR (tab/plugin.py)
+        proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port),
+                                preexec_fn=die_with_parent(os.getpid(), group=True),
                                 env={**os.environ, WINDOWS_HERE: str(logdir)})
         print(f"TensorBoard (pid {proc.pid}) at http://{cfg.host}:{cfg.port}/#pytorch_profiler (and #stepscope, "
               f"stepscope's tab) serving {len(watcher.runs)} run(s) from {logdir}; watching {cfg.source}; "

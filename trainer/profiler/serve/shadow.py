@@ -36,6 +36,7 @@ import tempfile
 from pathlib import Path
 
 from ..analysis import TraceError
+from ..analysis.render import md_text
 from ..loaded import Loaded, report_of
 from ..tbfix import export_file
 from ..telemetry import RUN_RECORD, trace_telemetry
@@ -114,8 +115,8 @@ def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str,
         if not own_diagnosis(source, loaded):
             with EventLog(work) as log:
                 if report is None:
-                    write_text_atomic(work / "diagnosis.md", verdict + "\n")
-                    log.text("diagnosis", verdict, 0)
+                    write_text_atomic(work / "diagnosis.md", md_text(verdict) + "\n")  # names files: escaped
+                    log.text("diagnosis", md_text(verdict), 0)
                 else:
                     write_diagnosis(work, report, log, 0)
         target = logdir / free_name(logdir, base)
