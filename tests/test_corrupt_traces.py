@@ -18,9 +18,12 @@ import json
 import os
 import re
 import resource
+import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -257,3 +260,42 @@ def test_a_file_of_nul_bytes_fails_at_the_first_one(build, offset, tmp_path):
     assert line.startswith("error: ") and "w.1.pt.trace.json" in line and f"NUL byte at offset {offset}" in line
     assert usage.ru_maxrss * 1024 < 300 << 20, usage.ru_maxrss  # ru_maxrss is in KiB on Linux
     assert out.read_text() == ""
+
+
+def test_stepscope_tensorboard_shows_the_good_run_beside_a_nul_file(tmp_path):
+    """One bad file never blocks the others: with the 2 GiB NUL-tailed trace beside a good run,
+    `stepscope tensorboard` publishes the good run, rejects the bad file in one line, and serves within
+    30 s (it served nothing for minutes when the bad file was read whole)."""
+    from stepscope.profiler.serve.tbserver import free_port, loopback_get
+
+    src = tmp_path / "src"
+    shutil.copytree(DATA / "eager_bs32", src / "good")
+    (src / "bad").mkdir()
+    nul_tail(src / "bad")
+    log = tmp_path / "server.log"
+    port = free_port()
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "stepscope_here.py"), "tensorboard",
+                                   "--logdir", str(src), "--port", str(port), "--poll", "0.2"], stdout=out,
+                                  stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path)},
+                                  start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        runs = None
+        while time.monotonic() - t0 < 30:
+            assert server.poll() is None, log.read_text()
+            try:
+                runs = json.loads(loopback_get(f"http://127.0.0.1:{port}/data/plugin/stepscope/runs", 5))
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert runs is not None, log.read_text()
+        assert [r["name"] for r in runs["runs"]] == ["good"], runs
+        text = log.read_text()
+        assert "+ run good:" in text and re.search(r"^! .*bad.*NUL byte at offset 17", text, re.M), text
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
