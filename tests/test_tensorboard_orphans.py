@@ -143,10 +143,11 @@ def write_long_trace(path: Path, copies: int) -> None:
 def test_sigkill_of_the_server_leaves_no_process_it_started(tmp_path):
     """TensorBoard's own children (torch-tb-profiler's loader, multiprocessing's resource tracker) die too:
     they are in TensorBoard's process group, which ends whole when TensorBoard gets its parent-death signal.
-    The trace is long enough that the loader is still at work when the server is killed: a loader that has
-    finished ends by itself once its parent is gone, a busy one does not."""
+    A loader that has finished its file ends by itself once TensorBoard is gone; one still at work on a large
+    trace does not. The test holds the loader at work deterministically: it stops the loader (SIGSTOP) as soon
+    as it appears, which keeps it from ever ending by itself, while SIGKILL still ends it."""
     src = tmp_path / "traces"
-    write_long_trace(src / "long" / "w.1.pt.trace.json.gz", 12)
+    write_long_trace(src / "long" / "w.1.pt.trace.json.gz", 4)
     (tmp_path / "tmp").mkdir()
     log = tmp_path / "server.log"
     server = start(src, tmp_path / "tmp", free_port(), log)
@@ -154,12 +155,13 @@ def test_sigkill_of_the_server_leaves_no_process_it_started(tmp_path):
     try:
         tb_pid = int(wait_for(r"TensorBoard \(pid (\d+)\)", log, server).group(1))
         deadline = time.monotonic() + 120
-        while not any(pid != tb_pid for pid in descendants(tb_pid)) or not descendants(tb_pid):
+        while not (loaders := [pid for pid, cmd in descendants(tb_pid).items() if "spawn_main" in cmd]):
             assert time.monotonic() < deadline, (descendants(server.pid), log.read_text())
-            time.sleep(0.5)
-        time.sleep(2)  # the loader starts its own helpers (the resource tracker) as it goes
+            time.sleep(0.1)
+        for pid in loaders:
+            os.kill(pid, signal.SIGSTOP)
         started = descendants(server.pid)
-        assert len(started) >= 2, started  # TensorBoard and at least one process of its own
+        assert tb_pid in started and len(started) >= 2, started  # TensorBoard and processes of its own
         os.kill(server.pid, signal.SIGKILL)
         server.wait()
         time.sleep(10)
