@@ -45,8 +45,9 @@ def elements(html: str) -> list[str]:
                          "h1", "h2", "h3", "pre", "br", "hr"}]
 
 
-def test_hostile_operator_and_worker_names_render_as_text(tmp_path):
-    source = tmp_path / "src" / "run1"
+def write_hostile_run(source: Path) -> None:
+    """cpu_resnet's real trace with its top operator renamed HOSTILE_OP, in a file whose worker name is
+    HOSTILE_WORKER."""
     source.mkdir(parents=True)
     trace = json.loads(gzip.decompress(next((DATA / "cpu_resnet").glob("*.gz")).read_bytes()))
     renamed = 0
@@ -56,6 +57,10 @@ def test_hostile_operator_and_worker_names_render_as_text(tmp_path):
     assert renamed
     (source / f"{HOSTILE_WORKER}.1795259064016889483.pt.trace.json.gz").write_bytes(
         gzip.compress(json.dumps(trace).encode(), 1))
+
+
+def test_hostile_operator_and_worker_names_render_as_text(tmp_path):
+    write_hostile_run(tmp_path / "src" / "run1")
     runs = published(tmp_path / "src", tmp_path)
     assert len(runs) == 1, runs
     for run in runs:
