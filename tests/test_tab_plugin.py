@@ -288,3 +288,20 @@ def test_a_users_loop_run_matches_analyze(tmp_path):
     assert code == 200 and body["report"] == json.loads(json.dumps(want))
     (row,) = app.get("/runs")[1]["runs"]
     assert row["name"] == "my_loop" and row["verdict"] == want["verdict"]
+
+
+def test_a_run_past_its_time_bound_fails_and_the_others_are_still_analysed(logdir, monkeypatch):
+    """Each run's analysis process is killed at its time bound, and the run shows that in one line; the
+    runs after it are analysed. The bound is set to nothing here, for one run, to stand for a trace whose
+    analysis would never end."""
+    from stepscope.profiler.serve.tab import cache as cache_module
+
+    app = App(logdir)
+    monkeypatch.setattr(cache_module, "TIME_BASE_S", 0.0)
+    monkeypatch.setattr(cache_module, "TIME_PER_GB_S", 0.0)
+    code, body = app.get("/run", run="eager_bs32")
+    assert code == 422 and "the analysis took more than 0 s and was stopped" in body["error"], body
+    assert "\n" not in body["error"]
+    monkeypatch.undo()
+    code, body = app.get("/run", run="cpu_resnet")
+    assert code == 200 and body["state"] == "ready"

@@ -13,7 +13,7 @@ for a run already shown appear as a new run `<run>@2`, `<run>@3`, ...
 Prints one line per published run ("+ run exp1: 2 traces (tensorboard_trace_handler): launch_bound"), one
 per rejected file ("! ..."), and the URL. The shadow logdir is a temporary folder removed at exit, or
 --shadow DIR2/logdir (kept; DIR2 must be outside DIR). Ctrl-C (or SIGTERM) stops TensorBoard, waits for it,
-and exits 130 (143 on SIGTERM). TensorBoard also dies when this process is killed outright (SIGKILL; Linux),
+and exits 130 (143 on SIGTERM). TensorBoard and every process it starts also die when this process is killed outright (SIGKILL; Linux),
 and a temporary folder left by a killed server is removed when the next one starts. Bad input (no such DIR, a port in use, --shadow inside DIR): one line on
 stderr, exit code 2.
 """

@@ -5,7 +5,9 @@
 
 The analysis runs in one background thread, a run at a time, so a page never waits on a large trace: it
 asks again. The thread hands each run to a process of its own (analyse.py), so TensorBoard's process never
-forks and never holds a large trace. The result is written to ``<run>/.stepscope/analysis.json`` (hidden, so discovery and the
+forks and never holds a large trace. That process is given ``time_bound(run)`` seconds (a minute, plus two
+minutes per GB of trace: four times the 1 GB trace's measured 31 s on a busy 2-core machine, BENCHMARKS.md),
+then killed, and the run shows the error, so no run keeps the others waiting. The result is written to ``<run>/.stepscope/analysis.json`` (hidden, so discovery and the
 PyTorch Profiler tab ignore it) with the fingerprint of the traces it came from (runs.py: paths, sizes,
 mtimes); a later TensorBoard reads it back instead of parsing the traces again, as long as the fingerprint
 holds. Where the run folder is not writable the result stays in memory only.
@@ -24,11 +26,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ...measure import Measured
 from ...trace.atomic import write_text_atomic
+from ...trace.workers import json_size
 from .runs import Run
 
 CACHE_DIR = ".stepscope"
 CACHE_FILE = "analysis.json"
 FORMAT = 1
+TIME_BASE_S = 60.0
+TIME_PER_GB_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -60,12 +65,29 @@ def _key(run: Run) -> dict:
     return {"format": FORMAT, "stepscope": VERSION, "traces": run.fingerprint()}
 
 
+def time_bound(run: Run) -> float:
+    """Seconds the analysis of ``run`` may take (module docstring)."""
+    size = 0
+    for t in run.traces:
+        try:
+            size += json_size(t.path)
+        except OSError:
+            pass
+    return TIME_BASE_S + TIME_PER_GB_S * size / 1e9
+
+
 def measure_apart(run: Run) -> Measured:
-    """The run's Measured, from analyse.py in a process of its own; ValueError (one line) when it fails."""
+    """The run's Measured, from analyse.py in a process of its own; ValueError (one line) when it fails or
+    takes more than ``time_bound(run)`` seconds."""
     traces = [{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run}
               for t in run.traces]
-    r = subprocess.run([sys.executable, "-m", "stepscope.profiler.serve.tab.analyse", str(run.folder)],
-                       input=json.dumps(traces), capture_output=True, text=True)
+    bound = time_bound(run)
+    try:
+        r = subprocess.run([sys.executable, "-m", "stepscope.profiler.serve.tab.analyse", str(run.folder)],
+                           input=json.dumps(traces), capture_output=True, text=True, timeout=bound)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"run {run.name}: the analysis took more than {bound:.0f} s and was stopped, so that "
+                         "the other runs are analysed; `stepscope analyze` on it has no time limit") from None
     if r.returncode != 0:
         lines = r.stderr.strip().splitlines()
         raise ValueError(lines[-1] if lines else f"the analysis exited with code {r.returncode}")
