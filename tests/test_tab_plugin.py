@@ -1,6 +1,7 @@
 """The stepscope tab's JSON routes, called through werkzeug's test client on the real plugin (no browser):
-figures equal to `stepscope analyze --json`, the analysis cached beside the run (or in memory when the
-run is read-only), the window route, and bad input."""
+figures equal to `stepscope analyze --json`, the analysis cached in the user's cache (beside the run only
+under `stepscope tensorboard`; in memory when neither can be written), no GET writing into the logdir, the
+window route, and bad input."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 from stepscope.profiler.front import analyze
 from stepscope.profiler.serve.shadow_root import WINDOWS_HERE
-from stepscope.profiler.serve.tab.cache import CACHE_DIR, CACHE_FILE
-from stepscope.profiler.serve.tab.plugin import TOKEN_HEADER, StepscopePlugin, window_root
+from stepscope.profiler.serve.tab.cache import CACHE_DIR, CACHE_FILE, cache_file
+from stepscope.profiler.serve.tab.plugin import TOKEN_HEADER, StepscopePlugin, analysis_root, window_root
 from tensorboard.plugins import base_plugin
 from werkzeug import Client
 from werkzeug.wrappers import Response
@@ -48,6 +49,20 @@ class App:
         return r.status_code, json.loads(r.get_data())
 
 
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    """The user's cache folder, outside the logdir (which is the test's tmp_path); every test has its own."""
+    folder = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    monkeypatch.delenv(WINDOWS_HERE, raising=False)
+    return folder
+
+
+def listing(folder: Path) -> list:
+    """Every path under ``folder``, with its size and mtime."""
+    return sorted((str(p.relative_to(folder)), p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.rglob("*"))
+
+
 @pytest.fixture
 def logdir(tmp_path):
     for name in ("cpu_resnet", "eager_bs32"):
@@ -56,7 +71,7 @@ def logdir(tmp_path):
     return tmp_path
 
 
-def test_runs_and_run_match_analyze_json_and_are_cached_beside_the_run(logdir):
+def test_runs_and_run_match_analyze_json_and_are_cached_in_the_users_cache(logdir, cache):
     app = App(logdir)
     _, body = app.get("/runs")
     assert [r["name"] for r in body["runs"]] == ["cpu_resnet", "ddp", "eager_bs32"]
@@ -65,8 +80,9 @@ def test_runs_and_run_match_analyze_json_and_are_cached_beside_the_run(logdir):
     assert code == 200 and run["report"] == json.loads(json.dumps(want))
     assert run["figures"]["step_ms"] == want["spans"][0]["metrics"]["step_ms"]
     assert run["spans"][0]["top"][0]["share_of_step_pct"] > 0
-    cache = logdir / "eager_bs32" / CACHE_DIR / CACHE_FILE
-    assert cache.is_file()
+    kept = cache_file(logdir / "eager_bs32", analysis_root(logdir))
+    assert kept.is_file() and cache in kept.parents
+    assert not (logdir / "eager_bs32" / CACHE_DIR).exists()
     _, rows = app.get("/runs")
     row = next(r for r in rows["runs"] if r["name"] == "eager_bs32")
     assert row["verdict"] == want["verdict"] and row["gpu_busy_pct"] == want["spans"][0]["metrics"]["gpu_busy_pct"]
@@ -82,15 +98,43 @@ def test_runs_and_run_match_analyze_json_and_are_cached_beside_the_run(logdir):
     assert again.plugin.cache.get(again.plugin._find("eager_bs32")).__class__.__name__ == "Pending"
 
 
-def test_a_run_where_the_cache_cannot_be_written_is_cached_in_memory(logdir):
+def test_no_get_writes_into_a_plain_tensorboards_logdir(logdir, cache):
+    """Every route the tab's page GETs, on every run: the logdir's files (names, sizes, mtimes) are as they
+    were; the analyses are in the user's cache."""
+    before = listing(logdir)
+    app = App(logdir)
+    assert app.get("/runs")[0] == 200
+    for name in ("cpu_resnet", "ddp", "eager_bs32"):
+        assert app.get("/run", run=name)[0] == 200
+    assert app.get("/ranks", run="ddp")[0] == 200
+    assert app.get("/diff", a="cpu_resnet", b="eager_bs32")[0] == 200
+    assert app.client.get("/trace", query_string={"run": "ddp", "i": 0}).status_code == 200
+    assert app.client.get("/index.js").status_code == 200
+    _, rows = App(logdir).get("/runs")  # a second TensorBoard reads the analyses back
+    assert [r["state"] for r in rows["runs"]] == ["ready"] * 3
+    assert listing(logdir) == before
+    assert len(list(analysis_root(logdir).glob("*.json"))) == 3
+
+
+def test_under_stepscope_tensorboard_the_analysis_is_kept_beside_the_run(logdir, cache, monkeypatch):
+    """`stepscope tensorboard` serves its own shadow logdir (named in TensorBoard's environment): there the
+    analysis goes beside the run, and nothing into the user's cache."""
+    monkeypatch.setenv(WINDOWS_HERE, str(logdir))
+    assert App(logdir).get("/run", run="eager_bs32")[0] == 200
+    assert (logdir / "eager_bs32" / CACHE_DIR / CACHE_FILE).is_file() and not any(cache.rglob("*.json"))
+
+
+def test_a_run_where_the_cache_cannot_be_written_is_cached_in_memory(logdir, cache, monkeypatch):
     # a file where the cache folder would go: writing fails for every user, root included (a read-only
     # folder does not stop root)
-    run = logdir / "cpu_resnet"
-    (run / CACHE_DIR).write_text("not a folder")
+    blocked = cache / "blocked"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    before = listing(logdir)
     app = App(logdir)
     code, body = app.get("/run", run="cpu_resnet")
     assert code == 200 and body["verdict"] == "cpu_bound"
-    assert (run / CACHE_DIR).read_text() == "not a folder"
+    assert blocked.read_text() == "not a folder" and listing(logdir) == before
     assert app.get("/run", ready=False, run="cpu_resnet")[0] == 200  # from memory, at once
 
 
@@ -128,14 +172,6 @@ def test_diff_route_is_the_cli_comparison(logdir):
     code, d = App(logdir).get("/diff", a="cpu_resnet", b="eager_bs32")
     assert code == 200 and d["a"]["run"] == "cpu_resnet" and d["b"]["verdict"] == "launch_bound"
     assert d["source"] == "trace" and d["a"]["steps"] == 2 and "summary" in d
-
-
-@pytest.fixture
-def cache(tmp_path_factory, monkeypatch):
-    """The user's cache folder, outside the logdir (which is the test's tmp_path)."""
-    folder = tmp_path_factory.mktemp("cache")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
-    return folder
 
 
 def test_window_writes_a_small_run_for_both_tabs(logdir, cache):
@@ -297,11 +333,13 @@ def test_a_run_past_its_time_bound_fails_and_the_others_are_still_analysed(logdi
     from stepscope.profiler.serve.tab import cache as cache_module
 
     app = App(logdir)
+    bounds = cache_module.TIME_BASE_S, cache_module.TIME_PER_GB_S
     monkeypatch.setattr(cache_module, "TIME_BASE_S", 0.0)
     monkeypatch.setattr(cache_module, "TIME_PER_GB_S", 0.0)
     code, body = app.get("/run", run="eager_bs32")
     assert code == 422 and "the analysis took more than 0 s and was stopped" in body["error"], body
     assert "\n" not in body["error"]
-    monkeypatch.undo()
+    monkeypatch.setattr(cache_module, "TIME_BASE_S", bounds[0])
+    monkeypatch.setattr(cache_module, "TIME_PER_GB_S", bounds[1])
     code, body = app.get("/run", run="cpu_resnet")
     assert code == 200 and body["state"] == "ready"

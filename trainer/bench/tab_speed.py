@@ -10,7 +10,7 @@ with, minus the HTTP), on a fresh plugin each time, and prints one line per meas
     /runs + /run from the cache file, new plugin         ... s   (the page's summary)
     window A:B written as its own run                    ... s
 
-The cache file (<run>/.stepscope/analysis.json) and the window run are removed first, so every number is
+The run's cached analysis (cache.py, in the user's cache) and the window run are removed first, so every number is
 from scratch.
 """
 
@@ -26,8 +26,8 @@ from tensorboard.plugins import base_plugin
 from werkzeug import Client
 from werkzeug.wrappers import Response
 
-from ..profiler.serve.tab.cache import CACHE_DIR
-from ..profiler.serve.tab.plugin import StepscopePlugin, parse_steps
+from ..profiler.serve.tab.cache import cache_file
+from ..profiler.serve.tab.plugin import StepscopePlugin, analysis_root, parse_steps
 from ..profiler.serve.tab.window import window_name
 
 
@@ -51,7 +51,7 @@ def main() -> int:
     p.add_argument("--steps", default="40:43", help="the window, A:B (ProfilerStep#A .. #B-1)")
     a = p.parse_args()
     first, stop = parse_steps(a.steps)
-    shutil.rmtree(a.logdir / a.run / CACHE_DIR, ignore_errors=True)
+    cache_file(a.logdir / a.run, analysis_root(a.logdir)).unlink(missing_ok=True)
     shutil.rmtree(a.logdir / window_name(a.run, first, stop), ignore_errors=True)
 
     t = time.perf_counter()

@@ -1,20 +1,25 @@
 """Each run analysed once: the report and per-step times (measure.py), kept beside the run and in memory.
 
-    cache = AnalysisCache()
+    cache = AnalysisCache(root)  # root: a folder of the user's cache, or None: beside each run
     state = cache.get(run)       # Ready(measured) | Pending() | Failed(message); Pending starts the analysis
 
 The analysis runs in one background thread, a run at a time, so a page never waits on a large trace: it
 asks again. The thread hands each run to a process of its own (analyse.py), so TensorBoard's process never
 forks and never holds a large trace. That process is given ``time_bound(run)`` seconds (a minute, plus two
 minutes per GB of trace: four times the 1 GB trace's measured 31 s on a busy 2-core machine, BENCHMARKS.md),
-then killed, and the run shows the error, so no run keeps the others waiting. The result is written to ``<run>/.stepscope/analysis.json`` (hidden, so discovery and the
-PyTorch Profiler tab ignore it) with the fingerprint of the traces it came from (runs.py: paths, sizes,
-mtimes); a later TensorBoard reads it back instead of parsing the traces again, as long as the fingerprint
-holds. Where the run folder is not writable the result stays in memory only.
+then killed, and the run shows the error, so no run keeps the others waiting. The result is written with the
+fingerprint of the traces it came from (runs.py: paths, sizes, mtimes); a later TensorBoard reads it back
+instead of parsing the traces again, as long as the fingerprint holds. Where it is written (``cache_file``):
+under a plain `tensorboard`, whose logdir is the user's and never written, in ``root`` (a folder of the
+user's cache, plugin.py), one file per run named by a hash of the run's path; under `stepscope tensorboard`,
+whose logdir is its own shadow copy (root None), in ``<run>/.stepscope/analysis.json`` (hidden, so
+discovery and the PyTorch Profiler tab ignore it). Where that cannot be written the result stays in memory
+only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import queue
 import subprocess
@@ -23,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from ...measure import Measured
 from ...trace.atomic import write_text_atomic
@@ -94,8 +100,15 @@ def measure_apart(run: Run) -> Measured:
     return Measured.from_dict(json.loads(r.stdout))
 
 
-def read_cached(run: Run, key: dict) -> Measured | None:
-    path = run.folder / CACHE_DIR / CACHE_FILE
+def cache_file(folder: Path, root: Path | None) -> Path:
+    """Where the analysis of the run in ``folder`` is kept (module docstring)."""
+    if root is None:
+        return Path(folder) / CACHE_DIR / CACHE_FILE
+    return Path(root) / f"{hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:16]}.json"
+
+
+def read_cached(run: Run, key: dict, root: Path | None = None) -> Measured | None:
+    path = cache_file(run.folder, root)
     try:
         doc = json.loads(path.read_text())
         if doc.get("key") == key:
@@ -105,12 +118,15 @@ def read_cached(run: Run, key: dict) -> Measured | None:
     return None
 
 
-def write_cached(run: Run, key: dict, measured: Measured) -> bool:
-    """Write the cache file beside the run; False when the folder is not writable."""
+def write_cached(run: Run, key: dict, measured: Measured, root: Path | None = None) -> bool:
+    """Write the cache file (``cache_file``); False when its folder is not writable."""
+    path = cache_file(run.folder, root)
     try:
-        folder = run.folder / CACHE_DIR
-        folder.mkdir(exist_ok=True)
-        write_text_atomic(folder / CACHE_FILE, json.dumps({"key": key, "measured": measured.to_dict()},
+        if root is None:
+            path.parent.mkdir(exist_ok=True)  # in the run folder, which exists
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({"key": key, "measured": measured.to_dict()},
                                                            allow_nan=False))
         return True
     except (OSError, ValueError):
@@ -118,7 +134,8 @@ def write_cached(run: Run, key: dict, measured: Measured) -> bool:
 
 
 class AnalysisCache:
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root  # where results are written (cache_file)
         self._lock = threading.Lock()
         self._results: dict[str, tuple[dict, Ready | Failed]] = {}  # run folder -> (key, result)
         self._queued: set[str] = set()
@@ -132,7 +149,7 @@ class AnalysisCache:
             held = self._results.get(where)
             if held is not None and held[0] == key:
                 return held[1]
-        cached = read_cached(run, key)
+        cached = read_cached(run, key, self.root)
         if cached is not None:
             with self._lock:
                 self._results[where] = (key, Ready(cached))
@@ -166,7 +183,7 @@ class AnalysisCache:
             try:
                 measured = measure_apart(run)
                 result: Ready | Failed = Ready(measured)
-                write_cached(run, key, measured)
+                write_cached(run, key, measured, self.root)
             except Exception as e:  # noqa: BLE001 (a failed run shows its message; the thread lives on)
                 result = Failed(str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}")
             with self._lock:

@@ -13,7 +13,10 @@ Registered through the ``tensorboard_plugins`` entry point (pyproject.toml), so 
     trace?run=NAME&i=K     the K-th trace file of a run, as it is on disk (to open in Perfetto)
     index.js, static/...   the frontend
 
-The window route is the only one that writes. A GET never does (405): any web page the user opens can make
+No GET writes into a plain `tensorboard`'s logdir: each run's analysis is kept in ``analysis_root(logdir)``,
+a folder of the user's cache ($XDG_CACHE_HOME or ~/.cache, then stepscope/analysis/<hash of the logdir>),
+and beside the run only under `stepscope tensorboard` (cache.py). The window route is the only one that
+writes a run. A GET never does (405): any web page the user opens can make
 the browser fire a GET at a loopback address. A POST must carry the token this process made at start, which
 only the tab's own page holds (it is written into index.js as served; other origins cannot read that, and the
 custom header alone makes a cross-origin browser request need a preflight TensorBoard never grants): 403
@@ -57,16 +60,29 @@ TOKEN_HEADER = "X-Stepscope-Token"
 TOKEN_SLOT = b"%STEPSCOPE_TOKEN%"  # in index.js, replaced by the token as it is served
 
 
-def window_root(logdir: Path) -> Path:
-    """Where the window route writes for ``logdir``: the logdir itself when it is the shadow logdir of the
-    `stepscope tensorboard` that started this TensorBoard, else a folder of the user's cache (module
-    docstring)."""
-    logdir = Path(logdir).resolve()
+def in_shadow(logdir: Path) -> bool:
+    """Whether ``logdir`` is the shadow logdir of the `stepscope tensorboard` that started this TensorBoard
+    (its own copy, which the tab may write), not a user's logdir (never written)."""
     here = os.environ.get(WINDOWS_HERE)
-    if here and Path(here).resolve() == logdir:
-        return logdir
+    return bool(here) and Path(here).resolve() == Path(logdir).resolve()
+
+
+def user_cache(kind: str, logdir: Path) -> Path:
+    """A folder of the user's cache for ``logdir``: $XDG_CACHE_HOME (or ~/.cache)/stepscope/KIND/<hash>."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "stepscope" / "windows" / hashlib.sha256(str(logdir).encode()).hexdigest()[:16]
+    return cache / "stepscope" / kind / hashlib.sha256(str(Path(logdir).resolve()).encode()).hexdigest()[:16]
+
+
+def window_root(logdir: Path) -> Path:
+    """Where the window route writes for ``logdir``: the logdir itself under `stepscope tensorboard`, else a
+    folder of the user's cache (module docstring)."""
+    return Path(logdir).resolve() if in_shadow(logdir) else user_cache("windows", logdir)
+
+
+def analysis_root(logdir: Path) -> Path | None:
+    """Where each run's analysis is kept (cache.py): beside the run (None) under `stepscope tensorboard`,
+    else a folder of the user's cache, so that a GET never writes into a user's logdir."""
+    return None if in_shadow(logdir) else user_cache("analysis", logdir)
 
 
 def _json(body, code: int = 200) -> wrappers.Response:
@@ -102,7 +118,7 @@ class StepscopePlugin(base_plugin.TBPlugin):
         self.logdir = Path(context.logdir or ".")
         self.windows = window_root(self.logdir)
         self.token = secrets.token_urlsafe(32)
-        self.cache = AnalysisCache()
+        self.cache = AnalysisCache(analysis_root(self.logdir))
 
     def is_active(self) -> bool:
         return bool(find_runs(self.logdir))
