@@ -10,6 +10,11 @@ that with `tensorboard` as a child process. DIR is only read. While it runs, DIR
 --poll seconds: a new trace shows up within two polls plus the plugin's 10 s rescan; traces that arrive
 for a run already shown appear as a new run `<run>@2`, `<run>@3`, ...
 
+Each run is analysed in a process of its own with a time bound (a minute plus two per GB of trace, or
+$STEPSCOPE_TB_BOUND_S seconds), the smallest first: TensorBoard starts with the runs done within 20 s, the
+others are published as they end, and a run past its bound is reported in one line ("! run NAME ...
+stopped ...") while the rest is served (serve/watch.py).
+
 Prints one line per published run ("+ run exp1: 2 traces (tensorboard_trace_handler): launch_bound"), one
 per rejected file ("! ..."), and the URL. The shadow logdir is a temporary folder removed at exit, or
 --shadow DIR2/logdir (kept; DIR2 must be outside DIR). Ctrl-C (or SIGTERM) stops TensorBoard, waits for it,
@@ -32,8 +37,10 @@ from pathlib import Path
 
 from ..serve.child import die_with_parent, group_command
 from ..serve.shadow_root import WINDOWS_HERE, make_root, remove_stale
-from ..serve.watch import WatchConfig, Watcher
+from ..serve.watch import WatchConfig, Watcher, bound_override
 from .oneline import OneLineParser, print_error
+
+FIRST_WAIT_S = 20.0  # how long TensorBoard's start waits for the runs found at start
 
 
 class UsageError(ValueError):
@@ -72,6 +79,10 @@ def parse(argv: list[str] | None, prog: str) -> ServeConfig:
         p.error(f"--port {a.port}: not a TCP port (1-65535)")
     if not 0.1 <= a.poll <= 60:
         p.error(f"--poll {a.poll}: use 0.1 to 60 seconds")
+    try:
+        bound_override()
+    except ValueError as e:
+        p.error(str(e))
     if a.shadow is not None:
         src, shadow = a.logdir.resolve(), a.shadow.resolve()
         if shadow == src or src in shadow.parents or shadow in src.parents:
@@ -111,10 +122,12 @@ def serve(cfg: ServeConfig) -> int:
     proc = None
     try:
         for _ in range(2):  # two looks: a trace must be the same at both before it is published
-            for line in watcher.poll():
+            for line in watcher.poll(wait_s=0):
                 print(line, flush=True)
             time.sleep(cfg.poll_s)
-        for line in watcher.poll():
+        # TensorBoard starts with the runs analysed within FIRST_WAIT_S; a run that takes longer is published
+        # while it serves (each run in its own process, with a time bound: serve/watch.py)
+        for line in watcher.poll(wait_s=FIRST_WAIT_S):
             print(line, flush=True)
         # TensorBoard and every process it starts die with this process, however it ends (SIGKILL too): the
         # port is never left served, and no loader is left under PID 1 (serve/child.py). The tab's window
@@ -127,7 +140,7 @@ def serve(cfg: ServeConfig) -> int:
               "Ctrl-C stops", flush=True)
         while proc.poll() is None:
             time.sleep(cfg.poll_s)
-            for line in watcher.poll():
+            for line in watcher.poll(wait_s=0):
                 print(line, flush=True)
         print(f"tensorboard exited with code {proc.returncode}", file=sys.stderr)
         return proc.returncode or 1
@@ -136,6 +149,7 @@ def serve(cfg: ServeConfig) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_IGN if s == signal.SIGINT else handler)  # no second Ctrl-C mid-cleanup
+        watcher.close()
         if proc is not None:
             stop_child(proc)
         if cfg.shadow is None:

@@ -7,6 +7,8 @@
     with workers.beside(fn, big_columns) as later: # fn(big_columns) in a helper process, if the policy allows
         ...                                        # this process works meanwhile
         value = later.result()                     # inline: fn runs here, now
+    job = Apart(fn, args)                          # fn(*args) in a forked child that may be killed (command line)
+    job.ready(); job.result(); job.stop()          # poll without waiting; its value or exception; kill it
 
 A training process (the trainer's end-of-run diagnosis, the users' trace handler) never forks: the child
 would copy its threads, CUDA context and process group. The command line may. A Dask cluster runs each
@@ -23,7 +25,7 @@ starting processes would cost more than it saves. Traces parsed in this process 
 forked helpers (stream_ranges.py); the helpers hold only columns, so the budget is the same.
 Gzipped traces are cut too, through an index of decompression points (gzindex.py).
 
-This module is the only one that makes process pools; each forks this process (its memory is inherited,
+This module is the only one that makes process pools (and the stoppable children of ``Apart``); each forks this process (its memory is inherited,
 never pickled: columns of millions of entries go to a helper for free).
 """
 
@@ -174,6 +176,64 @@ _INHERITED: list = []  # [function, arguments] of the call the child about to be
 def _run_inherited():
     fn, args = _INHERITED
     return fn(*args)
+
+
+class Apart:
+    """``fn(*args)`` in a child forked from this process, which inherits the arguments (not pickled) and
+    sends back its result (pickled: keep it small), for work that must be stoppable: ``stop()`` kills the
+    child whatever it is doing. Only where the policy may fork (the command line, never a training process).
+    ``setup()``, when given, runs first in the child (e.g. to die with this process)."""
+
+    def __init__(self, fn: Callable, args: tuple = (), setup: Callable[[], None] | None = None) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._recv, send = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_apart, args=(send, setup, fn, args), name="stepscope-apart")
+        self.process.start()
+        send.close()
+        self._outcome: tuple[bool, object] | None = None
+
+    def ready(self) -> bool:
+        """Whether the child has answered (or died); never waits."""
+        if self._outcome is None:
+            try:
+                if not self._recv.poll(0):
+                    return False
+                self._outcome = self._recv.recv()
+            except (EOFError, OSError):  # it ended without an answer: killed, or out of memory
+                self.process.join()
+                self._outcome = (False, RuntimeError(f"the process ended with code {self.process.exitcode} "
+                                                     "before it answered"))
+            self.stop()
+        return True
+
+    def result(self):
+        """The call's value, or the exception it raised; only once ``ready()``."""
+        assert self._outcome is not None, "result() before ready()"
+        ok, value = self._outcome
+        if ok:
+            return value
+        raise value
+
+    def stop(self) -> None:
+        """Kill the child (if it still runs) and reap it."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self._recv.close()
+
+
+def _apart(send, setup: Callable | None, fn: Callable, args: tuple) -> None:
+    if setup is not None:
+        setup()
+    try:
+        outcome = (True, fn(*args))
+    except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it)
+        outcome = (False, e)
+    try:
+        send.send(outcome)
+    except Exception as e:  # noqa: BLE001 (a value or exception that cannot be pickled)
+        send.send((False, RuntimeError(f"{type(e).__name__}: {e}")))
+    send.close()
 
 
 def fork_pool(processes: int) -> Executor:
