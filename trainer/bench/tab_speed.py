@@ -27,13 +27,16 @@ from werkzeug import Client
 from werkzeug.wrappers import Response
 
 from ..profiler.serve.tab.cache import cache_file
-from ..profiler.serve.tab.plugin import StepscopePlugin, analysis_root, parse_steps
+from ..profiler.serve.tab.plugin import TOKEN_HEADER, StepscopePlugin, analysis_root, parse_steps, window_root
 from ..profiler.serve.tab.window import window_name
 
 
 def client(logdir: Path) -> Client:
-    routes = StepscopePlugin(base_plugin.TBContext(logdir=str(logdir))).get_plugin_apps()
-    return Client(lambda environ, start: routes[environ["PATH_INFO"]](environ, start), Response)
+    plugin = StepscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+    routes = plugin.get_plugin_apps()
+    c = Client(lambda environ, start: routes[environ["PATH_INFO"]](environ, start), Response)
+    c.plugin = plugin  # its window token and where it writes windows
+    return c
 
 
 def until_ready(c: Client, route: str, **params) -> dict:
@@ -52,7 +55,7 @@ def main() -> int:
     a = p.parse_args()
     first, stop = parse_steps(a.steps)
     cache_file(a.logdir / a.run, analysis_root(a.logdir)).unlink(missing_ok=True)
-    shutil.rmtree(a.logdir / window_name(a.run, first, stop), ignore_errors=True)
+    shutil.rmtree(window_root(a.logdir) / window_name(a.run, first, stop), ignore_errors=True)
 
     t = time.perf_counter()
     until_ready(client(a.logdir), "/run", run=a.run)
@@ -66,7 +69,9 @@ def main() -> int:
           f"({run['verdict']}, {len(rows['runs'])} runs)")
 
     t = time.perf_counter()
-    w = until_ready(c, "/window", run=a.run, steps=a.steps)
+    r = c.post("/window", data={"run": a.run, "steps": a.steps}, headers={TOKEN_HEADER: c.plugin.token})
+    assert r.status_code == 200, r.get_data()[:500]
+    w = json.loads(r.get_data())
     print(f"window {a.steps} written as its own run ({w['run']})   {time.perf_counter() - t:8.2f} s")
     return 0
 
