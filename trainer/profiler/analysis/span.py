@@ -27,7 +27,7 @@ from .select import StepSelection, select
 from .step_range import StepRange, error_band, step_range
 from .steps import step_windows
 from .trust import representative_steps
-from .unprofiled import loader_paced, unprofiled_view, worker_fed
+from .unprofiled import in_process, loader_paced, unprofiled_view, worker_fed
 from .verdicts import DATA_BOUND
 
 WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which the trace does not show: a short "
@@ -129,8 +129,9 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
-    paced = loader_paced(trace, kept)
-    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry)
+    serial = not gpu or in_process(trace, kept)
+    paced = not serial and loader_paced(trace, kept)
+    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry, serial)
     bd = view.breakdown
     m = replace(m_prof, step_ms=bd.total_us / bd.steps / 1e3, gpu_busy_pct=busy_pct(bd) if gpu else None)
     v = verdict(bd, gpu, view.loader_paced)
