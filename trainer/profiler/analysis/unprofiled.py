@@ -126,12 +126,14 @@ def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_
                     inflation: Inflation, loader_paced: bool, telemetry: dict | None = None,
                     serial: bool = False) -> UnprofiledView:
     """See the module docstring. `telemetry` is the run's own {"step_ms", "data_ms", ...} means; `serial`:
-    the step's loading runs one after its other work (in_process, or a CPU-only trace), so no wait paces it."""
+    the step's loading runs one after its other work (in_process, or a CPU-only trace), so no wait paces it.
+    Without a measured ``data_ms`` the trace's own evidence of pacing (`loader_paced`) stands."""
     if telemetry and telemetry.get("step_ms"):
         data_ms = telemetry.get("data_ms")
         return UnprofiledView(rebuild(profiled, telemetry["step_ms"], data_ms, measured=True,
                                       copy_ms=telemetry.get("copy_ms")), "telemetry",
-                              loader_paced=not serial and telemetry_paced(telemetry),
+                              loader_paced=not serial and (telemetry_paced(telemetry) if data_ms is not None
+                                                           else loader_paced),
                               data_measured=data_ms is not None)
 
     share_in_data = inflation.in_data_ms / inflation.ms_per_step if inflation.ms_per_step > 0 else 0.0
