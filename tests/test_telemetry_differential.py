@@ -133,7 +133,7 @@ def test_a_main_process_loader_reads_data_bound_through_the_half_adopted_drop_in
     truth = json.loads((folder / "truth.json").read_text())
     assert truth["load_share"] > 0.5 and truth["expected"] == "data_bound"
     by_kind = {}
-    for t in discover(folder).traces:
+    for t in (t for t in discover(folder).traces if t.run in ("dropin", "plain")):
         twin = _twin(t)
         by_kind[t.run] = (twin, analyze_selected(_parsed(t.path, t.worker, t.span), twin))
     (dropin_twin, dropin), (plain_twin, plain) = by_kind["dropin"], by_kind["plain"]
@@ -146,8 +146,21 @@ def test_a_main_process_loader_reads_data_bound_through_the_half_adopted_drop_in
 def test_a_serial_wait_on_a_cpu_is_weighed_by_its_share(share, expected):
     """A CPU loop's wait for its batch runs one after the step's compute: measured at 4% of the step it is
     not the verdict, at 60% it is (a real CPU trace, its wait set through the measured data_ms)."""
-    t = next(t for t in discover(DATA / "loader_main_process").traces if t.run == "dropin")
+    t = next(t for t in discover(DATA / "loader_main_process").traces if t.run == "light_dropin")
     parsed = _parsed(t.path, t.worker, t.span)
     step = 20.0
     report = analyze_selected(parsed, {"step_ms": step, "data_ms": share * step})
     assert report.verdict == expected and not report.loader_paced
+
+
+def test_a_small_serial_wait_is_not_the_verdict_through_either_path():
+    """The same loop whose loader only draws a small sample (light_*): its wait, a fraction of the step's
+    compute, adds to the step and reads cpu_bound through the drop-in and through torch's handler."""
+    folder = DATA / "loader_main_process"
+    assert json.loads((folder / "light_truth.json").read_text())["expected"] == "cpu_bound"
+    reports = {t.run: analyze_selected(_parsed(t.path, t.worker, t.span), _twin(t))
+               for t in discover(folder).traces if t.run.startswith("light_")}
+    assert set(reports) == {"light_dropin", "light_plain"}
+    for r in reports.values():
+        assert r.verdict == "cpu_bound" and not r.loader_paced
+        assert 0 < r.breakdown.pct("data") < r.breakdown.pct("cpu_ops")
