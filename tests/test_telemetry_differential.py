@@ -164,3 +164,36 @@ def test_a_small_serial_wait_is_not_the_verdict_through_either_path():
     for r in reports.values():
         assert r.verdict == "cpu_bound" and not r.loader_paced
         assert 0 < r.breakdown.pct("data") < r.breakdown.pct("cpu_ops")
+
+
+def _report(folder: Path, telemetry=None, drop=()):
+    t = discover(folder).traces[0]
+    twin = _twin(t) if telemetry is None else telemetry
+    return analyze_selected(_parsed(t.path, t.worker, t.span),
+                            {k: v for k, v in twin.items() if k not in drop} if twin else None)
+
+
+def test_the_half_adopted_drop_in_gets_its_one_line_fix():
+    """The schedule ran without stepscope.loader while the trace shows the step waiting for its DataLoader:
+    the report says so with the fix; read with the trace alone, or with the wait measured, it does not."""
+    def hint(r):
+        return [e for e in r.evidence if "stepscope.loader(loader)" in e]
+    assert len(hint(_report(DATA / "loader_main_process" / "dropin"))) == 1
+    assert hint(_report(DATA / "loader_main_process" / "plain")) == []
+    assert hint(_report(DATA / "loader_main_process" / "dropin", {"step_ms": 70.0, "data_ms": 40.0})) == []
+
+
+def test_untimed_pageable_copies_get_their_one_line_fix():
+    folder = DATA / "loops_h200" / "vit_pageable"  # pageable copies, timed by stepscope.input_copy
+    assert not [e for e in _report(folder).evidence if "stepscope.input_copy()" in e]
+    assert len([e for e in _report(folder, drop=("copy_ms",)).evidence if "stepscope.input_copy()" in e]) == 1
+
+
+def test_a_measured_wait_the_trace_does_not_show_is_said():
+    """Two workers that fell behind unprofiled, recorded while they had batches ready: the measured wait
+    (21.7 ms a step) and the trace's (0.8 ms) disagree, and the evidence says which one the figures use."""
+    folder = DATA / "suite" / "loader_two_workers"
+    r = _report(folder, json.loads((folder / "telemetry.json").read_text()))
+    assert r.verdict == "data_bound"
+    assert any(e.startswith("the run's unprofiled steps waited 21.68 ms for each batch, the profiled steps 0.")
+               for e in r.evidence)
