@@ -46,6 +46,15 @@ DATA_DISAGREES = ("the run's unprofiled steps waited {measured:.2f} ms for each 
 # A measured wait and the trace's differ enough to say so from this many ms and this share of the step
 DISAGREE_MS, DISAGREE_SHARE = 1.0, 0.10
 
+LOAD_CHANGED = ("the run's unprofiled steps took {unprofiled:.2f} ms{what}, the profiled ones {profiled:.2f} ms: the "
+                "profiler never makes a step faster, so the machine's load changed between them; the figures here "
+                "are the profiled steps' less the profiler's modelled cost, not the contradicted measured step")
+# Unprofiled steps this much slower than the profiled ones (the wait for data left out where it was measured)
+# contradict them: beyond the 30% a loop's steps were seen to drift on a busy host (an H100 loop's own steps
+# against the same step timed alone minutes earlier) and by at least LOAD_CHANGED_MS, since a sub-millisecond
+# CPU step doubles under a shared 2-core machine's hiccups and the trace handler's own background work.
+LOAD_CHANGED_FACTOR, LOAD_CHANGED_MS = 1.3, 5.0
+
 LOADER_PACES = ("the DataLoader paces the step: the host waited {data:.2f} ms per step for its next batch on "
                 "{basis}, so faster host or GPU work would only lengthen that wait")
 
@@ -142,6 +151,9 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
     serial = not gpu or in_process(trace, kept)
     paced = not serial and loader_paced(trace, kept)
+    changed = _load_changed(telemetry, m_prof) if telemetry else None
+    if changed is not None:
+        telemetry = None
     view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry, serial)
     bd = view.breakdown
     m = replace(m_prof, step_ms=bd.total_us / bd.steps / 1e3, gpu_busy_pct=busy_pct(bd) if gpu else None)
@@ -168,6 +180,8 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                                                    cold.whole_window)],
                        key=lambda f: f.cost_ms_per_step, reverse=True)
     device = (trace.device_name or "gpu") if gpu else "cpu"
+    if changed is not None:
+        ev.insert(1, changed)
     ev[1:1] = _telemetry_lines(trace, telemetry, view.data_measured, bd_prof, m_prof) if view.basis == "telemetry" else []
     if view.loader_paced and v == DATA_BOUND.name:
         ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step("data"), basis="the run's unprofiled steps"
@@ -177,6 +191,20 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
                       steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0])
+
+
+def _load_changed(telemetry: dict, m_prof: SpanMetrics) -> str | None:
+    """The evidence line when the run's unprofiled steps contradict the profiled ones (LOAD_CHANGED_FACTOR),
+    else None. A measured wait for data is left out of both: workers that fell behind unprofiled and had
+    batches ready while the profiler recorded make the unprofiled steps slower for a reason of their own."""
+    step, profiled = telemetry.get("step_ms") or 0.0, m_prof.step_ms
+    what = ""
+    if "data_ms" in telemetry:
+        step, profiled = step - telemetry["data_ms"], profiled - m_prof.data_ms_per_step
+        what = " besides the wait for data"
+    if profiled <= 0 or step <= max(LOAD_CHANGED_FACTOR * profiled, profiled + LOAD_CHANGED_MS):
+        return None
+    return LOAD_CHANGED.format(unprofiled=step, profiled=profiled, what=what)
 
 
 def _telemetry_lines(trace: ParsedTrace, telemetry: dict, data_measured: bool, bd_prof: Breakdown,
