@@ -5,7 +5,7 @@
 
 Runs docs/loops.md's example as written (a fresh process each, in a temporary folder, threads not pinned)
 `--runs` times: the stall is caught when a slowdown capture starts within its steps (150-179) and reads
-`data_bound`; every other slowdown capture is noise. Then the same loop with the stall taken out
+`data_bound` (the example prints each cycle's trigger and verdict); every other slowdown capture is noise. Then the same loop with the stall taken out
 (`if 150 <= i < 180:` made `if False:`) and `--steady-steps` steps, `--runs` times: every slowdown capture is a
 false one, counted per 1,000 kept steps. `--load N` keeps N busy Python processes per core running meanwhile.
 Prints one line per run and a summary; `--out` writes them as JSON.
@@ -52,7 +52,8 @@ def run(code: str) -> tuple[list[dict], str, float]:
         if p.returncode != 0:
             sys.exit(f"the example failed: {p.stderr[-2000:]}")
         rows = [json.loads(line) for line in (Path(d) / "logs/my_loop/cycles.jsonl").read_text().splitlines()]
-        return rows, p.stdout.strip().splitlines()[-1], wall
+        printed = [line for line in p.stdout.splitlines() if "loader wait:" in line or "slowdown:" in line]
+        return rows, " | ".join(printed), wall
 
 
 def burn() -> None:
@@ -83,13 +84,15 @@ def main() -> int:
             noise = [r for r in slow if r["steps"][0] not in STALL]
             result["doc"].append({"caught": bool(caught), "noise": len(noise), "printed": last,
                                   "triggers": [r["trigger"] for r in slow], "wall_s": round(wall, 1)})
-            print(f"doc run {i}: caught={bool(caught)} noise={len(noise)} {last}", flush=True)
+            print(f"doc run {i}: caught={bool(caught)} noise={len(noise)} printed: {last}; "
+                  f"{[(r['steps'], r['trigger'], r.get('verdict')) for r in slow]}", flush=True)
         for i in range(a.runs):
             rows, _, wall = run(steady(code, a.steady_steps))
             slow = [r for r in rows if r["trigger"] != "schedule"]
             result["steady"].append({"steps": a.steady_steps, "false": len(slow),
                                      "triggers": [r["trigger"] for r in slow], "wall_s": round(wall, 1)})
-            print(f"steady run {i}: {len(slow)} false capture(s) in {a.steady_steps} steps", flush=True)
+            print(f"steady run {i}: {len(slow)} false capture(s) in {a.steady_steps} steps "
+                  f"{[r['trigger'] for r in slow]}", flush=True)
     finally:
         for b in burners:
             b.terminate()
