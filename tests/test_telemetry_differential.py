@@ -210,6 +210,11 @@ def test_unprofiled_steps_slower_than_the_profiled_ones_are_not_used():
     assert slow.basis == "overhead_model" and slow.metrics.step_ms == alone.metrics.step_ms
     assert "the machine's load changed between them" in slow.evidence[1]
     assert _report(folder, {"step_ms": 1.2 * alone.profiled.step_ms}).basis == "telemetry"
+    # a CPU trace's shares do not depend on the step's length: the line, and the measured step kept
+    cpu = DATA / "loader_main_process" / "dropin"
+    profiled = _report(cpu, {}).profiled.step_ms
+    r = _report(cpu, {"step_ms": 1.5 * profiled})
+    assert r.basis == "telemetry" and any("the machine's load changed between them" in e for e in r.evidence)
 
 
 def test_the_trainers_unprofiled_step_is_not_dragged_by_a_few_stalls():

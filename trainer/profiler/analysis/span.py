@@ -47,8 +47,10 @@ DATA_DISAGREES = ("the run's unprofiled steps waited {measured:.2f} ms for each 
 DISAGREE_MS, DISAGREE_SHARE = 1.0, 0.10
 
 LOAD_CHANGED = ("the run's unprofiled steps took {unprofiled:.2f} ms{what}, the profiled ones {profiled:.2f} ms: the "
-                "profiler never makes a step faster, so the machine's load changed between them; the figures here "
-                "are the profiled steps' less the profiler's modelled cost, not the contradicted measured step")
+                "profiler never makes a step faster, so the machine's load changed between them; ")
+LOAD_CHANGED_GPU = ("GPU busy and the figures here are the profiled steps' less the profiler's modelled cost, not "
+                    "the contradicted measured step")
+LOAD_CHANGED_CPU = "the shares of the step here are the trace's own, which the step's length does not change"
 # Unprofiled steps this much slower than the profiled ones (the wait for data left out where it was measured)
 # contradict them: beyond the 30% a loop's steps were seen to drift on a busy host (an H100 loop's own steps
 # against the same step timed alone minutes earlier) and by at least LOAD_CHANGED_MS, since a sub-millisecond
@@ -151,8 +153,8 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
     serial = not gpu or in_process(trace, kept)
     paced = not serial and loader_paced(trace, kept)
-    changed = _load_changed(telemetry, m_prof) if telemetry else None
-    if changed is not None:
+    changed = _load_changed(telemetry, m_prof, gpu) if telemetry else None
+    if changed is not None and gpu:  # a CPU trace's shares do not depend on the step's length
         telemetry = None
     view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry, serial)
     bd = view.breakdown
@@ -193,7 +195,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0])
 
 
-def _load_changed(telemetry: dict, m_prof: SpanMetrics) -> str | None:
+def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:
     """The evidence line when the run's unprofiled steps contradict the profiled ones (LOAD_CHANGED_FACTOR),
     else None. A measured wait for data is left out of both: workers that fell behind unprofiled and had
     batches ready while the profiler recorded make the unprofiled steps slower for a reason of their own."""
@@ -204,7 +206,8 @@ def _load_changed(telemetry: dict, m_prof: SpanMetrics) -> str | None:
         what = " besides the wait for data"
     if profiled <= 0 or step <= max(LOAD_CHANGED_FACTOR * profiled, profiled + LOAD_CHANGED_MS):
         return None
-    return LOAD_CHANGED.format(unprofiled=step, profiled=profiled, what=what)
+    return LOAD_CHANGED.format(unprofiled=step, profiled=profiled, what=what) + (LOAD_CHANGED_GPU if gpu
+                                                                                 else LOAD_CHANGED_CPU)
 
 
 def _telemetry_lines(trace: ParsedTrace, telemetry: dict, data_measured: bool, bd_prof: Breakdown,
