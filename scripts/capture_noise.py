@@ -7,7 +7,8 @@ Runs docs/loops.md's example as written (a fresh process each, in a temporary fo
 `--runs` times: the stall is caught when a slowdown capture starts within its steps (150-179) and reads
 `data_bound` (the example prints each cycle's trigger and verdict); every other slowdown capture is noise. Then the same loop with the stall taken out
 (`if 150 <= i < 180:` made `if False:`) and `--steady-steps` steps, `--runs` times: every slowdown capture is a
-false one, counted per 1,000 kept steps. `--load N` keeps N busy Python processes per core running meanwhile.
+false one, counted per 1,000 kept steps. `--load N` keeps N busy Python processes per core running meanwhile; `--threads N` sets
+OMP_NUM_THREADS for the loops (not set by default, as a user runs the example).
 Prints one line per run and a summary; `--out` writes them as JSON.
 """
 
@@ -43,11 +44,13 @@ def steady(code: str, steps: int) -> str:
     return out
 
 
-def run(code: str) -> tuple[list[dict], str, float]:
+def run(code: str, threads: int | None) -> tuple[list[dict], str, float]:
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "example.py").write_text(code)
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "example.py"], cwd=d, capture_output=True, text=True, timeout=600)
+        p = subprocess.run([sys.executable, "example.py"], cwd=d, capture_output=True, text=True, timeout=600,
+                           env=env)
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             sys.exit(f"the example failed: {p.stderr[-2000:]}")
@@ -66,19 +69,20 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--steady-steps", type=int, default=2000)
     ap.add_argument("--load", type=int, default=0, help="busy processes per core while the loops run")
+    ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the loops (default: not set, as written)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    if a.runs < 1 or a.steady_steps < 300 or a.load < 0:
-        print("capture_noise: need --runs >= 1, --steady-steps >= 300, --load >= 0", file=sys.stderr)
+    if a.runs < 1 or a.steady_steps < 300 or a.load < 0 or (a.threads is not None and a.threads < 1):
+        print("capture_noise: need --runs >= 1, --steady-steps >= 300, --load >= 0, --threads >= 1", file=sys.stderr)
         return 2
     burners = [multiprocessing.Process(target=burn, daemon=True) for _ in range(a.load * (os.cpu_count() or 1))]
     for b in burners:
         b.start()
-    code, result = doc_example(), {"doc": [], "steady": [], "load": a.load, "cores": os.cpu_count(),
+    code, result = doc_example(), {"doc": [], "steady": [], "load": a.load, "cores": os.cpu_count(), "threads": a.threads,
                                    "loadavg": os.getloadavg()}
     try:
         for i in range(a.runs):
-            rows, last, wall = run(code)
+            rows, last, wall = run(code, a.threads)
             slow = [r for r in rows if r["trigger"] != "schedule"]
             caught = [r for r in slow if r["steps"][0] in STALL and r["verdict"] == "data_bound"]
             noise = [r for r in slow if r["steps"][0] not in STALL]
@@ -87,7 +91,7 @@ def main() -> int:
             print(f"doc run {i}: caught={bool(caught)} noise={len(noise)} printed: {last}; "
                   f"{[(r['steps'], r['trigger'], r.get('verdict')) for r in slow]}", flush=True)
         for i in range(a.runs):
-            rows, _, wall = run(steady(code, a.steady_steps))
+            rows, _, wall = run(steady(code, a.steady_steps), a.threads)
             slow = [r for r in rows if r["trigger"] != "schedule"]
             result["steady"].append({"steps": a.steady_steps, "false": len(slow),
                                      "triggers": [r["trigger"] for r in slow], "wall_s": round(wall, 1)})
