@@ -1,6 +1,6 @@
 """What starts a profiling cycle outside the fixed schedule: a slowdown, a file, a signal.
 
-    rule = SlowdownRule(factor=1.5, patience=3, max_per_hour=6)
+    rule = SlowdownRule(factor=1.5, patience=5, max_per_hour=6)
     stepscope.schedule(wait=1000, warmup=1, active=3, capture_on_slowdown=True, slowdown=rule,
                        capture_file="logs/run/.capture", capture_signal=signal.SIGUSR1)
 
@@ -9,10 +9,11 @@ A slowdown is `patience` kept steps in a row that each take more than `factor` t
 (stepscope.loader) more than `factor` times the median wait and more than `data_floor_ms` and 2% of the median
 step (the threshold at which the analysis calls a step paced by its loader) while taking at least
 `min_extra_ms` more than the median step: a wait that does not make the step slower is no slowdown. The
-absolute floor keeps a shared machine's scheduling hiccups out: a sub-millisecond step doubles whenever another
-process takes the core for a moment, three steps in a row as readily (docs/loops.md's loop, 0.15 ms a step,
-fired on three steps of 0.31 ms before the floor), but they rarely run 5 ms long three times in a row
-(scripts/capture_noise.py measures the rate: BENCHMARKS.md). The median is refreshed every `norm_steps` steps, so a new normal becomes the norm. While
+absolute floor and the patience keep a shared machine's scheduling hiccups out: a millisecond step doubles whenever
+another process takes the core for a moment, three steps in a row as readily (docs/loops.md's loop, 0.15 ms a
+step, fired on three steps of 0.31 ms without a floor; with a 5 ms floor, on a 2-core machine at a load of 12,
+on 3 steps 5.7 to 12.3 ms longer than the median 16 times in 30 runs), but a stall that matters lasts longer
+(scripts/capture_noise.py measures both: BENCHMARKS.md). The median is refreshed every `norm_steps` steps, so a new normal becomes the norm. While
 the trace handler's thread analyses a cycle, the loop shares the interpreter with it and may run at half its
 speed: a step then counts as slow only beyond twice the thresholds, so that the analysis of one capture does not
 look like the next slowdown, while a real stall (a loader that stops for 20 ms) is still seen. One
@@ -43,11 +44,11 @@ NEVER = 1 << 62  # ns (146 years): no step is over it, as no step is over an inf
 @dataclass(frozen=True)
 class SlowdownRule:
     factor: float = 1.5
-    patience: int = 3
+    patience: int = 5
     norm_steps: int = 64
     max_per_hour: int = 6
     data_floor_ms: float = 0.5
-    min_extra_ms: float = 5.0
+    min_extra_ms: float = 10.0
 
     def __post_init__(self) -> None:
         if (self.factor <= 1 or self.patience < 1 or self.norm_steps < 4 or self.max_per_hour < 0
