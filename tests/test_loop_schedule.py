@@ -168,12 +168,12 @@ def slow_loader_run(clock, rule: SlowdownRule, stall=range(200, 231), steps: int
 def test_a_loader_stall_starts_one_capture_during_it(clock):
     sched, actions = slow_loader_run(clock, SlowdownRule())
     (cycle,) = sched.cycles
-    # 3 slow steps (200-202) set it off; it starts at the next step but one, recorded while the stall lasts
-    assert cycle.start == 204 and cycle.end == 207 and cycle.trigger.startswith("loader wait: 3 steps")
-    assert [actions[k] for k in range(204, 209)] == [WARMUP, RECORD, RECORD, SAVE, NONE]
-    # its telemetry: the steps that set it off (200-202) and those after it until the stall ended (209-231)
+    # 5 slow steps (200-204) set it off; it starts at the next step but one, recorded while the stall lasts
+    assert cycle.start == 206 and cycle.end == 209 and cycle.trigger.startswith("loader wait: 5 steps")
+    assert [actions[k] for k in range(206, 211)] == [WARMUP, RECORD, RECORD, SAVE, NONE]
+    # its telemetry: the steps that set it off (200-204) and those after it until the stall ended (211-231)
     t = cycle.telemetry()
-    assert t["steps"] == 3 + 23 and t["data_ms"] > 18 and t["step_ms"] > 20
+    assert t["steps"] == 5 + 21 and t["data_ms"] > 18 and t["step_ms"] > 20
 
 
 def test_slowdown_captures_are_rate_limited(clock):
@@ -181,14 +181,14 @@ def test_slowdown_captures_are_rate_limited(clock):
     in_stall = {k for r in stalls for k in r}
     sched = stepscope.schedule(wait=10_000, warmup=1, active=1, repeat=1, capture_on_slowdown=True,
                                slowdown=SlowdownRule(max_per_hour=2))
-    drive(sched, lambda k, a: 10.0 if k in in_stall else 1.0, 420, clock)
+    drive(sched, lambda k, a: 25.0 if k in in_stall else 1.0, 420, clock)
     assert [c.trigger.split(":")[0] for c in sched.cycles] == ["slowdown", "slowdown"]
     assert sched.detector.suppressed == len(stalls) - 2
 
 
 def test_a_slowdown_is_captured_once(clock):
     sched = stepscope.schedule(wait=10_000, warmup=1, active=1, repeat=1, capture_on_slowdown=True)
-    drive(sched, lambda k, a: 10.0 if k >= 100 else 1.0, 150, clock)  # slower for good from step 100
+    drive(sched, lambda k, a: 25.0 if k >= 100 else 1.0, 150, clock)  # slower for good from step 100
     assert len(sched.cycles) == 1
 
 

@@ -123,8 +123,8 @@ def test_rows_without_a_worker_still_match_by_span(handled, tmp_path):
 
 def test_a_caller_s_telemetry_still_wins(handled):
     run, _ = handled
-    report = stepscope.analyze(run, telemetry={"steps": 5, "step_ms": 123.0})
-    assert {s.metrics.step_ms for s in report.spans} == {123.0}
+    report = stepscope.analyze(run, telemetry={"steps": 5, "step_ms": 0.123})  # under any profiled step
+    assert {s.metrics.step_ms for s in report.spans} == {0.123}
     # an empty one (the trainer's "no telemetry") means none: the model, not the rows
     assert {s.basis for s in stepscope.analyze(run, telemetry={}).spans} == {"overhead_model"}
 
@@ -171,13 +171,13 @@ def test_two_workers_sharing_a_span_each_get_their_own_row(handled, tmp_path):
     first = rows(run)[0]
     (raw,) = (job / trace_files.RAW_DIR / first["span"]).iterdir()
     shutil.copyfile(raw, raw.with_name(raw.name.replace(first["worker"], "rank1", 1)))
-    other = {**first, "worker": "rank1", "telemetry": {"steps": 9, "step_ms": 2 * first["telemetry"]["step_ms"]}}
+    other = {**first, "worker": "rank1", "telemetry": {"steps": 9, "step_ms": 0.5 * first["telemetry"]["step_ms"]}}
     with open(job / trace_files.CYCLES, "a") as f:
         f.write(json.dumps(other) + "\n")
     spans = [s for s in stepscope.analyze(job).spans if s.span == first["span"]]
     by_worker = {s.worker: s.metrics.step_ms for s in spans}
     assert by_worker == {first["worker"]: summaries[first["span"]].report.metrics.step_ms,
-                         "rank1": pytest.approx(2 * first["telemetry"]["step_ms"])}
+                         "rank1": pytest.approx(0.5 * first["telemetry"]["step_ms"])}
 
 
 def test_two_handlers_sharing_a_folder_each_get_their_own_cycles(tmp_path):

@@ -21,10 +21,11 @@ from stepscope.profiler.capture import schedule as schedule_module
 from stepscope.profiler.capture.schedule import StepscopeSchedule
 from stepscope.profiler.capture.triggers import FIRED, SlowdownDetector, SlowdownRule
 
-RULES = [SlowdownRule(), SlowdownRule(patience=1, norm_steps=4, max_per_hour=1000),
-         SlowdownRule(factor=2.0, patience=5, norm_steps=16, max_per_hour=2),
-         SlowdownRule(factor=1.1, patience=2, norm_steps=7, max_per_hour=0),
-         SlowdownRule(factor=1.5, patience=3, norm_steps=8, max_per_hour=1000, data_floor_ms=0.0)]
+RULES = [SlowdownRule(), SlowdownRule(patience=1, norm_steps=4, max_per_hour=1000, min_extra_ms=0.0),
+         SlowdownRule(factor=2.0, patience=5, norm_steps=16, max_per_hour=2, min_extra_ms=1.0),
+         SlowdownRule(factor=1.1, patience=2, norm_steps=7, max_per_hour=0, min_extra_ms=0.0),
+         SlowdownRule(factor=1.5, patience=3, norm_steps=8, max_per_hour=1000, data_floor_ms=0.0,
+                      min_extra_ms=0.0005)]
 # a median of 1000 ns makes 1.5x exactly 1500.0 ns: steps on either side of it, alone and halved when shared
 EDGE_NS = [1000, 1000, 1000, 999, 1001, 1499, 1500, 1501, 2999, 3000, 3001, 3002, 3003]
 EDGE_DATA = [0, 0, 0, 499_999, 500_000, 500_001, 999_999, 1_000_000, 1_000_001, 1_000_002, 1_000_003]
@@ -176,3 +177,30 @@ def test_the_schedule_captures_the_same_steps_as_with_the_reference_detector(see
     assert ours[1] == ref[1] and ours[2] == ref[2]
     triggered = [c for c in ours[1] if c[2] != "schedule"]
     assert len(triggered) >= 3 and len(ours[1]) > len(triggered), ours[1]
+
+
+def _fires(seq, rule=SlowdownRule()) -> list[str]:
+    det, out = SlowdownDetector(rule), []
+    for k, (ns, data) in enumerate(seq):
+        if det.observe(ns, data, k) == FIRED:
+            out.append(det.take())
+    return out
+
+
+def test_a_slowdown_needs_steps_longer_by_the_absolute_floor_too():
+    """A 0.15 ms loop whose steps double for a moment on a shared machine (5 steps of 0.31 ms, over 1.5x
+    the median), or run 9 ms longer while other processes hold the cores, is no slowdown; 5 steps 20 ms
+    longer are one."""
+    norm = [(150_000 + k % 3, 0) for k in range(64)]
+    assert _fires(norm + [(310_000, 0)] * 5 + [(150_000, 0)] * 10) == []
+    assert _fires(norm + [(9_150_000, 0)] * 5 + [(150_000, 0)] * 10) == []
+    assert len(_fires(norm + [(20_150_000, 0)] * 5 + [(150_000, 0)] * 10)) == 1
+
+
+def test_a_wait_that_does_not_make_the_step_slower_is_no_slowdown():
+    """Waits for the batch while the steps take no longer than the median (the loop's own work shrank by as
+    much): nothing fires; the same waits making each step 20 ms longer fire a loader-wait capture."""
+    norm = [(10_000_000, 0)] * 64
+    assert _fires(norm + [(9_000_000, 3_000_000)] * 5) == []
+    (fired,) = _fires(norm + [(30_000_000, 20_000_000)] * 5)
+    assert fired.startswith("loader wait: 5 steps")

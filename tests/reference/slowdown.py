@@ -30,6 +30,7 @@ class SlowdownDetector:
         self._norm = 0  # median kept step (ns); 0 until norm_steps steps were seen
         self._norm_data = 0
         self._slow_over = self._wait_over = float("inf")  # slow / waiting beyond these (ns); see _renorm
+        self._longer = float("inf")  # a waiting step counts only when longer than this (ns)
         self._run = [0, 0, 0, False]  # the current run of slow steps: count, ns, data ns, any waited for data
         self._calm = 0
         self._armed = True
@@ -51,7 +52,7 @@ class SlowdownDetector:
         self._i = i
         if shared:
             ns, data = ns >> 1, data >> 1
-        waits = data > self._wait_over
+        waits = data > self._wait_over and ns > self._longer
         if waits or ns > self._slow_over:
             return self._slow(ns, data, waits, step)
         if self._armed and not self._run[0]:
@@ -70,7 +71,8 @@ class SlowdownDetector:
         r = self.rule
         self._norm = statistics.median(self._dur)
         self._norm_data = statistics.median(self._data)
-        self._slow_over = r.factor * self._norm
+        self._longer = self._norm + r.min_extra_ms * 1e6
+        self._slow_over = max(r.factor * self._norm, self._longer)
         self._wait_over = max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm)
 
     def _slow(self, ns: int, data: int, waits: bool, step: int) -> int:

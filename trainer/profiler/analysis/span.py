@@ -27,13 +27,35 @@ from .select import StepSelection, select
 from .step_range import StepRange, error_band, step_range
 from .steps import step_windows
 from .trust import representative_steps
-from .unprofiled import loader_paced, unprofiled_view, worker_fed
-from .verdicts import DATA_BOUND
+from .unprofiled import in_process, loader_paced, unprofiled_view, worker_fed
+from .verdicts import DATA_BOUND, TRANSFER_BOUND
 
 WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which the trace does not show: a short "
                   "profiled window can run on batches they had prefetched, so whether they keep up without the "
                   "profiler cannot be read from here; time the wait for each batch over a few hundred unprofiled "
                   "steps (stepscope train records it as telemetry data_ms)")
+
+LOADER_UNTIMED = ("the trace shows the step waiting {data:.2f} ms ({pct:.0f}% of the profiled step) for its data, "
+                  "which the schedule did not time (no data_ms): that wait is the trace's, scaled to the measured "
+                  "step; to time it on every step, wrap the loader: `for batch in stepscope.loader(loader):`")
+COPY_UNTIMED = ("pageable host-to-device copies take {copy:.2f} ms ({pct:.0f}%) of the profiled step, which the "
+                "schedule did not time (no copy_ms): to time them on every step, wrap the copy: "
+                "`with stepscope.input_copy(): x = x.to(device, non_blocking=True)`")
+DATA_DISAGREES = ("the run's unprofiled steps waited {measured:.2f} ms for each batch, the profiled steps {traced:.2f} "
+                  "ms: the figures here use the measured wait")
+# A measured wait and the trace's differ enough to say so from this many ms and this share of the step
+DISAGREE_MS, DISAGREE_SHARE = 1.0, 0.10
+
+LOAD_CHANGED = ("the run's unprofiled steps took {unprofiled:.2f} ms{what}, the profiled ones {profiled:.2f} ms: the "
+                "profiler never makes a step faster, so the machine's load changed between them; ")
+LOAD_CHANGED_GPU = ("GPU busy and the figures here are the profiled steps' less the profiler's modelled cost, not "
+                    "the contradicted measured step")
+LOAD_CHANGED_CPU = "the shares of the step here are the trace's own, which the step's length does not change"
+# Unprofiled steps this much slower than the profiled ones (the wait for data left out where it was measured)
+# contradict them: beyond the 30% a loop's steps were seen to drift on a busy host (an H100 loop's own steps
+# against the same step timed alone minutes earlier) and by at least LOAD_CHANGED_MS, since a sub-millisecond
+# CPU step doubles under a shared 2-core machine's hiccups and the trace handler's own background work.
+LOAD_CHANGED_FACTOR, LOAD_CHANGED_MS = 1.3, 5.0
 
 LOADER_PACES = ("the DataLoader paces the step: the host waited {data:.2f} ms per step for its next batch on "
                 "{basis}, so faster host or GPU work would only lengthen that wait")
@@ -129,8 +151,12 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
-    paced = loader_paced(trace, kept)
-    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry)
+    serial = not gpu or in_process(trace, kept)
+    paced = not serial and loader_paced(trace, kept)
+    changed = _load_changed(telemetry, m_prof, gpu) if telemetry else None
+    if changed is not None and gpu:  # a CPU trace's shares do not depend on the step's length
+        telemetry = None
+    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry, serial)
     bd = view.breakdown
     m = replace(m_prof, step_ms=bd.total_us / bd.steps / 1e3, gpu_busy_pct=busy_pct(bd) if gpu else None)
     v = verdict(bd, gpu, view.loader_paced)
@@ -156,6 +182,9 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                                                    cold.whole_window)],
                        key=lambda f: f.cost_ms_per_step, reverse=True)
     device = (trace.device_name or "gpu") if gpu else "cpu"
+    if changed is not None:
+        ev.insert(1, changed)
+    ev[1:1] = _telemetry_lines(trace, telemetry, view.data_measured, bd_prof, m_prof) if view.basis == "telemetry" else []
     if view.loader_paced and v == DATA_BOUND.name:
         ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step("data"), basis="the run's unprofiled steps"
                                          if view.basis == "telemetry" else "every profiled step"))
@@ -164,6 +193,41 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
                       steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0])
+
+
+def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:
+    """The evidence line when the run's unprofiled steps contradict the profiled ones (LOAD_CHANGED_FACTOR),
+    else None. A measured wait for data is left out of both: workers that fell behind unprofiled and had
+    batches ready while the profiler recorded make the unprofiled steps slower for a reason of their own."""
+    step, profiled = telemetry.get("step_ms") or 0.0, m_prof.step_ms
+    what = ""
+    if "data_ms" in telemetry:
+        step, profiled = step - telemetry["data_ms"], profiled - m_prof.data_ms_per_step
+        what = " besides the wait for data"
+    if profiled <= 0 or step <= max(LOAD_CHANGED_FACTOR * profiled, profiled + LOAD_CHANGED_MS):
+        return None
+    return LOAD_CHANGED.format(unprofiled=step, profiled=profiled, what=what) + (LOAD_CHANGED_GPU if gpu
+                                                                                 else LOAD_CHANGED_CPU)
+
+
+def _telemetry_lines(trace: ParsedTrace, telemetry: dict, data_measured: bool, bd_prof: Breakdown,
+                     m_prof: SpanMetrics) -> list[str]:
+    """What the run's measured steps leave to the trace, and where the two disagree: a wait for data or a
+    pageable input copy that the trace shows on the step's critical path but the schedule did not time
+    (stepscope.loader, stepscope.input_copy not used), and a measured wait far from the trace's."""
+    lines = []
+    data_pct = bd_prof.pct("data")
+    if not data_measured and data_pct >= DATA_BOUND.causes[0].threshold_pct:
+        lines.append(LOADER_UNTIMED.format(data=bd_prof.ms_per_step("data"), pct=data_pct))
+    elif data_measured:
+        measured, traced = telemetry["data_ms"], m_prof.data_ms_per_step
+        if abs(measured - traced) >= max(DISAGREE_MS, DISAGREE_SHARE * telemetry["step_ms"]):
+            lines.append(DATA_DISAGREES.format(measured=measured, traced=traced))
+    transfer_pct = bd_prof.pct("transfer") if trace.has_gpu else 0.0
+    if ("copy_ms" not in telemetry and transfer_pct >= TRANSFER_BOUND.causes[0].threshold_pct
+            and any(d.kind == "memcpy" and "Pageable" in d.name for d in trace.device)):
+        lines.append(COPY_UNTIMED.format(copy=bd_prof.ms_per_step("transfer"), pct=transfer_pct))
+    return lines
 
 
 def _names(trace: ParsedTrace, kept: list, m_prof: SpanMetrics) -> NameTimes | None:

@@ -15,9 +15,20 @@ step and its phases: trainer/timing.py), else from the trace less the modelled i
 
     step = max(GPU path, profiled step - inflation)
 
-A step that waits for its DataLoader on the run's unprofiled steps (telemetry), or on every profiled step
-of a worker-fed loader (the trace alone), is paced by the loader: making anything else faster would only
-lengthen the wait, so the verdict is data_bound unless the GPU is busy for most of the step (findings.py).
+Telemetry scales time; it never reclassifies it. A field the run measured replaces the trace's figure for its
+bucket (``data_ms``: the wait for each batch; ``copy_ms``: the input copy on the GPU's stream); a field it did
+not measure (no ``data_ms`` where the loop's loader was not wrapped in stepscope.loader, no ``copy_ms`` without
+stepscope.input_copy) is unknown, never zero: the trace's own time for that bucket then grows or shrinks
+with the measured step like the host's other work.
+
+A loader paces the step only where it loads in the background while the GPU works: a DataLoader whose
+workers prefetch (the trace shows its waits holding little work), on a GPU. A step that waits for such a
+loader on the run's unprofiled steps (telemetry), or on every profiled step (the trace alone), is paced by it:
+making anything else faster would only lengthen the wait, so the verdict is data_bound unless the GPU is busy
+for most of the step (findings.py). Loading in the main process (``num_workers=0``, a DataLoader whose
+iterator is ``_SingleProcessDataLoaderIter``, or waits full of ops and Python), and any loading on a CPU-only
+loop, runs one after the rest of the step: its wait simply adds to the step, and it is the verdict only where
+it is the step's largest cost (``serial``).
 The unprofiled step time itself has one exception: when every profiled step waited for a DataLoader whose
 workers load in other processes, the loader paces the step and the profiler does not slow it, so the step
 stays and the inflation becomes waiting for data. Loading in the main process is host code like any other:
@@ -49,6 +60,7 @@ CPU_SPLIT = ("cpu_ops", "communication", "other_host")
 PACING_WAIT_MS, PACING_WAIT_SHARE = 0.5, 0.02
 # ... and its batches come from worker processes: few ops and Python frames inside the wait per step
 IN_PROCESS_OPS, IN_PROCESS_FRAMES = 20, 200
+SINGLE_PROCESS_ITER = "_SingleProcessDataLoaderIter"  # torch's DataLoader iterator for num_workers=0
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class UnprofiledView:
     low: Breakdown | None = None  # under the low inflation estimate (the step longer)
     high: Breakdown | None = None  # under the high one (the step shorter)
     loader_paced: bool = False  # the DataLoader sets the step's pace (see telemetry_paced, loader_paced)
+    data_measured: bool = False  # the wait for data comes from the run's unprofiled steps (telemetry data_ms)
 
 
 def telemetry_paced(telemetry: dict) -> bool:
@@ -72,15 +85,16 @@ def _per_step(bd: Breakdown) -> dict[str, float]:
     return {b: bd.ms_per_step(b) for b in bd.buckets}
 
 
-def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool,
+def rebuild(profiled: Breakdown, step_ms: float, data_ms: float | None, measured: bool,
             copy_ms: float | None = None) -> Breakdown:
     """The unprofiled step's buckets (ms per step in, sums over the steps out), given its length and the
-    host's wait for data. A `measured` step shorter than the trace's GPU path scales that path down (the
-    GPU ran a little faster unprofiled); an estimated one is never shorter than the GPU path. `copy_ms` is
-    the input copy's time on the GPU's stream as measured unprofiled (CUDA events around it): the trainer's
-    step copies nothing else, so that is its transfer time. The trace's copy time differs both ways: a
-    pageable copy's chunks, staged by the host, run slower under the profiler, and the trace counts only the
-    chunks, not the stream's waits between them."""
+    host's wait for data (None: not measured, so the trace's wait scales with the host's other work). A
+    `measured` step shorter than the trace's GPU path scales that path down (the GPU ran a little faster
+    unprofiled); an estimated one is never shorter than the GPU path. `copy_ms` is the input copy's time on
+    the GPU's stream as measured unprofiled (CUDA events around it): the trainer's step copies nothing else,
+    so that is its transfer time. The trace's copy time differs both ways: a pageable copy's chunks, staged
+    by the host, run slower under the profiler, and the trace counts only the chunks, not the stream's waits
+    between them."""
     p = _per_step(profiled)
     gpu = "gpu_busy" in p
     device = {b: p[b] for b in DEVICE_BUCKETS} if gpu else {}
@@ -92,9 +106,9 @@ def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool,
         device_ms = step_ms
     step_ms = max(step_ms, device_ms)
     idle = step_ms - device_ms
-    data = min(idle, max(data_ms, 0.0))
+    data = min(idle, max(data_ms, 0.0)) if data_ms is not None else 0.0
     rest = idle - data
-    split = HOST_SPLIT if gpu else CPU_SPLIT
+    split = (HOST_SPLIT if gpu else CPU_SPLIT) + (("data",) if data_ms is None else ())
     weights = {b: p[b] for b in split}
     total = sum(weights.values())
     if total <= 0:
@@ -109,12 +123,18 @@ def rebuild(profiled: Breakdown, step_ms: float, data_ms: float, measured: bool,
 
 
 def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_ms: float,
-                    inflation: Inflation, loader_paced: bool, telemetry: dict | None = None) -> UnprofiledView:
-    """See the module docstring. `telemetry` is the run's own {"step_ms", "data_ms", ...} means."""
+                    inflation: Inflation, loader_paced: bool, telemetry: dict | None = None,
+                    serial: bool = False) -> UnprofiledView:
+    """See the module docstring. `telemetry` is the run's own {"step_ms", "data_ms", ...} means; `serial`:
+    the step's loading runs one after its other work (in_process, or a CPU-only trace), so no wait paces it.
+    Without a measured ``data_ms`` the trace's own evidence of pacing (`loader_paced`) stands."""
     if telemetry and telemetry.get("step_ms"):
-        return UnprofiledView(rebuild(profiled, telemetry["step_ms"], telemetry.get("data_ms", 0.0), measured=True,
+        data_ms = telemetry.get("data_ms")
+        return UnprofiledView(rebuild(profiled, telemetry["step_ms"], data_ms, measured=True,
                                       copy_ms=telemetry.get("copy_ms")), "telemetry",
-                              loader_paced=telemetry_paced(telemetry))
+                              loader_paced=not serial and (telemetry_paced(telemetry) if data_ms is not None
+                                                           else loader_paced),
+                              data_measured=data_ms is not None)
 
     share_in_data = inflation.in_data_ms / inflation.ms_per_step if inflation.ms_per_step > 0 else 0.0
 
@@ -127,20 +147,43 @@ def unprofiled_view(profiled: Breakdown, profiled_step_ms: float, profiled_data_
                        measured=False)
 
     return UnprofiledView(at(inflation.ms_per_step), "overhead_model", low=at(inflation.low), high=at(inflation.high),
-                          loader_paced=loader_paced)
+                          loader_paced=loader_paced and not serial)
 
 
-def worker_fed(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
-    """A DataLoader feeds the steps from worker processes: its waits hold few ops and Python frames."""
-    loader = [d for d in trace.data_spans if d.name.startswith(DATALOADER_PREFIX)]
-    if not loader or not windows:
-        return False
+def _loader_spans(trace: ParsedTrace) -> list:
+    return [d for d in trace.data_spans if d.name.startswith(DATALOADER_PREFIX)]
+
+
+def _work_in_waits(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[float, float]:
+    """Torch ops and Python frames per step inside the waits for data (DataLoader and ``data`` ranges)."""
     data = host_sets(trace).data
     n = len(windows)
     ops = sum(1 for o in trace.ops if data.covers(o.start)) / n
     starts = trace.python_calls
     frames = sum(bisect_left(starts, t1) - bisect_left(starts, t0) for t0, t1 in data) / n
+    return ops, frames
+
+
+def worker_fed(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
+    """A DataLoader feeds the steps from worker processes: not torch's single-process iterator, and its
+    waits hold few ops and Python frames."""
+    loader = _loader_spans(trace)
+    if not loader or not windows or any(SINGLE_PROCESS_ITER in d.name for d in loader):
+        return False
+    ops, frames = _work_in_waits(trace, windows)
     return ops < IN_PROCESS_OPS and frames < IN_PROCESS_FRAMES
+
+
+def in_process(trace: ParsedTrace, windows: list[StepWindow]) -> bool:
+    """The steps' batches are loaded in the training process, one after the rest of the step: torch's
+    single-process DataLoader iterator (num_workers=0), or waits for data (a DataLoader's or a ``data``
+    range) that hold the loading's own ops and Python."""
+    if not windows or not trace.data_spans:
+        return False
+    if any(SINGLE_PROCESS_ITER in d.name for d in _loader_spans(trace)):
+        return True
+    ops, frames = _work_in_waits(trace, windows)
+    return ops >= IN_PROCESS_OPS or frames >= IN_PROCESS_FRAMES
 
 
 def loader_paced(trace: ParsedTrace, windows: list[StepWindow]) -> bool:

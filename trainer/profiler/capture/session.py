@@ -12,6 +12,11 @@ themselves, for the cost of their trace exports only. CPU activities plus CUDA w
 shapes recorded. Keyword arguments that `stepscope.schedule` takes go to the schedule; the others
 (record_shapes, profile_memory, with_stack, activities, ...) go to torch.profiler.profile. On exit the
 handler gets up to `close_timeout` seconds to finish the last diagnosis.
+
+Hand it the loader too: `for x, y in stepscope.loader(train_loader):` (it reports to the schedule this block
+made) times the wait for every batch, and `with stepscope.input_copy(): x = x.to(device, non_blocking=True)`
+the copy to the GPU. Without them the diagnosis takes those two from the recorded steps alone, and says so in
+one line where the trace shows the step waiting for its DataLoader or its pageable copies.
 """
 
 from __future__ import annotations

@@ -1,13 +1,19 @@
 """What starts a profiling cycle outside the fixed schedule: a slowdown, a file, a signal.
 
-    rule = SlowdownRule(factor=1.5, patience=3, max_per_hour=6)
+    rule = SlowdownRule(factor=1.5, patience=5, max_per_hour=6)
     stepscope.schedule(wait=1000, warmup=1, active=3, capture_on_slowdown=True, slowdown=rule,
                        capture_file="logs/run/.capture", capture_signal=signal.SIGUSR1)
 
-A slowdown is `patience` kept steps in a row that take more than `factor` times the median of the last
-`norm_steps` kept steps, or that wait for their batch (stepscope.loader) more than `factor` times the median
-wait and more than `data_floor_ms` and 2% of the median step (the threshold at which the analysis calls a step
-paced by its loader). The median is refreshed every `norm_steps` steps, so a new normal becomes the norm. While
+A slowdown is `patience` kept steps in a row that each take more than `factor` times the median of the last
+`norm_steps` kept steps and at least `min_extra_ms` more than it, or that each wait for their batch
+(stepscope.loader) more than `factor` times the median wait and more than `data_floor_ms` and 2% of the median
+step (the threshold at which the analysis calls a step paced by its loader) while taking at least
+`min_extra_ms` more than the median step: a wait that does not make the step slower is no slowdown. The
+absolute floor and the patience keep a shared machine's scheduling hiccups out: a millisecond step doubles whenever
+another process takes the core for a moment, three steps in a row as readily (docs/loops.md's loop, 0.15 ms a
+step, fired on three steps of 0.31 ms without a floor; with a 5 ms floor, on a 2-core machine at a load of 12,
+on 3 steps 5.7 to 12.3 ms longer than the median 16 times in 30 runs), but a stall that matters lasts longer
+(scripts/capture_noise.py measures both: BENCHMARKS.md). The median is refreshed every `norm_steps` steps, so a new normal becomes the norm. While
 the trace handler's thread analyses a cycle, the loop shares the interpreter with it and may run at half its
 speed: a step then counts as slow only beyond twice the thresholds, so that the analysis of one capture does not
 look like the next slowdown, while a real stall (a loader that stops for 20 ms) is still seen. One
@@ -38,14 +44,17 @@ NEVER = 1 << 62  # ns (146 years): no step is over it, as no step is over an inf
 @dataclass(frozen=True)
 class SlowdownRule:
     factor: float = 1.5
-    patience: int = 3
+    patience: int = 5
     norm_steps: int = 64
     max_per_hour: int = 6
     data_floor_ms: float = 0.5
+    min_extra_ms: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.factor <= 1 or self.patience < 1 or self.norm_steps < 4 or self.max_per_hour < 0:
-            raise ValueError(f"{self}: need factor > 1, patience >= 1, norm_steps >= 4, max_per_hour >= 0")
+        if (self.factor <= 1 or self.patience < 1 or self.norm_steps < 4 or self.max_per_hour < 0
+                or not self.min_extra_ms >= 0):
+            raise ValueError(f"{self}: need factor > 1, patience >= 1, norm_steps >= 4, max_per_hour >= 0, "
+                             "min_extra_ms >= 0")
 
 
 class SlowdownDetector:
@@ -62,6 +71,7 @@ class SlowdownDetector:
         self._norm_data = 0
         # slow / waiting beyond these (ns; see _renorm), floored: an int is over x exactly when over floor(x)
         self._slow_over = self._wait_over = NEVER
+        self._longer = NEVER  # a waiting step is slow only beyond this (ns): the median plus min_extra_ms
         # the gates: the same, while the detector is armed with no slow steps running (a step within both is
         # ordinary, shared or not); otherwise -1, so that every step is judged (it may re-arm or end a run)
         self.gate_ns = self.gate_data = NEVER
@@ -90,7 +100,7 @@ class SlowdownDetector:
         """observe's answer for a kept step already in `durs` and `waits`."""
         if shared:
             ns, data = ns >> 1, data >> 1
-        waits = data > self._wait_over
+        waits = data > self._wait_over and ns > self._longer
         run = self._run
         if waits or ns > self._slow_over:
             run[0] += 1
@@ -125,7 +135,8 @@ class SlowdownDetector:
         self._norm_data = statistics.median(self.waits)
         self.durs.clear()  # in place: the schedule holds the lists
         self.waits.clear()
-        self._slow_over = math.floor(r.factor * self._norm)
+        self._longer = math.floor(self._norm + r.min_extra_ms * 1e6)
+        self._slow_over = max(math.floor(r.factor * self._norm), self._longer)
         self._wait_over = math.floor(max(r.data_floor_ms * 1e6, r.factor * self._norm_data, PACED_SHARE * self._norm))
         if self._armed and not self._run[0]:
             self.gate_ns, self.gate_data = self._slow_over, self._wait_over
