@@ -90,8 +90,9 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", host, "--port",
-            str(port), "--load_fast=false", "--reload_interval", "5"]
+    # TensorBoard with the PyTorch Profiler tab's pages served for offline use (serve/profiler_tab.py)
+    return [sys.executable, "-m", "stepscope.profiler.serve.profiler_tab", "--logdir", str(logdir), "--host", host,
+            "--port", str(port), "--load_fast=false", "--reload_interval", "5"]
 
 
 def _raise_stop(signum, _frame) -> None:
