@@ -288,9 +288,22 @@
     var hole = typeof options.pieHole === 'number' ? options.pieHole : 0;
     var noLegend = options.legend === 'none';
     var titled = !!options.title;
+    // Google's layout: the pie on the left, the legend beside it on the right, its labels cut to fit
+    var w = ec.getWidth(), h = ec.getHeight();
+    var top = titled ? 28 : 8;
+    var pieWidth = noLegend ? w : w * 0.5;
+    var radius = Math.max(20, Math.min(pieWidth / 2 - 10, (h - top - 8) / 2));
+    var legend = this.legend(options, 'right');
+    if (legend.orient === 'vertical') {
+      delete legend.right;
+      legend.left = pieWidth + 4;
+      legend.textStyle.width = Math.max(40, w - pieWidth - 30);
+      legend.textStyle.overflow = 'truncate';
+      legend.tooltip = {show: true};
+    }
     ec.setOption({
       color: this.colors(options), animation: false, title: this.title(options),
-      legend: Object.assign(this.legend(options, 'right'), {data: data.map(function (d) { return d.name; })}),
+      legend: Object.assign(legend, {data: data.map(function (d) { return d.name; })}),
       tooltip: Object.assign(tooltipBox(), {trigger: 'item', formatter: function (p) {
         var d = data[p.dataIndex];
         if (d.tip) return d.tip;
@@ -298,8 +311,8 @@
         var body = mode === 'value' ? d.shown : mode === 'percentage' ? pct : d.shown + ' (' + pct + ')';
         return '<b>' + escapeHtml(d.name) + '</b><br>' + escapeHtml(body);
       }}),
-      series: [{type: 'pie', radius: [Math.round(hole * 70) + '%', '70%'],
-        center: [noLegend ? '50%' : '35%', titled ? '55%' : '50%'], avoidLabelOverlap: true,
+      series: [{type: 'pie', radius: [hole * radius, radius],
+        center: [pieWidth / 2, top + (h - top) / 2], avoidLabelOverlap: true,
         minShowLabelAngle: 12, itemStyle: {borderColor: '#fff', borderWidth: 1},
         label: {position: 'inside', formatter: '{d}%', color: '#fff', fontFamily: FONT, fontSize: 11},
         labelLine: {show: false}, emphasis: {scale: true, scaleSize: 4},
@@ -561,7 +574,7 @@
     var page = 0;
     var wrap = document.createElement('div');
     wrap.className = 'stepscope-table';
-    wrap.style.cssText = 'width:100%;overflow:auto;font:13px ' + FONT + ';color:' + TEXT;
+    wrap.style.cssText = 'width:100%;overflow:auto;font:12px ' + FONT + ';color:' + TEXT;
     this.container.appendChild(wrap);
 
     function sort() {
@@ -575,7 +588,7 @@
     }
     function cell(tag, html, text, css) {
       var el = document.createElement(tag);
-      el.style.cssText = 'padding:3px 8px;border:1px solid #eee;' + (css || '');
+      el.style.cssText = 'padding:2px 6px;border:1px solid #eee;' + (css || '');
       if (html !== null) el.innerHTML = html; else el.textContent = text;
       return el;
     }
@@ -588,7 +601,7 @@
       dt.cols.forEach(function (c, i) {
         if (c.role) return;
         var th = cell('th', null, c.label + (i === sortCol ? (ascending ? ' \u25b2' : ' \u25bc') : ''),
-          'cursor:pointer;text-align:center;white-space:nowrap;border-color:#ccc');
+          'cursor:pointer;text-align:center;border-color:#ccc');
         th.addEventListener('click', function () {
           ascending = sortCol === i ? !ascending : true;
           sortCol = i;
