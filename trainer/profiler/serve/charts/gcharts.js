@@ -208,6 +208,7 @@
     var el = document.createElement('div');
     var height = typeof options.height === 'number' ? options.height : (this.container.clientHeight || 400);
     el.style.cssText = 'width:100%;height:' + height + 'px;position:relative';
+    el.setAttribute('data-chart', this.kind);  // what the browser tests (and a reader of the DOM) look for
     this.container.appendChild(el);
     this.height = height;
     this.ec = echarts.init(el, null, {renderer: 'svg'});
@@ -574,6 +575,7 @@
     var page = 0;
     var wrap = document.createElement('div');
     wrap.className = 'stepscope-table';
+    wrap.setAttribute('data-chart', 'Table');
     wrap.style.cssText = 'width:100%;overflow:auto;font:12px ' + FONT + ';color:' + TEXT;
     this.container.appendChild(wrap);
 
