@@ -75,9 +75,14 @@ CHARTS_JS = """() => [...document.querySelectorAll('[data-chart]')].map(el => {
           rows: [...el.querySelectorAll('tr')].map(tr => [...tr.children].map(td => td.textContent.trim()))};
 })"""
 # The Trace view's model, as the trace viewer imported it: processes, slices, ProfilerStep# slices.
+# Read from the tab's page through the Trace view's frame (trace_embedding.html, same origin).
 TRACE_JS = """() => {
-  const v = document.querySelector('#trace-viewer');
-  const overlay = [...document.querySelectorAll('tr-ui-b-overlay')].some(o => o.visible);
+  const frame = document.querySelector('iframe[src$="trace_embedding.html"]');
+  const doc = frame && frame.contentDocument;
+  if (!doc) return null;
+  const v = doc.querySelector('#trace-viewer');
+  // the frame's HTML Imports polyfill wraps its DOM: its NodeLists are not iterable
+  const overlay = Array.prototype.slice.call(doc.querySelectorAll('tr-ui-b-overlay')).some(o => o.visible);
   if (!v || !v.model || overlay) return null;
   let slices = 0, steps = 0;
   v.model.getAllThreads().forEach(t => t.sliceGroup.slices.forEach(s => {
@@ -166,6 +171,7 @@ class Tab:
         self.outer.locator('li[role="option"]', has_text=re.compile(f"^{re.escape(label)}$")).first.click()
 
     def open(self, run: str, view: str) -> None:
+        self.errors.clear()  # each view answers for its own script errors
         if run != self.run:
             self.choose(0, run)
             self.run, self.view = run, None
@@ -211,9 +217,11 @@ class Tab:
         path = artifacts_dir() / name
         self.page.screenshot(path=str(path))
         if os.environ.get("STEPSCOPE_DOCS_SCREENSHOTS") and (run, view) in DOC_SHOTS:
-            from PIL import Image  # matplotlib's dependency; a 256-colour PNG keeps docs/ small
-            Image.open(path).convert("RGB").quantize(colors=128).save(DOCS / f"profiler-{view.lower()}.png",
-                                                                       optimize=True)
+            from PIL import Image  # matplotlib's dependency; scaled down to 128 colours, docs/ stays small
+
+            im = Image.open(path).convert("RGB")
+            im = im.resize((im.width * 3 // 5, im.height * 3 // 5), Image.LANCZOS)
+            im.quantize(colors=128).save(DOCS / f"profiler-{view.lower()}.png", optimize=True)
 
 
 @pytest.fixture(scope="module")
@@ -367,8 +375,7 @@ def check_trace(served, tab, run):
     steps = served.api("overview", run=run, worker=worker, span=span)["steps"]["rows"]
     deadline, model = time.monotonic() + DRAW_TIMEOUT_MS / 1000, None
     while model is None and time.monotonic() < deadline:
-        frames = [f for f in tab.page.frames if f.url.split("?")[0].endswith(f"{PLUGIN}/trace_embedding.html")]
-        model = frames[0].evaluate(TRACE_JS) if frames else None
+        model = tab.frame.evaluate(TRACE_JS)
         time.sleep(0.5)
     if model is None:
         tab.fail("the trace viewer never showed the trace")

@@ -21,8 +21,10 @@ at import time. A plain `tensorboard --logdir DIR` still gets the plugin's own p
 
 from __future__ import annotations
 
+import gzip
 import mimetypes
 import sys
+import zlib
 from pathlib import Path
 
 from tensorboard.plugins import base_plugin
@@ -72,7 +74,30 @@ class OfflineProfilerPlugin(TorchProfilerPlugin):
         apps["/index.html"] = self._page
         apps["/trace_embedding.html"] = self._page
         apps["/offline/*"] = self._asset
+        apps["/trace"] = self._trace
         return apps
+
+    def _trace(self, environ, start_response):
+        """The plugin's /trace, sent as one gzip member.
+
+        For a run without GPU kernels the plugin sends the .gz file as it is, as `Content-Encoding: gzip`;
+        browsers decode only the first member of such a body, and stepscope's adapted copies are written in
+        several (tbfix/stream_write.py), so the page read a truncated trace and the Trace view never drew."""
+        answer: dict = {}
+
+        def keep(status, headers, exc_info=None):
+            answer.update(status=status, headers=headers)
+            return lambda _data: None
+
+        body = b"".join(self.trace_route(environ, keep))
+        headers = [(k, v) for k, v in answer["headers"] if k.lower() != "content-length"]
+        if answer["status"].startswith("200") and ("Content-Encoding", "gzip") in headers:
+            first = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            first.decompress(body)
+            if first.unused_data:
+                body = gzip.compress(gzip.decompress(body), 1)
+        start_response(answer["status"], [*headers, ("Content-Length", str(len(body)))])
+        return [body]
 
     @wrappers.Request.application
     def _page(self, request):

@@ -440,6 +440,15 @@
       this.ec.setOption({grid: this.grid, legend: {bottom: 4}});
       var ec = this.ec;
       this.ec.getZr().on('dblclick', function () { ec.dispatchAction({type: 'dataZoom', start: 0, end: 100}); });
+      // The Memory view watches this box's children (a MutationObserver) to re-read the zoomed range from
+      // getChartLayoutInterface(): a zoom rewrites this marker, whatever the renderer changed.
+      var marker = document.createElement('span');
+      marker.style.display = 'none';
+      this.container.appendChild(marker);
+      this.ec.on('datazoom', function () {
+        var z = ec.getOption().dataZoom[0];
+        marker.textContent = z.start + '-' + z.end;
+      });
     }
   };
   // The bounding box of the plot area (px in the chart's box) and the x value at a pixel: what the Memory
