@@ -382,8 +382,14 @@
   XYChart.prototype.yAxes = function (options) {
     var vAxis = options.vAxis || {};
     return [Object.assign(axisStyle(vAxis.title), {type: vAxis.logScale ? 'log' : 'value', nameGap: 56,
-      max: typeof vAxis.maxValue === 'number' ? vAxis.maxValue : null})];
+      max: axisMax(vAxis.maxValue)})];
   };
+  // Google's vAxis.maxValue raises the axis to at least that value, never cuts the data; one that is not a
+  // finite number (the Diff view passes NaN when its header row enters its Math.max) is ignored.
+  function axisMax(maxValue) {
+    if (typeof maxValue !== 'number' || !isFinite(maxValue)) return null;
+    return function (extent) { return Math.max(extent.max, maxValue); };
+  }
   function points(dt, axis, col) {
     return dt.rows.map(function (r, i) {
       var v = valueOf(r.c[col]);
@@ -487,7 +493,7 @@
     for (var i = 0; i < count; i++) {
       var v = Object.assign({}, options.vAxis || {}, vAxes[i] || {});
       axes.push(Object.assign(axisStyle(v.title), {type: v.logScale ? 'log' : 'value', nameGap: 56,
-        max: typeof v.maxValue === 'number' ? v.maxValue : null, splitLine: {show: i === 0, lineStyle: {color: GRID}}}));
+        max: axisMax(v.maxValue), splitLine: {show: i === 0, lineStyle: {color: GRID}}}));
     }
     return axes;
   };
