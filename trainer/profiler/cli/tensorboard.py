@@ -101,9 +101,10 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
-    """TensorBoard, as the leader of a process group that ends whole when it gets SIGTERM (serve/child.py)."""
-    return group_command(["-m", "tensorboard.main", "--logdir", str(logdir), "--host", host, "--port",
-                          str(port), "--load_fast=false", "--reload_interval", "5"])
+    """TensorBoard with the PyTorch Profiler tab's pages served for offline use (serve/profiler_tab.py), as the
+    leader of a process group that ends whole when it gets SIGTERM (serve/child.py)."""
+    return group_command(["-m", "stepscope.profiler.serve.profiler_tab", "--logdir", str(logdir), "--host", host,
+                          "--port", str(port), "--load_fast=false", "--reload_interval", "5"])
 
 
 def _raise_stop(signum, _frame) -> None:
