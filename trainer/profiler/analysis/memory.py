@@ -1,0 +1,417 @@
+"""Memory per profiled step, from the same trace and the same parse as the time verdict.
+
+    mem = memory_report(trace, kept)        # a MemoryReport, or None for a trace without [memory] events
+    mem.devices[0].steps[0].composition     # {"persistent": ..., "forward": ..., ...}: sums to the step's peak
+    mem.findings, mem.to_dict(), mem.lines()
+
+``profile_memory=True`` records every allocation and free of the caching allocator as a ``[memory]`` event
+(events.MemorySample) on the allocating thread, with the allocator's totals after it. Sorted by time, each
+event's Total Allocated is the previous one's plus its Bytes, so for each profiled step and device:
+
+- the peak allocated (the largest Total Allocated in the step's host range, or at its start) and reserved;
+- the composition at that peak: ``persistent`` (allocated when the step began: parameters, gradients,
+  optimizer state, whatever the loop holds across steps) plus the net growth from the step's start to the peak
+  in each phase of the step: ``forward`` (before the backward), ``backward`` (from the first to the last
+  ``autograd::engine::evaluate_function`` op), ``optimizer`` (inside ``Optimizer.step#`` ranges; a step whose
+  optimizer keeps what it allocated, the first step's state creation, shows it apart as
+  ``optimizer_state_new``) and ``other`` (the rest: zero_grad, the loss's read-out). They sum to the peak;
+- the blocks live at the peak that the step allocated, by the innermost op on the allocating thread (a generic
+  allocation op such as ``aten::empty`` gives way to the op around it);
+- fragmentation: reserved minus allocated at the peak.
+
+Across the steps: memory creep (allocated at the start of each step rising on every step) and allocator calls
+inside the steps (``cudaMalloc``/``cudaFree``/``cuMem*``: the caching allocator growing or giving memory
+back, each a host stall and ``cudaFree`` a device synchronisation). Capacity is the device's
+``totalGlobalMem`` from the trace's ``deviceProperties``. The findings' thresholds are the constants below
+(docs/memory.md). Torch-free, pure functions of the ParsedTrace.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .events import MemorySample, ParsedTrace
+from .findings import Finding
+from .steps import StepWindow
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+# peak reserved at or above this share of the device's memory: one larger batch, a longer sequence or a
+# fragmented moment away from an out-of-memory error (TraceML's pressure rule)
+OOM_RISK_PCT = 92.0
+# peak reserved at or below this share: the batch could grow (the prediction says by how much)
+HEADROOM_PCT = 50.0
+# memory outside the caching allocator on the device (CUDA context, kernels' modules, NCCL buffers), left out
+# of what a larger batch may use
+CONTEXT_BYTES = 1 << 30
+# reserved minus allocated at the peak, at least this share of reserved and this many bytes: fragmentation
+FRAGMENTATION_PCT = 50.0
+FRAGMENTATION_MIN_BYTES = 1 << 30
+# allocated at the start of a step rising on every step by at least this much on average: creep
+CREEP_MIN_BYTES_PER_STEP = 1 << 20
+CREEP_MIN_STEPS = 3
+# allocator calls in every kept step (at least this many steps): churn; growth in the first steps is warm-up
+CHURN_MIN_STEPS = 2
+# a batch scale is predicted only where the step adds at least this much above its persistent bytes
+SCALE_MIN_BYTES = 16 << 20
+# a larger predicted scale is said as "at least" this much (activations stop scaling linearly long before)
+SCALE_SAID_MAX = 8.0
+# a step whose optimizer keeps this much of what it allocated creates state (the first step of a run)
+STATE_NEW_MIN_BYTES = 1 << 20
+ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease",
+                   "cuMemAddressReserve", "cuMemAddressFree", "cuMemSetAccess", "cudaMallocAsync", "cudaFreeAsync")
+SYNCING_ALLOCATOR_CALLS = ("cudaFree",)
+BACKWARD_OP = "autograd::engine::evaluate_function"
+OPTIMIZER_RANGE = "Optimizer.step#"
+GENERIC_ALLOCATING_OPS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+                                    "aten::new_empty_strided", "aten::resize_"})
+PHASES = ("persistent", "forward", "backward", "optimizer", "optimizer_state_new", "other")
+TOP_ALLOCATORS = 5
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    step: int  # N of ProfilerStep#N
+    peak_allocated: int
+    peak_reserved: int
+    reserved_at_peak: int
+    at_start: int  # allocated when the step began
+    at_end: int  # ... and when it ended
+    peak_phase: str
+    composition: dict  # PHASES -> bytes, summing to peak_allocated
+    top: tuple  # ((op name, bytes live at the peak that the step allocated in it), ...), largest first
+
+    @property
+    def fragmentation(self) -> int:
+        return max(self.reserved_at_peak - self.peak_allocated, 0)
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "peak_allocated_gib": _gib(self.peak_allocated),
+                "peak_reserved_gib": _gib(self.peak_reserved), "at_start_gib": _gib(self.at_start),
+                "at_end_gib": _gib(self.at_end), "peak_phase": self.peak_phase,
+                "composition_gib": {k: _gib(v) for k, v in self.composition.items()},
+                "fragmentation_gib": _gib(self.fragmentation),
+                "top_allocators": [{"name": n, "gib": _gib(b)} for n, b in self.top]}
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: str  # "cuda:0", "cpu"
+    capacity: int | None  # bytes (GPU: deviceProperties' totalGlobalMem); None for the CPU
+    steps: tuple[StepMemory, ...]
+    creep_bytes_per_step: float | None  # the slope of allocated at the steps' starts (None: too few steps)
+    allocator_calls_per_step: float
+    allocator_ms_per_step: float
+    allocator_syncs_per_step: float
+    allocator_every_step: bool = False  # allocator calls in each of the steps
+    batch_scale: float | None = None  # how many times the batch could grow (prediction), GPU only
+
+    @property
+    def peak(self) -> StepMemory:
+        return max(self.steps, key=lambda s: s.peak_allocated)
+
+    @property
+    def peak_reserved(self) -> int:
+        return max(s.peak_reserved for s in self.steps)
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.peak_reserved
+
+    @property
+    def headroom_pct(self) -> float | None:
+        return None if self.capacity is None else 100.0 * self.headroom / self.capacity
+
+    @property
+    def used_pct(self) -> float | None:
+        return None if self.capacity is None else 100.0 * self.peak_reserved / self.capacity
+
+    def to_dict(self) -> dict:
+        p = self.peak
+        out = {"device": self.device, "capacity_gib": _gib(self.capacity),
+               "peak_allocated_gib": _gib(p.peak_allocated), "peak_reserved_gib": _gib(self.peak_reserved),
+               "headroom_gib": _gib(self.headroom), "headroom_pct": _round(self.headroom_pct),
+               "fragmentation_gib": _gib(p.fragmentation),
+               "fragmentation_pct": _round(100.0 * p.fragmentation / p.reserved_at_peak if p.reserved_at_peak
+                                           else 0.0),
+               "creep_mib_per_step": _round(None if self.creep_bytes_per_step is None
+                                            else self.creep_bytes_per_step / MIB),
+               "allocator_calls_per_step": _round(self.allocator_calls_per_step),
+               "allocator_ms_per_step": _round(self.allocator_ms_per_step),
+               "allocator_syncs_per_step": _round(self.allocator_syncs_per_step),
+               "batch_scale_predicted": _round(self.batch_scale),
+               "steps": [s.to_dict() for s in self.steps]}
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    devices: tuple[DeviceMemory, ...]
+    findings: tuple[Finding, ...] = field(default=())
+
+    def device(self, name: str) -> DeviceMemory | None:
+        return next((d for d in self.devices if d.device == name), None)
+
+    def to_dict(self) -> dict:
+        return {"devices": [d.to_dict() for d in self.devices], "findings": [f.to_dict() for f in self.findings]}
+
+    def lines(self) -> list[str]:
+        """One line per device (peak, headroom, composition, fragmentation) and one for its top allocators."""
+        out = []
+        for d in self.devices:
+            p = d.peak
+            cap = (f" of {d.capacity / GIB:.1f} GiB, headroom {d.headroom / GIB:.2f} GiB ({d.headroom_pct:.0f}%)"
+                   if d.capacity is not None else "")
+            parts = ", ".join(f"{k} {v / GIB:.2f}" for k, v in p.composition.items() if v)
+            reserved = f", {d.peak_reserved / GIB:.2f} GiB reserved" if d.peak_reserved else ""
+            free = f"; reserved but free {p.fragmentation / GIB:.2f} GiB" if p.reserved_at_peak else ""
+            out.append(f"memory {d.device}: peak {p.peak_allocated / GIB:.2f} GiB allocated{reserved}{cap}; at the "
+                       f"peak (step {p.step}, {p.peak_phase}): {parts} GiB{free}")
+            if p.top:
+                out.append("memory top allocators at the peak: " + ", ".join(
+                    f"{n} {b / MIB:.0f} MiB" for n, b in p.top))
+        return out
+
+
+def _gib(v) -> float | None:
+    return None if v is None else round(v / GIB, 4)
+
+
+def _round(v):
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def memory_report(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryReport | None:
+    """The memory of the steps ``windows`` (the kept ones), per device; None without [memory] events."""
+    if not trace.memory or not windows:
+        return None
+    by_device: dict[tuple[int, int], list[MemorySample]] = defaultdict(list)
+    for m in trace.memory:
+        by_device[(m.device_type, m.device_id if m.device_type != 0 else -1)].append(m)
+    phases = _phases(trace, windows)
+    owners = _Owners(trace)
+    capacities = dict(trace.device_memory)
+    calls = _allocator_calls(trace, windows)
+    devices = []
+    if any(kind != 0 for kind, _ in by_device):  # a GPU run: its CPU samples are pinned buffers and scalars
+        by_device = {k: v for k, v in by_device.items() if k[0] != 0}
+    for (kind, dev_id), samples in sorted(by_device.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        samples.sort(key=lambda m: m.ts)
+        steps = tuple(s for s in (_step_memory(samples, w, phases[i], owners) for i, w in enumerate(windows))
+                      if s is not None)
+        if not steps:
+            continue
+        gpu = kind != 0
+        capacity = capacities.get(dev_id) if gpu else None
+        if gpu and capacity is None and len(capacities) == 1:
+            capacity = next(iter(capacities.values()))
+        n = len(windows)
+        count, ms, syncs, every = calls if gpu else (0, 0.0, 0, False)
+        d = DeviceMemory(f"cuda:{dev_id}" if gpu else "cpu", capacity, steps, _creep(steps),
+                         count / n, ms / n, syncs / n, every)
+        d = DeviceMemory(**{**d.__dict__, "batch_scale": batch_scale(d)})
+        devices.append(d)
+    if not devices:
+        return None
+    return MemoryReport(tuple(devices), tuple(memory_findings(devices)))
+
+
+def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
+    """Per step: (backward start, backward end, the optimizer's ranges) within its host range."""
+    backward = sorted((o.start, o.end) for o in trace.ops if o.name.startswith(BACKWARD_OP))
+    optim = sorted((a.start, a.end) for a in (*trace.annotations, *trace.ops) if a.name.startswith(OPTIMIZER_RANGE))
+    out = []
+    for w in windows:
+        mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
+        ranges = [o for o in optim if w.host_start <= o[0] < w.host_end]
+        out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
+    return out
+
+
+def _phase(ts: float, phases: tuple) -> str:
+    b0, b1, optim = phases
+    if any(s <= ts < e for s, e in optim):
+        return "optimizer"
+    if b0 is None or ts < b0:
+        return "forward" if b0 is not None or not optim or ts < optim[0][0] else "other"
+    return "backward" if ts <= b1 else "other"
+
+
+def _step_memory(samples: list[MemorySample], w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:
+    ts = [m.ts for m in samples]
+    lo, hi = bisect_right(ts, w.host_start - 1e-9), bisect_right(ts, w.host_end)
+    if lo >= hi:
+        return None
+    first = samples[lo]
+    before = samples[lo - 1] if lo > 0 else None
+    at_start = before.total_allocated if before is not None else first.total_allocated - first.bytes
+    peak, peak_i = at_start, None
+    peak_reserved = before.total_reserved if before is not None else 0
+    for i in range(lo, hi):
+        m = samples[i]
+        if m.total_allocated > peak:
+            peak, peak_i = m.total_allocated, i
+        peak_reserved = max(peak_reserved, m.total_reserved)
+    growth = dict.fromkeys(PHASES[1:], 0)
+    prev = at_start
+    live: dict[tuple, MemorySample] = {}
+    end = peak_i + 1 if peak_i is not None else lo
+    optim_kept = 0
+    for i in range(lo, hi):
+        m = samples[i]
+        ph = _phase(m.ts, phases)
+        delta = m.total_allocated - prev
+        prev = m.total_allocated
+        if ph == "optimizer":
+            optim_kept += delta
+        if i < end:
+            growth[ph] += delta
+            if m.bytes > 0:
+                live[m.addr] = m
+            elif m.bytes < 0:
+                live.pop(m.addr, None)
+    at_end = samples[hi - 1].total_allocated
+    state_new = 0
+    if optim_kept >= STATE_NEW_MIN_BYTES and at_end > at_start:
+        state_new = max(min(growth["optimizer"], optim_kept, at_end - at_start), 0)
+        growth["optimizer"] -= state_new
+    growth["optimizer_state_new"] = state_new
+    composition = {"persistent": at_start, **growth}
+    reserved_at_peak = samples[peak_i].total_reserved if peak_i is not None else (
+        before.total_reserved if before is not None else first.total_reserved)
+    tops: dict[str, int] = defaultdict(int)
+    for m in live.values():
+        tops[owners.owner(m.tid, m.ts)] += m.bytes
+    top = tuple(sorted(tops.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
+    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end,
+                      _phase(samples[peak_i].ts, phases) if peak_i is not None else "step start", composition, top)
+
+
+class _Owners:
+    """The innermost op (or record_function range) on a thread at a time, generic allocation ops skipped."""
+
+    def __init__(self, trace: ParsedTrace) -> None:
+        by_tid: dict = defaultdict(list)
+        for o in (*trace.ops, *trace.annotations):
+            by_tid[o.tid].append((o.start, o.end, o.name))
+        self.ranges = {tid: sorted(v) for tid, v in by_tid.items()}
+        self.starts = {tid: [r[0] for r in v] for tid, v in self.ranges.items()}
+
+    def owner(self, tid, ts: float) -> str:
+        ranges = self.ranges.get(tid)
+        if not ranges:
+            return "(no op)"
+        i = bisect_right(self.starts[tid], ts) - 1
+        generic = None
+        for k in range(i, max(i - 4096, -1), -1):
+            s, e, name = ranges[k]
+            if s <= ts < e or (s <= ts and e == s):
+                if name not in GENERIC_ALLOCATING_OPS:
+                    return name
+                generic = generic or name
+        return generic or "(no op)"
+
+
+def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int, float, int, bool]:
+    """(count, ms, syncing ones, whether every step has one) of the allocator's device calls in the steps'
+    host ranges."""
+    count, us, syncs, steps = 0, 0.0, 0, set()
+    for r in trace.runtime:
+        if r.name.startswith(ALLOCATOR_CALLS):
+            i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
+            if i is not None:
+                count += 1
+                us += r.dur
+                syncs += r.name in SYNCING_ALLOCATOR_CALLS
+                steps.add(i)
+    return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and len(steps) == len(windows)
+
+
+def _creep(steps: tuple[StepMemory, ...]) -> float | None:
+    """The least-squares slope of allocated at the steps' starts, bytes per step; None for fewer than 2."""
+    if len(steps) < 2:
+        return None
+    xs = [s.step for s in steps]
+    ys = [s.at_start for s in steps]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else None
+
+
+def batch_scale(d: DeviceMemory) -> float | None:
+    """How many times the batch could grow before the peak fills the device (prediction): persistent bytes stay,
+    what the step adds above them scales with the batch; CONTEXT_BYTES of the device stay outside the
+    allocator. None for the CPU or a step that adds nothing."""
+    if d.capacity is None:
+        return None
+    p = d.peak
+    per_batch = p.peak_allocated - p.composition["persistent"] - p.composition["optimizer_state_new"]
+    if per_batch < SCALE_MIN_BYTES:
+        return None
+    usable = d.capacity - CONTEXT_BYTES - p.composition["persistent"] - p.composition["optimizer_state_new"]
+    return max(usable / per_batch, 0.0)
+
+
+def _scale(x: float) -> str:
+    return f"at least {SCALE_SAID_MAX:.0f}x" if x >= SCALE_SAID_MAX else f"about {x:.1f}x"
+
+
+def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
+    """oom_risk / headroom, fragmentation, allocator_churn and memory_creep, each with its figures and remedy;
+    the cost is the step time it takes where it takes any (allocator calls), else 0."""
+    out = []
+    for d in devices:
+        p = d.peak
+        if d.capacity is not None:
+            if d.used_pct >= OOM_RISK_PCT:
+                out.append(Finding("oom_risk", (
+                    f"{d.device}: peak reserved {d.peak_reserved / GIB:.2f} GiB is {d.used_pct:.0f}% of the "
+                    f"device's {d.capacity / GIB:.1f} GiB (step {p.step}, {p.peak_phase}): a larger batch, a "
+                    "longer sequence or a fragmented moment runs out of memory"), 0.0, (
+                    "Cut the step's transient memory: activation checkpointing (torch.utils.checkpoint) on the "
+                    "largest blocks, bf16 autocast, a smaller micro-batch with gradient accumulation; and set "
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",)))
+            elif d.used_pct <= HEADROOM_PCT and d.batch_scale is not None and d.batch_scale >= 1.5:
+                out.append(Finding("headroom", (
+                    f"{d.device}: peak reserved {d.peak_reserved / GIB:.2f} GiB of {d.capacity / GIB:.1f} GiB "
+                    f"({d.used_pct:.0f}%); persistent {p.composition['persistent'] / GIB:.2f} GiB stays and "
+                    f"{(p.peak_allocated - p.composition['persistent']) / GIB:.2f} GiB scales with the batch: "
+                    f"the batch could grow {_scale(d.batch_scale)} (a prediction; stepscope verify re-runs "
+                    "it)"), 0.0, (
+                    f"Raise the batch size (it could grow {_scale(d.batch_scale)}; scale the learning rate with it) "
+                    "and confirm by re-running; a larger batch often raises the GPU's share of the step",)))
+        if d.device != "cpu" and p.reserved_at_peak and (
+                100.0 * p.fragmentation / p.reserved_at_peak >= FRAGMENTATION_PCT
+                and p.fragmentation >= FRAGMENTATION_MIN_BYTES):
+            out.append(Finding("fragmentation", (
+                f"{d.device}: at the peak {p.fragmentation / GIB:.2f} GiB is reserved but not allocated "
+                f"({100.0 * p.fragmentation / p.reserved_at_peak:.0f}% of reserved): the caching allocator "
+                "holds segments that its blocks do not fill"), 0.0, (
+                "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of "
+                "splitting); keep shapes steady (pad or bucket variable-length batches)",)))
+        if d.allocator_every_step:
+            out.append(Finding("allocator_churn", (
+                f"{d.device}: {d.allocator_calls_per_step:g} allocator calls (cudaMalloc/cudaFree/cuMem*) a "
+                f"step, {d.allocator_ms_per_step:.2f} ms of host time, {d.allocator_syncs_per_step:g} device "
+                "synchronisations (cudaFree): the caching allocator grows or gives memory back inside "
+                "steady steps"), d.allocator_ms_per_step, (
+                "Remove torch.cuda.empty_cache() from the loop; keep tensor shapes steady across steps (pad or "
+                "bucket); set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)))
+        c = d.creep_bytes_per_step
+        starts = [s.at_start for s in d.steps]
+        if (c is not None and len(d.steps) >= CREEP_MIN_STEPS and c >= CREEP_MIN_BYTES_PER_STEP
+                and all(b > a for a, b in zip(starts, starts[1:]))):
+            reach = ""
+            if d.capacity is not None:
+                left = (d.capacity - CONTEXT_BYTES - d.peak_reserved) / c
+                reach = f"; at this rate it fills the device about {max(left, 0):.0f} steps after step {d.steps[-1].step}"
+            out.append(Finding("memory_creep", (
+                f"{d.device}: allocated at the start of each step rises by {c / MIB:.1f} MiB a step "
+                f"({starts[0] / GIB:.2f} to {starts[-1] / GIB:.2f} GiB over steps {d.steps[0].step}-"
+                f"{d.steps[-1].step}){reach}"), 0.0, (
+                "Something keeps tensors across steps: a loss or output appended to a list without .item() or "
+                ".detach(), a growing cache, hooks holding activations; record torch.cuda.memory._record_memory_"
+                "history() and compare two snapshots a few steps apart",)))
+    return out
