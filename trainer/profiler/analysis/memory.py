@@ -157,8 +157,9 @@ class MemoryReport:
     def to_dict(self) -> dict:
         return {"devices": [d.to_dict() for d in self.devices], "findings": [f.to_dict() for f in self.findings]}
 
-    def lines(self) -> list[str]:
-        """One line per device (peak, headroom, composition, fragmentation) and one for its top allocators."""
+    def lines(self, top: bool = True) -> list[str]:
+        """One line per device (peak, headroom, composition, fragmentation) and, with ``top``, one for its top
+        allocators."""
         out = []
         for d in self.devices:
             p = d.peak
@@ -169,7 +170,7 @@ class MemoryReport:
             free = f"; reserved but free {p.fragmentation / GIB:.2f} GiB" if p.reserved_at_peak else ""
             out.append(f"memory {d.device}: peak {p.peak_allocated / GIB:.2f} GiB allocated{reserved}{cap}; at the "
                        f"peak (step {p.step}, {p.peak_phase}): {parts} GiB{free}")
-            if p.top:
+            if top and p.top:
                 out.append("memory top allocators at the peak: " + ", ".join(
                     f"{n} {b / MIB:.0f} MiB" for n, b in p.top))
         return out

@@ -48,10 +48,10 @@ def render_console(report: RunReport) -> str:
             lines.append(f"    {_range_line(s)}")
         lines += [f"    {e}" for e in s.evidence[1: 1 + CONSOLE_EVIDENCE_LINES]]
         lines += [_console_finding(f) for f in s.findings[:CONSOLE_FINDINGS]]
-        if s.memory is not None:
-            lines += [f"    {line}" for line in s.memory.lines()]
-            lines += [f"    - {f.text}" + (f" [~{f.cost_ms_per_step:.2f} ms/step]" if f.cost_ms_per_step else "")
-                      for f in s.memory.findings[:CONSOLE_FINDINGS]]
+        if s.memory is not None:  # the memory diagnosis (memory.py), its lines all starting with "memory"
+            lines += [f"    {line}" for line in s.memory.lines(top=False)]
+            lines += [f"    memory {f.id}: {f.text}" + (f" [~{f.cost_ms_per_step:.2f} ms/step]" if f.cost_ms_per_step
+                                                       else "") for f in s.memory.findings[:CONSOLE_FINDINGS]]
     for d in report.distributed:
         lines.append(f"  cross-rank (cycle {d.span_index}, {len(d.ranks)} ranks): {d.verdict}, "
                      f"median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)}")
