@@ -199,3 +199,32 @@ def test_json_document_holds_the_memory_fields_docs_json_lists():
     text = (Path(__file__).parents[1] / "docs" / "json.md").read_text()
     for key in [*mem["devices"][0], *mem["devices"][0]["steps"][0], *mem["devices"][0]["steps"][0]["composition_gib"]]:
         assert f'"{key}"' in text, key
+
+
+def test_the_runs_own_counters_join_the_memory_section():
+    """A telemetry with the allocator's counters (what stepscope.schedule and the trainer record on CUDA)."""
+    from stepscope.profiler.front import analyze as front_analyze
+    tel = {"steps": 100, "step_ms": 40.0, "mem_peak_allocated_mib": 4200.0, "mem_peak_reserved_mib": 7800.0,
+           "mem_allocated_mib": 1400.0, "mem_reserved_mib": 7800.0, "mem_alloc_retries": 3.0, "mem_ooms": 0.0,
+           "mem_creep_mib_per_step": 2.5}
+    s = front_analyze(DATA / "suite/gpt_large", telemetry=tel).spans[0]
+    mem = s.to_dict()["memory"]
+    assert mem["measured"]["mem_alloc_retries"] == 3.0
+    ids = [f["id"] for f in mem["findings"]]
+    assert "alloc_retries" in ids and "memory_creep" in ids
+    assert any("2.5 MiB a step" in f["text"] for f in mem["findings"])
+    quiet = front_analyze(DATA / "suite/gpt_large", telemetry={**tel, "mem_alloc_retries": 0.0,
+                                                               "mem_creep_mib_per_step": 0.0}).spans[0].memory
+    assert [f.id for f in quiet.findings] == ["headroom"]
+
+
+def test_window_counters_are_none_on_a_cpu_and_the_slope_is_least_squares():
+    from stepscope.profiler.capture.memory_stats import MemoryWindows, creep_slope, merge, read
+    assert read() is None  # CUDA never initialised here: nothing read, nothing reset
+    w = MemoryWindows()
+    w.edge(50, closing=True)
+    assert w.telemetry() == {}
+    assert creep_slope([(0, 0), (50, 100 << 20)]) is None
+    assert creep_slope([(0, 0), (50, 50 << 20), (100, 100 << 20)]) == pytest.approx(1 << 20)
+    assert merge({"mem_peak_allocated_mib": 5.0, "mem_ooms": 0.0},
+                 {"mem_peak_allocated_mib": 3.0, "mem_ooms": 1.0}) == {"mem_peak_allocated_mib": 5.0, "mem_ooms": 1.0}

@@ -131,6 +131,7 @@ class Throughput:
     def __post_init__(self) -> None:
         self.all_ms = []
         self.phases = []
+        self.memory: dict = {}  # the allocator's counters at the log windows' edges (memory_stats.KEYS), CUDA only
 
     def add(self, times: list[StepTime]) -> None:
         for t in times:
@@ -153,6 +154,7 @@ class Throughput:
             values = [p[name] for p in self.phases if name in p]
             if values:
                 out[name] = statistics.fmean(values)
+        out.update(self.memory)
         return out
 
     @property

@@ -150,12 +150,18 @@ class DeviceMemory:
 class MemoryReport:
     devices: tuple[DeviceMemory, ...]
     findings: tuple[Finding, ...] = field(default=())
+    # the allocator's counters over the run's unprofiled steps (capture/memory_stats.py KEYS, from the
+    # telemetry of stepscope.schedule or the trainer), when the run measured them
+    measured: dict = field(default_factory=dict)
 
     def device(self, name: str) -> DeviceMemory | None:
         return next((d for d in self.devices if d.device == name), None)
 
     def to_dict(self) -> dict:
-        return {"devices": [d.to_dict() for d in self.devices], "findings": [f.to_dict() for f in self.findings]}
+        out = {"devices": [d.to_dict() for d in self.devices], "findings": [f.to_dict() for f in self.findings]}
+        if self.measured:
+            out["measured"] = {k: _round(v) for k, v in self.measured.items()}
+        return out
 
     def lines(self, top: bool = True) -> list[str]:
         """One line per device (peak, headroom, composition, fragmentation) and, with ``top``, one for its top
@@ -173,7 +179,16 @@ class MemoryReport:
             if top and p.top:
                 out.append("memory top allocators at the peak: " + ", ".join(
                     f"{n} {b / MIB:.0f} MiB" for n, b in p.top))
+        m = self.measured
+        if m:
+            out.append(f"memory without the profiler (the run's own counters): peak {_mib(m, 'mem_peak_allocated_mib')} "
+                       f"allocated, {_mib(m, 'mem_peak_reserved_mib')} reserved; {m.get('mem_alloc_retries', 0):g} "
+                       f"allocation retries, {m.get('mem_ooms', 0):g} out-of-memory errors")
         return out
+
+
+def _mib(m: dict, key: str) -> str:
+    return f"{m[key] / 1024:.2f} GiB" if key in m else "?"
 
 
 def _gib(v) -> float | None:
@@ -184,10 +199,12 @@ def _round(v):
     return round(v, 4) if isinstance(v, float) else v
 
 
-def memory_report(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryReport | None:
-    """The memory of the steps ``windows`` (the kept ones), per device; None without [memory] events."""
+def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict | None = None) -> MemoryReport | None:
+    """The memory of the steps ``windows`` (the kept ones), per device, with the run's own counters from
+    ``telemetry`` (its ``mem_*`` keys); None with neither [memory] events nor such counters."""
+    measured = {k: v for k, v in (telemetry or {}).items() if k.startswith("mem_")}
     if not trace.memory or not windows:
-        return None
+        return MemoryReport((), tuple(measured_findings(measured, [], trace)), measured) if measured else None
     by_device: dict[tuple[int, int], list[MemorySample]] = defaultdict(list)
     for m in trace.memory:
         by_device[(m.device_type, m.device_id if m.device_type != 0 else -1)].append(m)
@@ -214,9 +231,10 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryReport
                          count / n, ms / n, syncs / n, every)
         d = DeviceMemory(**{**d.__dict__, "batch_scale": batch_scale(d)})
         devices.append(d)
-    if not devices:
+    if not devices and not measured:
         return None
-    return MemoryReport(tuple(devices), tuple(memory_findings(devices)))
+    return MemoryReport(tuple(devices), tuple(memory_findings(devices) + measured_findings(measured, devices, trace)),
+                        measured)
 
 
 def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
@@ -415,4 +433,34 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
                 "Something keeps tensors across steps: a loss or output appended to a list without .item() or "
                 ".detach(), a growing cache, hooks holding activations; record torch.cuda.memory._record_memory_"
                 "history() and compare two snapshots a few steps apart",)))
+    return out
+
+
+def measured_findings(m: dict, devices: list[DeviceMemory], trace: ParsedTrace) -> list[Finding]:
+    """From the run's own counters over its unprofiled steps: allocation retries and out-of-memory errors (the
+    allocator ran short and emptied its cache, a step stalls and synchronises for it), and creep of allocated
+    across the windows, where the trace's few steps did not already say so."""
+    out = []
+    retries, ooms = m.get("mem_alloc_retries", 0.0), m.get("mem_ooms", 0.0)
+    if retries > 0 or ooms > 0:
+        out.append(Finding("alloc_retries", (
+            f"the caching allocator ran short {retries:g} times over the run (it freed its cached blocks and "
+            f"retried, stalling the step and synchronising the device) and raised {ooms:g} out-of-memory errors: "
+            "memory is at the device's limit"), 0.0, (
+            "Cut the step's peak (activation checkpointing, bf16 autocast, a smaller micro-batch with gradient "
+            "accumulation) and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)))
+    creep = m.get("mem_creep_mib_per_step", 0.0)
+    if creep * MIB >= CREEP_MIN_BYTES_PER_STEP and not any(f.id == "memory_creep"
+                                                          for f in memory_findings(devices)):
+        capacity = next((c for _, c in trace.device_memory), None)
+        reach = ""
+        if capacity is not None and "mem_peak_reserved_mib" in m:
+            left = (capacity - CONTEXT_BYTES - m["mem_peak_reserved_mib"] * MIB) / (creep * MIB)
+            reach = f"; at this rate it fills the device in about {max(left, 0):.0f} steps"
+        out.append(Finding("memory_creep", (
+            f"allocated between steps rises by {creep:.1f} MiB a step across the run's windows of unprofiled "
+            f"steps (now {m.get('mem_allocated_mib', 0) / 1024:.2f} GiB){reach}"), 0.0, (
+            "Something keeps tensors across steps: a loss or output appended to a list without .item() or "
+            ".detach(), a growing cache, hooks holding activations; compare two allocator snapshots a few steps "
+            "apart",)))
     return out

@@ -168,7 +168,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
                       steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0],
-                      memory=memory_report(trace, kept))
+                      memory=memory_report(trace, kept, telemetry))
 
 
 def _names(trace: ParsedTrace, kept: list, m_prof: SpanMetrics) -> NameTimes | None:
