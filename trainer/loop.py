@@ -29,6 +29,7 @@ from .finish import RunParts, finish_run, reserve_bytes
 from .models import build_model
 from .optim import build_optimizer, loss_fn
 from .profiler.capture.memory_stats import MemoryWindows
+from .profiler.capture.oom import OomCapture, is_oom
 from .profiler.capture.phases import Phases
 from .profiler.capture.writer import (
     NullProfiler,
@@ -149,6 +150,8 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     clock = StepClock(env.device)
     thr = Throughput(cfg.data.batch_size * env.world_size)
     memory = MemoryWindows()  # the allocator's counters at each log window's edge (after its sync point)
+    oom = OomCapture(run_dir, f"rank{env.rank}", telemetry=lambda: {
+        **memory.telemetry(windows=len(memory.edges)), "windows": [{"step": s, **r} for s, r in memory.edges]})
     bar = tqdm(total=cfg.steps, disable=None if env.is_main else True, unit="step", file=sys.stderr)
 
     def log_window(across_ranks: bool = True) -> None:
@@ -210,6 +213,8 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         if no_space(e):  # a full disk: record what the run reached if run.json still fits, then fail
             status, failure = "failed", e
         elif not stop.explains(e):
+            if is_oom(e):  # what was live, written under run_dir/oom/ before the error goes on unchanged
+                oom.capture(e)
             release_space(run_dir)  # a crash: run.json stays "running", with the traceback on stderr
             raise
         else:

@@ -22,6 +22,7 @@ from collections import deque
 import torch
 
 from .cycle import MEMORY_KEYS
+from .oom import attach_observer
 
 MIB = float(1 << 20)
 KEPT = 64  # closing edges kept (the creep slope is fitted over them)
@@ -56,6 +57,7 @@ class MemoryWindows:
         r = read()
         if r is None:
             return
+        attach_observer()  # CUDA is initialised: out-of-memory captures can take the snapshot at the failure
         if closing:
             self.edges.append((step, r))
             self.count += 1

@@ -11,7 +11,8 @@ step slows down (at most 6 an hour; triggers.py) or `<logdir>/.capture` is touch
 themselves, for the cost of their trace exports only. CPU activities plus CUDA where a GPU is available,
 shapes recorded. Keyword arguments that `stepscope.schedule` takes go to the schedule; the others
 (record_shapes, profile_memory, with_stack, activities, ...) go to torch.profiler.profile. On exit the
-handler gets up to `close_timeout` seconds to finish the last diagnosis.
+handler gets up to `close_timeout` seconds to finish the last diagnosis. An out-of-memory error raised in the
+block is captured under `<logdir>/oom/` (oom.py) and goes on unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from .handler import StepscopeTraceHandler
+from .oom import is_oom
 from .schedule import schedule as make_schedule
 
 SCHEDULE_DEFAULTS = {"wait": 100, "warmup": 1, "active": 3, "repeat": 1, "skip_first": 10, "capture_on_slowdown": True}
@@ -52,6 +54,8 @@ class Session:
         return self.prof.__enter__()
 
     def __exit__(self, *exc) -> None:
+        if is_oom(exc[1]):  # written before the error goes on, unchanged (oom.py)
+            self.handler.oom.capture(exc[1])
         try:
             self.prof.__exit__(*exc)
         finally:
