@@ -169,13 +169,13 @@ class MemoryReport:
         out = []
         for d in self.devices:
             p = d.peak
-            cap = (f" of {d.capacity / GIB:.1f} GiB, headroom {d.headroom / GIB:.2f} GiB ({d.headroom_pct:.0f}%)"
+            cap = (f" of {d.capacity / GIB:.1f} GiB, headroom {size(d.headroom)} ({d.headroom_pct:.0f}%)"
                    if d.capacity is not None else "")
-            parts = ", ".join(f"{k} {v / GIB:.2f}" for k, v in p.composition.items() if v)
-            reserved = f", {d.peak_reserved / GIB:.2f} GiB reserved" if d.peak_reserved else ""
-            free = f"; reserved but free {p.fragmentation / GIB:.2f} GiB" if p.reserved_at_peak else ""
-            out.append(f"memory {d.device}: peak {p.peak_allocated / GIB:.2f} GiB allocated{reserved}{cap}; at the "
-                       f"peak (step {p.step}, {p.peak_phase}): {parts} GiB{free}")
+            parts = ", ".join(f"{k} {size(v)}" for k, v in p.composition.items() if v)
+            reserved = f", {size(d.peak_reserved)} reserved" if d.peak_reserved else ""
+            free = f"; reserved but free {size(p.fragmentation)}" if p.reserved_at_peak else ""
+            out.append(f"memory {d.device}: peak {size(p.peak_allocated)} allocated{reserved}{cap}; at the "
+                       f"peak (step {p.step}, {p.peak_phase}): {parts}{free}")
             if top and p.top:
                 out.append("memory top allocators at the peak: " + ", ".join(
                     f"{n} {b / MIB:.0f} MiB" for n, b in p.top))
@@ -185,6 +185,11 @@ class MemoryReport:
                        f"allocated, {_mib(m, 'mem_peak_reserved_mib')} reserved; {m.get('mem_alloc_retries', 0):g} "
                        f"allocation retries, {m.get('mem_ooms', 0):g} out-of-memory errors")
         return out
+
+
+def size(b: float) -> str:
+    """Bytes as GiB from 1 GiB up, else MiB."""
+    return f"{b / GIB:.2f} GiB" if abs(b) >= GIB else f"{b / MIB:.1f} MiB"
 
 
 def _mib(m: dict, key: str) -> str:
