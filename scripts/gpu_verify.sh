@@ -38,7 +38,8 @@
 # memory: scripts/verify_memory.py --parts peaks oom, each profiled step's peak from the trace against
 # torch.cuda.max_memory_allocated() on the loop families (plain torch.profiler, stepscope.schedule, the trainer)
 # and a real out-of-memory capture; memory_extra: --parts boundary causes, the predicted largest batch tried at
-# 0.9x and 1.1x in fresh processes, and injected causes MEM_REPS (3) times with and without. Both write
+# 0.9x and 1.1x in fresh processes, injected causes MEM_REPS (3) times with and without, and stepscope verify
+# --memory on a profiled resnet18 run (OUT_DIR/memory_verify.json). Both write
 # OUT_DIR/memory*/memory_truth.json and a log.
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
@@ -338,6 +339,12 @@ part_memory_extra() {
   timeout "${MEMX_TIMEOUT:-540}" python3 scripts/verify_memory.py --out "$OUT/memory_extra" --parts boundary causes \
     --reps "${MEM_REPS:-3}" ${MEMX_ARGS:-} > "$OUT/memory_extra.log" 2>&1; echo "exit $?"
   grep -E "^(boundary|causes)" "$OUT/memory_extra.log"
+  stamp "stepscope verify --memory: a profiled resnet18 run re-run at its predicted batch and with expandable segments"
+  timeout 150 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --steps 40 --log-every 10 \
+    --device cuda --logdir "$L/mem" --run-name r > "$OUT/memory_verify_train.log" 2>&1; echo "exit $?"
+  timeout 400 python3 scripts/verify.py "$L/mem/r" --memory --steps 40 > "$OUT/memory_verify.log" 2>&1; echo "exit $?"
+  cat "$OUT/memory_verify.log"; python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))
+    .get("memory_verification"), indent=1))' "$L/mem/r/run.json" > "$OUT/memory_verify.json" 2>/dev/null
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"

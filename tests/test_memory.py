@@ -228,3 +228,19 @@ def test_window_counters_are_none_on_a_cpu_and_the_slope_is_least_squares():
     assert creep_slope([(0, 0), (50, 50 << 20), (100, 100 << 20)]) == pytest.approx(1 << 20)
     assert merge({"mem_peak_allocated_mib": 5.0, "mem_ooms": 0.0},
                  {"mem_peak_allocated_mib": 3.0, "mem_ooms": 1.0}) == {"mem_peak_allocated_mib": 5.0, "mem_ooms": 1.0}
+
+
+def test_the_headroom_prediction_fills_the_device_less_its_context():
+    """verify --memory's prediction from a recorded H100 step: persistent stays, the rest scales with the batch."""
+    from stepscope.profiler.analysis.memory import CONTEXT_BYTES
+    from stepscope.verify_headroom import images_interval, prediction
+    p = prediction(DATA / "holdout/vit_tiny_bs256", 256)
+    trace = _trace("holdout/vit_tiny_bs256")
+    capacity = trace["deviceProperties"][0]["totalGlobalMem"]
+    assert p["capacity"] == capacity and p["predicted_batch"] > 256
+    assert p["predicted_peak"] <= capacity - CONTEXT_BYTES
+    assert p["predicted_peak"] + p["per_sample"] > capacity - CONTEXT_BYTES - p["per_sample"]  # the largest that fits
+    assert p["persistent"] + p["per_sample"] * 256 == pytest.approx(p["traced_peak"])
+    mid, low, high = images_interval([10.0, 10.0, 12.0, 8.0], 128)
+    assert mid == pytest.approx(12800.0) and low < mid < high
+    assert images_interval([10.0], 128) == [None, None, None]
