@@ -28,10 +28,14 @@ back, each a host stall and ``cudaFree`` a device synchronisation). Capacity is 
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+import numpy as np
+
+from ..trace.gc_paused import gc_paused
+from .columns import op_columns
 from .events import MemorySample, ParsedTrace
 from .findings import Finding
 from .steps import StepWindow
@@ -204,6 +208,7 @@ def _round(v):
     return round(v, 4) if isinstance(v, float) else v
 
 
+@gc_paused()  # it makes columns of every [memory] event: no collector passes over the trace's millions of events
 def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict | None = None) -> MemoryReport | None:
     """The memory of the steps ``windows`` (the kept ones), per device, with the run's own counters from
     ``telemetry`` (its ``mem_*`` keys); None with neither [memory] events nor such counters."""
@@ -212,7 +217,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
         return MemoryReport((), tuple(measured_findings(measured, [], trace)), measured) if measured else None
     by_device: dict[tuple[int, int], list[MemorySample]] = defaultdict(list)
     for m in trace.memory:
-        by_device[(m.device_type, m.device_id if m.device_type != 0 else -1)].append(m)
+        by_device[(m.device_type, m.device_id) if m.device_type else (0, -1)].append(m)
     phases = _phases(trace, windows)
     owners = _Owners(trace)
     capacities = dict(trace.device_memory)
@@ -221,8 +226,8 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
     if any(kind != 0 for kind, _ in by_device):  # a GPU run: its CPU samples are pinned buffers and scalars
         by_device = {k: v for k, v in by_device.items() if k[0] != 0}
     for (kind, dev_id), samples in sorted(by_device.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
-        samples.sort(key=lambda m: m.ts)
-        steps = tuple(s for s in (_step_memory(samples, w, phases[i], owners) for i, w in enumerate(windows))
+        dev = _Device.of(samples)
+        steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners) for i, w in enumerate(windows))
                       if s is not None)
         if not steps:
             continue
@@ -244,8 +249,15 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
 
 def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     """Per step: (backward start, backward end, the optimizer's ranges) within its host range."""
-    backward = sorted((o.start, o.end) for o in trace.ops if o.name.startswith(BACKWARD_OP))
-    optim = sorted((a.start, a.end) for a in (*trace.annotations, *trace.ops) if a.name.startswith(OPTIMIZER_RANGE))
+    cols = op_columns(trace)
+    lo, hi = windows[0].host_start, windows[-1].host_end
+    inside = np.flatnonzero((cols.start >= lo) & (cols.start < hi)).tolist()
+    names, starts, ends = cols.names, cols.start.tolist(), cols.end.tolist()
+    distinct = set(names)
+    back, opt = ({n for n in distinct if n.startswith(BACKWARD_OP)}, {n for n in distinct if n.startswith(OPTIMIZER_RANGE)})
+    backward = sorted((starts[i], ends[i]) for i in inside if names[i] in back)
+    optim = sorted([(starts[i], ends[i]) for i in inside if names[i] in opt]
+                   + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
     out = []
     for w in windows:
         mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
@@ -254,88 +266,138 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     return out
 
 
-def _phase(ts: float, phases: tuple) -> str:
+_STEP_PHASES = ("forward", "backward", "optimizer", "other")  # the codes of _phase_codes
+
+
+def _phase_codes(ts: np.ndarray, phases: tuple) -> np.ndarray:
+    """Each time's phase, as an index of _STEP_PHASES: inside an optimizer range, optimizer; else before the
+    backward, forward (without a backward: before the first optimizer range, and other after it); else
+    backward up to its end, and other after."""
     b0, b1, optim = phases
-    if any(s <= ts < e for s, e in optim):
-        return "optimizer"
-    if b0 is None or ts < b0:
-        return "forward" if b0 is not None or not optim or ts < optim[0][0] else "other"
-    return "backward" if ts <= b1 else "other"
+    if b0 is None:
+        codes = np.where(ts < optim[0][0], 0, 3) if optim else np.zeros(len(ts), dtype=np.int64)
+    else:
+        codes = np.where(ts < b0, 0, np.where(ts <= b1, 1, 3))
+    if optim:
+        starts = np.array([o[0] for o in optim])
+        ends = np.array([o[1] for o in optim])
+        k = np.searchsorted(starts, ts, side="right") - 1
+        inside = (k >= 0) & (ts < np.maximum.accumulate(ends)[np.maximum(k, 0)])
+        codes = np.where(inside, 2, codes)
+    return codes
 
 
-def _step_memory(samples: list[MemorySample], w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:
-    ts = [m.ts for m in samples]
-    lo, hi = bisect_right(ts, w.host_start - 1e-9), bisect_right(ts, w.host_end)
+class _Device(NamedTuple):
+    """A device's samples as columns, sorted by time."""
+    ts: np.ndarray
+    total: np.ndarray
+    reserved: np.ndarray
+    nbytes: np.ndarray
+    addr: list
+    tid: list
+
+    @classmethod
+    def of(cls, samples: list[MemorySample]) -> _Device:
+        ts, _, total, reserved, nbytes, addr, _, tid = zip(*samples)
+        t = np.array(ts, dtype=np.float64)
+        order = np.argsort(t, kind="stable")
+        return cls(t[order], np.array(total, dtype=np.int64)[order], np.array(reserved, dtype=np.int64)[order],
+                   np.array(nbytes, dtype=np.int64)[order], [addr[i] for i in order.tolist()],
+                   [tid[i] for i in order.tolist()])
+
+
+def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:
+    lo = int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right"))
+    hi = int(np.searchsorted(dev.ts, w.host_end, side="right"))
     if lo >= hi:
         return None
-    first = samples[lo]
-    before = samples[lo - 1] if lo > 0 else None
-    at_start = before.total_allocated if before is not None else first.total_allocated - first.bytes
-    peak, peak_i = at_start, None
-    peak_reserved = before.total_reserved if before is not None else 0
-    for i in range(lo, hi):
-        m = samples[i]
-        if m.total_allocated > peak:
-            peak, peak_i = m.total_allocated, i
-        peak_reserved = max(peak_reserved, m.total_reserved)
-    growth = dict.fromkeys(PHASES[1:], 0)
-    prev = at_start
-    live: dict[tuple, MemorySample] = {}
-    end = peak_i + 1 if peak_i is not None else lo
-    optim_kept = 0
-    for i in range(lo, hi):
-        m = samples[i]
-        ph = _phase(m.ts, phases)
-        delta = m.total_allocated - prev
-        prev = m.total_allocated
-        if ph == "optimizer":
-            optim_kept += delta
-        if i < end:
-            growth[ph] += delta
-            if m.bytes > 0:
-                live[m.addr] = m
-            elif m.bytes < 0:
-                live.pop(m.addr, None)
-    at_end = samples[hi - 1].total_allocated
-    state_new = 0
+    total = dev.total[lo:hi]
+    at_start = int(dev.total[lo - 1]) if lo > 0 else int(dev.total[lo] - dev.nbytes[lo])
+    i = int(np.argmax(total))
+    peak_i = lo + i if total[i] > at_start else None
+    peak = int(total[i]) if peak_i is not None else at_start
+    peak_reserved = int(max(dev.reserved[lo:hi].max(), dev.reserved[lo - 1] if lo > 0 else 0))
+    codes = _phase_codes(dev.ts[lo:hi], phases)
+    deltas = np.diff(total, prepend=at_start)
+    end = peak_i + 1 - lo if peak_i is not None else 0
+    sums = np.bincount(codes[:end], weights=deltas[:end], minlength=4) if end else np.zeros(4)
+    growth = {name: int(round(sums[k])) for k, name in enumerate(_STEP_PHASES)}
+    growth = {"forward": growth["forward"], "backward": growth["backward"], "optimizer": growth["optimizer"],
+              "optimizer_state_new": 0, "other": growth["other"]}
+    optim_kept = int(deltas[codes == 2].sum())
+    at_end = int(total[-1])
     if optim_kept >= STATE_NEW_MIN_BYTES and at_end > at_start:
         state_new = max(min(growth["optimizer"], optim_kept, at_end - at_start), 0)
         growth["optimizer"] -= state_new
-    growth["optimizer_state_new"] = state_new
+        growth["optimizer_state_new"] = state_new
     composition = {"persistent": at_start, **growth}
-    reserved_at_peak = samples[peak_i].total_reserved if peak_i is not None else (
-        before.total_reserved if before is not None else first.total_reserved)
+    if peak_i is not None:
+        reserved_at_peak = int(dev.reserved[peak_i])
+    else:
+        reserved_at_peak = int(dev.reserved[lo - 1] if lo > 0 else dev.reserved[lo])
+    live: dict = {}  # address -> the sample that allocated it, up to the peak
+    for j, b in zip(range(lo, lo + end), dev.nbytes[lo:lo + end].tolist()):
+        if b > 0:
+            live[dev.addr[j]] = (j, b)
+        elif b < 0:
+            live.pop(dev.addr[j], None)
     tops: dict[str, int] = defaultdict(int)
-    for m in live.values():
-        tops[owners.owner(m.tid, m.ts)] += m.bytes
+    by_tid: dict = defaultdict(list)
+    for j, b in live.values():
+        by_tid[dev.tid[j]].append((j, b))
+    for tid, allocs in by_tid.items():
+        names = owners.owners(tid, dev.ts[[j for j, _ in allocs]])
+        for name, (_, b) in zip(names, allocs):
+            tops[name] += b
     top = tuple(sorted(tops.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
-    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end,
-                      _phase(samples[peak_i].ts, phases) if peak_i is not None else "step start", composition, top)
+    phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
+    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top)
 
 
 class _Owners:
-    """The innermost op (or record_function range) on a thread at a time, generic allocation ops skipped."""
+    """The innermost op on a thread at a time, generic allocation ops giving way to the op around them; each
+    thread's ops sorted once, when an allocation on it is first asked about."""
 
     def __init__(self, trace: ParsedTrace) -> None:
-        by_tid: dict = defaultdict(list)
-        for o in (*trace.ops, *trace.annotations):
-            by_tid[o.tid].append((o.start, o.end, o.name))
-        self.ranges = {tid: sorted(v) for tid, v in by_tid.items()}
-        self.starts = {tid: [r[0] for r in v] for tid, v in self.ranges.items()}
+        self.cols = op_columns(trace)
+        self.by_tid: dict = {}
 
-    def owner(self, tid, ts: float) -> str:
-        ranges = self.ranges.get(tid)
-        if not ranges:
-            return "(no op)"
-        i = bisect_right(self.starts[tid], ts) - 1
-        generic = None
-        for k in range(i, max(i - 4096, -1), -1):
-            s, e, name = ranges[k]
-            if s <= ts < e or (s <= ts and e == s):
-                if name not in GENERIC_ALLOCATING_OPS:
-                    return name
-                generic = generic or name
-        return generic or "(no op)"
+    def _thread(self, tid):
+        """(op indices, starts, ends) of the thread's ops that are not generic allocation ops, by start; and the
+        same of all its ops (for an allocation outside any other op)."""
+        if tid not in self.by_tid:
+            code = self.cols.threads.get(tid)
+            if code is None:
+                self.by_tid[tid] = None
+            else:
+                idx = np.flatnonzero(self.cols.thread == code)
+                idx = idx[np.argsort(self.cols.start[idx], kind="stable")]
+                names = self.cols.names
+                keep = np.fromiter((names[i] not in GENERIC_ALLOCATING_OPS for i in idx.tolist()), bool, len(idx))
+                self.by_tid[tid] = tuple((ix, self.cols.start[ix], self.cols.end[ix]) for ix in (idx[keep], idx))
+        return self.by_tid[tid]
+
+    def owners(self, tid, ts: np.ndarray) -> list[str]:
+        """The owner of each time in ``ts`` (allocations on thread ``tid``)."""
+        ranges = self._thread(tid)
+        if ranges is None:
+            return ["(no op)"] * len(ts)
+        out = []
+        (idx, starts, ends), every = ranges
+        k = np.searchsorted(starts, ts, side="right") - 1
+        direct = (k >= 0) & (ends[np.maximum(k, 0)] > ts)  # the latest op begun before contains it: the usual case
+        for t, j, hit in zip(ts.tolist(), k.tolist(), direct.tolist()):
+            out.append(self.cols.names[idx[j]] if hit else self._walk(ranges, t))
+        return out
+
+    def _walk(self, ranges, ts: float) -> str:
+        for idx, starts, ends in ranges:  # a non-generic op around it, else any op around it
+            k = int(np.searchsorted(starts, ts, side="right"))
+            lo = max(k - 4096, 0)
+            containing = np.flatnonzero((ends[lo:k] > ts) | (ends[lo:k] == starts[lo:k]))
+            if len(containing):
+                return self.cols.names[idx[lo + containing[-1]]]
+        return "(no op)"
 
 
 def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int, float, int, bool]:
