@@ -244,3 +244,17 @@ def test_the_headroom_prediction_fills_the_device_less_its_context():
     mid, low, high = images_interval([10.0, 10.0, 12.0, 8.0], 128)
     assert mid == pytest.approx(12800.0) and low < mid < high
     assert images_interval([10.0], 128) == [None, None, None]
+
+
+def test_ranks_whose_peaks_differ_are_an_imbalance_and_equal_ones_are_not():
+    from stepscope.profiler.analysis.memory import rank_imbalance
+    even = analyze_trace(_synthetic(False), "w", "1").memory
+    heavy = analyze_trace(_synthetic(False, 600 << 20), "w", "1").memory  # keeps 600 MiB more every step
+    out = rank_imbalance({0: even, 1: heavy})
+    assert [f["id"] for f in out["findings"]] == ["memory_imbalance"] and "rank 1 runs out of memory first" in \
+        out["findings"][0]["text"]
+    assert out["peak_allocated_gib"]["1"] > out["peak_allocated_gib"]["0"]
+    assert rank_imbalance({0: even, 1: even})["findings"] == []
+    assert rank_imbalance({0: even, 1: None}) is None
+    job = analyze(DATA / "nccl_ddp").distributed[0].memory  # two H100 ranks of one DDP job: the same peak
+    assert job["imbalance"] == 1.0 and job["findings"] == []

@@ -531,3 +531,33 @@ def measured_findings(m: dict, devices: list[DeviceMemory], trace: ParsedTrace) 
             ".detach(), a growing cache, hooks holding activations; compare two allocator snapshots a few steps "
             "apart",)))
     return out
+
+
+# ranks of one job whose peaks differ by this ratio (largest over smallest) and this many bytes: imbalance
+IMBALANCE_RATIO = 1.10
+IMBALANCE_MIN_BYTES = 256 << 20
+
+
+def rank_imbalance(by_rank: dict) -> dict | None:
+    """Across the ranks of a profiling cycle (rank -> its MemoryReport or None): each rank's peak allocated on
+    its first GPU, and a ``memory_imbalance`` finding when the largest is IMBALANCE_RATIO times the smallest
+    and IMBALANCE_MIN_BYTES above it (the largest rank runs out of memory first: uneven shards, a rank that
+    keeps more, rank 0's extra work). None unless every rank has a GPU's memory."""
+    peaks = {}
+    for rank, mem in by_rank.items():
+        dev = next((d for d in mem.devices if d.device != "cpu"), None) if mem is not None else None
+        if dev is None:
+            return None
+        peaks[rank] = dev.peak.peak_allocated
+    hi = max(peaks, key=peaks.get)
+    lo = min(peaks, key=peaks.get)
+    ratio = peaks[hi] / peaks[lo] if peaks[lo] else None
+    findings = []
+    if ratio is not None and ratio >= IMBALANCE_RATIO and peaks[hi] - peaks[lo] >= IMBALANCE_MIN_BYTES:
+        findings.append(Finding("memory_imbalance", (
+            f"rank {hi} peaks at {size(peaks[hi])} allocated, rank {lo} at {size(peaks[lo])} ({ratio:.2f}x): "
+            f"rank {hi} runs out of memory first"), 0.0, (
+            "Even out what the ranks hold: shard evenly (FSDP/ZeRO), keep rank 0's extra work (logging, "
+            "evaluation, checkpoint gathering) off the GPU or out of the step",)).to_dict())
+    return {"peak_allocated_gib": {str(r): _gib(v) for r, v in sorted(peaks.items())},
+            "imbalance": _round(ratio), "findings": findings}

@@ -57,6 +57,8 @@ def render_console(report: RunReport) -> str:
                      f"median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)}")
         lines += [_console_finding(f) for f in d.findings[:CONSOLE_FINDINGS]]
         lines += [f"    - why: {w.text()}" for w in d.why]
+        if d.memory is not None:
+            lines += [f"    memory {f['id']}: {f['text']}" for f in d.memory["findings"]]
     return "\n".join(lines)
 
 
@@ -171,6 +173,10 @@ def _markdown_cross_rank(d: CrossRankReport) -> list[str]:
             f"{'yes' if r.straggler else ''} |" for r in d.ranks]
     out.append("")
     out += [f"- {f.text} (~{f.cost_ms_per_step:.2f} ms/step)" for f in d.findings]
+    if d.memory is not None:
+        out += ["", "Peak allocated per rank (GiB): " + ", ".join(f"rank {r} {v:.2f}" for r, v in
+                                                              d.memory["peak_allocated_gib"].items())]
+        out += [f"- {f['text']}" for f in d.memory["findings"]]
     if d.remedies:
         out += ["", "Remedies:", ""] + [f"1. {r}" for r in d.remedies]
     out.append("")
