@@ -258,3 +258,17 @@ def test_ranks_whose_peaks_differ_are_an_imbalance_and_equal_ones_are_not():
     assert rank_imbalance({0: even, 1: None}) is None
     job = analyze(DATA / "nccl_ddp").distributed[0].memory  # two H100 ranks of one DDP job: the same peak
     assert job["imbalance"] == 1.0 and job["findings"] == []
+
+
+def test_diff_gives_the_peak_change_with_its_noise():
+    from stepscope.profiler.diff import compare_runs
+    from stepscope.profiler.measure import measure_path
+    small, large = (measure_path(DATA / f"suite/resnet18_bs{b}") for b in (32, 1024))
+    d = compare_runs(small, large, "bs32", "bs1024")["memory"]
+    truth = {b: max(_truth(_trace(f"suite/resnet18_bs{b}"), st.step)["peak"]
+                    for st in analyze(DATA / f"suite/resnet18_bs{b}").spans[0].memory.devices[0].steps)
+             for b in (32, 1024)}
+    assert d["peak_allocated_delta_gib"] == pytest.approx((truth[1024] - truth[32]) / GIB, abs=1e-3)
+    assert d["significant"] and d["headroom_delta_pct"] < 0
+    same = compare_runs(small, small, "a", "b")["memory"]
+    assert same["peak_allocated_delta_gib"] == 0 and not same["significant"]
