@@ -73,6 +73,8 @@ def _flag_args(cfg: dict) -> list[str]:
         args.append("--cuda-graphs")
     if cfg.get("compile"):
         args += ["--compile", cfg["compile"]]
+    if m.get("checkpoint"):
+        args.append("--checkpoint-activations")
     return args
 
 
@@ -303,7 +305,8 @@ def _memory(run_dir: Path, steps: int, prog: str, train_cmd: tuple[str, ...]) ->
     try:
         run = load_run(run_dir)
         cfg = run["config"]
-        v = verify_headroom(run_dir, steps, _flag_args(cfg), int(cfg["data"]["batch_size"]), cfg["device"], train_cmd)
+        v = verify_headroom(run_dir, steps, _flag_args(cfg), int(cfg["data"]["batch_size"]), cfg["device"], train_cmd,
+                            cfg["model"]["arch"])
     except (VerifyError, HeadroomError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2

@@ -13,7 +13,9 @@ is persistent + (peak − persistent) × B / batch. Three unprofiled runs of the
   predicted peak at that batch; **refuted** otherwise. Its images/s (with a 95% interval from its step times)
   beside the baseline's says what the larger batch bought;
 - ``expandable_segments``: the baseline with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, reported as a
-  trade: GiB of peak reserved saved, ms per step paid.
+  trade: GiB of peak reserved saved, ms per step paid;
+- ``checkpointing`` (resnet8/resnet18): the baseline with ``--checkpoint-activations``, a trade too: GiB of peak
+  allocated saved, ms per step paid.
 
 Writes ``memory_verification`` into run.json, a section of diagnosis.md and TensorBoard scalars
 ``verify/memory_*``. Bad input (a CPU run, no memory section, no prediction): one line, exit 2, nothing written.
@@ -28,6 +30,7 @@ import os
 import statistics
 from pathlib import Path
 
+from .config import CHECKPOINTED_ARCHS
 from .launch import INSTALLED_TRAIN, TrainFailed, run_train
 from .profiler.analysis.memory import GIB, MIB
 from .profiler.diff import t_quantile
@@ -116,7 +119,7 @@ def prediction(run_dir: Path, batch: int) -> dict:
 
 
 def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int, device: str,
-                    train_cmd: tuple[str, ...] = INSTALLED_TRAIN) -> dict:
+                    train_cmd: tuple[str, ...] = INSTALLED_TRAIN, arch: str = "") -> dict:
     """The three runs (module docstring) and the result. ``base_args``: the run's train.py flags, unprofiled."""
     if device != "cuda":
         raise HeadroomError(f"{run_dir}: a {device} run; the memory headroom is verified on a CUDA run")
@@ -130,6 +133,9 @@ def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int,
     baseline = _run(base, out_dir, "baseline_memory", train_cmd)
     headroom = _run(bigger, out_dir, "headroom", train_cmd)
     expandable = _run(base, out_dir, "expandable_segments", train_cmd, EXPANDABLE)
+    checkpointed = None
+    if arch in CHECKPOINTED_ARCHS and "--checkpoint-activations" not in base:
+        checkpointed = _run([*base, "--checkpoint-activations"], out_dir, "checkpointing", train_cmd)
     if headroom["ok"] and headroom["peak_allocated"] > 0:
         error = headroom["peak_allocated"] / pred["predicted_peak"] - 1
         result = "confirmed" if abs(error) <= PEAK_TOLERANCE else "refuted"
@@ -139,9 +145,14 @@ def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int,
     if baseline["ok"] and expandable["ok"]:
         trade = {"reserved_saved_gib": (baseline["peak_reserved"] - expandable["peak_reserved"]) / GIB,
                  "ms_per_step_paid": (expandable["step_ms"] or 0) - (baseline["step_ms"] or 0)}
+    ckpt_trade = None
+    if checkpointed is not None and baseline["ok"] and checkpointed["ok"]:
+        ckpt_trade = {"allocated_saved_gib": (baseline["peak_allocated"] - checkpointed["peak_allocated"]) / GIB,
+                      "ms_per_step_paid": (checkpointed["step_ms"] or 0) - (baseline["step_ms"] or 0)}
     return {"result": result, "prediction": pred, "peak_error": error, "tolerance": PEAK_TOLERANCE,
             "baseline": baseline, "headroom": headroom, "expandable_segments": expandable,
-            "expandable_trade": trade, "steps": steps}
+            "expandable_trade": trade, "checkpointing": checkpointed, "checkpointing_trade": ckpt_trade,
+            "steps": steps}
 
 
 def _with_batch(args: list[str], batch: int) -> list[str]:
@@ -168,6 +179,11 @@ def record(run_dir: Path, v: dict) -> str:
     if t is not None:
         md += (f"\nExpandable segments ({EXPANDABLE}) at the run's batch: {t['reserved_saved_gib']:+.2f} GiB of peak "
                f"reserved saved, {t['ms_per_step_paid']:+.3f} ms a step paid.\n")
+    c = v.get("checkpointing_trade")
+    if c is not None:
+        md += (f"\nActivation checkpointing (--checkpoint-activations) at the run's batch: "
+               f"{c['allocated_saved_gib']:+.2f} GiB of peak allocated saved, {c['ms_per_step_paid']:+.3f} ms a step "
+               "paid.\n")
     run = json.loads((run_dir / "run.json").read_text())
     run["memory_verification"] = v
     write_text_atomic(run_dir / "run.json", json.dumps(run, indent=2, default=str) + "\n")
