@@ -129,8 +129,8 @@ b = int(sys.argv[1])
 {family}
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 try:
+    x, y = batch(b)  # made once, as in the recorded loop (PEAK_LOOP), where it is part of the persistent bytes
     for _ in range(3):
-        x, y = batch(b)
         loss(model, x, y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
