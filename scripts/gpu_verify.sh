@@ -35,9 +35,10 @@
 # CAL_TIMEOUT, 280 s); the joined Markdown table in OUT_DIR/calibration.md for BENCHMARKS.md (CAL_ARGS adds
 # flags, e.g. "--families gru,transformer"; Lightning and HF need lightning / transformers installed).
 #
-# memory: scripts/verify_memory.py --parts peaks oom, each profiled step's peak from the trace against
-# torch.cuda.max_memory_allocated() on the loop families (plain torch.profiler, stepscope.schedule, the trainer)
-# and a real out-of-memory capture; memory_extra: --parts boundary causes, the predicted largest batch tried at
+# memory: scripts/verify_memory.py --parts peaks oom history, each profiled step's peak from the trace against
+# torch.cuda.max_memory_allocated() on the loop families (plain torch.profiler, stepscope.schedule, the trainer),
+# a real out-of-memory capture and the cost of allocation stacks; memory_extra: --parts boundary causes, the
+# predicted largest batch tried at
 # 0.9x and 1.1x in fresh processes, injected causes MEM_REPS (3) times with and without, and stepscope verify
 # --memory on a profiled resnet18 run (OUT_DIR/memory_verify.json). Both write
 # OUT_DIR/memory*/memory_truth.json and a log.
@@ -330,9 +331,9 @@ part_calibrate() {
   python3 scripts/calibrate_overhead.py --table "$OUT"/calibration_*.json | tee "$OUT/calibration.md"
 }
 part_memory() {
-  stamp "verify_memory.py --parts peaks oom: trace peaks vs max_memory_allocated per step; a real OOM captured"
-  timeout "${MEM_TIMEOUT:-420}" python3 scripts/verify_memory.py --out "$OUT/memory" --parts peaks oom ${MEM_ARGS:-} \
-    > "$OUT/memory.log" 2>&1; echo "exit $?"; grep -E "^(peaks|oom)" "$OUT/memory.log"
+  stamp "verify_memory.py --parts peaks oom history: trace peaks vs max_memory_allocated; a real OOM; stacks' cost"
+  timeout "${MEM_TIMEOUT:-420}" python3 scripts/verify_memory.py --out "$OUT/memory" --parts peaks oom history \
+    ${MEM_ARGS:-} > "$OUT/memory.log" 2>&1; echo "exit $?"; grep -E "^(peaks|oom|history)" "$OUT/memory.log"
 }
 part_memory_extra() {
   stamp "verify_memory.py --parts boundary causes: predicted largest batch, injected causes (${MEM_REPS:-3} each way)"

@@ -15,6 +15,8 @@ causes    injected causes, ``--reps`` runs with and ``--reps`` without each (one
           positives of the matching finding.
 oom       a real out-of-memory error in a stepscope.profile loop (memory history on): the process ends with the
           error, and oom/ holds the snapshot (with stacks), oom.json and diagnosis.md.
+history   what allocation stacks cost: a resnet18 step with torch.cuda.memory._record_memory_history on and off,
+          interleaved in one process.
 
 Writes ``OUT/memory_truth.json`` and prints a table per part. Every try is bounded by a timeout.
 """
@@ -182,6 +184,35 @@ with stepscope.profile(sys.argv[1], wait=5, warmup=1, active=2, skip_first=0, ca
         prof.step()
 """
 
+# the cost of allocation stacks: the same loop timed with torch.cuda.memory._record_memory_history on and off,
+# interleaved blocks of steps in one process (CUDA events around each block)
+HISTORY_LOOP = """
+import json, statistics, torch, torchvision
+model = torchvision.models.resnet18().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(128, 3, 224, 224, device="cuda"), torch.randint(0, 1000, (128,), device="cuda")
+def block(n=20):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / n
+block()
+times = {"off": [], "on": []}
+for _ in range(5):
+    for mode in ("off", "on"):
+        torch.cuda.memory._record_memory_history(max_entries=100000 if mode == "on" else 0,
+                                                 enabled="all" if mode == "on" else None)
+        block(3)
+        times[mode].append(block())
+torch.cuda.memory._record_memory_history(enabled=None)
+print(json.dumps({k: statistics.median(v) for k, v in times.items()}))
+"""
+
 FINDING = {"fragmentation": "fragmentation", "churn": "allocator_churn", "creep": "memory_creep"}
 
 
@@ -322,12 +353,24 @@ def oom(out: Path) -> dict:
     return row
 
 
+def history_cost() -> dict:
+    r = _run(HISTORY_LOOP, [])
+    if r.returncode != 0:
+        print(f"history: failed {r.stderr.strip().splitlines()[-1:]}", flush=True)
+        return {"exit": r.returncode}
+    t = json.loads(r.stdout.strip().splitlines()[-1])
+    row = {"off_ms": t["off"], "on_ms": t["on"], "ratio": t["on"] / t["off"]}
+    print(f"history: resnet18 bs128 step {t['off']:.2f} ms without allocation stacks, {t['on']:.2f} ms with "
+          f"({row['ratio']:.3f}x; medians of 5 interleaved blocks of 20 steps)", flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="verify_memory.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reps", type=int, default=3, help="runs with and without each injected cause")
-    p.add_argument("--parts", nargs="+", default=["peaks", "boundary", "causes", "oom"],
-                   choices=["peaks", "boundary", "causes", "oom"])
+    p.add_argument("--parts", nargs="+", default=["peaks", "boundary", "causes", "oom", "history"],
+                   choices=["peaks", "boundary", "causes", "oom", "history"])
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--boundary-families", nargs="+", default=["resnet50", "vit_b_16", "gpt"], choices=list(FAMILIES))
     a = p.parse_args(argv)
@@ -348,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
             result["parts"]["boundary"] = boundary(work, a.boundary_families)
         elif part == "causes":
             result["parts"]["causes"] = causes(work, a.reps)
+        elif part == "history":
+            result["parts"]["history"] = history_cost()
         else:
             result["parts"]["oom"] = oom(work)
         print(f"=== {part}: {time.time() - t0:.0f} s", flush=True)
