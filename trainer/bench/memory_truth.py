@@ -234,8 +234,7 @@ def _memory(folder: Path):
     return span.memory
 
 
-def peaks(out: Path, families: list[str]) -> list[dict]:
-    rows = []
+def peaks(out: Path, families: list[str], rows: list, save) -> list[dict]:
     for name in families:
         for style in ("torch", "schedule") if name in ("resnet50", "gpt") else ("torch",):
             folder = out / "peaks" / f"{name}_{style}"
@@ -244,6 +243,7 @@ def peaks(out: Path, families: list[str]) -> list[dict]:
             if r.returncode != 0:
                 row["error"] = r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else []
                 rows.append(row)
+                save()
                 print(f"peaks {name} {style}: failed ({row['error']})", flush=True)
                 continue
             truth = {int(k): v for k, v in json.loads(r.stdout.strip().splitlines()[-1])["truth"].items()}
@@ -256,11 +256,13 @@ def peaks(out: Path, families: list[str]) -> list[dict]:
             row["steps"] = steps
             row["pass"] = bool(steps) and all(s["error"] is not None and abs(s["error"]) <= PEAK_TOLERANCE for s in steps)
             rows.append(row)
+            save()
             print(f"peaks {name} {style}: " + ", ".join(f"step {s['step']} trace {s['trace'] / 2**30:.3f} GiB truth "
                                                        f"{(s['truth'] or 0) / 2**30:.3f} GiB ({100 * (s['error'] or 0):+.2f}%)"
                                                        for s in steps) + f" -> {'pass' if row['pass'] else 'FAIL'}",
                   flush=True)
     rows.append(trainer_peak(out))
+    save()
     return rows
 
 
@@ -268,9 +270,12 @@ def trainer_peak(out: Path) -> dict:
     """The trainer, profiled (profile_memory on by default): its trace's step peaks against the run's largest
     window peak of torch.cuda.max_memory_allocated (run.json final telemetry mem_peak_allocated_mib)."""
     logdir = out / "peaks" / "trainer"
-    r = subprocess.run([sys.executable, "scripts/train.py", "--profile", "--arch", "resnet18", "--batch-size", "128",
-                        "--steps", "40", "--log-every", "10", "--device", "cuda", "--logdir", str(logdir),
-                        "--run-name", "r"], capture_output=True, text=True, timeout=TRY_TIMEOUT_S * 2)
+    try:
+        r = subprocess.run([sys.executable, "scripts/train.py", "--profile", "--arch", "resnet18", "--batch-size",
+                            "128", "--steps", "40", "--log-every", "10", "--device", "cuda", "--logdir", str(logdir),
+                            "--run-name", "r"], capture_output=True, text=True, timeout=TRY_TIMEOUT_S * 2)
+    except subprocess.TimeoutExpired:
+        return {"family": "resnet18", "recorder": "trainer", "exit": 124, "error": ["timed out"]}
     row = {"family": "resnet18", "recorder": "trainer", "exit": r.returncode}
     if r.returncode != 0:
         row["error"] = r.stderr.strip().splitlines()[-1:]
@@ -287,8 +292,7 @@ def trainer_peak(out: Path) -> dict:
     return row
 
 
-def boundary(out: Path, families: list[str]) -> list[dict]:
-    rows = []
+def boundary(out: Path, families: list[str], rows: list, save) -> list[dict]:
     for name in families:
         folder = out / "boundary" / name
         b0 = FAMILIES[name][0]
@@ -310,13 +314,13 @@ def boundary(out: Path, families: list[str]) -> list[dict]:
         ok = tries[0.9][1] == "ok" and tries[1.1][1] == "oom"
         rows.append({"family": name, "batch": b0, "scale": scale, "predicted": predicted,
                      "tries": {str(k): v for k, v in tries.items()}, "pass": ok})
+        save()
         print(f"boundary {name}: recorded at batch {b0}, predicted largest {predicted}; at {tries[0.9][0]}: "
               f"{tries[0.9][1]}, at {tries[1.1][0]}: {tries[1.1][1]} -> {'pass' if ok else 'FAIL'}", flush=True)
     return rows
 
 
-def causes(out: Path, reps: int) -> list[dict]:
-    rows = []
+def causes(out: Path, reps: int, rows: list, save) -> list[dict]:
     for cause, finding in FINDING.items():
         found = {True: 0, False: 0}
         runs = {True: 0, False: 0}
@@ -332,6 +336,7 @@ def causes(out: Path, reps: int) -> list[dict]:
                 found[on] += finding in [f.id for f in _memory(folder / str(rep)).findings]
         rows.append({"cause": cause, "finding": finding, "runs_with": runs[True], "hits": found[True],
                      "runs_without": runs[False], "false_positives": found[False]})
+        save()
         print(f"causes {cause}: {finding} found in {found[True]} of {runs[True]} runs with the cause, "
               f"{found[False]} of {runs[False]} without", flush=True)
     return rows
@@ -383,18 +388,23 @@ def main(argv: list[str] | None = None) -> int:
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}
     path = a.out / "memory_truth.json"
+
+    def save() -> None:  # after every row: a run cut off by its timeout keeps what it measured
+        path.write_text(json.dumps(result, indent=1, default=str))
+
     for part in a.parts:
         t0 = time.time()
+        rows = result["parts"].setdefault(part, [])
         if part == "peaks":
-            result["parts"]["peaks"] = peaks(work, a.families)
+            peaks(work, a.families, rows, save)
         elif part == "boundary":
-            result["parts"]["boundary"] = boundary(work, a.boundary_families)
+            boundary(work, a.boundary_families, rows, save)
         elif part == "causes":
-            result["parts"]["causes"] = causes(work, a.reps)
+            causes(work, a.reps, rows, save)
         elif part == "history":
             result["parts"]["history"] = history_cost()
         else:
             result["parts"]["oom"] = oom(work)
         print(f"=== {part}: {time.time() - t0:.0f} s", flush=True)
-        path.write_text(json.dumps(result, indent=1, default=str))  # a cut-off run keeps what it measured
+        save()
     return 0
