@@ -272,3 +272,14 @@ def test_diff_gives_the_peak_change_with_its_noise():
     assert d["significant"] and d["headroom_delta_pct"] < 0
     same = compare_runs(small, small, "a", "b")["memory"]
     assert same["peak_allocated_delta_gib"] == 0 and not same["significant"]
+
+
+def test_a_larger_batch_gets_synthetic_data_for_two_batches_and_its_bytes_are_predicted():
+    from stepscope.verify_headroom import SYNTHETIC_SAMPLE_BYTES, _enough_data
+    args = ["--data", "synthetic", "--data-placement", "device", "--synthetic-train-size", "4096", "--batch-size", "9000"]
+    out, extra = _enough_data(args, 9000)
+    assert out[out.index("--synthetic-train-size") + 1] == "18000" and extra == (18000 - 4096) * SYNTHETIC_SAMPLE_BYTES
+    host = _enough_data([*args[:3], "host", *args[4:]], 9000)
+    assert host[1] == 0
+    assert _enough_data(args, 1000) is None
+    assert _enough_data(["--data", "cifar10", *args[2:]], 9000) is None

@@ -130,6 +130,11 @@ def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int,
                             "to verify again)")
     base = [*base_args, "--steps", str(steps)]
     bigger = _with_batch(base, pred["predicted_batch"])
+    grown = _enough_data(bigger, pred["predicted_batch"])
+    if grown:  # synthetic data on the device: the larger data set is persistent memory too
+        bigger = grown[0]
+        pred["predicted_peak"] += grown[1]
+        pred["data_bytes_added"] = grown[1]
     baseline = _run(base, out_dir, "baseline_memory", train_cmd)
     headroom = _run(bigger, out_dir, "headroom", train_cmd)
     expandable = _run(base, out_dir, "expandable_segments", train_cmd, EXPANDABLE)
@@ -153,6 +158,24 @@ def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int,
             "baseline": baseline, "headroom": headroom, "expandable_segments": expandable,
             "expandable_trade": trade, "checkpointing": checkpointed, "checkpointing_trade": ckpt_trade,
             "steps": steps}
+
+
+SYNTHETIC_SAMPLE_BYTES = 3 * 32 * 32 * 4 + 8  # a synthetic image (float32) and its label (int64)
+
+
+def _enough_data(args: list[str], batch: int) -> tuple[list[str], int] | None:
+    """For synthetic data smaller than two batches: the flags with twice the batch of samples, and the bytes that
+    adds on the device (0 when the data stays on the host); None when the data set is large enough."""
+    if args[args.index("--data") + 1] != "synthetic":
+        return None
+    i = args.index("--synthetic-train-size")
+    size = int(args[i + 1])
+    if size >= 2 * batch:
+        return None
+    out = list(args)
+    out[i + 1] = str(2 * batch)
+    on_device = args[args.index("--data-placement") + 1] == "device"
+    return out, (2 * batch - size) * SYNTHETIC_SAMPLE_BYTES if on_device else 0
 
 
 def _with_batch(args: list[str], batch: int) -> list[str]:
