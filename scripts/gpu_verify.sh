@@ -3,6 +3,7 @@
 #
 #   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations gaps nvml verdicts_ddp verify
 #                                                     verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate
+#                                                     memory memory_extra
 #                                                     (default: compare overhead plugin tests)
 #
 # loops: the same scenarios (and the held-out families) as plain loops with stepscope.schedule +
@@ -34,6 +35,14 @@
 # CAL_TIMEOUT, 280 s); the joined Markdown table in OUT_DIR/calibration.md for BENCHMARKS.md (CAL_ARGS adds
 # flags, e.g. "--families gru,transformer"; Lightning and HF need lightning / transformers installed).
 #
+# memory: scripts/verify_memory.py --parts peaks oom history, each profiled step's peak from the trace against
+# torch.cuda.max_memory_allocated() on the loop families (plain torch.profiler, stepscope.schedule, the trainer),
+# a real out-of-memory capture and the cost of allocation stacks; memory_extra: --parts boundary causes, the
+# predicted largest batch tried at
+# 0.9x and 1.1x in fresh processes, injected causes MEM_REPS (3) times with and without, and stepscope verify
+# --memory on a profiled resnet18 run (OUT_DIR/memory_verify.json). Both write
+# OUT_DIR/memory*/memory_truth.json and a log.
+#
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
 # Parts run in the order given, each bounded by its own timeout, and write logs and JSON under
@@ -46,8 +55,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -320,6 +329,23 @@ part_calibrate() {
     cp "$L/cal/$style/calibration.json" "$OUT/calibration_$style.json" 2>/dev/null
   done
   python3 scripts/calibrate_overhead.py --table "$OUT"/calibration_*.json | tee "$OUT/calibration.md"
+}
+part_memory() {
+  stamp "verify_memory.py --parts peaks oom history: trace peaks vs max_memory_allocated; a real OOM; stacks' cost"
+  timeout "${MEM_TIMEOUT:-420}" python3 scripts/verify_memory.py --out "$OUT/memory" --parts peaks oom history \
+    ${MEM_ARGS:-} > "$OUT/memory.log" 2>&1; echo "exit $?"; grep -E "^(peaks|oom|history)" "$OUT/memory.log"
+}
+part_memory_extra() {
+  stamp "verify_memory.py --parts boundary causes: predicted largest batch, injected causes (${MEM_REPS:-3} each way)"
+  timeout "${MEMX_TIMEOUT:-540}" python3 scripts/verify_memory.py --out "$OUT/memory_extra" --parts boundary causes \
+    --reps "${MEM_REPS:-3}" ${MEMX_ARGS:-} > "$OUT/memory_extra.log" 2>&1; echo "exit $?"
+  grep -E "^(boundary|causes)" "$OUT/memory_extra.log"
+  stamp "stepscope verify --memory: a profiled resnet18 run re-run at its predicted batch and with expandable segments"
+  timeout 150 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --steps 40 --log-every 10 \
+    --device cuda --logdir "$L/mem" --run-name r > "$OUT/memory_verify_train.log" 2>&1; echo "exit $?"
+  timeout 400 python3 scripts/verify.py "$L/mem/r" --memory --steps 40 > "$OUT/memory_verify.log" 2>&1; echo "exit $?"
+  cat "$OUT/memory_verify.log"; python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))
+    .get("memory_verification"), indent=1))' "$L/mem/r/run.json" > "$OUT/memory_verify.json" 2>/dev/null
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"

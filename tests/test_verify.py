@@ -118,8 +118,11 @@ def test_an_unprofiled_run_and_a_cpu_bound_run_are_refused(tmp_path):
     assert r.returncode == 2 and "no diagnosis in run.json; run stepscope train with --profile" in r.stderr
     r = verify(tmp_path / "prof")
     assert r.returncode == 2 and "no trainer option expresses its remedy" in r.stderr
+    r = verify(tmp_path / "prof", "--memory", "--steps", "30")  # the memory headroom needs a CUDA run
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "a cpu run; the memory headroom is verified" in r.stderr
     run = json.loads((tmp_path / "prof" / "run.json").read_text())
-    assert "verification" not in run and not (tmp_path / "prof" / "verify").exists()
+    assert "verification" not in run and "memory_verification" not in run
+    assert not (tmp_path / "prof" / "verify").exists()
 
 
 def test_the_data_bound_prediction_is_a_range_bounded_by_the_cores():

@@ -60,6 +60,8 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p.add_argument("--bf16", action=B, default=d.bf16, help="bf16 autocast on CUDA")
     p.add_argument("--channels-last", action=B, default=d.channels_last, help="channels_last on CUDA")
     p.add_argument("--cuda-graphs", action="store_true", help="capture the whole step as one CUDA graph")
+    p.add_argument("--checkpoint-activations", action=B, default=d.model.checkpoint,
+                   help="recompute each residual block in the backward: less memory, more compute (resnets)")
     p.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
                    help=f"torch.compile the model: {', '.join(COMPILE_MODES)}")
     p.add_argument("--logdir", type=non_empty_path, default=d.run.logdir)
@@ -84,7 +86,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
 def config_from_args(a: argparse.Namespace, device: str) -> TrainConfig:
     """The config of parsed flags; `device` is the resolved one ("cpu" or "cuda", see `resolve_device`)."""
     return TrainConfig(
-        model=ModelConfig(arch=a.arch, ops=a.ops),
+        model=ModelConfig(arch=a.arch, ops=a.ops, checkpoint=a.checkpoint_activations),
         data=DataConfig(name=a.data, data_dir=a.data_dir, download=a.download, batch_size=a.batch_size,
                         workers=a.workers, placement=a.data_placement, pin_memory=a.pin_memory,
                         augment=a.augment,

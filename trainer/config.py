@@ -22,6 +22,9 @@ OPS = ("native", "custom")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
+CHECKPOINTED_ARCHS = ("resnet8", "resnet18")  # the archs whose blocks --checkpoint-activations recomputes
+
+
 class ConfigError(ValueError):
     """A bad flag value. The message is one line, shown as is, and the program exits with code 2."""
 
@@ -31,6 +34,7 @@ class ModelConfig:
     arch: str = "resnet8"  # tiny and CPU-friendly: the default run must finish in a minute on 2 cores
     num_classes: int = 10
     ops: str = "native"  # "custom" swaps in kernels/ (stepscope::relu, stepscope::add_relu)
+    checkpoint: bool = False  # activation checkpointing: each residual block recomputed in the backward (resnets)
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,8 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.run.run_name is not None:
         plain_name("--run-name", cfg.run.run_name)
     _writable_logdir(cfg.run.logdir)
+    if cfg.model.checkpoint and cfg.model.arch not in CHECKPOINTED_ARCHS:
+        raise ConfigError(f"--checkpoint-activations: {', '.join(CHECKPOINTED_ARCHS)} only (not {cfg.model.arch})")
     _validate_profile(cfg)
     if cfg.cuda_graphs and cfg.device != "cuda":
         raise ConfigError("--cuda-graphs needs a CUDA GPU (graphs capture CUDA work); drop it on CPU")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .profiler.cli.oneline import print_error
+from .profiler.capture.cycle import MEMORY_KEYS
 from .profiler.serve.diagnose import diagnose_run
 from .profiler.trace.errors import TraceError
 from .profiler.trace.files import find_plugin_traces
@@ -49,7 +50,7 @@ def widest_final() -> dict:
     """final_numbers' keys, each with the widest value it can hold: the most room the final numbers take."""
     return {k: WIDEST for k in ("steps", "train_loss", "eval_accuracy", "images_per_s", "mean_step_ms",
                                 "median_step_ms", "timed_steps")} | {
-        "telemetry": {k: WIDEST for k in ("steps", "step_ms", *PHASES)}}
+        "telemetry": {k: WIDEST for k in ("steps", "step_ms", *PHASES, *MEMORY_KEYS)}}
 
 
 def reserve_bytes(record: RunRecord) -> int:

@@ -28,6 +28,8 @@ from .env import Env, configure_process, make_env, seed_everything
 from .finish import RunParts, finish_run, reserve_bytes
 from .models import build_model
 from .optim import build_optimizer, loss_fn
+from .profiler.capture.memory_stats import MemoryWindows
+from .profiler.capture.oom import OomCapture, is_oom
 from .profiler.capture.phases import Phases
 from .profiler.capture.writer import (
     NullProfiler,
@@ -147,11 +149,16 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     progress = Progress()
     clock = StepClock(env.device)
     thr = Throughput(cfg.data.batch_size * env.world_size)
+    memory = MemoryWindows()  # the allocator's counters at each log window's edge (after its sync point)
+    oom = OomCapture(run_dir, f"rank{env.rank}", telemetry=lambda: {
+        **memory.telemetry(windows=len(memory.edges)), "windows": [{"step": s, **r} for s, r in memory.edges]})
     bar = tqdm(total=cfg.steps, disable=None if env.is_main else True, unit="step", file=sys.stderr)
 
     def log_window(across_ranks: bool = True) -> None:
         times = clock.drain()  # sync point: waits for the last step boundary
         thr.add(times)
+        memory.edge(progress.steps, closing=True)  # the window's peaks and counters; its peaks reset
+        thr.memory = memory.telemetry(windows=len(memory.edges))
         loss_sum, count = step.take_loss()
         if count:
             loss = all_reduce_sum(loss_sum) / env.world_size if across_ranks else loss_sum
@@ -164,7 +171,11 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
             scalars["perf/step_ms"] = window_ms
             scalars["perf/images_per_s"] = thr.batch_size / (window_ms / 1e3)
         if env.is_cuda:
-            scalars["perf/peak_cuda_mem_mb"] = torch.cuda.max_memory_allocated(env.device) / 2**20
+            scalars["perf/peak_cuda_mem_mb"] = memory.run_peak_allocated / 2**20  # the run's, as before the resets
+            if memory.edges:
+                window = memory.edges[-1][1]
+                scalars["perf/window_peak_reserved_mb"] = window["peak_reserved"] / 2**20
+                scalars["perf/alloc_retries"] = float(window["retries"])
         log.scalars(scalars, progress.steps)
         bar.set_postfix(loss=f"{progress.train_loss:.3f}", img_s=f"{thr.images_per_s:.0f}")
 
@@ -202,6 +213,8 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
         if no_space(e):  # a full disk: record what the run reached if run.json still fits, then fail
             status, failure = "failed", e
         elif not stop.explains(e):
+            if is_oom(e):  # what was live, written under run_dir/oom/ before the error goes on unchanged
+                oom.capture(e)
             release_space(run_dir)  # a crash: run.json stays "running", with the traceback on stderr
             raise
         else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torchvision
 from torch import nn
+from torch.utils.checkpoint import checkpoint_sequential
 
 from .config import ModelConfig
 from .elementwise import Activation, AddActivation, Elementwise, make_elementwise
@@ -53,8 +54,17 @@ class CifarResNet(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(cin, num_classes)
 
+    checkpoint = False  # activation checkpointing (build_model): the blocks' activations recomputed in the backward
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+        h = self.stem(x)
+        if self.checkpoint and self.training and torch.is_grad_enabled():
+            # each block's input is kept and its inside recomputed in the backward (BatchNorm's running
+            # statistics are then updated twice a step)
+            h = checkpoint_sequential(self.layers, len(self.layers), h, use_reentrant=False)
+        else:
+            h = self.layers(h)
+        return self.fc(torch.flatten(self.pool(h), 1))
 
 
 class LeNet(nn.Module):
@@ -88,10 +98,11 @@ def _torchvision_resnet18(num_classes: int, ops: Elementwise) -> nn.Module:
 
 def build_model(cfg: ModelConfig) -> nn.Module:
     ops = make_elementwise(cfg.ops)
-    if cfg.arch == "resnet8":
-        return CifarResNet([1, 1, 1], [16, 32, 64], cfg.num_classes, ops)
-    if cfg.arch == "resnet18":
-        return CifarResNet([2, 2, 2, 2], [64, 128, 256, 512], cfg.num_classes, ops)
+    if cfg.arch in ("resnet8", "resnet18"):
+        m = (CifarResNet([1, 1, 1], [16, 32, 64], cfg.num_classes, ops) if cfg.arch == "resnet8"
+             else CifarResNet([2, 2, 2, 2], [64, 128, 256, 512], cfg.num_classes, ops))
+        m.checkpoint = cfg.checkpoint
+        return m
     if cfg.arch == "torchvision-resnet18":
         return _torchvision_resnet18(cfg.num_classes, ops)
     if cfg.arch == "lenet":

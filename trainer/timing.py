@@ -145,6 +145,7 @@ class Throughput:
     def __post_init__(self) -> None:
         self.all_ms = []
         self.phases = []
+        self.memory: dict = {}  # the allocator's counters at the log windows' edges (memory_stats.KEYS), CUDA only
 
     def add(self, times: list[StepTime]) -> None:
         for t in times:
@@ -176,6 +177,7 @@ class Throughput:
         q = statistics.quantiles(self.all_ms, n=4) if len(self.all_ms) > 1 else [self.all_ms[0]] * 3
         out.update(step_ms_mean=statistics.fmean(self.all_ms), step_ms_median=q[1], step_ms_p25=q[0],
                    step_ms_p75=q[2])
+        out.update(self.memory)
         return out
 
     @property

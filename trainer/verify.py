@@ -2,6 +2,7 @@
 
     stepscope verify logs/<run>                  # = python scripts/verify.py logs/<run>
     stepscope verify logs/<run> --steps 400
+    stepscope verify logs/<run> --memory         # the memory headroom instead (verify_headroom.py)
 
 Reads the run's run.json (its resolved config and its diagnosis), picks the trainer option that removes the
 verdict's cause (the cause's fixes in the verdict registry, profiler/analysis/verdicts.py, the first that
@@ -72,6 +73,8 @@ def _flag_args(cfg: dict) -> list[str]:
         args.append("--cuda-graphs")
     if cfg.get("compile"):
         args += ["--compile", cfg["compile"]]
+    if m.get("checkpoint"):
+        args.append("--checkpoint-activations")
     return args
 
 
@@ -278,9 +281,14 @@ def main(argv: list[str] | None = None, prog: str = "stepscope verify",
     p = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a profiled run of stepscope train")
     p.add_argument("--steps", type=int, default=300, help="steps per timed run (default 300)")
+    p.add_argument("--memory", action="store_true",
+                   help="verify the memory headroom instead: re-run at the predicted largest batch, and with "
+                        "expandable segments (docs/memory.md)")
     a = p.parse_args(argv)
     if a.steps < 30:
         p.error(f"--steps {a.steps} is too few for a stable median; use 30 or more")
+    if a.memory:
+        return _memory(a.run_dir, a.steps, prog, train_cmd)
     try:
         v = verify(a.run_dir, a.steps, train_cmd)
     except VerifyError as e:
@@ -288,6 +296,22 @@ def main(argv: list[str] | None = None, prog: str = "stepscope verify",
         return 2
     print(record(a.run_dir, v).strip().splitlines()[-1])
     return 0 if v["result"] != "refuted" else 1
+
+
+def _memory(run_dir: Path, steps: int, prog: str, train_cmd: tuple[str, ...]) -> int:
+    """``--memory``: verify_headroom.py's three runs; exit 0 when the prediction is confirmed, 1 when refuted."""
+    from .verify_headroom import HeadroomError, verify_headroom
+    from .verify_headroom import record as record_headroom
+    try:
+        run = load_run(run_dir)
+        cfg = run["config"]
+        v = verify_headroom(run_dir, steps, _flag_args(cfg), int(cfg["data"]["batch_size"]), cfg["device"], train_cmd,
+                            cfg["model"]["arch"])
+    except (VerifyError, HeadroomError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    print(record_headroom(run_dir, v).strip())
+    return 0 if v["result"] == "confirmed" else 1
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from stepscope.profiler.analysis.events import (
     ParsedTrace,
     Step,
     _int_or_none,
+    device_memory,
 )
 from stepscope.profiler.analysis.inferred_steps import FROM_PROFILER, infer_steps
 from stepscope.profiler.analysis.select import StepSelection
@@ -84,7 +85,9 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
             args = e.get("args") or {}
             try:
                 memory.append(MemorySample(float(e["ts"]) - base, int(args.get("Device Type", 0)),
-                                           int(args.get("Total Allocated", 0))))
+                                           int(args.get("Total Allocated", 0)), int(args.get("Total Reserved", 0)),
+                                           int(args.get("Bytes", 0)), int(args.get("Addr", 0)),
+                                           int(args.get("Device Id", 0)), e.get("tid")))
             except (KeyError, TypeError, ValueError):
                 raise TraceError(f"{worker}.{span}: [memory] event #{i} has no numeric ts/args") from None
             continue
@@ -147,7 +150,8 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
         python_builtins=tuple(sorted(python_builtins)), long_frames=tuple(sorted(long_frames)),
-        model_spans=tuple(sorted(model_spans)), recorded_shapes=shapes, steps_from=steps_from)
+        model_spans=tuple(sorted(model_spans)), recorded_shapes=shapes, steps_from=steps_from,
+        device_memory=device_memory(props))
 
 
 def _base(events: list) -> float:

@@ -94,4 +94,37 @@ def compare_runs(a: Measured, b: Measured, name_a: str = "A", name_b: str = "B",
                 "delta_ms": (ops_b.get(n) or 0.0) - (ops_a.get(n) or 0.0)} for n in {*ops_a, *ops_b}]
     changed.sort(key=lambda r: (-abs(r["delta_ms"]), r["name"]))
     out["ops"] = changed[:TOP_CHANGED]
+    memory = memory_delta(a.report, b.report)
+    if memory is not None:
+        out["memory"] = memory
     return out
+
+
+def _memory_side(report: dict) -> dict | None:
+    """A run's largest peaks and smallest headroom over its traces' GPUs (its CPU on a CPU run), and the
+    spread of its profiled steps' peaks (the noise a difference must exceed)."""
+    devs = [d for s in report.get("spans", []) if s.get("memory") for d in s["memory"]["devices"]]
+    devs = [d for d in devs if d["device"] != "cpu"] or devs
+    if not devs:
+        return None
+    peaks = [st["peak_allocated_gib"] for d in devs for st in d["steps"]]
+    headroom = [d["headroom_pct"] for d in devs if d.get("headroom_pct") is not None]
+    return {"peak_allocated_gib": max(d["peak_allocated_gib"] for d in devs),
+            "peak_reserved_gib": max(d["peak_reserved_gib"] for d in devs),
+            "headroom_pct": min(headroom) if headroom else None, "step_spread_gib": max(peaks) - min(peaks)}
+
+
+def memory_delta(report_a: dict, report_b: dict) -> dict | None:
+    """B's memory against A's: the peak allocated and reserved and the headroom, each B minus A; the noise is
+    the larger spread of either run's step peaks, and the peak's change is significant beyond it. None unless
+    both runs have a memory section."""
+    a, b = _memory_side(report_a), _memory_side(report_b)
+    if a is None or b is None:
+        return None
+    delta = b["peak_allocated_gib"] - a["peak_allocated_gib"]
+    noise = max(a["step_spread_gib"], b["step_spread_gib"])
+    return {"a": a, "b": b, "peak_allocated_delta_gib": round(delta, 4),
+            "peak_reserved_delta_gib": round(b["peak_reserved_gib"] - a["peak_reserved_gib"], 4),
+            "headroom_delta_pct": None if a["headroom_pct"] is None or b["headroom_pct"] is None
+            else round(b["headroom_pct"] - a["headroom_pct"], 4),
+            "noise_gib": round(noise, 4), "significant": abs(delta) > noise}

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from .breakdown import Breakdown
 from .findings import Finding, remedies, verdict
+from .memory import rank_imbalance
 from .span import SpanReport
 from .straggler_why import StragglerWhy, straggler_why
 from .verdicts import COMM, STRAGGLER
@@ -91,14 +92,18 @@ class CrossRankReport:
     findings: tuple[Finding, ...]
     remedies: tuple[str, ...]
     why: tuple[StragglerWhy, ...] = ()  # one per straggler, in rank order (straggler_why.py)
+    memory: dict | None = None  # each rank's peak allocated and their imbalance (memory.rank_imbalance)
 
     def to_dict(self) -> dict:
-        return {"span_index": self.span_index, "world_size": len(self.ranks),
-                "ranks": [r.to_dict() for r in self.ranks], "median_step_ms": round(self.median_step_ms, 4),
-                "straggler_ratio": STRAGGLER_RATIO, "stragglers": list(self.stragglers),
-                "stragglers_why": [w.to_dict() for w in self.why],
-                "verdict": self.verdict, "findings": [f.to_dict() for f in self.findings],
-                "remedies": list(self.remedies)}
+        out = {"span_index": self.span_index, "world_size": len(self.ranks),
+               "ranks": [r.to_dict() for r in self.ranks], "median_step_ms": round(self.median_step_ms, 4),
+               "straggler_ratio": STRAGGLER_RATIO, "stragglers": list(self.stragglers),
+               "stragglers_why": [w.to_dict() for w in self.why],
+               "verdict": self.verdict, "findings": [f.to_dict() for f in self.findings],
+               "remedies": list(self.remedies)}
+        if self.memory is not None:
+            out["memory"] = self.memory
+        return out
 
 
 def cross_rank(spans: list[SpanReport]) -> list[CrossRankReport]:
@@ -137,7 +142,8 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
     found = _findings(rows, members)
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
                            tuple(sorted(r.rank for r in rows if r.straggler)), _verdict(rows, members), tuple(found),
-                           tuple(remedies(found)), tuple(_why(members, flagged)))
+                           tuple(remedies(found)), tuple(_why(members, flagged)),
+                           rank_imbalance({rank_of(s): s.memory for s in members}))
 
 
 def _why(members: list[SpanReport], flagged: list[str]) -> list[StragglerWhy]:

@@ -83,9 +83,17 @@ class Step:
 
 
 class MemorySample(NamedTuple):
+    """A ``[memory]`` instant event: one allocation (``bytes`` > 0) or free (< 0) of the caching allocator, on
+    the allocating thread, with the allocator's totals after it. The fields from ``total_reserved`` on are
+    read from the same args of the same event (stream_collect.MEMORY_ARGS lists them for every reader)."""
     ts: float
     device_type: int  # 0 CPU, 1 CUDA (c10::DeviceType)
     total_allocated: int
+    total_reserved: int = 0
+    bytes: int = 0  # signed: an allocation is positive, a free negative
+    addr: int = 0  # the block's address: an allocation and its free share it
+    device_id: int = 0  # -1 for the CPU
+    tid: int | str | None = None  # the allocating thread
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,8 @@ class ParsedTrace:
     long_frames: tuple[str, ...] = ()  # the distinct names of frames of LONG_FRAME_US or more, sorted
     model_spans: tuple[tuple[float, float], ...] = ()  # (start, end) of each MODEL_FRAME_PREFIXES frame
     recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
+    # (device id, totalGlobalMem bytes) of each GPU in the trace's deviceProperties
+    device_memory: tuple[tuple[int, int], ...] = ()
     steps_from: str = FROM_PROFILER  # or, in a trace without ProfilerStep#N, inferred_steps.FROM_*
 
     @property
@@ -123,6 +133,17 @@ def is_comm(name: str) -> bool:
 @lru_cache(maxsize=1 << 16)
 def is_comm_kernel(name: str) -> bool:
     return "nccl" in name.lower()
+
+
+def device_memory(props) -> tuple[tuple[int, int], ...]:
+    """(id, totalGlobalMem) of each GPU a trace's ``deviceProperties`` lists with both as numbers."""
+    out = []
+    for p in props if isinstance(props, list) else ():
+        if isinstance(p, dict):
+            i, total = _int_or_none(p.get("id")), _int_or_none(p.get("totalGlobalMem"))
+            if i is not None and total is not None and total > 0:
+                out.append((i, total))
+    return tuple(out)
 
 
 def _int_or_none(v) -> int | None:

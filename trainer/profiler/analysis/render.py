@@ -62,11 +62,17 @@ def render_console(report: RunReport) -> str:
             lines.append(f"    {_range_line(s)}")
         lines += [f"    {e}" for e in s.evidence[1: 1 + CONSOLE_EVIDENCE_LINES]]
         lines += [_console_finding(f) for f in s.findings[:CONSOLE_FINDINGS]]
+        if s.memory is not None:  # the memory diagnosis (memory.py), its lines all starting with "memory"
+            lines += [f"    {line}" for line in s.memory.lines(top=False)]
+            lines += [f"    memory {f.id}: {f.text}" + (f" [~{f.cost_ms_per_step:.2f} ms/step]" if f.cost_ms_per_step
+                                                       else "") for f in s.memory.findings[:CONSOLE_FINDINGS]]
     for d in report.distributed:
         lines.append(f"  cross-rank (cycle {d.span_index}, {len(d.ranks)} ranks): {d.verdict}, "
                      f"median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)}")
         lines += [_console_finding(f) for f in d.findings[:CONSOLE_FINDINGS]]
         lines += [f"    - why: {w.text()}" for w in d.why]
+        if d.memory is not None:
+            lines += [f"    memory {f['id']}: {f['text']}" for f in d.memory["findings"]]
     return "\n".join(lines)
 
 
@@ -147,6 +153,25 @@ def _markdown_span(s: SpanReport) -> list[str]:
         out += [f"| top {what} | ms/step | calls/step | % |", "|---|---:|---:|---:|"]
         out += [f"| `{_cell(t.name)}` | {t.ms_per_step:.3f} | {t.count_per_step:g} | {t.pct:.1f} |"
                 for t in s.metrics.top] + [""]
+    if s.memory is not None:
+        out += _markdown_memory(s.memory)
+    return out
+
+
+def _markdown_memory(mem) -> list[str]:
+    """The memory section of a trace (memory.py): per device and step, the peak and its composition."""
+    out = ["### Memory", ""] + [f"- {line}" for line in mem.lines()] + [""]
+    for d in mem.devices:
+        out += [f"| {d.device} step | peak allocated GiB | peak reserved GiB | persistent | forward | backward | "
+                "optimizer | optimizer state new | other | reserved but free GiB |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [f"| {st.step} | {st.peak_allocated / 2**30:.2f} | {st.peak_reserved / 2**30:.2f} | "
+                + " | ".join(f"{st.composition[k] / 2**30:.2f}" for k in ("persistent", "forward", "backward",
+                                                                        "optimizer", "optimizer_state_new", "other"))
+                + f" | {st.fragmentation / 2**30:.2f} |" for st in d.steps] + [""]
+    if mem.findings:
+        out += ["| memory finding | remedy |", "|---|---|"]
+        out += [f"| {_cell(f.text, 400)} | {_cell(' '.join(f.remedies), 400)} |" for f in mem.findings] + [""]
     return out
 
 
@@ -162,6 +187,10 @@ def _markdown_cross_rank(d: CrossRankReport) -> list[str]:
             f"{'yes' if r.straggler else ''} |" for r in d.ranks]
     out.append("")
     out += [f"- {md_text(f.text)} (~{f.cost_ms_per_step:.2f} ms/step)" for f in d.findings]
+    if d.memory is not None:
+        out += ["", "Peak allocated per rank (GiB): " + ", ".join(f"rank {r} {v:.2f}" for r, v in
+                                                              d.memory["peak_allocated_gib"].items())]
+        out += [f"- {md_text(f['text'])}" for f in d.memory["findings"]]
     if d.remedies:
         out += ["", "Remedies:", ""] + [f"1. {md_text(r)}" for r in d.remedies]
     out.append("")
@@ -195,6 +224,20 @@ def _cell(name: str, n: int = 90) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
+def memory_scalars(report: RunReport) -> dict[str, float]:
+    """``diagnosis/memory/{peak_allocated_gib,peak_reserved_gib,headroom_pct}``: the largest peaks and the
+    smallest headroom over the run's GPUs (the CPU's peaks on a CPU run); nothing without [memory] events."""
+    devices = [d for s in report.spans if s.memory is not None for d in s.memory.devices]
+    if not devices:
+        return {}
+    out = {"diagnosis/memory/peak_allocated_gib": max(d.peak.peak_allocated for d in devices) / 2**30,
+           "diagnosis/memory/peak_reserved_gib": max(d.peak_reserved for d in devices) / 2**30}
+    headroom = [d.headroom_pct for d in devices if d.headroom_pct is not None]
+    if headroom:
+        out["diagnosis/memory/headroom_pct"] = min(headroom)
+    return out
+
+
 def summary_scalars(report: RunReport) -> dict[str, float]:
     """Scalars for SummaryWriter: ``diagnosis/<metric>`` (mean over the run's traces, the step as it runs
     without the profiler), the step-time shares ``diagnosis/pct/<bucket>``, the profiled steps' own
@@ -218,6 +261,7 @@ def summary_scalars(report: RunReport) -> dict[str, float]:
         return {k: sum(v) / len(v) for k, v in acc.items()}
 
     out = {f"diagnosis/{k}": v for k, v in means(list(report.spans)).items()}
+    out.update(memory_scalars(report))
     workers = sorted({s.worker for s in report.spans})
     if len(workers) > 1:
         for w in workers:

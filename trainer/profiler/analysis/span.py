@@ -21,6 +21,7 @@ from .by_name import NameTimes, name_times
 from .events import ParsedTrace
 from .findings import Finding, cold_start_finding, evidence, findings, near_tie, remedies, verdict
 from .inferred_steps import FROM_PROFILER, NOTES
+from .memory import MemoryReport, memory_report
 from .metrics import SpanMetrics, span_metrics
 from .overhead import Inflation, Recording, host_inflation, recording
 from .select import StepSelection, select
@@ -84,6 +85,7 @@ class SpanReport:
     steps_from: str = FROM_PROFILER  # where the steps came from (inferred_steps.py)
     step_range: StepRange | None = None  # overhead_model only: the step's range and the verdicts at its ends
     tie: str | None = None  # the other device verdict where the two are a near tie (findings.near_tie)
+    memory: MemoryReport | None = None  # the profiled steps' memory (memory.py), when profile_memory was on
 
     @property
     def steps_note(self) -> str | None:
@@ -127,6 +129,8 @@ class SpanReport:
             "findings": [f.to_dict() for f in self.findings],
             "remedies": list(self.remedies),
         })
+        if self.memory is not None:
+            out["memory"] = self.memory.to_dict()
         return out
 
 
@@ -192,7 +196,8 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
-                      steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0])
+                      steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0],
+                      memory=memory_report(trace, kept, telemetry))
 
 
 def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:

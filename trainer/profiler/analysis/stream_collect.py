@@ -6,7 +6,7 @@
     c.add(events)                          # events: decode(text) of consecutive events, in file order
 
 msgspec decodes each piece into small structs of only the fields the analysis reads (name, cat, ph, ts,
-dur, tid, pid and five args). A piece that msgspec refuses although it is JSON that Python reads (NaN or
+dur, tid, pid and a few args: those of kernels, ops and MEMORY_ARGS). A piece that msgspec refuses although it is JSON that Python reads (NaN or
 Infinity literals, an event that is not an object, ``args`` that is not an object) is normalised: read with
 Python's json and turned into the same structs (``from_objects``), an entry that is no usable event kept as
 an ``Invalid`` marker that the collector refuses in its turn. The collector applies validate.py's checks
@@ -50,8 +50,13 @@ class Args(msgspec.Struct, gc=False):
     stream: Any = UNSET
     correlation: Any = None
     input_dims: msgspec.Raw = msgspec.field(default=UNSET, name="Input Dims")  # only its presence is used
+    # the [memory] event's args (MEMORY_ARGS)
     device_type: Any = msgspec.field(default=0, name="Device Type")
     total_allocated: Any = msgspec.field(default=0, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=0, name="Total Reserved")
+    bytes: Any = msgspec.field(default=0, name="Bytes")
+    addr: Any = msgspec.field(default=0, name="Addr")
+    device_id: Any = msgspec.field(default=0, name="Device Id")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -63,6 +68,12 @@ class Event(msgspec.Struct, gc=False):
     tid: Any = None
     pid: Any = 0
     args: Args | None = None
+
+
+# The args of a ``[memory]`` instant event that become a MemorySample, in its field order after ts (then the
+# event's tid): every reader of traces (this one, the byte ranges' columns in stream_ranges.py, the dict parse
+# the tests hold it to) fills exactly these, each an int, 0 where the event lacks it.
+MEMORY_ARGS = ("Device Type", "Total Allocated", "Total Reserved", "Bytes", "Addr", "Device Id")
 
 
 class Invalid(NamedTuple):
@@ -96,8 +107,7 @@ def _event(e) -> Event:
         if type(args) is not dict:
             return Event(name=Invalid(e))
         args = Args(args.get("device", UNSET), args.get("stream", UNSET), args.get("correlation"),
-                    _PRESENT if "Input Dims" in args else UNSET, args.get("Device Type", 0),
-                    args.get("Total Allocated", 0))
+                    _PRESENT if "Input Dims" in args else UNSET, *(args.get(k, 0) for k in MEMORY_ARGS))
     return Event(e.get("name", UNSET), e.get("cat", UNSET), e.get("ph"), e.get("ts"), e.get("dur"), e.get("tid"),
                  e.get("pid", 0), args)
 
@@ -243,7 +253,8 @@ class Collector:
         args = e.args or _NO_ARGS
         try:
             self.memory.append(MemorySample(float(e.ts) - self.base, int(args.device_type),
-                                            int(args.total_allocated)))
+                                            int(args.total_allocated), int(args.total_reserved),
+                                            int(args.bytes), int(args.addr), int(args.device_id), e.tid))
         except (TypeError, ValueError):
             raise TraceError(f"{self.where}: [memory] event #{self.count + _position(events, e)} has no numeric "
                              "ts/args") from None

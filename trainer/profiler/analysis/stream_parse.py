@@ -30,7 +30,7 @@ from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream, split_points
 from ..trace.vocabulary import STEP_PREFIX
 from ..trace.workers import json_size
-from .events import ParsedTrace, Step, _int_or_none
+from .events import ParsedTrace, Step, _int_or_none, device_memory
 from .inferred_steps import FROM_PROFILER, infer_steps
 from .stream_collect import UNSET, Collector, decode, from_objects
 from .stream_ranges import RANGE_FAILURES, collect_ranges, first_base
@@ -151,7 +151,8 @@ def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header
         device=tuple(sorted(c.device, key=lambda d: d.start)),
         data_spans=tuple(c.data_spans), memory=tuple(c.memory), python_calls=tuple(sorted(c.python_calls)),
         python_builtins=tuple(sorted(c.python_builtins)), long_frames=tuple(sorted(c.long_frames)),
-        model_spans=tuple(sorted(c.model_spans)), recorded_shapes=c.shapes, steps_from=steps_from)
+        model_spans=tuple(sorted(c.model_spans)), recorded_shapes=c.shapes, steps_from=steps_from,
+        device_memory=device_memory(props))
 
 
 def _unreadable(path: Path, where: str, error: Exception) -> TraceError:

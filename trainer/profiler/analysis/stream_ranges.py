@@ -89,8 +89,9 @@ def encode(c: Collector) -> dict:
                  "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
                  "long_frames": list(c.long_frames),
                  "model_spans": np.asarray(c.model_spans, dtype=np.float64).reshape(-1, 2),
+                 # MemorySample: ts, then stream_collect.MEMORY_ARGS' fields and the tid, by position
                  "memory": (np.asarray([m[0] for m in c.memory], dtype=np.float64),
-                            [m[1] for m in c.memory], [m[2] for m in c.memory])}
+                            *([m[k] for m in c.memory] for k in range(1, len(MemorySample._fields))))}
     for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation
         ev = getattr(c, name)
         out[name] = (_codes([e[0] for e in ev], table), [e[1] for e in ev],
@@ -114,8 +115,8 @@ def decode_into(c: Collector, part: dict) -> None:
     c.python_builtins.extend(part["python_builtins"].tolist())
     c.long_frames.update(part["long_frames"])
     c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
-    ts, kinds, totals = part["memory"]
-    c.memory.extend(map(MemorySample, ts.tolist(), kinds, totals))
+    ts, *fields = part["memory"]
+    c.memory.extend(map(MemorySample, ts.tolist(), *fields))
     for name in HOST_LISTS:
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend(map(HostEvent, [names[k] for k in codes.tolist()], tids, starts.tolist(),

@@ -1,7 +1,7 @@
 """A profiling cycle as stepscope.schedule records it, and the unprofiled steps timed around it.
 
     cycle.start, cycle.end, cycle.trigger     # its first and RECORD_AND_SAVE steps, what started it
-    cycle.telemetry()                         # {"steps", "step_ms", "data_ms", "copy_ms"}: the kept steps around it
+    cycle.telemetry()                         # {"steps", "step_ms", "data_ms", "copy_ms", "mem_*"}: the kept steps around it
     cycle.done                                # those steps are all in
 
 The shape of the telemetry is the trainer's (trainer/timing.py Throughput.telemetry): means in ms. Torch-free.
@@ -10,6 +10,10 @@ The shape of the telemetry is the trainer's (trainer/timing.py Throughput.teleme
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+# the allocator's counters a telemetry may carry (memory_stats.py reads them; the trainer's run.json has room)
+MEMORY_KEYS = ("mem_peak_allocated_mib", "mem_peak_reserved_mib", "mem_allocated_mib", "mem_reserved_mib",
+               "mem_alloc_retries", "mem_ooms", "mem_creep_mib_per_step")
 
 
 @dataclass
@@ -57,9 +61,13 @@ class Cycle:
     after: Sums = field(default_factory=Sums)
     done: bool = False  # the kept steps after it are all in (or the next cycle began)
     with_data: bool = False
+    memory: dict = field(default_factory=dict)  # the allocator's counters around it (memory_stats.KEYS), CUDA only
 
     def telemetry(self) -> dict | None:
         s = Sums()
         s.add(self.before)
         s.add(self.after)
-        return telemetry_of(s, self.with_data)
+        out = telemetry_of(s, self.with_data)
+        if out is not None:
+            out.update(self.memory)
+        return out

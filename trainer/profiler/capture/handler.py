@@ -42,7 +42,8 @@ from pathlib import Path
 
 from ..trace import files as trace_files
 from .cycle_worker import MAX_PENDING, SETTLE_S, CycleWorker, Job
-from .schedule import StepscopeSchedule
+from .oom import OomCapture
+from .schedule import StepscopeSchedule, latest
 
 EXIT_TIMEOUT_S = 60.0
 FULL_BYTES = 1 << 20  # an export that left no file with less than this free failed for want of space
@@ -62,6 +63,16 @@ class StepscopeTraceHandler:
         self.work = CycleWorker(self.dir, self.worker, use_gzip, settle_s, max_pending)
         self._exit_hook = False
         self._closed = False
+        # an out-of-memory error in the loop: what was live, written under dir_name/oom/ before it propagates
+        self.oom = OomCapture(self.dir, self.worker, telemetry=self._memory_telemetry)
+
+    def _memory_telemetry(self) -> dict | None:
+        """The schedule's allocator counters at its window edges (the steps before an out-of-memory error)."""
+        sched = self.schedule or latest()
+        if sched is None:
+            return None
+        m = sched.memory
+        return {**m.telemetry(windows=len(m.edges)), "windows": [{"step": s, **r} for s, r in m.edges]}
 
     def __call__(self, prof) -> None:
         t0 = time.perf_counter()

@@ -22,7 +22,9 @@ profiling cycle, beside the profiler's own; `sync=False` makes none and reads th
 Each profiling cycle gets its own telemetry (`Cycle.telemetry()`): the kept steps just before the cycle (the
 last `window` to `2 * window`, or the steps that triggered a capture) and the first `window` kept steps after
 it. `stepscope.trace_handler` diagnoses each cycle with it, so the verdict and figures describe the loop as it
-runs without the profiler. Triggers (capture_on_slowdown, a file, a signal) are in triggers.py.
+runs without the profiler. Triggers (capture_on_slowdown, a file, a signal) are in triggers.py. On CUDA, each
+window edge also reads the caching allocator's counters (memory_stats.py: peaks per window, retries, OOMs,
+allocated across windows), which a cycle's telemetry carries.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from torch.profiler import ProfilerAction
 
 from .cupti import detach_after_cycles
 from .cycle import Cycle, Sums, telemetry_of
+from .memory_stats import MemoryWindows, merge
 from .triggers import OnDemand, SlowdownDetector, SlowdownRule
 
 NONE, WARMUP, RECORD, SAVE = (ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD,
@@ -104,6 +107,7 @@ class StepscopeSchedule:
         self._trigger_sums: Sums | None = None  # the steps that set off a capture
         self.observer_busy = False  # the trace handler's thread works (triggers.py: the loop may run at half speed)
         self._lock = threading.Lock()  # the handler's thread reads cycles while the loop appends
+        self.memory = MemoryWindows()  # the allocator's counters at the window edges (memory_stats.py)
 
     # the base sequence: torch.profiler.schedule's, line for line
     def base_action(self, step: int) -> ProfilerAction:
@@ -261,6 +265,7 @@ class StepscopeSchedule:
 
     def _close_window(self) -> None:
         """A sync point between kept steps: the window since the last one is complete."""
+        self.memory.edge(self._last_step + 1, closing=self._seg_n > 0)  # a window's peaks end or begin here
         if self._seg_n:
             copies = self._seg_copies
             # the schedule synchronized just before this edge, unless sync=False: a copy not yet done is
@@ -270,6 +275,7 @@ class StepscopeSchedule:
             self.total.add(seg)
             for c in self._awaiting:
                 c.after.add(seg)
+                c.memory = merge(c.memory, self.memory.telemetry(windows=1))
                 c.with_data = self.with_data
                 c.done = True
             self._awaiting = []
@@ -296,6 +302,8 @@ class StepscopeSchedule:
             cycle.before = taken
         self._trigger_sums = None
         self._gap.clear()
+        cycle.memory = self.memory.telemetry()
+        self.memory.take()
         cycle.with_data = self.with_data
         self.cycle_count += 1
         with self._lock:
@@ -354,10 +362,13 @@ class StepscopeSchedule:
 
     def telemetry(self) -> dict | None:
         """Every kept step of the loop so far: {"steps", "step_ms", "data_ms" (with stepscope.loader), "copy_ms"
-        (with stepscope.input_copy)}."""
+        (with stepscope.input_copy), and on CUDA the allocator's memory_stats.KEYS}."""
         s = Sums(self._seg_n, self._seg_ns, self._seg_data, len(self._seg_copies))  # the open window too
         s.add(self.total)
-        return telemetry_of(s, self.with_data)
+        out = telemetry_of(s, self.with_data)
+        if out is not None:
+            out.update(self.memory.telemetry(windows=len(self.memory.edges)))
+        return out
 
     def finish(self) -> None:
         """The loop is over: every cycle's telemetry is as complete as it will get."""

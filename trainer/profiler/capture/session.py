@@ -16,7 +16,8 @@ handler gets up to `close_timeout` seconds to finish the last diagnosis.
 Hand it the loader too: `for x, y in stepscope.loader(train_loader):` (it reports to the schedule this block
 made) times the wait for every batch, and `with stepscope.input_copy(): x = x.to(device, non_blocking=True)`
 the copy to the GPU. Without them the diagnosis takes those two from the recorded steps alone, and says so in
-one line where the trace shows the step waiting for its DataLoader or its pageable copies.
+one line where the trace shows the step waiting for its DataLoader or its pageable copies. An out-of-memory
+error raised in the block is captured under `<logdir>/oom/` (oom.py) and goes on unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from .handler import StepscopeTraceHandler
+from .oom import is_oom
 from .schedule import schedule as make_schedule
 
 SCHEDULE_DEFAULTS = {"wait": 100, "warmup": 1, "active": 3, "repeat": 1, "skip_first": 10, "capture_on_slowdown": True}
@@ -57,6 +59,8 @@ class Session:
         return self.prof.__enter__()
 
     def __exit__(self, *exc) -> None:
+        if is_oom(exc[1]):  # written before the error goes on, unchanged (oom.py)
+            self.handler.oom.capture(exc[1])
         try:
             self.prof.__exit__(*exc)
         finally:

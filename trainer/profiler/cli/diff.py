@@ -63,6 +63,14 @@ def render(d: dict) -> str:
         for row in d["ops"]:
             name = row["name"] if len(row["name"]) <= 60 else row["name"][:57] + "..."
             lines.append(f"    {name:<60} {_ms(row['a_ms']):>9} -> {_ms(row['b_ms']):>9}  ({row['delta_ms']:+.2f})")
+    m = d.get("memory")
+    if m is not None:
+        head = "" if m["headroom_delta_pct"] is None else (
+            f", headroom {m['a']['headroom_pct']:.1f}% -> {m['b']['headroom_pct']:.1f}%")
+        lines += ["", f"  memory: peak allocated {m['a']['peak_allocated_gib']:.2f} -> {m['b']['peak_allocated_gib']:.2f} "
+                  f"GiB ({m['peak_allocated_delta_gib']:+.2f}; steps vary by {m['noise_gib']:.2f}: "
+                  f"{'a change' if m['significant'] else 'within the noise'}), reserved "
+                  f"{m['a']['peak_reserved_gib']:.2f} -> {m['b']['peak_reserved_gib']:.2f} GiB{head}"]
     return "\n".join(lines)
 
 

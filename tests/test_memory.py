@@ -1,0 +1,285 @@
+"""The memory section of the report (analysis/memory.py), held to the traces' own [memory] events read with
+json (not through the analysis), to a CPU loop recorded here with a known leak, and to small traces with known
+allocator calls.
+
+    python -m pytest -q -p no:xdist tests/test_memory.py
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from on_disk import analyze_trace
+from stepscope.profiler.front import analyze
+from stepscope.profiler.trace.files import load_trace
+
+DATA = Path(__file__).parent / "data"
+GIB = 2**30
+GPU_RUNS = ["suite/resnet50_pinned", "suite/gpt_large", "holdout/vit_tiny_bs256", "suite/tiny_ops"]
+
+
+def _trace(run: str) -> dict:
+    return load_trace(glob.glob(str(DATA / run / "*.pt.trace.json*"))[0])
+
+
+def _truth(trace: dict, step: int) -> dict:
+    """The step's peak allocated, peak reserved and allocated at its start, from the CUDA [memory] events."""
+    events = trace["traceEvents"]
+    s = next(e for e in events if e.get("name") == f"ProfilerStep#{step}")
+    mem = sorted((e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1),
+                 key=lambda e: e["ts"])
+    before = [e for e in mem if e["ts"] < s["ts"]]
+    inside = [e for e in mem if s["ts"] <= e["ts"] < s["ts"] + s["dur"]]
+    start = before[-1]["args"]["Total Allocated"] if before else inside[0]["args"]["Total Allocated"] - inside[0]["args"]["Bytes"]
+    return {"peak": max([start] + [e["args"]["Total Allocated"] for e in inside]),
+            "reserved": max(([before[-1]["args"]["Total Reserved"]] if before else [])
+                            + [e["args"]["Total Reserved"] for e in inside]),
+            "start": start, "capacity": trace["deviceProperties"][0]["totalGlobalMem"]}
+
+
+@pytest.mark.parametrize("run", GPU_RUNS)
+def test_each_steps_peak_and_headroom_are_the_traces_own(run):
+    trace = _trace(run)
+    s = analyze(DATA / run).spans[0]
+    d = s.memory.devices[0]
+    assert d.device == "cuda:0" and [x.device for x in s.memory.devices] == ["cuda:0"]  # the CPU's pinned bytes left out
+    for st in d.steps:
+        t = _truth(trace, st.step)
+        assert st.peak_allocated == t["peak"]
+        assert st.at_start == t["start"] and st.peak_reserved == t["reserved"]
+        assert sum(st.composition.values()) == st.peak_allocated  # the composition sums to the peak
+        assert all(v >= 0 for k, v in st.composition.items() if k == "persistent")
+        live = sum(b for _, b in st.top)
+        assert 0 <= live <= st.peak_allocated - st.at_start + (64 << 20)  # blocks the step allocated
+    assert d.capacity == t["capacity"]
+    assert d.headroom == t["capacity"] - max(st.peak_reserved for st in d.steps)
+    out = s.to_dict()["memory"]["devices"][0]
+    assert out["capacity_gib"] == round(t["capacity"] / GIB, 4)
+
+
+def test_the_peak_of_a_cnn_comes_from_its_convolutions_and_norms():
+    d = analyze(DATA / "suite/resnet50_pinned").spans[0].memory.devices[0]
+    names = [n for n, _ in d.peak.top]
+    assert names[:2] == ["aten::cudnn_convolution", "aten::native_batch_norm"]
+    assert d.peak.peak_phase == "backward"  # activations peak as the backward begins
+
+
+def test_fragmentation_is_reserved_minus_allocated_at_the_peak():
+    trace = _trace("holdout/vit_tiny_bs256")
+    mem = analyze(DATA / "holdout/vit_tiny_bs256").spans[0].memory
+    d = mem.devices[0]
+    p = d.peak
+    at_peak = [e["args"] for e in trace["traceEvents"] if e.get("name") == "[memory]"
+               and e["args"].get("Total Allocated") == p.peak_allocated and e["args"].get("Device Type") == 1]
+    assert at_peak and p.reserved_at_peak == at_peak[0]["Total Reserved"]
+    frag = (p.reserved_at_peak - p.peak_allocated) / p.reserved_at_peak
+    assert ("fragmentation" in [f.id for f in mem.findings]) == (frag >= 0.5 and p.fragmentation >= GIB)
+    assert "fragmentation" in [f.id for f in mem.findings]  # 5.2 of 9.9 GiB reserved is free at the peak
+    assert any("expandable_segments:True" in r for f in mem.findings for r in f.remedies)
+
+
+def test_headroom_predicts_a_larger_batch_and_time_is_unchanged():
+    s = analyze(DATA / "suite/gpt_large").spans[0]
+    ids = [f.id for f in s.memory.findings]
+    assert ids == ["headroom"] and s.memory.devices[0].batch_scale > 8  # 7.5 of 79 GiB reserved
+    assert all(f.id not in ("headroom", "oom_risk") for f in s.findings)  # the time findings stay apart
+
+
+def test_a_trace_without_memory_events_has_no_memory_section():
+    s = analyze(DATA / "cuda_graph").spans[0]
+    assert s.memory is None and "memory" not in s.to_dict()
+
+
+def test_console_and_markdown_carry_the_memory_section():
+    out = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(DATA / "suite/gpt_large")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "memory cuda:0: peak 4.05 GiB allocated" in out and "headroom" in out
+    from stepscope.profiler.analysis.render import render_markdown, summary_scalars
+    r = analyze(DATA / "suite/gpt_large")
+    assert "### Memory" in render_markdown(r)
+    sc = summary_scalars(r)
+    assert sc["diagnosis/memory/peak_allocated_gib"] == pytest.approx(r.spans[0].memory.devices[0].peak.peak_allocated / GIB)
+
+
+def _synthetic(allocator_calls: bool, leak: int = 0) -> dict:
+    """Four 10 ms steps on a GPU: each allocates 100 MiB in forward and frees it in backward; ``leak`` bytes a
+    step stay; with ``allocator_calls``, a cudaMalloc and a cudaFree of 0.5 ms each in every step."""
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 1,
+               "args": {"device": 0, "stream": 7, "correlation": 1}}]
+    total, addr = 1 * GIB, 1 << 40
+    for i in range(4):
+        t0 = 1000 + i * 10_000
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": t0, "dur": 9000})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": t0 + 100,
+                       "dur": 2000})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: AddmmBackward0",
+                       "pid": 1, "tid": 1, "ts": t0 + 3000, "dur": 2000})
+        for dt, b in ((200, 100 << 20), (300, leak), (3500, -(100 << 20))):
+            if b:
+                total += b
+                addr += 1 << 30
+                events.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+                               "ts": t0 + dt, "args": {"Total Reserved": 2 * GIB, "Total Allocated": total,
+                                                       "Bytes": b, "Device Id": 0, "Device Type": 1,
+                                                       "Addr": addr if b > 0 else addr - (1 << 30) * (2 if leak else 1)}})
+        if allocator_calls:
+            for dt, name in ((150, "cudaMalloc"), (3600, "cudaFree")):
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": t0 + dt,
+                               "dur": 500})
+    return {"deviceProperties": [{"id": 0, "name": "GPU", "totalGlobalMem": 80 * GIB}],
+            "traceEvents": sorted(events, key=lambda e: e["ts"])}
+
+
+def test_allocator_calls_in_every_step_are_churn_with_their_cost():
+    with_calls = analyze_trace(_synthetic(True), "w", "1").memory
+    without = analyze_trace(_synthetic(False), "w", "1").memory
+    churn = [f for f in with_calls.findings if f.id == "allocator_churn"]
+    assert len(churn) == 1 and churn[0].cost_ms_per_step == pytest.approx(1.0)
+    assert with_calls.devices[0].allocator_syncs_per_step == 1
+    assert "allocator_churn" not in [f.id for f in without.findings]
+    st = without.devices[0].steps[0]
+    assert st.composition["persistent"] == GIB and st.composition["forward"] == 100 << 20
+    assert st.peak_phase == "forward" and st.top == (("aten::linear", 100 << 20),)
+
+
+def test_a_leak_of_4_mib_a_step_is_creep_and_none_is_not():
+    leak = analyze_trace(_synthetic(False, 4 << 20), "w", "1").memory
+    clean = analyze_trace(_synthetic(False), "w", "1").memory
+    creep = [f for f in leak.findings if f.id == "memory_creep"]
+    assert len(creep) == 1 and leak.devices[0].creep_bytes_per_step == 4 << 20
+    assert "4.0 MiB a step" in creep[0].text and "fills the device" in creep[0].text
+    assert "memory_creep" not in [f.id for f in clean.findings]
+
+
+LOOP = textwrap.dedent("""
+    import sys, torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    keep, leak = [], int(sys.argv[2])
+    m = torch.nn.Linear(256, 256)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1,
+                 active=5), on_trace_ready=tensorboard_trace_handler(sys.argv[1])) as p:
+        for i in range(7):
+            m(torch.randn(64, 256)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if leak:
+                keep.append(torch.ones(leak // 4))
+            p.step()
+""")
+
+
+def test_a_cpu_loop_that_keeps_2_mib_a_step_creeps_by_2_mib(tmp_path):
+    """Recorded here by torch.profiler: the truth is the loop's own leak (2 MiB a step), and its absence."""
+    for leak in (2 << 20, 0):
+        out = tmp_path / str(leak)
+        subprocess.run([sys.executable, "-c", LOOP, str(out), str(leak)], check=True, capture_output=True)
+        mem = analyze(out).spans[0].memory
+        d = mem.devices[0]
+        assert d.device == "cpu" and d.capacity is None and d.headroom is None
+        ids = [f.id for f in mem.findings]
+        if leak:
+            assert ids == ["memory_creep"] and d.creep_bytes_per_step == pytest.approx(2 << 20, rel=0.05)
+        else:
+            assert ids == [] and abs(d.creep_bytes_per_step or 0) < 64 << 10
+
+
+def test_json_document_holds_the_memory_fields_docs_json_lists():
+    doc = json.loads(subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", "--json",
+                                     str(DATA / "holdout/vit_tiny_bs256")], capture_output=True, text=True,
+                                    check=True).stdout)
+    mem = doc["spans"][0]["memory"]
+    text = (Path(__file__).parents[1] / "docs" / "json.md").read_text()
+    for key in [*mem["devices"][0], *mem["devices"][0]["steps"][0], *mem["devices"][0]["steps"][0]["composition_gib"]]:
+        assert f'"{key}"' in text, key
+
+
+def test_the_runs_own_counters_join_the_memory_section():
+    """A telemetry with the allocator's counters (what stepscope.schedule and the trainer record on CUDA)."""
+    from stepscope.profiler.front import analyze as front_analyze
+    tel = {"steps": 100, "step_ms": 40.0, "mem_peak_allocated_mib": 4200.0, "mem_peak_reserved_mib": 7800.0,
+           "mem_allocated_mib": 1400.0, "mem_reserved_mib": 7800.0, "mem_alloc_retries": 3.0, "mem_ooms": 0.0,
+           "mem_creep_mib_per_step": 2.5}
+    s = front_analyze(DATA / "suite/gpt_large", telemetry=tel).spans[0]
+    mem = s.to_dict()["memory"]
+    assert mem["measured"]["mem_alloc_retries"] == 3.0
+    ids = [f["id"] for f in mem["findings"]]
+    assert "alloc_retries" in ids and "memory_creep" in ids
+    assert any("2.5 MiB a step" in f["text"] for f in mem["findings"])
+    quiet = front_analyze(DATA / "suite/gpt_large", telemetry={**tel, "mem_alloc_retries": 0.0,
+                                                               "mem_creep_mib_per_step": 0.0}).spans[0].memory
+    assert [f.id for f in quiet.findings] == ["headroom"]
+
+
+def test_window_counters_are_none_on_a_cpu_and_the_slope_is_least_squares():
+    from stepscope.profiler.capture.memory_stats import MemoryWindows, creep_slope, merge, read
+    assert read() is None  # CUDA never initialised here: nothing read, nothing reset
+    w = MemoryWindows()
+    w.edge(50, closing=True)
+    assert w.telemetry() == {}
+    assert creep_slope([(0, 0), (50, 100 << 20)]) is None
+    assert creep_slope([(0, 0), (50, 50 << 20), (100, 100 << 20)]) == pytest.approx(1 << 20)
+    assert merge({"mem_peak_allocated_mib": 5.0, "mem_ooms": 0.0},
+                 {"mem_peak_allocated_mib": 3.0, "mem_ooms": 1.0}) == {"mem_peak_allocated_mib": 5.0, "mem_ooms": 1.0}
+
+
+def test_the_headroom_prediction_fills_the_device_less_its_context():
+    """verify --memory's prediction from a recorded H100 step: persistent stays, the rest scales with the batch."""
+    from stepscope.profiler.analysis.memory import CONTEXT_BYTES
+    from stepscope.verify_headroom import images_interval, prediction
+    p = prediction(DATA / "holdout/vit_tiny_bs256", 256)
+    trace = _trace("holdout/vit_tiny_bs256")
+    capacity = trace["deviceProperties"][0]["totalGlobalMem"]
+    assert p["capacity"] == capacity and p["predicted_batch"] > 256
+    assert p["predicted_peak"] <= capacity - CONTEXT_BYTES
+    assert p["predicted_peak"] + p["per_sample"] > capacity - CONTEXT_BYTES - p["per_sample"]  # the largest that fits
+    assert p["persistent"] + p["per_sample"] * 256 == pytest.approx(p["traced_peak"])
+    mid, low, high = images_interval([10.0, 10.0, 12.0, 8.0], 128)
+    assert mid == pytest.approx(12800.0) and low < mid < high
+    assert images_interval([10.0], 128) == [None, None, None]
+
+
+def test_ranks_whose_peaks_differ_are_an_imbalance_and_equal_ones_are_not():
+    from stepscope.profiler.analysis.memory import rank_imbalance
+    even = analyze_trace(_synthetic(False), "w", "1").memory
+    heavy = analyze_trace(_synthetic(False, 600 << 20), "w", "1").memory  # keeps 600 MiB more every step
+    out = rank_imbalance({0: even, 1: heavy})
+    assert [f["id"] for f in out["findings"]] == ["memory_imbalance"] and "rank 1 runs out of memory first" in \
+        out["findings"][0]["text"]
+    assert out["peak_allocated_gib"]["1"] > out["peak_allocated_gib"]["0"]
+    assert rank_imbalance({0: even, 1: even})["findings"] == []
+    assert rank_imbalance({0: even, 1: None}) is None
+    job = analyze(DATA / "nccl_ddp").distributed[0].memory  # two H100 ranks of one DDP job: the same peak
+    assert job["imbalance"] == 1.0 and job["findings"] == []
+
+
+def test_diff_gives_the_peak_change_with_its_noise():
+    from stepscope.profiler.diff import compare_runs
+    from stepscope.profiler.measure import measure_path
+    small, large = (measure_path(DATA / f"suite/resnet18_bs{b}") for b in (32, 1024))
+    d = compare_runs(small, large, "bs32", "bs1024")["memory"]
+    truth = {b: max(_truth(_trace(f"suite/resnet18_bs{b}"), st.step)["peak"]
+                    for st in analyze(DATA / f"suite/resnet18_bs{b}").spans[0].memory.devices[0].steps)
+             for b in (32, 1024)}
+    assert d["peak_allocated_delta_gib"] == pytest.approx((truth[1024] - truth[32]) / GIB, abs=1e-3)
+    assert d["significant"] and d["headroom_delta_pct"] < 0
+    same = compare_runs(small, small, "a", "b")["memory"]
+    assert same["peak_allocated_delta_gib"] == 0 and not same["significant"]
+
+
+def test_a_larger_batch_gets_synthetic_data_for_two_batches_and_its_bytes_are_predicted():
+    from stepscope.verify_headroom import SYNTHETIC_SAMPLE_BYTES, _enough_data
+    args = ["--data", "synthetic", "--data-placement", "device", "--synthetic-train-size", "4096", "--batch-size", "9000"]
+    out, extra = _enough_data(args, 9000)
+    assert out[out.index("--synthetic-train-size") + 1] == "18000" and extra == (18000 - 4096) * SYNTHETIC_SAMPLE_BYTES
+    host = _enough_data([*args[:3], "host", *args[4:]], 9000)
+    assert host[1] == 0
+    assert _enough_data(args, 1000) is None
+    assert _enough_data(["--data", "cifar10", *args[2:]], 9000) is None
