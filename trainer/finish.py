@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .profiler.cli.oneline import print_error
 from .profiler.capture.cycle import MEMORY_KEYS
+from .profiler.cli.oneline import print_error
 from .profiler.serve.diagnose import diagnose_run
 from .profiler.trace.errors import TraceError
 from .profiler.trace.files import find_plugin_traces

@@ -157,6 +157,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
     serial = not gpu or in_process(trace, kept)
     paced = not serial and loader_paced(trace, kept)
+    measured = telemetry  # the allocator's counters hold whatever the step's timing says
     changed = _load_changed(telemetry, m_prof, gpu) if telemetry else None
     if changed is not None and gpu:  # a CPU trace's shares do not depend on the step's length
         telemetry = None
@@ -197,7 +198,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
                       steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0],
-                      memory=memory_report(trace, kept, telemetry))
+                      memory=memory_report(trace, kept, measured))
 
 
 def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:
