@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -385,3 +386,26 @@ def test_the_extension_is_clean_under_address_sanitizer(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-4000:]
     assert "ERROR: AddressSanitizer" not in p.stderr and "runtime error" not in p.stderr
     assert np.int64(p.stdout.split()[2]) > 0  # some of them were read whole
+
+
+# -- gzip -------------------------------------------------------------------------------------------------------
+
+def test_gzip_is_decompressed_by_isal_with_the_standard_librarys_bytes_and_errors(tmp_path):
+    from stepscope.profiler.trace import gzopen
+    assert gzopen.LIBRARY == "isal"  # a dependency on this platform (pyproject.toml)
+    text = _real_trace()
+    data = gzip.compress(text, 6)
+    cases = {"whole": data, "truncated": data[: len(data) // 2], "corrupt": data[:40] + b"\xff" * 64 + data[104:],
+             "not_gzip": text[:1000]}
+    for case, blob in cases.items():
+        path = tmp_path / f"{case}.json.gz"
+        path.write_bytes(blob)
+        outcomes = []
+        for opener in (lambda p: gzip.open(p, "rb"), gzopen.open_gz):
+            try:
+                with opener(path) as f:
+                    outcomes.append(b"".join(iter(lambda f=f: f.read(1 << 20), b"")))
+            except (OSError, EOFError, zlib.error) as e:
+                outcomes.append(type(e).__name__ if not isinstance(e, OSError) else "OSError")
+        assert outcomes[1] == outcomes[0], case
+    assert outcomes[0] == "OSError"  # BadGzipFile

@@ -48,12 +48,16 @@ typedef struct {
 } strtab;
 
 static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ULL;
+    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL, w; /* eight bytes at a time */
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
     }
-    return h ^ n;
+    w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 29);
 }
 
 static int strtab_init(strtab *t, size_t cap) {
