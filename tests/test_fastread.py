@@ -338,14 +338,15 @@ def test_the_fallback_is_taken_and_said_when_the_extension_cannot_be_imported(tm
 # -- AddressSanitizer -------------------------------------------------------------------------------------------
 
 ASAN_DRIVER = """
-import json, random, sys
+import json, random, re, sys
 sys.path.insert(0, sys.argv[1])
 import _fastread
 keys, args = (b"name", b"cat", b"ph", b"ts", b"dur", b"tid", b"pid", b"args"), (b"device", b"stream",
               b"correlation", b"Input Dims", b"Device Type", b"Total Allocated")
 base = open(sys.argv[2], "rb").read()
 start = base.index(b"[", base.index(b"traceEvents"))
-piece = base[start:base.index(b"}, {", start + 100000) + 1] + b"]"
+cut = re.compile(rb"\\}\\s*,\\s*\\{").search(base, start + 100000).start()
+piece = base[start:cut + 1] + b"]"
 rng = random.Random(0)
 inputs = [b"", b"[", b"[{", b"[{}]", b"[" * 100000, b'[{"x": ' + b"[" * 100000, b'[{"ts": NaN}]', b"\\x00" * 1000,
           b'[{"name": "\\\\ud800"}]', b'[{"name": "\\xff\\xfe"}]', b'[{"ts": 1e999, "tid": 99999999999999999999999}]',
