@@ -18,6 +18,14 @@ of the largest process and the sum of the peaks of all processes of the tree (Vm
 parallel parsers add up), each run's wall time and the 1-minute load average when the row started.
 ``parsers`` does the same for decoding the file's events with the candidate JSON libraries.
 
+    python scripts/bench_analysis.py readers /tmp/bench/r1g --repeat 3    # the compiled reader vs msgspec
+
+``readers`` times ``stepscope analyze --json``, the export, and the tab's first analysis of a run it has not
+seen (serve/tab/analyse.py, the local worker policy) through the compiled trace reader and, as the same-run
+baseline, through msgspec alone (``STEPSCOPE_PURE_PYTHON=1``), plus the tab's analysis in one process
+inline (what the tab did before it used the worker policy); and checks that both readers print the same
+``--json`` report.
+
     python scripts/bench_analysis.py plugin /tmp/bench/x/out     # an exported run: time until it shows
 
 ``plugin`` starts TensorBoard with torch-tb-profiler on the exported run's parent folder and prints the
@@ -33,6 +41,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -228,6 +237,38 @@ def plugin(exported: Path, timeout_s: float) -> None:
           f"loader processes {sum(peaks.values()) / 1024:.0f} MiB (sum of each one's peak)")
 
 
+def readers(run: Path, repeat: int, export: bool) -> None:
+    py = sys.executable
+    analyze = [str(ROOT / "scripts" / "analyze.py"), str(run), "--json"]
+    pure = ["env", "STEPSCOPE_PURE_PYTHON=1"]
+    outs = [subprocess.run(prefix + [py, *analyze], capture_output=True, text=True, check=True).stdout
+            for prefix in ([], pure)]
+    print(f"reports through both readers identical: {outs[0] == outs[1]}")
+    traces = json.dumps([{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run}
+                         for t in discover(run).traces])
+    tab = ("import sys; from pathlib import Path; from stepscope.profiler.measure import measure_found; "
+           "from stepscope.profiler.trace.discover import Found; from stepscope.profiler.trace.workers import Workers; "
+           f"t = [Found(Path(d['path']), d['kind'], d['worker'], d['span'], d['run']) for d in {traces}]; "
+           "measure_found(t, Path(sys.argv[1]), None if sys.argv[2] == 'inline' else Workers.local())")
+    rows = [("analyze --json, compiled reader", [py, *analyze]),
+            ("analyze --json, msgspec (STEPSCOPE_PURE_PYTHON=1)", [*pure, py, *analyze]),
+            ("tab's first analysis, compiled reader, local workers", [py, "-c", tab, str(run), "local"]),
+            ("tab's first analysis, msgspec, local workers", [*pure, py, "-c", tab, str(run), "local"]),
+            ("tab's first analysis, msgspec, inline (before)", [*pure, py, "-c", tab, str(run), "inline"])]
+    scratch = Path(tempfile.mkdtemp(prefix="bench-export-"))
+    if export:
+        exp = [py, "-c", "import subprocess, sys, tempfile; d = tempfile.mkdtemp(dir=sys.argv[3]); "
+               "sys.exit(subprocess.call([sys.executable, sys.argv[1], sys.argv[2], '--export-tensorboard', "
+               "d + '/out'], stdout=subprocess.DEVNULL))", str(ROOT / "scripts" / "analyze.py"), str(run), str(scratch)]
+        rows += [("--export-tensorboard, compiled reader", exp), ("--export-tensorboard, msgspec", [*pure, *exp])]
+    try:
+        (tf,) = discover(run).traces[:1]
+        print(f"{tf.path} ({tf.path.stat().st_size / 1e6:.0f} MB), {os.cpu_count()} CPUs")
+        _table(rows, repeat, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_analysis.py", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -243,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("parsers")
     q.add_argument("run", type=Path)
     q.add_argument("--repeat", type=int, default=1)
+    r = sub.add_parser("readers")
+    r.add_argument("run", type=Path)
+    r.add_argument("--repeat", type=int, default=3)
+    r.add_argument("--no-export", action="store_true")
     t = sub.add_parser("plugin")
     t.add_argument("exported", type=Path, help="an OUT_DIR of analyze.py --export-tensorboard")
     t.add_argument("--timeout", type=float, default=600.0)
@@ -251,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         build(a.source, a.size, a.out, a.gz)
     elif a.cmd == "measure":
         measure(a.run, a.repeat, not a.no_export)
+    elif a.cmd == "readers":
+        readers(a.run, a.repeat, not a.no_export)
     elif a.cmd == "plugin":
         plugin(a.exported, a.timeout)
     else:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ..trace.errors import TraceError
+from ..trace.fastread import ColumnReader, Columns
 from ..trace.vocabulary import (
     ANNOTATION_CATEGORIES,
     DATALOADER_PREFIX,
@@ -29,6 +30,7 @@ from ..trace.vocabulary import (
     RUNTIME_CATEGORIES,
     STEP_PREFIX,
 )
+from . import stream_columns
 from .events import (
     DATA_ANNOTATIONS,
     HOST_OP_CATEGORIES,
@@ -94,6 +96,16 @@ def decode(text) -> list[Event]:
     return _DECODER.decode(bytes(text))
 
 
+_COLUMNS = ColumnReader(Event)
+
+
+def read(text) -> list[Event] | Columns:
+    """``decode``, or the same events as columns when the compiled reader is built (trace/fastread.py):
+    Collector.add and find_base take either."""
+    cols = _COLUMNS.read(text)
+    return decode(text) if cols is None else cols
+
+
 def from_objects(entries: list) -> list[Event]:
     """``decode`` for a piece that Python's json read (jsonstream.TraceStream's ``lenient``)."""
     return [_event(e) for e in entries]
@@ -146,6 +158,8 @@ class Collector:
 
     def find_base(self, events: list[Event]) -> bool:
         """``events._base`` over the events seen so far; False while none has a finite numeric ts."""
+        if type(events) is Columns:
+            return stream_columns.find_base(self, events, decode)
         for e in events:
             ts = e.ts
             if isinstance(ts, (int, float)) and math.isfinite(ts):
@@ -179,6 +193,8 @@ class Collector:
     def add(self, events: list[Event]) -> None:
         """The rules of the parse, event by event, in file order; the category decides first, as the rules
         for python_function, device and runtime events hold whatever their name."""
+        if type(events) is Columns:
+            return stream_columns.add(self, events, decode)
         base, kinds, new_kind = self.base, self._kinds, self._kind
         lo, hi = -MAX_TIME_US, MAX_TIME_US
         ops, annotations, runtime, device, data_spans = (self.ops, self.annotations, self.runtime, self.device,

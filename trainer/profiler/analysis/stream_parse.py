@@ -32,7 +32,7 @@ from ..trace.vocabulary import STEP_PREFIX
 from ..trace.workers import json_size
 from .events import ParsedTrace, Step, _int_or_none, device_memory
 from .inferred_steps import FROM_PROFILER, infer_steps
-from .stream_collect import UNSET, Collector, decode, from_objects
+from .stream_collect import UNSET, Collector, decode, from_objects, read
 from .stream_ranges import RANGE_FAILURES, collect_ranges, first_base
 from .validate import STEP_NAME, check_document, steps_missing_error
 
@@ -88,7 +88,7 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
     pending: list[list] = []
     try:
         with TraceStream(path, block, opener=lambda p: open_trace(p, limit), lenient=from_objects) as ts:
-            for events in ts.decode_events(decode):
+            for events in ts.decode_events(read):
                 if c.base is None:
                     pending.append(events)
                     if not c.find_base(events):

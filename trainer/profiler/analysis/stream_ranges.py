@@ -21,7 +21,7 @@ from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import TraceStream
 from ..trace.workers import fork_pool
 from .events import DeviceEvent, HostEvent, MemorySample
-from .stream_collect import Collector, decode, from_objects
+from .stream_collect import Collector, from_objects, read
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
 
@@ -43,7 +43,7 @@ def first_base(path: Path, block: int) -> float | None:
     c = Collector()
     try:
         with TraceStream(path, block, lenient=from_objects) as ts:
-            for events in ts.decode_events(decode):
+            for events in ts.decode_events(read):
                 if c.find_base(events):
                     return c.base
     except RANGE_FAILURES:
@@ -56,7 +56,7 @@ def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, ta
     Raises what reading or collecting them raises: the caller then parses the file in one process, which
     says where the trouble is (an event's index in the whole file is not known here)."""
     with TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
-        for events in ts.decode_events(decode):
+        for events in ts.decode_events(read):
             take(events)
         return ts.header
 

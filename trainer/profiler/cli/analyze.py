@@ -19,7 +19,7 @@ the figures and the verdict are then those of the run without the profiler, as i
 reported run by run, one section each (traces of different folders pair as ranks only when their own
 distributedInfo says they are one job; see jobs.py). First, one line on stderr says what was found
 and skipped, e.g. ``found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (not a
-profiler trace)``. The console text on stdout looks like
+profiler trace)``, and, where traces are read without the compiled reader (trace/fastread.py), why. The console text on stdout looks like
 
     stepscope diagnosis: launch_bound
       eager_bs128 (span 1795259107760373831, NVIDIA H200): launch_bound: step 10.44 ms, GPU busy 29%
@@ -61,6 +61,7 @@ from ..analysis import StepSelection, TraceError, json_out
 from ..front import find_and_analyze
 from ..loaded import Loaded
 from ..runs import render_runs, telemetry_sources
+from ..trace import fastread
 from ..trace.cluster import ClusterError, check_spec, open_cluster
 from ..trace.gc_paused import gc_paused
 from ..trace.workers import Workers
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
     except OSError as e:  # what the checks above cannot foresee: a file that vanished, a disk that filled up
         print_error(f"error: {e.filename or a.run_dir}: {e.strerror or e}")
         return 2
-    print(analyzed.summary, file=sys.stderr)
+    slow_reader = fastread.why_not()  # the compiled trace reader is not used: said on the same line
+    print(analyzed.summary + (f"; {slow_reader}" if slow_reader else ""), file=sys.stderr)
     report = analyzed.report
     for record, what in telemetry_sources(a.run_dir, report):
         print(f"unprofiled figures from {record}: {what}", file=sys.stderr)

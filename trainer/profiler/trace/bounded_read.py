@@ -13,10 +13,11 @@ whole inflation. Streaming readers get the same check on every ``read(n)``.
 
 from __future__ import annotations
 
-import gzip
 import io
 import resource
 from pathlib import Path
+
+from .gzopen import open_gz
 
 CHUNK = 1 << 20
 MEMORY_SHARE = 4  # the ceiling is 1/MEMORY_SHARE of the memory left
@@ -88,5 +89,5 @@ def open_trace(path: Path, limit: int | None = None) -> io.RawIOBase:
     """``path`` for binary reading (gunzipped when the name ends in .gz), yielding at most ``limit`` bytes
     (default ``read_limit()``)."""
     path = Path(path)
-    raw = gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+    raw = open_gz(path) if path.name.endswith(".gz") else open(path, "rb")
     return _Bounded(raw, path, read_limit() if limit is None else limit)

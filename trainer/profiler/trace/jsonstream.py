@@ -37,7 +37,6 @@ cut inside a string is retried with more text).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -49,6 +48,7 @@ import msgspec
 
 from . import gzindex
 from .bounded_read import bounded
+from .gzopen import open_gz
 
 BLOCK = 8 << 20
 KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -77,7 +77,7 @@ class TraceStream:
                  lenient: Callable[[list], list] | None = None) -> None:
         self.path = Path(path)
         self.lenient = lenient
-        self.opener = opener  # e.g. bounded_read.open_trace; default: gzip.open/open by the name
+        self.opener = opener  # e.g. bounded_read.open_trace; default: gzopen.open_gz/open by the name
         self.block = block
         self.span = span
         self.header: dict[str, Any] = {}
@@ -98,7 +98,7 @@ class TraceStream:
                 raise
             self._f = bounded(f, self.path)
         else:
-            self._f = gzip.open(self.path, "rb") if gz else open(self.path, "rb")
+            self._f = open_gz(self.path) if gz else open(self.path, "rb")
             if self.span is not None:
                 self._f.seek(self.span[0])
         if self.span is not None:

@@ -7,7 +7,9 @@ Measured (measure.py) as JSON. A TraceError is one line on stderr and exit code 
 
 TensorBoard serves from many threads; the analysis of a large run forks parsers (trace/workers.py) and holds
 the trace's columns at their peak. In a fresh process the fork copies no other thread's state, and the
-memory goes back to the system when it ends, not to TensorBoard's heap.
+memory goes back to the system when it ends, not to TensorBoard's heap. Being no training process, it
+uses the command line's worker policy (``Workers.local()``): a large trace is parsed in byte ranges by
+several processes, ranks in parallel, within a quarter of the memory.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ...cli.oneline import print_error
 from ...measure import measure_found
 from ...trace.discover import Found
 from ...trace.errors import TraceError
+from ...trace.workers import Workers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(argv[0])
     traces = [Found(Path(t["path"]), t["kind"], t["worker"], t["span"], t["run"]) for t in json.load(sys.stdin)]
     try:
-        measured = measure_found(traces, folder)
+        measured = measure_found(traces, folder, Workers.local())
     except TraceError as e:
         print_error(str(e))
         return 2

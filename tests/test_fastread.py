@@ -1,0 +1,418 @@
+"""The compiled trace reader (trace/fastread.py, csrc/fastread.c) against msgspec's, the reference.
+
+    pytest tests/test_fastread.py -q
+
+Every trace of tests/data parses to the same ParsedTrace and the same report through both readers (the
+compiled one, and ``STEPSCOPE_PURE_PYTHON=1``: msgspec alone); hypothesis-generated pieces of events, of
+every JSON type in every field, collect to the same events or the same error; bad files (truncated, gzipped
+and truncated, empty, nested deeply, a 2 GiB sparse file, the corrupt-trace cases) get the same one line and
+exit code 2 from both; the fallback is taken, and said, when the extension is switched off or cannot be
+imported. The slow test builds the extension with AddressSanitizer and feeds it hostile input.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zlib
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from stepscope.profiler.analysis import json_out
+from stepscope.profiler.analysis.stream_collect import Collector, Event, decode, read
+from stepscope.profiler.analysis.stream_parse import parse_trace_file
+from stepscope.profiler.front import analyze
+from stepscope.profiler.trace import fastread
+from stepscope.profiler.trace.errors import TraceError
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json", ".json.gz")) and "trace" in p.name)
+RUNS = sorted({p.relative_to(DATA).parts[0] for p in TRACES})
+SMALL = DATA / "eager_bs32"
+
+
+@pytest.fixture
+def pure(monkeypatch):
+    """Within the test: msgspec alone, when called."""
+    def switch(on: bool) -> None:
+        if on:
+            monkeypatch.setenv(fastread.PURE_ENV, "1")
+        else:
+            monkeypatch.delenv(fastread.PURE_ENV, raising=False)
+    return switch
+
+
+def both(pure, fn):
+    """fn()'s result, or its exception's type and message, through msgspec and through the compiled reader."""
+    out = []
+    for on in (True, False):
+        pure(on)
+        try:
+            out.append(fn())
+        except Exception as e:  # noqa: BLE001 - compared, not hidden
+            out.append((type(e).__name__, str(e)))
+    return out
+
+
+def test_the_extension_is_built_and_used(pure):
+    """pip install -e . builds it where a C compiler is (this machine, CI); without, the fallback says why."""
+    assert fastread._fastread is not None, fastread.why_not()
+    pure(False)
+    assert fastread.available() and fastread.why_not() is None
+    assert "compiled reader" in fastread.describe()
+
+
+def test_the_columns_are_read_from_the_msgspec_schema():
+    """One table of fields: the structs msgspec decodes into. A field added there is read by the C reader."""
+    reader = fastread.ColumnReader(Event)
+    fields = msgspec.structs.fields(Event)
+    top = [f.encode_name for f in fields if f.name != "args"]
+    (args_type,) = [f.type for f in fields if f.name == "args"]
+    inner = [f.encode_name for f in msgspec.structs.fields(fastread._struct_of(args_type))]
+    assert [k.decode() for k in reader.event_keys] == [*top, "args"]
+    assert [k.decode() for k in reader.args_keys] == inner and "Total Allocated" in inner
+    cols = reader.read(b'[{"name": "a", "ts": 5, "args": {"Total Allocated": 7, "Device Type": 1}}, {"dur": 2.5}]')
+    assert cols.strings == ["a"] and cols.n == 2
+    assert cols.int("total_allocated").tolist() == [7, 0] and cols.real("dur")[1] == 2.5
+    assert cols.type("ts").tolist() == [fastread.T_INT, fastread.T_MISSING]
+
+
+class _MemoryArgs(msgspec.Struct):
+    bytes_: object = msgspec.field(default=None, name="Bytes")
+    addr: object = msgspec.field(default=None, name="Addr")
+
+
+class _MemoryEvent(msgspec.Struct):
+    name: object = None
+    args: _MemoryArgs | None = None
+
+
+def test_a_schema_with_more_fields_is_read_whole():
+    """What a new field (e.g. the [memory] events' Bytes and Addr) needs: only its place in the schema."""
+    cols = fastread.ColumnReader(_MemoryEvent).read(b'[{"name": "[memory]", "args": {"Bytes": -512, "Addr": 94000000000}}]')
+    assert cols.int("bytes_").tolist() == [-512] and cols.int("addr").tolist() == [94000000000]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[str(p.relative_to(DATA)) for p in TRACES])
+def test_every_trace_of_tests_data_parses_the_same(path, pure):
+    ref, fast = both(pure, lambda: parse_trace_file(path, "w", "1"))
+    assert fast == ref
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_report_of_tests_data_is_the_same(run, pure):
+    ref, fast = both(pure, lambda: json_out.dumps(analyze(DATA / run).to_dict()))
+    assert fast == ref
+
+
+def test_byte_ranges_parse_the_same(pure, tmp_path):
+    """The multi-process path (parts > 1) reads its ranges with the same reader."""
+    (path,) = [p for p in TRACES if p.is_relative_to(SMALL)]
+    plain = tmp_path / path.name.removesuffix(".gz")
+    with gzip.open(path, "rb") as f:
+        plain.write_bytes(f.read())
+    ref, fast = both(pure, lambda: parse_trace_file(plain, "w", "1", block=1 << 16, parts=2))
+    assert fast == ref == parse_trace_file(plain, "w", "1")
+
+
+# -- generated pieces: every JSON type in every field the reader maps ------------------------------------------
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.integers(-1000, 10**7),
+    st.floats(allow_nan=False, allow_infinity=False), st.floats(-1e4, 1e7),
+    st.text(max_size=6), st.sampled_from(["X", "i", "B", "ProfilerStep#3", "[memory]", "kernel", "cpu_op",
+                                          "cuda_runtime", "python_function", "user_annotation", "data",
+                                          "enumerate(DataLoader)#_x", "<built-in method x>", "nn.Module: L",
+                                          "gpu_memcpy", "Runtime", "ac2g"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3),
+                                                                                          inner, max_size=3),
+                       max_leaves=6)
+_ARG_KEYS = ["device", "stream", "correlation", "Input Dims", "Device Type", "Total Allocated", "Bytes", "other"]
+_CAT = st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "python_function", "user_annotation", "gpu_memcpy",
+                        "cpu_instant_event", "Trace", "", "KERNEL"])
+_NAME = st.sampled_from(["ProfilerStep#1", "ProfilerStep#12", "aten::mm", "[memory]", "data", "cudaLaunchKernel",
+                         "<built-in method x>", "nn.Module: Linear", "enumerate(DataLoader)#_Iter.__next__",
+                         "ProfilerStep#x", "void k<1>()", "naïve ☃"])
+
+
+@st.composite
+def _event(draw):
+    plausible = draw(st.booleans())
+    e = {}
+    if plausible:  # close to a real event: the fast path's own ground
+        e.update(name=draw(_NAME), cat=draw(_CAT), ph=draw(st.sampled_from(["X", "X", "i", "M"])),
+                 ts=draw(st.integers(0, 10**6) | st.floats(0, 1e6)), dur=draw(st.integers(-5, 10**4) | st.floats(0, 1e4)),
+                 tid=draw(st.integers(0, 9)), pid=draw(st.integers(0, 3)))
+        if draw(st.booleans()):
+            e["args"] = {k: draw(st.integers(0, 2**40)) for k in draw(st.lists(st.sampled_from(_ARG_KEYS[:6]),
+                                                                               max_size=4))}
+    for key in draw(st.lists(st.sampled_from(["name", "cat", "ph", "ts", "dur", "tid", "pid", "args", "x"]),
+                             max_size=3)):
+        if key == "args" and draw(st.booleans()):
+            e[key] = draw(st.dictionaries(st.sampled_from(_ARG_KEYS), _VALUES, max_size=4))
+        else:
+            e[key] = draw(_VALUES)
+    return e
+
+
+def _collected(events_of, text: bytes, base: float | None):
+    c = Collector("w.1")
+    events = events_of(text)
+    if base is None:
+        if not c.find_base(events):
+            c.base = 0.0  # as stream_parse does for a trace without a time
+    else:
+        c.base = base
+    c.add(events)
+    return (c.base, c.count, c.steps, c.ops, c.annotations, c.runtime, c.device, c.data_spans, c.memory,
+            c.python_calls, c.python_builtins, c.long_frames, c.model_spans, c.shapes)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_event(), max_size=8), st.sampled_from([None, 0.0, 17.0]))
+def test_generated_pieces_collect_the_same(events, base):
+    text = json.dumps(events).encode()
+    outcomes = []
+    for events_of in (decode, read):
+        try:
+            outcomes.append(_collected(events_of, text, base))
+        except (TraceError, ValueError, TypeError, OverflowError) as e:
+            outcomes.append((type(e).__name__, str(e)))
+    assert outcomes[1] == outcomes[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_arbitrary_bytes_never_crash_the_reader(data):
+    reader = fastread.ColumnReader(Event)
+    for text in (data, b"[" + data, b'[{"name": ' + data + b"}]"):
+        cols = reader.read(text)
+        if cols is not None:  # then msgspec reads it too, as the same kind of thing
+            assert len(decode(text)) == cols.n
+
+
+def test_deep_nesting_and_huge_numbers_are_left_to_msgspec():
+    reader = fastread.ColumnReader(Event)
+    assert reader.read(b'[{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]") is None
+    assert reader.read(b'[{"args": {"y": ' + b"[" * 5000 + b"]" * 5000 + b"}}]") is None
+    assert reader.read(b'[{"ts": NaN}]') is None and reader.read(b'[{"ts": 1}, 3]') is None
+    cols = reader.read(b'[{"ts": 123456789012345678901234567890, "dur": 1e999, "tid": -9223372036854775808}]')
+    assert cols.type("ts")[0] == cols.type("dur")[0] == fastread.T_OTHER
+    assert cols.type("tid")[0] == fastread.T_INT and cols.int("tid")[0] == -(2**63)
+
+
+# -- bad files: the same one line and exit code 2 through both readers ------------------------------------------
+
+def _cli(run: Path, pure_python: bool, *args) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != fastread.PURE_ENV}
+    if pure_python:
+        env[fastread.PURE_ENV] = "1"
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), str(run), "--json", *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+
+
+def _real_trace() -> bytes:
+    (path,) = [p for p in TRACES if p.is_relative_to(SMALL)]
+    with gzip.open(path, "rb") as f:
+        return f.read()
+
+
+NAME = "w.1.pt.trace.json"
+
+
+def _truncated(run: Path) -> None:
+    text = _real_trace()
+    (run / NAME).write_bytes(text[: len(text) * 2 // 3])
+
+
+def _gz_truncated(run: Path) -> None:
+    data = gzip.compress(_real_trace(), 1)
+    (run / (NAME + ".gz")).write_bytes(data[: len(data) // 2])
+
+
+def _empty(run: Path) -> None:
+    (run / NAME).write_bytes(b"")
+
+
+def _deep(run: Path) -> None:
+    text = _real_trace()
+    at = text.index(b'"args": {') + len(b'"args": {')
+    (run / NAME).write_bytes(text[:at] + b'"deep": ' + b"[" * 50_000 + b"]" * 50_000 + b", " + text[at:])
+
+
+def _sparse_nul_tail(run: Path) -> None:
+    """2 GiB: the start of a trace, then NUL bytes (a sparse file: no disk blocks)."""
+    with open(run / NAME, "wb") as f:
+        f.write(b'{"traceEvents": [')
+        f.truncate(2 << 30)
+
+
+def _wrong_types(run: Path) -> None:
+    text = _real_trace().replace(b'"tid": ', b'"tid": "', 1)
+    (run / NAME).write_bytes(text)
+
+
+BAD = {"truncated": _truncated, "gz_truncated": _gz_truncated, "empty": _empty, "deep": _deep,
+       "wrong_types": _wrong_types}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_files_get_the_same_line_and_exit_2_through_both_readers(case, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    BAD[case](run)
+    ref, fast = _cli(run, True), _cli(run, False)
+    assert (fast.returncode, fast.stdout, fast.stderr) == (ref.returncode, ref.stdout, ref.stderr)
+    assert fast.returncode == 2 and len(fast.stderr.splitlines()) == 1 and fast.stderr.startswith("error: ")
+
+
+@pytest.mark.slow
+def test_a_2gib_sparse_file_ending_in_nul_fails_fast_and_the_same(tmp_path):
+    """Both readers cut the file into pieces with jsonstream.py, whose search for a cut in a block of NUL
+    bytes is what bounds this case's time (slow: it takes minutes where that search rescans)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _sparse_nul_tail(run)
+    ref, fast = _cli(run, True), _cli(run, False)
+    assert (fast.returncode, fast.stderr) == (ref.returncode, ref.stderr)
+    assert fast.returncode == 2 and len(fast.stderr.splitlines()) == 1
+
+
+def test_corrupt_trace_cases_read_the_same_through_both_readers(tmp_path, pure):
+    """The reliability suite's cases (tests/test_corrupt_traces.py) give the same result through either."""
+    from test_corrupt_traces import CASES
+    for case, (build, _fragment, rlimit) in CASES.items():
+        if rlimit is not None:  # the memory ceilings: covered by that suite under its limit
+            continue
+        run = tmp_path / case
+        run.mkdir()
+        build(run)
+        ref, fast = both(pure, lambda run=run: json_out.dumps(analyze(run).to_dict()))
+        assert fast == ref, case
+
+
+# -- the fallback: taken, and said ------------------------------------------------------------------------------
+
+def test_the_fallback_is_taken_and_said_when_switched_off(tmp_path):
+    fast, ref = _cli(SMALL, False), _cli(SMALL, True)
+    assert fast.returncode == ref.returncode == 0
+    assert fast.stdout == ref.stdout
+    assert "read with msgspec" not in fast.stderr
+    assert f"{fastread.PURE_ENV} is set: traces are read with msgspec" in ref.stderr.splitlines()[0]
+
+
+def test_the_fallback_is_taken_and_said_when_the_extension_cannot_be_imported(tmp_path):
+    """An import hook refuses the extension (as on a machine where it was never built)."""
+    script = textwrap.dedent("""
+        import sys
+        class Refuse:
+            def find_spec(self, name, path=None, target=None):
+                if name.endswith("._fastread"):
+                    raise ImportError("no compiled reader here")
+        sys.meta_path.insert(0, Refuse())
+        from stepscope.profiler.trace import fastread
+        assert fastread._fastread is None and not fastread.available(), fastread.why_not()
+        from stepscope.command import main
+        sys.argv = ["stepscope", "analyze", sys.argv[1], "--json"]
+        sys.exit(main())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != fastread.PURE_ENV}
+    p = subprocess.run([sys.executable, "-c", script, str(SMALL)], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "the compiled trace reader is not built (ImportError: no compiled reader here)" in p.stderr
+    assert p.stdout == _cli(SMALL, False).stdout
+
+
+# -- AddressSanitizer -------------------------------------------------------------------------------------------
+
+ASAN_DRIVER = """
+import json, random, re, sys
+sys.path.insert(0, sys.argv[1])
+import _fastread
+keys, args = (b"name", b"cat", b"ph", b"ts", b"dur", b"tid", b"pid", b"args"), (b"device", b"stream",
+              b"correlation", b"Input Dims", b"Device Type", b"Total Allocated")
+base = open(sys.argv[2], "rb").read()
+start = base.index(b"[", base.index(b"traceEvents"))
+cut = re.compile(rb"\\}\\s*,\\s*\\{").search(base, start + 100000).start()
+piece = base[start:cut + 1] + b"]"
+rng = random.Random(0)
+inputs = [b"", b"[", b"[{", b"[{}]", b"[" * 100000, b'[{"x": ' + b"[" * 100000, b'[{"ts": NaN}]', b"\\x00" * 1000,
+          b'[{"name": "\\\\ud800"}]', b'[{"name": "\\xff\\xfe"}]', b'[{"ts": 1e999, "tid": 99999999999999999999999}]',
+          piece, piece[:-2], piece.replace(b'"', b"'", 3)]
+for _ in range(3000):
+    b = bytearray(piece[: rng.randrange(len(piece))])
+    for _ in range(rng.randrange(4)):
+        if b:
+            b[rng.randrange(len(b))] = rng.choice(b'{}[]",:0123456789.eE-+ntfa\\\\\\x00\\xff')
+    inputs.append(bytes(b) + rng.choice([b"", b"]", b"}]"]))
+read = 0
+for text in inputs:
+    r = _fastread.columns(text, keys, args)
+    read += r is not None
+    r = _fastread.columns(memoryview(bytearray(text)), keys, args)
+print("ok", len(inputs), read)
+"""
+
+
+@pytest.mark.slow
+def test_the_extension_is_clean_under_address_sanitizer(tmp_path):
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("no gcc: the extension is built with it")
+    libasan = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    csrc = ROOT / "trainer" / "profiler" / "trace" / "csrc"
+    so = tmp_path / ("_fastread" + sysconfig.get_config_var("EXT_SUFFIX"))
+    # yyjson itself with AddressSanitizer at -O0 (UBSan on its 380 kB costs many CPU-minutes to compile);
+    # stepscope's own code with both
+    flags = ["-fPIC", "-g", "-fno-omit-frame-pointer", f"-I{sysconfig.get_paths()['include']}", f"-I{csrc}"]
+    objects = [tmp_path / "yyjson.o", tmp_path / "fastread.o"]
+    for src, obj, extra in ((csrc / "yyjson" / "yyjson.c", objects[0], ["-O0", "-fsanitize=address"]),
+                            (csrc / "fastread.c", objects[1], ["-O1", "-fsanitize=address,undefined"])):
+        subprocess.run([gcc, "-c", *flags, *extra, str(src), "-o", str(obj)], check=True, timeout=1800)
+    subprocess.run([gcc, "-shared", "-fsanitize=address,undefined", *map(str, objects), "-o", str(so)], check=True,
+                   timeout=600)
+    (path,) = [p for p in TRACES if p.is_relative_to(SMALL)]
+    trace = tmp_path / "t.json"
+    trace.write_bytes(_real_trace())
+    env = {**os.environ, "LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+    p = subprocess.run([sys.executable, "-c", ASAN_DRIVER, str(tmp_path), str(trace)], capture_output=True,
+                       text=True, timeout=900, env=env)
+    assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-4000:]
+    assert "ERROR: AddressSanitizer" not in p.stderr and "runtime error" not in p.stderr
+    assert np.int64(p.stdout.split()[2]) > 0  # some of them were read whole
+
+
+# -- gzip -------------------------------------------------------------------------------------------------------
+
+def test_gzip_is_decompressed_by_isal_with_the_standard_librarys_bytes_and_errors(tmp_path):
+    from stepscope.profiler.trace import gzopen
+    assert gzopen.LIBRARY == "isal"  # a dependency on this platform (pyproject.toml)
+    text = _real_trace()
+    data = gzip.compress(text, 6)
+    cases = {"whole": data, "truncated": data[: len(data) // 2], "corrupt": data[:40] + b"\xff" * 64 + data[104:],
+             "not_gzip": text[:1000]}
+    for case, blob in cases.items():
+        path = tmp_path / f"{case}.json.gz"
+        path.write_bytes(blob)
+        outcomes = []
+        for opener in (lambda p: gzip.open(p, "rb"), gzopen.open_gz):
+            try:
+                with opener(path) as f:
+                    outcomes.append(b"".join(iter(lambda f=f: f.read(1 << 20), b"")))
+            except (OSError, EOFError, zlib.error) as e:
+                outcomes.append(type(e).__name__ if not isinstance(e, OSError) else "OSError")
+        assert outcomes[1] == outcomes[0], case
+    assert outcomes[0] == "OSError"  # BadGzipFile
