@@ -65,12 +65,3 @@ def run_figures(report: dict) -> dict:
             "profiled_step_ms": last.get("profiled_step_ms"), "gpu_busy_pct": last.get("gpu_busy_pct"),
             "profiled_gpu_busy_pct": last.get("profiled_gpu_busy_pct"),
             "breakdown_ms": last.get("breakdown_ms", {}), "cycles": len(all_cycles)}
-
-
-def top_ops(report: dict) -> dict[str, float]:
-    """Each top operator or kernel's mean ms per step over every span that lists it."""
-    total: dict[str, list[float]] = defaultdict(list)
-    for s in report.get("spans", []):
-        for op in s.get("top", []):
-            total[op["name"]].append(op["ms_per_step"])
-    return {name: statistics.fmean(ms) for name, ms in total.items()}
