@@ -2,14 +2,16 @@
 
     python scripts/diff_noise.py /tmp/diffnoise                  # 20 same-config pairs, 10 changed pairs, scored
     python scripts/diff_noise.py /tmp/diffnoise --score-only     # score the runs already in the folder again
-    python scripts/diff_noise.py /tmp/diffnoise --pairs 4 --changes 2 --steps 40   # a quick look
+    python scripts/diff_noise.py /tmp/diffnoise --pairs 4 --changes 2 --steps 30   # a quick look
 
-Each round trains a baseline twice back to back (a same-config pair) and, in the first ``--changes`` rounds, then
-one run with one change that matters on a CPU (batch size, or the model), scored against the round's second
-baseline: the pairs meet the machine's drift alike. Every pair goes through the real command,
-``stepscope diff A B --json --fail-above 5%``. A same-config pair is a false alarm when diff calls it
-significant, and a gate failure when the command exits 1; a changed pair is detected when diff calls it
-significant in the right direction (slower for a bigger batch or model, faster for a smaller batch).
+One chain of runs, one after the other: ``--pairs + 1`` runs of a baseline, and after each of the first
+``--changes`` baselines one run with one change that matters on a CPU (batch size, or the model). Each two
+consecutive baselines are a same-config pair (B ran after A, with at most one changed run between them); each
+changed run is scored against the baseline just before it, so both kinds of pair meet the machine's drift
+alike. Every pair goes through the real command, ``stepscope diff A B --json --fail-above 5%``. A same-config
+pair is a false alarm when diff calls it significant, and a gate failure when the command exits 1; a changed
+pair is detected when diff calls it significant in the right direction (slower for a bigger batch or model,
+faster for a smaller batch).
 
 The runs are small CPU runs (LeNet on synthetic data, no profiler: diff reads run.json's timed steps). The
 machine's load average is recorded at each run's start: on a shared machine the load is the noise being
@@ -73,26 +75,24 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--pairs", type=int, default=20, help="same-config pairs (default 20)")
     ap.add_argument("--changes", type=int, default=10, help="changed pairs (default 10, at most 10)")
-    ap.add_argument("--steps", type=int, default=100, help="training steps a run (default 100)")
+    ap.add_argument("--steps", type=int, default=40, help="training steps a run (default 40)")
     ap.add_argument("--score-only", action="store_true", help="score the runs in OUT, train nothing")
     ap.add_argument("--diff-args", default="", help="extra arguments to stepscope diff, e.g. '--confidence 99%%'")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     changes = CHANGES[:a.changes]
     if not a.score_only:
-        for i in range(a.pairs):
-            train(a.out, f"same{i:02d}a", BASE, a.steps)
-            train(a.out, f"same{i:02d}b", BASE, a.steps)
+        for i in range(a.pairs + 1):
+            train(a.out, f"base{i:02d}", BASE, a.steps)
             if i < len(changes):
-                _, args, _ = changes[i]
-                train(a.out, f"change{i:02d}", args, a.steps)
+                train(a.out, f"change{i:02d}", changes[i][1], a.steps)
     extra = a.diff_args.split()
-    same = [diff(a.out / f"same{i:02d}a", a.out / f"same{i:02d}b", extra) for i in range(a.pairs)
-            if (a.out / f"same{i:02d}b" / "run.json").is_file()]
+    same = [diff(a.out / f"base{i:02d}", a.out / f"base{i + 1:02d}", extra) for i in range(a.pairs)
+            if (a.out / f"base{i + 1:02d}" / "run.json").is_file()]
     changed = []
     for i, (label, _, way) in enumerate(changes):
         if (a.out / f"change{i:02d}" / "run.json").is_file():
-            d = diff(a.out / f"same{i:02d}b", a.out / f"change{i:02d}", extra)
+            d = diff(a.out / f"base{i:02d}", a.out / f"change{i:02d}", extra)
             d.update(change=label, detected=d["significant"] and (d["ratio"] > 1) == (way > 0))
             changed.append(d)
     loads = [json.loads(m.read_text())["load_at_start"] for m in sorted(a.out.glob("*/meta.json"))]

@@ -131,6 +131,42 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
     assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
 
 
+NOISE = REPO / "tests" / "data" / "diff_noise"
+
+
+@pytest.mark.parametrize("pair", ["same01", "same02"])
+def test_same_config_pairs_on_a_busy_machine_are_no_significant_change(pair, capsys):
+    """Recorded same-config pairs (tests/data/diff_noise/README.md) whose steps drifted 1.7x and 2.8x with the
+    machine's load: neither is a change, and neither fails the gate. The steps alone put 1.0 outside."""
+    a, b = NOISE / f"{pair}a", NOISE / f"{pair}b"
+    rc, d, err = diff(capsys, a, b, "--fail-above", "5%")
+    assert rc == 0 and not d["significant"] and d["low"] <= 1.0 <= d["high"], d["summary"]
+    assert d["source"] == "run.json" and d["summary"].startswith("no significant change")
+    steps_a, steps_b = (run_json(p)["final"]["step_times_ms"] for p in (a, b))
+    la, lb = np.log(steps_a), np.log(steps_b)
+    se = np.sqrt(la.var(ddof=1) / len(la) + lb.var(ddof=1) / len(lb))
+    assert abs(lb.mean() - la.mean()) > 1.96 * se  # what the steps alone said
+
+
+def test_an_unprofiled_run_is_compared_from_run_json_and_config_changes_are_named(capsys, tmp_path):
+    """Runs of the trainer made without --profile have no trace: diff compares their run.json step times, and
+    names what differs in their configs beside the verdict."""
+    for name, batch in (("small", 64), ("big", 128)):
+        (tmp_path / name).mkdir()
+        doc = run_json(NOISE / "same01a")
+        doc["config"]["data"]["batch_size"] = batch
+        (tmp_path / name / "run.json").write_text(json.dumps(doc))
+    rc, d, _ = diff(capsys, tmp_path / "small", tmp_path / "big")
+    assert rc == 0 and d["source"] == "run.json" and d["a"]["steps"] == 54
+    assert d["config_changes"] == [{"key": "data.batch_size", "a": 64, "b": 128}]
+    assert diff_main([str(tmp_path / "small"), str(tmp_path / "big")]) == 0
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert first.startswith("no significant change") and second == "  config differs: data.batch_size 64 -> 128"
+    # a run with neither traces nor step times is still bad input
+    (tmp_path / "empty").mkdir()
+    assert diff_main([str(tmp_path / "small"), str(tmp_path / "empty")]) == 2
+
+
 def test_operators_come_from_full_tables_not_top_fives(capsys):
     """An operator that is in one run's top 5 and not in the other's still ran in both: diff shows both
     times from the full tables (it showed `0.05 -> n/a` when it compared the reports' top-5 lists)."""

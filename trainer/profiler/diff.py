@@ -9,12 +9,15 @@ The step-time ratio is B's mean log step over A's, with an interval that holds t
   each block counts by its median, so a burst of slow steps (another process on the core) is one block's
   worth of evidence, not as many independent samples as it has steps;
 - between runs, the drift of the machine: two runs of one configuration, back to back, differ by more than
-  their steps' spread says (the load of the machine changes between them). ``run_noise`` is that drift's
-  standard deviation on one run's mean log step (RUN_NOISE, calibrated on same-configuration pairs:
-  BENCHMARKS.md, "stepscope diff: false and true alarms"); it is added for each run.
+  their steps' spread says, because the load of the machine changes between them. A run's level is taken
+  as uncertain by as much as its own blocks wander (the standard deviation of its blocks' log medians: on a
+  busy machine they wander far, and the next run may sit anywhere in that range), and by no less than
+  ``run_noise`` (RUN_NOISE by default, ``--run-noise``), for the drift that a run too short to show it
+  still meets. Both were measured on same-configuration pairs: BENCHMARKS.md, "stepscope diff: false and
+  true alarms".
 
-The interval is Welch's on the blocks' log medians, widened by the two runs' ``run_noise`` (a known variance:
-it adds no degrees of freedom). When it holds 1.0 the runs do not differ beyond their noise. The per-step times
+The interval is Welch's on the blocks' log medians, widened by each run's level term (it adds no degrees of
+freedom). When it holds 1.0 the runs do not differ beyond their noise. The per-step times
 are Measured.step_ms (measure.py): the unprofiled timed steps of run.json when both runs have them, else each
 run's traced steps. The rest (verdicts, busy, breakdown, operators from both runs' full tables, and the
 configurations' differences) is the two runs side by side. Torch-free.
@@ -33,7 +36,7 @@ CONFIDENCE = 0.95
 TOP_CHANGED = 10
 BLOCKS = 8  # blocks a run's steps are cut into, at most
 BLOCK_STEPS = 3  # steps a block holds, at least (fewer steps: each step is its own block)
-RUN_NOISE = 0.10  # sd of one run's mean log step between runs of one configuration (BENCHMARKS.md)
+RUN_NOISE = 0.05  # the least sd of one run's level between runs of one configuration (BENCHMARKS.md)
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -66,11 +69,13 @@ def blocks(steps: list[float]) -> np.ndarray:
 def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE,
                    run_noise: float = RUN_NOISE) -> tuple[float, float, float]:
     """(ratio, low, high): B's step over A's (the exp of the difference of their blocks' mean log medians)
-    and its interval: Welch on the blocks, plus ``run_noise``'s variance for each run. Needs 2 steps each."""
+    and its interval: Welch on the blocks, plus each run's level variance, the larger of its blocks' own
+    variance and ``run_noise`` squared. Needs 2 steps each."""
     la, lb = blocks(a), blocks(b)
     diff = lb.mean() - la.mean()
     va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
-    between = 2 * run_noise * run_noise
+    floor = run_noise * run_noise
+    between = max(floor, la.var(ddof=1)) + max(floor, lb.var(ddof=1)) if run_noise > 0 else 0.0
     se = math.sqrt(va + vb + between)
     if se == 0.0:
         return math.exp(diff), math.exp(diff), math.exp(diff)
