@@ -64,7 +64,7 @@ def test_runs_and_run_match_analyze_json_and_are_cached_beside_the_run(logdir):
     _, rows = app.get("/runs")
     row = next(r for r in rows["runs"] if r["name"] == "eager_bs32")
     assert row["verdict"] == want["verdict"] and row["gpu_busy_pct"] == want["spans"][0]["metrics"]["gpu_busy_pct"]
-    assert row["trend"] == [{"cycle": 1, "step_ms": row["step_ms"], "gpu_busy_pct": row["gpu_busy_pct"],
+    assert row["trend"] == [{"cycle": 0, "step_ms": row["step_ms"], "gpu_busy_pct": row["gpu_busy_pct"],
                              "profiled_step_ms": want["spans"][0]["metrics"]["profiled"]["step_ms"]}]
     # a new TensorBoard answers from the cache file at once, without parsing the trace
     again = App(logdir)
