@@ -242,3 +242,17 @@ def test_a_users_loop_run_matches_analyze(tmp_path):
     assert code == 200 and body["report"] == json.loads(json.dumps(want))
     (row,) = app.get("/runs")[1]["runs"]
     assert row["name"] == "my_loop" and row["verdict"] == want["verdict"]
+
+
+def test_the_runs_list_names_the_users_logdir_not_the_shadow(tmp_path):
+    """Under `stepscope tensorboard` TensorBoard reads a temporary shadow logdir; the tab names the folder the
+    user gave (the server notes it in the shadow), and any other logdir as it is."""
+    from stepscope.profiler.serve.shadow_root import note_source
+
+    users, shadow = tmp_path / "logs", tmp_path / "stepscope-tb-x" / "logdir"
+    users.mkdir()
+    shutil.copytree(DATA / "cpu_resnet", shadow / "cpu_resnet")
+    assert App(shadow).get("/runs")[1]["logdir"] == str(shadow)
+    note_source(shadow, users)
+    _, body = App(shadow).get("/runs")
+    assert body["logdir"] == str(users.resolve()) and [r["name"] for r in body["runs"]] == ["cpu_resnet"]
