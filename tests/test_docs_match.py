@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,18 @@ def test_the_testing_doc_states_no_counts_a_run_cannot_hold():
     """Counts of passed and skipped tests change with every test added: docs/testing.md states none."""
     assert not re.search(r"\d+ passed|\d+\s+skipped", " ".join(DOCS["docs/testing.md"].split()))
 
+
+
+def test_the_tab_picture_shows_what_the_analysis_prints_today():
+    """docs/tab.png is made by scripts/tab_screenshot.py, which records beside it what the page showed; those
+    figures are what the analysis gives for the same trace now (when they part, run the script again)."""
+    shown = json.loads((REPO / "docs" / "tab.png.json").read_text())
+    report = analyze(REPO / shown["run"]).to_dict()
+    (job,) = report["distributed"]
+    assert shown["verdict"] == report["verdict"]
+    profiled = statistics.median(s["metrics"]["profiled"]["step_ms"] for s in report["spans"])  # median rank
+    assert shown["step_profiled"] == f"{profiled:.2f} ms"
+    assert shown["step_unprofiled"] == f"{statistics.median(s['metrics']['step_ms'] for s in report['spans']):.2f} ms"
+    assert shown["ranks_title"].startswith(f"cycle {job['span_index'] - 1}: {job['world_size']} ranks, median step "
+                                           f"{job['median_step_ms']:.2f} ms")
+    assert (REPO / "docs" / "tab.png").is_file()
