@@ -4,6 +4,8 @@
     python scripts/diff_noise.py /tmp/diffnoise --score-only     # score the runs already in the folder again
     python scripts/diff_noise.py /tmp/diffnoise --pairs 4 --changes 2 --steps 30   # a quick look
 
+Results: BENCHMARKS.md, "`stepscope diff`: false and true alarms".
+
 One chain of runs, one after the other: ``--pairs + 1`` runs of a baseline, and after each of the first
 ``--changes`` baselines one run with one change that matters on a CPU (batch size, or the model). Each two
 consecutive baselines are a same-config pair (B ran after A, with at most one changed run between them); each
