@@ -92,6 +92,7 @@ def test_ranks_mark_the_straggler_with_its_reason(logdir):
     code, body = App(logdir).get("/ranks", run="ddp")
     job = body["jobs"][0]
     assert code == 200 and [r["rank"] for r in job["ranks"]] == [0, 1]
+    assert job["cycle"] == 0  # numbered from 0, as diagnosis.md and cycles.jsonl number cycles
     assert [s["rank"] for s in job["stragglers"]] == [1]
     why = job["stragglers"][0]
     given = analyze(logdir / "ddp").to_dict()["distributed"][0]["stragglers_why"][0]
