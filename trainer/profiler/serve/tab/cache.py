@@ -28,7 +28,7 @@ from .runs import Run
 
 CACHE_DIR = ".stepscope"
 CACHE_FILE = "analysis.json"
-FORMAT = 1
+FORMAT = 2  # 2: Measured holds the full operator tables and the run's config (ops_ms, setup)
 
 
 @dataclass(frozen=True)
