@@ -300,6 +300,10 @@ def test_summary_scalars():
     s = span("eager_bs128")
     assert sc["diagnosis/step_ms"] == pytest.approx(s.metrics.step_ms)
     assert sc["diagnosis/gpu_busy_pct"] == pytest.approx(s.metrics.gpu_busy_pct)
-    assert sc["diagnosis/kernels_per_step"] == 378
+    assert sc["diagnosis/profiled/kernels_per_step"] == 378
+    # figures of the profiled steps are named as such beside the unprofiled step
+    assert sc["diagnosis/profiled/compute_ms_per_step"] == pytest.approx(s.metrics.compute_ms_per_step)
+    assert sc["diagnosis/profiled/data_ms_per_step"] == pytest.approx(s.metrics.data_ms_per_step)
+    assert "diagnosis/compute_ms_per_step" not in sc and "diagnosis/data_ms_per_step" not in sc
     assert sc["diagnosis/pct/launch"] == pytest.approx(s.breakdown.pct("launch"))
     assert all(isinstance(v, float) for v in sc.values())

@@ -142,3 +142,16 @@ def test_cycles_are_matched_by_span_order(tmp_path):
     r = analyze(tmp_path)
     assert len({s.span for s in r.spans}) == 2
     assert len(r.distributed) == 1
+
+
+def test_the_stragglers_line_names_ranks_not_a_count():
+    """tests/data/nccl_ddp: rank 0 is the straggler. The summary line said "stragglers: 0" (read: none) right
+    above "rank 0 is a straggler"; it names the rank."""
+    r = analyze(Path(__file__).parent / "data" / "nccl_ddp")
+    (cycle,) = r.distributed
+    assert cycle.stragglers == (0,)
+    for text in (render_console(r), render_markdown(r)):
+        assert "rank 0 is a straggler" in text
+        assert "stragglers: rank 0" in text and "stragglers: 0" not in text
+    ddp = render_console(report())
+    assert "stragglers: rank 1" in ddp

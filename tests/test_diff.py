@@ -56,10 +56,38 @@ def test_t_quantile_matches_the_tables():
 def test_interval_holds_one_for_noise_and_not_for_a_shift():
     rng = np.random.default_rng(0)
     a = list(rng.normal(100, 5, 40))
-    same = ratio_interval(a, list(rng.normal(100, 5, 40)))
-    slower = ratio_interval(a, list(rng.normal(110, 5, 40)))
+    same = ratio_interval(a, list(rng.normal(100, 5, 40)), run_noise=0.0)
+    slower = ratio_interval(a, list(rng.normal(110, 5, 40)), run_noise=0.0)
     assert same[1] <= 1.0 <= same[2]
     assert 1.0 < slower[1] < slower[0] == pytest.approx(1.1, abs=0.03) and slower[0] < slower[2]
+
+
+def test_a_burst_of_slow_steps_is_one_block_not_many_samples():
+    """Another process on the core slows a stretch of steps: those steps are a block or two of evidence, not a
+    fifth of the run's independent samples (Welch on the 80 steps alone puts the interval above 1.05)."""
+    rng = np.random.default_rng(1)
+    a = list(rng.normal(100, 3, 80))
+    b = list(rng.normal(100, 3, 80))
+    b[30:46] = list(rng.normal(160, 10, 16))  # a neighbour's burst
+    la, lb = np.log(a), np.log(b)
+    welch_steps = lb.mean() - la.mean() - 1.96 * np.sqrt(la.var(ddof=1) / 80 + lb.var(ddof=1) / 80)
+    assert np.exp(welch_steps) > 1.05
+    ratio, low, high = ratio_interval(a, b)
+    assert low <= 1.0 <= high, (ratio, low, high)
+    assert ratio_interval(a, b, run_noise=0.0)[1] <= 1.0  # the blocks alone already hold it
+
+
+def test_the_drift_between_runs_widens_the_interval():
+    """Two runs of one configuration whose every step is 8% apart (the machine's load changed between them):
+    with the run-to-run noise that is no significant change; with none it would be."""
+    rng = np.random.default_rng(2)
+    a = list(rng.normal(100, 2, 90))
+    b = list(rng.normal(108, 2, 90))
+    ratio, low, high = ratio_interval(a, b)
+    assert low <= 1.0 <= high and ratio == pytest.approx(1.08, abs=0.02)
+    assert ratio_interval(a, b, run_noise=0.0)[1] > 1.0
+    # a step twice as long stands out of it
+    assert ratio_interval(a, list(rng.normal(200, 4, 90)))[1] > 1.5
 
 
 @pytest.mark.alone  # two identical runs timed side by side: a neighbouring test slows one of them
@@ -102,3 +130,56 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
+
+
+NOISE = REPO / "tests" / "data" / "diff_noise"
+
+
+@pytest.mark.parametrize("pair", ["same01", "same02"])
+def test_same_config_pairs_on_a_busy_machine_are_no_significant_change(pair, capsys):
+    """Recorded same-config pairs (tests/data/diff_noise/README.md) whose steps drifted 1.7x and 2.8x with the
+    machine's load: neither is a change, and neither fails the gate. The steps alone put 1.0 outside."""
+    a, b = NOISE / f"{pair}a", NOISE / f"{pair}b"
+    rc, d, err = diff(capsys, a, b, "--fail-above", "5%")
+    assert rc == 0 and not d["significant"] and d["low"] <= 1.0 <= d["high"], d["summary"]
+    assert d["source"] == "run.json" and d["summary"].startswith("no significant change")
+    steps_a, steps_b = (run_json(p)["final"]["step_times_ms"] for p in (a, b))
+    la, lb = np.log(steps_a), np.log(steps_b)
+    se = np.sqrt(la.var(ddof=1) / len(la) + lb.var(ddof=1) / len(lb))
+    assert abs(lb.mean() - la.mean()) > 1.96 * se  # what the steps alone said
+
+
+def test_an_unprofiled_run_is_compared_from_run_json_and_config_changes_are_named(capsys, tmp_path):
+    """Runs of the trainer made without --profile have no trace: diff compares their run.json step times, and
+    names what differs in their configs beside the verdict."""
+    for name, batch in (("small", 64), ("big", 128)):
+        (tmp_path / name).mkdir()
+        doc = run_json(NOISE / "same01a")
+        doc["config"]["data"]["batch_size"] = batch
+        (tmp_path / name / "run.json").write_text(json.dumps(doc))
+    rc, d, _ = diff(capsys, tmp_path / "small", tmp_path / "big")
+    assert rc == 0 and d["source"] == "run.json" and d["a"]["steps"] == 54
+    assert d["config_changes"] == [{"key": "data.batch_size", "a": 64, "b": 128}]
+    assert diff_main([str(tmp_path / "small"), str(tmp_path / "big")]) == 0
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert first.startswith("no significant change") and second == "  config differs: data.batch_size 64 -> 128"
+    # a run with neither traces nor step times is still bad input
+    (tmp_path / "empty").mkdir()
+    assert diff_main([str(tmp_path / "small"), str(tmp_path / "empty")]) == 2
+
+
+def test_operators_come_from_full_tables_not_top_fives(capsys):
+    """An operator that is in one run's top 5 and not in the other's still ran in both: diff shows both
+    times from the full tables (it showed `0.05 -> n/a` when it compared the reports' top-5 lists)."""
+    data = REPO / "tests" / "data"
+    rc, d, _ = diff(capsys, data / "eager_bs32", data / "eager_bs128")
+    assert rc == 0 and d["ops"]
+    report = json.loads(subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", "--json",
+                                        str(data / "eager_bs32")], capture_output=True, text=True,
+                                       cwd=REPO, timeout=120).stdout)
+    top_a = {op["name"] for span in report["spans"] for op in span["top"]}
+    assert all(isinstance(r["a_ms"], float) and isinstance(r["b_ms"], float) for r in d["ops"]), d["ops"]
+    outside = [r for r in d["ops"] if r["name"] not in top_a and r["a_ms"] > 0]
+    assert outside, "expected an operator of eager_bs32 outside its top 5 among the changed ones"
+    assert diff_main([str(data / "eager_bs32"), str(data / "eager_bs128")]) == 0
+    assert "n/a (" not in capsys.readouterr().out

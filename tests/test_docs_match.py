@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,40 @@ def test_a_chrome_trace_with_nothing_torch_recorded_is_refused_with_the_remedy(t
     (line,) = p.stderr.splitlines()
     assert "no ProfilerStep#, Optimizer.step# or torch operator events" in line
     assert "schedule=torch.profiler.schedule(" in line and "prof.step()" in line
+
+
+DOCS = {p.relative_to(REPO).as_posix(): p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]}
+
+
+def test_extras_install_from_the_clone():
+    """stepscope is not on PyPI: no doc sends anyone to ``pip install stepscope[...]``; the README says how
+    to install the extras from the clone."""
+    assert not [name for name, text in DOCS.items() if re.search(r"stepscope\[\w+\]", text)]
+    assert 'pip install -e ".[integrations]"' in README and 'pip install -e ".[cluster]"' in README
+
+
+def test_the_readme_says_the_profiler_tab_needs_the_internet_under_plain_tensorboard():
+    text = " ".join(README.split())
+    assert "plain `tensorboard` needs internet access for that tab's charts; see" in text
+    assert "docs/tensorboard.md" in text
+
+
+def test_the_testing_doc_states_no_counts_a_run_cannot_hold():
+    """Counts of passed and skipped tests change with every test added: docs/testing.md states none."""
+    assert not re.search(r"\d+ passed|\d+\s+skipped", " ".join(DOCS["docs/testing.md"].split()))
+
+
+
+def test_the_tab_picture_shows_what_the_analysis_prints_today():
+    """docs/tab.png is made by scripts/tab_screenshot.py, which records beside it what the page showed; those
+    figures are what the analysis gives for the same trace now (when they part, run the script again)."""
+    shown = json.loads((REPO / "docs" / "tab.png.json").read_text())
+    report = analyze(REPO / shown["run"]).to_dict()
+    (job,) = report["distributed"]
+    assert shown["verdict"] == report["verdict"]
+    profiled = statistics.median(s["metrics"]["profiled"]["step_ms"] for s in report["spans"])  # median rank
+    assert shown["step_profiled"] == f"{profiled:.2f} ms"
+    assert shown["step_unprofiled"] == f"{statistics.median(s['metrics']['step_ms'] for s in report['spans']):.2f} ms"
+    assert shown["ranks_title"].startswith(f"cycle {job['span_index'] - 1}: {job['world_size']} ranks, median step "
+                                           f"{job['median_step_ms']:.2f} ms")
+    assert (REPO / "docs" / "tab.png").is_file()

@@ -2,7 +2,7 @@
 Hugging Face's Trainer with its StepscopeCallback, accelerate with profile_kwargs. Each trains a tiny model for
 a few steps; the folder then holds a diagnosis with a verdict, and `stepscope analyze` finds the trace.
 
-    pytest tests/test_integrations.py -q        # about 40 s on 2 idle cores; needs stepscope[integrations]
+    pytest tests/test_integrations.py -q        # about 40 s on 2 idle cores; needs pip install -e ".[integrations]"
 """
 
 from __future__ import annotations

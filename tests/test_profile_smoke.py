@@ -51,7 +51,7 @@ def test_console_output_of_a_profiled_run(profiled_run):
     # the top-ops table, from stepscope's own parse of the trace (not key_averages(), which holds every event)
     top = r.stdout[r.stdout.index("top ops by self CPU time"):].splitlines()
     assert top[1].split() == ["name", "ms/step", "calls/step", "%"] and top[2].lstrip().startswith("aten::")
-    assert f"tensorboard --logdir {logdir}" in r.stdout
+    assert f"stepscope tensorboard --logdir {logdir}" in r.stdout  # as the README says: the tab and the diagnosis
     assert (run / "diagnosis.md").read_text().strip()
     diagnosis = run_json(run)["diagnosis"]
     assert diagnosis["verdict"] in r.stdout

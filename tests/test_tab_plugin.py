@@ -86,7 +86,7 @@ def test_runs_and_run_match_analyze_json_and_are_cached_in_the_users_cache(logdi
     _, rows = app.get("/runs")
     row = next(r for r in rows["runs"] if r["name"] == "eager_bs32")
     assert row["verdict"] == want["verdict"] and row["gpu_busy_pct"] == want["spans"][0]["metrics"]["gpu_busy_pct"]
-    assert row["trend"] == [{"cycle": 1, "step_ms": row["step_ms"], "gpu_busy_pct": row["gpu_busy_pct"],
+    assert row["trend"] == [{"cycle": 0, "step_ms": row["step_ms"], "gpu_busy_pct": row["gpu_busy_pct"],
                              "profiled_step_ms": want["spans"][0]["metrics"]["profiled"]["step_ms"]}]
     # a new TensorBoard answers from the cache file at once, without parsing the trace
     again = App(logdir)
@@ -142,6 +142,7 @@ def test_ranks_mark_the_straggler_with_its_reason(logdir):
     code, body = App(logdir).get("/ranks", run="ddp")
     job = body["jobs"][0]
     assert code == 200 and [r["rank"] for r in job["ranks"]] == [0, 1]
+    assert job["cycle"] == 0  # numbered from 0, as diagnosis.md and cycles.jsonl number cycles
     assert [s["rank"] for s in job["stragglers"]] == [1]
     why = job["stragglers"][0]
     given = analyze(logdir / "ddp").to_dict()["distributed"][0]["stragglers_why"][0]
@@ -343,3 +344,17 @@ def test_a_run_past_its_time_bound_fails_and_the_others_are_still_analysed(logdi
     monkeypatch.setattr(cache_module, "TIME_PER_GB_S", bounds[1])
     code, body = app.get("/run", run="cpu_resnet")
     assert code == 200 and body["state"] == "ready"
+
+
+def test_the_runs_list_names_the_users_logdir_not_the_shadow(tmp_path):
+    """Under `stepscope tensorboard` TensorBoard reads a temporary shadow logdir; the tab names the folder the
+    user gave (the server notes it in the shadow), and any other logdir as it is."""
+    from stepscope.profiler.serve.shadow_root import note_source
+
+    users, shadow = tmp_path / "logs", tmp_path / "stepscope-tb-x" / "logdir"
+    users.mkdir()
+    shutil.copytree(DATA / "cpu_resnet", shadow / "cpu_resnet")
+    assert App(shadow).get("/runs")[1]["logdir"] == str(shadow)
+    note_source(shadow, users)
+    _, body = App(shadow).get("/runs")
+    assert body["logdir"] == str(users.resolve()) and [r["name"] for r in body["runs"]] == ["cpu_resnet"]

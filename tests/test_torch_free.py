@@ -44,3 +44,24 @@ def test_the_check_itself_fails_when_torch_is_imported():
     script = SCRIPT.replace("for name in", 'importlib.import_module("stepscope.profiler.capture.writer")\nfor name in')
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "import of torch halted" in r.stderr
+
+
+def test_integrations_are_reachable_from_import_stepscope_without_torch():
+    """``stepscope.integrations`` resolves after ``import stepscope`` (docs/integrations.md writes
+    ``stepscope.integrations.lightning.StepscopeCallback``), and reaching the package imports no torch."""
+    script = """
+import sys
+sys.modules["torch"] = None
+import stepscope
+pkg = stepscope.integrations
+assert pkg.__name__ == "stepscope.integrations" and "integrations" in dir(stepscope)
+assert "torch" not in [m.split(".")[0] for m, v in sys.modules.items() if v is not None]
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-c", "import stepscope; print(stepscope.integrations.lightning."
+                        "StepscopeCallback.__name__, stepscope.integrations.hf.StepscopeCallback.__module__)"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.split() == ["StepscopeCallback", "stepscope.integrations.hf"], r.stderr
+

@@ -36,6 +36,25 @@ def test_loss_falls_and_scalars_are_logged(tmp_path):
     assert {"train/loss", "train/lr", "perf/step_ms", "perf/images_per_s", "eval/accuracy"} <= set(tags["scalars"])
     assert len(acc.Scalars("train/loss")) == 20
     assert "config/text_summary" in tags["tensors"]
+    # stderr is not a terminal here (tqdm draws nothing): plain progress lines, the last at the last step
+    lines = [line for line in r.stderr.splitlines() if line.startswith("step ")]
+    assert lines and lines[-1].startswith("step 40/40, loss "), r.stderr[-2000:]
+
+
+def test_plain_progress_every_few_seconds(capsys):
+    """Without a terminal: a line every PLAIN_EVERY_S seconds, never more often, and one at the last step."""
+    from stepscope.loop import PLAIN_EVERY_S, PlainProgress, Progress
+    from stepscope.timing import Throughput
+
+    now = [0.0]
+    plain = PlainProgress(100, on=True, clock=lambda: now[0])
+    for step in range(1, 101):
+        now[0] += 0.5  # a step every half second: 50 s in all
+        plain.update(step, Progress(steps=step, train_loss=1.0), Throughput(32))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 50 / PLAIN_EVERY_S and lines[-1] == "step 100/100, loss 1.000"
+    PlainProgress(10, on=False).update(10, Progress(), Throughput(32))  # a terminal: tqdm's bar alone
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.slow

@@ -190,6 +190,9 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
             break
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert v["remedy"] == ["--workers", "4"] and v["result"] == "confirmed", (v, r.stdout)
+    # the terminal's last line is the result itself, with the measured and the predicted speed-ups
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("confirmed: ") and f"{v['measured_speedup']:.2f}x measured" in last, r.stdout
     assert v["cores"] == len(cpus) and v["cause"] == "data_loading"
     # predicted from the baseline's own unprofiled figures: the measured speed-up falls in the range (within
     # 25%), whose low end is the cores' bound (2.2x measured against 1.7x..10x on the machine this was made on)
@@ -211,6 +214,14 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
     assert any("verification" in t for t in tags["tensors"])
     speedup = tb.Scalars("verify/measured_speedup")[-1].value
     assert speedup == pytest.approx(v["measured_speedup"], rel=1e-5)
+
+
+@pytest.mark.parametrize("result", ["confirmed", "refuted", "inconclusive"])
+def test_the_last_line_is_the_result_with_both_speedups(result):
+    from stepscope.verify import outcome
+
+    v = {"result": result, "measured_speedup": 1.02, "predicted_speedup": 1.5, "predicted_speedup_range": [1.2, 1.8]}
+    assert outcome(v) == f"{result}: 1.02x measured, 1.20x..1.80x predicted (1.50x in the middle)"
 
 
 def test_the_record_states_the_prediction_as_a_range(tmp_path):

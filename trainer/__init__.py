@@ -9,6 +9,8 @@
             ...; prof.step()
     rows = stepscope.compare(["--device", "cpu", "--variants", "eager"])
 
+    stepscope.integrations.lightning.StepscopeCallback("logs/run")   # and .hf, .accelerate (docs/integrations.md)
+
 The names load on first use, so `import stepscope` stays quick and imports no torch. This package is the
 repository's trainer/ folder; its `kernels` subpackage is the repository's kernels/ folder.
 """
@@ -32,10 +34,13 @@ _PUBLIC = {  # name -> (module, attribute): each public call is one line into th
     "profile": ("stepscope.profiler.capture.session", "profile"),
     "compare": ("stepscope.comparison", "compare"),
 }
-__all__ = ["__version__", *_PUBLIC]
+_SUBPACKAGES = ("integrations",)  # reachable as attributes, imported on first use
+__all__ = ["__version__", *_PUBLIC, *_SUBPACKAGES]
 
 
 def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"stepscope.{name}")  # the import sets it as an attribute here
     if name not in _PUBLIC:
         raise AttributeError(f"module 'stepscope' has no attribute {name!r}")
     module, attribute = _PUBLIC[name]
@@ -45,4 +50,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC])
+    return sorted([*globals(), *_PUBLIC, *_SUBPACKAGES])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .profiler.capture.cupti import detach_after_cycles
+from .profiler.capture.cupti import detach_after_cycles, quiet_kineto
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,7 @@ def configure_process(env: Env, *, profiling: bool, cuda_graphs: bool, compile_m
     in the environment wins over ours. ``wait`` and ``repeat``: the profiling schedule's."""
     if not env.is_cuda:
         if profiling:
-            # A CUDA build of torch on a machine without a GPU driver: Kineto still asks CUDA for the device
-            # count when it writes a trace, and logs "ERROR: gpuGetDeviceCount failed with code 35" (no driver)
-            # plus "USDT: profiler_start/stop" lines into the progress bar. A CPU trace has nothing device-related
-            # to say; 6 is above Kineto's highest level (USDT = 5), so it prints nothing. Read when Kineto starts,
-            # i.e. when the first profiler is entered.
-            os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+            quiet_kineto(has_gpu=False)  # Kineto's "gpuGetDeviceCount failed" and "USDT" lines (cupti.py)
         return
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True

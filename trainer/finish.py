@@ -133,7 +133,7 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
     if writer is not None:
         if not writer.cycles:
             print("the profiler recorded no complete cycle before the run stopped; no trace was written")
-        print(f"open it with:  tensorboard --logdir {shlex.quote(str(run_dir.parent))}   (run: {run_dir.name})")
+        print(f"open it with:  stepscope tensorboard --logdir {shlex.quote(str(run_dir.parent))}   (run: {run_dir.name})")
     done = replace(record, status=status, final=final, traces=traces,
                    signal=stop.signal_name if status == "interrupted" else None,
                    loss_history=[[s, finite_or_none(v)] for s, v in progress.history])

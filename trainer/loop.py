@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -53,6 +54,7 @@ from .tb_log import NullLog, TBLog
 from .timing import StepClock, Throughput
 
 WARMUP_STEPS = 10  # at most; never more than a tenth of the run
+PLAIN_EVERY_S = 5.0  # without a terminal (a log file, CI) tqdm draws nothing: a plain line this often instead
 
 
 @dataclass
@@ -63,6 +65,26 @@ class Progress:
     train_loss: float = math.nan
     eval_accuracy: float = math.nan
     history: list = field(default_factory=list)  # (step, loss) at each logging point
+
+
+class PlainProgress:
+    """A progress line on stderr at most every ``every_s`` seconds and at the last step, for a run whose stderr
+    is not a terminal (where tqdm's bar is off): ``step 40/100, loss 1.234, 408 images/s``."""
+
+    def __init__(self, total: int, on: bool, every_s: float = PLAIN_EVERY_S, clock=time.monotonic) -> None:
+        self.total, self.on, self.every_s, self.clock = total, on, every_s, clock
+        self.last = clock()
+
+    def update(self, step: int, progress: Progress, thr: Throughput) -> None:
+        if not self.on:
+            return
+        now = self.clock()
+        if now - self.last < self.every_s and step != self.total:
+            return
+        self.last = now
+        loss = "" if math.isnan(progress.train_loss) else f", loss {progress.train_loss:.3f}"
+        speed = f", {thr.images_per_s:.0f} images/s" if thr.steps else ""
+        print(f"step {step}/{self.total}{loss}{speed}", file=sys.stderr, flush=True)
 
 
 def step_kind(cfg: TrainConfig) -> str:
@@ -153,6 +175,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
     oom = OomCapture(run_dir, f"rank{env.rank}", telemetry=lambda: {
         **memory.telemetry(windows=len(memory.edges)), "windows": [{"step": s, **r} for s, r in memory.edges]})
     bar = tqdm(total=cfg.steps, disable=None if env.is_main else True, unit="step", file=sys.stderr)
+    plain = PlainProgress(cfg.steps, on=env.is_main and bar.disable)
 
     def log_window(across_ranks: bool = True) -> None:
         times = clock.drain()  # sync point: waits for the last step boundary
@@ -203,6 +226,7 @@ def _train(cfg: TrainConfig, env: Env, group) -> int:
                 bar.update(1)
                 if i % cfg.run.log_every == 0 or i == cfg.steps:
                     log_window()
+                plain.update(i, progress, thr)
                 if i % data.steps_per_epoch == 0 or i == cfg.steps:
                     clock.exclude_since_last_mark()  # evaluation is not a training step
                     progress.eval_accuracy = evaluate(eval_model, data, env)

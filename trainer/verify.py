@@ -19,7 +19,8 @@ range too (low..high), and its middle is the point figure. The verdict is
 - refuted: the step does not get faster (below MIN_SPEEDUP);
 - inconclusive: faster, but by less than that.
 
-Prints one line per run and the result, and writes it into the run: `verification` in run.json, a section of
+Prints one line per run, the recorded section, and last the result alone on its line
+(``confirmed: 2.20x measured, 1.70x..10.00x predicted (5.85x in the middle)``), and writes it into the run: `verification` in run.json, a section of
 diagnosis.md, and TensorBoard text `verification` plus scalars `verify/<variant>_step_ms`.
 Bad input (no run.json, a run another tool wrote, no diagnosis, a verdict whose cause no trainer option
 removes): one line on stderr, exit code 2, nothing written.
@@ -276,6 +277,13 @@ def record(run_dir: Path, v: dict) -> str:
     return md
 
 
+def outcome(v: dict) -> str:
+    """The last line verify prints: the result first, then the measured and the predicted speed-ups."""
+    low, high = v["predicted_speedup_range"]
+    return (f"{v['result']}: {v['measured_speedup']:.2f}x measured, {low:.2f}x..{high:.2f}x predicted "
+            f"({v['predicted_speedup']:.2f}x in the middle)")
+
+
 def main(argv: list[str] | None = None, prog: str = "stepscope verify",
          train_cmd: tuple[str, ...] = INSTALLED_TRAIN) -> int:
     p = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
@@ -295,6 +303,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope verify",
         print_error(f"{prog}: error: {e}")
         return 2
     print(record(a.run_dir, v).strip().splitlines()[-1])
+    print(outcome(v))
     return 0 if v["result"] != "refuted" else 1
 
 

@@ -21,7 +21,7 @@ each, so that a run cut off by a timeout keeps what it measured) and prints a Ma
 one of measured/predicted per (loop style read from the trace, with_stack) with the band it suggests for
 analysis/step_range.py's BANDS (the extremes widened 5%) and the largest measured/profiled step (the range's
 cap assumes at most 1). A style's first compile, Lightning and Hugging Face setup take tens of seconds: on a machine that
-bounds each command, run one style per call (``--styles eager``, ...) and join them with ``--table``. Needs lightning / transformers for those styles (stepscope[integrations]).
+bounds each command, run one style per call (``--styles eager``, ...) and join them with ``--table``. Needs lightning / transformers for those styles (the integrations extra: pip install -e ".[integrations]").
 """
 
 from __future__ import annotations

@@ -1,13 +1,26 @@
 """Two runs compared, aware of run-to-run noise: is B's step really slower or faster than A's?
 
     d = compare_runs(measure_path("logs/before"), measure_path("logs/after"), "before", "after")
-    d["summary"]    # "after is 1.93x slower than before (95% CI 1.85x-2.01x)" / "no significant change ..."
+    d["summary"]    # "after is 1.93x the step of before, slower (95% CI ...)" / "no significant change ..."
 
-The step-time ratio is B's geometric mean step over A's, with a Welch confidence interval on the log step
-times: the steps' own spread says how far two means of the same configuration may lie apart. When the
-interval holds 1.0 the runs do not differ beyond their noise. The per-step times are Measured.step_ms
-(measure.py): the unprofiled timed steps of run.json when both runs have them, else each run's traced steps.
-The rest (verdicts, busy, breakdown, operators) is the two reports side by side. Torch-free.
+The step-time ratio is B's mean log step over A's, with an interval that holds two kinds of noise:
+
+- within a run, the drift of its steps: each run's steps are cut into up to BLOCKS contiguous blocks and
+  each block counts by its median, so a burst of slow steps (another process on the core) is one block's
+  worth of evidence, not as many independent samples as it has steps;
+- between runs, the drift of the machine: two runs of one configuration, back to back, differ by more than
+  their steps' spread says, because the load of the machine changes between them. A run's level is taken
+  as uncertain by as much as its own blocks wander (the standard deviation of its blocks' log medians: on a
+  busy machine they wander far, and the next run may sit anywhere in that range), and by no less than
+  ``run_noise`` (RUN_NOISE by default, ``--run-noise``), for the drift that a run too short to show it
+  still meets. Both were measured on same-configuration pairs: BENCHMARKS.md, "stepscope diff: false and
+  true alarms".
+
+The interval is Welch's on the blocks' log medians, widened by each run's level term (it adds no degrees of
+freedom). When it holds 1.0 the runs do not differ beyond their noise. The per-step times
+are Measured.step_ms (measure.py): the unprofiled timed steps of run.json when both runs have them, else each
+run's traced steps. The rest (verdicts, busy, breakdown, operators from both runs' full tables, and the
+configurations' differences) is the two runs side by side. Torch-free.
 """
 
 from __future__ import annotations
@@ -17,10 +30,13 @@ import math
 import numpy as np
 
 from .measure import TRACED, UNPROFILED, Measured
-from .summary import run_figures, top_ops
+from .summary import run_figures
 
 CONFIDENCE = 0.95
 TOP_CHANGED = 10
+BLOCKS = 8  # blocks a run's steps are cut into, at most
+BLOCK_STEPS = 3  # steps a block holds, at least (fewer steps: each step is its own block)
+RUN_NOISE = 0.05  # the least sd of one run's level between runs of one configuration (BENCHMARKS.md)
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -40,17 +56,39 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2
 
 
-def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(ratio, low, high): B's geometric-mean step over A's and its Welch interval. Needs 2 steps each."""
-    la, lb = np.log(np.asarray(a, float)), np.log(np.asarray(b, float))
+def blocks(steps: list[float]) -> np.ndarray:
+    """The log of each block's median step: ``steps`` cut into min(BLOCKS, n // BLOCK_STEPS) contiguous
+    blocks, or every step alone when there are too few for two blocks."""
+    x = np.asarray(steps, float)
+    k = min(BLOCKS, len(x) // BLOCK_STEPS)
+    if k < 2:
+        return np.log(x)
+    return np.log([np.median(part) for part in np.array_split(x, k)])
+
+
+def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE,
+                   run_noise: float = RUN_NOISE) -> tuple[float, float, float]:
+    """(ratio, low, high): B's step over A's (the exp of the difference of their blocks' mean log medians)
+    and its interval: Welch on the blocks, plus each run's level variance, the larger of its blocks' own
+    variance and ``run_noise`` squared. Needs 2 steps each."""
+    la, lb = blocks(a), blocks(b)
     diff = lb.mean() - la.mean()
     va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
-    se = math.sqrt(va + vb)
+    floor = run_noise * run_noise
+    between = max(floor, la.var(ddof=1)) + max(floor, lb.var(ddof=1)) if run_noise > 0 else 0.0
+    se = math.sqrt(va + vb + between)
     if se == 0.0:
         return math.exp(diff), math.exp(diff), math.exp(diff)
-    df = (va + vb) ** 2 / (va * va / (len(la) - 1) + vb * vb / (len(lb) - 1))
-    half = t_quantile(0.5 + confidence / 2, df) * se
-    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+    spread = va * va / (len(la) - 1) + vb * vb / (len(lb) - 1)
+    df = (va + vb + between) ** 2 / spread if spread > 0 else math.inf
+    q = t_quantile(0.5 + confidence / 2, min(df, 1e6))
+    return math.exp(diff), math.exp(diff - q * se), math.exp(diff + q * se)
+
+
+def config_changes(a: dict, b: dict) -> list[dict]:
+    """The keys of two runs' setups (Measured.setup) whose values differ, in A's order then B's."""
+    keys = list(dict.fromkeys([*a, *b]))
+    return [{"key": k, "a": a.get(k), "b": b.get(k)} for k in keys if a.get(k) != b.get(k)] if a and b else []
 
 
 def same_source(a: Measured, b: Measured) -> tuple[list[float], list[float], str]:
@@ -69,17 +107,19 @@ def _side(m: Measured, name: str, steps: list[float]) -> dict:
 
 
 def compare_runs(a: Measured, b: Measured, name_a: str = "A", name_b: str = "B",
-                 confidence: float = CONFIDENCE) -> dict:
+                 confidence: float = CONFIDENCE, run_noise: float = RUN_NOISE) -> dict:
     steps_a, steps_b, source = same_source(a, b)
     out = {"a": _side(a, name_a, steps_a), "b": _side(b, name_b, steps_b), "source": source,
-           "confidence": confidence}
+           "confidence": confidence, "run_noise": run_noise,
+           "config_changes": config_changes(a.setup, b.setup)}
     if len(steps_a) < 2 or len(steps_b) < 2:
         out.update(ratio=None, low=None, high=None, significant=False,
                    summary=f"too few steps to compare ({len(steps_a)} and {len(steps_b)}; 2 each at least)")
     else:
-        ratio, low, high = ratio_interval(steps_a, steps_b, confidence)
+        ratio, low, high = ratio_interval(steps_a, steps_b, confidence, run_noise)
         significant = not low <= 1.0 <= high
-        ci = f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(steps_a)} vs {len(steps_b)} steps"
+        ci = (f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(steps_a)} vs {len(steps_b)} steps, "
+              f"run-to-run noise {run_noise:.0%}")
         if not significant:
             summary = f"no significant change: the step of {name_b} over {name_a} is {ratio:.3f}x ({ci})"
         else:
@@ -87,11 +127,15 @@ def compare_runs(a: Measured, b: Measured, name_a: str = "A", name_b: str = "B",
             summary = f"{name_b} is {ratio:.3f}x the step of {name_a}, {way} ({ci})"
         out.update(ratio=ratio, low=low, high=high, significant=significant, summary=summary)
     buckets = list(dict.fromkeys([*out["a"]["breakdown_ms"], *out["b"]["breakdown_ms"]]))
+    both = out["a"]["breakdown_ms"] and out["b"]["breakdown_ms"]  # a run without a trace has none
     out["breakdown"] = [{"bucket": k, "a_ms": out["a"]["breakdown_ms"].get(k, 0.0),
-                         "b_ms": out["b"]["breakdown_ms"].get(k, 0.0)} for k in buckets]
-    ops_a, ops_b = top_ops(a.report), top_ops(b.report)
-    changed = [{"name": n, "a_ms": ops_a.get(n), "b_ms": ops_b.get(n),
-                "delta_ms": (ops_b.get(n) or 0.0) - (ops_a.get(n) or 0.0)} for n in {*ops_a, *ops_b}]
+                         "b_ms": out["b"]["breakdown_ms"].get(k, 0.0)} for k in buckets] if both else []
+    # full tables: a name missing from one is an operator that run never ran (0 ms), not one outside a top 5;
+    # a run without a trace (or a Measured from before the tables) has none, and then nothing is compared
+    ops_a, ops_b = a.ops_ms, b.ops_ms
+    changed = ([{"name": n, "a_ms": ops_a.get(n, 0.0), "b_ms": ops_b.get(n, 0.0),
+                 "delta_ms": ops_b.get(n, 0.0) - ops_a.get(n, 0.0)} for n in {*ops_a, *ops_b}]
+               if ops_a and ops_b else [])
     changed.sort(key=lambda r: (-abs(r["delta_ms"]), r["name"]))
     out["ops"] = changed[:TOP_CHANGED]
     memory = memory_delta(a.report, b.report)

@@ -1,10 +1,10 @@
 """A report's figures per profiling cycle and for the whole run, from ``RunReport.to_dict()``.
 
-    cycles(report)   # [{"cycle": 1, "step_ms", "profiled_step_ms", "gpu_busy_pct", "breakdown_ms": {...}}, ...]
+    cycles(report)   # [{"cycle": 0, "step_ms", "profiled_step_ms", "gpu_busy_pct", "breakdown_ms": {...}}, ...]
     run_figures(report)   # the last cycle's figures: what a run list shows
 
 A cycle is one profiling window (``schedule(repeat=...)``, or one trigger of a long job): the i-th span of
-each worker, as cross_rank.py counts them. Over several ranks a cycle's figures are the median rank's
+each worker, as cross_rank.py counts them, numbered from 0 as diagnosis.md and cycles.jsonl number them. Over several ranks a cycle's figures are the median rank's
 (the ranks of one job wait for each other), its breakdown the ranks' mean. Torch-free, dicts only.
 """
 
@@ -44,7 +44,7 @@ def mean_breakdown(spans: list[dict], key: str = "breakdown_ms_per_step") -> dic
 
 def cycle_figures(index: int, spans: list[dict]) -> dict:
     profiled = [(s["metrics"].get("profiled") or {}).get("step_ms") for s in spans]
-    return {"cycle": index + 1, "spans": len(spans),
+    return {"cycle": index, "spans": len(spans),
             "verdicts": sorted({s["verdict"] for s in spans}),
             "step_ms": _median(s["metrics"]["step_ms"] for s in spans),
             "profiled_step_ms": _median(profiled),
@@ -65,12 +65,3 @@ def run_figures(report: dict) -> dict:
             "profiled_step_ms": last.get("profiled_step_ms"), "gpu_busy_pct": last.get("gpu_busy_pct"),
             "profiled_gpu_busy_pct": last.get("profiled_gpu_busy_pct"),
             "breakdown_ms": last.get("breakdown_ms", {}), "cycles": len(all_cycles)}
-
-
-def top_ops(report: dict) -> dict[str, float]:
-    """Each top operator or kernel's mean ms per step over every span that lists it."""
-    total: dict[str, list[float]] = defaultdict(list)
-    for s in report.get("spans", []):
-        for op in s.get("top", []):
-            total[op["name"]].append(op["ms_per_step"])
-    return {name: statistics.fmean(ms) for name, ms in total.items()}

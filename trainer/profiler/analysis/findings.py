@@ -205,8 +205,10 @@ def _short(name: str, n: int = 60) -> str:
 
 
 def cold_start_finding(steps: tuple[int, ...], cold_ms: float, warm_ms: float, module_loads: int,
-                       whole_window: bool) -> Finding:
-    """Steps that do not represent the run (trust.py): named, costed, and left out of the verdict."""
+                       whole_window: bool, window_steps: int, step_ms: float) -> Finding:
+    """Steps that do not represent the run (trust.py): named, costed, and left out of the verdict. The cost is
+    what the cold steps add to the mean step of the window's ``window_steps`` steps, and never more than the
+    step the verdict describes (``step_ms``), which they are left out of."""
     loads = f", {module_loads} CUDA module loads" if module_loads else ""
     if whole_window:
         text = (f"every profiled step looks like cold start ({cold_ms:.1f} ms per step{loads}): the window "
@@ -216,4 +218,5 @@ def cold_start_finding(steps: tuple[int, ...], cold_ms: float, warm_ms: float, m
         text = (f"cold start: step{'s' if len(steps) > 1 else ''} {names} took {cold_ms:.1f} ms vs "
                 f"{warm_ms:.2f} ms for the others{loads} (CUDA context, lazy module loading, cuDNN autotuning); "
                 "left out of the verdict")
-    return Finding("cold_start", text, cold_ms - warm_ms, (WARM_UP_FIRST,))
+    cost = (cold_ms - warm_ms) * len(steps) / max(window_steps, len(steps))
+    return Finding("cold_start", text, max(0.0, min(cost, step_ms)), (WARM_UP_FIRST,))

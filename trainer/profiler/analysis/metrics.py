@@ -198,19 +198,31 @@ def _container(tops: tuple[list[float], list[HostEvent]], e: HostEvent) -> HostE
     return None
 
 
-def _top_kernels(kernels, n: int) -> list[TopItem]:
+def op_table(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
+    """Every kernel (a GPU trace) or CPU operator by self time (a CPU trace) of these steps: name -> ms per step,
+    the full table that a span's ``top`` is the head of."""
+    if not windows:
+        return {}
+    if not trace.has_gpu:
+        items = _top_ops(trace.ops, windows, None)
+    else:
+        items = _top_kernels([d for w in windows for d in w.device if d.kind == "kernel"], len(windows), None)
+    return {t.name: t.ms_per_step for t in items}
+
+
+def _top_kernels(kernels, n: int, rows: int | None = TOP_N) -> list[TopItem]:
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     for k in kernels:
         total[k.name] += k.dur
         count[k.name] += 1
     grand = sum(total.values()) or 1.0
-    best = sorted(total, key=total.get, reverse=True)[:TOP_N]
+    best = sorted(total, key=total.get, reverse=True)[:rows]
     return [TopItem(name, total[name] / n / 1e3, count[name] / n, 100.0 * total[name] / grand)
             for name in best]
 
 
-def _top_ops(ops, windows: list[StepWindow]) -> list[TopItem]:
+def _top_ops(ops, windows: list[StepWindow], rows: int | None = TOP_N) -> list[TopItem]:
     """Top CPU ops by self time (own duration minus that of ops nested in them on the same thread)."""
     n = len(windows)
     by_tid: dict = defaultdict(list)
@@ -233,6 +245,6 @@ def _top_ops(ops, windows: list[StepWindow]) -> list[TopItem]:
             stack.append(o)
     compute = {k: v for k, v in self_us.items() if not is_comm(k)}  # collectives count as communication
     grand = sum(compute.values()) or 1.0
-    best = sorted(compute, key=compute.get, reverse=True)[:TOP_N]
+    best = sorted(compute, key=compute.get, reverse=True)[:rows]
     return [TopItem(name, self_us[name] / n / 1e3, count[name] / n, 100.0 * self_us[name] / grand)
             for name in best]

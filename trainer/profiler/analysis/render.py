@@ -20,6 +20,7 @@ CONSOLE_FINDINGS = 3
 SCALAR_METRICS = ("step_ms", "gpu_busy_pct", "kernels_per_step", "median_kernel_us", "median_launch_us",
                   "syncs_per_step", "sync_ms_per_step", "data_ms_per_step", "memcpy_ms_per_step",
                   "peak_gpu_memory_mib", "compute_ms_per_step", "comm_ms_per_step", "overlap_ms_per_step")
+UNPROFILED_METRICS = ("step_ms", "gpu_busy_pct")  # of SCALAR_METRICS, those of the step without the profiler
 
 
 def md_text(text: str) -> str:
@@ -98,7 +99,9 @@ def _console_finding(f) -> str:
 
 
 def _ranks(ranks) -> str:
-    return ", ".join(str(r) for r in ranks) or "none"
+    """"none", "rank 0", "ranks 0, 3": a rank number never reads as a count."""
+    ranks = [str(r) for r in ranks]
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}" if ranks else "none"
 
 
 def _fmt(v) -> str:
@@ -239,9 +242,11 @@ def memory_scalars(report: RunReport) -> dict[str, float]:
 
 
 def summary_scalars(report: RunReport) -> dict[str, float]:
-    """Scalars for SummaryWriter: ``diagnosis/<metric>`` (mean over the run's traces, the step as it runs
-    without the profiler), the step-time shares ``diagnosis/pct/<bucket>``, the profiled steps' own
-    ``diagnosis/profiled/step_ms`` and ``diagnosis/profiled/gpu_busy_pct``, per worker ``diagnosis/<worker>/<metric>`` when there are several, and
+    """Scalars for SummaryWriter, each a mean over the run's traces: the step as it runs without the profiler,
+    ``diagnosis/step_ms``, ``diagnosis/gpu_busy_pct`` and the step-time shares ``diagnosis/pct/<bucket>``; the
+    figures that come from the profiled steps alone under ``diagnosis/profiled/`` (their own ``step_ms`` and
+    ``gpu_busy_pct``, and every other metric: ``data_ms_per_step``, ``compute_ms_per_step``, ...); per worker
+    ``diagnosis/<worker>/<metric>`` when there are several, and
     ``diagnosis/stragglers`` (most in any profiling cycle) on a multi-rank run. None values (GPU terms on a
     CPU run) are left out."""
     def means(spans: list[SpanReport]) -> dict[str, float]:
@@ -249,8 +254,8 @@ def summary_scalars(report: RunReport) -> dict[str, float]:
         for s in spans:
             for k in SCALAR_METRICS:
                 v = getattr(s.metrics, k)
-                if v is not None:
-                    acc[k].append(float(v))
+                if v is not None:  # span.metrics: step_ms and gpu_busy_pct unprofiled, the rest as profiled
+                    acc[k if k in UNPROFILED_METRICS else f"profiled/{k}"].append(float(v))
             for b in s.breakdown.buckets:
                 acc[f"pct/{b}"].append(s.breakdown.pct(b))
             if s.profiled is not None:

@@ -151,7 +151,8 @@ def busy_pct(bd: Breakdown) -> float:
 
 def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanReport:
     gpu = trace.has_gpu
-    kept, cold = representative_steps(trace, step_windows(trace))
+    every = step_windows(trace)
+    kept, cold = representative_steps(trace, every)
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
@@ -184,7 +185,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
             ev.insert(2, WORKERS_UNSEEN)
     if cold is not None:
         found = sorted([*found, cold_start_finding(cold.steps, cold.cold_ms, cold.warm_ms, cold.module_loads,
-                                                   cold.whole_window)],
+                                                   cold.whole_window, len(every), m.step_ms)],
                        key=lambda f: f.cost_ms_per_step, reverse=True)
     device = (trace.device_name or "gpu") if gpu else "cpu"
     if changed is not None:

@@ -8,7 +8,9 @@ classic "cudaLaunchKernel is 99.8% of the time" trace. Such steps say nothing ab
 left out of the verdict and named instead. A step is cold when it is more than COLD_RATIO times the median
 of the other steps and at least COLD_MIN_MS longer, or when it loads CUDA modules (``cuModuleLoad*``,
 ``cuLibraryLoad*``) and is more than 1.5 times that median. If every step would go, none is left out (the
-finding then says that the whole window is cold). Torch-free.
+finding then says that the whole window is cold). A trace without GPU events has none of these causes: a slow
+step there is the host's own noise (another process on the core), not a cold start, and every step is kept.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def _loads_within(trace: ParsedTrace, w: StepWindow) -> int:
 
 
 def representative_steps(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[list[StepWindow], ColdStart | None]:
-    if len(windows) < 2:
+    if len(windows) < 2 or not trace.has_gpu:
         return windows, None
     durs = [w.dur / 1e3 for w in windows]
     cold = []

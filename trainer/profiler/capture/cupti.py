@@ -36,3 +36,18 @@ def detach_after_cycles(wait: int, repeat: int) -> None:
     either way."""
     if not back_to_back(wait, repeat):
         os.environ.setdefault(VARIABLE, "1")
+
+
+KINETO_QUIET = "6"  # above Kineto's highest log level (USDT = 5): it prints nothing
+
+
+def quiet_kineto(has_gpu: bool) -> None:
+    """On a machine without a GPU, keep Kineto's own log lines out of the user's terminal, unless the environment
+    already says a level. A CUDA build of torch on a machine without a GPU driver: Kineto still asks CUDA for the
+    device count when it writes a trace, and logs "ERROR: gpuGetDeviceCount failed with code 35" (no driver),
+    plus "USDT: profiler_start/stop" at each cycle, into the loop's output (a progress bar's included). A CPU
+    trace has nothing device-related to say. KINETO_LOG_LEVEL is read when Kineto starts, i.e. when the
+    process's first profiler is entered: call this before that (stepscope.schedule and stepscope.trace_handler
+    are built before the profiler that takes them)."""
+    if not has_gpu:
+        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)

@@ -40,7 +40,7 @@ from warnings import warn
 import torch
 from torch.profiler import ProfilerAction
 
-from .cupti import detach_after_cycles
+from .cupti import detach_after_cycles, quiet_kineto
 from .cycle import Cycle, Sums, telemetry_of
 from .memory_stats import MemoryWindows, merge
 from .triggers import OnDemand, SlowdownDetector, SlowdownRule
@@ -409,6 +409,7 @@ def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0, skip_first
     capture_signal: start a cycle on this signal (e.g. signal.SIGUSR1; installed from the main thread).
     sync, window, warm_steps: see the module docstring."""
     detach_after_cycles(wait, repeat)  # the loop between cycles runs at its own speed, and is timed at it (cupti.py)
+    quiet_kineto(torch.cuda.is_available())  # no Kineto log lines in the loop's output on a CPU-only machine
     s = StepscopeSchedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first,
                           skip_first_wait=skip_first_wait, capture_on_slowdown=capture_on_slowdown, slowdown=slowdown,
                           capture_file=Path(capture_file) if capture_file is not None else None,

@@ -42,7 +42,7 @@ event by event (tbfix/stream_plan.py, stream_write.py). Traces are parsed stream
 several large traces (ranks) are parsed in parallel processes, as many as the CPUs and ``--max-memory``
 (default: a quarter of RAM) allow. ``--cluster`` runs each trace's parse and report as a task of a Dask
 cluster (trace/cluster.py) whose workers read the traces from a shared filesystem; the cross-rank analysis
-runs here on the reports that come back, and the output is the same. It needs ``stepscope[cluster]``.
+runs here on the reports that come back, and the output is the same. It needs the ``cluster`` extra (``pip install -e '.[cluster]'``).
 
 Bad input (a malformed or empty --steps/--time-range window, a bad --max-memory, a bad --cluster or one
 that does not answer, no such path, no traces, an unreadable, corrupt or oversized trace, a non-empty
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
                    help="memory for parallel parsing, e.g. 2G (default: a quarter of RAM)")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="run each trace's analysis on a Dask cluster: tcp://HOST:8786, or local:N for N "
-                        "local worker processes (needs stepscope[cluster]; docs/cluster.md)")
+                        "local worker processes (needs the cluster extra; docs/cluster.md)")
     a = p.parse_args(argv)
     try:
         check_run_dir(a.run_dir)

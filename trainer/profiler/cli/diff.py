@@ -4,12 +4,16 @@
     stepscope diff logs/main logs/pr --fail-above 5%          # a CI gate: exit 1 on a regression beyond 5%
     stepscope diff logs/a logs/b --json                       # the comparison as one JSON document
     stepscope diff logs/a logs/b --confidence 99%             # a wider interval: fewer false alarms
+    stepscope diff logs/a logs/b --run-noise 3%               # a quiet machine: runs drift less
 
-RUN_A and RUN_B are what `stepscope analyze` takes (a run folder, any folder of traces, a trace file). The
-verdict line is the step-time ratio B/A with its 95% (``--confidence``) confidence interval (profiler/diff.py: Welch, on the
-runs' per-step times: the trainer's unprofiled timed steps from run.json when both runs have them, else
-the traced steps); "no significant change" when the interval holds 1.0. ``--fail-above P%`` exits 1 when B
-is slower than A beyond P% for certain, that is when the interval's low end is above 1 + P/100; otherwise 0.
+RUN_A and RUN_B are what `stepscope analyze` takes (a run folder, any folder of traces, a trace file), or a
+run of `stepscope train` made without --profile (its run.json's timed steps). The verdict line is the
+step-time ratio B/A with its 95% (``--confidence``) confidence interval (profiler/diff.py: Welch on blocks of
+each run's steps, widened by the drift between runs, ``--run-noise``), on the trainer's unprofiled timed steps
+from run.json when both runs have them, else the traced steps; "no significant change" when the interval holds
+1.0. Beside it: the differences between the two runs' configurations (run.json), e.g. data.batch_size 64 -> 128.
+``--fail-above P%`` exits 1 when B is slower than A beyond P% for certain, that is when the interval's low
+end is above 1 + P/100; otherwise 0.
 Bad input (no such run, no traces, a malformed --fail-above): one line on stderr, exit code 2. Torch-free.
 """
 
@@ -19,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..diff import compare_runs
+from ..diff import RUN_NOISE, compare_runs
 from ..measure import measure_path
 from ..trace.errors import TraceError
 from ..trace.gc_paused import gc_paused
@@ -46,20 +50,32 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.1f}%"
 
 
+def _value(x) -> str:
+    return "none" if x is None else str(x)
+
+
 def render(d: dict) -> str:
     a, b = d["a"], d["b"]
     width = max(len(a["run"]), len(b["run"]), 8)
-    lines = [d["summary"], "",
-             f"  {'run':<{width}}  {'verdict':<20} {'step ms':>9} {'profiled':>9} {'GPU busy':>9} {'steps':>6}"]
+    lines = [d["summary"]]
+    if d.get("config_changes"):
+        lines.append("  config differs: " + ", ".join(f"{c['key']} {_value(c['a'])} -> {_value(c['b'])}"
+                                                     for c in d["config_changes"]))
+    lines += ["", f"  {'run':<{width}}  {'verdict':<20} {'step ms':>9} {'profiled':>9} {'GPU busy':>9} {'steps':>6}"]
     for side in (a, b):
-        lines.append(f"  {side['run']:<{width}}  {side['verdict'] or '-':<20} {_ms(side['step_ms']):>9} "
+        step = side["step_ms"] if side["step_ms"] is not None else side["mean_step_ms"]
+        lines.append(f"  {side['run']:<{width}}  {side['verdict'] or '-':<20} {_ms(step):>9} "
                      f"{_ms(side['profiled_step_ms']):>9} {_pct(side['gpu_busy_pct']):>9} {side['steps']:>6}")
-    lines += ["", f"  per-step time source: {d['source']}", "", "  breakdown, ms per step:"]
+    lines += ["", f"  per-step time source: {d['source']}"]
+    if not d["breakdown"]:
+        lines.append("  breakdown and operators: only where both runs were profiled")
+    else:
+        lines += ["", "  breakdown, ms per step:"]
     for row in d["breakdown"]:
         lines.append(f"    {row['bucket']:<16} {row['a_ms']:>9.2f} -> {row['b_ms']:>9.2f}  "
                      f"({row['b_ms'] - row['a_ms']:+.2f})")
     if d["ops"]:
-        lines += ["", "  operators and kernels that changed most, ms per step:"]
+        lines += ["", "  operators and kernels that changed most, ms per step (0.00: not run at all):"]
         for row in d["ops"]:
             name = row["name"] if len(row["name"]) <= 60 else row["name"][:57] + "..."
             lines.append(f"    {name:<60} {_ms(row['a_ms']):>9} -> {_ms(row['b_ms']):>9}  ({row['delta_ms']:+.2f})")
@@ -83,6 +99,10 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     p.add_argument("--confidence", metavar="C%", default="95%",
                    help="the confidence interval's level (default 95%%; a 95%% interval misses 1.0 for about "
                         "one pair of identical runs in twenty)")
+    p.add_argument("--run-noise", metavar="P%", default=f"{RUN_NOISE:.0%}",
+                   help="the drift of one run's mean step between runs of one configuration, as a standard "
+                        f"deviation (default {RUN_NOISE:.0%}, measured on a shared 2-core machine; 0%% "
+                        "trusts the steps' own spread alone)")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     a = p.parse_args(argv)
     try:
@@ -96,12 +116,18 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     except ValueError as e:
         p.error(f"--confidence: {e}")
     try:
+        run_noise = percent(a.run_noise)
+        if run_noise >= 1:
+            raise ValueError(f"{a.run_noise!r}: use 0% to 99%")
+    except ValueError as e:
+        p.error(f"--run-noise: {e}")
+    try:
         with gc_paused():
             runs = [measure_path(path, Workers.local()) for path in (a.run_a, a.run_b)]  # a command may fork
     except TraceError as e:
         print_error(f"{prog}: error: {e}")
         return 2
-    d = compare_runs(*runs, str(a.run_a), str(a.run_b), confidence)
+    d = compare_runs(*runs, str(a.run_a), str(a.run_b), confidence, run_noise)
     regression = limit is not None and d["low"] is not None and d["low"] > 1 + limit
     d["fail_above"] = limit
     d["regression"] = regression

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..serve.child import die_with_parent, group_command
-from ..serve.shadow_root import WINDOWS_HERE, make_root, remove_stale
+from ..serve.shadow_root import WINDOWS_HERE, make_root, note_source, remove_stale
 from ..serve.watch import WatchConfig, Watcher, bound_override
 from .oneline import OneLineParser, print_error
 
@@ -118,6 +118,7 @@ def serve(cfg: ServeConfig) -> int:
     root = make_root() if cfg.shadow is None else cfg.shadow
     logdir, staging = root / "logdir", root / ".staging"
     logdir.mkdir(parents=True, exist_ok=True)
+    note_source(logdir, cfg.source)  # the tab names the user's logdir, not this shadow
     watcher = Watcher(WatchConfig(cfg.source, logdir, staging))
     previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     proc = None

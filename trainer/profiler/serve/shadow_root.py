@@ -3,6 +3,7 @@ servers killed before their cleanup left behind.
 
     root = make_root()          # /tmp/stepscope-tb-XXXX, holding an owner record (this process)
     removed = remove_stale()    # such folders whose owner process is gone, removed; their paths
+    note_source(root / "logdir", Path("logs"))   # the tab then names logs, not the shadow (source_of)
 
 The owner record is the process id and its start time (from /proc), so a reused process id does not keep a
 dead server's folder alive. Folders without a readable record are left alone (they may be half-made by a
@@ -64,3 +65,19 @@ def remove_stale(tmp: Path | None = None) -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+SOURCE_NOTE = ".stepscope-source"  # in a shadow logdir: the user's logdir it mirrors, for the tab to name
+
+
+def note_source(logdir: Path, source: Path) -> None:
+    """Record in the shadow ``logdir`` which of the user's folders it mirrors (the tab names that one)."""
+    (logdir / SOURCE_NOTE).write_text(json.dumps({"source": str(Path(source).resolve())}))
+
+
+def source_of(logdir: Path) -> Path | None:
+    """The user's logdir that ``logdir`` is the shadow of (note_source); None for any other logdir."""
+    try:
+        return Path(json.loads((logdir / SOURCE_NOTE).read_text())["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

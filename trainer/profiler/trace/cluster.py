@@ -1,6 +1,6 @@
 """Trace work on a Dask cluster (the `distributed` package): the cluster side of the worker policy
 (workers.py). Optional: `distributed` is imported only when a cluster is asked for
-(``pip install 'stepscope[cluster]'``). Torch-free.
+(from the clone: ``pip install -e '.[cluster]'``). Torch-free.
 
     with open_cluster("tcp://10.0.0.5:8786") as address: ...   # a running cluster: its scheduler
     with open_cluster("local:4") as address: ...               # a LocalCluster of 4 processes, for this block
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 CONNECT_TIMEOUT_S = 10  # for a scheduler that does not answer
 LOCAL = re.compile(r"local:(\d+)")
 ADDRESS = re.compile(r"(tcp|tls|ucx|inproc|ws|wss)://\S+")
-INSTALL = "pip install 'stepscope[cluster]'"
+INSTALL = "pip install -e '.[cluster]' (from the stepscope clone)"
 # A local cluster's worker processes are forked from one server process that imported Dask once, instead of
 # each starting a fresh interpreter that imports it again (Dask's default, "spawn"): N workers start for
 # the CPU of about one. Their statistical profiler (a stack sample every 10 ms) feeds only Dask's dashboard.

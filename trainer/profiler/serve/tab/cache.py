@@ -37,7 +37,7 @@ from .runs import Run
 
 CACHE_DIR = ".stepscope"
 CACHE_FILE = "analysis.json"
-FORMAT = 1
+FORMAT = 2  # 2: Measured holds the full operator tables and the run's config (ops_ms, setup)
 TIME_BASE_S = 60.0
 TIME_PER_GB_S = 120.0
 

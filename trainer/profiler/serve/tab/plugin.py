@@ -45,7 +45,7 @@ from werkzeug import wrappers
 
 from ...diff import compare_runs
 from ...measure import RUN_RECORD
-from ..shadow_root import WINDOWS_HERE
+from ..shadow_root import WINDOWS_HERE, source_of
 from .cache import AnalysisCache, Failed, Pending, Ready
 from .runs import Run, find_runs
 from .views import ranks_view, run_row, run_view
@@ -175,7 +175,8 @@ class StepscopePlugin(base_plugin.TBPlugin):
                 rows.append({"name": name, "state": "error", "error": state.message})
             else:
                 rows.append({"name": name, "state": "analysing"})
-        return _json({"logdir": str(self.logdir), "runs": rows})
+        # under `stepscope tensorboard`, TensorBoard's logdir is a temporary shadow: name the user's folder
+        return _json({"logdir": str(source_of(self.logdir) or self.logdir), "runs": rows})
 
     @wrappers.Request.application
     def _run(self, request):

@@ -2,7 +2,7 @@
 ``stepscope analyze --json`` plus per-step times). Pure functions of dicts; plugin.py serves them.
 
     run_row(name, measured)      # one line of the runs list: verdict, step ms, busy %, trend over cycles
-    run_view(name, measured, verification)   # the whole report, per cycle, with shares of the step
+    run_view(name, measured, verification)   # the whole report, per cycle (from 0), with shares of the step
     ranks_view(name, measured)   # per cycle of a multi-rank job: each rank's breakdown, stragglers and why
 """
 
@@ -29,13 +29,13 @@ def run_row(name: str, m: Measured) -> dict:
                        "gpu_busy_pct": c["gpu_busy_pct"]} for c in cycles(m.report)]}
 
 
-def _span_view(s: dict) -> dict:
+def _span_view(s: dict, cycle: int) -> dict:
     metrics = s["metrics"]
     profiled = metrics.get("profiled") or {}
     step = profiled.get("step_ms") or metrics.get("step_ms")
     top = [{**op, "share_of_step_pct": _round(100.0 * op["ms_per_step"] / step, 2) if step else None}
            for op in s.get("top", [])]
-    return {"worker": s["worker"], "span": s["span"], "rank": s["rank"], "device": s["device"],
+    return {"worker": s["worker"], "span": s["span"], "rank": s["rank"], "device": s["device"], "cycle": cycle,
             "verdict": s["verdict"], "basis": s.get("basis"),
             "unprofiled": {"step_ms": metrics.get("step_ms"), "gpu_busy_pct": metrics.get("gpu_busy_pct")},
             "profiled": {"step_ms": profiled.get("step_ms"), "gpu_busy_pct": profiled.get("gpu_busy_pct")},
@@ -43,10 +43,28 @@ def _span_view(s: dict) -> dict:
             "remedies": s.get("remedies", []), "top": top}
 
 
+def cycle_verdict(report: dict, index: int, spans: list[dict]) -> str | None:
+    """A cycle's own verdict: its cross-rank section's on a multi-rank job, else its span's (the most common
+    of its spans', ties to the slowest, as the run's verdict is taken over spans)."""
+    job = next((d for d in report.get("distributed", []) if d.get("span_index") == index + 1), None)
+    if job is not None:  # cross_rank.py numbers its sections from 1
+        return job.get("verdict")
+    if not spans:
+        return None
+    counts = {v: sum(s["verdict"] == v for s in spans) for v in {s["verdict"] for s in spans}}
+    best = max(counts.values())
+    return max((s for s in spans if counts[s["verdict"]] == best), key=lambda s: s["metrics"]["step_ms"])["verdict"]
+
+
 def run_view(name: str, m: Measured, verification: dict | None) -> dict:
+    """The run, and each cycle with its own verdict and spans: the tab shows one cycle at a time (the latest
+    first), its headline, figures, evidence, remedies and operators all of that cycle."""
     fig = run_figures(m.report)
-    return {"name": name, "verdict": m.report.get("verdict"), "figures": fig, "cycles": cycles(m.report),
-            "spans": [_span_view(s) for s in m.report.get("spans", [])],
+    grouped = spans_by_cycle(m.report)
+    index = {(s["worker"], s["span"]): i for i, group in enumerate(grouped) for s in group}
+    per_cycle = [{**c, "verdict": cycle_verdict(m.report, i, grouped[i])} for i, c in enumerate(cycles(m.report))]
+    return {"name": name, "verdict": m.report.get("verdict"), "figures": fig, "cycles": per_cycle,
+            "spans": [_span_view(s, index[(s["worker"], s["span"])]) for s in m.report.get("spans", [])],
             "distributed": m.report.get("distributed", []), "verification": verification,
             "steps": {"source": m.source, "count": len(m.step_ms)}, "report": m.report}
 
@@ -103,7 +121,9 @@ def _job_view(d: dict, spans: dict) -> dict:
         stragglers.append({"rank": rank, "step_ms": row["step_ms"], "verdict": row["verdict"],
                            "why": own.get("text") or f"vs the median of the other ranks, per step: {phases}",
                            "phase_differences": diffs, "top_differing": own.get("top_differing", [])})
-    return {"cycle": d.get("span_index"), "world_size": d.get("world_size"), "verdict": d.get("verdict"),
+    index = d.get("span_index")  # cross_rank.py counts from 1; the tab, as diagnosis.md, from 0
+    return {"cycle": index - 1 if isinstance(index, int) else index, "world_size": d.get("world_size"),
+            "verdict": d.get("verdict"),
             "median_step_ms": d.get("median_step_ms"), "buckets": buckets, "median_breakdown_ms": median,
             "ranks": sorted(ranks, key=lambda r: r["rank"]), "stragglers": stragglers,
             "findings": d.get("findings", [])}

@@ -259,7 +259,18 @@ async function showRun(name) {
     fail(p, err);
     return;
   }
-  p.appendChild(verdictCard(v));
+  // one cycle at a time, the latest first: its headline, figures, evidence, remedies and operators
+  const latest = v.cycles.length ? v.cycles[v.cycles.length - 1].cycle : 0;
+  const card = el('div', {id: 'cycle-card'});
+  const top = el('div', {id: 'cycle-top'});
+  const pick = (c) => {
+    card.replaceChildren(verdictCard(v, c));
+    top.replaceChildren(topTable(v.spans.filter((s) => s.cycle === c)));
+    card.dataset.cycle = String(c);
+  };
+  if (v.cycles.length > 1) p.appendChild(cyclePicker(v.cycles, latest, pick));
+  p.appendChild(card);
+  pick(latest);
   if (v.verification) p.appendChild(verificationCard(v.verification));
   if (v.distributed && v.distributed.length) {
     const ranks = el('div', {id: 'ranks'});
@@ -270,15 +281,27 @@ async function showRun(name) {
   p.appendChild(stackedBars('Step breakdown per profiling cycle (unprofiled ms per step; mean over ranks)',
     v.cycles.map((c) => `cycle ${c.cycle}`), buckets, v.cycles.map((c) => c.breakdown_ms),
     {kind: 'cycles', xLabel: 'cycle'}));
-  p.appendChild(topTable(v.spans));
+  p.appendChild(top);
   p.appendChild(windowForm(name));
 }
 
-function verdictCard(v) {
-  const f = v.figures;
-  const card = el('div', {class: 'card verdict', id: 'verdict'}, [
-    el('div', {class: 'verdict-line'}, [el('span', {class: 'verdict-name', text: v.verdict}),
-      el('span', {class: 'muted', text: ` \u2014 ${v.spans.length} trace(s), ${f.cycles} cycle(s)`})]),
+// Cycles are numbered from 0, as diagnosis.md and cycles.jsonl number them.
+function cyclePicker(cycles, selected, onPick) {
+  const select = el('select', {id: 'cycle-pick'}, cycles.map((c) => el('option',
+    {value: String(c.cycle), text: `cycle ${c.cycle}: ${c.verdict || c.verdicts.join(', ')}`})));
+  select.value = String(selected);
+  select.addEventListener('change', () => onPick(Number(select.value)));
+  return el('p', {class: 'cycle-picker'}, [el('label', {for: 'cycle-pick', text: 'profiling cycle '}), select,
+    el('span', {class: 'muted', text: ` of ${cycles.length} (the latest shown first)`})]);
+}
+
+function verdictCard(v, c) {
+  const f = v.cycles.find((x) => x.cycle === c) || v.figures;
+  const spans = v.spans.filter((s) => s.cycle === c);
+  const run = v.cycles.length > 1 ? `; the run: ${v.verdict}, the most common over its ${v.cycles.length} cycles` : '';
+  const card = el('div', {class: 'card verdict', id: 'verdict', 'data-cycle': String(c)}, [
+    el('div', {class: 'verdict-line'}, [el('span', {class: 'verdict-name', text: f.verdict || v.verdict}),
+      el('span', {class: 'muted', text: ` \u2014 cycle ${c}, ${spans.length} trace(s)${run}`})]),
     el('table', {class: 'figures'}, [
       el('tr', {}, [el('th', {text: ''}), el('th', {text: 'without the profiler'}), el('th', {text: 'as profiled'})]),
       el('tr', {}, [el('td', {text: 'step'}), el('td', {class: 'num', id: 'step-unprofiled', text: `${fmt(f.step_ms)} ms`}),
@@ -287,7 +310,7 @@ function verdictCard(v) {
         el('td', {class: 'num', id: 'busy-profiled', text: pct(f.profiled_gpu_busy_pct)})]),
     ]),
   ]);
-  for (const span of v.spans) {
+  for (const span of spans) {
     const who = span.rank === null ? span.worker : `rank ${span.rank} (${span.worker})`;
     card.appendChild(el('h3', {}, [`${who}, span ${span.span}: `, badge(span.verdict)]));
     card.appendChild(el('ul', {class: 'evidence'}, span.evidence.map((e) => el('li', {}, withCode(e)))));
@@ -295,7 +318,7 @@ function verdictCard(v) {
       card.appendChild(el('div', {class: 'remedies-title', text: 'Remedies'}));
       card.appendChild(el('ul', {class: 'remedies'}, span.remedies.map((r) => el('li', {}, withCode(r)))));
     }
-    if (v.spans.length > 4) break;  // the rest: the ranks section
+    if (card.querySelectorAll('ul.evidence').length >= 4) break;  // the rest: the ranks section
   }
   return card;
 }

@@ -1,0 +1,117 @@
+"""How often `stepscope diff` calls two runs of one configuration different, and how often it misses a real change.
+
+    python scripts/diff_noise.py /tmp/diffnoise                  # 20 same-config pairs, 10 changed pairs, scored
+    python scripts/diff_noise.py /tmp/diffnoise --score-only     # score the runs already in the folder again
+    python scripts/diff_noise.py /tmp/diffnoise --pairs 4 --changes 2 --steps 30   # a quick look
+
+Results: BENCHMARKS.md, "`stepscope diff`: false and true alarms".
+
+One chain of runs, one after the other: ``--pairs + 1`` runs of a baseline, and after each of the first
+``--changes`` baselines one run with one change that matters on a CPU (batch size, or the model). Each two
+consecutive baselines are a same-config pair (B ran after A, with at most one changed run between them); each
+changed run is scored against the baseline just before it, so both kinds of pair meet the machine's drift
+alike. Every pair goes through the real command, ``stepscope diff A B --json --fail-above 5%``. A same-config
+pair is a false alarm when diff calls it significant, and a gate failure when the command exits 1; a changed
+pair is detected when diff calls it significant in the right direction (slower for a bigger batch or model,
+faster for a smaller batch).
+
+The runs are small CPU runs (LeNet on synthetic data, no profiler: diff reads run.json's timed steps). The
+machine's load average is recorded at each run's start: on a shared machine the load is the noise being
+measured. Prints a Markdown summary and writes ``results.json`` in the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BASE = ["--arch", "lenet", "--batch-size", "64"]
+# (name, train arguments replacing BASE's, expected direction of B over A: +1 slower, -1 faster)
+CHANGES = [
+    ("batch 128", ["--arch", "lenet", "--batch-size", "128"], +1),
+    ("batch 32", ["--arch", "lenet", "--batch-size", "32"], -1),
+    ("batch 96", ["--arch", "lenet", "--batch-size", "96"], +1),
+    ("batch 16", ["--arch", "lenet", "--batch-size", "16"], -1),
+    ("resnet8", ["--arch", "resnet8", "--batch-size", "64"], +1),
+    ("batch 192", ["--arch", "lenet", "--batch-size", "192"], +1),
+    ("batch 24", ["--arch", "lenet", "--batch-size", "24"], -1),
+    ("batch 256", ["--arch", "lenet", "--batch-size", "256"], +1),
+    ("batch 40", ["--arch", "lenet", "--batch-size", "40"], -1),
+    ("batch 160", ["--arch", "lenet", "--batch-size", "160"], +1),
+]
+
+
+def train(out: Path, name: str, args: list[str], steps: int) -> dict:
+    run = out / name
+    if (run / "run.json").is_file():
+        return json.loads((run / "meta.json").read_text()) if (run / "meta.json").is_file() else {}
+    load = os.getloadavg()[0]
+    t0 = time.time()
+    cmd = ["stepscope", "train", *args, "--steps", str(steps), "--synthetic-eval-size", "256",
+           "--logdir", str(out), "--run-name", name]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    meta = {"cmd": " ".join(cmd), "load_at_start": load, "wall_s": time.time() - t0,
+            "started": time.strftime("%H:%M:%S", time.gmtime(t0))}
+    (run / "meta.json").write_text(json.dumps(meta))
+    print(f"{name}: {meta['wall_s']:.0f} s, load {load:.1f}", file=sys.stderr, flush=True)
+    return meta
+
+
+def diff(a: Path, b: Path, extra: list[str]) -> dict:
+    p = subprocess.run(["stepscope", "diff", str(a), str(b), "--json", "--fail-above", "5%", *extra],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"stepscope diff {a} {b}: exit {p.returncode}: {p.stderr.strip()}")
+    d = json.loads(p.stdout)
+    return {"a": a.name, "b": b.name, "ratio": d["ratio"], "low": d["low"], "high": d["high"],
+            "significant": d["significant"], "exit": p.returncode}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--pairs", type=int, default=20, help="same-config pairs (default 20)")
+    ap.add_argument("--changes", type=int, default=10, help="changed pairs (default 10, at most 10)")
+    ap.add_argument("--steps", type=int, default=40, help="training steps a run (default 40)")
+    ap.add_argument("--score-only", action="store_true", help="score the runs in OUT, train nothing")
+    ap.add_argument("--diff-args", default="", help="extra arguments to stepscope diff, e.g. '--confidence 99%%'")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    changes = CHANGES[:a.changes]
+    if not a.score_only:
+        for i in range(a.pairs + 1):
+            train(a.out, f"base{i:02d}", BASE, a.steps)
+            if i < len(changes):
+                train(a.out, f"change{i:02d}", changes[i][1], a.steps)
+    extra = a.diff_args.split()
+    same = [diff(a.out / f"base{i:02d}", a.out / f"base{i + 1:02d}", extra) for i in range(a.pairs)
+            if (a.out / f"base{i + 1:02d}" / "run.json").is_file()]
+    changed = []
+    for i, (label, _, way) in enumerate(changes):
+        if (a.out / f"change{i:02d}" / "run.json").is_file():
+            d = diff(a.out / f"base{i:02d}", a.out / f"change{i:02d}", extra)
+            d.update(change=label, detected=d["significant"] and (d["ratio"] > 1) == (way > 0))
+            changed.append(d)
+    loads = [json.loads(m.read_text())["load_at_start"] for m in sorted(a.out.glob("*/meta.json"))]
+    result = {"same": same, "changed": changed, "load_at_start": loads, "diff_args": extra}
+    (a.out / "results.json").write_text(json.dumps(result, indent=1))
+    print("| pair | B/A | interval | significant | --fail-above 5% exit |\n|---|---|---|---|---|")
+    for d in same + changed:
+        label = d.get("change", "same config")
+        print(f"| {d['a']} vs {d['b']} ({label}) | {d['ratio']:.3f}x | {d['low']:.3f}x-{d['high']:.3f}x | "
+              f"{'yes' if d['significant'] else 'no'} | {d['exit']} |")
+    print(f"\nsame-config pairs: {sum(d['significant'] for d in same)} of {len(same)} significant, "
+          f"{sum(d['exit'] == 1 for d in same)} failed --fail-above 5%")
+    print(f"changed pairs: {sum(d['detected'] for d in changed)} of {len(changed)} detected")
+    if loads:
+        print(f"load average at the runs' starts: {min(loads):.1f} to {max(loads):.1f} (2 cores)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
