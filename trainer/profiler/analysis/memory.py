@@ -307,7 +307,7 @@ class _Device(NamedTuple):
         num = lambda name: np.array(cols.field(name), dtype=np.int64)[order]  # noqa: E731
         listed = order.tolist()
         return cls(np.sort(t, kind="stable"), num("total_allocated"), num("total_reserved"), num("bytes"),
-                   [cols.field("addr")[i] for i in listed], [cols.field("tid")[i] for i in listed])
+                   list(map(cols.field("addr").__getitem__, listed)), list(map(cols.field("tid").__getitem__, listed)))
 
 
 def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:
