@@ -123,9 +123,20 @@ class MemoryColumns:
         """The samples at ``indices`` (in their order)."""
         return MemoryColumns([c[i] for i in indices] for c in self.columns)
 
-    def extend(self, columns) -> None:
+    def add_columns(self, columns) -> None:
+        """Append samples given as columns (one sequence per MemorySample field, in its order)."""
         for mine, more in zip(self.columns, columns, strict=True):
             mine.extend(more)
+
+    def extend(self, samples) -> None:
+        """Append MemorySamples (a reader that makes them one by one; add_columns is the cheap way)."""
+        samples = list(samples)
+        if samples:
+            self.add_columns(zip(*samples))
+
+    def append(self, sample: MemorySample) -> None:
+        for mine, value in zip(self.columns, sample, strict=True):
+            mine.append(value)
 
     def __len__(self) -> int:
         return len(self.columns[0])

@@ -276,4 +276,4 @@ class Collector:
                     raise TraceError(f"{self.where}: [memory] event #{self.count + _position(events, e)} has no "
                                      "numeric ts/args") from None
             raise
-        self.memory.extend(columns)
+        self.memory.add_columns(columns)

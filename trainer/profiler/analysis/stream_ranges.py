@@ -115,7 +115,7 @@ def decode_into(c: Collector, part: dict) -> None:
     c.long_frames.update(part["long_frames"])
     c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
     ts, *fields = part["memory"]
-    c.memory.extend([ts.tolist(), *fields])
+    c.memory.add_columns([ts.tolist(), *fields])
     for name in HOST_LISTS:
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend(map(HostEvent, [names[k] for k in codes.tolist()], tids, starts.tolist(),
