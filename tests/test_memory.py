@@ -283,3 +283,22 @@ def test_a_larger_batch_gets_synthetic_data_for_two_batches_and_its_bytes_are_pr
     assert host[1] == 0
     assert _enough_data(args, 1000) is None
     assert _enough_data(["--data", "cifar10", *args[2:]], 9000) is None
+
+
+def test_the_parse_collects_memory_samples_as_columns_that_read_as_samples():
+    from stepscope.profiler.analysis.events import MemoryColumns, MemorySample
+    from stepscope.profiler.analysis.stream_parse import parse_trace_file
+
+    (path,) = (DATA / "suite" / "resnet50_pinned").glob("*.pt.trace.json.gz")
+    trace = parse_trace_file(path, "w", "s")
+    cols = trace.memory
+    assert isinstance(cols, MemoryColumns) and len(cols) > 100
+    assert len(cols.columns) == len(MemorySample._fields) and {len(c) for c in cols.columns} == {len(cols)}
+    samples = tuple(cols)
+    assert samples[7] == cols[7] and cols == samples and MemoryColumns.of(samples) == cols
+    raw = [e for e in _trace("suite/resnet50_pinned")["traceEvents"] if e.get("name") == "[memory]"]
+    assert [s.total_allocated for s in samples] == [e["args"]["Total Allocated"] for e in raw]
+    again = MemoryColumns()  # a reader that makes samples one by one fills the same columns
+    again.extend(samples[:-1])
+    again.append(samples[-1])
+    assert again.columns == cols.columns

@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir
+from stepscope.profiler.capture.oom import OomCapture
 from stepscope.profiler.front import analyze
 from stepscope.profiler.serve.tab.plugin import window_root
 from stepscope.profiler.serve.tbserver import TensorBoard
@@ -47,7 +49,12 @@ SCREENSHOTS = {"test_runs_list_shows_every_run_with_its_verdict": "runs",
                "test_multi_rank_job_marks_the_straggler_and_says_why": "ranks",
                "test_hundreds_of_ranks_are_a_sorted_distribution": "wide",
                "test_two_runs_side_by_side": "diff", "test_window_of_steps_becomes_a_run_for_both_tabs": "window",
-               "test_a_multi_cycle_run_shows_the_cycle_its_headline_names": "cycles"}
+               "test_a_multi_cycle_run_shows_the_cycle_its_headline_names": "cycles",
+               "test_memory_view_draws_the_reports_figures": "memory"}
+MEM_RUN = "resnet50_pinned"  # a GPU trace recorded with profile_memory=True
+OOM_MESSAGE = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+               "1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 3.00 GiB is reserved "
+               "by PyTorch but unallocated. <img src=x onerror=alert(1)>")
 LOOPBACK = re.compile(r"^(https?://127\.0\.0\.1[:/]|data:|blob:|about:)")
 
 
@@ -95,6 +102,11 @@ def served(tmp_path_factory):
     shutil.copytree(DATA / "suite_ddp" / "straggler", logdir / "ddp")
     for name in ("eager_bs32", "big_batch"):
         shutil.copytree(DATA / name, logdir / name)
+    shutil.copytree(DATA / "suite" / MEM_RUN, logdir / MEM_RUN)
+    # an out-of-memory capture beside it, written by the capture's own code from a simulated failure (no CUDA
+    # here: no snapshot), its message carrying markup that the page must show as text
+    error = torch.OutOfMemoryError(OOM_MESSAGE)
+    assert OomCapture(logdir / MEM_RUN, "host_1").capture(error) is not None
     write_wide_job(logdir / "wide", WIDE_RANKS)
     loop = subprocess.run([sys.executable, "-c", CYCLE_LOOP, str(logdir / CYCLE_RUN), str(MANY_CYCLES)], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "KINETO_LOG_LEVEL": "6"})
@@ -169,7 +181,7 @@ def test_runs_list_shows_every_run_with_its_verdict(tab, served):
     frame = tab.open(tb.base)
     rows = frame.locator("tr.run")
     assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.run)")) == sorted(
-        [CPU_RUN, CYCLE_RUN, "big_batch", "ddp", "eager_bs32", "wide"])
+        [CPU_RUN, CYCLE_RUN, "big_batch", "ddp", "eager_bs32", MEM_RUN, "wide"])
     assert frame.locator("#runs p.muted").last.inner_text().endswith(f"under {logdir}")
     want = analyze(logdir / CPU_RUN).to_dict()
     row = frame.locator(f"tr.run[data-run='{CPU_RUN}']")
@@ -197,6 +209,48 @@ def test_run_view_shows_the_verdict_card_bars_and_top_ops(tab, served):
     assert frame.locator("#top table.top").first.locator("tr").count() == 1 + len(want["spans"][-1]["top"])
     assert frame.locator("#verdict ul.remedies li").count() == len(want["spans"][-1]["remedies"])
     assert frame.locator("#verdict ul.remedies code").first.inner_text().startswith("--")  # a stepscope flag
+
+
+def test_memory_view_draws_the_reports_figures(tab, served):
+    tb, logdir = served
+    frame = tab.open(tb.base)
+    frame.click(f"a.run-link[data-run='{MEM_RUN}']")
+    frame.wait_for_selector("#memory .mem-device")
+    (span,) = analyze(logdir / MEM_RUN).to_dict()["spans"]
+    (dev,) = span["memory"]["devices"]
+    sec = frame.locator("#memory .mem-device")
+    assert sec.count() == 1 and sec.get_attribute("data-device") == dev["device"] == "cuda:0"
+    shown = lambda key: sec.locator(f"td[data-key='{key}']").inner_text()  # noqa: E731
+    assert shown("peak-allocated") == f"{dev['peak_allocated_gib']:.3f} GiB"
+    assert shown("peak-reserved") == f"{dev['peak_reserved_gib']:.3f} GiB"
+    assert shown("capacity") == f"{dev['capacity_gib']:.3f} GiB"
+    assert shown("headroom") == f"{dev['headroom_gib']:.3f} GiB ({dev['headroom_pct']:.1f}%)"
+    assert shown("fragmentation").startswith(f"{dev['fragmentation_gib']:.3f} GiB ({dev['fragmentation_pct']:.1f}%")
+    # the steps on the time view's axis (ProfilerStep#N), drawn by uPlot
+    chart = sec.locator(".chart[data-kind='memory-steps']")
+    assert chart.get_attribute("data-points") == str(len(dev["steps"])) and chart.locator("canvas").count() == 1
+    peak = max(dev["steps"], key=lambda x: x["peak_allocated_gib"])
+    assert f"step #{peak['step']}, in the {peak['peak_phase']}" in sec.inner_text()
+    parts = sec.locator("table.mem-composition tr[data-part]")
+    assert parts.evaluate_all("rs => rs.map(r => r.dataset.part)") == list(peak["composition_gib"])
+    assert parts.evaluate_all("rs => rs.map(r => r.cells[1].textContent)") == [
+        f"{x:.4f}" for x in peak["composition_gib"].values()]
+    rows = sec.locator("table.mem-allocators tr")
+    assert rows.count() == 1 + len(peak["top_allocators"]) > 1
+    assert rows.nth(1).inner_text().split("\t") == [peak["top_allocators"][0]["name"],
+                                                    f"{peak['top_allocators'][0]['gib']:.4f}"]
+    assert frame.locator("#memory .mem-findings li").evaluate_all("ls => ls.map(l => l.dataset.id)") == [
+        f["id"] for f in span["memory"]["findings"]]
+    assert frame.locator("#memory table.mem-creep tr[data-cycle]").count() == 1
+    # the out-of-memory capture: its cause, and the message's markup shown as text, never as an element
+    oom = frame.locator("#memory .oom")
+    assert oom.count() == 1
+    (capture,) = (logdir / MEM_RUN / "oom").glob("*/oom.json")
+    diagnosis = json.loads(capture.read_text())["diagnosis"]
+    assert f"out of memory (host_1): {diagnosis['cause']}" in oom.inner_text()
+    assert f"live: {diagnosis['live']}" in oom.inner_text()
+    assert "<img src=x onerror=alert(1)>" in oom.inner_text() and frame.locator("#memory img").count() == 0
+    assert "allocator snapshot absent" in oom.inner_text()
 
 
 def test_multi_rank_job_marks_the_straggler_and_says_why(tab, served):

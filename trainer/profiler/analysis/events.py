@@ -96,6 +96,73 @@ class MemorySample(NamedTuple):
     tid: int | str | None = None  # the allocating thread
 
 
+class MemoryColumns:
+    """``[memory]`` samples as columns, one list per MemorySample field in its order: what the streamed parse
+    collects (no tuple per event) and what the memory analysis reads. A sequence of MemorySample to everything
+    else (len, iteration, indexing, equality with a tuple of them); ``of`` makes one from such a sequence, as
+    the other readers of traces give it."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns=None) -> None:
+        self.columns = tuple(list(c) for c in columns) if columns is not None else \
+            tuple([] for _ in MemorySample._fields)
+        assert len(self.columns) == len(MemorySample._fields)
+
+    @classmethod
+    def of(cls, memory) -> MemoryColumns:
+        if isinstance(memory, cls):
+            return memory
+        memory = list(memory)
+        return cls(zip(*memory)) if memory else cls()
+
+    def field(self, name: str) -> list:
+        return self.columns[MemorySample._fields.index(name)]
+
+    def take(self, indices) -> MemoryColumns:
+        """The samples at ``indices`` (in their order)."""
+        return MemoryColumns([c[i] for i in indices] for c in self.columns)
+
+    def add_columns(self, columns) -> None:
+        """Append samples given as columns (one sequence per MemorySample field, in its order)."""
+        for mine, more in zip(self.columns, columns, strict=True):
+            mine.extend(more)
+
+    def extend(self, samples) -> None:
+        """Append MemorySamples (a reader that makes them one by one; add_columns is the cheap way)."""
+        samples = list(samples)
+        if samples:
+            self.add_columns(zip(*samples))
+
+    def append(self, sample: MemorySample) -> None:
+        for mine, value in zip(self.columns, sample, strict=True):
+            mine.append(value)
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __iter__(self):
+        return map(MemorySample, *self.columns)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return MemoryColumns(c[i] for c in self.columns)
+        return MemorySample(*(c[i] for c in self.columns))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, MemoryColumns):
+            return self.columns == other.columns
+        if isinstance(other, (tuple, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"MemoryColumns({len(self)} samples)"
+
+
 @dataclass(frozen=True)
 class ParsedTrace:
     worker: str
@@ -110,7 +177,7 @@ class ParsedTrace:
     runtime: tuple[HostEvent, ...]  # cuda_runtime / cuda_driver / runtime
     device: tuple[DeviceEvent, ...]  # sorted by start
     data_spans: tuple[HostEvent, ...]  # DataLoader iteration and `data` ranges, any category
-    memory: tuple[MemorySample, ...]
+    memory: tuple[MemorySample, ...] | MemoryColumns  # the streamed parse's: MemoryColumns
     python_calls: tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
     python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
     long_frames: tuple[str, ...] = ()  # the distinct names of frames of LONG_FRAME_US or more, sorted

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..trace.gc_paused import gc_paused
 from .columns import op_columns
-from .events import MemorySample, ParsedTrace
+from .events import MemoryColumns, ParsedTrace
 from .findings import Finding
 from .steps import StepWindow
 
@@ -215,9 +215,12 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
     measured = {k: v for k, v in (telemetry or {}).items() if k.startswith("mem_")}
     if not trace.memory or not windows:
         return MemoryReport((), tuple(measured_findings(measured, [], trace)), measured) if measured else None
-    by_device: dict[tuple[int, int], list[MemorySample]] = defaultdict(list)
-    for m in trace.memory:
-        by_device[(m.device_type, m.device_id) if m.device_type else (0, -1)].append(m)
+    cols = MemoryColumns.of(trace.memory)
+    kind = np.array(cols.field("device_type"), dtype=np.int64)
+    dev_id = np.where(kind != 0, np.array(cols.field("device_id"), dtype=np.int64), -1)
+    kind = np.where(kind != 0, kind, 0)
+    by_device = {(int(k), int(d)): np.flatnonzero((kind == k) & (dev_id == d))
+                 for k, d in set(zip(kind.tolist(), dev_id.tolist()))}
     phases = _phases(trace, windows)
     owners = _Owners(trace)
     capacities = dict(trace.device_memory)
@@ -226,7 +229,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
     if any(kind != 0 for kind, _ in by_device):  # a GPU run: its CPU samples are pinned buffers and scalars
         by_device = {k: v for k, v in by_device.items() if k[0] != 0}
     for (kind, dev_id), samples in sorted(by_device.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
-        dev = _Device.of(samples)
+        dev = _Device.of(cols, samples)
         steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners) for i, w in enumerate(windows))
                       if s is not None)
         if not steps:
@@ -297,13 +300,14 @@ class _Device(NamedTuple):
     tid: list
 
     @classmethod
-    def of(cls, samples: list[MemorySample]) -> _Device:
-        ts, _, total, reserved, nbytes, addr, _, tid = zip(*samples)
-        t = np.array(ts, dtype=np.float64)
-        order = np.argsort(t, kind="stable")
-        return cls(t[order], np.array(total, dtype=np.int64)[order], np.array(reserved, dtype=np.int64)[order],
-                   np.array(nbytes, dtype=np.int64)[order], [addr[i] for i in order.tolist()],
-                   [tid[i] for i in order.tolist()])
+    def of(cls, cols: MemoryColumns, rows: np.ndarray) -> _Device:
+        """The device's samples (``rows`` of ``cols``), sorted by time."""
+        t = np.array(cols.field("ts"), dtype=np.float64)[rows]
+        order = rows[np.argsort(t, kind="stable")]
+        num = lambda name: np.array(cols.field(name), dtype=np.int64)[order]  # noqa: E731
+        listed = order.tolist()
+        return cls(np.sort(t, kind="stable"), num("total_allocated"), num("total_reserved"), num("bytes"),
+                   list(map(cols.field("addr").__getitem__, listed)), list(map(cols.field("tid").__getitem__, listed)))
 
 
 def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:

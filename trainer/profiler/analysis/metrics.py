@@ -17,7 +17,7 @@ import numpy as np
 
 from .breakdown import Breakdown, device_sets, host_sets, sync_primitives
 from .columns import device_columns, op_columns
-from .events import HostEvent, ParsedTrace, is_comm
+from .events import HostEvent, MemoryColumns, ParsedTrace, is_comm
 from .intervals import IntervalSet, intersect
 from .per_trace import per_trace
 from .steps import StepWindow
@@ -125,7 +125,8 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
 def _peak_allocated(memory) -> dict[int, int | None]:
     """The largest Total Allocated of the CPU (0) and the GPU (1) samples; None where there is none."""
     peak: dict[int, int | None] = {0: None, 1: None}
-    for kind, total in {(m.device_type, m.total_allocated) for m in memory}:
+    cols = MemoryColumns.of(memory)
+    for kind, total in set(zip(cols.field("device_type"), cols.field("total_allocated"))):
         if kind in peak and (peak[kind] is None or total > peak[kind]):
             peak[kind] = total
     return peak

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .columns import op_columns
-from .events import ParsedTrace
+from .events import MemoryColumns, ParsedTrace
 from .per_trace import per_trace
 from .steps import StepWindow
 
@@ -103,7 +103,7 @@ def _kinds(trace: ParsedTrace) -> dict[str, np.ndarray]:
     """The start times of the recorded host events of each kind, sorted."""
     return {"op": np.sort(op_columns(trace).start), "frame": np.asarray(trace.python_calls, dtype=np.float64),
             "builtin": np.asarray(trace.python_builtins, dtype=np.float64),
-            "runtime": _sorted(r.start for r in trace.runtime), "memory": _sorted(m.ts for m in trace.memory)}
+            "runtime": _sorted(r.start for r in trace.runtime), "memory": _sorted(MemoryColumns.of(trace.memory).field("ts"))}
 
 
 def events_per_step(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:

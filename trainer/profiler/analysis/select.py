@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 
 from ..trace.errors import TraceError
-from .events import ParsedTrace
+from .events import MemoryColumns, ParsedTrace
 from .steps import launches_by_correlation, step_finder
 
 
@@ -79,6 +79,11 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
     return replace(
         trace, steps=steps, ops=between(trace.ops), annotations=between(trace.annotations),
         runtime=between(trace.runtime), device=between(trace.device), data_spans=between(trace.data_spans),
-        memory=tuple(m for m in trace.memory if lo <= m.ts <= hi),
+        memory=_memory_between(trace.memory, lo, hi),
         python_calls=starts_between(trace.python_calls), python_builtins=starts_between(trace.python_builtins),
         model_spans=tuple(m for m in trace.model_spans if m[1] >= lo and m[0] <= hi))
+
+
+def _memory_between(memory, lo: float, hi: float) -> MemoryColumns:
+    cols = MemoryColumns.of(memory)
+    return cols.take([i for i, t in enumerate(cols.columns[0]) if lo <= t <= hi])

@@ -39,6 +39,7 @@ from .events import (
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
+    MemoryColumns,
     MemorySample,
     Step,
 )
@@ -76,6 +77,8 @@ class Event(msgspec.Struct, gc=False):
 # event's tid): every reader of traces (this one, the byte ranges' columns in stream_ranges.py, the dict parse
 # the tests hold it to) fills exactly these, each an int, 0 where the event lacks it.
 MEMORY_ARGS = ("Device Type", "Total Allocated", "Total Reserved", "Bytes", "Addr", "Device Id")
+_MEMORY_FIELDS = MemorySample._fields[1:-1]  # MEMORY_ARGS as Args' and MemorySample's field names
+assert [Args.__struct_encode_fields__[Args.__struct_fields__.index(k)] for k in _MEMORY_FIELDS] == list(MEMORY_ARGS)
 
 
 class Invalid(NamedTuple):
@@ -147,7 +150,8 @@ class Collector:
         self.base: float | None = None
         self.count = 0  # events added so far: the index in traceEvents of the next one
         self.steps, self.ops, self.annotations, self.runtime = [], [], [], []
-        self.device, self.data_spans, self.memory = [], [], []
+        self.device, self.data_spans = [], []
+        self.memory = MemoryColumns()  # a list per MemorySample field: no tuple per [memory] event
         self.python_calls: list[float] = []
         self.python_builtins: list[float] = []
         self.long_frames: set[str] = set()  # names of Python frames of at least LONG_FRAME_US
@@ -202,6 +206,7 @@ class Collector:
         calls, builtins, long_frames, long_us = (self.python_calls, self.python_builtins, self.long_frames,
                                                  LONG_FRAME_US)
         model_spans, model_frames = self.model_spans, MODEL_FRAME_PREFIXES
+        memory: list[Event] = []  # this piece's [memory] events, made columns at its end
         for e in events:
             name, ts, dur, cat = e.name, e.ts, e.dur, e.cat
             if ts is not None and ((type(ts) is not float and type(ts) is not int) or not lo <= ts <= hi):
@@ -227,7 +232,7 @@ class Collector:
                 continue
             if ph != "X":
                 if ph == "i" and name == "[memory]":
-                    self._memory(events, e)
+                    memory.append(e)
                 continue
             if kind == _K_OTHER and not name.startswith(DATALOADER_PREFIX):
                 continue
@@ -263,14 +268,28 @@ class Collector:
                 annotations.append(HostEvent(name, e.tid, s, t))
                 if name in DATA_ANNOTATIONS:
                     data_spans.append(HostEvent(name, e.tid, s, t))
+        if memory:
+            self._memory(events, memory)
         self.count += len(events)
 
-    def _memory(self, events: list[Event], e: Event) -> None:
-        args = e.args or _NO_ARGS
+    def _memory(self, events: list[Event], memory: list[Event]) -> None:
+        """A piece's [memory] events appended to the columns, field by field (MemorySample's order: ts, the
+        MEMORY_ARGS, the tid), each an int; the first event without numbers refused by its position."""
+        base = self.base
+        args = [e.args or _NO_ARGS for e in memory]
         try:
-            self.memory.append(MemorySample(float(e.ts) - self.base, int(args.device_type),
-                                            int(args.total_allocated), int(args.total_reserved),
-                                            int(args.bytes), int(args.addr), int(args.device_id), e.tid))
+            columns = ([float(e.ts) - base for e in memory], [int(a.device_type) for a in args],
+                       [int(a.total_allocated) for a in args], [int(a.total_reserved) for a in args],
+                       [int(a.bytes) for a in args], [int(a.addr) for a in args], [int(a.device_id) for a in args],
+                       [e.tid for e in memory])
         except (TypeError, ValueError):
-            raise TraceError(f"{self.where}: [memory] event #{self.count + _position(events, e)} has no numeric "
-                             "ts/args") from None
+            for e, a in zip(memory, args):
+                try:
+                    float(e.ts)
+                    for k in _MEMORY_FIELDS:
+                        int(getattr(a, k))
+                except (TypeError, ValueError):
+                    raise TraceError(f"{self.where}: [memory] event #{self.count + _position(events, e)} has no "
+                                     "numeric ts/args") from None
+            raise
+        self.memory.add_columns(columns)

@@ -149,7 +149,7 @@ def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header
         steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=tuple(c.ops), annotations=tuple(c.annotations), runtime=tuple(c.runtime),
         device=tuple(sorted(c.device, key=lambda d: d.start)),
-        data_spans=tuple(c.data_spans), memory=tuple(c.memory), python_calls=tuple(sorted(c.python_calls)),
+        data_spans=tuple(c.data_spans), memory=c.memory, python_calls=tuple(sorted(c.python_calls)),
         python_builtins=tuple(sorted(c.python_builtins)), long_frames=tuple(sorted(c.long_frames)),
         model_spans=tuple(sorted(c.model_spans)), recorded_shapes=c.shapes, steps_from=steps_from,
         device_memory=device_memory(props))

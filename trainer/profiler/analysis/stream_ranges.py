@@ -20,7 +20,7 @@ import numpy as np
 from ..trace.gc_paused import gc_paused
 from ..trace.jsonstream import TraceStream
 from ..trace.workers import fork_pool
-from .events import DeviceEvent, HostEvent, MemorySample
+from .events import DeviceEvent, HostEvent
 from .stream_collect import Collector, from_objects, read
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
@@ -90,8 +90,7 @@ def encode(c: Collector) -> dict:
                  "long_frames": list(c.long_frames),
                  "model_spans": np.asarray(c.model_spans, dtype=np.float64).reshape(-1, 2),
                  # MemorySample: ts, then stream_collect.MEMORY_ARGS' fields and the tid, by position
-                 "memory": (np.asarray([m[0] for m in c.memory], dtype=np.float64),
-                            *([m[k] for m in c.memory] for k in range(1, len(MemorySample._fields))))}
+                 "memory": (np.asarray(c.memory.columns[0], dtype=np.float64), *c.memory.columns[1:])}
     for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation
         ev = getattr(c, name)
         out[name] = (_codes([e[0] for e in ev], table), [e[1] for e in ev],
@@ -116,7 +115,7 @@ def decode_into(c: Collector, part: dict) -> None:
     c.long_frames.update(part["long_frames"])
     c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
     ts, *fields = part["memory"]
-    c.memory.extend(map(MemorySample, ts.tolist(), *fields))
+    c.memory.add_columns([ts.tolist(), *fields])
     for name in HOST_LISTS:
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend(map(HostEvent, [names[k] for k in codes.tolist()], tids, starts.tolist(),

@@ -5,7 +5,8 @@ Registered through the ``tensorboard_plugins`` entry point (pyproject.toml), so 
 
     runs                   every run: name, state (ready | analysing | error), verdict, unprofiled step ms,
                            GPU busy %, and the trend over its profiling cycles
-    run?run=NAME           the whole report (views.run_view), with the run's verification when it has one
+    run?run=NAME           the whole report (views.run_view), with the run's verification when it has one and
+                           its memory per cycle and step, with the out-of-memory captures under its oom/ folder
     ranks?run=NAME         each multi-rank cycle: per-rank breakdown, the stragglers and why
     diff?a=NAME&b=NAME     two runs compared (profiler/diff.py; what `stepscope diff` prints)
     window?run=NAME&steps=A:B   POST only, with the header X-Stepscope-Token: writes ProfilerStep#A..#B-1 of
@@ -180,7 +181,8 @@ class StepscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _run(self, request):
-        return self._ready(request, lambda run, measured: run_view(run.name, measured, verification_of(run)))
+        return self._ready(request, lambda run, measured: run_view(run.name, measured, verification_of(run),
+                                                                        run.folder))
 
     @wrappers.Request.application
     def _ranks(self, request):

@@ -3,12 +3,15 @@
 
     run_row(name, measured)      # one line of the runs list: verdict, step ms, busy %, trend over cycles
     run_view(name, measured, verification)   # the whole report, per cycle (from 0), with shares of the step
+    memory_view(report, folder)  # memory per cycle (from 0) and step (peaks vs capacity, at the peak), creep, OOM captures
     ranks_view(name, measured)   # per cycle of a multi-rank job: each rank's breakdown, stragglers and why
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 
 from ...measure import Measured
 from ...summary import cycles, run_figures, spans_by_cycle
@@ -43,6 +46,73 @@ def _span_view(s: dict, cycle: int) -> dict:
             "remedies": s.get("remedies", []), "top": top}
 
 
+OOM_DIR = "oom"  # capture/oom.py's folder in a run (not imported: that module needs torch)
+OOM_CAPTURES = 20  # the latest ones shown
+
+
+def _device_memory(cycle: int, span: dict, d: dict) -> dict:
+    steps = d.get("steps") or []
+    peak = max(steps, key=lambda x: x.get("peak_allocated_gib") or 0.0) if steps else {}
+    return {"cycle": cycle, "worker": span["worker"], "span": span["span"], "rank": span.get("rank"),
+            "device": d.get("device"), "capacity_gib": d.get("capacity_gib"),
+            "peak_allocated_gib": d.get("peak_allocated_gib"), "peak_reserved_gib": d.get("peak_reserved_gib"),
+            "headroom_gib": d.get("headroom_gib"), "headroom_pct": d.get("headroom_pct"),
+            "fragmentation_gib": d.get("fragmentation_gib"), "fragmentation_pct": d.get("fragmentation_pct"),
+            "creep_mib_per_step": d.get("creep_mib_per_step"),
+            "steps": [{"step": x.get("step"), "peak_allocated_gib": x.get("peak_allocated_gib"),
+                       "peak_reserved_gib": x.get("peak_reserved_gib"), "at_start_gib": x.get("at_start_gib")}
+                      for x in steps],
+            "peak_step": peak.get("step"), "peak_phase": peak.get("peak_phase"),
+            "composition_gib": peak.get("composition_gib") or {}, "top_allocators": peak.get("top_allocators") or []}
+
+
+def oom_captures(folder: Path | None) -> list[dict]:
+    """The run's out-of-memory captures (``oom/<worker>.<ns>/oom.json``), latest first: the error, the likely
+    cause, what was live and whether the allocator's snapshot (and its stacks) is there."""
+    if folder is None or not (Path(folder) / OOM_DIR).is_dir():
+        return []
+    out = []
+    for f in sorted((Path(folder) / OOM_DIR).glob("*/oom.json"), key=lambda p: p.parent.name, reverse=True):
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(info, dict):
+            continue
+        err, diag = info.get("error") or {}, info.get("diagnosis") or {}
+        message = str(err.get("message") or "")
+        out.append({"capture": f.parent.name, "worker": info.get("worker"), "error_type": err.get("type"),
+                    "message": message.splitlines()[0] if message else None, "cause": diag.get("cause"),
+                    "why": diag.get("why"), "live": diag.get("live"), "remedy": diag.get("remedy"),
+                    "snapshot": bool(info.get("snapshot")),
+                    "stacks": bool((info.get("snapshot_live") or {}).get("stacks"))})
+        if len(out) == OOM_CAPTURES:
+            break
+    return out
+
+
+def memory_view(report: dict, folder: Path | None = None) -> dict:
+    """Memory per profiling cycle and device, the steps numbered as the time view's (ProfilerStep#N): each
+    step's peak allocated and reserved against the capacity; at the cycle's peak step its composition and top
+    allocators; fragmentation; the peak and allocated at the steps' start over the cycles (creep); the findings;
+    the run's own counters when it measured them; and the out-of-memory captures under the run's folder."""
+    rows, findings, measured = [], [], {}
+    for i, spans in enumerate(spans_by_cycle(report)):
+        for s in spans:
+            mem = s.get("memory") or {}
+            rows += [_device_memory(i, s, d) for d in mem.get("devices") or []]
+            findings += [{"cycle": i, "worker": s["worker"], **f} for f in mem.get("findings") or []]
+            measured = mem.get("measured") or measured
+    creep = {}
+    for r in rows:
+        start = r["steps"][0]["at_start_gib"] if r["steps"] else None
+        creep.setdefault(r["device"], []).append({"cycle": r["cycle"], "worker": r["worker"],
+                                                  "peak_allocated_gib": r["peak_allocated_gib"],
+                                                  "at_start_gib": start})
+    return {"devices": rows, "creep": [{"device": k, "cycles": v} for k, v in creep.items()],
+            "findings": findings, "measured": measured, "oom": oom_captures(folder)}
+
+
 def cycle_verdict(report: dict, index: int, spans: list[dict]) -> str | None:
     """A cycle's own verdict: its cross-rank section's on a multi-rank job, else its span's (the most common
     of its spans', ties to the slowest, as the run's verdict is taken over spans)."""
@@ -56,14 +126,14 @@ def cycle_verdict(report: dict, index: int, spans: list[dict]) -> str | None:
     return max((s for s in spans if counts[s["verdict"]] == best), key=lambda s: s["metrics"]["step_ms"])["verdict"]
 
 
-def run_view(name: str, m: Measured, verification: dict | None) -> dict:
+def run_view(name: str, m: Measured, verification: dict | None, folder: Path | None = None) -> dict:
     """The run, and each cycle with its own verdict and spans: the tab shows one cycle at a time (the latest
     first), its headline, figures, evidence, remedies and operators all of that cycle."""
     fig = run_figures(m.report)
     grouped = spans_by_cycle(m.report)
     index = {(s["worker"], s["span"]): i for i, group in enumerate(grouped) for s in group}
     per_cycle = [{**c, "verdict": cycle_verdict(m.report, i, grouped[i])} for i, c in enumerate(cycles(m.report))]
-    return {"name": name, "verdict": m.report.get("verdict"), "figures": fig, "cycles": per_cycle,
+    return {"memory": memory_view(m.report, folder), "name": name, "verdict": m.report.get("verdict"), "figures": fig, "cycles": per_cycle,
             "spans": [_span_view(s, index[(s["worker"], s["span"])]) for s in m.report.get("spans", [])],
             "distributed": m.report.get("distributed", []), "verification": verification,
             "steps": {"source": m.source, "count": len(m.step_ms)}, "report": m.report}

@@ -3,9 +3,9 @@
 // (static/vendor, MIT). No build step; no request leaves the host.
 //
 // Views: the runs list (verdict badge, step, busy, trend over cycles), one run (verdict card, verification,
-// breakdown per cycle, top operators and kernels, a window of steps for the PyTorch Profiler tab), a
-// multi-rank job (per-rank breakdown with the stragglers marked and why; a sorted distribution beyond
-// MAX_BARS ranks), and two runs side by side.
+// breakdown per cycle, top operators and kernels, memory per cycle and step, a window of steps for the
+// PyTorch Profiler tab), a multi-rank job (per-rank breakdown with the stragglers marked and why; a sorted
+// distribution beyond MAX_BARS ranks), and two runs side by side.
 
 const MAX_BARS = 64;
 // the window tool's POST carries this: plugin.py writes its process's token here as it serves this file
@@ -282,6 +282,7 @@ async function showRun(name) {
     v.cycles.map((c) => `cycle ${c.cycle}`), buckets, v.cycles.map((c) => c.breakdown_ms),
     {kind: 'cycles', xLabel: 'cycle'}));
   p.appendChild(top);
+  if (v.memory && (v.memory.devices.length || v.memory.oom.length)) p.appendChild(memoryCard(v.memory));
   p.appendChild(windowForm(name));
 }
 
@@ -381,6 +382,100 @@ function windowForm(name) {
     el('p', {}, [input, ' ', go]), out]);
 }
 
+// ---------------------------------------------------------------- memory
+
+const gib = (x) => (x === null || x === undefined ? 'n/a' : `${Number(x).toFixed(3)} GiB`);
+
+// Each profiled step's peak allocated and reserved, against the device's capacity, on the step numbers of
+// the time view (ProfilerStep#N; the window form's A:B).
+function memorySteps(d) {
+  const steps = d.steps.map((x) => x.step);
+  const box = el('div', {class: 'chart', 'data-kind': 'memory-steps', 'data-points': String(steps.length)});
+  box.appendChild(el('div', {class: 'chart-title',
+    text: `cycle ${d.cycle}, ${d.device}: peak per step (GiB) vs capacity`}));
+  const series = [{label: 'step', value: (u, v) => (v === null ? '' : `#${v}`)},
+    {label: 'peak allocated', stroke: '#1565c0', width: 2, points: {show: true, size: 6}},
+    {label: 'peak reserved', stroke: '#e65100', width: 2, points: {show: true, size: 6}}];
+  const data = [steps, d.steps.map((x) => x.peak_allocated_gib), d.steps.map((x) => x.peak_reserved_gib)];
+  if (d.capacity_gib) {
+    series.push({label: 'capacity', stroke: '#c62828', dash: [6, 4], width: 1.5, points: {show: false}});
+    data.push(steps.map(() => d.capacity_gib));
+  }
+  // eslint-disable-next-line no-new
+  new uPlot({
+    width: 560, height: 220,
+    scales: {x: {time: false, range: (u, lo, hi) => [lo - 0.5, hi + 0.5]}, y: {range: (u, lo, hi) => [0, hi * 1.08 || 1]}},
+    axes: [{label: 'ProfilerStep#', splits: () => steps, values: (u, sp) => sp.map((x) => `#${x}`)},
+      {label: 'GiB', size: 60}],
+    series, legend: {live: true},
+  }, data, box);
+  return box;
+}
+
+function memoryDevice(d) {
+  const who = d.rank === null || d.rank === undefined ? d.worker : `rank ${d.rank}`;
+  const sec = el('div', {class: 'mem-device', 'data-cycle': String(d.cycle), 'data-device': d.device,
+    'data-worker': d.worker});
+  sec.appendChild(el('h3', {text: `cycle ${d.cycle}: ${who}, ${d.device}`}));
+  sec.appendChild(el('table', {class: 'mem-figures'}, [
+    ['peak allocated', 'peak-allocated', gib(d.peak_allocated_gib)],
+    ['peak reserved', 'peak-reserved', gib(d.peak_reserved_gib)],
+    ['capacity', 'capacity', gib(d.capacity_gib)],
+    ['headroom', 'headroom', `${gib(d.headroom_gib)} (${pct(d.headroom_pct)})`],
+    ['fragmentation (reserved \u2212 allocated at the peak)', 'fragmentation',
+      `${gib(d.fragmentation_gib)} (${pct(d.fragmentation_pct)} of reserved)`],
+    ['creep', 'creep', d.creep_mib_per_step === null || d.creep_mib_per_step === undefined ? 'n/a'
+      : `${fmt(d.creep_mib_per_step)} MiB per step`],
+  ].map(([label, key, text]) => el('tr', {}, [el('td', {text: label}), el('td', {class: 'num', 'data-key': key, text})]))));
+  if (d.steps.length) sec.appendChild(memorySteps(d));
+  sec.appendChild(el('div', {class: 'chart-title', text: `at the peak (step #${d.peak_step}, in the ${d.peak_phase || 'n/a'})`}));
+  sec.appendChild(el('table', {class: 'top mem-composition'}, [
+    el('tr', {}, ['part', 'GiB'].map((h) => el('th', {text: h}))),
+    ...Object.entries(d.composition_gib).map(([k, x]) => el('tr', {'data-part': k}, [el('td', {text: k}),
+      el('td', {class: 'num', text: fmt(x, 4)})]))]));
+  sec.appendChild(el('table', {class: 'top mem-allocators'}, [
+    el('tr', {}, ['top allocator at the peak', 'GiB live'].map((h) => el('th', {text: h}))),
+    ...d.top_allocators.map((a) => el('tr', {}, [el('td', {class: 'name', title: a.name, text: a.name}),
+      el('td', {class: 'num', text: fmt(a.gib, 4)})]))]));
+  return sec;
+}
+
+function memoryCard(m) {
+  const box = el('div', {class: 'card', id: 'memory'});
+  box.appendChild(el('h2', {text: 'Memory'}));
+  for (const o of m.oom) {
+    box.appendChild(el('div', {class: 'oom', 'data-capture': o.capture}, [
+      el('b', {text: `out of memory (${o.worker}): ${o.cause || 'cause unknown'}`}),
+      el('div', {text: o.message || ''}),
+      o.why ? el('div', {text: `why: ${o.why}`}) : null,
+      o.live ? el('div', {text: `live: ${o.live}`}) : null,
+      o.remedy ? el('div', {}, ['remedy: ', ...withCode(o.remedy)]) : null,
+      el('div', {class: 'muted', text: `capture oom/${o.capture}: allocator snapshot ${o.snapshot ? 'saved' : 'absent'}`
+        + `${o.snapshot ? (o.stacks ? ', with allocation stacks' : ', without allocation stacks') : ''}`}),
+    ]));
+  }
+  if (m.findings.length) {
+    box.appendChild(el('ul', {class: 'mem-findings'}, m.findings.map((f) => el('li', {'data-id': f.id}, [
+      el('b', {text: f.id}), ` (cycle ${f.cycle}): `, ...withCode(f.text)]))));
+  }
+  for (const d of m.devices.slice(0, 8)) box.appendChild(memoryDevice(d));
+  if (m.creep.length) {
+    box.appendChild(el('h3', {text: 'Across cycles'}));
+    box.appendChild(el('table', {class: 'top mem-creep'}, [
+      el('tr', {}, ['device', 'cycle', 'worker', 'peak allocated', 'allocated at the first step\u2019s start']
+        .map((h) => el('th', {text: h}))),
+      ...m.creep.flatMap((c) => c.cycles.map((x) => el('tr', {'data-device': c.device, 'data-cycle': String(x.cycle)}, [
+        el('td', {text: c.device}), el('td', {class: 'num', text: String(x.cycle)}), el('td', {text: x.worker}),
+        el('td', {class: 'num', text: gib(x.peak_allocated_gib)}), el('td', {class: 'num', text: gib(x.at_start_gib)})])))]));
+  }
+  const keys = Object.keys(m.measured || {});
+  if (keys.length) {
+    box.appendChild(el('div', {class: 'muted mem-measured', text: 'the run\u2019s own counters over its unprofiled steps: '
+      + keys.map((k) => `${k} ${m.measured[k]}`).join(', ')}));
+  }
+  return box;
+}
+
 // ---------------------------------------------------------------- ranks
 
 async function showRanks(name, holder) {
@@ -471,6 +566,7 @@ function addStyle() {
     .chart { background: #fff; border: 1px solid #e0e0e0; border-radius: 6px; padding: 8px; margin: 10px 0; display: inline-block; }
     .chart-title { font-weight: 500; margin-bottom: 4px; }
     .straggler b { color: #b71c1c; }
+    .oom { border-left: 5px solid #c62828; padding: 4px 10px; margin: 6px 0; } .oom b { color: #b71c1c; }
     .u-legend { font-size: 11px; } .u-legend th { font-weight: 500; }
     .muted { color: #757575; } .error { color: #c62828; }
     a { color: #1565c0; }
