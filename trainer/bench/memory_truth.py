@@ -10,9 +10,10 @@ boundary  the predicted largest batch (memory.batch_scale from a recorded step a
           processes at 0.9x and 1.1x the prediction: the prediction is within 10% of the out-of-memory boundary
           when the first fits and the second does not.
 causes    injected causes, ``--reps`` runs with and ``--reps`` without each (one process per cause and arm, a
-          fresh model and loop per run): variable shapes (fragmentation),
+          fresh model and loop per run, through stepscope.schedule + trace_handler: 5 profiled steps after 40
+          timed ones): variable shapes (fragmentation),
           empty_cache() every step (allocator_churn), 2 MiB kept every step (memory_creep); hits and false
-          positives of the matching finding.
+          positives of the matching finding, and each run's figures (why a finding fired or not).
 oom       a real out-of-memory error in a stepscope.profile loop (memory history on): the process ends with the
           error, and oom/ holds the snapshot (with stacks), oom.json and diagnosis.md.
 history   what allocation stacks cost: a resnet18 step with torch.cuda.memory._record_memory_history on and off,
