@@ -415,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="stepscope-memory-"))
+    from stepscope.profiler.trace import fastread
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "trace_reader": "compiled" if fastread.available() else "python",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}
     path = a.out / "memory_truth.json"
 
