@@ -238,8 +238,9 @@ def test_the_headroom_prediction_fills_the_device_less_its_context():
     trace = _trace("holdout/vit_tiny_bs256")
     capacity = trace["deviceProperties"][0]["totalGlobalMem"]
     assert p["capacity"] == capacity and p["predicted_batch"] > 256
-    assert p["predicted_peak"] <= capacity - CONTEXT_BYTES
-    assert p["predicted_peak"] + p["per_sample"] > capacity - CONTEXT_BYTES - p["per_sample"]  # the largest that fits
+    r = p["reserved_ratio"]  # the allocator's reserved per allocated byte at the recorded peak
+    assert r >= 1.0 and p["predicted_peak"] * r <= capacity - CONTEXT_BYTES
+    assert (p["predicted_peak"] + p["per_sample"]) * r > capacity - CONTEXT_BYTES  # the largest that fits
     assert p["persistent"] + p["per_sample"] * 256 == pytest.approx(p["traced_peak"])
     mid, low, high = images_interval([10.0, 10.0, 12.0, 8.0], 128)
     assert mid == pytest.approx(12800.0) and low < mid < high
@@ -302,3 +303,37 @@ def test_the_parse_collects_memory_samples_as_columns_that_read_as_samples():
     again.extend(samples[:-1])
     again.append(samples[-1])
     assert again.columns == cols.columns
+
+
+def test_the_compiled_reader_reads_every_field_of_the_memory_events(monkeypatch):
+    """The compiled trace reader and the per-event (msgspec) rules give the same [memory] samples: totals,
+    reserved, bytes, address, device and thread; the trace's own reserved figure reaches the analysis."""
+    from stepscope.profiler.analysis.stream_parse import parse_trace_file
+    from stepscope.profiler.trace import fastread
+    if not fastread.available():
+        pytest.skip("the compiled trace reader is not built in this install")
+    (path,) = (DATA / "big_batch").glob("*.pt.trace.json*")
+    compiled = parse_trace_file(path, "w", "s").memory
+    monkeypatch.setenv(fastread.PURE_ENV, "1")
+    pure = parse_trace_file(path, "w", "s").memory
+    assert [list(c) for c in compiled.columns] == [list(c) for c in pure.columns]
+    reserved = max(e["args"]["Total Reserved"] for e in _trace("big_batch")["traceEvents"]
+                   if e.get("name") == "[memory]")
+    assert reserved > 0 and max(compiled.field("total_reserved")) == reserved
+
+
+def test_the_batch_prediction_is_made_against_reserved_memory():
+    """An out-of-memory error is decided by reserved memory: the same step whose allocator reserves more per
+    allocated byte at its peak is predicted a smaller batch, the usable bytes divided by that ratio."""
+    from dataclasses import replace
+
+    from stepscope.profiler.analysis.memory import CONTEXT_BYTES, batch_scale
+    d = analyze(DATA / "big_batch").spans[0].memory.devices[0]
+    p = d.peak
+    assert p.reserved_at_peak > p.peak_allocated  # the real trace's allocator holds more than it hands out
+    kept = p.composition["persistent"] + p.composition["optimizer_state_new"]
+    plain = replace(d, steps=tuple(replace(s, reserved_at_peak=0) for s in d.steps))
+    ratio = p.reserved_at_peak / p.peak_allocated
+    assert batch_scale(plain) == pytest.approx((d.capacity - CONTEXT_BYTES - kept) / (p.peak_allocated - kept))
+    assert d.batch_scale == pytest.approx(((d.capacity - CONTEXT_BYTES) / ratio - kept) / (p.peak_allocated - kept))
+    assert d.batch_scale < batch_scale(plain)

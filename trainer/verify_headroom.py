@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .config import CHECKPOINTED_ARCHS
 from .launch import INSTALLED_TRAIN, TrainFailed, run_train
-from .profiler.analysis.memory import GIB, MIB
+from .profiler.analysis.memory import GIB, MIB, reserved_ratio
 from .profiler.diff import t_quantile
 from .profiler.front import analyze
 from .profiler.serve.tb_events import EventLog
@@ -115,7 +115,8 @@ def prediction(run_dir: Path, batch: int) -> dict:
     largest = max(int(batch * dev.batch_scale), batch)
     return {"device": dev.device, "capacity": dev.capacity, "batch": batch, "batch_scale": dev.batch_scale,
             "predicted_batch": largest, "persistent": persistent, "per_sample": per_batch,
-            "predicted_peak": persistent + per_batch * largest, "traced_peak": p.peak_allocated}
+            "predicted_peak": persistent + per_batch * largest, "traced_peak": p.peak_allocated,
+            "reserved_ratio": reserved_ratio(p)}
 
 
 def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int, device: str,

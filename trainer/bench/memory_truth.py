@@ -10,9 +10,10 @@ boundary  the predicted largest batch (memory.batch_scale from a recorded step a
           processes at 0.9x and 1.1x the prediction: the prediction is within 10% of the out-of-memory boundary
           when the first fits and the second does not.
 causes    injected causes, ``--reps`` runs with and ``--reps`` without each (one process per cause and arm, a
-          fresh model and loop per run): variable shapes (fragmentation),
+          fresh model and loop per run, through stepscope.schedule + trace_handler: 5 profiled steps after 40
+          timed ones): variable shapes (fragmentation),
           empty_cache() every step (allocator_churn), 2 MiB kept every step (memory_creep); hits and false
-          positives of the matching finding.
+          positives of the matching finding, and each run's figures (why a finding fired or not).
 oom       a real out-of-memory error in a stepscope.profile loop (memory history on): the process ends with the
           error, and oom/ holds the snapshot (with stacks), oom.json and diagnosis.md.
 history   what allocation stacks cost: a resnet18 step with torch.cuda.memory._record_memory_history on and off,
@@ -137,23 +138,26 @@ try:
         opt.step()
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
-    print("ok", torch.cuda.max_memory_allocated())
+    print("ok", torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
 except torch.OutOfMemoryError:
     print("oom")
 """
 
+# the user's loop of the product's road (stepscope.schedule + trace_handler): the trace of 5 profiled steps and
+# the allocator's counters over the 40 unprofiled steps before them (windows of 5 steps) reach the analysis
 CAUSE_LOOP = """
-import sys, torch, torchvision
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+import sys, torch, torchvision, stepscope
+from torch.profiler import ProfilerActivity, profile
 out, cause, on, reps = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 for rep in range(reps):  # each a fresh model and loop, recorded into its own folder
     model = torchvision.models.resnet18().cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     keep = []
     g = torch.Generator().manual_seed(rep)
+    handler = stepscope.trace_handler(f"{out}/{rep}")
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True,
-                 schedule=schedule(wait=40, warmup=1, active=5, repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(f"{out}/{rep}")) as prof:
+                 schedule=stepscope.schedule(wait=40, warmup=1, active=5, repeat=1, window=5, warm_steps=1),
+                 on_trace_ready=handler) as prof:
         for i in range(47):
             b = int(torch.randint(16, 257, (1,), generator=g)) if cause == "fragmentation" and on else 128
             side = int(torch.randint(96, 257, (1,), generator=g)) if cause == "fragmentation" and on else 224
@@ -166,6 +170,7 @@ for rep in range(reps):  # each a fresh model and loop, recorded into its own fo
             if cause == "creep" and on:
                 keep.append(torch.empty(2 << 20, dtype=torch.uint8, device="cuda"))
             prof.step()
+    handler.close()
     del model, opt, keep
     torch.cuda.empty_cache()
 """
@@ -302,6 +307,7 @@ def boundary(out: Path, families: list[str], rows: list, save) -> list[dict]:
             continue
         d = _memory(folder).devices[0]
         scale = d.batch_scale
+        p = d.peak
         if scale is None:
             rows.append({"family": name, "error": "no prediction"})
             continue
@@ -310,9 +316,12 @@ def boundary(out: Path, families: list[str], rows: list, save) -> list[dict]:
         for f in (0.9, 1.1):
             b = max(1, int(predicted * f))
             t = _run(TRY_LOOP.format(family=_family(name)), [str(b)])
-            tries[f] = (b, (t.stdout.strip().split() or ["error"])[0] if t.returncode == 0 else f"exit {t.returncode}")
+            words = t.stdout.strip().split() or ["error"]
+            tries[f] = (b, words[0] if t.returncode == 0 else f"exit {t.returncode}", *(int(w) for w in words[1:3] if w.isdigit()))
         ok = tries[0.9][1] == "ok" and tries[1.1][1] == "oom"
         rows.append({"family": name, "batch": b0, "scale": scale, "predicted": predicted,
+                     "peak_allocated": p.peak_allocated, "reserved_at_peak": p.reserved_at_peak,
+                     "persistent": p.composition["persistent"], "capacity": d.capacity,
                      "tries": {str(k): v for k, v in tries.items()}, "pass": ok})
         save()
         print(f"boundary {name}: recorded at batch {b0}, predicted largest {predicted}; at {tries[0.9][0]}: "
@@ -320,10 +329,28 @@ def boundary(out: Path, families: list[str], rows: list, save) -> list[dict]:
     return rows
 
 
+def _figures(mem) -> dict:
+    """The figures the memory findings decide on, per run: each analysed step's allocated at its start, peak
+    allocated and reserved, the creep slope of the trace and of the run's counters, the findings."""
+    d = next((d for d in mem.devices if d.device != "cpu"), None)
+    out = {"findings": [f.id for f in mem.findings], "measured": mem.measured}
+    if d is not None:
+        out.update(steps=[{"step": s.step, "at_start": s.at_start, "peak_allocated": s.peak_allocated,
+                           "reserved_at_peak": s.reserved_at_peak, "peak_reserved": s.peak_reserved}
+                          for s in d.steps],
+                   creep_bytes_per_step=d.creep_bytes_per_step, allocator_calls_per_step=d.allocator_calls_per_step,
+                   fragmentation_at_peak_pct=100.0 * d.peak.fragmentation / d.peak.reserved_at_peak
+                   if d.peak.reserved_at_peak else None,
+                   reserved_over_peak_allocated=d.peak_reserved / d.peak.peak_allocated if d.peak.peak_allocated
+                   else None)
+    return out
+
+
 def causes(out: Path, reps: int, rows: list, save) -> list[dict]:
     for cause, finding in FINDING.items():
         found = {True: 0, False: 0}
         runs = {True: 0, False: 0}
+        figures = {True: [], False: []}  # what each run's analysis read: why a finding fired or not
         for on in (True, False):
             folder = out / "causes" / f"{cause}_{int(on)}"
             r = _run(CAUSE_LOOP, [str(folder), cause, "1" if on else "0", str(reps)], timeout=TRY_TIMEOUT_S * 2)
@@ -333,9 +360,12 @@ def causes(out: Path, reps: int, rows: list, save) -> list[dict]:
                 if not (folder / str(rep)).is_dir():
                     continue
                 runs[on] += 1
-                found[on] += finding in [f.id for f in _memory(folder / str(rep)).findings]
+                mem = _memory(folder / str(rep))
+                found[on] += finding in [f.id for f in mem.findings]
+                figures[on].append(_figures(mem))
         rows.append({"cause": cause, "finding": finding, "runs_with": runs[True], "hits": found[True],
-                     "runs_without": runs[False], "false_positives": found[False]})
+                     "runs_without": runs[False], "false_positives": found[False],
+                     "figures_with": figures[True], "figures_without": figures[False]})
         save()
         print(f"causes {cause}: {finding} found in {found[True]} of {runs[True]} runs with the cause, "
               f"{found[False]} of {runs[False]} without", flush=True)
@@ -385,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="stepscope-memory-"))
+    from stepscope.profiler.trace import fastread
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "trace_reader": "compiled" if fastread.available() else "python",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": {}}
     path = a.out / "memory_truth.json"
 

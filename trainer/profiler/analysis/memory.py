@@ -433,15 +433,23 @@ def _creep(steps: tuple[StepMemory, ...]) -> float | None:
 def batch_scale(d: DeviceMemory) -> float | None:
     """How many times the batch could grow before the peak fills the device (prediction): persistent bytes stay,
     what the step adds above them scales with the batch; CONTEXT_BYTES of the device stay outside the
-    allocator. None for the CPU or a step that adds nothing."""
+    allocator. An out-of-memory error is decided by what the allocator reserves (blocks rounded up, segments
+    split), not by what is allocated: the bytes are taken at the peak's reserved-to-allocated ratio (1 where
+    the trace has no reserved figure). None for the CPU or a step that adds nothing."""
     if d.capacity is None:
         return None
     p = d.peak
     per_batch = p.peak_allocated - p.composition["persistent"] - p.composition["optimizer_state_new"]
     if per_batch < SCALE_MIN_BYTES:
         return None
-    usable = d.capacity - CONTEXT_BYTES - p.composition["persistent"] - p.composition["optimizer_state_new"]
+    ratio = reserved_ratio(p)
+    usable = (d.capacity - CONTEXT_BYTES) / ratio - p.composition["persistent"] - p.composition["optimizer_state_new"]
     return max(usable / per_batch, 0.0)
+
+
+def reserved_ratio(p: StepMemory) -> float:
+    """Reserved over allocated at the step's peak, at least 1 (1 without a reserved figure)."""
+    return max(p.reserved_at_peak / p.peak_allocated, 1.0) if p.reserved_at_peak and p.peak_allocated else 1.0
 
 
 def _scale(x: float) -> str:

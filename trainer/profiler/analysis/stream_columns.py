@@ -32,6 +32,8 @@ from .validate import MAX_TIME_US, STEP_NAME
 
 _EXACT = float(2**53)  # integers up to this are exact as float64: beyond it, msgspec's own path compares them
 
+MEMORY_FIELDS = MemorySample._fields[1:-1]  # stream_collect.MEMORY_ARGS, as the columns' field names
+
 
 def find_base(c, cols: Columns, decode) -> bool:
     """Collector.find_base over a piece of columns."""
@@ -135,9 +137,10 @@ def _add(c, cols: Columns) -> bool:
         rows = np.flatnonzero(memory)
         if not np.all(_timed(ts_t[rows])):
             return False
-        dtype_t, total_t = cols.type("device_type")[rows], cols.type("total_allocated")[rows]
-        if not (np.all((dtype_t == T_INT) | (dtype_t == T_MISSING))
-                and np.all((total_t == T_INT) | (total_t == T_MISSING))):
+        if not all(np.all((t == T_INT) | (t == T_MISSING)) for t in (cols.type(k)[rows] for k in MEMORY_FIELDS)):
+            return False  # every MEMORY_ARGS field an int or missing (0), as the per-event rules read them
+        memory_tid = _objects(cols, rows, "tid", None)
+        if memory_tid is None:
             return False
     base = c.base
     s_all = ts - base
@@ -180,8 +183,9 @@ def _add(c, cols: Columns) -> bool:
         c.steps.append(Step(int(PROFILER_STEP.match(strings[name[r]]).group(1)), s, s + float(dur[r])))
     if np.any(memory):
         rows = np.flatnonzero(memory)
-        c.memory.extend(map(MemorySample, (ts[rows] - base).tolist(), cols.int("device_type")[rows].tolist(),
-                            cols.int("total_allocated")[rows].tolist()))
+        c.memory.add_columns([(ts[rows] - base).tolist(),
+                              *(np.where(cols.type(k)[rows] == T_INT, cols.int(k)[rows], 0).tolist()
+                                for k in MEMORY_FIELDS), memory_tid])
     calls = np.flatnonzero(unnamed_calls | (py & ~flags[1, name]))
     c.python_calls.extend(s_all[calls].tolist())
     c.python_builtins.extend(s_all[py & flags[1, name]].tolist())
