@@ -118,7 +118,7 @@ def test_text_forms_show_the_cross_rank_table():
     assert "cross-rank (cycle 1, 2 ranks): host_bound" in render_console(report())
     sc = summary_scalars(report())
     assert sc["diagnosis/stragglers"] == 1.0
-    assert "diagnosis/ddp_gloo_rank0/comm_ms_per_step" in sc and "diagnosis/ddp_gloo_rank1/step_ms" in sc
+    assert "diagnosis/ddp_gloo_rank0/profiled/comm_ms_per_step" in sc and "diagnosis/ddp_gloo_rank1/step_ms" in sc
 
 
 def test_identical_ranks_have_no_straggler(tmp_path):

@@ -86,11 +86,11 @@ def test_the_diagnosis_uses_the_telemetry_it_is_given_only(tmp_path, capsys):
     run.json (of a run still being written) is there: the same figures as the traces give."""
     run = tmp_path / "run"
     shutil.copytree(DATA / "eager_bs32", run)
-    (run / "run.json").write_text(json.dumps({"final": {"telemetry": {"step_ms": 1000.0, "steps": 3}}}))
+    (run / "run.json").write_text(json.dumps({"final": {"telemetry": {"step_ms": 5.0, "steps": 3}}}))
     alone = diagnose_run(run, Log(), 0)
     assert alone["spans"][0]["basis"] != "telemetry"
     assert analyze(run).to_dict()["spans"][0]["basis"] == "telemetry"  # the CLI's reading of a finished run
-    given = diagnose_run(run, Log(), 0, telemetry={"step_ms": 1000.0, "steps": 3})
+    given = diagnose_run(run, Log(), 0, telemetry={"step_ms": 5.0, "steps": 3})
     assert given["spans"][0]["basis"] == "telemetry"
 
 

@@ -190,7 +190,8 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     device = (trace.device_name or "gpu") if gpu else "cpu"
     if changed is not None:
         ev.insert(1, changed)
-    ev[1:1] = _telemetry_lines(trace, telemetry, view.data_measured, bd_prof, m_prof) if view.basis == "telemetry" else []
+    at = 2 if tie is not None else 1  # the near tie stays the second line
+    ev[at:at] = _telemetry_lines(trace, telemetry, view.data_measured, bd_prof, m_prof) if view.basis == "telemetry" else []
     if view.loader_paced and v == DATA_BOUND.name:
         ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step("data"), basis="the run's unprofiled steps"
                                          if view.basis == "telemetry" else "every profiled step"))
@@ -204,15 +205,22 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
 
 def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:
     """The evidence line when the run's unprofiled steps contradict the profiled ones (LOAD_CHANGED_FACTOR),
-    else None. A measured wait for data is left out of both: workers that fell behind unprofiled and had
-    batches ready while the profiler recorded make the unprofiled steps slower for a reason of their own."""
+    else None. The whole steps must contradict each other, and where the wait for data was measured, the
+    steps without it too: workers that fell behind unprofiled and had batches ready while the profiler
+    recorded make the unprofiled steps slower for a reason of their own, and a profiled "wait" can hold work
+    the measured one leaves out (a pageable copy made while the loader's range is open)."""
+    def slower(step: float, profiled: float) -> bool:
+        return profiled > 0 and step > max(LOAD_CHANGED_FACTOR * profiled, profiled + LOAD_CHANGED_MS)
+
     step, profiled = telemetry.get("step_ms") or 0.0, m_prof.step_ms
+    if not slower(step, profiled):
+        return None
     what = ""
     if "data_ms" in telemetry:
         step, profiled = step - telemetry["data_ms"], profiled - m_prof.data_ms_per_step
         what = " besides the wait for data"
-    if profiled <= 0 or step <= max(LOAD_CHANGED_FACTOR * profiled, profiled + LOAD_CHANGED_MS):
-        return None
+        if not slower(step, profiled):
+            return None
     return LOAD_CHANGED.format(unprofiled=step, profiled=profiled, what=what) + (LOAD_CHANGED_GPU if gpu
                                                                                  else LOAD_CHANGED_CPU)
 

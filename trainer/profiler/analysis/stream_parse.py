@@ -160,9 +160,9 @@ def _unreadable(path: Path, where: str, error: Exception) -> TraceError:
     same file, whichever reader met the trouble first), or what validate.py says of its top level. A file of
     more than ``HEADER_LIMIT`` bytes of JSON, or one the stream saw is no JSON text (a NUL byte), is not read
     again, whole: the stream's own words then (bounded work on any input, jsonstream.py)."""
-    if isinstance(error, NotJSON) or json_size(path) > HEADER_LIMIT:
-        return Unreadable(f"{path}: unreadable trace ({error})")
     try:
+        if isinstance(error, NotJSON) or json_size(path) > HEADER_LIMIT:
+            return Unreadable(f"{path}: unreadable trace ({error})")
         document = load_trace(path)
     except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
         return Unreadable(f"{path}: unreadable trace ({type(e).__name__}: {e})")
