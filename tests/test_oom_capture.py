@@ -73,3 +73,20 @@ def test_an_oom_in_the_loop_is_captured_and_reraised_unchanged(tmp_path, loop, a
     if cause == "fragmentation":
         assert "expandable_segments:True" in md
     assert not list(captures[0].glob(".tmp-*"))  # nothing half-written
+
+
+def test_live_blocks_name_the_allocation_site_outside_torch():
+    """A snapshot's blocks as torch.cuda.memory._snapshot() gives them with memory history on: the site is the
+    innermost frame outside torch, `python -c`'s "<string>" included; stacks are said when frames exist."""
+    from stepscope.profiler.capture.oom import live_blocks
+
+    frames = [{"filename": "/x/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"},
+              {"filename": "<string>", "line": 7, "name": "<module>"}]
+    snap = {"segments": [{"blocks": [{"size": 4096, "state": "active_allocated", "frames": frames},
+                                     {"size": 1024, "state": "active_allocated", "frames": []},
+                                     {"size": 512, "state": "inactive"}]}]}
+    live = live_blocks(snap)
+    assert live["stacks"] and live["active_bytes"] == 5120 and live["inactive_bytes"] == 512
+    assert live["largest"] == [{"bytes": 4096, "where": "<string>:7 <module>"}, {"bytes": 1024, "where": None}]
+    assert live["by_place"] == [("<string>:7 <module>", 4096)]
+    assert not live_blocks({"segments": [{"blocks": [{"size": 8, "state": "active_allocated"}]}]})["stacks"]

@@ -159,12 +159,13 @@ def live_blocks(snap: dict, top: int = 10) -> dict:
             if b.get("state") == "active_allocated":
                 active += size
                 frames = b.get("frames") or []
+                # the innermost frame outside torch (a script, a module, or `python -c`'s "<string>")
                 where = next((f"{f.get('filename')}:{f.get('line')} {f.get('name')}" for f in frames
-                              if str(f.get("filename", "")).endswith(".py") and "torch/" not in str(f.get("filename"))),
-                             None)
-                blocks.append({"bytes": size, "where": where})
+                              if _user_frame(str(f.get("filename", "")))), None)
+                blocks.append({"bytes": size, "where": where, "frames": bool(frames)})
             elif b.get("state") == "inactive":
                 inactive += size
+    stacks = any([b.pop("frames") for b in blocks])  # a list: every block loses the key
     blocks.sort(key=lambda b: -b["bytes"])
     by_place: dict = {}
     for b in blocks:
@@ -172,7 +173,11 @@ def live_blocks(snap: dict, top: int = 10) -> dict:
             by_place[b["where"]] = by_place.get(b["where"], 0) + b["bytes"]
     return {"segments": segments, "active_bytes": active, "inactive_bytes": inactive,
             "largest": blocks[:top], "by_place": sorted(by_place.items(), key=lambda kv: -kv[1])[:top],
-            "stacks": any(b["where"] for b in blocks)}
+            "stacks": stacks}
+
+
+def _user_frame(filename: str) -> bool:
+    return bool(filename) and "/torch/" not in filename and not filename.startswith(("<frozen", "<built-in"))
 
 
 def diagnose(info: dict) -> dict:
