@@ -163,7 +163,7 @@ def _markdown_span(s: SpanReport) -> list[str]:
 
 def _markdown_memory(mem) -> list[str]:
     """The memory section of a trace (memory.py): per device and step, the peak and its composition."""
-    out = ["### Memory", ""] + [f"- {line}" for line in mem.lines()] + [""]
+    out = ["### Memory", ""] + [f"- {md_text(line)}" for line in mem.lines()] + [""]
     for d in mem.devices:
         out += [f"| {d.device} step | peak allocated GiB | peak reserved GiB | persistent | forward | backward | "
                 "optimizer | optimizer state new | other | reserved but free GiB |",
