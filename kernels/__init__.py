@@ -9,8 +9,8 @@ kernels/csrc/cuda/elementwise.cu for the CUDA kernel versions; kernels/README.md
 ops reach the dispatcher, autograd and torch.compile, and for adding an op.
 """
 
-from . import loader, ops
-from .ops import *  # noqa: F403  every wrapper, as listed in ops.__all__
+from stepscope.kernels import loader, ops
+from stepscope.kernels.ops import *  # noqa: F403  every wrapper, as listed in ops.__all__
 
 __all__ = ops.__all__
 

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-
-from .loader import (
+from stepscope.kernels.loader import (
     CSRC,
     CUDA_FLAGS,
     CUDA_SOURCES,

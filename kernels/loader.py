@@ -146,7 +146,7 @@ def _build_and_load(with_cuda: bool, verbose: bool):
         with_cuda=with_cuda,
         is_python_module=True,
     )
-    from . import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
+    from stepscope.kernels import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
 
     decompositions.register()
 
@@ -167,7 +167,7 @@ def load_if_built() -> bool:
             return False
         try:
             calls = _import_library(name, path)
-            from . import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
+            from stepscope.kernels import _registrations, decompositions  # noqa: F401  _registrations: the fake impls
 
             decompositions.register()
         except Exception:  # noqa: BLE001  a stale or broken file: the first call builds and says why

@@ -22,9 +22,8 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from stepscope.kernels import loader
 from torch import Tensor
-
-from . import loader
 
 __all__ = [
     "add",

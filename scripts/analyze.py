@@ -5,12 +5,12 @@
     python scripts/analyze.py plain_run --export-tensorboard logs/plain_fixed   # + a plugin-ready copy
 
 The same as `stepscope analyze`, run from this checkout; what it prints and accepts is described in
-trainer/profiler/cli/analyze.py. Bad input: one line on stderr, exit code 2, nothing written.
+trainer/cli/analyze.py. Bad input: one line on stderr, exit code 2, nothing written.
 """
 
 import sys
 
-from stepscope.profiler.cli.analyze import main
+from stepscope.cli.analyze import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="analyze.py"))

@@ -2,12 +2,12 @@
 
     python scripts/bench_after_profiling.py --out OUT
 
-The code lives in stepscope.bench.after_profiling (trainer/bench/after_profiling.py); this is its command.
+The code lives in bench.after_profiling (scripts/bench/after_profiling.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.after_profiling import main
+from bench.after_profiling import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,12 +5,12 @@
     python scripts/bench_analysis.py parsers /tmp/bench/r100                     # JSON libraries on it
     python scripts/bench_analysis.py plugin /tmp/bench/x/out     # an exported run: time until it shows
 
-The code lives in stepscope.bench.analysis_speed (trainer/bench/analysis_speed.py); this is its command.
+The code lives in bench.analysis_speed (scripts/bench/analysis_speed.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.analysis_speed import main
+from bench.analysis_speed import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,12 +2,12 @@
 
     python scripts/bench_copy_timing.py --scenario pageable_copy
 
-The code lives in stepscope.bench.copy_timing (trainer/bench/copy_timing.py); this is its command.
+The code lives in bench.copy_timing (scripts/bench/copy_timing.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.copy_timing import main
+from bench.copy_timing import main
 
 if __name__ == "__main__":
     sys.exit(main())

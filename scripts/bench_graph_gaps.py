@@ -2,12 +2,12 @@
 
     python scripts/bench_graph_gaps.py --only bert_bs8 vit_tiny_bs8
 
-The code lives in stepscope.bench.graph_gaps (trainer/bench/graph_gaps.py); this is its command.
+The code lives in bench.graph_gaps (scripts/bench/graph_gaps.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.graph_gaps import main
+from bench.graph_gaps import main
 
 if __name__ == "__main__":
     sys.exit(main())

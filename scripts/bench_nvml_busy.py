@@ -2,12 +2,12 @@
 
     python scripts/bench_nvml_busy.py [--out rows.json]
 
-The code lives in stepscope.bench.nvml_busy (trainer/bench/nvml_busy.py); this is its command.
+The code lives in bench.nvml_busy (scripts/bench/nvml_busy.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.nvml_busy import main
+from bench.nvml_busy import main
 
 if __name__ == "__main__":
     sys.exit(main())

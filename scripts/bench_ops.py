@@ -4,12 +4,12 @@
     python scripts/bench_ops.py --device cpu --quick --no-compile --out /tmp/b.json --plot /tmp/s.png
     python scripts/bench_ops.py --per-call --out per_call.json         # only the per-call costs (about 1 min)
 
-The code lives in stepscope.bench.ops (trainer/bench/ops.py); this is its command.
+The code lives in bench.ops (scripts/bench/ops.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.ops import main
+from bench.ops import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,12 +13,12 @@
     python scripts/bench_ranks.py sweep --ranks 64 --rank-mb 100 --workers 1,8,16 --cluster \
         --scratch /tmp/ranks --build-workers 16
 
-The code lives in stepscope.bench.rank_scaling (trainer/bench/rank_scaling.py); this is its command.
+The code lives in bench.rank_scaling (scripts/bench/rank_scaling.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.rank_scaling import main
+from bench.rank_scaling import main
 
 if __name__ == "__main__":
     sys.exit(main())

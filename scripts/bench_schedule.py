@@ -3,12 +3,12 @@
     python scripts/bench_schedule.py                 # ns per call, median of interleaved rounds
     python scripts/bench_schedule.py --json
 
-The code lives in stepscope.bench.schedule (trainer/bench/schedule.py); this is its command.
+The code lives in bench.schedule (scripts/bench/schedule.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.schedule import main
+from bench.schedule import main
 
 if __name__ == "__main__":
     sys.exit(main())

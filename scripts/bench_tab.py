@@ -3,12 +3,12 @@
     python scripts/bench_analysis.py build --size 1G --out /tmp/bench/logs/r1g    # a 1 GB run (real events)
     python scripts/bench_tab.py /tmp/bench/logs --run r1g --steps 40:43
 
-The code lives in stepscope.bench.tab_speed (trainer/bench/tab_speed.py); this is its command.
+The code lives in bench.tab_speed (scripts/bench/tab_speed.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.tab_speed import main
+from bench.tab_speed import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,12 +6,12 @@ style and recording option.
     python scripts/calibrate_overhead.py --out OUT --device cpu --families tiny --styles eager --steps 20  # smoke
     python scripts/calibrate_overhead.py --table OUT/*/calibration.json     # one table of several runs' rows
 
-The code lives in stepscope.bench.calibration (trainer/bench/calibration.py); this is its command.
+The code lives in bench.calibration (scripts/bench/calibration.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.calibration import main
+from bench.calibration import main
 
 if __name__ == "__main__":
     sys.exit(main())

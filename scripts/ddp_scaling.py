@@ -2,12 +2,12 @@
 
     python scripts/ddp_scaling.py LOGDIR        # the runs that scripts/gpu_verify.sh's ddp part writes
 
-The code lives in stepscope.bench.ddp_scaling (trainer/bench/ddp_scaling.py); this is its command.
+The code lives in bench.ddp_scaling (scripts/bench/ddp_scaling.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.ddp_scaling import main
+from bench.ddp_scaling import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -2,12 +2,12 @@
 
     python scripts/make_cifar_folder.py DIR [--per-file N]     # DIR/cifar-10-batches-py/, N images per file
 
-The code lives in stepscope.bench.cifar_folder (trainer/bench/cifar_folder.py); this is its command.
+The code lives in bench.cifar_folder (scripts/bench/cifar_folder.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.cifar_folder import main
+from bench.cifar_folder import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,12 +2,12 @@
 
     python scripts/plugin_check.py LOGDIR RUN [RUN ...]
 
-The code lives in stepscope.bench.plugin_view (trainer/bench/plugin_view.py); this is its command.
+The code lives in bench.plugin_view (scripts/bench/plugin_view.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.plugin_view import main
+from bench.plugin_view import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -4,12 +4,12 @@
     python scripts/profiler_overhead.py --concurrent --pairs 4 ...     # 2 GPUs: each pair runs side by side
     python scripts/profiler_overhead.py --device cpu --arch resnet8 --batch-size 32 --steps 60 --pairs 1
 
-The code lives in stepscope.bench.overhead (trainer/bench/overhead.py); this is its command.
+The code lives in bench.overhead (scripts/bench/overhead.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.overhead import main
+from bench.overhead import main
 
 if __name__ == "__main__":
     sys.exit(main())

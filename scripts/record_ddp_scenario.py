@@ -2,12 +2,12 @@
 
     torchrun --nproc_per_node 2 scripts/record_ddp_scenario.py --out tests/data/ddp_gloo
 
-The code lives in stepscope.bench.ddp_scenario (trainer/bench/ddp_scenario.py); this is its command.
+The code lives in bench.ddp_scenario (scripts/bench/ddp_scenario.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.ddp_scenario import main
+from bench.ddp_scenario import main
 
 if __name__ == "__main__":
     sys.exit(main())

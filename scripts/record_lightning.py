@@ -2,12 +2,12 @@
 
     python scripts/record_lightning.py --out OUT/traces      # needs lightning and a GPU
 
-The code lives in stepscope.bench.verdicts.lightning (trainer/bench/verdicts/lightning.py); this is its command.
+The code lives in bench.verdicts.lightning (scripts/bench/verdicts/lightning.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.verdicts.lightning import main
+from bench.verdicts.lightning import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,12 +4,12 @@
     python scripts/record_scenarios.py --out /tmp/s --only tiny_ops    # one
     python scripts/record_scenarios.py --out tests/data --device cpu --only cpu_resnet
 
-The code lives in stepscope.bench.scenarios (trainer/bench/scenarios.py); this is its command.
+The code lives in bench.scenarios (scripts/bench/scenarios.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.scenarios import main
+from bench.scenarios import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,12 +4,12 @@
     python scripts/same_reports.py /tmp/before tests/data          # every run folder under tests/data
     python scripts/same_reports.py /tmp/before big/replica --no-export
 
-The code lives in stepscope.bench.same_reports (trainer/bench/same_reports.py); this is its command.
+The code lives in bench.same_reports (scripts/bench/same_reports.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.same_reports import main
+from bench.same_reports import main
 
 if __name__ == "__main__":
     sys.exit(main())

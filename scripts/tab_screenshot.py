@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
-from stepscope.profiler.serve.tbserver import TensorBoard
+from stepscope.tensorboard.tbserver import TensorBoard
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "tests" / "data" / "suite_ddp" / "straggler"

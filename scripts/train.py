@@ -10,7 +10,7 @@
 
 Prints a progress bar (loss, images/s), and at the end a summary line; with --profile also the top-5 ops
 table, the TensorBoard command and the diagnosis (why the step is slow). Writes logs/<run>/: TensorBoard
-events, run.json, and with --profile the traces (see trainer/profiler/trace/files.py) and diagnosis.md.
+events, run.json, and with --profile the traces (see trainer/trace/files.py) and diagnosis.md.
 Bad flags (or a full disk under --logdir): one line on stderr, exit code 2, nothing half-written. Ctrl-C or
 SIGTERM: the cycle's trace and the scalars flushed, run.json "interrupted", exit code 130 or 143.
 Under torchrun each rank checks its flags the same way; a rank that fails ends the whole group, and
@@ -26,7 +26,7 @@ import sys
 # every run has (the data set, the weights). Errors still print; TORCH_CPP_LOG_LEVEL=WARNING brings the rest back.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from stepscope.command import train_main  # noqa: E402
+from stepscope.cli.main import train_main  # noqa: E402
 
 if __name__ == "__main__":
     if "TORCHELASTIC_ERROR_FILE" in os.environ:

@@ -6,12 +6,12 @@
     python scripts/verdict_bench.py --out /tmp/vbh --set holdout      # families the analysis was never fitted on
     python scripts/verdict_bench.py --rescore /tmp/vb                 # re-analyse saved traces, no GPU needed
 
-The code lives in stepscope.bench.verdicts.bench (trainer/bench/verdicts/bench.py); this is its command.
+The code lives in bench.verdicts.bench (scripts/bench/verdicts/bench.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.verdicts.bench import main
+from bench.verdicts.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

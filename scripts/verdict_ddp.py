@@ -4,12 +4,12 @@
     torchrun --nproc_per_node 2 scripts/verdict_ddp.py --case straggler --out DIR
     torchrun --nproc_per_node 2 scripts/verdict_ddp.py --case balanced --out DIR
 
-The code lives in stepscope.bench.verdicts.ddp (trainer/bench/verdicts/ddp.py); this is its command.
+The code lives in bench.verdicts.ddp (scripts/bench/verdicts/ddp.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.verdicts.ddp import main
+from bench.verdicts.ddp import main
 
 if __name__ == "__main__":
     sys.exit(main())

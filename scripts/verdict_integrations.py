@@ -2,13 +2,13 @@
 
     python scripts/verdict_integrations.py --out OUT
 
-The code lives in stepscope.bench.verdicts.integrations (trainer/bench/verdicts/integrations.py); this is its
+The code lives in bench.verdicts.integrations (scripts/bench/verdicts/integrations.py); this is its
 command.
 """
 
 import sys
 
-from stepscope.bench.verdicts.integrations import main
+from bench.verdicts.integrations import main
 
 if __name__ == "__main__":
     sys.exit(main())

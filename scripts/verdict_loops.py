@@ -4,12 +4,12 @@
     python scripts/verdict_loops.py --out /tmp/vlh --set holdout           # the held-out families
     python scripts/verdict_loops.py --out /tmp/vl --only gpt_tiny loader_two_workers
 
-The code lives in stepscope.bench.verdicts.loops (trainer/bench/verdicts/loops.py); this is its command.
+The code lives in bench.verdicts.loops (scripts/bench/verdicts/loops.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.verdicts.loops import main
+from bench.verdicts.loops import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,12 +3,12 @@ causes and a real out-of-memory capture (needs one CUDA device).
 
     python scripts/verify_memory.py --out $OUT/memory [--parts peaks oom] [--reps 3]
 
-The code lives in stepscope.bench.memory_truth (trainer/bench/memory_truth.py); this is its command.
+The code lives in bench.memory_truth (scripts/bench/memory_truth.py); this is its command.
 """
 
 import sys
 
-from stepscope.bench.memory_truth import main
+from bench.memory_truth import main
 
 if __name__ == "__main__":
     sys.exit(main())

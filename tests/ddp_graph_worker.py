@@ -18,13 +18,13 @@ import sys
 
 import torch
 import torch.distributed as dist
-from stepscope.config import ModelConfig, OptimConfig
-from stepscope.distributed import make_distributed
-from stepscope.env import configure_process, make_env, seed_everything
-from stepscope.models import build_model
-from stepscope.optim import build_optimizer, loss_fn
-from stepscope.profiler.capture.phases import Phases
-from stepscope.step import EagerStep, GraphedStep, capture_stream, on_stream
+from stepscope.capture.phases import Phases
+from stepscope.demo.config import ModelConfig, OptimConfig
+from stepscope.demo.distributed import make_distributed
+from stepscope.demo.env import configure_process, make_env, seed_everything
+from stepscope.demo.models import build_model
+from stepscope.demo.optim import build_optimizer, loss_fn
+from stepscope.demo.step import EagerStep, GraphedStep, capture_stream, on_stream
 
 STEPS = 12
 BATCH = 32

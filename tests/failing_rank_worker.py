@@ -13,7 +13,7 @@ import os
 import sys
 
 from stepscope import loop
-from stepscope.command import train_main
+from stepscope.cli.main import train_main
 from torch.distributed.elastic.multiprocessing.errors import record
 
 

@@ -13,11 +13,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from stepscope.profiler.analysis.report import parse_path
-from stepscope.profiler.analysis.select import StepSelection
-from stepscope.profiler.analysis.span import SpanReport, analyze_selected
-from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.trace.errors import TraceError
+from stepscope.analysis.report import parse_path
+from stepscope.analysis.select import StepSelection
+from stepscope.analysis.span import SpanReport, analyze_selected
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.trace.errors import TraceError
 
 
 def parse_trace(trace, worker: str, span: str, **kwargs):
@@ -42,9 +42,9 @@ def adapt_trace(trace: dict) -> dict:
     """The reference rewrite of ``trace`` (tests/reference/dict_rewrite.py), checked against the streamed one
     (the export's) on the same trace written to a file: the two copies must be the same JSON."""
     from reference.dict_rewrite import adapt_trace as reference
-    from stepscope.profiler.tbfix.stream_plan import plan_edits
-    from stepscope.profiler.tbfix.stream_write import write_adapted_stream
-    from stepscope.profiler.trace.files import load_trace
+    from stepscope.plugin_copy.stream_plan import plan_edits
+    from stepscope.plugin_copy.stream_write import write_adapted_stream
+    from stepscope.trace.files import load_trace
 
     want = reference(trace)
     with tempfile.TemporaryDirectory(prefix="stepscope-test-") as tmp:

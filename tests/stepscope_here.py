@@ -6,7 +6,7 @@ command through `sys.executable` keeps the tests off whatever `stepscope` script
 
 import sys
 
-from stepscope.command import main
+from stepscope.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

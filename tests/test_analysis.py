@@ -1,5 +1,5 @@
 """The diagnosis on the real H200/CPU scenario traces in tests/data/: verdicts, and metrics checked against
-counts taken straight from the raw JSON (independently of stepscope.profiler.analysis).
+counts taken straight from the raw JSON (independently of stepscope.analysis).
 
 These traces are held out: the profiler-overhead model was fitted on H100 scenarios (tests/data/suite/), and
 their truth is the unprofiled step time measured on the H200 when they were recorded (BENCHMARKS.md,
@@ -15,17 +15,17 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import (
+from stepscope.analysis import (
     VERDICTS,
     render_console,
     render_markdown,
     render_top,
     summary_scalars,
 )
-from stepscope.profiler.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace
+from stepscope.analysis.breakdown import CPU_BUCKETS, GPU_BUCKETS
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 # scenario: the verdict its unprofiled truth implies (step ms measured on the H200; GPU ms of the trace):
@@ -61,7 +61,7 @@ def raw(scenario: str) -> dict:
 
 
 def independent_counts(trace: dict) -> dict:
-    """Counts from the raw events, with nothing from stepscope.profiler.analysis: steps, and the device events whose
+    """Counts from the raw events, with nothing from stepscope.analysis: steps, and the device events whose
     launch (same correlation id) ran inside a ProfilerStep."""
     ev = trace["traceEvents"]
     step_events = [e for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]

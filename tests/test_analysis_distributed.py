@@ -11,11 +11,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import render_console, render_markdown, summary_scalars
-from stepscope.profiler.analysis.cross_rank import STRAGGLER_RATIO
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace, write_trace_atomic
+from stepscope.analysis import render_console, render_markdown, summary_scalars
+from stepscope.analysis.cross_rank import STRAGGLER_RATIO
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace, write_trace_atomic
 
 DDP = Path(__file__).parent / "data" / "ddp_gloo"
 INJECTED_DELAY_MS = 20.0

@@ -2,7 +2,7 @@
 
 The golden files were written by the analysis as it was before traces were parsed streaming (every file
 loaded whole with json and parsed event by event, the parse that tests/reference/dict_parse.py keeps); this
-test holds the front door (``stepscope.profiler.front.analyze``: discovery, the streamed parse, the analysis)
+test holds the front door (``stepscope.report.front.analyze``: discovery, the streamed parse, the analysis)
 to the same output, to the last rounded digit. Regenerate after an intended change of the analysis with
 
     python -c "import sys; sys.path[:0] = ['tests']; import test_analysis_golden as t; t.write()"
@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import json_out
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.discover import discover
+from stepscope.analysis import json_out
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden"

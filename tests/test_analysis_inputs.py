@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from on_disk import analyze_trace
 from reference.dict_parse import parse_trace
-from stepscope.profiler.analysis import TraceError
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import (
+from stepscope.analysis import TraceError
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
+from stepscope.trace.files import (
     load_trace,
     plugin_name,
     raw_path,

@@ -18,23 +18,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench import analysis_speed, memory
 from reference.dict_parse import parse_trace
-from stepscope.bench import analysis_speed, memory
-from stepscope.profiler.analysis import (
+from stepscope.analysis import (
     StepSelection,
     TraceError,
     analyze_parsed,
 )
-from stepscope.profiler.analysis.select import select
-from stepscope.profiler.analysis.stream_collect import decode
-from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.front import analyze
-from stepscope.profiler.loaded import load_found, report_of
-from stepscope.profiler.trace import workers as parallel
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace
-from stepscope.profiler.trace.jsonstream import split_points
-from stepscope.profiler.trace.workers import Workers
+from stepscope.analysis.select import select
+from stepscope.analysis.stream_collect import decode
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.report.front import analyze
+from stepscope.report.loaded import load_found, report_of
+from stepscope.trace import workers as parallel
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace
+from stepscope.trace.jsonstream import split_points
+from stepscope.trace.workers import Workers
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -182,9 +182,9 @@ def test_command_loader_parses_ranks_in_parallel(monkeypatch):
 def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, tmp_path, monkeypatch):
     """The plugin needs ~7 bytes per byte of trace to load one, so a copy over WHOLE_UP_TO is checked through
     its first EXCERPT_STEPS steps, byte for byte: a defect there is found, one later on is not (the price)."""
-    from stepscope.profiler.tbfix import plugin_check
-    from stepscope.profiler.tbfix.excerpt import excerpt
-    from stepscope.profiler.tbfix.export import export_file
+    from stepscope.plugin_copy import plugin_check
+    from stepscope.plugin_copy.excerpt import excerpt
+    from stepscope.plugin_copy.export import export_file
 
     (tf,) = discover(replica).traces
     adapted, _ = export_file(tmp_path / "out", tf.worker, tf.span, tf.path)

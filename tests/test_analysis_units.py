@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from on_disk import analyze_trace
-from stepscope.profiler.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
+from stepscope.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
 
 
 def X(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict:
@@ -166,8 +166,8 @@ def test_a_traces_interval_sets_are_built_once_and_let_go_with_it():
     import weakref
     from pathlib import Path
 
-    from stepscope.profiler.analysis.breakdown import host_sets
-    from stepscope.profiler.analysis.stream_parse import parse_trace_file
+    from stepscope.analysis.breakdown import host_sets
+    from stepscope.analysis.stream_parse import parse_trace_file
 
     path = next((Path(__file__).parent / "data" / "eager_bs128").glob("*.pt.trace.json*"))
     trace = parse_trace_file(path, "w", "1")
@@ -185,9 +185,9 @@ def test_the_modelled_inflation_never_takes_the_whole_step():
     """A loop of 0.2 ms CPU steps whose recorded events the model charges 0.25 ms: the estimate stays a fifth
     of the profiled step (the profiler never cost more than about 3x a step over the H100 calibration),
     instead of 0.00 ms."""
-    from stepscope.profiler.analysis.breakdown import Breakdown
-    from stepscope.profiler.analysis.overhead import Inflation
-    from stepscope.profiler.analysis.unprofiled import MAX_INFLATION_SHARE, unprofiled_view
+    from stepscope.analysis.breakdown import Breakdown
+    from stepscope.analysis.overhead import Inflation
+    from stepscope.analysis.unprofiled import MAX_INFLATION_SHARE, unprofiled_view
 
     steps = 3
     profiled = Breakdown({"cpu_ops": 150.0 * steps, "data": 0.0, "other_host": 50.0 * steps,

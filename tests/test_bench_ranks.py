@@ -1,4 +1,4 @@
-"""An N-rank job built from the real 2-rank NCCL job in tests/data/suite_ddp/balanced (stepscope.bench.ranks),
+"""An N-rank job built from the real 2-rank NCCL job in tests/data/suite_ddp/balanced (bench.ranks),
 with stragglers of a known cause: the analysis names each straggler and states its injected cause.
 
     pytest tests/test_bench_ranks.py -q
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import stepscope
-from stepscope.bench.ranks import (
+from bench.ranks import (
     DATALOADER_RANGE,
     INJECTED_RANGE,
     TRUTH,
@@ -23,8 +23,8 @@ from stepscope.bench.ranks import (
     build_job,
     rank_path,
 )
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 # comfortably above the rule's floor: the profiler's modelled host cost on these ranks is about 2 ms per step
@@ -165,6 +165,6 @@ def test_the_benchmark_measures_against_a_running_cluster(tmp_path):
 
 
 def test_a_process_reads_its_own_peak_memory():
-    from stepscope.bench.rank_scaling import _own_peak_kib
+    from bench.rank_scaling import _own_peak_kib
 
     assert _own_peak_kib() > 10_000  # KiB: this interpreter with pytest and stepscope loaded

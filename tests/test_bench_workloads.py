@@ -1,4 +1,4 @@
-"""stepscope.bench.workloads, the one workload library of the benchmarks and recorders, on the CPU: a step runs
+"""bench.workloads, the one workload library of the benchmarks and recorders, on the CPU: a step runs
 inside the ranges the analysis reads, each knob injects what it says, and the recorded scenarios and the
 verdict sets are built from it.
 
@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-from stepscope.bench import scenarios, workloads
-from stepscope.bench.workloads import NO_CLOCK, SlowSamples, TinyOps, Workload, ce_loss, cifar_batch
+from bench import scenarios, workloads
+from bench.workloads import NO_CLOCK, SlowSamples, TinyOps, Workload, ce_loss, cifar_batch
 from torch.profiler import ProfilerActivity, profile
 
 CPU = torch.device("cpu")
@@ -94,17 +94,17 @@ def test_a_graphed_workload_replays_the_whole_step():
 
 
 def test_the_bench_package_and_its_scorers_import_without_torch():
-    """`import stepscope.bench` is cheap: the package, the verdict benchmark's runner and scorer, and the
+    """`import bench` is cheap: the package, the verdict benchmark's runner and scorer, and the
     measuring helpers import in a process where `import torch` fails (torch comes with the workloads)."""
     script = """
 import sys
 sys.modules["torch"] = None
-import stepscope.bench, stepscope.bench.verdicts
-from stepscope.bench import ddp_scaling, memory, ranks, same_reports
-from stepscope.bench.verdicts import bench, score
+import bench, bench.verdicts
+from bench import ddp_scaling, memory, ranks, same_reports
+from bench.verdicts import bench, score
 assert bench.GPU_ORDER and callable(score.score_rows)
 try:
-    import stepscope.bench.workloads
+    import bench.workloads
 except ImportError:
     print("ok")
 """

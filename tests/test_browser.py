@@ -29,8 +29,8 @@ from browser_helpers import (
     open_page,
     wait_for_response,
 )
-from stepscope.profiler.serve.tbserver import TensorBoard
-from stepscope.profiler.trace.files import find_plugin_traces
+from stepscope.tensorboard.tbserver import TensorBoard
+from stepscope.trace.files import find_plugin_traces
 from trainrun import FAST, PROFILE_3_STEPS, run_json, run_train
 
 pytestmark = [pytest.mark.slow,

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import torch
-from stepscope.config import ModelConfig
-from stepscope.models import build_model
+from stepscope.demo.config import ModelConfig
+from stepscope.demo.models import build_model
 
 
 def _step(checkpoint: bool) -> tuple[list[torch.Tensor], int]:
@@ -39,6 +39,6 @@ def test_the_same_gradients_with_far_fewer_bytes_kept_for_the_backward():
 
 
 def test_an_arch_without_blocks_to_recompute_is_refused():
-    r = subprocess.run([sys.executable, "-m", "stepscope.command", "train", "--arch", "lenet", "--device", "cpu",
+    r = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "train", "--arch", "lenet", "--device", "cpu",
                         "--steps", "2", "--checkpoint-activations"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--checkpoint-activations: resnet8, resnet18 only (not lenet)" in r.stderr

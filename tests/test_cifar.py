@@ -7,11 +7,11 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
-from stepscope.bench.cifar_folder import write_cifar_folder
-from stepscope.cifar_files import CIFAR10Files, download_cifar
-from stepscope.config import ConfigError, DataConfig
-from stepscope.data import Cifar10Data, check_data
-from stepscope.env import Env
+from bench.cifar_folder import write_cifar_folder
+from stepscope.demo.cifar_files import CIFAR10Files, download_cifar
+from stepscope.demo.config import ConfigError, DataConfig
+from stepscope.demo.data import Cifar10Data, check_data
+from stepscope.demo.env import Env
 from trainrun import FAST, run_json, run_train
 
 N_PER_BATCH = 16

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from stepscope.profiler import front
-from stepscope.profiler.cli.analyze import main
-from stepscope.profiler.trace import cluster as dask_glue
-from stepscope.profiler.trace.files import load_trace
-from stepscope.profiler.trace.workers import Workers
+from stepscope.cli.analyze import main
+from stepscope.report import front
+from stepscope.trace import cluster as dask_glue
+from stepscope.trace.files import load_trace
+from stepscope.trace.workers import Workers
 
 distributed = pytest.importorskip("distributed")
 

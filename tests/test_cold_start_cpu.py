@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import torch
-from stepscope.profiler.front import analyze
+from stepscope.report.front import analyze
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -78,7 +78,7 @@ def test_tensorboard_bad_input(tmp_path):
 
 
 def test_every_subcommand_is_a_package_function():
-    from stepscope.command import SUBCOMMANDS, load_function
+    from stepscope.cli.main import SUBCOMMANDS, load_function
 
     for place, function in SUBCOMMANDS.values():
         assert place.startswith("stepscope.") and callable(load_function(place, function)), place

@@ -66,7 +66,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
 
 
 def test_a_bad_flag_is_answered_before_torch_is_imported():
-    rc, torch_imported, stderr = call_without_torch("stepscope.comparison", "main", ["--batch-size", "0"])
+    rc, torch_imported, stderr = call_without_torch("stepscope.demo.comparison", "main", ["--batch-size", "0"])
     assert (rc, torch_imported) == (2, False), stderr
     assert "--batch-size must be a positive number, got 0" in stderr
 
@@ -82,7 +82,7 @@ def test_help_is_complete():
 
 
 def test_the_defaults_fit_the_device():
-    from stepscope.comparison import DEFAULTS, fill_defaults, parse
+    from stepscope.demo.comparison import DEFAULTS, fill_defaults, parse
 
     a = parse(["--device", "cpu", "--variants", "eager"], "compare", REPO / "logs")
     cpu = fill_defaults(a, "cpu")
@@ -96,20 +96,20 @@ def test_the_defaults_fit_the_device():
 
 def test_stepscope_compare_resolves_to_the_function_returning_rows():
     """In a fresh process, also after the module that holds it has been imported."""
-    code = ("import inspect, stepscope, stepscope.comparison\n"
+    code = ("import inspect, stepscope, stepscope.demo.comparison\n"
             "f = stepscope.compare\n"
             "print(f.__module__, f.__name__, inspect.signature(f).return_annotation)\n"
             "try:\n    f(['--variants', 'eager', 'eager'])\nexcept ValueError as e:\n    print(type(e).__name__, e)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["stepscope.comparison compare list[dict]",
+    assert r.stdout.splitlines() == ["stepscope.demo.comparison compare list[dict]",
                                      "CompareError --variants: eager given more than once; name each once"]
 
 
 FAKE_TRAIN = """
 import json, sys, time
 from pathlib import Path
-from stepscope.profiler.serve.tb_events import EventLog
+from stepscope.tensorboard.tb_events import EventLog
 args = sys.argv[1:]
 run = Path(args[args.index("--logdir") + 1]) / args[args.index("--run-name") + 1]
 run.mkdir(parents=True)
@@ -125,9 +125,9 @@ with EventLog(run) as log:
 
 def test_each_variant_shows_its_progress_while_it_runs(tmp_path, capsys):
     """A progress line every few seconds while each variant runs: its latest logged step."""
-    from stepscope.comparison import compare
+    from stepscope.demo.comparison import compare
 
-    with mock.patch("stepscope.comparison.PROGRESS_EVERY_S", 0.4):
+    with mock.patch("stepscope.demo.comparison.PROGRESS_EVERY_S", 0.4):
         rows = compare(["--device", "cpu", "--variants", "eager", "compile-default", "--ops", "native",
                         "--steps", "30", "--logdir", str(tmp_path), "--name", "cmp"],
                        train_cmd=(sys.executable, "-c", FAKE_TRAIN))

@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import TraceError
-from stepscope.profiler.front import analyze
-from stepscope.profiler.tbfix import export_tensorboard
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace, write_trace_atomic
+from stepscope.analysis import TraceError
+from stepscope.plugin_copy import export_tensorboard
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace, write_trace_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -198,7 +198,7 @@ def test_export_checks_the_copy_with_the_plugins_own_loader(change, tmp_path):
 
 
 def test_json_output_has_null_where_a_number_is_not_finite():
-    from stepscope.profiler.analysis.json_out import dumps
+    from stepscope.analysis.json_out import dumps
 
     text = dumps({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")})
     assert strict_json(text) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
@@ -278,7 +278,7 @@ def test_stepscope_tensorboard_shows_the_good_run_beside_a_nul_file(tmp_path):
     """One bad file never blocks the others: with the 2 GiB NUL-tailed trace beside a good run,
     `stepscope tensorboard` publishes the good run, rejects the bad file in one line, and serves within
     30 s (it served nothing for minutes when the bad file was read whole)."""
-    from stepscope.profiler.serve.tbserver import free_port, loopback_get
+    from stepscope.tensorboard.tbserver import free_port, loopback_get
 
     src = tmp_path / "src"
     shutil.copytree(DATA / "eager_bs32", src / "good")

@@ -6,7 +6,7 @@ import random
 import statistics
 
 import pytest
-from stepscope.profiler.analysis.cross_rank import medians_without_each
+from stepscope.analysis.cross_rank import medians_without_each
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 64, 257])

@@ -1,7 +1,7 @@
 """`--ops custom`: the ResNet trains on stepscope::relu / stepscope::add_relu, forward and backward."""
 
 import pytest
-from stepscope.profiler.serve.tbserver import TensorBoard
+from stepscope.tensorboard.tbserver import TensorBoard
 from trainrun import run_json, run_train
 
 # No skip when the ops cannot be built: the CPU library builds wherever the README's install works, so a

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from stepscope.config import DataConfig, TrainConfig
-from stepscope.data import SyntheticData
-from stepscope.distributed import check_distributed
-from stepscope.env import Env
-from stepscope.profiler.serve.tbserver import TensorBoard
-from stepscope.profiler.trace.files import find_plugin_traces, find_raw_traces, load_trace
+from stepscope.demo.config import DataConfig, TrainConfig
+from stepscope.demo.data import SyntheticData
+from stepscope.demo.distributed import check_distributed
+from stepscope.demo.env import Env
+from stepscope.tensorboard.tbserver import TensorBoard
+from stepscope.trace.files import find_plugin_traces, find_raw_traces, load_trace
 from trainrun import REPO, TORCHRUN, TRAIN, run_json, run_torchrun
 
 FAILING_WORKER = Path(__file__).resolve().parent / "failing_rank_worker.py"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from stepscope.profiler.trace.files import find_raw_traces, load_trace
+from stepscope.trace.files import find_raw_traces, load_trace
 from trainrun import REPO, TRAIN, run_json, run_torchrun
 
 pytestmark = [pytest.mark.cuda,

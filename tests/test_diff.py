@@ -13,8 +13,8 @@ import sys
 
 import numpy as np
 import pytest
-from stepscope.profiler.cli.diff import main as diff_main
-from stepscope.profiler.diff import ratio_interval, t_quantile
+from stepscope.cli.diff import main as diff_main
+from stepscope.report.diff import ratio_interval, t_quantile
 from trainrun import REPO, TRAIN, run_json
 
 LENET = ["--device", "cpu", "--arch", "lenet", "--synthetic-train-size", "512", "--synthetic-eval-size", "32",
@@ -126,7 +126,7 @@ def test_console_output_names_both_runs_and_the_breakdown(runs, capsys):
     (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "--confidence", "100%"], "--confidence"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message):
-    r = subprocess.run([sys.executable, "-m", "stepscope.command", "diff", *argv], cwd=REPO, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "diff", *argv], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
@@ -174,7 +174,7 @@ def test_operators_come_from_full_tables_not_top_fives(capsys):
     data = REPO / "tests" / "data"
     rc, d, _ = diff(capsys, data / "eager_bs32", data / "eager_bs128")
     assert rc == 0 and d["ops"]
-    report = json.loads(subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", "--json",
+    report = json.loads(subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", "--json",
                                         str(data / "eager_bs32")], capture_output=True, text=True,
                                        cwd=REPO, timeout=120).stdout)
     top_a = {op["name"] for span in report["spans"] for op in span["top"]}

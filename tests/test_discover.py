@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.profiler.serve.watch import WatchConfig, Watcher
-from stepscope.profiler.trace.discover import discover
+from stepscope.tensorboard.watch import WatchConfig, Watcher
+from stepscope.trace.discover import discover
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"

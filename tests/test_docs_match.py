@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.profiler.analysis import render_top
-from stepscope.profiler.analysis.metrics import TOP_N
-from stepscope.profiler.front import analyze
+from stepscope.analysis import render_top
+from stepscope.analysis.metrics import TOP_N
+from stepscope.report.front import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -39,7 +39,7 @@ def test_a_trace_recorded_without_a_schedule_is_read_as_the_readme_says(tmp_path
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]}))
-    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(trace)], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(trace)], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "note: the trace has neither ProfilerStep# nor Optimizer.step# events: the whole recorded window is " \
@@ -50,7 +50,7 @@ def test_a_chrome_trace_with_nothing_torch_recorded_is_refused_with_the_remedy(t
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]}))
-    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(trace)], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(trace)], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == ""
     (line,) = p.stderr.splitlines()

@@ -31,7 +31,7 @@ class Kept(io.FileIO):
         return super().write(b)
 sys.stderr = io.TextIOWrapper(Kept(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
                               write_through=True)
-from stepscope.command import main
+from stepscope.cli.main import main
 try:
     code = main(json.loads(sys.argv[1]))
 except SystemExit as e:

@@ -28,12 +28,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stepscope.profiler.analysis import json_out
-from stepscope.profiler.analysis.stream_collect import Collector, Event, decode, read
-from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace import fastread
-from stepscope.profiler.trace.errors import TraceError
+from stepscope.analysis import json_out
+from stepscope.analysis.stream_collect import Collector, Event, decode, read
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.report.front import analyze
+from stepscope.trace import fastread
+from stepscope.trace.errors import TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -321,9 +321,9 @@ def test_the_fallback_is_taken_and_said_when_the_extension_cannot_be_imported(tm
                 if name.endswith("._fastread"):
                     raise ImportError("no compiled reader here")
         sys.meta_path.insert(0, Refuse())
-        from stepscope.profiler.trace import fastread
+        from stepscope.trace import fastread
         assert fastread._fastread is None and not fastread.available(), fastread.why_not()
-        from stepscope.command import main
+        from stepscope.cli.main import main
         sys.argv = ["stepscope", "analyze", sys.argv[1], "--json"]
         sys.exit(main())
     """)
@@ -398,7 +398,7 @@ def test_the_extension_is_clean_under_address_sanitizer(tmp_path):
 # -- gzip -------------------------------------------------------------------------------------------------------
 
 def test_gzip_is_decompressed_by_isal_with_the_standard_librarys_bytes_and_errors(tmp_path):
-    from stepscope.profiler.trace import gzopen
+    from stepscope.trace import gzopen
     assert gzopen.LIBRARY == "isal"  # a dependency on this platform (pyproject.toml)
     text = _real_trace()
     data = gzip.compress(text, 6)

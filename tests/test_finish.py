@@ -17,12 +17,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import stepscope.finish as finish
-from stepscope.profiler.analysis.report import parse_path
-from stepscope.profiler.analysis.stream_parse import Unreadable
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.errors import TraceError
-from stepscope.run_record import RunRecord
+import stepscope.demo.finish as finish
+from stepscope.analysis.report import parse_path
+from stepscope.analysis.stream_parse import Unreadable
+from stepscope.demo.run_record import RunRecord
+from stepscope.trace.discover import discover
+from stepscope.trace.errors import TraceError
 
 DATA = Path(__file__).resolve().parent / "data"
 TRACE_GZ = next((DATA / "cpu_resnet").glob("*.pt.trace.json.gz"))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from on_disk import analyze_trace
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace, write_trace_atomic
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace, write_trace_atomic
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,5 +1,5 @@
 """One way in: the CLI, the trainer's end-of-run diagnosis and the watcher reach the traces through
-stepscope.profiler.front (one discovery, one streamed parse), and a training process never forks.
+stepscope.report.front (one discovery, one streamed parse), and a training process never forks.
 
     python -m pytest -q tests/test_front.py
 """
@@ -13,13 +13,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import json_out
-from stepscope.profiler.cli.analyze import main as analyze_main
-from stepscope.profiler.front import analyze, find
-from stepscope.profiler.serve.diagnose import diagnose_run
-from stepscope.profiler.trace import workers
-from stepscope.profiler.trace.errors import TraceError
-from stepscope.profiler.trace.workers import Workers
+from stepscope.analysis import json_out
+from stepscope.cli.analyze import main as analyze_main
+from stepscope.report.front import analyze, find
+from stepscope.tensorboard.diagnose import diagnose_run
+from stepscope.trace import workers
+from stepscope.trace.errors import TraceError
+from stepscope.trace.workers import Workers
 
 DATA = Path(__file__).parent / "data"
 

@@ -52,7 +52,7 @@ def test_run_json_ends_failed_on_a_disk_too_full_for_the_usual_reserve(tmp_path)
 
 
 def start_record(run_dir):
-    from stepscope.run_record import RunRecord
+    from stepscope.demo.run_record import RunRecord
 
     return RunRecord(config={"model": {"arch": "resnet8"}, "notes": "x" * 3000}, environment={"torch": "2"},
                      git_sha=None, world_size=1, global_batch_size=32, distributed={}, step_kind="eager",
@@ -62,7 +62,7 @@ def start_record(run_dir):
 def test_the_reserve_is_measured_from_the_smallest_final_record(tmp_path):
     from dataclasses import replace
 
-    from stepscope.finish import reserve_bytes, widest_final
+    from stepscope.demo.finish import reserve_bytes, widest_final
 
     record = start_record(tmp_path)
     end = replace(record, status="interrupted", signal="SIGTERM", final=widest_final(),
@@ -75,7 +75,7 @@ def test_the_reserve_is_measured_from_the_smallest_final_record(tmp_path):
 def test_the_last_record_is_written_on_a_disk_with_no_room_and_no_reserve(tmp_path):
     from dataclasses import replace
 
-    from stepscope.finish import write_last
+    from stepscope.demo.finish import write_last
 
     with mounted_tmpfs(tmp_path / "mnt", "size=64k") as disk:
         record = start_record(disk)

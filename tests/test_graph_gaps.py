@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from stepscope.bench.graph_gaps import kernel_union_ms
+from bench.graph_gaps import kernel_union_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 

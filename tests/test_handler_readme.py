@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.profiler.serve.tbserver import TensorBoard
-from stepscope.profiler.trace import files as trace_files
+from stepscope.tensorboard.tbserver import TensorBoard
+from stepscope.trace import files as trace_files
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_WITH_CHECKOUT = ("import sys; "
@@ -32,7 +32,7 @@ def test_example_is_short_and_changes_one_line_of_a_plain_loop():
     code = readme_example()
     assert len(code.splitlines()) <= 25
     assert "on_trace_ready=stepscope_trace_handler(" in code
-    assert "from stepscope.profiler.capture.handler import stepscope_trace_handler" in code
+    assert "from stepscope.capture.handler import stepscope_trace_handler" in code
 
 
 def test_readme_example_runs_and_the_plugin_shows_it(tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir, launch_chromium, open_page
-from stepscope.profiler.serve.tbserver import TensorBoard
+from stepscope.tensorboard.tbserver import TensorBoard
 from test_hostile_names import HOSTILE_OP, HOSTILE_WORKER, published, write_hostile_run
 
 pytestmark = [pytest.mark.browser,

@@ -17,8 +17,8 @@ import json
 import re
 from pathlib import Path
 
-from stepscope.profiler.analysis.render import md_code, md_text
-from stepscope.profiler.serve.watch import WatchConfig, Watcher
+from stepscope.analysis.render import md_code, md_text
+from stepscope.tensorboard.watch import WatchConfig, Watcher
 from tensorboard.plugin_util import markdown_to_safe_html
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from stepscope.profiler.analysis.findings import VERDICTS
+from stepscope.analysis.findings import VERDICTS
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def assert_diagnosed(folder: Path, steps: int = ACTIVE) -> dict:
     md = (folder / "diagnosis.md").read_text()
     assert md.startswith("# stepscope diagnosis: `") and any(f"`{v}`" in md.splitlines()[0] for v in VERDICTS)
     assert list(folder.glob("raw/*/*.trace.json.gz")) and list(folder.glob("events.out.tfevents.*"))
-    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(folder), "--json"],
+    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(folder), "--json"],
                        capture_output=True, text=True, timeout=120, cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines()[0].startswith("found 1 trace (1 stepscope)")

@@ -584,7 +584,7 @@ def test_bench_step_ops_refuses_bad_values_in_one_line(args, message):
 
 
 def test_bench_ops_processes_summary_pairs_runs_and_tests_their_split():
-    from stepscope.bench import ops_processes as bop
+    from bench import ops_processes as bop
 
     def run(pair, ops, ms):
         return {"pair": pair, "ops": ops, "median_step_ms": ms,

@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 from stepscope import kernels
-from stepscope.config import ModelConfig, OptimConfig
-from stepscope.env import Env
-from stepscope.models import build_model
-from stepscope.optim import build_optimizer, loss_fn
-from stepscope.profiler.capture.phases import Phases
-from stepscope.step import build_step
+from stepscope.capture.phases import Phases
+from stepscope.demo.config import ModelConfig, OptimConfig
+from stepscope.demo.env import Env
+from stepscope.demo.models import build_model
+from stepscope.demo.optim import build_optimizer, loss_fn
+from stepscope.demo.step import build_step
 from test_kernels import (
     ARITY,
     DTYPES,

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import stepscope
 import torch
-from stepscope.profiler.capture import cycle_worker
-from stepscope.profiler.capture.handler import StepscopeTraceHandler
-from stepscope.profiler.capture.triggers import SlowdownRule
-from stepscope.profiler.trace import files as trace_files
+from stepscope.capture import cycle_worker
+from stepscope.capture.handler import StepscopeTraceHandler
+from stepscope.capture.triggers import SlowdownRule
+from stepscope.trace import files as trace_files
 from torch import nn
 
 
@@ -148,7 +148,7 @@ def test_profile_sets_up_schedule_and_handler_in_one_line(tmp_path, gz):
         for x, y in stepscope.loader(batches(60)):
             train_step(model, opt, x, y)
             prof.step()
-    assert isinstance(prof.schedule, stepscope.profiler.capture.schedule.StepscopeSchedule)
+    assert isinstance(prof.schedule, stepscope.capture.schedule.StepscopeSchedule)
     (adapted,) = trace_files.find_plugin_traces(run)
     (raw,) = trace_files.find_raw_traces(run)
     assert adapted.path.name.endswith(".pt.trace.json" + ".gz" * gz)
@@ -166,7 +166,7 @@ def test_export_raw_is_atomic_and_names_a_full_disk(tmp_path, monkeypatch):
     import shutil
     from types import SimpleNamespace
 
-    from stepscope.profiler.capture import handler as handler_module
+    from stepscope.capture import handler as handler_module
 
     class Prof:
         def __init__(self, writes: bool) -> None:

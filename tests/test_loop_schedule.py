@@ -18,8 +18,8 @@ import warnings
 import pytest
 import stepscope
 import torch
-from stepscope.profiler.capture import schedule as schedule_module
-from stepscope.profiler.capture.triggers import SlowdownRule
+from stepscope.capture import schedule as schedule_module
+from stepscope.capture.triggers import SlowdownRule
 from torch.profiler import ProfilerAction
 
 NONE, WARMUP, RECORD, SAVE = (ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD,
@@ -282,7 +282,7 @@ def test_no_teardown_between_back_to_back_cycles(monkeypatch, wait, repeat, asks
 
 def test_the_copy_time_is_the_mean_timed_copy_times_copies_a_step():
     """telemetry_of: a window's copies that the GPU had not finished when read count, but are not timed."""
-    from stepscope.profiler.capture.cycle import Sums, telemetry_of
+    from stepscope.capture.cycle import Sums, telemetry_of
 
     one = Sums(n=4, ns=40_000_000, copies=4, copies_timed=2, copy=2_000_000)
     assert telemetry_of(one, False)["copy_ms"] == pytest.approx(1.0)

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import stepscope
 import torch
-from stepscope.command import main
-from stepscope.profiler.capture.cycle_summary import merged_report
-from stepscope.profiler.front import find
-from stepscope.profiler.measure import measure_path
-from stepscope.profiler.serve.shadow import publish_run
-from stepscope.profiler.serve.tab.runs import find_runs
-from stepscope.profiler.telemetry import cycle_telemetry
-from stepscope.profiler.trace import files as trace_files
+from stepscope.capture.cycle_summary import merged_report
+from stepscope.cli.main import main
+from stepscope.report.front import find
+from stepscope.report.measure import measure_path
+from stepscope.report.telemetry import cycle_telemetry
+from stepscope.tensorboard.shadow import publish_run
+from stepscope.tensorboard.tab.runs import find_runs
+from stepscope.trace import files as trace_files
 from torch import nn
 
 CYCLES = 2

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from stepscope.profiler.serve.tbserver import loopback_get
+from stepscope.tensorboard.tbserver import loopback_get
 
 DEAD_PROXY = {"http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "no_proxy": "",
               "NO_PROXY": ""}

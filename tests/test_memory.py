@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from on_disk import analyze_trace
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.files import load_trace
+from stepscope.report.front import analyze
+from stepscope.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 GIB = 2**30
@@ -97,10 +97,10 @@ def test_a_trace_without_memory_events_has_no_memory_section():
 
 
 def test_console_and_markdown_carry_the_memory_section():
-    out = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(DATA / "suite/gpt_large")],
+    out = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(DATA / "suite/gpt_large")],
                          capture_output=True, text=True, check=True).stdout
     assert "memory cuda:0: peak 4.05 GiB allocated" in out and "headroom" in out
-    from stepscope.profiler.analysis.render import render_markdown, summary_scalars
+    from stepscope.analysis.render import render_markdown, summary_scalars
     r = analyze(DATA / "suite/gpt_large")
     assert "### Memory" in render_markdown(r)
     sc = summary_scalars(r)
@@ -192,7 +192,7 @@ def test_a_cpu_loop_that_keeps_2_mib_a_step_creeps_by_2_mib(tmp_path):
 
 
 def test_json_document_holds_the_memory_fields_docs_json_lists():
-    doc = json.loads(subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", "--json",
+    doc = json.loads(subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", "--json",
                                      str(DATA / "holdout/vit_tiny_bs256")], capture_output=True, text=True,
                                     check=True).stdout)
     mem = doc["spans"][0]["memory"]
@@ -203,7 +203,7 @@ def test_json_document_holds_the_memory_fields_docs_json_lists():
 
 def test_the_runs_own_counters_join_the_memory_section():
     """A telemetry with the allocator's counters (what stepscope.schedule and the trainer record on CUDA)."""
-    from stepscope.profiler.front import analyze as front_analyze
+    from stepscope.report.front import analyze as front_analyze
     tel = {"steps": 100, "step_ms": 40.0, "mem_peak_allocated_mib": 4200.0, "mem_peak_reserved_mib": 7800.0,
            "mem_allocated_mib": 1400.0, "mem_reserved_mib": 7800.0, "mem_alloc_retries": 3.0, "mem_ooms": 0.0,
            "mem_creep_mib_per_step": 2.5}
@@ -219,7 +219,7 @@ def test_the_runs_own_counters_join_the_memory_section():
 
 
 def test_window_counters_are_none_on_a_cpu_and_the_slope_is_least_squares():
-    from stepscope.profiler.capture.memory_stats import MemoryWindows, creep_slope, merge, read
+    from stepscope.capture.memory_stats import MemoryWindows, creep_slope, merge, read
     assert read() is None  # CUDA never initialised here: nothing read, nothing reset
     w = MemoryWindows()
     w.edge(50, closing=True)
@@ -232,8 +232,8 @@ def test_window_counters_are_none_on_a_cpu_and_the_slope_is_least_squares():
 
 def test_the_headroom_prediction_fills_the_device_less_its_context():
     """verify --memory's prediction from a recorded H100 step: persistent stays, the rest scales with the batch."""
-    from stepscope.profiler.analysis.memory import CONTEXT_BYTES
-    from stepscope.verify_headroom import images_interval, prediction
+    from stepscope.analysis.memory import CONTEXT_BYTES
+    from stepscope.demo.verify_headroom import images_interval, prediction
     p = prediction(DATA / "holdout/vit_tiny_bs256", 256)
     trace = _trace("holdout/vit_tiny_bs256")
     capacity = trace["deviceProperties"][0]["totalGlobalMem"]
@@ -248,7 +248,7 @@ def test_the_headroom_prediction_fills_the_device_less_its_context():
 
 
 def test_ranks_whose_peaks_differ_are_an_imbalance_and_equal_ones_are_not():
-    from stepscope.profiler.analysis.memory import rank_imbalance
+    from stepscope.analysis.memory import rank_imbalance
     even = analyze_trace(_synthetic(False), "w", "1").memory
     heavy = analyze_trace(_synthetic(False, 600 << 20), "w", "1").memory  # keeps 600 MiB more every step
     out = rank_imbalance({0: even, 1: heavy})
@@ -262,8 +262,8 @@ def test_ranks_whose_peaks_differ_are_an_imbalance_and_equal_ones_are_not():
 
 
 def test_diff_gives_the_peak_change_with_its_noise():
-    from stepscope.profiler.diff import compare_runs
-    from stepscope.profiler.measure import measure_path
+    from stepscope.report.diff import compare_runs
+    from stepscope.report.measure import measure_path
     small, large = (measure_path(DATA / f"suite/resnet18_bs{b}") for b in (32, 1024))
     d = compare_runs(small, large, "bs32", "bs1024")["memory"]
     truth = {b: max(_truth(_trace(f"suite/resnet18_bs{b}"), st.step)["peak"]
@@ -276,7 +276,7 @@ def test_diff_gives_the_peak_change_with_its_noise():
 
 
 def test_a_larger_batch_gets_synthetic_data_for_two_batches_and_its_bytes_are_predicted():
-    from stepscope.verify_headroom import SYNTHETIC_SAMPLE_BYTES, _enough_data
+    from stepscope.demo.verify_headroom import SYNTHETIC_SAMPLE_BYTES, _enough_data
     args = ["--data", "synthetic", "--data-placement", "device", "--synthetic-train-size", "4096", "--batch-size", "9000"]
     out, extra = _enough_data(args, 9000)
     assert out[out.index("--synthetic-train-size") + 1] == "18000" and extra == (18000 - 4096) * SYNTHETIC_SAMPLE_BYTES
@@ -287,8 +287,8 @@ def test_a_larger_batch_gets_synthetic_data_for_two_batches_and_its_bytes_are_pr
 
 
 def test_the_parse_collects_memory_samples_as_columns_that_read_as_samples():
-    from stepscope.profiler.analysis.events import MemoryColumns, MemorySample
-    from stepscope.profiler.analysis.stream_parse import parse_trace_file
+    from stepscope.analysis.events import MemoryColumns, MemorySample
+    from stepscope.analysis.stream_parse import parse_trace_file
 
     (path,) = (DATA / "suite" / "resnet50_pinned").glob("*.pt.trace.json.gz")
     trace = parse_trace_file(path, "w", "s")
@@ -308,8 +308,8 @@ def test_the_parse_collects_memory_samples_as_columns_that_read_as_samples():
 def test_the_compiled_reader_reads_every_field_of_the_memory_events(monkeypatch):
     """The compiled trace reader and the per-event (msgspec) rules give the same [memory] samples: totals,
     reserved, bytes, address, device and thread; the trace's own reserved figure reaches the analysis."""
-    from stepscope.profiler.analysis.stream_parse import parse_trace_file
-    from stepscope.profiler.trace import fastread
+    from stepscope.analysis.stream_parse import parse_trace_file
+    from stepscope.trace import fastread
     if not fastread.available():
         pytest.skip("the compiled trace reader is not built in this install")
     (path,) = (DATA / "big_batch").glob("*.pt.trace.json*")
@@ -327,7 +327,7 @@ def test_the_batch_prediction_is_made_against_reserved_memory():
     allocated byte at its peak is predicted a smaller batch, the usable bytes divided by that ratio."""
     from dataclasses import replace
 
-    from stepscope.profiler.analysis.memory import CONTEXT_BYTES, batch_scale
+    from stepscope.analysis.memory import CONTEXT_BYTES, batch_scale
     d = analyze(DATA / "big_batch").spans[0].memory.devices[0]
     p = d.peak
     assert p.reserved_at_peak > p.peak_allocated  # the real trace's allocator holds more than it hands out

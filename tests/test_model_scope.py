@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis.breakdown import breakdown
-from stepscope.profiler.analysis.steps import step_windows
-from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.analysis.verdicts import LAUNCH_BOUND
-from stepscope.profiler.front import analyze
+from stepscope.analysis.breakdown import breakdown
+from stepscope.analysis.steps import step_windows
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.analysis.verdicts import LAUNCH_BOUND
+from stepscope.report.front import analyze
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis.breakdown import Breakdown
-from stepscope.profiler.analysis.findings import near_tie, verdict
-from stepscope.profiler.front import analyze
+from stepscope.analysis.breakdown import Breakdown
+from stepscope.analysis.findings import near_tie, verdict
+from stepscope.report.front import analyze
 
 DATA = Path(__file__).parent / "data"
 

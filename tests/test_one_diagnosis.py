@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import summary_scalars
-from stepscope.profiler.front import analyze
-from stepscope.profiler.serve.diagnose import write_diagnosis
-from stepscope.profiler.serve.tb_events import EventLog
-from stepscope.profiler.serve.watch import WatchConfig, Watcher
+from stepscope.analysis import summary_scalars
+from stepscope.report.front import analyze
+from stepscope.tensorboard.diagnose import write_diagnosis
+from stepscope.tensorboard.tb_events import EventLog
+from stepscope.tensorboard.watch import WatchConfig, Watcher
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 DATA = Path(__file__).parent / "data"

@@ -78,7 +78,7 @@ def test_an_oom_in_the_loop_is_captured_and_reraised_unchanged(tmp_path, loop, a
 def test_live_blocks_name_the_allocation_site_outside_torch():
     """A snapshot's blocks as torch.cuda.memory._snapshot() gives them with memory history on: the site is the
     innermost frame outside torch, `python -c`'s "<string>" included; stacks are said when frames exist."""
-    from stepscope.profiler.capture.oom import live_blocks
+    from stepscope.capture.oom import live_blocks
 
     frames = [{"filename": "/x/site-packages/torch/nn/modules/linear.py", "line": 125, "name": "forward"},
               {"filename": "<string>", "line": 7, "name": "<module>"}]

@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.cli.analyze import main as analyze_main
-from stepscope.profiler.trace.discover import discover
+from stepscope.cli.analyze import main as analyze_main
+from stepscope.trace.discover import discover
 
 DATA = Path(__file__).parent / "data"
 

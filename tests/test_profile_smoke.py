@@ -7,8 +7,8 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from stepscope.profiler.serve.tbserver import TensorBoard
-from stepscope.profiler.trace.files import find_plugin_traces, find_raw_traces, load_trace
+from stepscope.tensorboard.tbserver import TensorBoard
+from stepscope.trace.files import find_plugin_traces, find_raw_traces, load_trace
 from trainrun import FAST, PROFILE_3_STEPS, REPO, run_json, run_train
 
 ANALYZE = REPO / "scripts" / "analyze.py"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from stepscope.bench import overhead as profiler_overhead
+from bench import overhead as profiler_overhead
 from trainrun import REPO
 
 OVERHEAD = [sys.executable, str(REPO / "scripts" / "profiler_overhead.py")]

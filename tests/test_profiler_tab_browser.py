@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir, launch_chromium, open_page
-from stepscope.profiler.serve.tbserver import free_port, loopback_get
+from stepscope.tensorboard.tbserver import free_port, loopback_get
 from trainrun import run_train
 
 pytestmark = [pytest.mark.browser,

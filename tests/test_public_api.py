@@ -29,10 +29,10 @@ def test_import_stepscope_is_torch_free_and_names_its_api():
 def test_analyze_is_the_cli_report():
     """stepscope.analyze(path) gives the report `stepscope analyze PATH --json` prints."""
     r = run("import json, stepscope\n"
-            "from stepscope.profiler.analysis import json_out\n"
+            "from stepscope.analysis import json_out\n"
             "print(json_out.dumps(stepscope.analyze('tests/data/eager_bs128').to_dict(), indent=1))")
     assert r.returncode == 0, r.stderr
-    cli = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", "tests/data/eager_bs128", "--json"],
+    cli = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", "tests/data/eager_bs128", "--json"],
                          capture_output=True, text=True, timeout=300, cwd=REPO)
     assert cli.returncode == 0, cli.stderr
     assert json.loads(r.stdout) == json.loads(cli.stdout)

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import stepscope
-from stepscope.profiler.cli.analyze import main as analyze_main
+from stepscope.cli.analyze import main as analyze_main
 
 DATA = Path(__file__).parent / "data"
 FAST = DATA / "eager_bs128" / "eager_bs128.1795259107760373831.pt.trace.json.gz"  # 5.3 ms steps

@@ -17,12 +17,12 @@ import pytest
 import torch
 from on_disk import analyze_trace
 from reference.dict_parse import parse_trace
-from stepscope.profiler.analysis.events import HostEvent
-from stepscope.profiler.analysis.inferred_steps import infer_steps
-from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace
+from stepscope.analysis.events import HostEvent
+from stepscope.analysis.inferred_steps import infer_steps
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,14 +99,14 @@ def test_streamed_and_dict_parse_agree(traces):
 
 
 def test_analyze_reads_an_export_chrome_trace_file(traces):
-    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(traces["optimizer"]), "--json"],
+    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(traces["optimizer"]), "--json"],
                        capture_output=True, text=True, timeout=120, cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines() == ["found 1 trace (1 export_chrome_trace)"]
     (span,) = json.loads(p.stdout)["spans"]
     assert span["verdict"] in CPU_VERDICTS and span["metrics"]["steps"] in _kept(STEPS - 1, span["findings"])
     assert span["steps_from"] == "Optimizer.step" and "Optimizer.step#" in span["steps_note"]
-    console = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(traces["gz"])],
+    console = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(traces["gz"])],
                              capture_output=True, text=True, timeout=120, cwd=REPO)
     assert console.returncode == 0, console.stderr
     assert "note: steps inferred from Optimizer.step# ranges" in console.stdout
@@ -143,7 +143,7 @@ def test_lightning_action_without_steps_is_still_skipped(tmp_path, traces):
     name = "fit-profile-[LightningModule]Model.validation_step.1.pt.trace.json"
     (tmp_path / name).write_bytes(traces["no_optimizer"].read_bytes())
     (tmp_path / "trace.json").write_bytes(traces["optimizer"].read_bytes())
-    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(tmp_path)],
                        capture_output=True, text=True, timeout=120, cwd=REPO)
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines() == [f"found 1 trace (1 export_chrome_trace); skipped 1 file: {name} "

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.trace.files import find_plugin_traces, find_raw_traces, load_trace
+from stepscope.trace.files import find_plugin_traces, find_raw_traces, load_trace
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from trainrun import FAST, REPO, TORCHRUN, TRAIN, run_json
 
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
-# SIGTERM takes the same path as SIGINT (trainer/stop.py): its runs are in the `slow` set, SIGINT's in every run
+# SIGTERM takes the same path as SIGINT (trainer/demo/stop.py): its runs are in the `slow` set, SIGINT's in every run
 SIGNALS = [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
 LIGHT = ["--no-with-stack", "--no-profile-memory"]
 WAIT_S = 240  # for a moment to come; the machine may be shared and slow

@@ -17,9 +17,9 @@ import random
 import pytest
 import stepscope
 from reference.slowdown import SlowdownDetector as ReferenceDetector
-from stepscope.profiler.capture import schedule as schedule_module
-from stepscope.profiler.capture.schedule import StepscopeSchedule
-from stepscope.profiler.capture.triggers import FIRED, SlowdownDetector, SlowdownRule
+from stepscope.capture import schedule as schedule_module
+from stepscope.capture.schedule import StepscopeSchedule
+from stepscope.capture.triggers import FIRED, SlowdownDetector, SlowdownRule
 
 RULES = [SlowdownRule(), SlowdownRule(patience=1, norm_steps=4, max_per_hour=1000, min_extra_ms=0.0),
          SlowdownRule(factor=2.0, patience=5, norm_steps=16, max_per_hour=2, min_extra_ms=1.0),

@@ -14,16 +14,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import step_range as sr
-from stepscope.profiler.analysis.overhead import recording
-from stepscope.profiler.analysis.render import render_console, render_markdown
-from stepscope.profiler.analysis.step_range import BANDS, loop_style
-from stepscope.profiler.analysis.stream_collect import decode
-from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.analysis.stream_ranges import collect_ranges, first_base
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.jsonstream import split_points
+from stepscope.analysis import step_range as sr
+from stepscope.analysis.overhead import recording
+from stepscope.analysis.render import render_console, render_markdown
+from stepscope.analysis.step_range import BANDS, loop_style
+from stepscope.analysis.stream_collect import decode
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.analysis.stream_ranges import collect_ranges, first_base
+from stepscope.report.front import analyze
+from stepscope.trace.discover import discover
+from stepscope.trace.jsonstream import split_points
 
 DATA = Path(__file__).parent / "data"
 # worker-fed loaders that fall behind outside the profiled window: the trace cannot show them at all (the
@@ -114,7 +114,7 @@ def hf_traces(tmp_path_factory) -> dict:
     run_hf: a TrainerCallback steps torch.profiler), with and without with_stack: the parsed traces."""
     pytest.importorskip("transformers")  # the integrations extra, which CI installs
     import torch
-    from stepscope.bench import calibration
+    from bench import calibration
 
     out = {}
     for stack in (True, False):
@@ -243,14 +243,14 @@ def test_the_bands_are_the_measured_extremes_widened_5_percent():
 
 
 def _bd(ms: dict, steps: int = 2):
-    from stepscope.profiler.analysis.breakdown import GPU_BUCKETS, Breakdown
+    from stepscope.analysis.breakdown import GPU_BUCKETS, Breakdown
 
     buckets = {b: ms.get(b, 0.0) * 1e3 * steps for b in GPU_BUCKETS}
     return Breakdown(buckets, sum(buckets.values()), steps)
 
 
 def test_the_ends_are_rebuilt_around_the_estimate_and_judged_by_the_verdict_function():
-    from stepscope.profiler.analysis.findings import verdict
+    from stepscope.analysis.findings import verdict
 
     # 6 ms of kernels in a 10 ms step, 4 ms of launch gaps: gpu_bound at 60%; x1.35 = 13.5 ms: 44%, launch_bound
     est = _bd({"gpu_busy": 6.0, "launch": 4.0})

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.serve.tbserver import free_port, loopback_get
+from stepscope.tensorboard.tbserver import free_port, loopback_get
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"

@@ -12,8 +12,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import render_console, render_markdown
-from stepscope.profiler.front import analyze
+from stepscope.analysis import render_console, render_markdown
+from stepscope.report.front import analyze
 
 DATA = Path(__file__).parent / "data"
 DDP = DATA / "suite_ddp"

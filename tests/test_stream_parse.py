@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from reference.dict_parse import parse_file, parse_trace
-from stepscope.profiler.analysis import stream_parse, stream_ranges
-from stepscope.profiler.analysis.report import parse_path
-from stepscope.profiler.analysis.stream_parse import NoSteps, Unreadable, parse_trace_file
-from stepscope.profiler.trace import gzindex
-from stepscope.profiler.trace.errors import TraceError
-from stepscope.profiler.trace.files import load_trace
+from stepscope.analysis import stream_parse, stream_ranges
+from stepscope.analysis.report import parse_path
+from stepscope.analysis.stream_parse import NoSteps, Unreadable, parse_trace_file
+from stepscope.trace import gzindex
+from stepscope.trace.errors import TraceError
+from stepscope.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(p for p in DATA.glob("*/*.json*") if "golden" not in p.parts and ".trace.json" in p.name)
@@ -181,10 +181,10 @@ def test_byte_ranges_parse_without_falling_back(tmp_path):
     import gzip
     import shutil
 
-    from stepscope.profiler.analysis import stream_parse
-    from stepscope.profiler.analysis.stream_collect import decode
-    from stepscope.profiler.analysis.stream_ranges import collect_ranges, first_base
-    from stepscope.profiler.trace.jsonstream import BLOCK, split_points
+    from stepscope.analysis import stream_parse
+    from stepscope.analysis.stream_collect import decode
+    from stepscope.analysis.stream_ranges import collect_ranges, first_base
+    from stepscope.trace.jsonstream import BLOCK, split_points
 
     src = next((Path(__file__).resolve().parent / "data" / "eager_bs128").glob("*.json.gz"))
     path = tmp_path / "trace.json"

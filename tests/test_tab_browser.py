@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 import torch
 from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir
-from stepscope.profiler.capture.oom import OomCapture
-from stepscope.profiler.front import analyze
-from stepscope.profiler.serve.tab.plugin import window_root
-from stepscope.profiler.serve.tbserver import TensorBoard
+from stepscope.capture.oom import OomCapture
+from stepscope.report.front import analyze
+from stepscope.tensorboard.tab.plugin import window_root
+from stepscope.tensorboard.tbserver import TensorBoard
 from trainrun import run_train
 
 pytestmark = [pytest.mark.browser,

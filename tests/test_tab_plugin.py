@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.front import analyze
-from stepscope.profiler.serve.shadow_root import WINDOWS_HERE
-from stepscope.profiler.serve.tab.cache import CACHE_DIR, CACHE_FILE, cache_file
-from stepscope.profiler.serve.tab.plugin import TOKEN_HEADER, StepscopePlugin, analysis_root, window_root
+from stepscope.report.front import analyze
+from stepscope.tensorboard.shadow_root import WINDOWS_HERE
+from stepscope.tensorboard.tab.cache import CACHE_DIR, CACHE_FILE, cache_file
+from stepscope.tensorboard.tab.plugin import TOKEN_HEADER, StepscopePlugin, analysis_root, window_root
 from tensorboard.plugins import base_plugin
 from werkzeug import Client
 from werkzeug.wrappers import Response
@@ -152,8 +152,8 @@ def test_ranks_mark_the_straggler_with_its_reason(logdir):
 
 
 def test_without_a_given_reason_the_phase_differences_are_the_reason(logdir):
-    from stepscope.profiler.measure import measure_path
-    from stepscope.profiler.serve.tab.views import ranks_view
+    from stepscope.report.measure import measure_path
+    from stepscope.tensorboard.tab.views import ranks_view
     m = measure_path(logdir / "ddp")
     for d in m.report["distributed"]:
         d.pop("stragglers_why", None)
@@ -240,9 +240,9 @@ def test_bad_window_is_one_line(logdir, cache, params, message):
 def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
     """`stepscope tensorboard` serves a shadow copy of each run: the copy of a trainer run keeps its run.json,
     so the tab shows the unprofiled figures `stepscope analyze` gives on the source run."""
-    from stepscope.profiler.loaded import load_found
-    from stepscope.profiler.serve.shadow import publish_run
-    from stepscope.profiler.trace.discover import discover
+    from stepscope.report.loaded import load_found
+    from stepscope.tensorboard.shadow import publish_run
+    from stepscope.trace.discover import discover
 
     source = tmp_path / "src" / "run1"
     trace = next((DATA / "cpu_resnet").glob("*.json.gz"))
@@ -273,7 +273,7 @@ def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
     (None, {}),
 ])
 def test_a_given_straggler_reason_in_any_form(given, want):
-    from stepscope.profiler.serve.tab.views import _why_given
+    from stepscope.tensorboard.tab.views import _why_given
     got = _why_given({"stragglers": [1], "stragglers_why": given})
     assert {rank: g["text"] for rank, g in got.items()} == want
 
@@ -331,7 +331,7 @@ def test_a_run_past_its_time_bound_fails_and_the_others_are_still_analysed(logdi
     """Each run's analysis process is killed at its time bound, and the run shows that in one line; the
     runs after it are analysed. The bound is set to nothing here, for one run, to stand for a trace whose
     analysis would never end."""
-    from stepscope.profiler.serve.tab import cache as cache_module
+    from stepscope.tensorboard.tab import cache as cache_module
 
     app = App(logdir)
     bounds = cache_module.TIME_BASE_S, cache_module.TIME_PER_GB_S
@@ -349,7 +349,7 @@ def test_a_run_past_its_time_bound_fails_and_the_others_are_still_analysed(logdi
 def test_the_runs_list_names_the_users_logdir_not_the_shadow(tmp_path):
     """Under `stepscope tensorboard` TensorBoard reads a temporary shadow logdir; the tab names the folder the
     user gave (the server notes it in the shadow), and any other logdir as it is."""
-    from stepscope.profiler.serve.shadow_root import note_source
+    from stepscope.tensorboard.shadow_root import note_source
 
     users, shadow = tmp_path / "logs", tmp_path / "stepscope-tb-x" / "logdir"
     users.mkdir()

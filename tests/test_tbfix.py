@@ -1,4 +1,4 @@
-"""Unit tests for stepscope.profiler.tbfix: the rewrite (the streamed one and its reference, checked equal by
+"""Unit tests for stepscope.plugin_copy: the rewrite (the streamed one and its reference, checked equal by
 on_disk.adapt_trace) on events cut from the real H200 traces in tests/data, and the
 plugin's own parser (torch-tb-profiler 0.4.3, in-process, no server) on every committed trace.
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from on_disk import adapt_trace
 from reference.dict_rewrite import plugin_step_spans
-from stepscope.profiler.tbfix import export_tensorboard, write_adapted_pair
-from stepscope.profiler.tbfix.rules import UNLINKED_KEY
-from stepscope.profiler.trace import files as trace_files
+from stepscope.plugin_copy import export_tensorboard, write_adapted_pair
+from stepscope.plugin_copy.rules import UNLINKED_KEY
+from stepscope.trace import files as trace_files
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.event_parser import EventParser
 from torch_tb_profiler.profiler.run_generator import RunGenerator
@@ -326,7 +326,7 @@ def float_slack_us(n_events: int) -> float:
 
 def test_write_adapted_pair_writes_the_original_first_and_the_adapted_copy_where_the_plugin_looks(
         tmp_path, monkeypatch):
-    from stepscope.profiler.tbfix import export
+    from stepscope.plugin_copy import export
 
     trace = {"traceEvents": conv_slice()}
     seen = []  # (the copy being written, whether the original was in place by then)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from reference.dict_rewrite import adapt_trace
-from stepscope.profiler.serve.tbserver import TensorBoard
-from stepscope.profiler.tbfix import export_tensorboard
-from stepscope.profiler.trace import files as trace_files
+from stepscope.plugin_copy import export_tensorboard
+from stepscope.tensorboard.tbserver import TensorBoard
+from stepscope.trace import files as trace_files
 
 DATA = Path(__file__).parent / "data" / "nccl_ddp"
 

@@ -1,4 +1,4 @@
-"""stepscope.profiler.tbfix through torch-tb-profiler 0.4.3's own HTTP API: one real TensorBoard on 127.0.0.1 serves
+"""stepscope.plugin_copy through torch-tb-profiler 0.4.3's own HTTP API: one real TensorBoard on 127.0.0.1 serves
 each recorded trace twice, as plain tensorboard_trace_handler wrote it ("before/<scenario>") and as
 export_tensorboard corrected it ("after/<scenario>"). No GPU needed: the traces are committed.
 
@@ -17,9 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.serve.tbserver import TensorBoard
-from stepscope.profiler.tbfix import export_tensorboard
-from stepscope.profiler.trace import files as trace_files
+from stepscope.plugin_copy import export_tensorboard
+from stepscope.tensorboard.tbserver import TensorBoard
+from stepscope.trace import files as trace_files
 
 DATA = Path(__file__).parent / "data"
 SCENARIOS = ["eager_bs128", "slow_dataset", "cuda_graph", "cpu_resnet"]

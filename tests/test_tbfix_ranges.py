@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 from reference.dict_rewrite import adapt_trace
-from stepscope.profiler.tbfix import (
+from stepscope.plugin_copy import (
     plan_columns,
     plugin_check,
     stream_plan,
 )
-from stepscope.profiler.tbfix.excerpt import excerpt
-from stepscope.profiler.tbfix.export import export_file
-from stepscope.profiler.trace import workers as policy
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace
-from stepscope.profiler.trace.gc_paused import gc_paused
-from stepscope.profiler.trace.workers import Workers
+from stepscope.plugin_copy.excerpt import excerpt
+from stepscope.plugin_copy.export import export_file
+from stepscope.trace import workers as policy
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace
+from stepscope.trace.gc_paused import gc_paused
+from stepscope.trace.workers import Workers
 
 DATA = Path(__file__).parent / "data"
 SPAN = "1795259109156023363"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from reference.dict_rewrite import adapt_trace
-from stepscope.profiler.tbfix import export_tensorboard
-from stepscope.profiler.tbfix.export import export_file
-from stepscope.profiler.trace.discover import discover
-from stepscope.profiler.trace.files import load_trace
+from stepscope.plugin_copy import export_tensorboard
+from stepscope.plugin_copy.export import export_file
+from stepscope.trace.discover import discover
+from stepscope.trace.files import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))
@@ -33,7 +33,7 @@ def test_nan_and_infinity_are_normalised_and_kept(tmp_path, monkeypatch, block):
     """Python's json writes NaN and Infinity, msgspec refuses them: the pieces holding them are read by
     Python's json and written back with the literals, in events copied as they are and in edited ones
     (here: launches, whose category the copy changes); no second, in-memory rewrite is involved."""
-    from stepscope.profiler.trace import jsonstream
+    from stepscope.trace import jsonstream
 
     if block is not None:  # pieces of 64 KiB: the literals fall in many of them, and in the last
         defaults = jsonstream.TraceStream.__init__.__defaults__

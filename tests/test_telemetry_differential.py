@@ -24,12 +24,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis.breakdown import Breakdown
-from stepscope.profiler.analysis.findings import verdict
-from stepscope.profiler.analysis.span import analyze_selected
-from stepscope.profiler.analysis.stream_parse import parse_trace_file
-from stepscope.profiler.telemetry import trace_telemetry, valid
-from stepscope.profiler.trace.discover import discover
+from stepscope.analysis.breakdown import Breakdown
+from stepscope.analysis.findings import verdict
+from stepscope.analysis.span import analyze_selected
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.report.telemetry import trace_telemetry, valid
+from stepscope.trace.discover import discover
 
 DATA = Path(__file__).parent / "data"
 SCALES = (0.6, 1.0, 1.25)  # a longer measured step contradicts the trace (span.LOAD_CHANGED_FACTOR)
@@ -218,10 +218,10 @@ def test_unprofiled_steps_slower_than_the_profiled_ones_are_not_used():
 
 
 def test_the_trainers_unprofiled_step_is_not_dragged_by_a_few_stalls():
-    """The trainer's telemetry (trainer/timing.py): 96 steps of 10 ms, 8 of them stalled to 500 ms by the
+    """The trainer's telemetry (trainer/demo/timing.py): 96 steps of 10 ms, 8 of them stalled to 500 ms by the
     machine's load, and a loader that makes every other step wait 4 ms: the step is ~12 ms (the mean of
     every step would be 52 ms), the wait its 2 ms mean, and the spread is reported."""
-    from stepscope.timing import StepTime, Throughput
+    from stepscope.demo.timing import StepTime, Throughput
 
     thr = Throughput(batch_size=1)
     times = []

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.serve.tbserver import free_port
+from stepscope.tensorboard.tbserver import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

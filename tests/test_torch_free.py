@@ -8,22 +8,23 @@ import sys
 
 from trainrun import REPO
 
-TORCH_FREE = ["trace.files", "trace.bounded_read", "trace.atomic", "trace.vocabulary", "trace.discover", "loaded", "cli.analyze", "serve.diagnose",
-              "capture.flamegraph", "serve.tb_events", "serve.tbserver", "cli.tensorboard", "serve.watch", "serve.shadow", "serve.mirror", "tbfix",
-              "measure", "summary", "diff", "cli.diff", "serve.tab.plugin",
-              "analysis"]
+TORCH_FREE = ["trace.files", "trace.bounded_read", "trace.atomic", "trace.vocabulary", "trace.discover",
+              "report.loaded", "cli.analyze", "tensorboard.diagnose", "capture.flamegraph", "tensorboard.tb_events",
+              "tensorboard.tbserver", "cli.tensorboard", "tensorboard.watch", "tensorboard.shadow",
+              "tensorboard.mirror", "plugin_copy", "report.measure", "report.summary", "report.diff", "cli.diff",
+              "tensorboard.tab.plugin", "analysis"]
 
 SCRIPT = f"""
 import sys
 sys.modules["torch"] = None  # any import of torch now raises ImportError
 import importlib
 for name in {TORCH_FREE!r}:
-    importlib.import_module("stepscope.profiler." + name)
-from stepscope.profiler.front import analyze
+    importlib.import_module("stepscope." + name)
+from stepscope.report.front import analyze
 import tempfile
 from pathlib import Path
-from stepscope.profiler.tbfix import export_tensorboard
-from stepscope.profiler.trace.files import load_trace
+from stepscope.plugin_copy import export_tensorboard
+from stepscope.trace.files import load_trace
 run = {str(REPO / "tests" / "data" / "eager_bs32")!r}
 with tempfile.TemporaryDirectory() as tmp:
     (adapted,) = export_tensorboard(Path(run), Path(tmp) / "out")
@@ -41,7 +42,7 @@ def test_trace_side_imports_and_runs_without_torch():
 
 def test_the_check_itself_fails_when_torch_is_imported():
     """The blocker is real: a module that needs torch fails to import under it."""
-    script = SCRIPT.replace("for name in", 'importlib.import_module("stepscope.profiler.capture.writer")\nfor name in')
+    script = SCRIPT.replace("for name in", 'importlib.import_module("stepscope.capture.writer")\nfor name in')
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "import of torch halted" in r.stderr
 

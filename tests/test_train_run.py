@@ -43,8 +43,8 @@ def test_loss_falls_and_scalars_are_logged(tmp_path):
 
 def test_plain_progress_every_few_seconds(capsys):
     """Without a terminal: a line every PLAIN_EVERY_S seconds, never more often, and one at the last step."""
-    from stepscope.loop import PLAIN_EVERY_S, PlainProgress, Progress
-    from stepscope.timing import Throughput
+    from stepscope.demo.loop import PLAIN_EVERY_S, PlainProgress, Progress
+    from stepscope.demo.timing import Throughput
 
     now = [0.0]
     plain = PlainProgress(100, on=True, clock=lambda: now[0])

@@ -8,8 +8,8 @@ written.
 import os
 
 import pytest
-from stepscope.cli import parse_and_check
-from stepscope.config import ConfigError
+from stepscope.demo.cli import parse_and_check
+from stepscope.demo.config import ConfigError
 from trainrun import FAST, call_without_torch, run_train
 
 BAD = [
@@ -131,14 +131,14 @@ def test_existing_run_is_never_overwritten(tmp_path):
 ])
 def test_a_bad_flag_is_answered_before_torch_is_imported(args, message):
     """Flags that are wrong on any machine are refused without the seconds torch's import takes."""
-    rc, torch_imported, stderr = call_without_torch("stepscope.command", "train_main", args)
+    rc, torch_imported, stderr = call_without_torch("stepscope.cli.main", "train_main", args)
     assert (rc, torch_imported) == (2, False), stderr
     assert stderr.count("\n") == 1 and message in stderr, stderr
 
 
 def test_a_rule_that_depends_on_the_gpu_is_left_to_the_check_with_torch():
     """--device cuda is fine on a GPU machine: the torch-free check does not refuse it."""
-    from stepscope.cli import check_before_torch
+    from stepscope.demo.cli import check_before_torch
 
     check_before_torch(["--device", "cuda", "--cuda-graphs"])
     with pytest.raises(ConfigError, match="--cuda-graphs needs a CUDA GPU"):

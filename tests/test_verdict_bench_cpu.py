@@ -1,5 +1,5 @@
 """scripts/verdict_bench.py --device cpu: the CPU subset of the verdict benchmark, run for real, and its command
-line. Four scenarios with an injected cause each (stepscope.bench.verdicts.cpu): convolutions (cpu_bound), a
+line. Four scenarios with an injected cause each (bench.verdicts.cpu): convolutions (cpu_bound), a
 DataLoader sleeping 10 ms a sample in the main process into a pooled linear classifier (data_bound), 2M Python
 iterations after each step of that classifier (host_bound), and a 64 MB gradient all-reduced over gloo by 2
 ranks under torchrun (communication_bound). The truth is measured without the profiler, and the cause removed
@@ -56,7 +56,7 @@ def test_bad_flags_get_one_line_and_exit_2(tmp_path):
 
 
 def test_holdout_names_match_their_workloads():
-    from stepscope.bench.verdicts import bench, gpu, holdout
+    from bench.verdicts import bench, gpu, holdout
 
     assert tuple(holdout.HOLDOUT) == bench.HOLDOUT_ORDER
     assert set(gpu.WORKLOADS) == set(bench.GPU_ORDER)
@@ -66,7 +66,7 @@ def test_holdout_names_match_their_workloads():
 def test_the_balanced_ddp_truth_follows_the_suites_rule():
     """scripts/verdict_ddp.py --case balanced: the expected verdict from the step and its CUDA-graph replay,
     as the single-GPU suite decides it (the GPU-bound share, then a confirming speed-up); none on the CPU."""
-    from stepscope.bench.verdicts.ddp import balanced_expected
+    from bench.verdicts.ddp import balanced_expected
 
     truth = json.loads((REPO / "tests" / "data" / "suite_ddp" / "balanced_skew" / "truth.json").read_text())
     assert balanced_expected(truth["step_ms"], truth["fixed_step_ms"]) == (truth["expected"], truth["confirmed"])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from stepscope.bench.verdicts.integrations import expected_of
-from stepscope.profiler.analysis.verdicts import GPU_BOUND, HOST_BOUND, LAUNCH_BOUND
+from bench.verdicts.integrations import expected_of
+from stepscope.analysis.verdicts import GPU_BOUND, HOST_BOUND, LAUNCH_BOUND
 
 
 @pytest.mark.parametrize("step, gpu, plain, expected", [

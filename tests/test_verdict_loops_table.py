@@ -1,9 +1,9 @@
-"""The loops benchmark's "drop-in vs trace alone" table (stepscope.bench.verdicts.loops.dropin_table), on rows
+"""The loops benchmark's "drop-in vs trace alone" table (bench.verdicts.loops.dropin_table), on rows
 shaped as verdict_loops.py writes them: the main-process loader's three variants among them."""
 
 from __future__ import annotations
 
-from stepscope.bench.verdicts.loops import VARIANTS, dropin_table
+from bench.verdicts.loops import VARIANTS, dropin_table
 
 
 def row(name, expected, busy, run=None, alone=None):

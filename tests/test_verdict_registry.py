@@ -11,11 +11,10 @@ import re
 from pathlib import Path
 
 import pytest
-from stepscope.cli import build_parser
-from stepscope.profiler.analysis import VERDICTS
-from stepscope.profiler.analysis.breakdown import Breakdown
-from stepscope.profiler.analysis.findings import verdict
-from stepscope.profiler.analysis.verdicts import (
+from stepscope.analysis import VERDICTS
+from stepscope.analysis.breakdown import Breakdown
+from stepscope.analysis.findings import verdict
+from stepscope.analysis.verdicts import (
     DATA_BOUND,
     LAUNCH_BOUND,
     REGISTRY,
@@ -25,8 +24,9 @@ from stepscope.profiler.analysis.verdicts import (
     primary_cause,
     threshold_pct,
 )
-from stepscope.profiler.front import analyze
-from stepscope.verify import prediction
+from stepscope.demo.cli import build_parser
+from stepscope.demo.verify import prediction
+from stepscope.report.front import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "trainer"

@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.analysis import render_console
-from stepscope.profiler.front import analyze
+from stepscope.analysis import render_console
+from stepscope.report.front import analyze
 
 DATA = Path(__file__).parent / "data"
 SUITE = sorted(p.parent for p in DATA.glob("suite/*/truth.json"))

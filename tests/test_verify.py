@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from stepscope.bench.cifar_folder import write_cifar_folder
-from stepscope.config import TrainConfig
-from stepscope.profiler.analysis.verdicts import DATA_BOUND, Unprofiled
-from stepscope.verify import (
+from bench.cifar_folder import write_cifar_folder
+from stepscope.analysis.verdicts import DATA_BOUND, Unprofiled
+from stepscope.demo.config import TrainConfig
+from stepscope.demo.verify import (
     VerifyError,
     _flag_args,
     _with,
@@ -218,7 +218,7 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
 
 @pytest.mark.parametrize("result", ["confirmed", "refuted", "inconclusive"])
 def test_the_last_line_is_the_result_with_both_speedups(result):
-    from stepscope.verify import outcome
+    from stepscope.demo.verify import outcome
 
     v = {"result": result, "measured_speedup": 1.02, "predicted_speedup": 1.5, "predicted_speedup_range": [1.2, 1.8]}
     assert outcome(v) == f"{result}: 1.02x measured, 1.20x..1.80x predicted (1.50x in the middle)"
@@ -245,8 +245,8 @@ def test_the_prediction_reads_the_full_diagnosis_not_run_json_summary(tmp_path):
     """run.json keeps a summary of each span (no breakdown): the prediction must come from the analysed
     span, or the GPU time reads 0 and a launch-bound step is predicted far too fast. Measured on an H100
     (2026-11-25): eager ResNet-18 batch 128 took 13.05 ms unprofiled and 3.08 ms with --cuda-graphs, 4.23x."""
-    from stepscope.profiler.analysis.verdicts import by_name
-    from stepscope.verify import diagnosis_span, prediction, unprofiled_figures
+    from stepscope.analysis.verdicts import by_name
+    from stepscope.demo.verify import diagnosis_span, prediction, unprofiled_figures
 
     run = tmp_path / "run"
     run.mkdir()

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from stepscope.profiler.serve.watch import BOUND_ENV, WatchConfig, Watcher
+from stepscope.tensorboard.watch import BOUND_ENV, WatchConfig, Watcher
 
 DATA = Path(__file__).resolve().parent / "data"
 BOUND_S = 15
@@ -73,7 +73,7 @@ def _fail(message: str) -> None:
 
 
 def test_apart_returns_the_value_raises_the_error_and_stops_the_child():
-    from stepscope.profiler.trace.workers import Apart
+    from stepscope.trace.workers import Apart
 
     job = Apart(sum, ([1, 2, 3],))
     while not job.ready():

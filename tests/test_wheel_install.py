@@ -79,7 +79,7 @@ def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
     away = tmp_path / "elsewhere"  # not the repository, and no checkout on any path
     away.mkdir()
     probe = run([bin_dir / "python", "-c",
-                 "import json, kernels, stepscope, stepscope.kernels, stepscope.command as c;"
+                 "import json, kernels, stepscope, stepscope.kernels, stepscope.cli.main as c;"
                  "print(json.dumps([getattr(kernels, 'STUB', False), kernels.__file__, stepscope.__file__,"
                  " stepscope.kernels.__file__, c.__file__]))"], cwd=away)
     stub_flag, kernels_file, trainer_file, our_kernels_file, command_file = json.loads(probe.stdout)

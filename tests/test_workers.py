@@ -12,9 +12,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from stepscope.profiler.front import analyze
-from stepscope.profiler.trace import workers as policy
-from stepscope.profiler.trace.workers import Workers
+from stepscope.report.front import analyze
+from stepscope.trace import workers as policy
+from stepscope.trace.workers import Workers
 from trainrun import REPO, TRAIN, run_torchrun
 
 DATA = Path(__file__).parent / "data"
@@ -25,7 +25,7 @@ NCCL = DATA / "nccl_ddp"  # two ranks of one job
 FORK_LOGGER = """
 import os, traceback
 if os.environ.get("FORK_LOG"):
-    import stepscope.profiler.trace.workers as _workers
+    import stepscope.trace.workers as _workers
     _workers.SPLIT_FROM = 0
     _fork = os.fork
     def _logged_fork():
@@ -78,7 +78,7 @@ def test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child(tmp_path):
     forks = log.read_text().splitlines() if log.exists() else []
     assert not [f for f in forks if "diagnose_run" in f], forks
 
-    p = subprocess.run([sys.executable, "-m", "stepscope.command", "analyze", str(logdir / "r"), "--json"],
+    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(logdir / "r"), "--json"],
                        capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, timeout=300)
     assert p.returncode == 0, p.stderr
     assert [f for f in log.read_text().splitlines() if "analyze_found" in f]  # the command forked its ranks
@@ -86,7 +86,7 @@ def test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child(tmp_path):
 
 def test_gzip_ranges_need_room_for_rapidgzip():
     """rapidgzip crashes the process when refused address space: under a tight limit, .gz stays in one range."""
-    probe = ("import resource, sys; from stepscope.profiler.trace import gzindex; a = gzindex.available(); "
+    probe = ("import resource, sys; from stepscope.trace import gzindex; a = gzindex.available(); "
              "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY)); "
              "print(a, gzindex.available())")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
@@ -119,8 +119,8 @@ def test_the_pool_raises_the_first_failure_in_the_jobs_order(tmp_path):
 def test_local_processes_send_back_reports_and_this_process_only_joins_them(tmp_path, monkeypatch):
     """Each rank is parsed and reported in a child; this process reports on none of them itself, and the
     report is the one made here alone."""
-    from stepscope.profiler import loaded as loading
-    from stepscope.profiler.analysis.json_out import dumps
+    from stepscope.analysis.json_out import dumps
+    from stepscope.report import loaded as loading
 
     job = DATA / "suite_ddp" / "straggler"
     alone = dumps(analyze(job, workers=Workers.inline()).to_dict())
@@ -145,7 +145,7 @@ def test_this_process_alone_holds_one_trace_at_a_time(monkeypatch):
     import gc
     import weakref
 
-    from stepscope.profiler.analysis import report as reporting
+    from stepscope.analysis import report as reporting
 
     alive: weakref.WeakSet = weakref.WeakSet()
     most = []

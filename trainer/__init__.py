@@ -26,13 +26,13 @@ except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
 _PUBLIC = {  # name -> (module, attribute): each public call is one line into the engine
-    "analyze": ("stepscope.profiler.front", "analyze"),
-    "trace_handler": ("stepscope.profiler.capture.handler", "trace_handler"),
-    "schedule": ("stepscope.profiler.capture.schedule", "schedule"),
-    "loader": ("stepscope.profiler.capture.loader", "loader"),
-    "input_copy": ("stepscope.profiler.capture.input_copy", "input_copy"),
-    "profile": ("stepscope.profiler.capture.session", "profile"),
-    "compare": ("stepscope.comparison", "compare"),
+    "analyze": ("stepscope.report.front", "analyze"),
+    "trace_handler": ("stepscope.capture.handler", "trace_handler"),
+    "schedule": ("stepscope.capture.schedule", "schedule"),
+    "loader": ("stepscope.capture.loader", "loader"),
+    "input_copy": ("stepscope.capture.input_copy", "input_copy"),
+    "profile": ("stepscope.capture.session", "profile"),
+    "compare": ("stepscope.demo.comparison", "compare"),
 }
 _SUBPACKAGES = ("integrations",)  # reachable as attributes, imported on first use
 __all__ = ["__version__", *_PUBLIC, *_SUBPACKAGES]

@@ -3,7 +3,7 @@
     parsed = parse_trace(load_trace(path), worker="rank0", span="1795259107760373831")
     report = analyze_trace(load_trace(path), "rank0", "1")
 
-The analysis parses streaming (stepscope.profiler.analysis.stream_parse); this is the plain reading of the
+The analysis parses streaming (stepscope.analysis.stream_parse); this is the plain reading of the
 same rules, written for clarity rather than speed, that the tests hold the streamed parse to: the same
 ParsedTrace for every trace, the same one-line TraceError for every bad one.
 """
@@ -14,7 +14,7 @@ import json
 import math
 import zlib
 
-from stepscope.profiler.analysis.events import (
+from stepscope.analysis.events import (
     DATA_ANNOTATIONS,
     HOST_OP_CATEGORIES,
     LONG_FRAME_US,
@@ -28,13 +28,13 @@ from stepscope.profiler.analysis.events import (
     _int_or_none,
     device_memory,
 )
-from stepscope.profiler.analysis.inferred_steps import FROM_PROFILER, infer_steps
-from stepscope.profiler.analysis.select import StepSelection
-from stepscope.profiler.analysis.span import SpanReport, analyze_selected
-from stepscope.profiler.analysis.validate import check_document, check_event, is_step_event, no_steps_error
-from stepscope.profiler.trace.errors import TraceError
-from stepscope.profiler.trace.files import load_trace
-from stepscope.profiler.trace.vocabulary import (
+from stepscope.analysis.inferred_steps import FROM_PROFILER, infer_steps
+from stepscope.analysis.select import StepSelection
+from stepscope.analysis.span import SpanReport, analyze_selected
+from stepscope.analysis.validate import check_document, check_event, is_step_event, no_steps_error
+from stepscope.trace.errors import TraceError
+from stepscope.trace.files import load_trace
+from stepscope.trace.vocabulary import (
     ANNOTATION_CATEGORIES,
     DATALOADER_PREFIX,
     DEVICE_KINDS,

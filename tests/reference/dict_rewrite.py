@@ -4,7 +4,7 @@
     stacks = call_stacks(events)   # {index of a cpu_op event: "a.py(3): f;b.py(9): main"}
     spans = plugin_step_spans(events, runtime)   # the (start, end) of each step the plugin keeps
 
-The export rewrites traces streaming (stepscope.profiler.tbfix: stream_plan.py, stream_write.py), by the
+The export rewrites traces streaming (stepscope.plugin_copy: stream_plan.py, stream_write.py), by the
 rules that tbfix/rules.py explains; this is the plain reading of the same rules on a whole document, which
 the tests hold the streamed copy to.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from stepscope.profiler.tbfix.rules import (
+from stepscope.plugin_copy.rules import (
     COLLECTIVES,
     DEVICE_STEP_PREFIX,
     PLUGIN_OPERATOR,
@@ -23,9 +23,9 @@ from stepscope.profiler.tbfix.rules import (
     UNLINKED_KEY,
     is_dataloader_span,
 )
-from stepscope.profiler.tbfix.step_guard import HOST_CATEGORIES, Launch, step_spans_of, unlink_with
-from stepscope.profiler.tbfix.stream_callstack import PYTHON_FRAME, STACK_SEPARATOR
-from stepscope.profiler.trace.vocabulary import (
+from stepscope.plugin_copy.step_guard import HOST_CATEGORIES, Launch, step_spans_of, unlink_with
+from stepscope.plugin_copy.stream_callstack import PYTHON_FRAME, STACK_SEPARATOR
+from stepscope.trace.vocabulary import (
     ANNOTATION_CATEGORIES,
     DEVICE_CATEGORIES,
     OPERATOR_CATEGORIES,
@@ -33,8 +33,8 @@ from stepscope.profiler.trace.vocabulary import (
     TORCH_RUNTIME_CATEGORIES,
     category,
 )
-from stepscope.profiler.trace.vocabulary import category as _cat
-from stepscope.profiler.trace.vocabulary import span as _span
+from stepscope.trace.vocabulary import category as _cat
+from stepscope.trace.vocabulary import span as _span
 
 STEP_CATEGORIES = ANNOTATION_CATEGORIES | OPERATOR_CATEGORIES  # where a ProfilerStep#N may sit
 

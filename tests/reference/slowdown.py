@@ -4,7 +4,7 @@ reference for the tests only.
     det = SlowdownDetector(SlowdownRule())
     verdict = det.observe(ns, data, step, shared)      # FIRED, ENDED or 0, as stepscope's detector answers
 
-stepscope's detector (stepscope.profiler.capture.triggers) is split for the schedule's hot path: the schedule
+stepscope's detector (stepscope.capture.triggers) is split for the schedule's hot path: the schedule
 appends each kept step to its lists and asks for a verdict only past an integer gate. This is the same rule
 written whole, that the tests hold it to: the same verdict at every step, the same capture descriptions, the
 same count of slowdowns left uncaptured.
@@ -16,7 +16,7 @@ import statistics
 import time
 from collections import deque
 
-from stepscope.profiler.capture.triggers import ENDED, FIRED, PACED_SHARE, SlowdownRule
+from stepscope.capture.triggers import ENDED, FIRED, PACED_SHARE, SlowdownRule
 
 __all__ = ["ENDED", "FIRED", "SlowdownDetector", "SlowdownRule"]
 

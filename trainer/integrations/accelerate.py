@@ -21,8 +21,7 @@ from functools import partial
 
 import torch
 from accelerate.utils import ProfileKwargs
-
-from .session import Cycle, close_handler, make_handler, make_schedule
+from stepscope.integrations.session import Cycle, close_handler, make_handler, make_schedule
 
 
 def _build(kwargs: ProfileKwargs) -> torch.profiler.profile:

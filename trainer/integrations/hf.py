@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import os
 
+from stepscope.integrations.session import Cycle, ProfilingSession
 from transformers import TrainerCallback
-
-from .session import Cycle, ProfilingSession
 
 
 class StepscopeCallback(TrainerCallback):

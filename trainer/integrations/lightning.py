@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from .session import Cycle, ProfilingSession
+from stepscope.integrations.session import Cycle, ProfilingSession
 
 try:
     from lightning.pytorch import Callback

@@ -1,0 +1,574 @@
+"""Memory per profiled step, from the same trace and the same parse as the time verdict.
+
+    mem = memory_report(trace, kept)        # a MemoryReport, or None for a trace without [memory] events
+    mem.devices[0].steps[0].composition     # {"persistent": ..., "forward": ..., ...}: sums to the step's peak
+    mem.findings, mem.to_dict(), mem.lines()
+
+``profile_memory=True`` records every allocation and free of the caching allocator as a ``[memory]`` event
+(events.MemorySample) on the allocating thread, with the allocator's totals after it. Sorted by time, each
+event's Total Allocated is the previous one's plus its Bytes, so for each profiled step and device:
+
+- the peak allocated (the largest Total Allocated in the step's host range, or at its start) and reserved;
+- the composition at that peak: ``persistent`` (allocated when the step began: parameters, gradients,
+  optimizer state, whatever the loop holds across steps) plus the net growth from the step's start to the peak
+  in each phase of the step: ``forward`` (before the backward), ``backward`` (from the first to the last
+  ``autograd::engine::evaluate_function`` op), ``optimizer`` (inside ``Optimizer.step#`` ranges; a step whose
+  optimizer keeps what it allocated, the first step's state creation, shows it apart as
+  ``optimizer_state_new``) and ``other`` (the rest: zero_grad, the loss's read-out). They sum to the peak;
+- the blocks live at the peak that the step allocated, by the innermost op on the allocating thread (a generic
+  allocation op such as ``aten::empty`` gives way to the op around it);
+- fragmentation: reserved minus allocated at the peak.
+
+Across the steps: memory creep (allocated at the start of each step rising on every step) and allocator calls
+inside the steps (``cudaMalloc``/``cudaFree``/``cuMem*``: the caching allocator growing or giving memory
+back, each a host stall and ``cudaFree`` a device synchronisation). Capacity is the device's
+``totalGlobalMem`` from the trace's ``deviceProperties``. The findings' thresholds are the constants below
+(docs/memory.md). Torch-free, pure functions of the ParsedTrace.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from stepscope.analysis.columns import op_columns
+from stepscope.analysis.events import MemoryColumns, ParsedTrace
+from stepscope.analysis.findings import Finding
+from stepscope.analysis.steps import StepWindow
+from stepscope.trace.gc_paused import gc_paused
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+# peak reserved at or above this share of the device's memory: one larger batch, a longer sequence or a
+# fragmented moment away from an out-of-memory error (TraceML's pressure rule)
+OOM_RISK_PCT = 92.0
+# peak reserved at or below this share: the batch could grow (the prediction says by how much)
+HEADROOM_PCT = 50.0
+# memory outside the caching allocator on the device (CUDA context, kernels' modules, NCCL buffers), left out
+# of what a larger batch may use
+CONTEXT_BYTES = 1 << 30
+# reserved minus allocated at the peak, at least this share of reserved and this many bytes: fragmentation
+FRAGMENTATION_PCT = 50.0
+FRAGMENTATION_MIN_BYTES = 1 << 30
+# allocated at the start of a step rising on every step by at least this much on average: creep
+CREEP_MIN_BYTES_PER_STEP = 1 << 20
+CREEP_MIN_STEPS = 3
+# allocator calls in every kept step (at least this many steps): churn; growth in the first steps is warm-up
+CHURN_MIN_STEPS = 2
+# a batch scale is predicted only where the step adds at least this much above its persistent bytes
+SCALE_MIN_BYTES = 16 << 20
+# a larger predicted scale is said as "at least" this much (activations stop scaling linearly long before)
+SCALE_SAID_MAX = 8.0
+# a step whose optimizer keeps this much of what it allocated creates state (the first step of a run)
+STATE_NEW_MIN_BYTES = 1 << 20
+ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease",
+                   "cuMemAddressReserve", "cuMemAddressFree", "cuMemSetAccess", "cudaMallocAsync", "cudaFreeAsync")
+SYNCING_ALLOCATOR_CALLS = ("cudaFree",)
+BACKWARD_OP = "autograd::engine::evaluate_function"
+OPTIMIZER_RANGE = "Optimizer.step#"
+GENERIC_ALLOCATING_OPS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+                                    "aten::new_empty_strided", "aten::resize_"})
+PHASES = ("persistent", "forward", "backward", "optimizer", "optimizer_state_new", "other")
+TOP_ALLOCATORS = 5
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    step: int  # N of ProfilerStep#N
+    peak_allocated: int
+    peak_reserved: int
+    reserved_at_peak: int
+    at_start: int  # allocated when the step began
+    at_end: int  # ... and when it ended
+    peak_phase: str
+    composition: dict  # PHASES -> bytes, summing to peak_allocated
+    top: tuple  # ((op name, bytes live at the peak that the step allocated in it), ...), largest first
+
+    @property
+    def fragmentation(self) -> int:
+        return max(self.reserved_at_peak - self.peak_allocated, 0)
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "peak_allocated_gib": _gib(self.peak_allocated),
+                "peak_reserved_gib": _gib(self.peak_reserved), "at_start_gib": _gib(self.at_start),
+                "at_end_gib": _gib(self.at_end), "peak_phase": self.peak_phase,
+                "composition_gib": {k: _gib(v) for k, v in self.composition.items()},
+                "fragmentation_gib": _gib(self.fragmentation),
+                "top_allocators": [{"name": n, "gib": _gib(b)} for n, b in self.top]}
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: str  # "cuda:0", "cpu"
+    capacity: int | None  # bytes (GPU: deviceProperties' totalGlobalMem); None for the CPU
+    steps: tuple[StepMemory, ...]
+    creep_bytes_per_step: float | None  # the slope of allocated at the steps' starts (None: too few steps)
+    allocator_calls_per_step: float
+    allocator_ms_per_step: float
+    allocator_syncs_per_step: float
+    allocator_every_step: bool = False  # allocator calls in each of the steps
+    batch_scale: float | None = None  # how many times the batch could grow (prediction), GPU only
+
+    @property
+    def peak(self) -> StepMemory:
+        return max(self.steps, key=lambda s: s.peak_allocated)
+
+    @property
+    def peak_reserved(self) -> int:
+        return max(s.peak_reserved for s in self.steps)
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.peak_reserved
+
+    @property
+    def headroom_pct(self) -> float | None:
+        return None if self.capacity is None else 100.0 * self.headroom / self.capacity
+
+    @property
+    def used_pct(self) -> float | None:
+        return None if self.capacity is None else 100.0 * self.peak_reserved / self.capacity
+
+    def to_dict(self) -> dict:
+        p = self.peak
+        out = {"device": self.device, "capacity_gib": _gib(self.capacity),
+               "peak_allocated_gib": _gib(p.peak_allocated), "peak_reserved_gib": _gib(self.peak_reserved),
+               "headroom_gib": _gib(self.headroom), "headroom_pct": _round(self.headroom_pct),
+               "fragmentation_gib": _gib(p.fragmentation),
+               "fragmentation_pct": _round(100.0 * p.fragmentation / p.reserved_at_peak if p.reserved_at_peak
+                                           else 0.0),
+               "creep_mib_per_step": _round(None if self.creep_bytes_per_step is None
+                                            else self.creep_bytes_per_step / MIB),
+               "allocator_calls_per_step": _round(self.allocator_calls_per_step),
+               "allocator_ms_per_step": _round(self.allocator_ms_per_step),
+               "allocator_syncs_per_step": _round(self.allocator_syncs_per_step),
+               "batch_scale_predicted": _round(self.batch_scale),
+               "steps": [s.to_dict() for s in self.steps]}
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    devices: tuple[DeviceMemory, ...]
+    findings: tuple[Finding, ...] = field(default=())
+    # the allocator's counters over the run's unprofiled steps (capture/memory_stats.py KEYS, from the
+    # telemetry of stepscope.schedule or the trainer), when the run measured them
+    measured: dict = field(default_factory=dict)
+
+    def device(self, name: str) -> DeviceMemory | None:
+        return next((d for d in self.devices if d.device == name), None)
+
+    def to_dict(self) -> dict:
+        out = {"devices": [d.to_dict() for d in self.devices], "findings": [f.to_dict() for f in self.findings]}
+        if self.measured:
+            out["measured"] = {k: _round(v) for k, v in self.measured.items()}
+        return out
+
+    def lines(self, top: bool = True) -> list[str]:
+        """One line per device (peak, headroom, composition, fragmentation) and, with ``top``, one for its top
+        allocators."""
+        out = []
+        for d in self.devices:
+            p = d.peak
+            cap = (f" of {d.capacity / GIB:.1f} GiB, headroom {size(d.headroom)} ({d.headroom_pct:.0f}%)"
+                   if d.capacity is not None else "")
+            parts = ", ".join(f"{k} {size(v)}" for k, v in p.composition.items() if v)
+            reserved = f", {size(d.peak_reserved)} reserved" if d.peak_reserved else ""
+            free = f"; reserved but free {size(p.fragmentation)}" if p.reserved_at_peak else ""
+            out.append(f"memory {d.device}: peak {size(p.peak_allocated)} allocated{reserved}{cap}; at the "
+                       f"peak (step {p.step}, {p.peak_phase}): {parts}{free}")
+            if top and p.top:
+                out.append("memory top allocators at the peak: " + ", ".join(
+                    f"{n} {b / MIB:.0f} MiB" for n, b in p.top))
+        m = self.measured
+        if m:
+            out.append(f"memory without the profiler (the run's own counters): peak {_mib(m, 'mem_peak_allocated_mib')} "
+                       f"allocated, {_mib(m, 'mem_peak_reserved_mib')} reserved; {m.get('mem_alloc_retries', 0):g} "
+                       f"allocation retries, {m.get('mem_ooms', 0):g} out-of-memory errors")
+        return out
+
+
+def size(b: float) -> str:
+    """Bytes as GiB from 1 GiB up, else MiB."""
+    return f"{b / GIB:.2f} GiB" if abs(b) >= GIB else f"{b / MIB:.1f} MiB"
+
+
+def _mib(m: dict, key: str) -> str:
+    return f"{m[key] / 1024:.2f} GiB" if key in m else "?"
+
+
+def _gib(v) -> float | None:
+    return None if v is None else round(v / GIB, 4)
+
+
+def _round(v):
+    return round(v, 4) if isinstance(v, float) else v
+
+
+@gc_paused()  # it makes columns of every [memory] event: no collector passes over the trace's millions of events
+def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict | None = None) -> MemoryReport | None:
+    """The memory of the steps ``windows`` (the kept ones), per device, with the run's own counters from
+    ``telemetry`` (its ``mem_*`` keys); None with neither [memory] events nor such counters."""
+    measured = {k: v for k, v in (telemetry or {}).items() if k.startswith("mem_")}
+    if not trace.memory or not windows:
+        return MemoryReport((), tuple(measured_findings(measured, [], trace)), measured) if measured else None
+    cols = MemoryColumns.of(trace.memory)
+    kind = np.array(cols.field("device_type"), dtype=np.int64)
+    dev_id = np.where(kind != 0, np.array(cols.field("device_id"), dtype=np.int64), -1)
+    kind = np.where(kind != 0, kind, 0)
+    by_device = {(int(k), int(d)): np.flatnonzero((kind == k) & (dev_id == d))
+                 for k, d in set(zip(kind.tolist(), dev_id.tolist()))}
+    phases = _phases(trace, windows)
+    owners = _Owners(trace)
+    capacities = dict(trace.device_memory)
+    calls = _allocator_calls(trace, windows)
+    devices = []
+    if any(kind != 0 for kind, _ in by_device):  # a GPU run: its CPU samples are pinned buffers and scalars
+        by_device = {k: v for k, v in by_device.items() if k[0] != 0}
+    for (kind, dev_id), samples in sorted(by_device.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        dev = _Device.of(cols, samples)
+        steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners) for i, w in enumerate(windows))
+                      if s is not None)
+        if not steps:
+            continue
+        gpu = kind != 0
+        capacity = capacities.get(dev_id) if gpu else None
+        if gpu and capacity is None and len(capacities) == 1:
+            capacity = next(iter(capacities.values()))
+        n = len(windows)
+        count, ms, syncs, every = calls if gpu else (0, 0.0, 0, False)
+        d = DeviceMemory(f"cuda:{dev_id}" if gpu else "cpu", capacity, steps, _creep(steps),
+                         count / n, ms / n, syncs / n, every)
+        d = DeviceMemory(**{**d.__dict__, "batch_scale": batch_scale(d)})
+        devices.append(d)
+    if not devices and not measured:
+        return None
+    return MemoryReport(tuple(devices), tuple(memory_findings(devices) + measured_findings(measured, devices, trace)),
+                        measured)
+
+
+def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
+    """Per step: (backward start, backward end, the optimizer's ranges) within its host range."""
+    cols = op_columns(trace)
+    lo, hi = windows[0].host_start, windows[-1].host_end
+    inside = np.flatnonzero((cols.start >= lo) & (cols.start < hi)).tolist()
+    names, starts, ends = cols.names, cols.start.tolist(), cols.end.tolist()
+    distinct = set(names)
+    back, opt = ({n for n in distinct if n.startswith(BACKWARD_OP)}, {n for n in distinct if n.startswith(OPTIMIZER_RANGE)})
+    backward = sorted((starts[i], ends[i]) for i in inside if names[i] in back)
+    optim = sorted([(starts[i], ends[i]) for i in inside if names[i] in opt]
+                   + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
+    out = []
+    for w in windows:
+        mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
+        ranges = [o for o in optim if w.host_start <= o[0] < w.host_end]
+        out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
+    return out
+
+
+_STEP_PHASES = ("forward", "backward", "optimizer", "other")  # the codes of _phase_codes
+
+
+def _phase_codes(ts: np.ndarray, phases: tuple) -> np.ndarray:
+    """Each time's phase, as an index of _STEP_PHASES: inside an optimizer range, optimizer; else before the
+    backward, forward (without a backward: before the first optimizer range, and other after it); else
+    backward up to its end, and other after."""
+    b0, b1, optim = phases
+    if b0 is None:
+        codes = np.where(ts < optim[0][0], 0, 3) if optim else np.zeros(len(ts), dtype=np.int64)
+    else:
+        codes = np.where(ts < b0, 0, np.where(ts <= b1, 1, 3))
+    if optim:
+        starts = np.array([o[0] for o in optim])
+        ends = np.array([o[1] for o in optim])
+        k = np.searchsorted(starts, ts, side="right") - 1
+        inside = (k >= 0) & (ts < np.maximum.accumulate(ends)[np.maximum(k, 0)])
+        codes = np.where(inside, 2, codes)
+    return codes
+
+
+class _Device(NamedTuple):
+    """A device's samples as columns, sorted by time."""
+    ts: np.ndarray
+    total: np.ndarray
+    reserved: np.ndarray
+    nbytes: np.ndarray
+    addr: list
+    tid: list
+
+    @classmethod
+    def of(cls, cols: MemoryColumns, rows: np.ndarray) -> _Device:
+        """The device's samples (``rows`` of ``cols``), sorted by time."""
+        t = np.array(cols.field("ts"), dtype=np.float64)[rows]
+        order = rows[np.argsort(t, kind="stable")]
+        num = lambda name: np.array(cols.field(name), dtype=np.int64)[order]  # noqa: E731
+        listed = order.tolist()
+        return cls(np.sort(t, kind="stable"), num("total_allocated"), num("total_reserved"), num("bytes"),
+                   list(map(cols.field("addr").__getitem__, listed)), list(map(cols.field("tid").__getitem__, listed)))
+
+
+def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:
+    lo = int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right"))
+    hi = int(np.searchsorted(dev.ts, w.host_end, side="right"))
+    if lo >= hi:
+        return None
+    total = dev.total[lo:hi]
+    at_start = int(dev.total[lo - 1]) if lo > 0 else int(dev.total[lo] - dev.nbytes[lo])
+    i = int(np.argmax(total))
+    peak_i = lo + i if total[i] > at_start else None
+    peak = int(total[i]) if peak_i is not None else at_start
+    peak_reserved = int(max(dev.reserved[lo:hi].max(), dev.reserved[lo - 1] if lo > 0 else 0))
+    codes = _phase_codes(dev.ts[lo:hi], phases)
+    deltas = np.diff(total, prepend=at_start)
+    end = peak_i + 1 - lo if peak_i is not None else 0
+    sums = np.bincount(codes[:end], weights=deltas[:end], minlength=4) if end else np.zeros(4)
+    growth = {name: int(round(sums[k])) for k, name in enumerate(_STEP_PHASES)}
+    growth = {"forward": growth["forward"], "backward": growth["backward"], "optimizer": growth["optimizer"],
+              "optimizer_state_new": 0, "other": growth["other"]}
+    optim_kept = int(deltas[codes == 2].sum())
+    at_end = int(total[-1])
+    if optim_kept >= STATE_NEW_MIN_BYTES and at_end > at_start:
+        state_new = max(min(growth["optimizer"], optim_kept, at_end - at_start), 0)
+        growth["optimizer"] -= state_new
+        growth["optimizer_state_new"] = state_new
+    composition = {"persistent": at_start, **growth}
+    if peak_i is not None:
+        reserved_at_peak = int(dev.reserved[peak_i])
+    else:
+        reserved_at_peak = int(dev.reserved[lo - 1] if lo > 0 else dev.reserved[lo])
+    live: dict = {}  # address -> the sample that allocated it, up to the peak
+    for j, b in zip(range(lo, lo + end), dev.nbytes[lo:lo + end].tolist()):
+        if b > 0:
+            live[dev.addr[j]] = (j, b)
+        elif b < 0:
+            live.pop(dev.addr[j], None)
+    tops: dict[str, int] = defaultdict(int)
+    by_tid: dict = defaultdict(list)
+    for j, b in live.values():
+        by_tid[dev.tid[j]].append((j, b))
+    for tid, allocs in by_tid.items():
+        names = owners.owners(tid, dev.ts[[j for j, _ in allocs]])
+        for name, (_, b) in zip(names, allocs):
+            tops[name] += b
+    top = tuple(sorted(tops.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
+    phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
+    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top)
+
+
+class _Owners:
+    """The innermost op on a thread at a time, generic allocation ops giving way to the op around them; each
+    thread's ops sorted once, when an allocation on it is first asked about."""
+
+    def __init__(self, trace: ParsedTrace) -> None:
+        self.cols = op_columns(trace)
+        self.by_tid: dict = {}
+
+    def _thread(self, tid):
+        """(op indices, starts, ends) of the thread's ops that are not generic allocation ops, by start; and the
+        same of all its ops (for an allocation outside any other op)."""
+        if tid not in self.by_tid:
+            code = self.cols.threads.get(tid)
+            if code is None:
+                self.by_tid[tid] = None
+            else:
+                idx = np.flatnonzero(self.cols.thread == code)
+                idx = idx[np.argsort(self.cols.start[idx], kind="stable")]
+                names = self.cols.names
+                keep = np.fromiter((names[i] not in GENERIC_ALLOCATING_OPS for i in idx.tolist()), bool, len(idx))
+                self.by_tid[tid] = tuple((ix, self.cols.start[ix], self.cols.end[ix]) for ix in (idx[keep], idx))
+        return self.by_tid[tid]
+
+    def owners(self, tid, ts: np.ndarray) -> list[str]:
+        """The owner of each time in ``ts`` (allocations on thread ``tid``)."""
+        ranges = self._thread(tid)
+        if ranges is None:
+            return ["(no op)"] * len(ts)
+        out = []
+        (idx, starts, ends), every = ranges
+        k = np.searchsorted(starts, ts, side="right") - 1
+        direct = (k >= 0) & (ends[np.maximum(k, 0)] > ts)  # the latest op begun before contains it: the usual case
+        for t, j, hit in zip(ts.tolist(), k.tolist(), direct.tolist()):
+            out.append(self.cols.names[idx[j]] if hit else self._walk(ranges, t))
+        return out
+
+    def _walk(self, ranges, ts: float) -> str:
+        for idx, starts, ends in ranges:  # a non-generic op around it, else any op around it
+            k = int(np.searchsorted(starts, ts, side="right"))
+            lo = max(k - 4096, 0)
+            containing = np.flatnonzero((ends[lo:k] > ts) | (ends[lo:k] == starts[lo:k]))
+            if len(containing):
+                return self.cols.names[idx[lo + containing[-1]]]
+        return "(no op)"
+
+
+def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int, float, int, bool]:
+    """(count, ms, syncing ones, whether every step has one) of the allocator's device calls in the steps'
+    host ranges."""
+    count, us, syncs, steps = 0, 0.0, 0, set()
+    for r in trace.runtime:
+        if r.name.startswith(ALLOCATOR_CALLS):
+            i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
+            if i is not None:
+                count += 1
+                us += r.dur
+                syncs += r.name in SYNCING_ALLOCATOR_CALLS
+                steps.add(i)
+    return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and len(steps) == len(windows)
+
+
+def _creep(steps: tuple[StepMemory, ...]) -> float | None:
+    """The least-squares slope of allocated at the steps' starts, bytes per step; None for fewer than 2."""
+    if len(steps) < 2:
+        return None
+    xs = [s.step for s in steps]
+    ys = [s.at_start for s in steps]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else None
+
+
+def batch_scale(d: DeviceMemory) -> float | None:
+    """How many times the batch could grow before the peak fills the device (prediction): persistent bytes stay,
+    what the step adds above them scales with the batch; CONTEXT_BYTES of the device stay outside the
+    allocator. An out-of-memory error is decided by what the allocator reserves (blocks rounded up, segments
+    split), not by what is allocated: the bytes are taken at the peak's reserved-to-allocated ratio (1 where
+    the trace has no reserved figure). None for the CPU or a step that adds nothing."""
+    if d.capacity is None:
+        return None
+    p = d.peak
+    per_batch = p.peak_allocated - p.composition["persistent"] - p.composition["optimizer_state_new"]
+    if per_batch < SCALE_MIN_BYTES:
+        return None
+    ratio = reserved_ratio(p)
+    usable = (d.capacity - CONTEXT_BYTES) / ratio - p.composition["persistent"] - p.composition["optimizer_state_new"]
+    return max(usable / per_batch, 0.0)
+
+
+def reserved_ratio(p: StepMemory) -> float:
+    """Reserved over allocated at the step's peak, at least 1 (1 without a reserved figure)."""
+    return max(p.reserved_at_peak / p.peak_allocated, 1.0) if p.reserved_at_peak and p.peak_allocated else 1.0
+
+
+def _scale(x: float) -> str:
+    return f"at least {SCALE_SAID_MAX:.0f}x" if x >= SCALE_SAID_MAX else f"about {x:.1f}x"
+
+
+def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
+    """oom_risk / headroom, fragmentation, allocator_churn and memory_creep, each with its figures and remedy;
+    the cost is the step time it takes where it takes any (allocator calls), else 0."""
+    out = []
+    for d in devices:
+        p = d.peak
+        if d.capacity is not None:
+            if d.used_pct >= OOM_RISK_PCT:
+                out.append(Finding("oom_risk", (
+                    f"{d.device}: peak reserved {d.peak_reserved / GIB:.2f} GiB is {d.used_pct:.0f}% of the "
+                    f"device's {d.capacity / GIB:.1f} GiB (step {p.step}, {p.peak_phase}): a larger batch, a "
+                    "longer sequence or a fragmented moment runs out of memory"), 0.0, (
+                    "Cut the step's transient memory: activation checkpointing (torch.utils.checkpoint) on the "
+                    "largest blocks, bf16 autocast, a smaller micro-batch with gradient accumulation; and set "
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",)))
+            elif d.used_pct <= HEADROOM_PCT and d.batch_scale is not None and d.batch_scale >= 1.5:
+                out.append(Finding("headroom", (
+                    f"{d.device}: peak reserved {d.peak_reserved / GIB:.2f} GiB of {d.capacity / GIB:.1f} GiB "
+                    f"({d.used_pct:.0f}%); persistent {p.composition['persistent'] / GIB:.2f} GiB stays and "
+                    f"{(p.peak_allocated - p.composition['persistent']) / GIB:.2f} GiB scales with the batch: "
+                    f"the batch could grow {_scale(d.batch_scale)} (a prediction; stepscope verify re-runs "
+                    "it)"), 0.0, (
+                    f"Raise the batch size (it could grow {_scale(d.batch_scale)}; scale the learning rate with it) "
+                    "and confirm by re-running; a larger batch often raises the GPU's share of the step",)))
+        if d.device != "cpu" and p.reserved_at_peak and (
+                100.0 * p.fragmentation / p.reserved_at_peak >= FRAGMENTATION_PCT
+                and p.fragmentation >= FRAGMENTATION_MIN_BYTES):
+            out.append(Finding("fragmentation", (
+                f"{d.device}: at the peak {p.fragmentation / GIB:.2f} GiB is reserved but not allocated "
+                f"({100.0 * p.fragmentation / p.reserved_at_peak:.0f}% of reserved): the caching allocator "
+                "holds segments that its blocks do not fill"), 0.0, (
+                "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of "
+                "splitting); keep shapes steady (pad or bucket variable-length batches)",)))
+        if d.allocator_every_step:
+            out.append(Finding("allocator_churn", (
+                f"{d.device}: {d.allocator_calls_per_step:g} allocator calls (cudaMalloc/cudaFree/cuMem*) a "
+                f"step, {d.allocator_ms_per_step:.2f} ms of host time, {d.allocator_syncs_per_step:g} device "
+                "synchronisations (cudaFree): the caching allocator grows or gives memory back inside "
+                "steady steps"), d.allocator_ms_per_step, (
+                "Remove torch.cuda.empty_cache() from the loop; keep tensor shapes steady across steps (pad or "
+                "bucket); set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)))
+        c = d.creep_bytes_per_step
+        starts = [s.at_start for s in d.steps]
+        if (c is not None and len(d.steps) >= CREEP_MIN_STEPS and c >= CREEP_MIN_BYTES_PER_STEP
+                and all(b > a for a, b in zip(starts, starts[1:]))):
+            reach = ""
+            if d.capacity is not None:
+                left = (d.capacity - CONTEXT_BYTES - d.peak_reserved) / c
+                reach = f"; at this rate it fills the device about {max(left, 0):.0f} steps after step {d.steps[-1].step}"
+            out.append(Finding("memory_creep", (
+                f"{d.device}: allocated at the start of each step rises by {c / MIB:.1f} MiB a step "
+                f"({starts[0] / GIB:.2f} to {starts[-1] / GIB:.2f} GiB over steps {d.steps[0].step}-"
+                f"{d.steps[-1].step}){reach}"), 0.0, (
+                "Something keeps tensors across steps: a loss or output appended to a list without .item() or "
+                ".detach(), a growing cache, hooks holding activations; record torch.cuda.memory._record_memory_"
+                "history() and compare two snapshots a few steps apart",)))
+    return out
+
+
+def measured_findings(m: dict, devices: list[DeviceMemory], trace: ParsedTrace) -> list[Finding]:
+    """From the run's own counters over its unprofiled steps: allocation retries and out-of-memory errors (the
+    allocator ran short and emptied its cache, a step stalls and synchronises for it), and creep of allocated
+    across the windows, where the trace's few steps did not already say so."""
+    out = []
+    retries, ooms = m.get("mem_alloc_retries", 0.0), m.get("mem_ooms", 0.0)
+    if retries > 0 or ooms > 0:
+        out.append(Finding("alloc_retries", (
+            f"the caching allocator ran short {retries:g} times over the run (it freed its cached blocks and "
+            f"retried, stalling the step and synchronising the device) and raised {ooms:g} out-of-memory errors: "
+            "memory is at the device's limit"), 0.0, (
+            "Cut the step's peak (activation checkpointing, bf16 autocast, a smaller micro-batch with gradient "
+            "accumulation) and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)))
+    creep = m.get("mem_creep_mib_per_step", 0.0)
+    if creep * MIB >= CREEP_MIN_BYTES_PER_STEP and not any(f.id == "memory_creep"
+                                                          for f in memory_findings(devices)):
+        capacity = next((c for _, c in trace.device_memory), None)
+        reach = ""
+        if capacity is not None and "mem_peak_reserved_mib" in m:
+            left = (capacity - CONTEXT_BYTES - m["mem_peak_reserved_mib"] * MIB) / (creep * MIB)
+            reach = f"; at this rate it fills the device in about {max(left, 0):.0f} steps"
+        out.append(Finding("memory_creep", (
+            f"allocated between steps rises by {creep:.1f} MiB a step across the run's windows of unprofiled "
+            f"steps (now {m.get('mem_allocated_mib', 0) / 1024:.2f} GiB){reach}"), 0.0, (
+            "Something keeps tensors across steps: a loss or output appended to a list without .item() or "
+            ".detach(), a growing cache, hooks holding activations; compare two allocator snapshots a few steps "
+            "apart",)))
+    return out
+
+
+# ranks of one job whose peaks differ by this ratio (largest over smallest) and this many bytes: imbalance
+IMBALANCE_RATIO = 1.10
+IMBALANCE_MIN_BYTES = 256 << 20
+
+
+def rank_imbalance(by_rank: dict) -> dict | None:
+    """Across the ranks of a profiling cycle (rank -> its MemoryReport or None): each rank's peak allocated on
+    its first GPU, and a ``memory_imbalance`` finding when the largest is IMBALANCE_RATIO times the smallest
+    and IMBALANCE_MIN_BYTES above it (the largest rank runs out of memory first: uneven shards, a rank that
+    keeps more, rank 0's extra work). None unless every rank has a GPU's memory."""
+    peaks = {}
+    for rank, mem in by_rank.items():
+        dev = next((d for d in mem.devices if d.device != "cpu"), None) if mem is not None else None
+        if dev is None:
+            return None
+        peaks[rank] = dev.peak.peak_allocated
+    hi = max(peaks, key=peaks.get)
+    lo = min(peaks, key=peaks.get)
+    ratio = peaks[hi] / peaks[lo] if peaks[lo] else None
+    findings = []
+    if ratio is not None and ratio >= IMBALANCE_RATIO and peaks[hi] - peaks[lo] >= IMBALANCE_MIN_BYTES:
+        findings.append(Finding("memory_imbalance", (
+            f"rank {hi} peaks at {size(peaks[hi])} allocated, rank {lo} at {size(peaks[lo])} ({ratio:.2f}x): "
+            f"rank {hi} runs out of memory first"), 0.0, (
+            "Even out what the ranks hold: shard evenly (FSDP/ZeRO), keep rank 0's extra work (logging, "
+            "evaluation, checkpoint gathering) off the GPU or out of the step",)).to_dict())
+    return {"peak_allocated_gib": {str(r): _gib(v) for r, v in sorted(peaks.items())},
+            "imbalance": _round(ratio), "findings": findings}

@@ -1,0 +1,250 @@
+"""Per-(worker, span) numbers measured from the trace: step time, GPU busy, kernels, syncs, data, memory.
+
+Every "per step" number is a total over the profiled steps divided by their count. GPU terms are None on a
+CPU-only trace. Counts and times are of the work each step launched (see steps.py), so the GPU work of
+warm-up steps that still runs in the first profiled step is not counted as that step's kernels.
+"""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from stepscope.analysis.breakdown import Breakdown, device_sets, host_sets, sync_primitives
+from stepscope.analysis.columns import device_columns, op_columns
+from stepscope.analysis.events import HostEvent, MemoryColumns, ParsedTrace, is_comm
+from stepscope.analysis.intervals import IntervalSet, intersect
+from stepscope.analysis.per_trace import per_trace
+from stepscope.analysis.steps import StepWindow
+
+KERNEL_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                   "cudaLaunchCooperativeKernel"}
+TOP_N = 5
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class TopItem:
+    name: str
+    ms_per_step: float
+    count_per_step: float
+    pct: float  # of all kernel time (GPU) or of all op self time (CPU)
+
+
+@dataclass(frozen=True)
+class SyncEpisode:
+    """One host-device sync: the sync calls under one top-level op (e.g. aten::item), or a bare call."""
+
+    name: str  # the top-level op, or the runtime call
+    start: float
+    blocked_us: float
+
+
+@dataclass(frozen=True)
+class SpanMetrics:
+    steps: int
+    step_ms: float
+    host_step_ms: float  # mean ProfilerStep# range on the host
+    gpu_busy_pct: float | None
+    kernels_per_step: float | None
+    host_us_per_kernel: float | None  # host step time outside data loading / kernels: the host's cost of one
+    median_kernel_us: float | None
+    median_launch_us: float | None
+    syncs_per_step: float | None
+    sync_ms_per_step: float | None
+    data_ms_per_step: float
+    memcpy_ms_per_step: float | None
+    memcpy_per_step: float | None
+    peak_gpu_memory_mib: float | None
+    peak_cpu_memory_mib: float | None
+    compute_ms_per_step: float
+    comm_ms_per_step: float
+    overlap_ms_per_step: float
+    top: tuple[TopItem, ...]  # top kernels (GPU) or top ops by self time (CPU)
+    sync_episodes: tuple[SyncEpisode, ...]
+
+    def to_dict(self) -> dict:
+        """The JSON ``metrics`` object (scalars only; top items and episodes are reported elsewhere)."""
+        return {k: _round(v) for k, v in self.__dict__.items() if k not in ("top", "sync_episodes")}
+
+
+def _round(v):
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -> SpanMetrics:
+    n = len(windows)
+    hs = host_sets(trace)
+    data_us = sum(hs.data.length_within(w.host_start, w.host_end) for w in windows)
+    peak = _peak_allocated(trace.memory)
+    common = dict(steps=n, step_ms=bd.total_us / n / 1e3,
+                  host_step_ms=sum(w.host_end - w.host_start for w in windows) / n / 1e3,
+                  data_ms_per_step=data_us / n / 1e3,
+                  peak_gpu_memory_mib=peak[1] / MIB if peak[1] is not None else None,
+                  peak_cpu_memory_mib=peak[0] / MIB if peak[0] is not None else None)
+    if not trace.has_gpu:
+        compute, comm = hs.compute_ops, hs.comm
+        return SpanMetrics(gpu_busy_pct=None, kernels_per_step=None, host_us_per_kernel=None,
+                           median_kernel_us=None, median_launch_us=None, syncs_per_step=None,
+                           sync_ms_per_step=None, memcpy_ms_per_step=None, memcpy_per_step=None,
+                           top=tuple(_top_ops(trace.ops, windows)), sync_episodes=(),
+                           **_comm_compute(compute, comm, windows, n), **common)
+
+    own = [d for w in windows for d in w.device]
+    kernels = [d for d in own if d.kind == "kernel"]
+    memcpys = [d for d in own if d.kind == "memcpy"]
+    step_ranges = _step_ranges(windows)
+    in_steps = step_ranges.covers
+    named = [r for r in trace.runtime if r.name in KERNEL_LAUNCHES]
+    launches = [r for r, inside in zip(named, step_ranges.covers_each([r.start for r in named]).tolist()) if inside]
+    episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
+    _, compute, _ = device_sets(trace)
+    dev = device_columns(trace)
+    comm = dev.spans(dev.is_comm)
+    busy_us = bd.buckets["gpu_busy"] + bd.buckets["communication"]
+    return SpanMetrics(
+        gpu_busy_pct=100.0 * busy_us / bd.total_us if bd.total_us > 0 else 0.0,
+        kernels_per_step=len(kernels) / n,
+        host_us_per_kernel=(common["host_step_ms"] - common["data_ms_per_step"]) * 1e3 * n / len(kernels)
+        if kernels else None,
+        median_kernel_us=statistics.median(d.dur for d in kernels) if kernels else None,
+        median_launch_us=statistics.median(r.dur for r in launches) if launches else None,
+        syncs_per_step=len(episodes) / n,
+        sync_ms_per_step=sum(e.blocked_us for e in episodes) / n / 1e3,
+        memcpy_ms_per_step=IntervalSet((d.start, d.end) for d in memcpys).total() / n / 1e3,
+        memcpy_per_step=len(memcpys) / n,
+        top=tuple(_top_kernels(kernels, n)), sync_episodes=tuple(episodes),
+        **_comm_compute(compute, comm, windows, n), **common)
+
+
+def _peak_allocated(memory) -> dict[int, int | None]:
+    """The largest Total Allocated of the CPU (0) and the GPU (1) samples; None where there is none."""
+    peak: dict[int, int | None] = {0: None, 1: None}
+    cols = MemoryColumns.of(memory)
+    for kind, total in set(zip(cols.field("device_type"), cols.field("total_allocated"))):
+        if kind in peak and (peak[kind] is None or total > peak[kind]):
+            peak[kind] = total
+    return peak
+
+
+def _step_ranges(windows: list[StepWindow]) -> IntervalSet:
+    """The union of the steps' host ranges."""
+    return IntervalSet((w.host_start, w.host_end) for w in windows)
+
+
+def _in_steps(windows: list[StepWindow]) -> Callable[[float], bool]:
+    """Whether a time is inside some step's host range, asked once per event."""
+    return _step_ranges(windows).covers
+
+
+def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWindow], n: int) -> dict:
+    both = intersect(compute, comm)
+
+    def per_step(s: IntervalSet) -> float:
+        return sum(s.length_within(w.start, w.end) for w in windows) / n / 1e3
+
+    return dict(compute_ms_per_step=per_step(compute), comm_ms_per_step=per_step(comm),
+                overlap_ms_per_step=per_step(both))
+
+
+def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
+    """Host-device syncs, one per top-level op that contains sync calls (an ``.item()`` is aten::item >
+    aten::_local_scalar_dense > cudaMemcpyAsync + cudaStreamSynchronize: one sync, not four)."""
+    tops = top_level_ops(trace)
+    groups: dict[tuple, list[HostEvent]] = defaultdict(list)
+    for p in sync_primitives(trace):
+        top = _container(tops.get(p.tid, ([], [])), p)
+        key = (p.tid, top.start, top.name) if top else (p.tid, p.start, p.name)
+        groups[key].append(p)
+    out = []
+    for (_, start, name), prims in groups.items():
+        blocked = IntervalSet((p.start, p.end) for p in prims).total()
+        out.append(SyncEpisode(name, start, blocked))
+    return sorted(out, key=lambda e: e.start)
+
+
+@per_trace
+def top_level_ops(trace: ParsedTrace) -> dict:
+    """Per thread: (starts, ops) of the ops not nested in another op, in time order: in (start, -end) order,
+    the first op, then the first one that starts at or after the end of the last one taken."""
+    ops = trace.ops
+    if not ops:
+        return {}
+    cols = op_columns(trace)
+    threads, tid, start, end = cols.threads, cols.thread, cols.start, cols.end
+    order = np.lexsort((-end, start, tid))  # by thread, then (start, -end); stable like list.sort
+    bounds = np.searchsorted(tid[order], np.arange(len(threads) + 1))
+    out = {}
+    for key, code in threads.items():
+        rows = order[bounds[code]:bounds[code + 1]]
+        starts, ends = start[rows], end[rows]
+        tops, i = [], 0
+        while i < len(rows):
+            tops.append(int(rows[i]))
+            i = max(i + 1, int(starts.searchsorted(ends[i])))
+        out[key] = ([ops[k].start for k in tops], [ops[k] for k in tops])
+    return out
+
+
+def _container(tops: tuple[list[float], list[HostEvent]], e: HostEvent) -> HostEvent | None:
+    starts, ops = tops
+    i = bisect_right(starts, e.start) - 1
+    if i >= 0 and ops[i].end >= e.end:
+        return ops[i]
+    return None
+
+
+def op_table(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
+    """Every kernel (a GPU trace) or CPU operator by self time (a CPU trace) of these steps: name -> ms per step,
+    the full table that a span's ``top`` is the head of."""
+    if not windows:
+        return {}
+    if not trace.has_gpu:
+        items = _top_ops(trace.ops, windows, None)
+    else:
+        items = _top_kernels([d for w in windows for d in w.device if d.kind == "kernel"], len(windows), None)
+    return {t.name: t.ms_per_step for t in items}
+
+
+def _top_kernels(kernels, n: int, rows: int | None = TOP_N) -> list[TopItem]:
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for k in kernels:
+        total[k.name] += k.dur
+        count[k.name] += 1
+    grand = sum(total.values()) or 1.0
+    best = sorted(total, key=total.get, reverse=True)[:rows]
+    return [TopItem(name, total[name] / n / 1e3, count[name] / n, 100.0 * total[name] / grand)
+            for name in best]
+
+
+def _top_ops(ops, windows: list[StepWindow], rows: int | None = TOP_N) -> list[TopItem]:
+    """Top CPU ops by self time (own duration minus that of ops nested in them on the same thread)."""
+    n = len(windows)
+    by_tid: dict = defaultdict(list)
+    in_steps = _in_steps(windows)
+    for o in ops:
+        if in_steps(o.start):
+            by_tid[o.tid].append(o)
+    self_us: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for lst in by_tid.values():
+        lst.sort(key=lambda o: (o.start, -o.end))
+        stack: list[HostEvent] = []
+        for o in lst:
+            while stack and stack[-1].end <= o.start:
+                stack.pop()
+            if stack:
+                self_us[stack[-1].name] -= o.dur  # the parent's self time excludes this child
+            self_us[o.name] += o.dur
+            count[o.name] += 1
+            stack.append(o)
+    compute = {k: v for k, v in self_us.items() if not is_comm(k)}  # collectives count as communication
+    grand = sum(compute.values()) or 1.0
+    best = sorted(compute, key=compute.get, reverse=True)[:rows]
+    return [TopItem(name, self_us[name] / n / 1e3, count[name] / n, 100.0 * self_us[name] / grand)
+            for name in best]

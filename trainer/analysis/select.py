@@ -1,0 +1,89 @@
+"""Analyse only part of a trace: a window of ProfilerStep numbers, or a time range.
+
+    parsed = select(parse_trace_file(path, "w", "1"), StepSelection(steps=(3, 8)))      # #3 .. #7
+    parsed = select(parsed, StepSelection(time_ms=(120.0, 480.0)))   # steps starting 120-480 ms in
+    stepscope analyze logs/run --steps 3:8 --time-range 120:480       # the same from the command line
+
+``steps=(a, b)`` keeps ProfilerStep#N with a <= N < b, like a Python slice (either side None: open).
+``time_ms=(t0, t1)`` keeps the steps whose host range starts at t0 <= start < t1 ms after the trace's first
+event. Both together keep the steps that pass both. The events kept are those that can matter to the kept
+steps' windows: from the first kept step's host start to the end of the last device work launched in the
+kept steps (or the last step's host end, if later). Device work launched before the first kept step is kept
+when it still runs then, and counts as work launched before the profiled steps (see steps.py). Python frame
+starts are kept within the same range. Raises TraceError when no step is left. Pure, torch-free.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, replace
+
+from stepscope.analysis.events import MemoryColumns, ParsedTrace
+from stepscope.analysis.steps import launches_by_correlation, step_finder
+from stepscope.trace.errors import TraceError
+
+
+@dataclass(frozen=True)
+class StepSelection:
+    steps: tuple[int | None, int | None] | None = None
+    time_ms: tuple[float | None, float | None] | None = None
+
+    def __bool__(self) -> bool:
+        return self.steps is not None or self.time_ms is not None
+
+    def describe(self) -> str:
+        parts = []
+        if self.steps is not None:
+            parts.append(f"steps {_side(self.steps[0])}:{_side(self.steps[1])}")
+        if self.time_ms is not None:
+            parts.append(f"time {_side(self.time_ms[0])}:{_side(self.time_ms[1])} ms")
+        return " and ".join(parts)
+
+
+def _side(v) -> str:
+    return "" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _inside(v: float, lo, hi) -> bool:
+    return (lo is None or v >= lo) and (hi is None or v < hi)
+
+
+def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
+    """``trace`` restricted to the selected steps and the events that matter to them (module docstring)."""
+    if not sel:
+        return trace
+    kept = [i for i, s in enumerate(trace.steps)
+            if (sel.steps is None or _inside(s.number, *sel.steps))
+            and (sel.time_ms is None or _inside(s.start / 1e3, *sel.time_ms))]
+    if not kept:
+        numbers = [s.number for s in trace.steps]
+        raise TraceError(f"{trace.worker}.{trace.span}: no ProfilerStep#N in {sel.describe()} (the trace has "
+                         f"steps {min(numbers)}..{max(numbers)}, {trace.steps[-1].end / 1e3:.1f} ms)")
+    steps = tuple(trace.steps[i] for i in kept)
+    lo = steps[0].start
+    hi = max(s.end for s in steps)
+    launch = launches_by_correlation(trace)
+    mine = set(kept)
+    find = step_finder(trace)
+    for d in trace.device:
+        r = launch.get(d.correlation)
+        if r is not None and find(r.start) in mine:
+            hi = max(hi, d.end)
+
+    def between(events):
+        return tuple(e for e in events if e.end >= lo and e.start <= hi)
+
+    def starts_between(times):
+        return times[bisect_left(times, lo):bisect_right(times, hi)]
+
+    return replace(
+        trace, steps=steps, ops=between(trace.ops), annotations=between(trace.annotations),
+        runtime=between(trace.runtime), device=between(trace.device), data_spans=between(trace.data_spans),
+        memory=_memory_between(trace.memory, lo, hi),
+        python_calls=starts_between(trace.python_calls), python_builtins=starts_between(trace.python_builtins),
+        model_spans=tuple(m for m in trace.model_spans if m[1] >= lo and m[0] <= hi))
+
+
+def _memory_between(memory, lo: float, hi: float) -> MemoryColumns:
+    cols = MemoryColumns.of(memory)
+    return cols.take([i for i, t in enumerate(cols.columns[0]) if lo <= t <= hi])

@@ -1,0 +1,102 @@
+"""Step windows: which GPU work belongs to which training step, and when each step really ends.
+
+A step's GPU work is the device activity whose launch (the runtime call with the same ``correlation`` id:
+``cudaLaunchKernel``, ``cudaGraphLaunch``, ``cudaMemcpyAsync``, ...) ran on the host inside that step's
+``ProfilerStep#N`` range. One ``cudaGraphLaunch`` correlates with every kernel of the graph.
+
+The window of step i is ``[start_i, end_i]`` with
+
+    end_i   = max(host end of ProfilerStep i, end of the last device activity launched in step i)
+    start_i = max(host start of ProfilerStep i, end_{i-1})
+
+so consecutive windows tile the timeline and a window's length is the time between two step completions:
+the real step time whether the host or the GPU is the slower side. A whole-step CUDA graph's host range is
+tiny and its GPU work runs long after it; with the GPU lagging behind the host by a step or more, the host
+ranges overlap the GPU work of earlier steps. For the first step, ``end_{-1}`` is where the device work that
+was launched before the profiled steps (warm-up steps, whose launches are not in the trace) finishes.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from stepscope.analysis.events import DeviceEvent, HostEvent, ParsedTrace
+from stepscope.analysis.per_trace import per_trace
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    number: int  # N of ProfilerStep#N
+    host_start: float
+    host_end: float
+    start: float
+    end: float
+    device: tuple[DeviceEvent, ...]  # device activity launched by this step
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.start
+
+
+@per_trace
+def launches_by_correlation(trace: ParsedTrace) -> dict[int, HostEvent]:
+    return {r.correlation: r for r in trace.runtime if r.correlation is not None}
+
+
+def step_finder(trace: ParsedTrace) -> Callable[[float], int | None]:
+    """A lookup for one trace: a time -> the index of the step whose host range contains it, else None. The
+    step starts are gathered once, for a lookup per event."""
+    steps = trace.steps
+    starts = [s.start for s in steps]
+
+    def find(t: float) -> int | None:
+        i = bisect_right(starts, t) - 1
+        if i >= 0 and t < steps[i].end:
+            return i
+        return None
+
+    return find
+
+
+def step_windows(trace: ParsedTrace) -> list[StepWindow]:
+    """One window per ProfilerStep, in order. On a CPU-only trace, the windows are the host ranges."""
+    if not trace.has_gpu:
+        return [StepWindow(s.number, s.start, s.end, s.start, s.end, ()) for s in trace.steps]
+    own, unattributed = _device_by_step(trace)
+
+    first = trace.steps[0]
+    first_own = min((d.start for d in own[0]), default=first.end)
+    # Work launched before the profiled steps (unknown launch, or a launch before step 0) that the GPU
+    # was still running when step 0 began.
+    prior_end = max((d.end for d in unattributed if d.start < first_own), default=first.start)
+
+    windows = []
+    prev_end = prior_end
+    for step, mine in zip(trace.steps, own, strict=True):
+        end = max([step.end] + [d.end for d in mine])
+        start = max(step.start, prev_end)
+        if start >= end:  # the GPU finished this step's work before the previous window closed
+            start = step.start
+        windows.append(StepWindow(step.number, step.start, step.end, start, end, tuple(mine)))
+        prev_end = end
+    return windows
+
+
+def _device_by_step(trace: ParsedTrace) -> tuple[list[list[DeviceEvent]], list[DeviceEvent]]:
+    """Per step, the device activity whose launch ran inside its host range (``step_finder``'s rule), in
+    trace order; and the rest. Looked up for all activities at once."""
+    launch = launches_by_correlation(trace)
+    device, steps = trace.device, trace.steps
+    nan = float("nan")
+    launched_at = np.array([r.start if (r := launch.get(d.correlation)) is not None else nan for d in device],
+                           dtype=np.float64)
+    step_ends = np.array([s.end for s in steps], dtype=np.float64)
+    i = np.searchsorted(np.array([s.start for s in steps], dtype=np.float64), launched_at, side="right") - 1
+    step_of = np.where((i >= 0) & (launched_at < step_ends[np.maximum(i, 0)]), i, -1)  # NaN: no launch, -1
+    order = np.argsort(step_of, kind="stable")
+    bounds = np.searchsorted(step_of[order], np.arange(-1, len(steps) + 1)).tolist()
+    groups = [[device[k] for k in order[a:b].tolist()] for a, b in zip(bounds, bounds[1:])]
+    return groups[1:], groups[0]

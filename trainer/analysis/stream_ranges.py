@@ -1,0 +1,152 @@
+"""One large uncompressed trace parsed in byte ranges by several processes at once (stream_parse.py's
+``parse_trace_file(..., parts=N)``), with the same result as the one-process parse. Torch-free.
+
+    ranges = jsonstream.split_points(path, 2, decode)       # byte ranges of whole events
+    collector, header = collect_ranges(path, ranges, first_base(path, BLOCK), BLOCK)
+
+This process collects the first range while forked processes (trace/workers.py) collect the others. Each
+sends its events back as columns (numpy arrays of times, names as codes into a table of distinct names),
+encoded piece by piece as it goes, so that it never holds more than one piece's event tuples: pickling the tuples themselves
+would cost about as much as parsing them, and holding them would double the parse's memory.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+from stepscope.analysis.events import DeviceEvent, HostEvent
+from stepscope.analysis.stream_collect import Collector, from_objects, read
+from stepscope.trace.gc_paused import gc_paused
+from stepscope.trace.jsonstream import TraceStream
+from stepscope.trace.workers import fork_pool
+
+HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
+
+# What reading a file in byte ranges meets that the one-process parse then says properly, naming the file or
+# the event by its index in the whole file (which a range does not know), or does not meet at all: a bad
+# event (TraceError, the ValueError of int() of a field that is no number), a file that cannot be read
+# (OSError, EOFError, zlib.error; decode errors are ValueErrors; rapidgzip says RuntimeError of a corrupt .gz),
+# JSON nested too deeply (RecursionError, a RuntimeError), a helper that could not start or died (OSError,
+# concurrent.futures.BrokenExecutor, a RuntimeError), and running out of memory (the one-process parse holds
+# no helper's columns). Anything else (TypeError, AttributeError, NameError, KeyError ...) is a defect, or
+# int()'s TypeError of a bad field that the one-process parse raises alike: it is raised, not hidden behind
+# the slower parse.
+RANGE_FAILURES = (ValueError, OSError, EOFError, zlib.error, RuntimeError, MemoryError)
+
+
+def first_base(path: Path, block: int) -> float | None:
+    """The base (``events._base``) of the file's events, from its first pieces; None if none has a time or
+    the file cannot be read (``RANGE_FAILURES``: the one-process parse then says why)."""
+    c = Collector()
+    try:
+        with TraceStream(path, block, lenient=from_objects) as ts:
+            for events in ts.decode_events(read):
+                if c.find_base(events):
+                    return c.base
+    except RANGE_FAILURES:
+        return None
+    return None
+
+
+def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take) -> dict:
+    """``take(events)`` for each decoded piece of one byte range, in order; returns the range's header keys.
+    Raises what reading or collecting them raises: the caller then parses the file in one process, which
+    says where the trouble is (an event's index in the whole file is not known here)."""
+    with TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
+        for events in ts.decode_events(read):
+            take(events)
+        return ts.header
+
+
+def _collector(base: float) -> Collector:
+    c = Collector()
+    c.base = base
+    return c
+
+
+def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> Collector:
+    """The events of one byte range, collected with the file's base; its header keys in ``c.header``."""
+    c = _collector(base)
+    c.header = _stream_range(path, byte_range, block, c.add)
+    return c
+
+
+def _codes(names: list[str], table: dict[str, int]) -> np.ndarray:
+    for name in dict.fromkeys(names):  # a piece repeats a few hundred names
+        if name not in table:
+            table[name] = len(table)
+    return np.fromiter(map(table.__getitem__, names), dtype=np.int64, count=len(names))
+
+
+def encode(c: Collector) -> dict:
+    """A range's events as columns, for the trip back to the parsing process."""
+    table: dict[str, int] = {}
+    out: dict = {"steps": c.steps, "shapes": c.shapes, "header": c.header,
+                 "python_calls": np.asarray(c.python_calls, dtype=np.float64),
+                 "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
+                 "long_frames": list(c.long_frames),
+                 "model_spans": np.asarray(c.model_spans, dtype=np.float64).reshape(-1, 2),
+                 # MemorySample: ts, then stream_collect.MEMORY_ARGS' fields and the tid, by position
+                 "memory": (np.asarray(c.memory.columns[0], dtype=np.float64), *c.memory.columns[1:])}
+    for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation
+        ev = getattr(c, name)
+        out[name] = (_codes([e[0] for e in ev], table), [e[1] for e in ev],
+                     np.array([e[2] for e in ev], dtype=np.float64),
+                     np.array([e[3] for e in ev], dtype=np.float64), [e[4] for e in ev])
+    d = c.device  # DeviceEvent: name, kind, device, stream, start, end, correlation
+    out["device"] = (_codes([e[0] for e in d], table), [e[1] for e in d], [e[2] for e in d],
+                     [e[3] for e in d], np.array([e[4] for e in d], dtype=np.float64),
+                     np.array([e[5] for e in d], dtype=np.float64), [e[6] for e in d])
+    out["names"] = list(table)
+    return out
+
+
+def decode_into(c: Collector, part: dict) -> None:
+    """Append an encoded range's events to ``c``, as the tuples ``encode`` took them from."""
+    names = part["names"]
+    c.steps.extend(part["steps"])
+    c.shapes = c.shapes or part["shapes"]
+    c.header.update(part["header"])
+    c.python_calls.extend(part["python_calls"].tolist())
+    c.python_builtins.extend(part["python_builtins"].tolist())
+    c.long_frames.update(part["long_frames"])
+    c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
+    ts, *fields = part["memory"]
+    c.memory.add_columns([ts.tolist(), *fields])
+    for name in HOST_LISTS:
+        codes, tids, starts, ends, corr = part[name]
+        getattr(c, name).extend(map(HostEvent, [names[k] for k in codes.tolist()], tids, starts.tolist(),
+                                    ends.tolist(), corr))
+    codes, kind, dev, stream, starts, ends, corr = part["device"]
+    c.device.extend(map(DeviceEvent, [names[k] for k in codes.tolist()], kind, dev, stream, starts.tolist(),
+                        ends.tolist(), corr))
+
+
+@gc_paused()
+def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> list[dict]:
+    """``collect_range``, each decoded piece's events collected apart, encoded and dropped at once."""
+    out = []
+
+    def take(events) -> None:
+        piece = _collector(base)
+        piece.add(events)
+        out.append(encode(piece))
+
+    tail = _collector(base)
+    tail.header = _stream_range(path, byte_range, block, take)
+    out.append(encode(tail))  # no events: the range's header keys
+    return out
+
+
+def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[Collector, dict]:
+    """The ranges' events in file order, and the file's header keys. The caller's worker policy granted the
+    helper processes (``parts`` > 1, trace/workers.py)."""
+    with fork_pool(len(ranges) - 1) as pool:
+        rest = [pool.submit(_collect_encoded, path, r, base, block) for r in ranges[1:]]
+        c = collect_range(path, ranges[0], base, block)
+        for f in rest:
+            for part in f.result():
+                decode_into(c, part)
+    return c, c.header

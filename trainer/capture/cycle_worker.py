@@ -1,0 +1,231 @@
+"""The trace handler's background thread: everything about a cycle except writing its raw trace.
+
+    worker = CycleWorker(run_dir, worker_name, use_gzip)
+    worker.submit(Job(span, raw_path, cycle))   # returns at once
+    worker.close(timeout=60)                    # False if work was left undone
+
+For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (tbfix's streamed rewrite, so the trace
+is never held in memory), the analysis of the raw trace (streamed parse) with the unprofiled steps' telemetry
+of that cycle (waiting, up to `settle_s`, for the steps after the cycle to be timed), the raw trace gzipped when
+asked, then the run's diagnosis merged from the per-cycle summaries (cycle_summary.py): diagnosis.md,
+cycles.jsonl, TensorBoard Text `diagnosis` and Scalars `diagnosis/*` at step = cycle number.
+
+It is a thread of the training process: it never forks and starts no process (the rewrite and the parse are
+asked for no helpers). Python runs one thread at a time, so its work still takes turns with the loop's host
+code; the loop itself never waits for it. When more than `max_pending` cycles wait, a new cycle keeps only its
+raw trace and its row says so.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepscope.analysis.render import summary_scalars
+from stepscope.analysis.report import RunReport, analyze_path
+from stepscope.capture.cycle import Cycle
+from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
+from stepscope.capture.schedule import StepscopeSchedule
+from stepscope.plugin_copy.stream_plan import plan_edits
+from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
+from stepscope.tensorboard.tb_events import EventLog
+from stepscope.trace import files as trace_files
+from stepscope.trace.atomic import write_text_atomic
+from stepscope.trace.errors import TraceError
+
+SETTLE_S = 30.0  # longest wait for the steps after a cycle to be timed
+MAX_PENDING = 32
+POLL_S = 0.05
+SWITCH_S = 0.0005  # see busy()
+
+
+@dataclass(frozen=True)
+class Job:
+    span: str
+    raw: Path  # the raw trace, plain JSON, as exported
+    cycle: Cycle | None  # the stepscope schedule's record of it, if the schedule is stepscope's
+    schedule: StepscopeSchedule | None = None
+
+
+@contextmanager
+def busy(schedule: StepscopeSchedule | None) -> Iterator[None]:
+    """This thread works: the loop's steps take turns with its Python code, so the slowdown detector asks for
+    twice the usual slowdown (triggers.py), and Python hands the interpreter back to a waiting thread after
+    SWITCH_S rather than its default 5 ms, so the loop waits less for each turn."""
+    if schedule is not None:
+        schedule.observer_busy = True
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH_S))
+    try:
+        yield
+    finally:
+        if sys.getswitchinterval() == min(interval, SWITCH_S):
+            sys.setswitchinterval(interval)
+        if schedule is not None:
+            schedule.observer_busy = False
+
+
+class CycleWorker:
+    def __init__(self, run_dir: Path, worker: str, use_gzip: bool, settle_s: float = SETTLE_S,
+                 max_pending: int = MAX_PENDING) -> None:
+        self.dir, self.worker, self.use_gzip = Path(run_dir), worker, use_gzip
+        self.settle_s, self.max_pending = settle_s, max_pending
+        self.summaries: list[CycleSummary] = []
+        self.busy_s: list[float] = []  # this thread's time per cycle (excluding the wait for telemetry)
+        self._jobs: deque[tuple[int, Job, bool]] = deque()  # (cycle index, job, over max_pending)
+        self._cv = threading.Condition()
+        self._closing = False
+        self._active = 0  # jobs taken and not yet done
+        self._thread: threading.Thread | None = None
+        self._log: EventLog | None = None
+        self._count = 0  # cycles submitted
+
+    def submit(self, job: Job) -> None:
+        index = self._count
+        self._count += 1
+        with self._cv:
+            # over max_pending: a marker the thread turns into the cycle's row at once
+            self._jobs.append((index, job, len(self._jobs) >= self.max_pending))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="stepscope-trace-handler", daemon=True)
+                self._thread.start()
+        # no notify(): waking the thread now would hand it the interpreter in the middle of prof.step(), and the
+        # loop would wait up to Python's switch interval (5 ms) to get it back; the thread looks every POLL_S
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._jobs) + self._active
+
+    def close(self, timeout: float) -> bool:
+        """Stop waiting for telemetry, finish the queued cycles within `timeout` s; True when all are done."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+            while self._jobs or self._active:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        if self._log is not None:
+            self._log.flush()
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                item = self._jobs.popleft() if self._jobs else None
+                self._active += item is not None
+            if item is None:
+                time.sleep(POLL_S)
+                continue
+            index, job, skip = item
+            try:
+                if skip:
+                    self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), None, None,
+                                              error=f"not analysed: {self.max_pending} cycles were already waiting "
+                                                    f"(the raw trace is {job.raw})", worker=self.worker))
+                else:
+                    self._process(index, job)
+            except Exception as e:  # never let one cycle stop the thread; its row says what happened
+                self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), None, None,
+                                          error=f"{type(e).__name__}: {e}", worker=self.worker))
+                traceback.print_exc()
+            finally:
+                with self._cv:
+                    self._active -= 1
+                    self._cv.notify_all()
+
+    def _process(self, index: int, job: Job) -> None:
+        # first the steps after the cycle are timed, with this thread idle: its work takes turns with the loop's
+        # Python code, and would slow exactly the steps the cycle is diagnosed with
+        waited = self._await_telemetry(job.cycle)
+        t0 = time.perf_counter()
+        with busy(job.schedule):
+            self._work(index, job, waited)
+        self.busy_s.append(time.perf_counter() - t0)
+
+    def _work(self, index: int, job: Job, waited: bool) -> None:
+        notes = []
+        try:
+            write_plugin_copy(self.dir, self.worker, job.span, job.raw, self.use_gzip)
+        except Exception as e:  # the raw trace stays; the analysis says what it can
+            notes.append(f"no TensorBoard copy ({type(e).__name__}: {e})")
+        telemetry = job.cycle.telemetry() if job.cycle is not None else None
+        report, error = None, None
+        try:
+            report = analyze_path(job.raw, self.worker, job.span, telemetry)
+        except TraceError as e:
+            error = str(e)
+        if self.use_gzip:
+            gzip_raw(self.dir, self.worker, job.span, job.raw)
+        if not waited:
+            notes.append(f"the steps after the cycle were still being timed after {self.settle_s:g} s")
+        self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), telemetry, report, error,
+                                  tuple(notes), self.worker))
+
+    def _await_telemetry(self, cycle: Cycle | None) -> bool:
+        if cycle is None:
+            return True
+        deadline = time.monotonic() + self.settle_s
+        while not cycle.done:
+            with self._cv:
+                if self._closing:
+                    return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def _record(self, summary: CycleSummary) -> None:
+        self.summaries.append(summary)
+        report = merged_report(str(self.dir), self.summaries)
+        md = render_cycles(str(self.dir), self.summaries, report.verdict if report else None)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.dir / "diagnosis.md", md)
+        with open(self.dir / trace_files.CYCLES, "a") as f:
+            f.write(summary.json_line())
+        if self._log is None:
+            self._log = EventLog(self.dir)
+        self._log.text("diagnosis", md, summary.index)
+        if summary.report is not None:
+            one = RunReport(str(self.dir), summary.report.verdict, (summary.report,), ())
+            self._log.scalars(summary_scalars(one), summary.index)
+        self._log.flush()
+
+    def report(self) -> RunReport | None:
+        """The run so far, merged from the cycles' reports."""
+        return merged_report(str(self.dir), list(self.summaries))
+
+
+def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool) -> Path:
+    """The copy torch-tb-profiler 0.4.3 lists, rewritten from the raw trace event by event (tbfix's streamed
+    plan and write): the trace is never held in memory, and no helper process is started."""
+    adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
+    plan, header = plan_edits(raw)  # the default policy: this process only (a training process never forks)
+    write_adapted_stream(raw, adapted, plan, header)
+    return adapted
+
+
+def gzip_raw(run_dir: Path, worker: str, span: str, raw: Path) -> Path:
+    """The plain raw trace replaced by its gzipped copy (which appears whole, then the plain one goes)."""
+    out = trace_files.raw_path(Path(run_dir), worker, span, True)
+    copy_file_atomic(raw, out)
+    raw.unlink()
+    return out
+
+
+def _trigger(job: Job) -> str:
+    return job.cycle.trigger if job.cycle is not None else "schedule"
+
+
+def _steps(job: Job) -> tuple[int, int] | None:
+    c = job.cycle
+    return (c.start, c.end) if c is not None and c.end is not None else None

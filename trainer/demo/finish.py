@@ -1,0 +1,158 @@
+"""The end of a run, completed or interrupted: run.json, and for profiled runs the top-ops table, the
+TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text and Scalars).
+
+Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
+at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
+gone), and run.json lists the traces that exist at that moment. A signal during the top-ops table or the
+diagnosis ends it: run.json then says "interrupted" and no diagnosis.md is written. A trace that cannot be
+analysed (one line on stderr) leaves no diagnosis either, never an unwritten run.json. Once the diagnosis is
+over, a signal is only recorded: run.json is written as the run stands.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from stepscope.capture.cycle import MEMORY_KEYS
+from stepscope.cli.oneline import print_error
+from stepscope.demo.run_dir import PAGE, no_space, release_space
+from stepscope.demo.run_record import RunRecord, finite_or_none
+from stepscope.demo.timing import PHASES
+from stepscope.tensorboard.diagnose import diagnose_run
+from stepscope.trace.errors import TraceError
+from stepscope.trace.files import find_plugin_traces
+from stepscope.trace.workers import Workers
+
+# the widest a number is written in run.json (a float's repr is at most 24 characters)
+WIDEST = -2.2250738585072014e-308
+
+
+def final_numbers(progress, thr) -> dict:
+    return {
+        "steps": progress.steps,
+        "train_loss": finite_or_none(progress.train_loss),
+        "eval_accuracy": finite_or_none(progress.eval_accuracy),
+        "images_per_s": finite_or_none(thr.images_per_s),
+        "mean_step_ms": finite_or_none(thr.mean_ms),
+        "median_step_ms": finite_or_none(thr.median_ms),
+        "timed_steps": thr.steps,  # profiled steps and the trace export are excluded
+        # each timed step's wall time, in order: what `stepscope diff` draws its confidence interval from
+        "step_times_ms": [round(ms, 4) for ms in thr.all_ms],
+        # means of the timed steps: the step and its phases as the run runs without the profiler
+        "telemetry": thr.telemetry(),
+    }
+
+
+def widest_final() -> dict:
+    """final_numbers' keys, each with the widest value it can hold: the most room the final numbers take."""
+    return {k: WIDEST for k in ("steps", "train_loss", "eval_accuracy", "images_per_s", "mean_step_ms",
+                                "median_step_ms", "timed_steps")} | {
+        "telemetry": {k: WIDEST for k in ("steps", "step_ms", *PHASES, *MEMORY_KEYS)}}
+
+
+def reserve_bytes(record: RunRecord) -> int:
+    """The room to set aside at the start (run_dir.reserve_space): the smallest record the run can end with,
+    measured with the widest final numbers and signal, in whole pages, plus a page for the file system's own
+    bookkeeping of the temporary file."""
+    end = replace(record, status="interrupted", signal="SIGVTALRM", final=widest_final()).smallest()
+    return PAGE * (2 + len(end.text().encode("utf-8")) // PAGE)
+
+
+def write_last(done: RunRecord, run_dir: Path) -> None:
+    """Write the run's last record however full the disk is: the whole record; else, with the reserve
+    given back, the whole record again; else the smallest record (RunRecord.smallest); else that record
+    over run.json in place (not atomic, but the old record's room is then the new one's)."""
+    try:
+        done.write(run_dir)
+        return
+    except OSError as e:
+        if not no_space(e):
+            raise
+    release_space(run_dir)
+    for record in (done, done.smallest()):
+        try:
+            record.write(run_dir)
+            return
+        except OSError as e:
+            if not no_space(e):
+                raise
+    with open(Path(run_dir) / "run.json", "r+b") as f:  # truncating frees the old record's pages first
+        f.truncate(0)
+        f.write(done.smallest().text().encode("utf-8"))
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """The live objects of a run that its end needs: the process (env, group), the stop-signal handler,
+    the TensorBoard log, and the profiler's trace writer (None when not profiling)."""
+
+    env: object
+    group: object
+    stop: object
+    log: object
+    writer: object | None
+
+
+def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -> int:
+    """Write run.json (and on a profiled run the diagnosis); return the process's exit code."""
+    env, group, stop, log, writer = parts.env, parts.group, parts.stop, parts.log, parts.writer
+    final = final_numbers(progress, thr)
+    if status == "completed":
+        try:
+            group.barrier()  # every rank has written its traces before rank 0 analyses them
+        except BaseException as e:
+            if not stop.explains(e):
+                raise
+            status = "interrupted"
+    if not env.is_main:
+        return 0 if status == "completed" else stop.exit_code()
+    run_dir = Path(record.run_dir)
+    diagnosis = None
+    try:
+        if writer is not None and writer.cycles and status != "failed":
+            print("stepscope: analysing the profiled steps ...", flush=True)
+            # rank 0 of a training job: its threads, CUDA context and process group must never be forked
+            diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"],
+                                     workers=Workers.inline())
+    except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
+        status = "interrupted"
+        print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "
+              f"{shlex.quote(str(run_dir))} later)", file=sys.stderr)
+    except TraceError as e:  # e.g. a peer rank stopped by the same signal mid-cycle: run.json is still written
+        print_error(f"stepscope: no diagnosis: {e}")
+    # what follows records the run as it now stands: a signal from here on changes nothing
+    stop.hold()
+    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's
+    if writer is not None:
+        if not writer.cycles:
+            print("the profiler recorded no complete cycle before the run stopped; no trace was written")
+        print(f"open it with:  stepscope tensorboard --logdir {shlex.quote(str(run_dir.parent))}   (run: {run_dir.name})")
+    done = replace(record, status=status, final=final, traces=traces,
+                   signal=stop.signal_name if status == "interrupted" else None,
+                   loss_history=[[s, finite_or_none(v)] for s, v in progress.history])
+    if diagnosis is not None:
+        done = replace(done, diagnosis={
+            "verdict": diagnosis["verdict"], "file": "diagnosis.md",
+            "spans": [{**{k: sp[k] for k in ("worker", "span", "verdict", "basis", "metrics")},
+                       "findings": [{k: f[k] for k in ("id", "cost_ms_per_step")} for f in sp["findings"]]}
+                      for sp in diagnosis["spans"]]})
+    try:
+        write_last(done, run_dir)  # run.json says how the run ended, however full the disk is
+        log.close()
+    except OSError:
+        if status != "failed":  # the disk is full: the caller reports the first failure, not this one
+            raise
+    finally:
+        release_space(run_dir)
+    speed = "no timed steps" if final["images_per_s"] is None else f"{final['images_per_s']:.0f} images/s"
+    print(f"{status}: {progress.steps} steps, train loss {_fmt(final['train_loss'], '.4f')}, eval accuracy "
+          f"{_fmt(final['eval_accuracy'], '.3f')}, {speed} -> {run_dir}")
+    return 0 if status == "completed" else stop.exit_code()
+

@@ -1,0 +1,216 @@
+"""The columns of a trace file's events that the export's planning pass reads (stream_plan.py).
+
+    c = read_columns(path)     # Columns: per complete event, its position, category, name, thread, times, ids
+
+One streamed pass decodes each event into a small struct of the fields the rules read and appends them to
+columns: times in typed arrays, repeated values (categories, threads) as shared objects; a 1 GB trace has
+millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
+byte ranges at once, the second by a forked helper, and the two sets of columns joined: the same columns
+either way.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from stepscope.trace.jsonstream import TraceStream, split_points
+from stepscope.trace.vocabulary import STEP_PREFIX
+from stepscope.trace.workers import Workers
+
+UNSET = msgspec.UNSET
+NAN = float("nan")
+
+
+class _Args(msgspec.Struct, gc=False):
+    correlation: Any = UNSET
+    ext_upper: Any = msgspec.field(default=UNSET, name="External id")
+    ext_lower: Any = msgspec.field(default=UNSET, name="external id")
+    module: Any = msgspec.field(default=UNSET, name="Python module id")
+    call_stack: Any = msgspec.field(default=UNSET, name="Call stack")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = UNSET
+    cat: Any = UNSET
+    name: Any = UNSET
+    pid: Any = UNSET
+    tid: Any = UNSET
+    ts: Any = UNSET
+    dur: Any = UNSET
+    args: _Args | None = None
+
+
+_TYPED = msgspec.json.Decoder(list[_Event])
+_RAW = msgspec.json.Decoder(list[msgspec.Raw])
+_ONE = msgspec.json.Decoder(_Event)
+_EMPTY_ARGS = _Args()
+
+
+def _decode(text) -> list:
+    """The events of a piece as _Event structs; an entry that is not a JSON object stays a msgspec.Raw."""
+    try:
+        return _TYPED.decode(text)
+    except msgspec.ValidationError:
+        out = []
+        for r in _RAW.decode(bytes(text)):
+            try:
+                out.append(_ONE.decode(r))
+            except msgspec.ValidationError:
+                out.append(r)
+        return out
+
+
+def from_objects(entries: list) -> list:
+    """``_decode`` for a piece that Python's json read (NaN or Infinity literals, see jsonstream.py)."""
+    out = []
+    for e in entries:
+        try:
+            out.append(msgspec.convert(e, _Event))
+        except msgspec.ValidationError:  # not an object, or args that is not one: kept as its JSON text
+            out.append(msgspec.Raw(json.dumps(e).encode()))
+    return out
+
+
+@dataclass
+class Columns:
+    """The complete (``ph`` X) events, one entry each per column, and the entries the rules touch otherwise.
+    Times are kept in typed arrays and repeated values (categories, threads) as shared objects: a 1 GB trace
+    has millions of complete events."""
+
+    index: array = field(default_factory=lambda: array("q"))  # position in traceEvents
+    cat: list[str] = field(default_factory=list)  # lower-cased category
+    name_id: array = field(default_factory=lambda: array("q"))
+    thread: list[tuple] = field(default_factory=list)  # (pid, tid)
+    start: array = field(default_factory=lambda: array("d"))
+    end: array = field(default_factory=lambda: array("d"))
+    corr: list = field(default_factory=list)
+    ext: list = field(default_factory=list)
+    module: list[bool] = field(default_factory=list)
+    has_stack: list[bool] = field(default_factory=list)
+    names: dict[str, int] = field(default_factory=dict)
+    missing_name: list[int] = field(default_factory=list)  # positions of entries without "name"
+    missing_cat: set[int] = field(default_factory=set)  # positions of complete events without a str "cat"
+    not_objects: list[int] = field(default_factory=list)
+    ts_all: array = field(default_factory=lambda: array("d"))  # every entry's numeric ts, else NaN
+    step_rows: list[int] = field(default_factory=list)  # entries named ProfilerStep#... with a numeric ts
+    count: int = 0
+    ranges: list | None = None  # EditPlan.ranges
+    header: dict = field(default_factory=dict)
+
+
+def export_ranges(path: Path, workers: Workers) -> list[tuple[int, int | None]] | None:
+    """Two byte ranges of whole events near the middle of ``path``, when ``workers`` has the export read and
+    write it in halves (the second by a helper); else None: one range, here."""
+    return split_points(path, 2, _decode) if workers.halves(path) else None
+
+
+def read_columns(path: Path, workers: Workers | None = None) -> Columns:
+    """The columns of the trace in ``path``; where ``workers`` allows (default: this process only), a large
+    one is read in two byte ranges at once, the second by a forked helper (the columns are the same)."""
+    workers = workers or Workers.inline()
+    ranges = export_ranges(path, workers)
+    if ranges is not None:
+        try:
+            with workers.beside(_read_range, path, ranges[1]) as rest:
+                c = _read_range(path, ranges[0])
+                first_of_rest = c.count
+                _append(c, rest.result())
+            c.ranges = [(ranges[0], 0), (ranges[1], first_of_rest)]
+            return c
+        except (OSError, RuntimeError, BrokenProcessPool):  # no helper: one pass below
+            pass
+    return _read_range(path, None)
+
+
+def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Columns:
+    c = Columns()
+    cats: dict[Any, str] = {}
+    threads: dict[tuple, tuple] = {}
+    with TraceStream(path, span=byte_range, lenient=from_objects) as stream:
+        for events in stream.decode_events(_decode):
+            _read_events(c, events, cats, threads)
+            c.count += len(events)
+        c.header = stream.header
+    return c
+
+
+def _append(c: Columns, more: Columns) -> None:
+    """``more`` (the columns of the entries after ``c``'s) appended to ``c``."""
+    shift = c.count
+    c.index.extend([i + shift for i in more.index])
+    ids = [c.names.setdefault(name, len(c.names)) for name in more.names]  # more's name ids -> c's
+    c.name_id.extend([ids[k] for k in more.name_id])
+    for mine, theirs in ((c.cat, more.cat), (c.thread, more.thread), (c.corr, more.corr), (c.ext, more.ext),
+                         (c.module, more.module), (c.has_stack, more.has_stack)):
+        mine += theirs
+    c.start.extend(more.start)
+    c.end.extend(more.end)
+    c.ts_all.extend(more.ts_all)
+    for mine, theirs in ((c.missing_name, more.missing_name), (c.not_objects, more.not_objects),
+                         (c.step_rows, more.step_rows)):
+        mine += [i + shift for i in theirs]
+    c.missing_cat |= {i + shift for i in more.missing_cat}
+    c.count += more.count
+    c.header.update(more.header)
+
+
+_NUMBER = (int, float)
+
+
+def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
+    """The columns of one piece of entries, an entry at a time, whatever they hold."""
+    names = c.names
+    for i, e in enumerate(events, c.count):
+        if e.__class__ is not _Event:
+            c.not_objects.append(i)
+            c.ts_all.append(NAN)
+            continue
+        if isinstance(e.ts, _NUMBER):
+            c.ts_all.append(e.ts)
+            if e.name.__class__ is str and e.name.startswith(STEP_PREFIX):
+                c.step_rows.append(i)
+        else:
+            c.ts_all.append(NAN)
+        if e.name is UNSET:
+            c.missing_name.append(i)
+        if e.ph != "X":
+            continue
+        cat = e.cat
+        try:
+            lc = cats[cat]
+        except (KeyError, TypeError):
+            lc = cat.lower() if isinstance(cat, str) else ""
+            if not isinstance(cat, str):
+                c.missing_cat.add(i)
+            else:
+                cats[cat] = lc
+        name = e.name if e.name.__class__ is str else ("" if e.name is UNSET else str(e.name))
+        nid = names.get(name)
+        if nid is None:
+            nid = names[name] = len(names)
+        a = e.args or _EMPTY_ARGS
+        ts, dur = e.ts, e.dur
+        ts = 0.0 if ts is UNSET else float(ts)
+        dur = 0.0 if dur is UNSET or not dur else max(float(dur), 0.0)  # vocabulary.span: negative is 0
+        ext = a.ext_lower
+        if ext is UNSET or ext is None:
+            ext = None if a.ext_upper is UNSET else a.ext_upper
+        corr = a.correlation
+        module = a.module
+        thread = (e.pid, e.tid)
+        c.index.append(i)
+        c.cat.append(lc)
+        c.name_id.append(nid)
+        c.thread.append(threads.setdefault(thread, thread))
+        c.start.append(ts)
+        c.end.append(ts + dur)
+        c.corr.append(None if corr is UNSET else corr)
+        c.ext.append(ext)
+        c.module.append(module is not UNSET and module is not None)
+        c.has_stack.append(a.call_stack is not UNSET)

@@ -1,0 +1,64 @@
+"""Load a written trace file the way torch-tb-profiler 0.4.3 does, to know that TensorBoard will show it.
+
+    problem = plugin_problem(Path("out/w.1795259107760373831.pt.trace.json.gz"))   # None: the plugin loads it
+
+The plugin loads each worker in a subprocess (``profiler/loader.py:_process_data``): it parses the file
+(``RunProfileData.parse``), builds the views (``RunGenerator.generate_run_profile``) and the distributed
+summary (``DistributedRunProfileData``); any exception there only logs a warning and the worker is missing
+from the run (the plugin lists ``workers=[]``). ``plugin_problem`` runs the same three calls in-process and
+returns that exception as one line, or None. The plugin is imported on first use; when it is not
+installed, ``PluginMissing`` (a ValueError) says so in one line.
+
+The plugin holds about 7 bytes per byte of trace while it loads (7.5 GB for a 1 GB file, several minutes on
+2 cores). A file with more than ``WHOLE_UP_TO`` bytes of JSON is therefore checked through an excerpt of its
+first ``EXCERPT_STEPS`` steps (excerpt.py), the same events byte for byte: every kind of event and edit the
+copy holds, in a file the plugin loads in seconds. The export writes that excerpt while it writes the copy
+(stream_write.py) and passes it in; otherwise it is made here from the copy, in two more passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+
+from stepscope.plugin_copy.excerpt import excerpt
+from stepscope.trace.workers import json_size
+
+WHOLE_UP_TO = 128 << 20
+EXCERPT_STEPS = 3
+
+
+class PluginMissing(ValueError):
+    """torch_tb_profiler cannot be imported, so an export cannot be checked."""
+
+
+def plugin_problem(path: Path, worker: str = "worker", span: str = "1",
+                   excerpt_path: Path | None = None) -> str | None:
+    """None if torch-tb-profiler loads the trace file at ``path``; else ``"<Exception>: <message>"``.
+    ``excerpt_path``: the file's excerpt of its first EXCERPT_STEPS steps, already written (the export writes
+    it while it writes the copy); otherwise a large file's excerpt is made here."""
+    try:
+        from torch_tb_profiler.profiler.data import DistributedRunProfileData, RunProfileData
+        from torch_tb_profiler.profiler.run_generator import RunGenerator
+    except Exception as e:  # ImportError, or the plugin failing while it imports
+        raise PluginMissing(f"cannot check the export: torch_tb_profiler failed to import "
+                            f"({type(e).__name__}: {e}); install torch-tb-profiler==0.4.3") from None
+    log = logging.getLogger("pytorch_profiler")  # the plugin warns once per odd kernel
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="stepscope-plugin-cache-") as cache, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its pandas calls warn of deprecations: not about this trace
+            if json_size(Path(path)) > WHOLE_UP_TO:
+                path = excerpt_path or excerpt(Path(path), Path(cache) / "excerpt.pt.trace.json",
+                                               EXCERPT_STEPS) or path
+            data = RunProfileData.parse(worker, span, str(path), cache)
+            RunGenerator(worker, span, data).generate_run_profile()
+            DistributedRunProfileData(data)
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+    finally:
+        log.setLevel(level)
+    return None

@@ -1,0 +1,213 @@
+"""What the TensorBoard copy changes in a trace file, worked out from one streamed pass over its events.
+
+    plan, header = plan_edits(path)   # EditPlan: per event index, the edits; which entries to keep
+    plan.edits[12]                 # e.g. Edit(cat="runtime", external_id=0, call_stack="a.py(3): f")
+
+The rules are rules.py's (its module docstring says why each exists), applied to columns of the few fields
+they read (plan_columns.py), never to the whole document, so a 1 GB trace needs a few hundred MB. On a trace
+of more than ``SPLIT_EVENTS`` complete events the operators' call stacks are worked out by a helper process
+(trace/workers.py), where the worker policy allows one, while this process rewrites the runtime events.
+The copy leaves out only the entries that are not JSON objects. It keeps the
+``python_function`` frames although they are now also the operators' ``Call stack``: the plugin's Trace view
+shows them, and its Module view links modules through their ``Python parent id``. ``stream_write.py`` applies a plan.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stepscope.plugin_copy.plan_columns import UNSET, Columns, read_columns
+from stepscope.plugin_copy.rules import (
+    COLLECTIVES,
+    DEVICE_STEP_PREFIX,
+    PLUGIN_OPERATOR,
+    PLUGIN_RUNTIME,
+    ROOT_EXTERNAL_ID,
+    is_dataloader_span,
+)
+from stepscope.plugin_copy.step_guard import HOST_CATEGORIES, Launch, unlink_with
+from stepscope.plugin_copy.stream_callstack import call_stacks_of
+from stepscope.trace.gc_paused import gc_paused
+from stepscope.trace.vocabulary import DEVICE_CATEGORIES, STEP_PREFIX
+from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
+from stepscope.trace.workers import Workers
+
+SPLIT_EVENTS = 1 << 20  # complete events from which the call stacks are worked out by a helper, meanwhile
+
+
+@dataclass(slots=True)
+class Edit:
+    guard_name: bool = False  # add "name": ""
+    guard_cat: bool = False  # set "cat": ""
+    name: str | None = None
+    cat: str | None = None
+    touch_args: bool = False  # copy args (dataloader spans become operators with args of their own)
+    external_id: Any = UNSET  # set the plugin's External id key to this
+    unlink: bool = False
+    call_stack: str | None = None
+
+
+_NO_EDIT = Edit()
+
+
+@dataclass
+class EditPlan:
+    keep: np.ndarray  # bool per traceEvents entry
+    edits: dict[int, Edit] = field(default_factory=dict)
+    ts: np.ndarray | None = None  # float per entry: its numeric "ts", NaN where it has none
+    step_starts: list[float] = field(default_factory=list)  # sorted ts of the host steps the copy names
+    # ((byte range, index of its first entry), ...) when the file was read in byte ranges: written in them too
+    ranges: list | None = None
+
+    def edit(self, i: int) -> Edit:
+        e = self.edits.get(i)
+        if e is None:
+            e = self.edits[i] = Edit()
+        return e
+
+
+def _straddles_any(a: float, b: float, c: np.ndarray, d: np.ndarray) -> bool:
+    """Does [a, b] straddle any [c, d] (one starts inside the other and ends outside it)?"""
+    return bool((((a < c) & (c < b) & (b < d)) | ((c < a) & (a < d) & (d < b))).any())
+
+
+@gc_paused()
+def plan_edits(path: Path, workers: Workers | None = None) -> tuple[EditPlan, dict]:
+    """The edits the copy makes to the trace in ``path`` (see the module docstring), and the
+    trace's top-level keys other than traceEvents. ``workers``: the worker policy (default: this process
+    only; a training process, whose threads and CUDA context a fork would copy, must keep to it)."""
+    workers = workers or Workers.inline()
+    c = read_columns(path, workers)
+    plan = EditPlan(keep=np.ones(c.count, dtype=bool), ts=np.frombuffer(c.ts_all, dtype=np.float64),
+                    ranges=c.ranges)
+    plan.keep[c.not_objects] = False
+    for i in c.missing_name:
+        plan.edit(i).guard_name = True
+    for i in c.missing_cat:
+        plan.edit(i).guard_cat = True
+    if c.index:
+        _plan_complete_events(plan, c, workers)
+    # after the renames: a device-side ProfilerStep#N is no host step in the copy
+    plan.step_starts = sorted(float(plan.ts[i]) for i in c.step_rows if plan.edits.get(i, _NO_EDIT).name is None)
+    return plan, c.header
+
+
+def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
+    """The edits of the complete events (``ph`` X): names, categories, ids, unlinking, call stacks."""
+    thread, corr, ext, module, has_stack = c.thread, c.corr, c.ext, c.module, c.has_stack
+    idx = np.frombuffer(c.index, dtype=np.int64)
+    names = list(c.names)
+    start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
+    cat_arr = np.array(c.cat, dtype=object)
+    c.cat = []
+    name_of = [names[k] for k in c.name_id]
+
+    for k in np.flatnonzero(cat_arr == "gpu_user_annotation"):
+        if name_of[k].startswith(STEP_PREFIX):
+            plan.edit(int(idx[k])).name = DEVICE_STEP_PREFIX + name_of[k]
+
+    name_id = np.frombuffer(c.name_id, dtype=np.int64)
+    step_named = np.array([n.startswith(STEP_PREFIX) for n in names], dtype=bool)[name_id]
+    step_or_coll = step_named | np.array([n in COLLECTIVES for n in names], dtype=bool)[name_id]
+
+    def tree_nodes() -> np.ndarray:
+        return (np.isin(cat_arr, ["cpu_op", "operator", "python"])
+                | ((cat_arr == "user_annotation") & step_or_coll)
+                | ((cat_arr == "python_function") & np.array(module, dtype=bool)))
+
+    # DataLoader spans that nest cleanly on their thread become operators.
+    cand = [k for k in np.flatnonzero(cat_arr == "user_annotation") if is_dataloader_span(name_of[k])]
+    if cand:
+        threads: dict = {}
+        tid = np.array([threads.setdefault(t, len(threads)) for t in thread], dtype=np.int64)
+        nodes = tree_nodes()
+        nodes[cand] = True  # the other candidates count too (a span never straddles itself)
+        clean = []
+        for t in {int(tid[k]) for k in cand}:
+            rows = np.flatnonzero(nodes & (tid == t))
+            clean += [k for k in cand if tid[k] == t and not _straddles_any(start[k], stop[k], start[rows],
+                                                                              stop[rows])]
+        for k in sorted(clean):
+            cat_arr[k] = PLUGIN_OPERATOR
+            e = plan.edit(int(idx[k]))
+            e.cat, e.touch_args = PLUGIN_OPERATOR, True
+
+    stack_args = (cat_arr, name_of, thread, start, stop, has_stack)
+    helper = workers if len(idx) >= SPLIT_EVENTS else Workers.inline()
+    with helper.beside(call_stacks_of, *stack_args) as later:
+        _rewrite_runtimes(plan, idx, cat_arr, step_named, start, stop, corr, ext, tree_nodes())
+        try:
+            stacks = later.result()
+        except (OSError, BrokenProcessPool):  # the helper died: here
+            stacks = call_stacks_of(*stack_args)
+    for k, stack in stacks.items():
+        plan.edit(int(idx[k])).call_stack = stack
+
+
+
+def _host_steps(cat_arr, step_named, start, stop) -> list[tuple[float, float]]:
+    """The host steps (ProfilerStep# spans, else the span of all host events) from the columns (``step_named``: whether each one's name is ProfilerStep#...)."""
+    rows = np.flatnonzero(np.isin(cat_arr, ["user_annotation", "cpu_op", "operator"]) & step_named)
+    steps = sorted(zip(start[rows].tolist(), stop[rows].tolist()))
+    if steps:
+        return steps
+    h = np.isin(cat_arr, list(HOST_CATEGORIES))
+    lo = min(float(sys.maxsize), float(start[h].min())) if h.any() else float(sys.maxsize)
+    hi = max(float(-sys.maxsize - 1), float(stop[h].max())) if h.any() else float(-sys.maxsize - 1)
+    return [(lo, hi)]
+
+
+def _rewrite_runtimes(plan: EditPlan, idx, cat_arr, step_named, start, stop, corr, ext, nodes) -> None:
+    """Launches become ``runtime`` (rules.py, item 2), then the step guard's unlinking, on the columns."""
+    node_ids = {ext[k] for k in np.flatnonzero(nodes)}
+    node_ids.discard(None)
+    device = np.flatnonzero(np.isin(cat_arr, list(DEVICE_CATEGORIES)))
+    launched = {corr[k] for k in device}
+    steps = _host_steps(cat_arr, step_named, start, stop)
+    s_lo = np.array([a for a, _ in steps])
+    s_reach = np.maximum.accumulate(np.array([b for _, b in steps]))
+    runtime, rooted = [], set()
+    candidates = np.flatnonzero(np.isin(cat_arr, list(RUNTIME_CATEGORIES)))
+    j = np.searchsorted(s_lo, start[candidates], side="right") - 1
+    in_a_step = ((j >= 0) & (s_reach[np.maximum(j, 0)] >= stop[candidates])).tolist()
+    for k, inside in zip(candidates.tolist(), in_a_step):
+        if not inside and corr[k] not in launched:  # outside every step (see rules.py)
+            continue
+        runtime.append(k)
+        e = plan.edit(int(idx[k]))
+        e.cat = PLUGIN_RUNTIME
+        if ext[k] not in node_ids:
+            e.external_id = ROOT_EXTERNAL_ID
+            rooted.add(corr[k])
+    rooted.discard(None)
+    if rooted:
+        for k in device:
+            if corr[k] in rooted and ext[k] != ROOT_EXTERNAL_ID:
+                plan.edit(int(idx[k])).external_id = ROOT_EXTERNAL_ID
+
+    spans_by_corr: dict = defaultdict(list)
+    for c, a, b in zip([corr[k] for k in device.tolist()], start[device].tolist(), stop[device].tolist()):
+        spans_by_corr[c].append((a, b))
+
+    def launches_of(linked: set[int]):
+        out, linked_corrs = [], set()
+        for k in sorted(linked):
+            spans = spans_by_corr.get(corr[k])
+            if spans:
+                linked_corrs.add(corr[k])
+                if len(spans) == 1:
+                    (first, last), = spans
+                else:
+                    first, last = min(a for a, _ in spans), max(b for _, b in spans)
+                out.append(Launch(k, float(start[k]), float(stop[k]), first, last, len(spans)))
+        orphans = [sp for c, spans in spans_by_corr.items() if c not in linked_corrs for sp in spans]
+        return sorted(out, key=lambda r: r.start), orphans
+
+    for k in unlink_with(steps, launches_of, set(runtime)):
+        plan.edit(int(idx[k])).unlink = True

@@ -1,0 +1,257 @@
+r"""Write the plugin copy of a trace file by streaming it once more and applying an ``EditPlan``.
+
+    plan, header = plan_edits(src)                      # stream_plan.py: first pass
+    write_adapted_stream(src, dst, plan, header)        # second pass: events copied or rewritten in order
+    write_adapted_stream(src, dst, plan, header, (Path("x.json"), 3))   # + the excerpt of its first 3 steps
+
+Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
+they are); an edited event is decoded, changed by the plan's edit (rules.py), and re-encoded (compact,
+UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
+written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
+own, appended to the copy once this process has written the first (gzipped copies: one gzip member each, a
+valid stream).
+The excerpt for the plugin check (excerpt.py's rule: the events before step N+1 begins and those without a
+time, the copy's bytes and top-level keys) is collected on the way, so no further pass reads the copy.
+The top-level keys keep json's default separators, which Holistic Trace Analysis's ``"rank":\s+`` regex
+needs. The file appears under ``dst`` only once complete (a ``.tmp-*.partial`` name, then a rename), and
+is gzipped when ``dst`` ends in ``.gz`` (level ``GZ_LEVEL``: fast, for files of gigabytes).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+from contextlib import nullcontext
+from pathlib import Path
+
+import msgspec
+import numpy as np
+from stepscope.plugin_copy.excerpt import write_excerpt
+from stepscope.plugin_copy.rules import UNLINKED_KEY
+from stepscope.plugin_copy.stream_plan import UNSET, Edit, EditPlan
+from stepscope.trace.gc_paused import gc_paused
+from stepscope.trace.jsonstream import TraceStream
+from stepscope.trace.workers import Workers
+
+GZ_LEVEL = 1
+_RAW = msgspec.json.Decoder(list[msgspec.Raw])
+_ENCODE = msgspec.json.Encoder().encode
+
+
+def _raws(entries: list) -> list:
+    """``_RAW.decode`` for a piece that Python's json read (NaN or Infinity literals, see jsonstream.py): each
+    entry as json writes it, which keeps those literals."""
+    return [msgspec.Raw(json.dumps(e).encode()) for e in entries]
+
+
+def _edited(raw, edit: Edit) -> bytes:
+    """The event ``raw`` with ``edit`` applied, re-encoded (compact); by Python's json when the event holds
+    a NaN or an Infinity, which msgspec would write as null."""
+    try:
+        return _ENCODE(apply_edit(msgspec.json.decode(raw), edit))
+    except msgspec.DecodeError:
+        return json.dumps(apply_edit(json.loads(bytes(raw)), edit), separators=(",", ":")).encode()
+
+
+def apply_edit(e: dict, edit: Edit) -> dict:
+    """``e`` with ``edit`` applied, in the rewrite's order (guard, names, categories, ids, unlink, stack)."""
+    if edit.guard_name:
+        e.setdefault("name", "")
+    if edit.guard_cat:
+        e["cat"] = ""
+    if edit.name is not None:
+        e["name"] = edit.name
+    if edit.touch_args:
+        e["args"] = dict(e.get("args") or {})
+    if edit.cat is not None:
+        e["cat"] = edit.cat
+    if edit.external_id is not UNSET:
+        args = e["args"] = dict(e.get("args") or {})
+        args["external id" if "external id" in args else "External id"] = edit.external_id
+    if edit.unlink:
+        args = e["args"] = dict(e.get("args") or {})
+        args[UNLINKED_KEY] = args.pop("correlation", None)
+    if edit.call_stack is not None:
+        args = e["args"] = dict(e.get("args") or {})
+        args["Call stack"] = edit.call_stack
+    return e
+
+
+@gc_paused()
+def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
+                         excerpt: tuple[Path, int] | None = None, workers: Workers | None = None) -> Path | None:
+    """Write the copy to ``dst``. ``excerpt=(path, steps)``: also write excerpt.py's excerpt of the copy's
+    first ``steps`` steps to ``path`` (plain JSON) in the same pass, and return ``path``; None when the copy
+    has ``steps`` steps or fewer (it is its own excerpt), as excerpt.py. A plan read in byte ranges is
+    written in them, the second by a forked helper into a file of its own that is then appended, where
+    ``workers`` allows (default: this process only; then in one pass)."""
+    workers = workers or Workers.inline()
+    ranges = plan.ranges if workers.forks else None
+    gz = Path(dst).name.endswith(".gz")
+    steps = excerpt[1] if excerpt is not None and len(plan.step_starts) > excerpt[1] else None
+    in_excerpt = _excerpt_rows(plan, steps) if steps is not None else None
+
+    def fill(raw_out) -> None:
+        try:
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, ranges, workers)
+        except (OSError, RuntimeError):  # e.g. the helper could not start or died (BrokenProcessPool)
+            if not ranges:
+                raise
+            raw_out.seek(0)
+            raw_out.truncate()
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None, workers)
+        if steps is not None:
+            write_excerpt(excerpt[0], parts, header)
+
+    _atomic(dst, fill)
+    return excerpt[0] if steps is not None else None
+
+
+def _member(raw_out, gz: bool):
+    """A writer on ``raw_out`` (a gzip member when ``gz``) whose closing leaves ``raw_out`` open."""
+    if gz:
+        return gzip.GzipFile(fileobj=raw_out, mode="wb", compresslevel=GZ_LEVEL)
+    return _Unclosed(raw_out)
+
+
+class _Unclosed:
+    def __init__(self, f) -> None:
+        self.write = f.write
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in_excerpt, folder: Path,
+                  ranges: list | None, workers: Workers) -> list:
+    """The copy to ``raw_out``: top-level keys, events (in ``ranges``, else in one pass here), closing;
+    returns the excerpt's events."""
+    head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
+                          for k, v in header.items()) + b'"traceEvents": [\n'
+    ranges = ranges or [(None, 0)]
+    # the entries not copied as they are, in order: edited or left out
+    special = np.union1d(np.fromiter(plan.edits, dtype=np.int64, count=len(plan.edits)), np.flatnonzero(~plan.keep))
+    rest = None
+    if len(ranges) > 1:
+        fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
+        os.close(fd)
+    try:
+        helper = workers.beside(_write_range_file, src, rest, gz, plan, special, ranges[1], in_excerpt) \
+            if rest else nullcontext()
+        with helper as later:
+            with _member(raw_out, gz) as out:
+                out.write(head)
+                wrote, parts = _write_events(src, out, plan, special, *ranges[0], in_excerpt)
+                if later is not None:
+                    wrote_rest, parts_rest = later.result()
+                    if wrote and wrote_rest:
+                        out.write(b",\n")
+                    parts += parts_rest
+        if rest is not None:
+            with open(rest, "rb") as f:
+                raw_out.flush()
+                copy_rest(f, raw_out)
+        with _member(raw_out, gz) as out:
+            out.write(b"\n]}\n")
+    finally:
+        if rest is not None:
+            Path(rest).unlink(missing_ok=True)
+    return parts
+
+
+def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, special, byte_range, in_excerpt) -> tuple:
+    """In the forked helper: one range's events to ``path``, a file (gzip member) of its own."""
+    with open(path, "wb") as raw, _member(raw, gz) as out:
+        return _write_events(src, out, plan, special, *byte_range, in_excerpt)
+
+
+def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_range, first: int,
+                  in_excerpt) -> tuple[bool, list]:
+    """The copy's events of one byte range of ``src`` (whose first entry is entry ``first``), joined by
+    ``",\n"``; ``special``: the sorted positions of the entries not copied as they are. Returns (whether any
+    was written, the excerpt's events among them)."""
+    keep, edits = plan.keep, plan.edits
+    excerpt_parts: list = []
+    wrote = False
+    n = first
+    with TraceStream(src, span=byte_range, lenient=_raws) as stream:
+        for raws in stream.decode_events(lambda view: _RAW.decode(bytes(view))):  # Raw keeps its buffer
+            a, b = np.searchsorted(special, (n, n + len(raws)))
+            parts: list = []  # msgspec.Raw objects are bytes-like: joined without a copy each
+            rewritten: dict[int, bytes] = {}
+            prev = 0
+            for i in special[a:b].tolist():
+                j = i - n
+                parts += raws[prev:j]
+                if keep[i]:
+                    edit = edits.get(i)
+                    part = raws[j] if edit is None else _edited(raws[j], edit)
+                    parts.append(part)
+                    rewritten[j] = part
+                prev = j + 1
+            parts += raws[prev:]
+            if parts:
+                out.write((b",\n" if wrote else b"") + b",\n".join(parts))
+                wrote = True
+            if in_excerpt is not None:
+                excerpt_parts += [bytes(rewritten.get(j, raws[j]))
+                                  for j in np.flatnonzero(in_excerpt[n:n + len(raws)]).tolist()]
+            n += len(raws)
+    return wrote, excerpt_parts
+
+
+def copy_file_atomic(src: Path, dst: Path) -> None:
+    """Copy ``src`` byte for byte to ``dst``, which appears only once complete; a plain ``src`` is gzipped on the
+    way when ``dst`` ends in .gz."""
+    compress = Path(dst).name.endswith(".gz") and not Path(src).name.endswith(".gz")
+
+    def fill(out) -> None:
+        if compress:
+            with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=GZ_LEVEL) as z:
+                shutil.copyfileobj(f, z, 8 << 20)
+        else:
+            copy_rest(f, out)
+
+    with open(src, "rb") as f:
+        _atomic(dst, fill)
+
+
+def copy_rest(f, out) -> None:
+    """The rest of ``f`` appended to ``out`` by copy_file_range(2), without passing through this process
+    (a gigabyte in about a second); by reading and writing where the system cannot."""
+    out.flush()
+    try:
+        while os.copy_file_range(f.fileno(), out.fileno(), 1 << 30):
+            pass
+    except (AttributeError, OSError):  # no such call here, or not between these files: what is left, by hand
+        shutil.copyfileobj(f, out, 8 << 20)
+
+
+def _atomic(dst: Path, fill) -> None:
+    """Create ``dst`` through ``fill(binary file)`` under a temporary name that no plugin lists, then rename."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=dst.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fill(out)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; these files are as readable as any other
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _excerpt_rows(plan: EditPlan, steps: int) -> np.ndarray:
+    """The copy's entries in its excerpt (excerpt.py's rule): those before its step ``steps + 1`` begins and
+    those without a time."""
+    cutoff = plan.step_starts[steps] if len(plan.step_starts) > steps else np.inf
+    return plan.keep & ~(plan.ts >= cutoff)  # NaN (no time) compares False

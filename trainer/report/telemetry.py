@@ -1,0 +1,118 @@
+"""Which unprofiled steps' timing each trace of a run is analysed with: the one policy, and where it is read.
+
+    each = trace_telemetry(traces, run_dir)          # one telemetry (or None) per discovered trace, in order
+    t = run_telemetry(run_dir)                       # a trainer run's run.json ``final.telemetry``, or None
+    rows = cycle_telemetry(run_dir)                  # a trace handler's cycles.jsonl, by (worker, span) and span
+
+The policy (``trace_telemetry``): a telemetry the caller gives is every trace's; else the run folder's run.json
+(stepscope's trainer: one figure for the whole run); else, in a folder written by ``stepscope.trace_handler``
+under ``stepscope.schedule``, each trace's own cycle's row of the cycles.jsonl beside it, matched by span and
+worker (by span alone where the row names no worker); else none, and the analysis models the profiler's cost.
+A handler's trace is then analysed with the figures the handler diagnosed it with, alone or among others.
+
+A telemetry has the trainer's shape (trainer/demo/timing.py): ``{"steps", "step_ms", "data_ms"?}``, means in ms.
+One without a positive finite ``step_ms`` is none; only its finite non-negative numbers are kept. A record
+that cannot be read, or a row that is not one, gives none, never an error. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from stepscope.trace.discover import STEPSCOPE, Found
+from stepscope.trace.files import CYCLES
+
+RUN_RECORD = "run.json"
+
+
+def trace_telemetry(traces: list[Found] | tuple[Found, ...], run_dir: Path | None,
+                    telemetry: dict | None = None) -> list[dict | None]:
+    """Each trace's telemetry (module docstring): ``telemetry`` when given; else ``run_dir``'s run.json
+    (``run_dir``: the one folder of the run these traces form, None when they come from several); else the
+    row for its worker and span in the cycles.jsonl of its own folder (``records_folder``)."""
+    if telemetry is not None:
+        return [telemetry] * len(traces)
+    whole = run_telemetry(run_dir) if run_dir is not None else None
+    if whole is not None:
+        return [whole] * len(traces)
+    rows = {folder: cycle_telemetry(folder) for folder in {records_folder(t) for t in traces}}
+    return [row_of(rows[records_folder(t)], t.worker, t.span) for t in traces]
+
+
+def records_folder(trace: Found) -> Path:
+    """The folder whose records describe ``trace``: the run folder above raw/<span>/ for a stepscope
+    original, else the trace's own folder (a trace handler's TensorBoard copy lies beside cycles.jsonl)."""
+    return trace.path.parents[2] if trace.kind == STEPSCOPE else trace.path.parent
+
+
+def row_of(rows: dict, worker: str, span: str) -> dict | None:
+    """The telemetry of (worker, span) in ``cycle_telemetry``'s rows."""
+    if not span:
+        return None
+    return rows.get((worker, span), rows.get(span))
+
+
+def run_telemetry(path: Path) -> dict | None:
+    """The unprofiled steps' telemetry of a stepscope trainer run (``run.json``'s ``final.telemetry``: the
+    mean step and its phases in ms) when ``path`` is such a run's directory; None otherwise, or when the
+    record is unreadable or holds no timed step (the traces are then read as anyone's)."""
+    record = path / RUN_RECORD if path.is_dir() else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        final = json.loads(record.read_text()).get("final") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return valid(final.get("telemetry") if isinstance(final, dict) else None)
+
+
+def cycle_telemetry(path: Path) -> dict:
+    """The telemetry of each cycle that ``stepscope.trace_handler`` recorded in ``path/cycles.jsonl``, keyed
+    by (worker, span) for a row that names its worker, and by span for one that does not (written before rows
+    named it). A span that two such rows give different figures is dropped (whose it is cannot be told).
+    Empty when ``path`` holds no readable cycles.jsonl; a line that is not a row with a valid telemetry (a
+    cycle diagnosed without stepscope.schedule, a line cut short) gives nothing."""
+    record = path / CYCLES if path.is_dir() else None
+    if record is None or not record.is_file():
+        return {}
+    try:
+        lines = record.read_text(errors="replace").splitlines()
+    except OSError:
+        return {}
+    out: dict = {}
+    ambiguous = set()
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("span"), str) or not row["span"]:
+            continue
+        telemetry = valid(row.get("telemetry"))
+        if telemetry is None:
+            continue
+        worker = row.get("worker")
+        if isinstance(worker, str) and worker:
+            out[(worker, row["span"])] = telemetry
+        elif out.setdefault(row["span"], telemetry) != telemetry:
+            ambiguous.add(row["span"])
+    for span in ambiguous:
+        del out[span]
+    return out
+
+
+def valid(telemetry) -> dict | None:
+    """``telemetry`` when it holds a positive finite ``step_ms``, with only its finite non-negative numbers,
+    as floats; else None."""
+    if not isinstance(telemetry, dict):
+        return None
+    step_ms = telemetry.get("step_ms")
+    if not _number(step_ms) or not 0 < step_ms < math.inf:
+        return None
+    return {k: float(v) for k, v in telemetry.items() if _number(v) and 0 <= v < math.inf}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -1,0 +1,45 @@
+"""The end-of-run diagnosis of a run directory: console, `diagnosis.md`, TensorBoard Text and Scalars.
+
+    report = diagnose_run(run_dir, log, step)     # log: anything with .text(tag, md, step) and .scalars(d, step)
+    write_diagnosis(run_dir, report, log, step)   # the same outputs, silently, for a RunReport in hand
+
+Torch-free: it reads the traces on disk and writes text; `log` is the trainer's TensorBoard log or any
+object with the same two methods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stepscope.analysis import (
+    RunReport,
+    render_console,
+    render_markdown,
+    render_top,
+    summary_scalars,
+)
+from stepscope.report.front import analyze
+from stepscope.trace.atomic import write_text_atomic
+from stepscope.trace.workers import Workers
+
+
+def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None,
+                 workers: Workers | None = None) -> dict:
+    """Analyse the run's traces; print the verdict and evidence; write diagnosis.md, Text and Scalars.
+    `telemetry` is the run's own unprofiled step timing (trainer/demo/timing.py), which makes the figures those of
+    the run without the profiler. `workers`: where the traces are parsed (trace/workers.py); by default in
+    this process alone, as a training process must (a fork would copy a live CUDA context and process
+    group). Returns the report's JSON form."""
+    report = analyze(run_dir, telemetry=telemetry or {}, workers=workers or Workers.inline())
+    print(render_top(report))
+    print(render_console(report))
+    write_diagnosis(run_dir, report, log, step)
+    return report.to_dict()
+
+
+def write_diagnosis(run_dir: Path, report: RunReport, log, step: int) -> None:
+    """Write `report` as run_dir/diagnosis.md, Text `diagnosis` and `diagnosis/*` Scalars; print nothing."""
+    md = render_markdown(report)
+    write_text_atomic(Path(run_dir) / "diagnosis.md", md)
+    log.text("diagnosis", md, step)
+    log.scalars(summary_scalars(report), step)

@@ -1,0 +1,266 @@
+"""Follow a directory of traces and publish each complete one to a shadow logdir (shadow.py).
+
+    watcher = Watcher(WatchConfig(source=Path("runs"), logdir=shadow / "logdir", staging=shadow / "staging"))
+    while True:
+        for line in watcher.poll():     # e.g. "+ run exp1@2: 1 trace (tensorboard_trace_handler): cpu_bound"
+            print(line)
+        time.sleep(2)
+
+A trace is published only once it is complete: its size and mtime must be the same at two consecutive polls,
+and it must then parse completely (loaded.py, streamed). A file that stays unparsable is reported once and
+retried only when it changes.
+
+Each run is parsed, analysed and published in a child process of its own (trace/workers.py ``Apart``), a
+few at once within the memory budget, the smallest runs first, so that one huge or pathological trace never
+keeps the others from being shown. The child has ``time_bound(paths)`` seconds: a minute plus two per GB of
+trace, as the stepscope tab's analysis (tab/cache.py), or exactly $STEPSCOPE_TB_BOUND_S seconds when that is
+set. Past it the child is killed, the run is reported in one line ("! run NAME: ... stopped ...") and
+retried only when one of its files changes; `stepscope analyze` on it has no time limit. ``poll(wait_s)``
+waits up to ``wait_s`` seconds for the runs it started (None: until each has ended or passed its bound);
+what is still running is reported by a later poll. A file that changes after it was published (accelerate rewrites
+`profile_<rank>.json` each time) is published again, as a new run. Event files under the source (a trainer
+run's loss, learning rate, ...) are mirrored into the run of the same name (mirror.py). The source
+directory is only read.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stepscope.analysis import TraceError
+from stepscope.analysis.report import parse_path
+from stepscope.report.loaded import Loaded, assign_spans, load_one
+from stepscope.tensorboard.child import die_with_parent
+from stepscope.tensorboard.mirror import EventsMirror
+from stepscope.tensorboard.shadow import publish_run
+from stepscope.tensorboard.tab.cache import TIME_BASE_S, TIME_PER_GB_S
+from stepscope.trace.discover import Found, discover
+from stepscope.trace.workers import Apart, default_budget, json_size, peak_bytes
+
+Signature = tuple[int, int]  # (size, mtime_ns)
+BOUND_ENV = "STEPSCOPE_TB_BOUND_S"
+MAX_AT_ONCE = max(2, os.cpu_count() or 1)  # runs analysed at once (within the memory budget)
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    source: Path  # the user's directory of traces (never written)
+    logdir: Path  # what TensorBoard serves
+    staging: Path  # where runs are built before they are renamed into logdir (same filesystem)
+
+
+@dataclass
+class _State:
+    published: dict[Path, Signature] = field(default_factory=dict)
+    pending: dict[Path, Signature] = field(default_factory=dict)  # last signature seen, not yet stable
+    rejected: dict[Path, Signature] = field(default_factory=dict)  # complete-looking but not a usable trace
+    busy: set[Path] = field(default_factory=set)  # files of a run queued or being analysed
+
+
+@dataclass
+class _Job:
+    run: str
+    items: list[tuple[Found, Signature]]
+    size: int  # bytes of JSON
+    apart: Apart | None = None
+    bound: float = 0.0
+    deadline: float = 0.0
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a run's child did (``build_run``), for the parent's state."""
+    lines: list[str]
+    published: list[tuple[Path, Signature]]
+    rejected: list[tuple[Path, Signature]]
+    unsettled: list[Path]  # rewritten while read: looked at again once stable
+    path: Path | None  # the published run
+
+
+def signature(path: Path) -> Signature | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def bound_override() -> float | None:
+    """$STEPSCOPE_TB_BOUND_S as seconds; None when unset; ValueError (one line) when not a positive number."""
+    text = os.environ.get(BOUND_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{BOUND_ENV}={text!r}: use a number of seconds above 0")
+    return value
+
+
+def time_bound(size: int) -> float:
+    """Seconds a run with ``size`` bytes of JSON may take (module docstring)."""
+    override = bound_override()
+    return override if override is not None else TIME_BASE_S + TIME_PER_GB_S * size / 1e9
+
+
+def _size(items: list[tuple[Found, Signature]]) -> int:
+    total = 0
+    for found, _ in items:
+        try:
+            total += json_size(found.path)
+        except OSError:
+            pass
+    return total
+
+
+def build_run(cfg: WatchConfig, name: str, source: Path, items: list[tuple[Found, Signature]]) -> Built:
+    """Parse ``items`` (one source run's stable traces) and publish the usable ones as the shadow run
+    ``name`` (shadow.py); in the run's child process."""
+    lines, loaded, rejected, unsettled = [], [], [], []
+    spans = assign_spans([f for f, _ in items])
+    for found, sig in items:
+        try:
+            span = spans[found.path]
+            item = load_one(found, span, parse_path(found.path, found.worker, span))
+        except TraceError as e:
+            lines.append(f"! {e}")
+            rejected.append((found.path, sig))
+            continue
+        if signature(found.path) != sig:  # rewritten while we read it: wait for it to settle again
+            unsettled.append(found.path)
+            continue
+        if not isinstance(item, Loaded):
+            lines.append(f"! {found.path}: skipped ({item.reason})")
+            rejected.append((found.path, sig))
+            continue
+        loaded.append((item, sig))
+    if not loaded:
+        return Built(lines, [], rejected, unsettled, None)
+    path, verdict = publish_run([item for item, _ in loaded], cfg.logdir, cfg.staging, name, source)
+    kinds = ", ".join(sorted({item.found.kind for item, _ in loaded}))
+    n = len(loaded)
+    lines.append(f"+ run {path.relative_to(cfg.logdir)}: {n} trace{'s' if n != 1 else ''} ({kinds}): {verdict}")
+    return Built(lines, [(item.found.path, sig) for item, sig in loaded], rejected, unsettled, path)
+
+
+class Watcher:
+    def __init__(self, cfg: WatchConfig) -> None:
+        self.cfg = cfg
+        self.state = _State()
+        self.runs: list[Path] = []  # every shadow run published so far
+        self.mirror = EventsMirror(cfg.source, cfg.logdir)
+        self.queued: list[_Job] = []
+        self.running: list[_Job] = []
+        self.budget = default_budget()
+
+    def run_name(self, run: str) -> str:
+        """The shadow run of a source folder (relative to the source; "" is the source itself)."""
+        return run or self.cfg.source.resolve().name
+
+    @property
+    def busy(self) -> bool:
+        """Whether a run is queued or being analysed."""
+        return bool(self.queued or self.running)
+
+    def poll(self, wait_s: float | None = None) -> list[str]:
+        """One look at the source: start the analysis of every run whose traces have become stable, and
+        wait up to ``wait_s`` seconds (None: until each is done or stopped) for those running. Returns one
+        line per published run, per rejected file and per run stopped at its time bound."""
+        stable: dict[str, list[tuple[Found, Signature]]] = defaultdict(list)
+        for found in discover(self.cfg.source).traces:
+            if found.path in self.state.busy:
+                continue
+            sig = signature(found.path)
+            if sig is None or sig in (self.state.published.get(found.path), self.state.rejected.get(found.path)):
+                continue
+            if self.state.pending.get(found.path) != sig:
+                self.state.pending[found.path] = sig  # first sight, or it changed: look again next poll
+                continue
+            stable[found.run].append((found, sig))
+        for run, items in stable.items():
+            self.queued.append(_Job(run, items, _size(items)))
+            self.state.busy.update(f.path for f, _ in items)
+        self.queued.sort(key=lambda job: (job.size, job.run))  # the smallest runs first
+        lines = self._collect(wait_s)
+        self.mirror.poll(self.run_name)  # the source's own Scalars and Text, e.g. a trainer run's loss
+        return lines
+
+    def _start(self) -> None:
+        while self.queued and len(self.running) < MAX_AT_ONCE:
+            job = self.queued[0]
+            held = sum(peak_bytes(j.size) for j in self.running)
+            if self.running and held + peak_bytes(job.size) > self.budget:
+                return
+            self.queued.pop(0)
+            source = self.cfg.source / job.run if job.run else self.cfg.source
+            job.bound = time_bound(job.size)
+            job.apart = Apart(build_run, (self.cfg, self.run_name(job.run), source, job.items),
+                              setup=die_with_parent(os.getpid()))
+            job.deadline = time.monotonic() + job.bound
+            self.running.append(job)
+
+    def _collect(self, wait_s: float | None) -> list[str]:
+        lines: list[str] = []
+        until = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            self._start()
+            for job in list(self.running):
+                if job.apart.ready():
+                    self.running.remove(job)
+                    lines += self._finish(job)
+                elif time.monotonic() > job.deadline:
+                    job.apart.stop()
+                    self.running.remove(job)
+                    lines.append(self._stopped(job))
+            if not self.busy or (until is not None and time.monotonic() >= until):
+                return lines
+            time.sleep(0.05)
+
+    def _finish(self, job: _Job) -> list[str]:
+        for found, _ in job.items:
+            self.state.busy.discard(found.path)
+        try:
+            built: Built = job.apart.result()
+        except Exception as e:  # noqa: BLE001 (the child died or failed: the run is reported, the rest served)
+            why = str(e) if isinstance(e, (TraceError, ValueError)) else f"{type(e).__name__}: {e}"
+            return [self._reject_all(job, f"run {self.run_name(job.run)}: not published ({why})")]
+        for path, sig in built.published:
+            self.state.published[path] = sig
+            self.state.pending.pop(path, None)
+        for path, sig in built.rejected:
+            self.state.rejected[path] = sig
+            self.state.pending.pop(path, None)
+        for path in built.unsettled:
+            self.state.pending.pop(path, None)
+        if built.path is not None:
+            self.runs.append(built.path)
+        return built.lines
+
+    def _stopped(self, job: _Job) -> str:
+        for found, _ in job.items:
+            self.state.busy.discard(found.path)
+        n, disk = len(job.items), sum(sig[0] for _, sig in job.items)
+        return self._reject_all(job, f"run {self.run_name(job.run)} ({n} trace{'s' if n != 1 else ''}, "
+                                     f"{disk / 1e6:.1f} MB): the analysis took more than {job.bound:.0f} s "
+                                     "and was stopped, so that the other runs are served; it is tried again "
+                                     "when a file changes, and `stepscope analyze` on it has no time limit")
+
+    def _reject_all(self, job: _Job, why: str) -> str:
+        for found, sig in job.items:
+            self.state.rejected[found.path] = sig
+            self.state.pending.pop(found.path, None)
+        return f"! {why}"
+
+    def close(self) -> None:
+        """Stop every analysis still running."""
+        for job in self.running:
+            job.apart.stop()
+        self.running.clear()
+        self.queued.clear()

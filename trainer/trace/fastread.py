@@ -1,0 +1,118 @@
+"""The compiled trace reader, where it was built: a piece of ``traceEvents`` as numpy columns, with no Python
+object per event. Torch-free.
+
+    reader = ColumnReader(Event)             # the fields of a msgspec schema: the one table of what is read
+    cols = reader.read(text)                 # None: the extension is off, or the text needs msgspec's verdict
+    cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), its value as float64
+    cols.int("tid"), cols.text("name")       # ... as int64; the strings table (cols.strings[cols.int(f)])
+
+The extension (csrc/fastread.c, parsing with the vendored yyjson) is built by ``pip install -e .``
+(setup.py); where it is missing, or ``STEPSCOPE_PURE_PYTHON=1`` is set, ``available()`` is False,
+``why_not()`` says why, and the callers read with msgspec alone (the same results, slower). The fields read
+are those of the msgspec structs the slow path decodes into (``Event`` and the struct of its ``args``), by
+their JSON names: a field added to the schema is read by both readers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+import numpy as np
+
+PURE_ENV = "STEPSCOPE_PURE_PYTHON"
+
+# the value types of csrc/fastread.c
+T_MISSING, T_NULL, T_INT, T_REAL, T_STR, T_TRUE, T_FALSE, T_ARRAY, T_OBJECT, T_OTHER = range(10)
+
+try:
+    from stepscope.trace import _fastread
+    _IMPORT_ERROR: str | None = None
+except ImportError as e:  # not built: no compiler, an unusual platform, a source tree without the build
+    _fastread = None
+    _IMPORT_ERROR = f"{type(e).__name__}: {e}"
+
+
+def available() -> bool:
+    return _fastread is not None and not os.environ.get(PURE_ENV)
+
+
+def why_not() -> str | None:
+    """None when the compiled reader is used; else one line saying why not."""
+    if _fastread is None:
+        return f"the compiled trace reader is not built ({_IMPORT_ERROR}); traces are read with msgspec"
+    if os.environ.get(PURE_ENV):
+        return f"{PURE_ENV} is set: traces are read with msgspec"
+    return None
+
+
+def describe() -> str:
+    """One line: which reader reads traces."""
+    return why_not() or f"traces are read by the compiled reader (yyjson {_fastread.YYJSON_VERSION})"
+
+
+class Columns:
+    """One piece's events as columns (the module docstring); ``n`` events."""
+
+    __slots__ = ("strings", "n", "text", "_slot", "_types", "_ints", "_reals")
+
+    def __init__(self, raw: tuple, slot: dict[str, int]) -> None:
+        strings, types, ints, reals, n = raw
+        rows = len(slot)
+        self.strings, self.n, self._slot = strings, n, slot
+        self.text = b""  # the JSON it was read from, for a reader that must go back to it
+        self._types = np.frombuffer(types, dtype=np.uint8).reshape(rows, n)
+        self._ints = np.frombuffer(ints, dtype=np.int64).reshape(rows, n)
+        self._reals = np.frombuffer(reals, dtype=np.float64).reshape(rows, n)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def type(self, field: str) -> np.ndarray:
+        return self._types[self._slot[field]]
+
+    def int(self, field: str) -> np.ndarray:
+        return self._ints[self._slot[field]]
+
+    def real(self, field: str) -> np.ndarray:
+        return self._reals[self._slot[field]]
+
+
+class ColumnReader:
+    """Reads the fields of ``event`` (a msgspec Struct whose field ``args_field`` is an optional Struct of the
+    event's arguments). Fields are named by their attribute names; both structs' attributes must differ."""
+
+    def __init__(self, event: type, args_field: str = "args") -> None:
+        fields = {f.name: f for f in msgspec.structs.fields(event)}
+        args_struct = _struct_of(fields[args_field].type)
+        top = [f for name, f in fields.items() if name != args_field]
+        inner = list(msgspec.structs.fields(args_struct))
+        names = [f.name for f in top] + [args_field] + [f.name for f in inner]
+        if len(set(names)) != len(names):
+            raise ValueError("the event's fields and its args' fields must have distinct names")
+        self.slot = {name: k for k, name in enumerate(names)}
+        self.event_keys = tuple(f.encode_name.encode() for f in top) + (fields[args_field].encode_name.encode(),)
+        self.args_keys = tuple(f.encode_name.encode() for f in inner)
+        self.fields = tuple(names)
+
+    def read(self, text) -> Columns | None:
+        """The columns of ``text`` (a JSON array of events), or None: no compiled reader, or text that the
+        caller's msgspec decoder must judge (not strict JSON, an entry that is no object, ``args`` that is no
+        object, nesting too deep)."""
+        if not available():
+            return None
+        raw = _fastread.columns(text, self.event_keys, self.args_keys)
+        if raw is None:
+            return None
+        cols = Columns(raw, self.slot)
+        cols.text = bytes(text)
+        return cols
+
+
+def _struct_of(annotation: Any) -> type:
+    """The Struct in ``Struct | None``."""
+    for t in getattr(annotation, "__args__", (annotation,)):
+        if isinstance(t, type) and issubclass(t, msgspec.Struct):
+            return t
+    raise TypeError(f"{annotation!r} holds no msgspec Struct")

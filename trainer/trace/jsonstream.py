@@ -1,0 +1,282 @@
+"""Read a Chrome-trace JSON file as a stream of ``traceEvents`` pieces, never holding the whole document.
+
+    with TraceStream(path) as ts:            # gzipped or not, by the name's .gz suffix
+        for events in ts.decode_events(lambda text: msgspec.json.decode(text, type=list[Event])):
+            ...                              # a list of consecutive events, in file order
+        ts.header                            # dict: the top-level keys other than traceEvents
+    TraceStream(path, opener=bounded_read.open_trace)   # any binary opener, for a whole-file stream
+    TraceStream(path, lenient=convert)       # pieces msgspec refuses: read by Python's json, then convert(list)
+
+    ranges = split_points(path, 2)           # byte ranges of whole events ...
+    with TraceStream(path, span=ranges[1]) as ts:   # ... that separate processes decode independently
+        ...
+
+The file is read in blocks of ``BLOCK`` bytes (decompressed on the fly for .gz). Each block is cut after the
+last ``}`` that is followed by ``,`` and ``{`` (the boundary between two events, whitespace allowed), and
+the events before the cut become one piece, given to the caller's decode function. A cut is only a
+candidate: a piece that does not decode (the cut fell inside a string or a nested object) is retried with
+the next block appended, cut after the failed position. A byte range of a .gz file is read through its
+index of decompression points (gzindex.py), built when split_points first looks at the file's middle, and
+yields at most bounded_read's ceiling (its trailer's size may not be the whole of its JSON). The keys before ``"traceEvents"`` and those after
+its closing ``]`` are decoded once each, so the header costs nothing on large files. Raises
+``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
+on unreadable files.
+
+Bounded work on any input: each block is read once and searched for a NUL byte (which no JSON text holds:
+the tail of a file cut short, or preallocated by its writer and never filled), and a first byte that cannot
+open an object, a header of more than ``HEADER_LIMIT`` bytes, or more than ``PIECE_LIMIT`` bytes without a
+decodable cut end the read there, with ``NotJSON`` or ``msgspec.DecodeError``. A bad file therefore costs
+time linear in the bytes read up to the error and memory of a few blocks, whatever its size.
+
+``lenient``: text that is JSON to Python but not to msgspec (NaN and Infinity literals) or that the caller's
+types refuse (an event that is not an object) is normalised instead of refused: a piece (or the header) that
+msgspec rejects is read by Python's json, and the piece's list of entries is given to ``lenient``, which
+returns what ``decode`` would have. A piece that Python's json cannot read either is refused as before (a
+cut inside a string is retried with more text).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from stepscope.trace import gzindex
+from stepscope.trace.bounded_read import bounded
+from stepscope.trace.gzopen import open_gz
+
+BLOCK = 8 << 20
+KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+HEADER_LIMIT = 64 << 20  # a header larger than this is not a torch.profiler trace
+PIECE_LIMIT = 64 << 20  # nor is this much text without a boundary between two events that decodes
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which Python's json (the lenient reader) accepts
+PROBE = 4 << 20  # bytes decoded to confirm that a split point starts an event
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+
+
+class NotJSON(msgspec.DecodeError):
+    """Text that no JSON reader accepts, seen without decoding it (a NUL byte); the message says where."""
+
+
+class TraceStream:
+    """A trace file opened for streaming; see the module docstring.
+
+    ``span=(start, end)``: only the events from byte ``start`` (the ``{`` of an event) up to byte ``end``
+    (the ``{`` of the first event not wanted; None: to the end of the array). ``header`` then stays empty,
+    except for the keys after the array when ``end`` is None.
+    """
+
+    def __init__(self, path: Path, block: int = BLOCK, span: tuple[int, int | None] | None = None,
+                 opener: Callable[[Path], Any] | None = None,
+                 lenient: Callable[[list], list] | None = None) -> None:
+        self.path = Path(path)
+        self.lenient = lenient
+        self.opener = opener  # e.g. bounded_read.open_trace; default: gzopen.open_gz/open by the name
+        self.block = block
+        self.span = span
+        self.header: dict[str, Any] = {}
+        self._f = None
+        self._left: int | None = None  # bytes left to read in the span
+        self._pos = 0  # offset (of the decompressed text) of the next byte read
+
+    def __enter__(self) -> TraceStream:
+        gz = self.path.name.endswith(".gz")
+        if self.opener is not None and self.span is None:
+            self._f = self.opener(self.path)
+        elif gz and self.span is not None:
+            f = gzindex.open_at(self.path)
+            try:
+                f.seek(self.span[0])
+            except BaseException:
+                f.close()
+                raise
+            self._f = bounded(f, self.path)
+        else:
+            self._f = open_gz(self.path) if gz else open(self.path, "rb")
+            if self.span is not None:
+                self._f.seek(self.span[0])
+        if self.span is not None:
+            self._left = None if self.span[1] is None else self.span[1] - self.span[0]
+            self._pos = self.span[0]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+    def _read(self) -> bytes:
+        if self._left is None:
+            data = self._f.read(self.block)
+        else:
+            data = self._f.read(min(self.block, self._left))
+            self._left -= len(data)
+        nul = data.find(0)
+        if nul >= 0:
+            raise NotJSON(f"a NUL byte at offset {self._pos + nul}, which no JSON text holds: a file cut "
+                          "short, or preallocated by its writer and never filled")
+        self._pos += len(data)
+        return data
+
+    def _events_start(self) -> bytearray:
+        """Read the header up to the ``[`` of traceEvents; return what follows it."""
+        buf = bytearray(self._read())
+        first = buf.lstrip().removeprefix(BOM)[:1]
+        if first and first != b"{":
+            raise msgspec.DecodeError(f"the text starts with {bytes(first)!r}, not with a JSON object's '{{'")
+        while True:
+            m = KEY.search(buf)
+            if m:
+                break
+            more = self._read()
+            if not more or len(buf) > HEADER_LIMIT:
+                raise msgspec.DecodeError("no traceEvents array in the JSON object")
+            buf += more
+        head = bytes(buf[:m.start()]).rstrip()
+        head = head[:-1] if head.endswith(b",") else head
+        self.header = self._decode_json(head + b"}")  # '{' + the keys before traceEvents
+        if not isinstance(self.header, dict):
+            raise msgspec.DecodeError("the trace is not a JSON object")
+        return bytearray(b" ") + buf[m.end():]
+
+    def decode_events(self, decode: Callable[[memoryview], list]) -> Iterator[list]:
+        """Decoded lists of events, in file order. ``decode(array_text)`` raises msgspec.DecodeError (or
+        ValidationError) on a bad piece; a piece that fails is retried with more text until the end of the
+        array, where a failure is final."""
+        # buf[0] is a byte of ours that a piece overwrites with '[', buf[1:] the text from an event's '{'
+        buf = self._events_start() if self.span is None or self.span[0] == 0 else bytearray(b" ") + self._read()
+        failed_at = -1  # a cut that did not decode: only cuts after it are tried
+        while True:
+            more = self._read()
+            if not more:
+                break
+            buf += more
+            if len(buf) > PIECE_LIMIT + self.block:
+                raise msgspec.DecodeError(f"no boundary between two events that decodes in the "
+                                          f"{PIECE_LIMIT >> 20} MiB before offset {self._pos}: not a trace's "
+                                          "array of events")
+            cut = _last_boundary(buf, failed_at)
+            if cut is None:
+                continue
+            closing = buf[cut]
+            buf[0], buf[cut] = 0x5B, 0x5D  # "[" and "]" around the events before the cut
+            try:
+                with memoryview(buf) as view:
+                    events = self._decode(decode, view[:cut + 1])
+            except DECODE_ERRORS:
+                buf[cut] = closing
+                failed_at = cut
+                continue
+            failed_at = -1
+            del buf[:buf.index(b"{", cut) - 1]
+            yield events
+        if self.span is not None and self.span[1] is not None:
+            # a middle range: whole events followed by ',' (and whitespace)
+            text = bytes(buf[1:]).rstrip()
+            yield self._decode(decode, b"[" + (text[:-1] if text.endswith(b",") else text) + b"]")
+            return
+        # The rest: the last events, ']' and the keys after the array, decoded as one object.
+        text = b'{"traceEvents":[' + bytes(buf[1:])
+        try:
+            tail = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+        except DECODE_ERRORS:
+            if self.lenient is None:
+                raise
+            rest = self._python_json(text)
+            events = rest.pop("traceEvents")
+            yield self.lenient(events if isinstance(events, list) else [])
+            self.header.update(rest)
+            return
+        yield self._decode(decode, bytes(tail.pop("traceEvents")))
+        self.header.update({k: self._decode_json(v) for k, v in tail.items()})
+
+    def _decode(self, decode: Callable, text) -> list:
+        """``decode(text)``; with ``lenient``, a piece msgspec refuses is read by Python's json instead."""
+        try:
+            return decode(text)
+        except DECODE_ERRORS:
+            if self.lenient is None:
+                raise
+            entries = self._python_json(text)
+            if not isinstance(entries, list):
+                raise
+            return self.lenient(entries)
+
+    def _decode_json(self, text) -> Any:
+        try:
+            return msgspec.json.decode(text)
+        except DECODE_ERRORS:
+            if self.lenient is None:
+                raise
+            return self._python_json(text)
+
+    @staticmethod
+    def _python_json(text) -> Any:
+        try:
+            return json.loads(bytes(text))
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+            raise msgspec.DecodeError(f"{type(e).__name__}: {e}") from None
+
+
+def _last_boundary(buf: bytearray, after: int) -> int | None:
+    """Position of the ``}`` of the last event-closing brace in ``buf`` after ``after`` + 1 (the byte after
+    it is then overwritten with ``]``): the position just after the ``}``, or None."""
+    start = max(after + 1, len(buf) - (1 << 20))
+    while True:
+        last = None
+        for m in BOUNDARY.finditer(buf, start):
+            last = m.start() + 1
+        if last is not None or start <= after + 1:
+            return last
+        start = max(after + 1, start - (16 << 20))  # no boundary in the last MiB: look further back
+
+
+def split_points(path: Path, parts: int, decode: Callable[[bytes], list],
+                 first_weight: float = 1.0) -> list[tuple[int, int | None]] | None:
+    """Byte ranges that split the traceEvents array of a file into ``parts`` runs of whole events, for
+    ``TraceStream(span=...)``; the first range starts at 0 (the header is read with it) and is
+    ``first_weight`` times as long as each of the others (the process that reads it does more besides).
+    Offsets of a .gz file are of its decompressed bytes; finding them indexes the file (gzindex.py). None
+    when the file is too small to split, or gzipped and gzindex.py's reader is missing."""
+    path = Path(path)
+    gz = path.name.endswith(".gz")
+    if parts < 2 or (gz and not gzindex.available()):
+        return None
+    size = gzindex.uncompressed_size(path) if gz else path.stat().st_size
+    starts = [0]
+    total = first_weight + parts - 1
+    with gzindex.open_at(path) if gz else open(path, "rb") as f:
+        if size is None:  # a trailer that cannot tell: decompressed to the end once (and indexed)
+            size = f.seek(0, os.SEEK_END)
+        for k in range(1, parts):
+            at = _event_start_near(f, int(size * (first_weight + k - 1) / total), decode)
+            if at is None or at <= starts[-1]:
+                return None
+            starts.append(at)
+        if gz:
+            gzindex.remember(path, f)  # for the readers of the ranges, here and in the helpers forked next
+    return [(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))]
+
+
+def _event_start_near(f, offset: int, decode: Callable[[bytes], list]) -> int | None:
+    """The offset of the first ``{`` at or after ``offset`` that starts an event of the array (checked by
+    decoding the events that follow it), or None."""
+    f.seek(offset)
+    window = f.read(PROBE)
+    pos = 0
+    while True:
+        m = BOUNDARY.search(window, pos)
+        if m is None:
+            return None
+        begin = m.end() - 1
+        ends = [b.start() + 1 for b in BOUNDARY.finditer(window, begin + 1)]
+        for end in reversed(ends[-3:]):  # the probe's last complete events
+            try:
+                decode(b"[" + window[begin:end] + b"]")
+                return offset + begin
+            except DECODE_ERRORS:
+                continue
+        pos = begin

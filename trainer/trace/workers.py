@@ -1,0 +1,295 @@
+"""Where trace work may run: the one worker policy, decided once at the entry point and passed down. Torch-free.
+
+    workers = Workers.inline()                     # this process only: what a training process must use
+    workers = Workers.local(max_memory=2 << 30)    # the command line: local processes where it pays
+    workers = Workers.dask("tcp://host:8786")      # per-trace work as tasks of a Dask cluster (cluster.py)
+    spans = workers.map(analyze_path, jobs)        # analyze_path(*job) for each job (a trace path first), in order
+    with workers.beside(fn, big_columns) as later: # fn(big_columns) in a helper process, if the policy allows
+        ...                                        # this process works meanwhile
+        value = later.result()                     # inline: fn runs here, now
+    job = Apart(fn, args)                          # fn(*args) in a forked child that may be killed (command line)
+    job.ready(); job.result(); job.stop()          # poll without waiting; its value or exception; kill it
+
+A training process (the trainer's end-of-run diagnosis, the users' trace handler) never forks: the child
+would copy its threads, CUDA context and process group. The command line may. A Dask cluster runs each
+trace's work on whichever worker takes it; the small result comes back.
+
+Locally, how many processes may parse traces at once within a memory budget: a trace's streamed parse
+(stream_parse.py) holds its event objects (about ``EVENT_BYTES_PER_FILE_BYTE`` per byte of uncompressed
+JSON, measured on the ResNet-18 replicas of BENCHMARKS.md) plus the piece being decoded and the
+interpreter, so its peak is ``BASE_BYTES + EVENT_BYTES_PER_FILE_BYTE * size`` at most. Several traces
+(ranks) are parsed in ``per_file`` forked processes at once, capped by the CPU count and by what fits the
+budget; 1 means "in this process". Runs with less JSON than ``SPLIT_FROM`` in all stay in this process:
+starting processes would cost more than it saves. Traces parsed in this process that are at least
+``SPLIT_FROM`` long are cut into ``parts_for(path, plan)`` byte ranges, parsed at once by this process and
+forked helpers (stream_ranges.py); the helpers hold only columns, so the budget is the same.
+Gzipped traces are cut too, through an index of decompression points (gzindex.py).
+
+This module is the only one that makes process pools (and the stoppable children of ``Apart``); each forks this process (its memory is inherited,
+never pickled: columns of millions of entries go to a helper for free).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import struct
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepscope.trace import gzindex
+
+BASE_BYTES = 80 << 20  # interpreter, msgspec, decode buffers and one decoded piece
+EVENT_BYTES_PER_FILE_BYTE = 1.0
+GZ_RATIO_GUESS = 10  # when the gzip trailer cannot say (files over 4 GiB uncompressed)
+SPLIT_FROM = 64 << 20
+
+
+MAX_PARTS = 4  # byte ranges of one trace: more leaves this process rebuilding the others' events alone
+
+
+@dataclass(frozen=True)
+class Plan:
+    per_file: int  # processes parsing whole traces at once
+    parts: int = 1  # byte ranges a large trace parsed in this process is cut into
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The worker policy (module docstring). Make one with ``inline``, ``local`` or ``dask``."""
+    cpus: int = 1  # processes of this machine that may work at once; 1: this process only
+    max_memory: int | None = None  # bytes for local processes at once (None: a quarter of RAM)
+    cluster: str | None = None  # a Dask scheduler's address: per-trace work runs there
+
+    @classmethod
+    def inline(cls) -> Workers:
+        """This process only, never a child: the policy of a training process."""
+        return cls()
+
+    @classmethod
+    def local(cls, cpus: int | None = None, max_memory: int | None = None) -> Workers:
+        """Processes of this machine where it pays: up to ``cpus`` (default: all) within ``max_memory``."""
+        return cls(max(1, cpus or os.cpu_count() or 1), max_memory)
+
+    @classmethod
+    def dask(cls, address: str) -> Workers:
+        """Each trace's work as a task of the Dask cluster whose scheduler is at ``address``; what follows
+        (cross-rank analysis, rendering) in this process."""
+        return cls(cluster=address)
+
+    @property
+    def forks(self) -> bool:
+        """Whether this process may start children."""
+        return self.cpus > 1
+
+    def plan(self, paths: list[Path]) -> Plan:
+        """How many of ``paths`` to parse at once here, and in how many ranges (module docstring)."""
+        budget = self.max_memory if self.max_memory is not None else default_budget()
+        return plan_processes(paths, budget, self.cpus)
+
+    def map(self, fn: Callable, jobs: list[tuple]) -> list:
+        """``fn(*job)`` for each job (a trace path first), in order: on the cluster, in forked processes when
+        the traces are large and the memory allows, else here (``fn(*job, parts=...)``: a large trace in
+        byte ranges when this process may fork helpers)."""
+        if not jobs:
+            return []
+        if self.cluster is not None:
+            from stepscope.trace.cluster import dask_map
+
+            return dask_map(self.cluster, fn, jobs)
+        sizes = [json_size(job[0]) for job in jobs]
+        budget = self.max_memory if self.max_memory is not None else default_budget()
+        plan = plan_sizes(sizes, budget, self.cpus)
+        if plan.per_file > 1:
+            return in_pool(plan.per_file, fn, jobs, sizes)
+        return [fn(*job, parts=parts_for(job[0], plan)) for job in jobs]
+
+    def halves(self, path: Path) -> bool:
+        """Whether the export should read and write ``path`` in two byte ranges, the second by a helper."""
+        path = Path(path)
+        return self.forks and json_size(path) >= SPLIT_FROM and splittable(path)
+
+    @contextmanager
+    def beside(self, fn: Callable, *args) -> Iterator[Future]:
+        """``fn(*args)`` beside this process: in a forked child that inherits the arguments (not pickled)
+        when the policy allows and a child can start, else here when the result is asked for. The block's
+        exit waits for the child. ``result()`` raises what the call raised, or BrokenProcessPool (a
+        RuntimeError) when the child died."""
+        pool = None
+        if self.forks:
+            _INHERITED[:] = [fn, args]
+            try:
+                pool = fork_pool(1)
+                later = pool.submit(_run_inherited)  # a fork context starts its process within submit
+            except (OSError, RuntimeError):  # no child could start (no memory, no threads): here, then
+                if pool is not None:
+                    pool.shutdown()
+                pool = None
+            finally:
+                _INHERITED.clear()
+        if pool is None:
+            yield _Later(fn, args)
+            return
+        with pool:
+            yield later
+
+
+def in_pool(processes: int, fn: Callable, jobs: list[tuple], sizes: list[int]) -> list:
+    """``fn(*job)`` for each job in a pool of ``processes`` forked children, the largest traces (``sizes``)
+    first so that no large one is left to run alone at the end; the results, and the first exception, in the
+    jobs' order. What is still queued when a job fails is not run."""
+    with fork_pool(processes) as pool:
+        futures = [None] * len(jobs)
+        for i in sorted(range(len(jobs)), key=lambda i: -sizes[i]):
+            futures[i] = pool.submit(fn, *jobs[i])
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+class _Later(Future):
+    """A call made in this process when its result is first asked for."""
+
+    def __init__(self, fn: Callable, args: tuple) -> None:
+        super().__init__()
+        self._call = (fn, args)
+
+    def result(self, timeout=None):
+        if self._call is not None:
+            fn, args = self._call
+            self._call = None
+            try:
+                self.set_result(fn(*args))
+            except BaseException as e:
+                self.set_exception(e)
+        return super().result(timeout)
+
+
+_INHERITED: list = []  # [function, arguments] of the call the child about to be forked runs
+
+
+def _run_inherited():
+    fn, args = _INHERITED
+    return fn(*args)
+
+
+class Apart:
+    """``fn(*args)`` in a child forked from this process, which inherits the arguments (not pickled) and
+    sends back its result (pickled: keep it small), for work that must be stoppable: ``stop()`` kills the
+    child whatever it is doing. Only where the policy may fork (the command line, never a training process).
+    ``setup()``, when given, runs first in the child (e.g. to die with this process)."""
+
+    def __init__(self, fn: Callable, args: tuple = (), setup: Callable[[], None] | None = None) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._recv, send = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_apart, args=(send, setup, fn, args), name="stepscope-apart")
+        self.process.start()
+        send.close()
+        self._outcome: tuple[bool, object] | None = None
+
+    def ready(self) -> bool:
+        """Whether the child has answered (or died); never waits."""
+        if self._outcome is None:
+            try:
+                if not self._recv.poll(0):
+                    return False
+                self._outcome = self._recv.recv()
+            except (EOFError, OSError):  # it ended without an answer: killed, or out of memory
+                self.process.join()
+                self._outcome = (False, RuntimeError(f"the process ended with code {self.process.exitcode} "
+                                                     "before it answered"))
+            self.stop()
+        return True
+
+    def result(self):
+        """The call's value, or the exception it raised; only once ``ready()``."""
+        assert self._outcome is not None, "result() before ready()"
+        ok, value = self._outcome
+        if ok:
+            return value
+        raise value
+
+    def stop(self) -> None:
+        """Kill the child (if it still runs) and reap it."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self._recv.close()
+
+
+def _apart(send, setup: Callable | None, fn: Callable, args: tuple) -> None:
+    if setup is not None:
+        setup()
+    try:
+        outcome = (True, fn(*args))
+    except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it)
+        outcome = (False, e)
+    try:
+        send.send(outcome)
+    except Exception as e:  # noqa: BLE001 (a value or exception that cannot be pickled)
+        send.send((False, RuntimeError(f"{type(e).__name__}: {e}")))
+    send.close()
+
+
+def fork_pool(processes: int) -> Executor:
+    """A pool of ``processes`` children forked from this process: the only place one is made. Callers hold
+    a policy that allows it (``Workers.forks``, or ``parts`` > 1 from ``Workers.map``)."""
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+
+
+def default_budget() -> int:
+    """A quarter of the machine's RAM."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError):
+        return 4 << 30
+
+
+def json_size(path: Path) -> int:
+    """Bytes of JSON in ``path``: its size, or for .gz the size the gzip trailer records (mod 4 GiB)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if not path.name.endswith(".gz") or size < 18:
+        return size
+    with open(path, "rb") as f:
+        f.seek(-4, os.SEEK_END)
+        (isize,) = struct.unpack("<I", f.read(4))
+    return isize if isize >= size else size * GZ_RATIO_GUESS
+
+
+def splittable(path: Path) -> bool:
+    """Whether ``path`` can be read from the middle: uncompressed, or gzipped and indexable (gzindex.py)."""
+    return not Path(path).name.endswith(".gz") or gzindex.available()
+
+
+def peak_bytes(json_bytes: int) -> int:
+    return BASE_BYTES + int(EVENT_BYTES_PER_FILE_BYTE * json_bytes)
+
+
+def plan_processes(paths: list[Path], budget_bytes: int, cpus: int | None = None) -> Plan:
+    """How many of ``paths`` to parse at once (module docstring)."""
+    return plan_sizes([json_size(p) for p in paths], budget_bytes, cpus)
+
+
+def plan_sizes(sizes: list[int], budget_bytes: int, cpus: int | None = None) -> Plan:
+    """``plan_processes`` for traces of ``sizes`` bytes of JSON."""
+    cpus = cpus or os.cpu_count() or 1
+    parts = max(1, min(cpus, MAX_PARTS))
+    if len(sizes) < 2 or sum(sizes) < SPLIT_FROM:
+        return Plan(1, parts)
+    fits = budget_bytes // max(peak_bytes(s) for s in sizes)
+    per_file = max(1, min(cpus, len(sizes), fits))
+    return Plan(per_file, parts if per_file == 1 else 1)
+
+
+def parts_for(path: Path, plan: Plan) -> int:
+    """Byte ranges to parse ``path`` in, in this process (module docstring)."""
+    path = Path(path)
+    if plan.parts < 2 or json_size(path) < SPLIT_FROM or not splittable(path):
+        return 1
+    return plan.parts
