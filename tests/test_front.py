@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from stepscope.analysis import json_out
 from stepscope.cli.analyze import main as analyze_main
-from stepscope.report.front import analyze, find
+from stepscope.report.front import analyze
 from stepscope.tensorboard.diagnose import diagnose_run
 from stepscope.trace import workers
 from stepscope.trace.errors import TraceError
@@ -97,7 +97,7 @@ def test_the_diagnosis_uses_the_telemetry_it_is_given_only(tmp_path, capsys):
 @pytest.mark.parametrize("bad", ["missing", "empty", "not_traces"])
 def test_the_command_refuses_with_the_front_doors_words(tmp_path, capsys, bad):
     """One discovery, one set of messages: the command's one line on stderr is the TraceError that
-    front.analyze and front.find raise for the same path, and it writes nothing on stdout."""
+    front.analyze raises for the same path, and it writes nothing on stdout."""
     path = tmp_path / bad
     if bad != "missing":
         path.mkdir()
@@ -105,9 +105,6 @@ def test_the_command_refuses_with_the_front_doors_words(tmp_path, capsys, bad):
         (path / "notes.json").write_text('{"not": "a trace"}')
     with pytest.raises(TraceError) as by_analyze:
         analyze(path)
-    with pytest.raises(TraceError) as by_find:
-        find(path)
-    assert str(by_find.value) == str(by_analyze.value)
     capsys.readouterr()
     assert analyze_main([str(path)]) == 2
     out, err = capsys.readouterr()
@@ -119,7 +116,7 @@ def test_the_command_refuses_with_the_front_doors_words(tmp_path, capsys, bad):
 def test_the_command_says_what_the_front_door_found(capsys):
     """The command's first stderr line is the front door's summary of what was found."""
     run = DATA / "eager_bs32"
-    want = find(run).summary
+    want = analyze(run).summary
     assert analyze_main([str(run), "--json"]) == 0
     err = capsys.readouterr().err
     assert err.splitlines()[0] == want and want.startswith("found 1 trace")

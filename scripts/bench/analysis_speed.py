@@ -247,10 +247,12 @@ def readers(run: Path, repeat: int, export: bool) -> None:
     print(f"reports through both readers identical: {outs[0] == outs[1]}")
     traces = json.dumps([{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run}
                          for t in discover(run).traces])
-    tab = ("import sys; from pathlib import Path; from stepscope.report.measure import measure_found; "
+    tab = ("import sys; from pathlib import Path; from stepscope.report.front import analyze; "
+           "from stepscope.report.measure import measured; "
            "from stepscope.trace.discover import Found; from stepscope.trace.workers import Workers; "
            f"t = [Found(Path(d['path']), d['kind'], d['worker'], d['span'], d['run']) for d in {traces}]; "
-           "measure_found(t, Path(sys.argv[1]), None if sys.argv[2] == 'inline' else Workers.local())")
+           "measured(analyze(Path(sys.argv[1]), traces=t, tables=True, "
+           "workers=Workers.inline() if sys.argv[2] == 'inline' else Workers.local()), Path(sys.argv[1]))")
     rows = [("analyze --json, compiled reader", [py, *analyze]),
             ("analyze --json, msgspec (STEPSCOPE_PURE_PYTHON=1)", [*pure, py, *analyze]),
             ("tab's first analysis, compiled reader, local workers", [py, "-c", tab, str(run), "local"]),

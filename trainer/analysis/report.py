@@ -1,12 +1,12 @@
 """The analysis of a run (RunReport): every trace (span.py), plus cross-rank (cross_rank.py).
 
-    parsed = parse_paths([(path, worker, span), ...], max_memory, cpus)   # ParsedTrace or TraceError each
-    report = run_report("logs/myrun", [analyze_parsed_file(p, path) for ...])
+    parsed = parse_path(path, worker, span)        # ParsedTrace, or the TraceError that says why not
+    report = run_report("logs/myrun", [analyze_parsed_file(parsed, path), ...])
     json.dumps(report.to_dict())
 
-``stepscope.report.front.analyze`` is the way in: it finds the traces (trace/discover.py) and calls these.
-Each trace file is parsed streaming (stream_parse.py). Several traces (ranks) are parsed where the worker
-policy says (trace/workers.py): in this process, in local processes, or on a Dask cluster.
+``stepscope.analyze`` (report/front.py) is the way in: it finds the traces (trace/discover.py), and its
+engine (report/engine.py) calls these for each trace where the worker policy says (trace/workers.py).
+Each trace file is parsed streaming (stream_parse.py).
 
 JSON shape (documented in docs/json.md):
     {"verdict": str,
@@ -21,7 +21,7 @@ JSON shape (documented in docs/json.md):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stepscope.analysis.cross_rank import CrossRankReport, cross_rank
@@ -32,7 +32,6 @@ from stepscope.analysis.stream_parse import NoSteps, Unreadable, parse_trace_fil
 from stepscope.trace.bounded_read import TraceTooLarge
 from stepscope.trace.errors import TraceError
 from stepscope.trace.files import gzipped_since
-from stepscope.trace.workers import Workers
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,15 @@ class RunReport:
     verdict: str
     spans: tuple[SpanReport, ...]
     distributed: tuple[CrossRankReport, ...]  # empty for a single-process run
+    # beside the JSON (to_dict), what the door (report/front.py) knows of how the report was made: each
+    # trace's profiled step windows in ms and the mean full operator table (ms per step), when asked for
+    # (``analyze(..., tables=True)``: what `diff` and the tab compare runs by); the line that says what was
+    # found and skipped; the traces analysed, without their events
+    traced_ms: tuple[float, ...] = ()
+    ops_ms: dict | None = None
+    summary: str = ""
+    traces: tuple = field(default=(), compare=False)
+    skipped: tuple = field(default=(), compare=False)  # traces not analysed, with why (discover.Skipped)
 
     def to_dict(self) -> dict:
         out = {"verdict": self.verdict, "spans": [s.to_dict() for s in self.spans]}
@@ -53,26 +61,6 @@ def run_report(label: str, spans: list[SpanReport]) -> RunReport:
     """The spans as one run: their cross-rank sections and the run's verdict."""
     dist = tuple(cross_rank(spans))
     return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)
-
-
-def analyze_paths(jobs: list[tuple], workers: Workers) -> list[SpanReport]:
-    """``analyze_path(*job)`` for each job (path, worker, span, ...), in order, where ``workers`` says."""
-    return workers.map(analyze_path, jobs)
-
-
-def parse_paths(jobs: list[tuple], workers: Workers) -> list:
-    """``parse_path(*job)`` for each job (path, worker, span), in order, where ``workers`` says."""
-    return workers.map(parse_path, jobs)
-
-
-def analyze_path(path: Path, worker: str, span: str, telemetry: dict | None = None,
-                 selection: StepSelection | None = None, parts: int = 1) -> SpanReport:
-    """The report of one trace file (``parse_path``, then ``analyze_parsed_file``); raises the one-line
-    TraceError of either."""
-    parsed = parse_path(path, worker, span, parts)
-    if isinstance(parsed, TraceError):
-        raise parsed
-    return analyze_parsed_file(parsed, path, telemetry, selection)
 
 
 def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrace | TraceError:

@@ -12,7 +12,9 @@ the full report of the latest cycles; earlier cycles' reports stay in memory onl
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
 
 from stepscope.analysis.render import md_code, md_text, render_span_markdown
 from stepscope.analysis.report import RunReport, run_verdict
@@ -32,6 +34,7 @@ class CycleSummary:
     error: str | None = None  # why there is no report (e.g. a cycle without prof.step())
     notes: tuple[str, ...] = ()  # e.g. no TensorBoard copy
     worker: str = ""  # the handler's worker name: the trace is raw/<span>/<worker>.trace.json
+    cycle_report: RunReport | None = None  # the cycle's Report from the door (report is its one span)
 
     def row(self) -> dict:
         out = {"cycle": self.index, **({"worker": self.worker} if self.worker else {}), "span": self.span,
@@ -57,11 +60,22 @@ def _r(v):
 
 
 def merged_report(label: str, summaries: list[CycleSummary]) -> RunReport | None:
-    """The cycles' reports as one single-process run (no re-analysis); None before any report."""
-    spans = [s.report for s in summaries if s.report is not None]
-    if not spans:
+    """The cycles' reports as one single-process run (no re-analysis), with their step windows and their
+    operator tables' mean when every cycle's Report carries them; None before any report."""
+    done = [s for s in summaries if s.report is not None]
+    if not done:
         return None
-    return RunReport(label, run_verdict(spans, ()), tuple(spans), ())
+    spans = [s.report for s in done]
+    merged = RunReport(label, run_verdict(spans, ()), tuple(spans), ())
+    reports = [s.cycle_report for s in done]
+    if any(r is None or r.ops_ms is None for r in reports):
+        return merged
+    tables: dict[str, list[float]] = defaultdict(list)
+    for r in reports:
+        for name, ms in r.ops_ms.items():
+            tables[name].append(ms)
+    return replace(merged, traced_ms=tuple(ms for r in reports for ms in r.traced_ms),
+                   ops_ms={name: statistics.fmean(ms) for name, ms in tables.items()})
 
 
 def render_cycles(label: str, summaries: list[CycleSummary], verdict: str | None) -> str:

@@ -5,10 +5,11 @@
     worker.close(timeout=60)                    # False if work was left undone
 
 For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (tbfix's streamed rewrite, so the trace
-is never held in memory), the analysis of the raw trace (streamed parse) with the unprofiled steps' telemetry
-of that cycle (waiting, up to `settle_s`, for the steps after the cycle to be timed), the raw trace gzipped when
-asked, then the run's diagnosis merged from the per-cycle summaries (cycle_summary.py): diagnosis.md,
-cycles.jsonl, TensorBoard Text `diagnosis` and Scalars `diagnosis/*` at step = cycle number.
+is never held in memory), the analysis of the raw trace through the door (`stepscope.analyze`, streamed parse) with the unprofiled steps'
+telemetry of that cycle (waiting, up to `settle_s`, for the steps after the cycle to be timed), the raw trace
+gzipped when asked, then the run's report merged from the cycles' reports (cycle_summary.py): report.json
+(front.write_report), diagnosis.md, cycles.jsonl, TensorBoard Text `diagnosis` and Scalars `diagnosis/*` at
+step = cycle number.
 
 It is a thread of the training process: it never forks and starts no process (the rewrite and the parse are
 asked for no helpers). Python runs one thread at a time, so its work still takes turns with the loop's host
@@ -29,15 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.analysis.render import summary_scalars
-from stepscope.analysis.report import RunReport, analyze_path
+from stepscope.analysis.report import RunReport
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
+from stepscope.report.front import analyze, write_report
 from stepscope.tensorboard.tb_events import EventLog
 from stepscope.trace import files as trace_files
 from stepscope.trace.atomic import write_text_atomic
+from stepscope.trace.discover import STEPSCOPE, Found
 from stepscope.trace.errors import TraceError
 
 SETTLE_S = 30.0  # longest wait for the steps after a cycle to be timed
@@ -161,15 +164,16 @@ class CycleWorker:
         telemetry = job.cycle.telemetry() if job.cycle is not None else None
         report, error = None, None
         try:
-            report = analyze_path(job.raw, self.worker, job.span, telemetry)
+            report = analyze_cycle(job.raw, self.worker, job.span, telemetry)
         except TraceError as e:
             error = str(e)
         if self.use_gzip:
             gzip_raw(self.dir, self.worker, job.span, job.raw)
         if not waited:
             notes.append(f"the steps after the cycle were still being timed after {self.settle_s:g} s")
-        self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), telemetry, report, error,
-                                  tuple(notes), self.worker))
+        self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), telemetry,
+                                  report.spans[0] if report is not None else None, error, tuple(notes),
+                                  self.worker, report))
 
     def _await_telemetry(self, cycle: Cycle | None) -> bool:
         if cycle is None:
@@ -189,20 +193,30 @@ class CycleWorker:
         report = merged_report(str(self.dir), self.summaries)
         md = render_cycles(str(self.dir), self.summaries, report.verdict if report else None)
         self.dir.mkdir(parents=True, exist_ok=True)
+        if report is not None:
+            write_report(self.dir, report)  # before diagnosis.md: the two never disagree for long
         write_text_atomic(self.dir / "diagnosis.md", md)
         with open(self.dir / trace_files.CYCLES, "a") as f:
             f.write(summary.json_line())
         if self._log is None:
             self._log = EventLog(self.dir)
         self._log.text("diagnosis", md, summary.index)
-        if summary.report is not None:
-            one = RunReport(str(self.dir), summary.report.verdict, (summary.report,), ())
-            self._log.scalars(summary_scalars(one), summary.index)
+        if summary.cycle_report is not None:
+            self._log.scalars(summary_scalars(summary.cycle_report), summary.index)
         self._log.flush()
 
     def report(self) -> RunReport | None:
         """The run so far, merged from the cycles' reports."""
         return merged_report(str(self.dir), list(self.summaries))
+
+
+def analyze_cycle(raw: Path, worker: str, span: str, telemetry: dict | None) -> RunReport:
+    """One cycle's raw trace through the door, with the telemetry of the unprofiled steps around it (None:
+    the analysis models the profiler's cost), in this thread (a training process never forks)."""
+    found = Found(Path(raw), STEPSCOPE, worker, span, "")
+    report = analyze(raw, traces=[found], telemetry=telemetry, tables=True)
+    assert isinstance(report, RunReport)  # one trace is one job
+    return report
 
 
 def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool) -> Path:

@@ -60,7 +60,7 @@ from pathlib import Path
 from stepscope.analysis import StepSelection, TraceError, json_out
 from stepscope.cli.analyze_args import memory_size, window
 from stepscope.cli.oneline import OneLineParser, print_error
-from stepscope.report.front import find_and_analyze
+from stepscope.report.front import analyze
 from stepscope.report.loaded import Loaded
 from stepscope.report.runs import render_runs, telemetry_sources
 from stepscope.trace import fastread
@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         with gc_paused(), open_cluster(a.cluster) as address:
             # each trace's report made where it is read (here, a local process, a Dask task), and only the
             # report kept: every trace is validated before anything is written; the export reads them again
-            analyzed = find_and_analyze(a.run_dir, selection=selection,
-                                        workers=workers if address is None else Workers.dask(address))
-            written = (export(analyzed.loaded, a.export_tensorboard, workers)
+            report = analyze(a.run_dir, selection=selection,
+                             workers=workers if address is None else Workers.dask(address))
+            written = (export(list(report.traces), a.export_tensorboard, workers)
                        if a.export_tensorboard is not None else None)
     except (TraceError, UsageError, ClusterError) as e:
         print_error(f"error: {e}")
@@ -160,8 +160,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         print_error(f"error: {e.filename or a.run_dir}: {e.strerror or e}")
         return 2
     slow_reader = fastread.why_not()  # the compiled trace reader is not used: said on the same line
-    print(analyzed.summary + (f"; {slow_reader}" if slow_reader else ""), file=sys.stderr)
-    report = analyzed.report
+    print(report.summary + (f"; {slow_reader}" if slow_reader else ""), file=sys.stderr)
     for record, what in telemetry_sources(a.run_dir, report):
         print(f"unprofiled figures from {record}: {what}", file=sys.stderr)
     print(json_out.dumps(report.to_dict(), indent=1) if a.json else render_runs(report))

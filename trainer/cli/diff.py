@@ -25,7 +25,6 @@ from pathlib import Path
 
 from stepscope.cli.oneline import OneLineParser, print_error
 from stepscope.report.diff import RUN_NOISE, compare_runs
-from stepscope.report.measure import measure_path
 from stepscope.trace.errors import TraceError
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.workers import Workers
@@ -122,12 +121,11 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     except ValueError as e:
         p.error(f"--run-noise: {e}")
     try:
-        with gc_paused():
-            runs = [measure_path(path, Workers.local()) for path in (a.run_a, a.run_b)]  # a command may fork
+        with gc_paused():  # two paths through the door; a command may fork
+            d = compare_runs(a.run_a, a.run_b, str(a.run_a), str(a.run_b), confidence, run_noise, Workers.local())
     except TraceError as e:
         print_error(f"{prog}: error: {e}")
         return 2
-    d = compare_runs(*runs, str(a.run_a), str(a.run_b), confidence, run_noise)
     regression = limit is not None and d["low"] is not None and d["low"] > 1 + limit
     d["fail_above"] = limit
     d["regression"] = regression

@@ -1,6 +1,7 @@
 """Two runs compared, aware of run-to-run noise: is B's step really slower or faster than A's?
 
-    d = compare_runs(measure_path("logs/before"), measure_path("logs/after"), "before", "after")
+    d = compare_runs("logs/before", "logs/after", "before", "after")     # two paths (analysed through the door)
+    d = compare_runs(report_a, report_b)      # two Reports in hand (made with tables=True to compare operators)
     d["summary"]    # "after is 1.93x the step of before, slower (95% CI ...)" / "no significant change ..."
 
 The step-time ratio is B's mean log step over A's, with an interval that holds two kinds of noise:
@@ -26,10 +27,14 @@ configurations' differences) is the two runs side by side. Torch-free.
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import numpy as np
-from stepscope.report.measure import TRACED, UNPROFILED, Measured
+from stepscope.analysis.report import RunReport
+from stepscope.report.measure import TRACED, UNPROFILED, Measured, measure_path, measured
 from stepscope.report.summary import run_figures
+from stepscope.trace.workers import Workers
 
 CONFIDENCE = 0.95
 TOP_CHANGED = 10
@@ -105,8 +110,24 @@ def _side(m: Measured, name: str, steps: list[float]) -> dict:
             "mean_step_ms": float(np.mean(steps)) if steps else None}
 
 
-def compare_runs(a: Measured, b: Measured, name_a: str = "A", name_b: str = "B",
-                 confidence: float = CONFIDENCE, run_noise: float = RUN_NOISE) -> dict:
+Run = Measured | RunReport | str | os.PathLike
+
+
+def as_measured(run: Run, workers: Workers | None = None) -> Measured:
+    """A run to compare: a Measured as it is; a Report with its run folder's run.json (``measured``); a path
+    through the door (``measure_path``, parsed where ``workers`` says)."""
+    if isinstance(run, Measured):
+        return run
+    if isinstance(run, RunReport):
+        return measured(run, Path(run.run_dir))
+    return measure_path(run, workers)
+
+
+def compare_runs(a: Run, b: Run, name_a: str = "A", name_b: str = "B",
+                 confidence: float = CONFIDENCE, run_noise: float = RUN_NOISE, workers: Workers | None = None
+                 ) -> dict:
+    """B against A (module docstring); each a Report, a path or a Measured (``as_measured``)."""
+    a, b = as_measured(a, workers), as_measured(b, workers)
     steps_a, steps_b, source = same_source(a, b)
     out = {"a": _side(a, name_a, steps_a), "b": _side(b, name_b, steps_b), "source": source,
            "confidence": confidence, "run_noise": run_noise,

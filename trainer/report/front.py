@@ -1,106 +1,135 @@
 """The one front door: every way into a set of traces (the CLI, the trainer's end-of-run diagnosis, the
-handler, the TensorBoard watcher) is a call of ``analyze``.
+handler's cycle worker, the `stepscope tensorboard` watcher and the tab) is a call of ``analyze``.
 
-    report = analyze("logs/myrun")                               # RunReport; report.to_dict() is the --json
+    report = analyze("logs/myrun")                               # Report; report.to_dict() is the --json
     report = analyze("trace.json", selection=StepSelection(steps=(3, 8)))
     report = analyze("logs/myrun", telemetry={"step_ms": 12.3})  # the run's own unprofiled figures
-    runs = analyze("logs")          # a folder of several runs: RunsReport, one RunReport per run (runs.py)
+    runs = analyze("logs")          # a folder of several runs: RunsReport, one Report per run (runs.py)
     report = analyze("logs/job", workers=Workers.dask("tcp://host:8786"))   # each rank's work on a cluster
-    done = find_and_analyze("logs/myrun")   # done.report, done.loaded, done.summary ("found 2 traces ...")
+    report = analyze(folder, traces=found)   # traces a caller already discovered, as the run in ``folder``
+    report.summary, report.traces            # "found 2 traces ...", the traces analysed (without events)
+    write_report(folder, report)             # report.json beside diagnosis.md, read back by ``read_report``
 
-Discovery (trace/discover.py) finds the traces, loaded.py parses and reports on each where the worker policy
-says (keeping only the report), jobs.py groups them into jobs (one run folder is one job, unless the traces'
-distributedInfo joins folders), and the cross-rank analysis joins each job's reports. When
-``telemetry`` is not given, each trace gets its run's own (telemetry.py): a trainer run's run.json, or the
-row of its cycle in a trace handler's cycles.jsonl.
+Discovery (trace/discover.py) finds the traces; the engine (engine.py) gives each its telemetry once, by
+telemetry.py's policy, parses and analyses each once where the worker policy says (keeping only the report),
+groups them into jobs (one run folder is one job, unless the traces' distributedInfo joins folders), and
+joins each job's reports with the cross-rank analysis. When ``telemetry`` is not given, each trace gets its
+run's own (telemetry.py): a trainer run's run.json, or the row of its cycle in a trace handler's cycles.jsonl.
 Raises TraceError (a ValueError, one line) on bad input. Torch-free.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from stepscope.analysis import json_out
 from stepscope.analysis.report import RunReport
 from stepscope.analysis.select import StepSelection
-from stepscope.report.loaded import Loaded, load_found
-from stepscope.report.runs import RunsReport, report_runs, report_runs_found
-from stepscope.trace.discover import discover, summary_line
+from stepscope.report.engine import Rejected, analyze_traces
+from stepscope.report.runs import RunsReport
+from stepscope.trace.atomic import write_text_atomic
+from stepscope.trace.discover import Discovery, Found, discover, summary_line
 from stepscope.trace.errors import TraceError
 from stepscope.trace.workers import Workers
 
-
-@dataclass(frozen=True)
-class Found:
-    """The parsed traces under a path, with the one-line summary of what was found and skipped."""
-    loaded: list[Loaded]
-    summary: str
+Report = RunReport  # the one report type: one job's; a folder of several runs gives a RunsReport of them
+__all__ = ["REPORT_FILE", "NothingAnalysed", "Rejected", "Report", "RunsReport", "analyze", "read_report",
+           "write_report"]
+REPORT_FILE = "report.json"  # a run's Report as JSON, beside its diagnosis.md (write_report)
 
 
-def find(path: str | os.PathLike, workers: Workers | None = None) -> Found:
-    """Every trace under ``path``, parsed where ``workers`` says (default: in this process); TraceError when
-    there is none or one cannot be read."""
-    path = Path(path)
-    found = _discover(path)
-    loaded, skipped = load_found(found.traces, workers)
-    return Found(loaded, _summary(path, found, loaded, skipped))
+class NothingAnalysed(TraceError):
+    """No trace under the path could be analysed; ``skipped`` says why, trace by trace."""
+
+    def __init__(self, message: str, skipped: tuple = ()) -> None:
+        super().__init__(message)
+        self.skipped = skipped
 
 
-def _discover(path: Path):
+def _discover(path: Path) -> Discovery:
     if not path.exists() or not (path.is_dir() or path.is_file()):
         raise TraceError(f"{path}: not a directory or a trace file (expected a run directory such as "
                          "logs/<run>, or a trace file)")
     return discover(path)
 
 
-def _summary(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
-    """The line that says what was found and skipped; TraceError when nothing was loaded."""
-    line = summary_line([item.found for item in loaded], [*found.skipped, *skipped], path)
+def _summary(path: Path, skipped_found: list, loaded: list, skipped: list) -> str:
+    """The line that says what was found and skipped; NothingAnalysed when nothing was loaded."""
+    line = summary_line([item.found for item in loaded], [*skipped_found, *skipped], path)
     if not loaded:
-        raise TraceError(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
-                         "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
-                         + (f"; {line}" if found.skipped or skipped else ""))
+        raise NothingAnalysed(f"{path}: no traces (expected <worker>.<span>.pt.trace.json[.gz], "
+                              "raw/<span>/<worker>.trace.json[.gz], or a Chrome trace with ProfilerStep# events)"
+                              + (f"; {line}" if skipped_found or skipped else ""), tuple(skipped))
     return line
 
 
-def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
-            max_memory: int | None = None, workers: Workers | None = None) -> RunReport | RunsReport:
-    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file): a
-    RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several.
-    ``workers`` says where the traces are parsed (trace/workers.py); by default in this process alone,
-    which a training process needs, or in local processes within ``max_memory`` bytes when it is given. Each
-    trace's report is made where the trace is read (here, a local process, a Dask task), and only the report
-    is kept: the cross-rank analysis works on small reports, and no more than one trace's events are held
-    at once by a process working alone."""
+def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry: dict | None = None,
+            selection: StepSelection | None = None, max_memory: int | None = None,
+            workers: Workers | None = None, traces: Sequence[Found] | None = None, tables: bool = False,
+            keep_going: bool = False) -> RunReport | RunsReport:
+    """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file; or
+    a list of them): a Report when they form one job, a RunsReport (one Report per run) when they form
+    several. ``traces``: the traces a caller already discovered (discover.py), as the run in folder ``path``
+    (its run.json and cycles.jsonl give their telemetry); discovery is then skipped. ``workers`` says where
+    the traces are parsed (trace/workers.py); by default in this process alone, which a training process
+    needs, or in local processes within ``max_memory`` bytes when it is given. Each trace is analysed once,
+    where it is read, and only its report is kept: the cross-rank analysis works on small reports.
+    ``tables``: the Report also carries each trace's profiled step windows and the full operator table
+    (``traced_ms``, ``ops_ms``: what `diff` compares). ``keep_going``: a trace that cannot be read is
+    skipped with its one-line error as the reason (``report.skipped``) instead of failing the whole; when
+    none is left, NothingAnalysed carries the reasons."""
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
-    return find_and_analyze(path, selection=selection, telemetry=telemetry, workers=workers).report
+    if isinstance(path, (str, os.PathLike)):
+        root = Path(path)
+        if traces is None:
+            found = _discover(root)
+            traces, skipped_found = found.traces, list(found.skipped)
+        else:
+            skipped_found = []
+    else:
+        paths = [Path(p) for p in path]
+        if not paths:
+            raise TraceError("no path given: give a run folder, a folder of traces or a trace file")
+        found = [_discover(p) for p in paths]
+        root = Path(os.path.commonpath([p.absolute() if p.is_dir() else p.absolute().parent for p in paths]))
+        traces = [t for f in found for t in f.traces]
+        skipped_found = [s for f in found for s in f.skipped]
+    report, loaded, skipped = analyze_traces(list(traces), root, selection, telemetry, workers, tables,
+                                             keep_going)
+    line = _summary(root, skipped_found, loaded, skipped)
+    return replace(report, summary=line, traces=tuple(loaded), skipped=tuple([*skipped_found, *skipped]))
 
 
-@dataclass(frozen=True)
-class Analyzed:
-    """The report on the traces under a path, the traces analysed (without their events: each keeps its
-    found file, worker and span, e.g. to export them) and the one-line summary of what was found and
-    skipped."""
-    report: RunReport | RunsReport
-    loaded: list[Loaded]
-    summary: str
+def write_report(folder: str | os.PathLike, report: RunReport | RunsReport) -> Path:
+    """``report`` as ``folder/report.json``, written atomically (whole or not at all): the --json document
+    (``report.to_dict()``), plus ``traced_ms`` and ``ops_ms`` when the report carries them (``tables``).
+    The trainer's end of run and the trace handler's cycle worker write it beside diagnosis.md; the tab
+    reads it back (``read_report``) instead of analysing the run again."""
+    doc = report.to_dict()
+    if isinstance(report, RunReport) and report.ops_ms is not None:
+        doc = {**doc, "traced_ms": list(report.traced_ms), "ops_ms": report.ops_ms}
+    path = Path(folder) / REPORT_FILE
+    write_text_atomic(path, json_out.dumps(doc, indent=1) + "\n")
+    return path
 
 
-def find_and_analyze(path: str | os.PathLike, *, selection: StepSelection | None = None,
-                     telemetry: dict | None = None, workers: Workers | None = None) -> Analyzed:
-    """``analyze`` with what a caller that says what it found needs besides the report (the command line):
-    every trace under ``path`` parsed and reported where ``workers`` says (default: in this process), only
-    its report kept. TraceError when ``path`` is not a trace file or folder, when it holds no trace, or when
-    one cannot be read."""
-    path = Path(path)
-    found = _discover(path)
-    report, loaded, skipped = report_runs_found(found.traces, path, selection, telemetry, workers)
-    return Analyzed(report, loaded, _summary(path, found, loaded, skipped))
-
-
-def report(loaded: list[Loaded], root: Path, selection: StepSelection | None = None,
-           telemetry: dict | None = None) -> RunReport | RunsReport:
-    """The report on traces found under ``root`` (runs.report_runs): one job's RunReport, or a RunsReport."""
-    return report_runs(loaded, Path(root), selection, telemetry)
+def read_report(folder: str | os.PathLike, traces: Sequence[Found]) -> dict | None:
+    """The JSON of ``folder/report.json`` when it is the report on exactly ``traces`` (the run's traces, as
+    discovered) and fresh: its spans are theirs, (worker, span) for (worker, span), and no trace is newer
+    than it. None when there is none, it is older, it covers other traces (e.g. one rank's report in a folder
+    of several ranks) or it cannot be read: the run is then analysed."""
+    path = Path(folder) / REPORT_FILE
+    try:
+        written = path.stat().st_mtime_ns
+        if not traces or any(Path(t.path).stat().st_mtime_ns > written for t in traces):
+            return None
+        doc = json.loads(path.read_text())
+        spans = sorted((s["worker"], s["span"]) for s in doc["spans"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return doc if spans == sorted((t.worker, t.span) for t in traces) and "verdict" in doc else None

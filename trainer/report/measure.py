@@ -1,7 +1,8 @@
 """A run's report and its per-step times, from one parse of its traces.
 
     m = measure_path(Path("logs/myrun"))       # m.report, m.step_ms, m.source ("run.json" or "trace")
-    m = measure_found(found_traces, Path("logs/myrun"))   # some of a discovery's traces, as one run
+    m = measured(stepscope.analyze(folder, traces=found, tables=True), folder)   # from a Report in hand
+    m = measured_from_json(json.loads((folder / "report.json").read_text()), folder)   # from report.json
 
 ``report`` is ``RunReport.to_dict()``, exactly what ``stepscope analyze --json`` prints for the same traces.
 ``step_ms`` is what a comparison of two runs draws its noise from: the unprofiled timed steps that the
@@ -19,17 +20,14 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepscope.analysis.metrics import op_table
-from stepscope.analysis.steps import step_windows
-from stepscope.report.front import find
-from stepscope.report.loaded import Loaded, load_found, report_of
-from stepscope.report.telemetry import RUN_RECORD, trace_telemetry
-from stepscope.trace.discover import Found, discover
+from stepscope.analysis.report import RunReport
+from stepscope.report.front import analyze
+from stepscope.report.runs import RunsReport
+from stepscope.report.telemetry import RUN_RECORD
+from stepscope.trace.discover import discover
 from stepscope.trace.errors import TraceError
 from stepscope.trace.workers import Workers
 
@@ -64,38 +62,30 @@ class Measured:
 
 
 def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Measured:
-    """Every trace under ``path`` (a run folder, any folder of traces, or one trace file), as one run, parsed
-    where ``workers`` says (trace/workers.py; default: in this process)."""
+    """Every trace under ``path`` (a run folder, any folder of traces, or one trace file), as one run,
+    analysed through the door (front.py) where ``workers`` says (trace/workers.py; default: in this
+    process)."""
     path = Path(path)
     recorded = recorded_step_ms(path)
     if recorded and not discover(path).traces:  # the trainer without --profile: its timed steps alone
         return Measured({"verdict": None, "spans": []}, recorded, [], {}, run_setup(path))
-    return measured(find(path, workers).loaded, path)
+    return measured(analyze(path, workers=workers, tables=True), path)
 
 
-def measure_found(found: list[Found], path: Path, workers: Workers | None = None) -> Measured:
-    """These discovered traces, as the run in folder ``path`` (``workers``: as ``measure_path``)."""
-    loaded, _ = load_found(found, workers)
-    if not loaded:
-        raise TraceError(f"{path}: no traces with ProfilerStep# events")
-    return measured(loaded, path)
+def measured(report: RunReport | RunsReport, path: Path) -> Measured:
+    """A run's Measured from its Report (made with ``tables``) and the run.json in ``path``."""
+    if isinstance(report, RunsReport):
+        raise TraceError(f"{path}: holds {len(report.runs)} runs ({', '.join(n for n, _ in report.runs)}); "
+                         "give one run's folder")
+    return Measured(report.to_dict(), recorded_step_ms(path), list(report.traced_ms), dict(report.ops_ms or {}),
+                    run_setup(path))
 
 
-def measured(loaded: list[Loaded], path: Path) -> Measured:
-    each = trace_telemetry([item.found for item in loaded], path)
-    report = report_of(loaded, str(path), None, telemetries=each).to_dict()
-    tables: dict[str, list[float]] = defaultdict(list)
-    for item in loaded:
-        for name, ms in op_table(item.parsed, step_windows(item.parsed)).items():
-            tables[name].append(ms)
-    ops = {name: statistics.fmean(ms) for name, ms in tables.items()}
-    return Measured(report, recorded_step_ms(path), [ms for item in loaded for ms in traced_step_ms(item)],
-                    ops, run_setup(path))
-
-
-def traced_step_ms(item: Loaded) -> list[float]:
-    """Each ProfilerStep's window in one trace, in ms (trace times are in us)."""
-    return [(w.end - w.start) / 1e3 for w in step_windows(item.parsed)]
+def measured_from_json(doc: dict, path: Path) -> Measured:
+    """A run's Measured from its report.json (front.write_report) and the run.json in ``path``."""
+    report = {k: v for k, v in doc.items() if k not in ("traced_ms", "ops_ms")}
+    return Measured(report, recorded_step_ms(path), [float(x) for x in doc.get("traced_ms") or []],
+                    dict(doc.get("ops_ms") or {}), run_setup(path))
 
 
 def _record(path: Path) -> dict:

@@ -1,12 +1,14 @@
-"""Publish loaded traces as one TensorBoard run of a shadow logdir: adapted copies, originals, diagnosis.
+"""Publish traces as one TensorBoard run of a shadow logdir: adapted copies, originals, report, diagnosis.
 
-    path = publish_run(loaded, logdir, staging, "myrun")     # -> logdir/myrun (or logdir/myrun@2, ...)
+    path, verdict = publish_run([(found, span), ...], report, logdir, staging, "myrun", source)
+                                                             # -> logdir/myrun (or logdir/myrun@2, ...)
 
 The run is built complete in a folder under `staging` (same filesystem as `logdir`, outside it, so neither
 TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdir`:
 
     <name>/<worker>.<span>.pt.trace.json[.gz]     adapted copy (trainer layout, see files.py)
     <name>/raw/<span>/<worker>.trace.json[.gz]    untouched original
+    <name>/report.json                            the run's Report (front.write_report), which the tab reads
     <name>/diagnosis.md, events.out.tfevents.*    Text "diagnosis" and "diagnosis/*" Scalars, unless the
                                                   source run writes its own (see below)
     <name>/run.json                               the source run's record, when it has one (stepscope's
@@ -33,17 +35,19 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
-from stepscope.analysis import TraceError
+from stepscope.analysis import json_out
 from stepscope.analysis.render import md_text
+from stepscope.analysis.report import RunReport
 from stepscope.plugin_copy import export_file
-from stepscope.report.loaded import Loaded, report_of
-from stepscope.report.telemetry import RUN_RECORD, trace_telemetry
+from stepscope.report.front import REPORT_FILE, write_report
+from stepscope.report.telemetry import RUN_RECORD
 from stepscope.tensorboard.diagnose import write_diagnosis
 from stepscope.tensorboard.tb_events import EventLog
 from stepscope.trace.atomic import write_text_atomic
-from stepscope.trace.discover import EXPORT_MARKER, STEPSCOPE
+from stepscope.trace.discover import EXPORT_MARKER, STEPSCOPE, Found
 from stepscope.trace.files import CYCLES, WORKER_PATTERN
 
 
@@ -75,7 +79,7 @@ def _move_in(work: Path, target: Path) -> None:
         os.rename(entry, target / entry.name)
 
 
-def own_diagnosis(source: Path | None, loaded: list[Loaded]) -> bool:
+def own_diagnosis(source: Path | None, traces: list[Found]) -> bool:
     """Whether the source run folder writes its own diagnosis into its own event files (module docstring)."""
     if source is None:
         return False
@@ -87,38 +91,42 @@ def own_diagnosis(source: Path | None, loaded: list[Loaded]) -> bool:
             return False
         return isinstance(run, dict) and (bool(run.get("diagnosis")) or run.get("status") == "running")
     # stepscope_trace_handler diagnoses every cycle; an export (analyze --export-tensorboard) has no events
-    return any(item.found.kind == STEPSCOPE for item in loaded) and not (source / EXPORT_MARKER).exists()
+    return any(f.kind == STEPSCOPE for f in traces) and not (source / EXPORT_MARKER).exists()
 
 
-def publish_run(loaded: list[Loaded], logdir: Path, staging: Path, base: str,
-                source: Path | None = None) -> tuple[Path, str]:
-    """Write `loaded` as a new run named after `base` (see free_name); return (its folder, the verdict or
-    the reason there is none). `source`: the folder the traces come from (its run.json and its own
-    diagnosis, see own_diagnosis). Nothing appears in `logdir` unless the whole run was written."""
+def publish_run(traces: list[tuple[Found, str]], report: RunReport | dict | None, logdir: Path, staging: Path,
+                base: str, source: Path | None = None, error: str = "") -> tuple[Path, str]:
+    """Write ``traces`` ((found trace, its span) each) as a new run named after ``base`` (see free_name),
+    with ``report``: the Report on them (``stepscope.analyze``), the JSON of the source's own fresh
+    report.json (front.read_report; the source then diagnoses itself), or None (``error`` says why there
+    is none). Return (its folder, the verdict or the reason there is none). `source`: the folder the
+    traces come from (its run.json and its own diagnosis, see own_diagnosis). Nothing appears in `logdir`
+    unless the whole run was written; the run's report.json is written last, so that it is fresh."""
     logdir, staging = Path(logdir), Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=staging))
     try:
-        for item in loaded:
-            export_file(work, item.worker, item.span, item.found.path)
+        for found, span in traces:
+            export_file(work, found.worker, span, found.path)
         for name in (RUN_RECORD, CYCLES):  # the unprofiled steps' telemetry (telemetry.py), read here and by the tab
             record = source / name if source is not None else None
             if record is not None and record.is_file():
                 shutil.copyfile(record, work / name)
-        each = trace_telemetry([item.found for item in loaded], source)
-        try:
-            report = report_of(loaded, base, telemetries=each)
-        except TraceError as e:
-            report, verdict = None, f"no diagnosis: {e}"
-        else:
-            verdict = report.verdict
-        if not own_diagnosis(source, loaded):
+        if isinstance(report, RunReport):
+            report = replace(report, run_dir=base)  # diagnosis.md names the run as the tab lists it
+        verdict = f"no diagnosis: {error}" if report is None else (
+            report.verdict if isinstance(report, RunReport) else report.get("verdict"))
+        if not own_diagnosis(source, [f for f, _ in traces]):
             with EventLog(work) as log:
-                if report is None:
+                if not isinstance(report, RunReport):
                     write_text_atomic(work / "diagnosis.md", md_text(verdict) + "\n")  # names files: escaped
                     log.text("diagnosis", md_text(verdict), 0)
                 else:
                     write_diagnosis(work, report, log, 0)
+        if isinstance(report, RunReport):
+            write_report(work, report)
+        elif report is not None:
+            write_text_atomic(work / REPORT_FILE, json_out.dumps(report, indent=1) + "\n")
         target = logdir / free_name(logdir, base)
         _move_in(work, target)
         return target, verdict

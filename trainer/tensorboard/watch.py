@@ -7,8 +7,10 @@
         time.sleep(2)
 
 A trace is published only once it is complete: its size and mtime must be the same at two consecutive polls,
-and it must then parse completely (loaded.py, streamed). A file that stays unparsable is reported once and
-retried only when it changes.
+and it must then parse completely. A file that stays unparsable is reported once and retried only when it
+changes. Each run is analysed once, through the door (``stepscope.analyze``), unless it diagnosed itself: the
+fresh report.json of a trainer run or a trace handler's folder is read (front.read_report) and published
+with it, and the tab reads the published one.
 
 Each run is parsed, analysed and published in a child process of its own (trace/workers.py ``Apart``), a
 few at once within the memory budget, the smallest runs first, so that one huge or pathological trace never
@@ -33,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stepscope.analysis import TraceError
-from stepscope.analysis.report import parse_path
-from stepscope.report.loaded import Loaded, assign_spans, load_one
+from stepscope.analysis.report import RunReport
+from stepscope.report.front import NothingAnalysed, Rejected, analyze, read_report
+from stepscope.report.loaded import assign_spans
 from stepscope.tensorboard.child import die_with_parent
 from stepscope.tensorboard.mirror import EventsMirror
-from stepscope.tensorboard.shadow import publish_run
+from stepscope.tensorboard.shadow import own_diagnosis, publish_run
 from stepscope.tensorboard.tab.cache import TIME_BASE_S, TIME_PER_GB_S
 from stepscope.trace.discover import Found, discover
 from stepscope.trace.workers import Apart, default_budget, json_size, peak_bytes
@@ -121,33 +124,42 @@ def _size(items: list[tuple[Found, Signature]]) -> int:
 
 
 def build_run(cfg: WatchConfig, name: str, source: Path, items: list[tuple[Found, Signature]]) -> Built:
-    """Parse ``items`` (one source run's stable traces) and publish the usable ones as the shadow run
-    ``name`` (shadow.py); in the run's child process."""
-    lines, loaded, rejected, unsettled = [], [], [], []
-    spans = assign_spans([f for f, _ in items])
-    for found, sig in items:
+    """Analyse ``items`` (one source run's stable traces) through the door, unless the source's own
+    report.json is the fresh report on exactly them (a trainer run, a trace handler's folder: read, not
+    analysed again), and publish the usable ones as the shadow run ``name`` (shadow.py); in the run's child
+    process."""
+    found = [f for f, _ in items]
+    sig = {f.path: s for f, s in items}
+    spans = assign_spans(found)
+    own = read_report(source, found) if own_diagnosis(source, found) else None
+    lines, rejected, error = [], [], ""
+    if own is not None:
+        report: RunReport | dict | None = own
+        usable = found
+    else:
         try:
-            span = spans[found.path]
-            item = load_one(found, span, parse_path(found.path, found.worker, span))
-        except TraceError as e:
-            lines.append(f"! {e}")
-            rejected.append((found.path, sig))
-            continue
-        if signature(found.path) != sig:  # rewritten while we read it: wait for it to settle again
-            unsettled.append(found.path)
-            continue
-        if not isinstance(item, Loaded):
-            lines.append(f"! {found.path}: skipped ({item.reason})")
-            rejected.append((found.path, sig))
-            continue
-        loaded.append((item, sig))
-    if not loaded:
-        return Built(lines, [], rejected, unsettled, None)
-    path, verdict = publish_run([item for item, _ in loaded], cfg.logdir, cfg.staging, name, source)
-    kinds = ", ".join(sorted({item.found.kind for item, _ in loaded}))
-    n = len(loaded)
+            report = analyze(source, traces=found, keep_going=True, tables=True)
+            skipped = list(report.skipped)
+        except NothingAnalysed as e:
+            report, skipped = None, list(e.skipped)
+        except TraceError as e:  # the traces parse, and their analysis fails: published without a diagnosis
+            report, skipped, error = None, [], str(e)
+        for item in skipped:
+            lines.append(f"! {item.reason}" if isinstance(item, Rejected) else f"! {item.path}: skipped ({item.reason})")
+            rejected.append((item.path, sig[item.path]))
+        usable = [f for f in found if f.path not in {item.path for item in skipped}]
+        if report is None and not error:
+            usable = []
+    if any(signature(f.path) != sig[f.path] for f in usable):  # rewritten while we read it: all again, once stable
+        return Built([], [], [], [f.path for f in found], None)
+    if not usable:
+        return Built(lines, [], rejected, [], None)
+    path, verdict = publish_run([(f, spans[f.path]) for f in usable], report, cfg.logdir, cfg.staging, name, source,
+                                error)
+    kinds = ", ".join(sorted({f.kind for f in usable}))
+    n = len(usable)
     lines.append(f"+ run {path.relative_to(cfg.logdir)}: {n} trace{'s' if n != 1 else ''} ({kinds}): {verdict}")
-    return Built(lines, [(item.found.path, sig) for item, sig in loaded], rejected, unsettled, path)
+    return Built(lines, [(f.path, sig[f.path]) for f in usable], rejected, [], path)
 
 
 class Watcher:

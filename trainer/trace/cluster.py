@@ -5,7 +5,7 @@
     with open_cluster("tcp://10.0.0.5:8786") as address: ...   # a running cluster: its scheduler
     with open_cluster("local:4") as address: ...               # a LocalCluster of 4 processes, for this block
     with open_cluster(None) as address: ...                    # no cluster: address is None
-    results = dask_map(address, analyze_path, jobs)            # analyze_path(*job) on the workers, in order
+    results = dask_map(address, analyze_trace, jobs)           # analyze_trace(*job) on the workers, in order
 
 Functions travel, not data: each task gets a trace's path and reads the file from the filesystem that the
 workers share with this machine; only its small result comes back. A worker runs one task at a time when

@@ -3,7 +3,7 @@
     workers = Workers.inline()                     # this process only: what a training process must use
     workers = Workers.local(max_memory=2 << 30)    # the command line: local processes where it pays
     workers = Workers.dask("tcp://host:8786")      # per-trace work as tasks of a Dask cluster (cluster.py)
-    spans = workers.map(analyze_path, jobs)        # analyze_path(*job) for each job (a trace path first), in order
+    spans = workers.map(analyze_trace, jobs)       # analyze_trace(*job) for each job (a trace path first), in order
     with workers.beside(fn, big_columns) as later: # fn(big_columns) in a helper process, if the policy allows
         ...                                        # this process works meanwhile
         value = later.result()                     # inline: fn runs here, now

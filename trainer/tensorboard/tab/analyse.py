@@ -3,10 +3,12 @@
     python -m stepscope.tensorboard.tab.analyse RUN_FOLDER < traces.json > measured.json
 
 stdin: the run's discovered traces, ``[{"path", "kind", "worker", "span", "run"}, ...]``; stdout: its
-Measured (measure.py) as JSON. A TraceError is one line on stderr and exit code 2.
+Measured (measure.py) as JSON, from the run's Report (``stepscope.analyze``, the one door). A TraceError is
+one line on stderr and exit code 2. Only runs that nobody diagnosed come here: cache.py reads a fresh
+report.json (the trainer's, the trace handler's, `stepscope tensorboard`'s) instead.
 
-TensorBoard serves from many threads; the analysis of a large run forks parsers (trace/workers.py) and holds
-the trace's columns at their peak. In a fresh process the fork copies no other thread's state, and the
+TensorBoard serves from many threads; the analysis of a large run may fork parsers (trace/workers.py) and
+holds the trace's columns at their peak. In a fresh process the fork copies no other thread's state, and the
 memory goes back to the system when it ends, not to TensorBoard's heap. Being no training process, it
 uses the command line's worker policy (``Workers.local()``): a large trace is parsed in byte ranges by
 several processes, ranks in parallel, within a quarter of the memory.
@@ -19,7 +21,8 @@ import sys
 from pathlib import Path
 
 from stepscope.cli.oneline import print_error
-from stepscope.report.measure import measure_found
+from stepscope.report.front import analyze
+from stepscope.report.measure import measured
 from stepscope.trace.discover import Found
 from stepscope.trace.errors import TraceError
 from stepscope.trace.workers import Workers
@@ -30,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(argv[0])
     traces = [Found(Path(t["path"]), t["kind"], t["worker"], t["span"], t["run"]) for t in json.load(sys.stdin)]
     try:
-        measured = measure_found(traces, folder, Workers.local())
+        m = measured(analyze(folder, traces=traces, workers=Workers.local(), tables=True), folder)
     except TraceError as e:
         print_error(str(e))
         return 2
-    json.dump(measured.to_dict(), sys.stdout, allow_nan=False)
+    json.dump(m.to_dict(), sys.stdout, allow_nan=False)
     return 0
 
 

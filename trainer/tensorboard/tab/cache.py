@@ -3,6 +3,10 @@
     cache = AnalysisCache(root)  # root: a folder of the user's cache, or None: beside each run
     state = cache.get(run)       # Ready(measured) | Pending() | Failed(message); Pending starts the analysis
 
+A run that was diagnosed where it was written (its fresh report.json, front.read_report: a trainer run, a
+trace handler's folder, a run `stepscope tensorboard` published) is read, never analysed here; only folders
+nobody diagnosed are.
+
 The analysis runs in one background thread, a run at a time, so a page never waits on a large trace: it
 asks again. The thread hands each run to a process of its own (analyse.py), so TensorBoard's process never
 forks and never holds a large trace. That process is given ``time_bound(run)`` seconds (a minute, plus two
@@ -30,7 +34,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from stepscope.report.measure import Measured
+from stepscope.report.front import read_report
+from stepscope.report.measure import Measured, measured_from_json
 from stepscope.tensorboard.tab.runs import Run
 from stepscope.trace.atomic import write_text_atomic
 from stepscope.trace.workers import json_size
@@ -100,6 +105,14 @@ def measure_apart(run: Run) -> Measured:
     return Measured.from_dict(json.loads(r.stdout))
 
 
+def diagnosed(run: Run) -> Measured | None:
+    """The run's Measured from the report.json its writer left beside its traces (the trainer, the trace
+    handler, `stepscope tensorboard`), when that is fresh and covers exactly its traces (front.read_report);
+    None: the run is analysed."""
+    doc = read_report(run.folder, run.traces)
+    return None if doc is None else measured_from_json(doc, run.folder)
+
+
 def cache_file(folder: Path, root: Path | None) -> Path:
     """Where the analysis of the run in ``folder`` is kept (module docstring)."""
     if root is None:
@@ -149,7 +162,7 @@ class AnalysisCache:
             held = self._results.get(where)
             if held is not None and held[0] == key:
                 return held[1]
-        cached = read_cached(run, key, self.root)
+        cached = diagnosed(run) or read_cached(run, key, self.root)
         if cached is not None:
             with self._lock:
                 self._results[where] = (key, Ready(cached))

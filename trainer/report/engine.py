@@ -1,0 +1,143 @@
+"""The engine behind the one door (front.py): found traces in, one Report out. Only front.py calls it.
+
+    report = analyze_traces(found, root, selection, telemetry, workers)   # Report | RunsReport | None
+
+Three stages, each trace passing through each once:
+
+1. Telemetry (telemetry.py's policy, ``resolve_telemetry``): each trace's unprofiled steps' figures, decided
+   from where the trace lies before anything is read.
+2. Each trace parsed and analysed where ``workers`` says (this process, a local process, a Dask task), with
+   that telemetry (``analyze_trace``); only its SpanReport comes back, with the little that jobs.py groups
+   jobs by and, when asked (``tables``), its profiled step windows and full operator table.
+3. The traces grouped into jobs (jobs.py), and each job's spans joined by the cross-rank analysis into one
+   Report; several jobs make a RunsReport.
+
+When $STEPSCOPE_ANALYSIS_LOG names a file, each trace analysed appends one line to it (its path): a count
+of real analyses, across processes, that a test or a user can read.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from stepscope.analysis.metrics import op_table
+from stepscope.analysis.report import RunReport, analyze_parsed_file, parse_path, run_report
+from stepscope.analysis.select import StepSelection
+from stepscope.analysis.span import SpanReport
+from stepscope.analysis.steps import step_windows
+from stepscope.report.jobs import Job, group_jobs
+from stepscope.report.loaded import Loaded, assign_spans, light, load_one
+from stepscope.report.runs import RunsReport, run_dir
+from stepscope.report.telemetry import trace_telemetry
+from stepscope.trace.discover import Found, Skipped
+from stepscope.trace.errors import TraceError
+from stepscope.trace.workers import Workers
+
+ANALYSIS_LOG = "STEPSCOPE_ANALYSIS_LOG"
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """What one trace's analysis brings back: the trace without its events, its report and, when asked,
+    its profiled step windows (ms) and its full operator table (name -> ms per step)."""
+    loaded: Loaded
+    report: SpanReport
+    traced_ms: tuple[float, ...] = ()
+    ops_ms: dict | None = None
+
+
+@dataclass(frozen=True)
+class Rejected(Skipped):
+    """A trace skipped because it cannot be read (``keep_going``); ``reason`` is its one-line TraceError."""
+
+
+def resolve_telemetry(found: list[Found], root: Path, telemetry: dict | None = None) -> dict[Path, dict | None]:
+    """Each trace's telemetry, decided once from where the traces lie (telemetry.py's policy): the caller's
+    when given; else, when the traces lie in one run folder, as for that folder's run (``root``'s run.json,
+    else each trace's cycle row); else as for one run per run folder."""
+    folders = {f.run for f in found}
+    if telemetry is not None or len(folders) < 2:
+        return dict(zip((f.path for f in found), trace_telemetry(found, root, telemetry), strict=True))
+    out: dict[Path, dict | None] = {}
+    for run in sorted(folders):
+        group = [f for f in found if f.run == run]
+        out.update(zip((f.path for f in group), trace_telemetry(group, root / run if run else root),
+                       strict=True))
+    return out
+
+
+def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = None,
+                  selection: StepSelection | None = None, tables: bool = False, keep_going: bool = False,
+                  parts: int = 1) -> Analysed | Skipped:
+    """One found trace parsed (in ``parts`` byte ranges) and analysed with its telemetry; or why it is
+    skipped. A trace that cannot be read raises its one-line TraceError, or with ``keep_going`` is skipped
+    with it as the reason."""
+    try:
+        item = load_one(found, span, parse_path(path, found.worker, span, parts))
+    except TraceError as e:
+        if not keep_going:
+            raise
+        return Rejected(found.path, str(e))
+    if isinstance(item, Skipped):
+        return item
+    _log(path)
+    report = analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
+    if not tables:
+        return Analysed(light(item), report)
+    windows = step_windows(item.parsed)
+    return Analysed(light(item), report, tuple((w.end - w.start) / 1e3 for w in windows),
+                    op_table(item.parsed, windows))
+
+
+def _log(path: Path) -> None:
+    where = os.environ.get(ANALYSIS_LOG)
+    if where:
+        with open(where, "a") as f:  # one short write in append mode: lines of processes do not mix
+            f.write(f"{path}\n")
+
+
+def analyze_traces(found: list[Found], root: Path, selection: StepSelection | None = None,
+                   telemetry: dict | None = None, workers: Workers | None = None, tables: bool = False,
+                   keep_going: bool = False) -> tuple[RunReport | RunsReport | None, list[Loaded], list[Skipped]]:
+    """The Report on ``found`` (traces discovered under ``root``; None when none was analysed), the traces
+    analysed (without their events) and those skipped. Each trace is analysed once (module docstring)."""
+    found = list(found)
+    spans = assign_spans(found)
+    each = resolve_telemetry(found, root, telemetry)
+    jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going) for f in found]
+    done: list[Analysed] = []
+    skipped: list[Skipped] = []
+    for result in (workers or Workers.inline()).map(analyze_trace, jobs):
+        (skipped if isinstance(result, Skipped) else done).append(result)
+    if not done:
+        return None, [], skipped
+    by_path = {a.loaded.found.path: a for a in done}
+    loaded = [a.loaded for a in done]
+    groups = group_jobs(loaded)
+    if len(groups) == 1:
+        return _job_report(str(root), groups[0], by_path), loaded, skipped
+    if telemetry is not None:
+        raise TraceError(f"{root}: holds {len(groups)} runs ({', '.join(j.run or '.' for j in groups)}); "
+                         "telemetry belongs to one run: give that run's folder")
+    runs = tuple((job.run or root.name, _job_report(str(run_dir(root, job) or root / job.run), job, by_path))
+                 for job in groups)
+    return RunsReport(str(root), runs), loaded, skipped
+
+
+def _job_report(label: str, job: Job, by_path: dict[Path, Analysed]) -> RunReport:
+    """One job's spans joined (cross-rank), with its traces' step windows and their mean operator table."""
+    done = [by_path[item.found.path] for item in job.loaded]
+    report = run_report(label, [a.report for a in done])
+    if any(a.ops_ms is None for a in done):
+        return report
+    tables: dict[str, list[float]] = defaultdict(list)
+    for a in done:
+        for name, ms in a.ops_ms.items():
+            tables[name].append(ms)
+    return replace(report, traced_ms=tuple(ms for a in done for ms in a.traced_ms),
+                   ops_ms={name: statistics.fmean(ms) for name, ms in tables.items()})
