@@ -29,7 +29,6 @@ from stepscope.analysis.select import select
 from stepscope.analysis.stream_collect import decode
 from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.report.front import analyze
-from stepscope.report.loaded import load_found, report_of
 from stepscope.trace import workers as parallel
 from stepscope.trace.discover import discover
 from stepscope.trace.files import load_trace
@@ -170,13 +169,12 @@ def test_peak_rss_of_a_50mb_trace(tmp_path):
 
 
 def test_command_loader_parses_ranks_in_parallel(monkeypatch):
-    found = discover(DATA / "nccl_ddp").traces
-    one = report_of(load_found(found)[0])
+    one = analyze(DATA / "nccl_ddp")
     monkeypatch.setattr(parallel, "SPLIT_FROM", 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    loaded, _ = load_found(found, Workers.local(max_memory=1 << 30))
-    assert all(item.parsed is not None for item in loaded)
-    assert _dict(report_of(loaded)) == _dict(one)
+    both = analyze(DATA / "nccl_ddp", workers=Workers.local(max_memory=1 << 30))
+    assert len(both.traces) == len(discover(DATA / "nccl_ddp").traces) == 2
+    assert _dict(both) == _dict(one)
 
 
 def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, tmp_path, monkeypatch):

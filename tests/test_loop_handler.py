@@ -72,9 +72,9 @@ def cycle_end_times(sched, on_trace_ready, steps: int) -> list[float]:
 
 def test_the_loop_waits_only_for_the_raw_trace_over_100_cycles(tmp_path, monkeypatch):
     analysed_paths = []
-    analyze_path = cycle_worker.analyze_path
-    monkeypatch.setattr(cycle_worker, "analyze_path", lambda path, *a: analysed_paths.append(path) or
-                        analyze_path(path, *a))
+    analyze_cycle = cycle_worker.analyze_cycle
+    monkeypatch.setattr(cycle_worker, "analyze_cycle", lambda path, *a: analysed_paths.append(path) or
+                        analyze_cycle(path, *a))
     bare_dir = tmp_path / "bare"
     bare_dir.mkdir()
     # what any handler must do inside prof.step(): export the trace

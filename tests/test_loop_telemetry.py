@@ -20,12 +20,13 @@ import stepscope
 import torch
 from stepscope.capture.cycle_summary import merged_report
 from stepscope.cli.main import main
-from stepscope.report.front import find
+from stepscope.report.loaded import assign_spans
 from stepscope.report.measure import measure_path
 from stepscope.report.telemetry import cycle_telemetry
 from stepscope.tensorboard.shadow import publish_run
 from stepscope.tensorboard.tab.runs import find_runs
 from stepscope.trace import files as trace_files
+from stepscope.trace.discover import discover
 from torch import nn
 
 CYCLES = 2
@@ -218,8 +219,10 @@ def test_the_tab_and_the_shadow_run_read_the_cycles_too(handled, tmp_path):
     for span in measured.report["spans"]:
         assert span["basis"] == "telemetry"
         assert span["metrics"]["step_ms"] == pytest.approx(summaries[span["span"]].report.metrics.step_ms, abs=1e-3)
-    loaded = find(run).loaded
-    target, verdict = publish_run(loaded, tmp_path / "logdir", tmp_path / "staging", "run", source=run)
+    found = discover(run).traces
+    spans = assign_spans(list(found))
+    target, verdict = publish_run([(f, spans[f.path]) for f in found], stepscope.analyze(run, tables=True),
+                                  tmp_path / "logdir", tmp_path / "staging", "run", source=run)
     assert (target / trace_files.CYCLES).read_text() == (run / trace_files.CYCLES).read_text()
     assert verdict == stepscope.analyze(run).verdict
     assert {s["basis"] for s in measure_path(target).report["spans"]} == {"telemetry"}

@@ -240,7 +240,7 @@ def test_bad_window_is_one_line(logdir, cache, params, message):
 def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
     """`stepscope tensorboard` serves a shadow copy of each run: the copy of a trainer run keeps its run.json,
     so the tab shows the unprofiled figures `stepscope analyze` gives on the source run."""
-    from stepscope.report.loaded import load_found
+    from stepscope.report.loaded import assign_spans
     from stepscope.tensorboard.shadow import publish_run
     from stepscope.trace.discover import discover
 
@@ -254,9 +254,10 @@ def test_stepscope_tensorboard_shadow_run_keeps_the_trainers_figures(tmp_path):
               "verification": {"verdict": "cpu_bound", "result": "refuted"}}
     (source / "run.json").write_text(json.dumps(record))
     found = discover(source).traces
-    loaded, _ = load_found(found)
+    spans = assign_spans(list(found))
     shadow = tmp_path / "shadow"
-    path, _ = publish_run(loaded, shadow, tmp_path / "staging", "run1", source=source)
+    path, _ = publish_run([(f, spans[f.path]) for f in found], analyze(source, traces=found, tables=True), shadow,
+                          tmp_path / "staging", "run1", source=source)
     assert json.loads((path / "run.json").read_text()) == record
     _, body = App(shadow).get("/run", run="run1")
     want = analyze(source).to_dict()

@@ -81,7 +81,7 @@ def test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child(tmp_path):
     p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(logdir / "r"), "--json"],
                        capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert [f for f in log.read_text().splitlines() if "analyze_found" in f]  # the command forked its ranks
+    assert [f for f in log.read_text().splitlines() if "analyze_traces" in f]  # the command forked its ranks
 
 
 def test_gzip_ranges_need_room_for_rapidgzip():
@@ -120,19 +120,19 @@ def test_local_processes_send_back_reports_and_this_process_only_joins_them(tmp_
     """Each rank is parsed and reported in a child; this process reports on none of them itself, and the
     report is the one made here alone."""
     from stepscope.analysis.json_out import dumps
-    from stepscope.report import loaded as loading
+    from stepscope.report import engine
 
     job = DATA / "suite_ddp" / "straggler"
     alone = dumps(analyze(job, workers=Workers.inline()).to_dict())
     log = tmp_path / "pids"
-    report = loading.span_report
+    report = engine.analyze_parsed_file
 
     def logged(*args, **kwargs):
         with open(log, "a") as f:
             f.write(f"{os.getpid()}\n")
         return report(*args, **kwargs)
 
-    monkeypatch.setattr(loading, "span_report", logged)
+    monkeypatch.setattr(engine, "analyze_parsed_file", logged)
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)  # even these small traces go to children
     assert dumps(analyze(job, workers=Workers.local(cpus=2)).to_dict()) == alone
     pids = log.read_text().split()
