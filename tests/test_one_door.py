@@ -186,6 +186,30 @@ def test_a_stale_or_partial_report_json_is_not_read(tmp_path):
     assert read_report(run, traces) is None  # one rank's report in a folder of other traces
 
 
+def test_a_job_joined_from_two_folders_is_analysed_once_with_each_folders_own_figures(monkeypatch, tmp_path):
+    """Telemetry is decided before any trace is read, from where each trace lies: two ranks of one gloo job,
+    each in a folder whose run.json gives its own unprofiled step, are analysed once each (not once with a
+    guess and again once the folders are found to be one job), each with its own folder's figures."""
+    gloo = sorted((DATA / "ddp_gloo").glob("*.pt.trace.json.gz"))
+    for i, (trace, step_ms) in enumerate(zip(gloo, (40.0, 60.0), strict=True)):
+        folder = tmp_path / "logs" / f"rank{i}"
+        folder.mkdir(parents=True)
+        shutil.copy(trace, folder / trace.name)
+        (folder / "run.json").write_text(json.dumps({"final": {"telemetry": {"steps": 10, "step_ms": step_ms}}}))
+    keeper = Doorkeeper(monkeypatch)
+    report = stepscope.analyze(tmp_path / "logs")
+    assert len(keeper.through_door("test_one_door.py")) == 2
+    assert report.distributed, "the two folders are one job"
+    assert sorted(s.metrics.step_ms for s in report.spans) == [40.0, 60.0]
+
+
+def test_the_door_takes_a_list_of_paths():
+    one = [DATA / "eager_bs128", DATA / "host_bound"]
+    runs = stepscope.analyze(one)
+    assert [name for name, _ in runs.runs] == ["eager_bs128", "host_bound"]
+    assert [r.to_dict() for _, r in runs.runs] == [stepscope.analyze(p).to_dict() for p in one]
+
+
 # --- the real processes: a trainer run and a stranger's folder under `stepscope tensorboard` ---
 
 def _stepscope_runs(port: int) -> dict:

@@ -96,13 +96,22 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
         if not paths:
             raise TraceError("no path given: give a run folder, a folder of traces or a trace file")
         found = [_discover(p) for p in paths]
-        root = Path(os.path.commonpath([p.absolute() if p.is_dir() else p.absolute().parent for p in paths]))
-        traces = [t for f in found for t in f.traces]
+        folders = [p.absolute() if p.is_dir() else p.absolute().parent for p in paths]
+        root = Path(os.path.commonpath(folders))
+        # each trace's run folder relative to the common root, so that each path stays its own run
+        traces = [replace(t, run=_run_under(folder.relative_to(root) / t.run))
+                  for folder, f in zip(folders, found, strict=True) for t in f.traces]
         skipped_found = [s for f in found for s in f.skipped]
     report, loaded, skipped = analyze_traces(list(traces), root, selection, telemetry, workers, tables,
                                              keep_going)
     line = _summary(root, skipped_found, loaded, skipped)
     return replace(report, summary=line, traces=tuple(loaded), skipped=tuple([*skipped_found, *skipped]))
+
+
+def _run_under(folder: Path) -> str:
+    """A run folder relative to the analysed root, as discovery names it ("" for the root itself)."""
+    name = folder.as_posix()
+    return "" if name == "." else name
 
 
 def write_report(folder: str | os.PathLike, report: RunReport | RunsReport) -> Path:
