@@ -5,11 +5,11 @@
     worker.close(timeout=60)                    # False if work was left undone
 
 For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (tbfix's streamed rewrite, so the trace
-is never held in memory), the analysis of the raw trace through the door (`stepscope.analyze`, streamed parse) with the unprofiled steps'
-telemetry of that cycle (waiting, up to `settle_s`, for the steps after the cycle to be timed), the raw trace
-gzipped when asked, then the run's report merged from the cycles' reports (cycle_summary.py): report.json
-(front.write_report), diagnosis.md, cycles.jsonl, TensorBoard Text `diagnosis` and Scalars `diagnosis/*` at
-step = cycle number.
+is never held in memory), the analysis of the raw trace through the door (`stepscope.analyze`, streamed
+parse) with the unprofiled steps' telemetry of that cycle (waiting, up to `settle_s`, for the steps after the
+cycle to be timed), the raw trace gzipped when asked, then the run's report merged from the cycles' reports
+(cycle_summary.py): report.json (front.write_report), diagnosis.md, cycles.jsonl, TensorBoard Text
+`diagnosis` and Scalars `diagnosis/*` at step = cycle number.
 
 It is a thread of the training process: it never forks and starts no process (the rewrite and the parse are
 asked for no helpers). Python runs one thread at a time, so its work still takes turns with the loop's host
