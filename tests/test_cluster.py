@@ -62,12 +62,12 @@ def _tasks_done(address: str, function: str) -> int:
 
 
 def test_a_job_on_the_cluster_gives_the_local_output(job, scheduler, capsys):
-    before = _tasks_done(scheduler, "report_found")
+    before = _tasks_done(scheduler, "analyze_trace")
     for args in (["--json"], []):
         local = _analyze(capsys, job, *args)
         assert local[0] == 0, local[2]
         assert _analyze(capsys, job, *args, "--cluster", scheduler) == local
-    assert _tasks_done(scheduler, "report_found") - before == 2 * RANKS  # each rank a task, twice
+    assert _tasks_done(scheduler, "analyze_trace") - before == 2 * RANKS  # each rank a task, twice
     report = json.loads(_analyze(capsys, job, "--json", "--cluster", scheduler)[1])
     (cycle,) = report["distributed"]
     assert len(cycle["ranks"]) == RANKS and {r["rank"] for r in cycle["ranks"] if r["straggler"]} == {1, 3, 5}
@@ -115,7 +115,7 @@ def test_a_folder_of_runs_on_the_cluster(job, scheduler, tmp_path, capsys):
     shutil.copytree(DATA / "suite_ddp" / "balanced", tmp_path / "exp2")
     local = _analyze(capsys, tmp_path, "--json")
     assert local[0] == 0 and [r["run"] for r in json.loads(local[1])["runs"]] == ["exp1", "exp2"]
-    before = _tasks_done(scheduler, "report_found")
+    before = _tasks_done(scheduler, "analyze_trace")
     assert _analyze(capsys, tmp_path, "--json", "--cluster", scheduler) == local
     # each trace is parsed and reported once, with its own run's telemetry: none goes round a second time
-    assert _tasks_done(scheduler, "report_found") - before == RANKS + 2
+    assert _tasks_done(scheduler, "analyze_trace") - before == RANKS + 2

@@ -133,7 +133,7 @@ def test_watcher_publishes_only_complete_traces_and_later_ones_as_a_new_run(tmp_
     assert watcher.poll() == ["+ run exp: 1 trace (tensorboard_trace_handler): cpu_bound"]
     run = shadow / "logdir" / "exp"
     assert sorted(p.name for p in run.iterdir() if not p.name.startswith("events.out")) == [
-        "diagnosis.md", "raw", "w.1795000000000000000.pt.trace.json.gz"]
+        "diagnosis.md", "raw", "report.json", "w.1795000000000000000.pt.trace.json.gz"]
     assert len(list(run.glob("events.out.tfevents.*"))) == 2  # the mirrored one and the diagnosis
     assert watcher.poll() == []  # published once
     second = src / "exp" / "w.1795000000000000001.pt.trace.json.gz"
