@@ -36,8 +36,8 @@ def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None,
     report = analyze(run_dir, telemetry=telemetry or {}, workers=workers or Workers.inline(), tables=True)
     print(render_top(report))
     print(render_console(report))
-    write_report(run_dir, report)
     write_diagnosis(run_dir, report, log, step)
+    write_report(run_dir, report)  # last: a signal during the diagnosis leaves no report that says it is whole
     return report.to_dict()
 
 
