@@ -172,7 +172,7 @@ def test_signal_during_the_diagnosis(tmp_path, sig):
     d = assert_interrupted(run, sig, code, err)
     assert d["final"]["steps"] == 9 and "diagnosis" not in d
     assert f"{sig.name} during the diagnosis" in err
-    assert not (run / "diagnosis.md").exists()
+    assert not (run / "diagnosis.md").exists() and not (run / "report.json").exists()
     assert_readable_traces(run, d)
 
 
