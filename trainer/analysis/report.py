@@ -46,7 +46,7 @@ class RunReport:
     # found and skipped; the traces analysed, without their events
     traced_ms: tuple[float, ...] = ()
     ops_ms: dict | None = None
-    summary: str = ""
+    summary: str = field(default="", compare=False)
     traces: tuple = field(default=(), compare=False)
     skipped: tuple = field(default=(), compare=False)  # traces not analysed, with why (discover.Skipped)
 

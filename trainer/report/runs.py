@@ -24,8 +24,8 @@ from stepscope.trace.files import CYCLES
 class RunsReport:
     root: str
     runs: tuple[tuple[str, RunReport], ...]  # (run folder relative to root, its report), sorted by folder
-    summary: str = ""  # as RunReport's: what was found and skipped, and the traces analysed
-    traces: tuple = field(default=(), compare=False)
+    summary: str = field(default="", compare=False)  # as RunReport's: what was found and skipped
+    traces: tuple = field(default=(), compare=False)  # the traces analysed, without their events
     skipped: tuple = field(default=(), compare=False)  # traces not analysed, with why (discover.Skipped)
 
     def to_dict(self) -> dict:
