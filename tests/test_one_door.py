@@ -210,6 +210,26 @@ def test_the_door_takes_a_list_of_paths():
     assert [r.to_dict() for _, r in runs.runs] == [stepscope.analyze(p).to_dict() for p in one]
 
 
+def test_the_tab_links_each_cycle_to_the_cross_rank_section_of_its_own_spans(tmp_path):
+    """The tab numbers cycles by span (9 before 10) and takes each cycle's cross-rank section from the ranks
+    the report lists in it, not from the section's position: with spans "9" and "10" the two orders differ."""
+    from stepscope.report.measure import measure_path
+    from stepscope.tensorboard.tab.views import ranks_view, run_view
+
+    for trace in sorted((DATA / "ddp_gloo").glob("*.pt.trace.json.gz")):
+        worker = trace.name.split(".")[0]
+        for span in ("9", "10"):
+            shutil.copy(trace, tmp_path / f"{worker}.{span}.pt.trace.json.gz")
+    m = measure_path(tmp_path)
+    assert len(m.report["distributed"]) == 2
+    run, ranks = run_view("gloo", m, None), ranks_view("gloo", m)
+    for job in ranks["jobs"]:
+        spans = {(s["worker"], s["span"]) for s in run["spans"] if s["cycle"] == job["cycle"]}
+        assert spans == {(r["worker"], r["span"]) for r in job["ranks"]}
+        assert run["cycles"][job["cycle"]]["verdict"] == job["verdict"]
+    assert sorted(job["cycle"] for job in ranks["jobs"]) == [0, 1]
+
+
 # --- the real processes: a trainer run and a stranger's folder under `stepscope tensorboard` ---
 
 def _stepscope_runs(port: int) -> dict:

@@ -114,10 +114,12 @@ def memory_view(report: dict, folder: Path | None = None) -> dict:
 
 
 def cycle_verdict(report: dict, index: int, spans: list[dict]) -> str | None:
-    """A cycle's own verdict: its cross-rank section's on a multi-rank job, else its span's (the most common
-    of its spans', ties to the slowest, as the run's verdict is taken over spans)."""
-    job = next((d for d in report.get("distributed", []) if d.get("span_index") == index + 1), None)
-    if job is not None:  # cross_rank.py numbers its sections from 1
+    """A cycle's own verdict: its cross-rank section's on a multi-rank job (the section whose ranks are this
+    cycle's spans), else its span's (the most common of its spans', ties to the slowest, as the run's verdict
+    is taken over spans)."""
+    own = {(s["worker"], s["span"]) for s in spans}
+    job = next((d for d in report.get("distributed", []) if own & _members(d)), None)
+    if job is not None:
         return job.get("verdict")
     if not spans:
         return None
@@ -166,7 +168,12 @@ def _why_given(d: dict) -> dict[int, dict]:
     return out
 
 
-def _job_view(d: dict, spans: dict) -> dict:
+def _members(d: dict) -> set[tuple[str, str]]:
+    """The (worker, span) of each rank of a cross-rank section, as the report lists them."""
+    return {(r.get("worker"), r.get("span")) for r in d.get("ranks", [])}
+
+
+def _job_view(d: dict, spans: dict, cycle_of: dict | None = None) -> dict:
     ranks = []
     for r in d["ranks"]:
         span = spans.get((r["worker"], r["span"]), {})
@@ -191,8 +198,9 @@ def _job_view(d: dict, spans: dict) -> dict:
         stragglers.append({"rank": rank, "step_ms": row["step_ms"], "verdict": row["verdict"],
                            "why": own.get("text") or f"vs the median of the other ranks, per step: {phases}",
                            "phase_differences": diffs, "top_differing": own.get("top_differing", [])})
-    index = d.get("span_index")  # cross_rank.py counts from 1; the tab, as diagnosis.md, from 0
-    return {"cycle": index - 1 if isinstance(index, int) else index, "world_size": d.get("world_size"),
+    # the cycle its ranks' spans make in the run view (numbered from 0, as diagnosis.md numbers them)
+    cycle = next((cycle_of[k] for k in sorted(_members(d)) if k in (cycle_of or {})), None)
+    return {"cycle": cycle, "world_size": d.get("world_size"),
             "verdict": d.get("verdict"),
             "median_step_ms": d.get("median_step_ms"), "buckets": buckets, "median_breakdown_ms": median,
             "ranks": sorted(ranks, key=lambda r: r["rank"]), "stragglers": stragglers,
@@ -201,5 +209,6 @@ def _job_view(d: dict, spans: dict) -> dict:
 
 def ranks_view(name: str, m: Measured) -> dict:
     spans = {(s["worker"], s["span"]): s for s in m.report.get("spans", [])}
+    cycle_of = {(s["worker"], s["span"]): i for i, group in enumerate(spans_by_cycle(m.report)) for s in group}
     return {"name": name, "verdict": m.report.get("verdict"),
-            "jobs": [_job_view(d, spans) for d in m.report.get("distributed", [])]}
+            "jobs": [_job_view(d, spans, cycle_of) for d in m.report.get("distributed", [])]}
