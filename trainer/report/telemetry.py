@@ -9,6 +9,9 @@ The policy (``trace_telemetry``): a telemetry the caller gives is every trace's;
 under ``stepscope.schedule``, each trace's own cycle's row of the cycles.jsonl beside it, matched by span and
 worker (by span alone where the row names no worker); else none, and the analysis models the profiler's cost.
 A handler's trace is then analysed with the figures the handler diagnosed it with, alone or among others.
+The engine behind the door (engine.py ``resolve_telemetry``) applies it once per trace, before any trace is
+read, from where the traces lie: the analysed folder's run when they lie in one run folder, else each run
+folder's own (a job joined from several folders keeps each folder's figures).
 
 A telemetry has the trainer's shape (trainer/demo/timing.py): ``{"steps", "step_ms", "data_ms"?}``, means in ms.
 One without a positive finite ``step_ms`` is none; only its finite non-negative numbers are kept. A record
