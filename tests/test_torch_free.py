@@ -9,7 +9,8 @@ import sys
 from trainrun import REPO
 
 TORCH_FREE = ["trace.files", "trace.bounded_read", "trace.atomic", "trace.vocabulary", "trace.discover",
-              "report.loaded", "cli.analyze", "tensorboard.diagnose", "capture.flamegraph", "tensorboard.tb_events",
+              "report.loaded", "report.engine", "report.front", "cli.analyze", "tensorboard.diagnose",
+              "capture.flamegraph", "tensorboard.tb_events",
               "tensorboard.tbserver", "cli.tensorboard", "tensorboard.watch", "tensorboard.shadow",
               "tensorboard.mirror", "plugin_copy", "report.measure", "report.summary", "report.diff", "cli.diff",
               "tensorboard.tab.plugin", "analysis"]
