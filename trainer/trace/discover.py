@@ -6,7 +6,7 @@
 
 Recognised, by kind:
 
-    stepscope                  <run>/raw/<span>/<worker>.trace.json[.gz]   (our trainer and stepscope_trace_handler;
+    stepscope                  <run>/raw/<span>/<worker>.trace.json[.gz]   (our trainer and stepscope.trace_handler;
                                the adapted copies beside raw/ are the same traces and are not counted again)
     tensorboard_trace_handler  <worker>.<span>.pt.trace.json[.gz]
     Lightning                  fit-<filename>-[Strategy]SingleDeviceStrategy.training_step.<span>.pt.trace.json
