@@ -1,4 +1,4 @@
-"""The verdict registry (stepscope/profiler/analysis/verdicts.py) is the one place a verdict is defined: the
+"""The verdict registry (trainer/analysis/verdicts.py) is the one place a verdict is defined: the
 docs/verdicts.md's verdict table is its rows, no other module of the package spells a verdict's name, every verdict's
 cause is a finding the analysis reports, its fixes are real trainer flags, and its prediction rule, fed a
 real H100 run's unprofiled figures, predicts the speed-up that removing the cause measured."""

@@ -21,7 +21,7 @@ parallel parsers add up), each run's wall time and the 1-minute load average whe
     python scripts/bench_analysis.py readers /tmp/bench/r1g --repeat 3    # the compiled reader vs msgspec
 
 ``readers`` times ``stepscope analyze --json``, the export, and the tab's first analysis of a run it has not
-seen (serve/tab/analyse.py, the local worker policy) through the compiled trace reader and, as the same-run
+seen (tensorboard/tab/analyse.py, the local worker policy) through the compiled trace reader and, as the same-run
 baseline, through msgspec alone (``STEPSCOPE_PURE_PYTHON=1``), plus the tab's analysis in one process
 inline (what the tab did before it used the worker policy); and checks that both readers print the same
 ``--json`` report.
