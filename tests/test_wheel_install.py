@@ -82,7 +82,7 @@ def run(cmd, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
 
 def copy_tracked(dest: Path) -> None:
     """The files the wheel is built from, as committed in this checkout (plus uncommitted edits)."""
-    files = subprocess.run(["git", "ls-files", "pyproject.toml", "README.md", "trainer", "kernels"], cwd=REPO,
+    files = subprocess.run(["git", "ls-files", "pyproject.toml", "setup.py", "README.md", "trainer", "kernels"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split()
     for name in files:
         target = dest / name
@@ -108,7 +108,7 @@ def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
     assert [w.name.split("-")[0] for w in wheels] == ["kernels", "stepscope"]
     with zipfile.ZipFile(wheels[1]) as wheel:
         names = wheel.namelist()
-    assert {n.split("/")[0] for n in names} == {"stepscope", wheels[1].name.split("-py")[0] + ".dist-info"}
+    assert {n.split("/")[0] for n in names} == {"stepscope", "-".join(wheels[1].name.split("-")[:2]) + ".dist-info"}
     assert "stepscope/report/front.py" in names and "stepscope/demo/loop.py" in names
     assert not [n for n in names if re.search(r"(^|/)bench(/|\.py$)|(^|/)bench_\w*\.py$", n)]  # no benchmark
     env_dir = tmp_path / "venv"
