@@ -2,7 +2,7 @@
 one room that nothing else builds on, the benchmarks stay out of the package, no module imports itself back
 at import time, and the README's map is the tree.
 
-    python -m pytest -q tests/test_house.py      # a few seconds: it reads the source, it imports nothing
+    python -m pytest -q tests/test_house.py      # seconds: it reads the source (and runs `stepscope --help`)
 
 The import graph is read from the source with ``ast``: an edge for each ``import`` and ``from ... import``
 of a ``stepscope`` module, pointing at the most specific module that exists (``from stepscope.analysis
@@ -198,6 +198,19 @@ def test_only_the_train_subcommand_reaches_into_the_demo(graph):
     assert outside, "the `stepscope train` subcommand runs the demo: the graph must show that edge"
     wrong = [e for e in outside if not (e.source == DEMO_DOOR and e.lazy)]
     assert wrong == []
+
+
+def test_the_demo_is_named_only_in_the_command_and_api_tables():
+    """Modules loaded by name (importlib) count too: outside the demo, a "stepscope.demo..." string appears only in
+    the `stepscope` command's table (train, compare, verify) and the public API's (stepscope.compare)."""
+    named = {}
+    for module, path in package_files().items():
+        if module == DEMO or module.startswith(DEMO + "."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(DEMO):
+                named.setdefault(module, set()).add(node.value)
+    assert set(named) <= {DEMO_DOOR, "stepscope"}, named
 
 
 def test_nothing_in_the_package_imports_the_benchmarks(graph):
