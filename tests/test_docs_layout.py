@@ -1,5 +1,6 @@
-"""The documents keep their shape: a README of at most 200 lines whose links lead somewhere, and a BENCHMARKS.md
-that opens with one table of current numbers, each row dated, with its device, torch version and command.
+"""The documents keep their shape: a README of at most 200 lines, links and repository paths that lead somewhere,
+and a BENCHMARKS.md that opens with one table of current numbers, each row dated, with its device, torch version
+and command.
 
     pytest tests/test_docs_layout.py -q
 """
