@@ -131,7 +131,7 @@ def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
 
     usage = run([bin_dir / "stepscope", "--help"], cwd=away).stdout
     (listed,) = re.findall(r"usage: stepscope \{([^}]*)\}", usage)
-    assert {n.strip() for n in listed.split(",")} == SUBCOMMANDS and "bench" not in usage
+    assert SUBCOMMANDS <= {n.strip() for n in listed.split(",")} and "bench" not in usage
 
     train = run([bin_dir / "stepscope", "train", *TRAIN], cwd=away, timeout=400)
     assert "completed: 3 steps" in train.stdout
