@@ -31,7 +31,7 @@ from stepscope.report.front import analyze
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "trainer"
 DATA = REPO / "tests" / "data"
-REGISTRY_MODULE = PACKAGE / "profiler" / "analysis" / "verdicts.py"
+REGISTRY_MODULE = PACKAGE / "analysis" / "verdicts.py"
 # the machine the suite was recorded on (an H100 host of 16 cores): the data_bound rule's core bound
 RECORDING_CORES = 16
 
