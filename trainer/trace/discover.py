@@ -6,7 +6,7 @@
 
 Recognised, by kind:
 
-    stepscope                  <run>/raw/<span>/<worker>.trace.json[.gz]   (our trainer and stepscope_trace_handler;
+    stepscope                  <run>/raw/<span>/<worker>.trace.json[.gz]   (our trainer and stepscope.trace_handler;
                                the adapted copies beside raw/ are the same traces and are not counted again)
     tensorboard_trace_handler  <worker>.<span>.pt.trace.json[.gz]
     Lightning                  fit-<filename>-[Strategy]SingleDeviceStrategy.training_step.<span>.pt.trace.json
@@ -16,8 +16,7 @@ Recognised, by kind:
 
 Torch-free and cheap: names decide the first four kinds; any other JSON file is sniffed from its first
 64 KiB (a JSON object holding "traceEvents"), never parsed whole here. Whether a sniffed file really holds
-training steps is only known once it is loaded (`step_source`): `loaded.py` checks that and skips it
-otherwise.
+training steps is only known once it is loaded: the analysis checks that and skips it otherwise.
 Hidden files and folders and temporary `.partial` files are ignored. An entry that cannot be read as a file (a
 looping or dangling symbolic link, no permission, a FIFO or folder with a trace's name) is skipped with the
 reason, and the rest is analysed. So is stepscope's own output below the
@@ -39,14 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.trace.files import RAW_DIR, WORKER_PATTERN
-from stepscope.trace.vocabulary import (
-    OPERATOR_CATEGORIES,
-    OPTIMIZER_STEP_PREFIX,
-    STEPS_FROM_OPTIMIZER,
-    STEPS_FROM_PROFILER,
-    STEPS_FROM_WINDOW,
-    category,
-)
 
 STEPSCOPE = "stepscope"
 HANDLER = "tensorboard_trace_handler"
@@ -243,27 +234,3 @@ def looks_like_trace(path: Path) -> bool:
     except (OSError, EOFError, zlib.error):
         return False
     return bool(HEAD_OF_TRACE.match(head))
-
-
-def has_profiler_steps(trace: dict) -> bool:
-    """True when the trace holds at least one ``ProfilerStep#N`` event (what every analysis needs)."""
-    events = trace.get("traceEvents") if isinstance(trace, dict) else None
-    return isinstance(events, list) and any(
-        isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#") for e in events)
-
-
-def step_source(trace: dict) -> str | None:
-    """Where a loaded trace's steps come from (vocabulary.STEPS_FROM_*): its ProfilerStep# ranges, else its
-    Optimizer.step# ranges, else (a trace of torch operators, e.g. export_chrome_trace of a loop profiled
-    without a schedule) its whole window; None for a Chrome trace with none of these."""
-    if has_profiler_steps(trace):
-        return STEPS_FROM_PROFILER
-    events = trace.get("traceEvents") if isinstance(trace, dict) else None
-    if not isinstance(events, list):
-        return None
-    events = [e for e in events if isinstance(e, dict)]
-    if any(str(e.get("name", "")).startswith(OPTIMIZER_STEP_PREFIX) for e in events):
-        return STEPS_FROM_OPTIMIZER
-    if any(category(e) in OPERATOR_CATEGORIES for e in events):
-        return STEPS_FROM_WINDOW
-    return None

@@ -8,7 +8,7 @@ Registered through the ``tensorboard_plugins`` entry point (pyproject.toml), so 
     run?run=NAME           the whole report (views.run_view), with the run's verification when it has one and
                            its memory per cycle and step, with the out-of-memory captures under its oom/ folder
     ranks?run=NAME         each multi-rank cycle: per-rank breakdown, the stragglers and why
-    diff?a=NAME&b=NAME     two runs compared (profiler/diff.py; what `stepscope diff` prints)
+    diff?a=NAME&b=NAME     two runs compared (report/diff.py; what `stepscope diff` prints)
     window?run=NAME&steps=A:B   POST only, with the header X-Stepscope-Token: writes ProfilerStep#A..#B-1 of
                            NAME as its own run (window.py), and answers where
     trace?run=NAME&i=K     the K-th trace file of a run, as it is on disk (to open in Perfetto)
