@@ -1,4 +1,4 @@
-"""The verdict registry (stepscope/profiler/analysis/verdicts.py) is the one place a verdict is defined: the
+"""The verdict registry (trainer/analysis/verdicts.py) is the one place a verdict is defined: the
 docs/verdicts.md's verdict table is its rows, no other module of the package spells a verdict's name, every verdict's
 cause is a finding the analysis reports, its fixes are real trainer flags, and its prediction rule, fed a
 real H100 run's unprofiled figures, predicts the speed-up that removing the cause measured."""
@@ -31,7 +31,7 @@ from stepscope.report.front import analyze
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "trainer"
 DATA = REPO / "tests" / "data"
-REGISTRY_MODULE = PACKAGE / "profiler" / "analysis" / "verdicts.py"
+REGISTRY_MODULE = PACKAGE / "analysis" / "verdicts.py"
 # the machine the suite was recorded on (an H100 host of 16 cores): the data_bound rule's core bound
 RECORDING_CORES = 16
 

@@ -65,6 +65,7 @@ from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.findings import verdict
 from stepscope.analysis.overhead import Recording
 from stepscope.analysis.unprofiled import rebuild
+from stepscope.analysis.vocabulary import DATA
 
 EAGER, LIGHTNING, HF, COMPILED = "eager", "lightning", "hf", "compiled"
 # (loop style, with_stack) -> (low, high) multipliers of the estimated unprofiled step (module docstring)
@@ -162,7 +163,7 @@ def step_range(profiled: Breakdown, estimate: Breakdown, band: Band, gpu: bool, 
     never shorter than the GPU path) and whose step caps them (never longer than the profiled step, with
     PROFILED_MARGIN)."""
     step = estimate.total_us / estimate.steps / 1e3
-    data = estimate.ms_per_step("data")
+    data = estimate.ms_per_step(DATA)
     cap = profiled.total_us / profiled.steps / 1e3 * PROFILED_MARGIN
     # the model's error is the host's: the wait for data, host work like any other, is scaled with the step
     factors = [min(f, cap / step) if step > 0 else f for f in (band.low, band.high)]
