@@ -17,18 +17,16 @@ A record holds everything about one verdict:
   once they do (``predict``, from the run's unprofiled figures). Of several causes the costliest is the
   verdict's primary finding;
 - ``readme``: its row in the verdict table of docs/verdicts.md (tests/test_verdict_registry.py holds the two
-  together).
+  together);
+- ``tone``: the colour of its badge in the tab ("good" or "warn"), which the tab gets from the plugin.
+The buckets and finding ids a record names are analysis/vocabulary.py's constants.
 
-Adding a verdict (say ``memory_bound``):
-1. one bucket: the time it stands for, in breakdown.py (GPU_BUCKETS or CPU_BUCKETS, and how a gap is judged
-   to be in it), its evidence label (findings.evidence) and unprofiled.py's split of the host idle if it is
-   host time;
-2. one record here, placed in REGISTRY where its ties should fall, with its cause: the finding that reports
-   the bucket (a candidate in findings._gpu_candidates or _cpu_candidates, built with ``_remedies(id)``),
-   its remedies, and, where a trainer flag removes the cause, its fixes and ``predict`` rule (a flag verify.py
-   has not applied before also needs its check in verify._refusal);
-3. its row in docs/verdicts.md's verdict table, and tests: a breakdown and a trace that read it
-   (tests/test_verdict_registry.py, tests/test_analysis*.py); the golden reports gain the new bucket's key.
+Adding a verdict (say ``memory_bound``) is analysis/vocabulary.py's recipe, "adding a verdict with a new
+bucket": its bucket and finding there, how the bucket is measured in breakdown.py, one record here, placed
+in REGISTRY where its ties should fall, with its cause (the finding that reports the bucket, its remedies,
+and, where a trainer flag removes the cause, its fixes and ``predict`` rule; a flag verify.py has not
+applied before also needs its check in verify._refusal), the finding's candidate in findings.py, its row in
+docs/verdicts.md's verdict table, and a test; the golden reports gain the new bucket's key.
 Nothing else names verdicts: other modules take them from here (the names are string literals in this module
 only, which tests/test_verdict_registry.py checks).
 """
@@ -211,6 +209,7 @@ class Verdict:
     causes: tuple[Cause, ...]  # the first is the primary finding where none of them was found
     readme: str  # its meaning, as the verdict table of docs/verdicts.md gives it
     paces: bool = False  # taken whenever the DataLoader paces the step (and the GPU is not busy most of it)
+    tone: str = "warn"  # the tab's badge: "good" where the step is bound by the model's own work on the GPU
 
     def applies(self, gpu: bool) -> bool:
         return self.traces == "any" or self.traces == ("gpu" if gpu else "cpu")
@@ -222,7 +221,7 @@ class Verdict:
 GPU_BOUND = Verdict(
     "gpu_bound", "gpu", "device", (GPU_BUSY, DEVICE_IDLE),
     (Cause(GPU_COMPUTE, GPU_BOUND_PCT, (GPU_WORK,)),),
-    "GPU busy in kernels (plus gaps the GPU causes itself) for at least half of the step")
+    "GPU busy in kernels (plus gaps the GPU causes itself) for at least half of the step", tone="good")
 TRANSFER_BOUND = Verdict(
     "transfer_bound", "gpu", "device", (TRANSFER,),
     (Cause(TRANSFER, 10.0, (PINNED_COPIES, UINT8_INPUTS, GPU_AUGMENT, PREFETCH),
