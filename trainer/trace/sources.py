@@ -72,6 +72,7 @@ class Source:
     contains: tuple[str, ...] = ()  # ... and substrings that do
     frames: tuple[str, ...] = ()  # with_stack frames of these files (the name starts with the path) that do
     records_up: int = 0  # folders above a trace's own folder that its run's records lie (0: beside it)
+    example: str | None = None  # a trace's path in a run folder, as it writes it (tests/test_vocabulary.py)
 
     def name_parts(self, name: str) -> tuple[str, str] | None:
         """(worker, span) of a file name this source writes ("" for a part the name lacks), else None."""
@@ -110,21 +111,22 @@ HANDLER_NAMES = re.compile(r"^(?P<worker>.*?)(?:\.(?P<span>\d+))?\.pt\.trace\.js
 
 SOURCES = (
     # our trainer and stepscope.trace_handler: <run>/raw/<span>/<worker>.trace.json[.gz] (discover.raw_traces)
-    Source(STEPSCOPE, None, STEPS_REQUIRED, records_up=2),
+    Source(STEPSCOPE, None, STEPS_REQUIRED, records_up=2, example="raw/1795785129300760509/host_1.trace.json.gz"),
     # Lightning's PyTorchProfiler: tensorboard_trace_handler under a "<stage>-<filename>-<action>" worker, the
     # action being e.g. "[Strategy]SingleDeviceStrategy.training_step" or "[LightningModule]M.validation_step"
     Source(LIGHTNING, HANDLER_NAMES, STEPS_OWN, workers=re.compile(r"^(fit|validate|test|predict)-.*\[[A-Za-z_]+\]"),
            style=LIGHTNING_LOOP,
-           marks=("[pl][profile]", "[Strategy]", "[LightningModule]", "[Callback]", "[_TrainingEpochLoop]")),
-    Source(HANDLER, HANDLER_NAMES, STEPS_REQUIRED),
+           marks=("[pl][profile]", "[Strategy]", "[LightningModule]", "[Callback]", "[_TrainingEpochLoop]"),
+           example="fit-profile-[Strategy]SingleDeviceStrategy.training_step.1795378849864529479.pt.trace.json"),
+    Source(HANDLER, HANDLER_NAMES, STEPS_REQUIRED, example="host_1.1795259108694019705.pt.trace.json.gz"),
     # Hugging Face's Trainer writes through torch's handler; its frames (with_stack only), named
     # "<path>transformers/trainer.py(<line>): <function>", tell its loop
     Source(HF_TRAINER, None, STEPS_REQUIRED, style=HF_LOOP,
            frames=("transformers/trainer.py(", "transformers\\trainer.py(")),
     # accelerate's ProfileKwargs(output_trace_dir=...): profile_<process_index>.json
-    Source(ACCELERATE, re.compile(r"^profile_\d+\.json(\.gz)?$"), STEPS_ANY, sniffed=True),
+    Source(ACCELERATE, re.compile(r"^profile_\d+\.json(\.gz)?$"), STEPS_ANY, sniffed=True, example="profile_0.json"),
     # torch.profiler's export_chrome_trace: any other JSON file that is a Chrome trace
-    Source(CHROME, re.compile(r"^.*\.json(\.gz)?$"), STEPS_ANY, sniffed=True),
+    Source(CHROME, re.compile(r"^.*\.json(\.gz)?$"), STEPS_ANY, sniffed=True, example="my_loop.json.gz"),
     # a torch.compile'd model, recorded with record_shapes: inductor's "## Call CompiledFxGraph <hash> ##"
     Source(TORCH_COMPILE, None, STEPS_REQUIRED, style=COMPILED_LOOP, contains=("CompiledFxGraph",)),
 )
