@@ -205,3 +205,15 @@ def test_the_sources_recipe_names_tests_that_exist():
     assert "tests/test_vocabulary.py" in named and len(named) >= 2
     for f in named:
         assert (REPO / f).is_file(), f
+
+
+def test_names_are_told_as_the_table_says():
+    assert sources.of_name("fit-m-[Strategy]SingleDeviceStrategy.training_step.3.pt.trace.json") == (
+        sources.LIGHTNING, "fit-m-[Strategy]SingleDeviceStrategy.training_step", "3")
+    assert sources.of_name("host_1.pt.trace.json.gz") == (sources.HANDLER, "host_1", "")
+    assert sources.of_name("profile_0.json") is None  # any JSON file could bear it: only once sniffed
+    assert sources.of_name("profile_0.json", sniffed=True) == (sources.ACCELERATE, "profile_0", "")
+    assert sources.of_name("notes.json.gz", sniffed=True) == (sources.CHROME, "notes", "")
+    assert sources.loop_source({"[Strategy]SingleDeviceStrategy.training_step"}, ()).style == "lightning"
+    assert sources.loop_source({"## Call CompiledFxGraph f3a ##"}, ()).style == "compiled"
+    assert sources.loop_source({"ProfilerStep#3"}, ()) is None

@@ -20,20 +20,22 @@ A record holds:
   measured error band, analysis/step_range.py's BANDS) and what in a trace tells it: a record_function range
   whose name starts with one of ``marks`` or holds one of ``contains``, or a with_stack Python frame of one
   of the files ``frames``. The first source in table order whose marks a trace holds gives its style; none:
-  eager.
+  eager;
 - ``records_up``: how many folders above a trace's own folder its run's records lie (run.json,
-  cycles.jsonl: report/telemetry.py).
+  cycles.jsonl: report/telemetry.py);
+- ``example``: where it writes a trace in a run folder, which tests/test_vocabulary.py writes a real trace
+  at and discovers as its kind.
 
 stepscope's own run layout (``<run>/raw/<span>/<worker>.trace.json[.gz]``, trace/files.py) is found by its
 folders rather than by a name alone (discover.raw_traces); its record holds its kind and step policy.
 
 Adding a trace source (say a framework whose profiler writes ``<worker>.rank<N>.json``) is one record here,
-placed where it should be tried (before a source whose names also match its files), and its test: a real
-trace of it in tests/data with its recorded truth, found by discovery with its kind and worker
-(tests/test_discover.py) and read with its steps (tests/test_foreign_traces.py). A loop style with marks
-also needs its measured error band, analysis/step_range.py's BANDS (measured with
+placed where it should be tried (before a source whose names also match its files), with its example path,
+and its test: a real trace of it in tests/data, read with its steps and its verdict against the truth
+measured without the profiler (as tests/test_foreign_traces.py reads Lightning's and the plain loops'). A
+loop style with marks also needs its measured error band, analysis/step_range.py's BANDS (measured with
 scripts/calibrate_overhead.py); without one it reads as eager. tests/test_vocabulary.py holds this docstring
-to the table.
+to the table and discovers every example.
 """
 
 from __future__ import annotations
