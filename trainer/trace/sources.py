@@ -10,10 +10,11 @@ come from, and the marks inside a trace that tell its loop. One record each, and
 A record holds:
 - ``kind``: the name discovery gives its traces (``stepscope analyze`` prints it: "found 2 traces (2
   Lightning)");
-- ``names``: the file names it writes, a pattern whose groups ``worker`` and ``span`` (either optional) name
-  the trace; None for a source told apart only by what its traces hold (a Trainer writing through torch's
-  handler). ``workers``, where given, is the worker names it writes among files that another source's
-  pattern matches too (Lightning's handler files). Sources are tried in table order, a ``sniffed`` one only
+- ``names``: the file names it writes, a pattern whose groups ``worker`` and ``span`` (either optional; the
+  span may keep a leading dot) name the trace (torch's tensorboard_trace_handler names are the plugin's own
+  pattern, trace/files.WORKER_PATTERN); None for a source told apart only by what its traces hold (a
+  Trainer writing through torch's handler). ``workers``, where given, is the worker names it writes among
+  files that another source's pattern matches too (Lightning's handler files). Sources are tried in table order, a ``sniffed`` one only
   once the file's head shows a Chrome trace (any JSON file could bear its name);
 - ``steps``: where its traces' steps come from (STEPS_REQUIRED, STEPS_OWN or STEPS_ANY below);
 - ``style``, ``marks``, ``contains``, ``frames``: the loop style its traces read as (the overhead model's
@@ -42,6 +43,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from stepscope.trace.files import WORKER_PATTERN
 
 # Where a source's steps come from:
 STEPS_REQUIRED = "required"  # ProfilerStep# ranges, which it always writes: a trace without any is an error
@@ -89,7 +92,7 @@ class Source:
             worker = stem(name)
         if self.workers is not None and not self.workers.match(worker):
             return None
-        return worker, groups.get("span") or ""
+        return worker, (groups.get("span") or "").removeprefix(".")
 
     def frame_marked(self, name: str) -> bool:
         """A with_stack frame of one of its ``frames`` files: the file's path starts the name, as far as
@@ -107,20 +110,16 @@ class Source:
                 or any(self.frame_marked(f) for f in long_frames))
 
 
-# torch's tensorboard_trace_handler names: "<worker>[.<span>].pt.trace.json[.gz]" (trace/files.WORKER_PATTERN, the
-# plugin's own pattern, with its groups named)
-HANDLER_NAMES = re.compile(r"^(?P<worker>.*?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
-
 SOURCES = (
     # our trainer and stepscope.trace_handler: <run>/raw/<span>/<worker>.trace.json[.gz] (discover.raw_traces)
     Source(STEPSCOPE, None, STEPS_REQUIRED, records_up=2, example="raw/1795785129300760509/host_1.trace.json.gz"),
     # Lightning's PyTorchProfiler: tensorboard_trace_handler under a "<stage>-<filename>-<action>" worker, the
     # action being e.g. "[Strategy]SingleDeviceStrategy.training_step" or "[LightningModule]M.validation_step"
-    Source(LIGHTNING, HANDLER_NAMES, STEPS_OWN, workers=re.compile(r"^(fit|validate|test|predict)-.*\[[A-Za-z_]+\]"),
+    Source(LIGHTNING, WORKER_PATTERN, STEPS_OWN, workers=re.compile(r"^(fit|validate|test|predict)-.*\[[A-Za-z_]+\]"),
            style=LIGHTNING_LOOP,
            marks=("[pl][profile]", "[Strategy]", "[LightningModule]", "[Callback]", "[_TrainingEpochLoop]"),
            example="fit-profile-[Strategy]SingleDeviceStrategy.training_step.1795378849864529479.pt.trace.json"),
-    Source(HANDLER, HANDLER_NAMES, STEPS_REQUIRED, example="host_1.1795259108694019705.pt.trace.json.gz"),
+    Source(HANDLER, WORKER_PATTERN, STEPS_REQUIRED, example="host_1.1795259108694019705.pt.trace.json.gz"),
     # Hugging Face's Trainer writes through torch's handler; its frames (with_stack only), named
     # "<path>transformers/trainer.py(<line>): <function>", tell its loop
     Source(HF_TRAINER, None, STEPS_REQUIRED, style=HF_LOOP,
