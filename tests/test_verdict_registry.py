@@ -24,6 +24,7 @@ from stepscope.analysis.verdicts import (
     primary_cause,
     threshold_pct,
 )
+from stepscope.analysis.vocabulary import CPU_BUCKETS, GPU_BUCKETS
 from stepscope.demo.cli import build_parser
 from stepscope.demo.verify import prediction
 from stepscope.report.front import analyze
@@ -88,9 +89,8 @@ def test_every_fix_is_a_trainer_flag():
 
 
 def breakdown(**ms: float) -> Breakdown:
-    gpu = ("gpu_busy", "transfer", "device_idle", "communication", "launch", "data", "sync", "other_host")
-    cpu = ("cpu_ops", "data", "communication", "other_host")
-    keys = cpu if "cpu_ops" in ms else gpu
+    """A breakdown of the registry's buckets (a CPU one where ``ms`` names a CPU-only bucket), in ms per step."""
+    keys = CPU_BUCKETS if set(ms) - set(GPU_BUCKETS) else GPU_BUCKETS
     b = {k: ms.get(k, 0.0) * 1e3 for k in keys}
     return Breakdown(b, sum(b.values()), 1)
 
