@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
                         "one pair of identical runs in twenty)")
     p.add_argument("--run-noise", metavar="P%", default=f"{RUN_NOISE:.0%}",
                    help="the drift of one run's mean step between runs of one configuration, as a standard "
-                        f"deviation (default {RUN_NOISE:.0%}, measured on a shared 2-core machine; 0%% "
+                        f"deviation (default {RUN_NOISE * 100:.0f}%%, measured on a shared 2-core machine; 0%% "
                         "trusts the steps' own spread alone)")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     a = p.parse_args(argv)
