@@ -1,4 +1,4 @@
-"""The profiler: `ProfileConfig.build()` lands here, plus the trace writer that each finished cycle calls.
+"""The trainer's profiler (build_profiler, from its ProfileConfig) and the trace writer each finished cycle calls.
 
 Each cycle is exported once with `export_chrome_trace`, as `stepscope.trace_handler` does (handler.export_raw):
 the untouched original under `raw/<span>/` (Perfetto, Holistic Trace Analysis), then rewritten streamed into a
