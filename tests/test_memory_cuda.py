@@ -27,7 +27,7 @@ with torch.profiler.profile(schedule=sched) as prof:
             keep.append(torch.empty(leak, dtype=torch.uint8, device="cuda"))
         prof.step()
 sched.finish()
-print(json.dumps(sched.telemetry()))
+print(json.dumps(sched.telemetry().to_dict()))
 """
 
 OOM = """

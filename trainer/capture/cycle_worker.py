@@ -33,6 +33,7 @@ from stepscope.analysis.report import RunReport, analyze_path
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
+from stepscope.capture.telemetry import as_dict
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
 from stepscope.tensorboard.tb_events import EventLog
@@ -161,7 +162,7 @@ class CycleWorker:
         telemetry = job.cycle.telemetry() if job.cycle is not None else None
         report, error = None, None
         try:
-            report = analyze_path(job.raw, self.worker, job.span, telemetry)
+            report = analyze_path(job.raw, self.worker, job.span, as_dict(telemetry))
         except TraceError as e:
             error = str(e)
         if self.use_gzip:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from stepscope.capture.cycle import MEMORY_KEYS
+from stepscope.capture.telemetry import Telemetry, as_dict
 from stepscope.cli.oneline import print_error
 from stepscope.demo.run_dir import PAGE, no_space, release_space
 from stepscope.demo.run_record import RunRecord, finite_or_none
-from stepscope.demo.timing import PHASES
 from stepscope.tensorboard.diagnose import diagnose_run
 from stepscope.trace.errors import TraceError
 from stepscope.trace.files import find_plugin_traces
@@ -42,7 +41,7 @@ def final_numbers(progress, thr) -> dict:
         # each timed step's wall time, in order: what `stepscope diff` draws its confidence interval from
         "step_times_ms": [round(ms, 4) for ms in thr.all_ms],
         # means of the timed steps: the step and its phases as the run runs without the profiler
-        "telemetry": thr.telemetry(),
+        "telemetry": as_dict(thr.telemetry()),
     }
 
 
@@ -50,7 +49,7 @@ def widest_final() -> dict:
     """final_numbers' keys, each with the widest value it can hold: the most room the final numbers take."""
     return {k: WIDEST for k in ("steps", "train_loss", "eval_accuracy", "images_per_s", "mean_step_ms",
                                 "median_step_ms", "timed_steps")} | {
-        "telemetry": {k: WIDEST for k in ("steps", "step_ms", *PHASES, *MEMORY_KEYS)}}
+        "telemetry": {f.name: WIDEST for f in fields(Telemetry)}}
 
 
 def reserve_bytes(record: RunRecord) -> int:

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from stepscope.capture.telemetry import Telemetry
 
-PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")
+PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")  # Telemetry's fields that StepClock times
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,9 @@ class Throughput:
                 self.all_ms.append(t.ms)
                 self.phases.append(t.phases or {})  # one per timed step, aligned with all_ms
 
-    def telemetry(self) -> dict | None:
-        """The timed (unprofiled, warm) steps' step and phases, in ms; None if none.
+    def telemetry(self) -> Telemetry | None:
+        """The trainer's producer of a Telemetry (stepscope.capture.telemetry): the timed (unprofiled, warm)
+        steps' step and phases, in ms; None if none.
 
         Means over blocks of consecutive steps, not medians of steps: the share of the run's time a phase
         takes is its total over the total, and a DataLoader whose workers each finish a batch at the same
@@ -169,16 +171,15 @@ class Throughput:
         if not self.all_ms:
             return None
         kept = _middle_blocks(len(self.all_ms), self.all_ms)
-        out = {"steps": self.steps, "step_ms": statistics.fmean(self.all_ms[i] for i in kept)}
+        phases = {}
         for name in PHASES:
             values = [self.phases[i][name] for i in kept if name in self.phases[i]]
             if values:
-                out[name] = statistics.fmean(values)
+                phases[name] = statistics.fmean(values)
         q = statistics.quantiles(self.all_ms, n=4) if len(self.all_ms) > 1 else [self.all_ms[0]] * 3
-        out.update(step_ms_mean=statistics.fmean(self.all_ms), step_ms_median=q[1], step_ms_p25=q[0],
-                   step_ms_p75=q[2])
-        out.update(self.memory)
-        return out
+        return Telemetry(steps=self.steps, step_ms=statistics.fmean(self.all_ms[i] for i in kept), **phases,
+                         step_ms_mean=statistics.fmean(self.all_ms), step_ms_median=q[1], step_ms_p25=q[0],
+                         step_ms_p75=q[2]).with_memory(self.memory)
 
     @property
     def mean_ms(self) -> float:

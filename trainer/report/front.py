@@ -19,6 +19,7 @@ Raises TraceError (a ValueError, one line) on bad input. Torch-free.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def _summary(path: Path, found, loaded: list[Loaded], skipped: list) -> str:
     return line
 
 
-def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection: StepSelection | None = None,
+def analyze(path: str | os.PathLike, *, telemetry: Mapping | None = None, selection: StepSelection | None = None,
             max_memory: int | None = None, workers: Workers | None = None) -> RunReport | RunsReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file): a
     RunReport when they form one job, a RunsReport (one RunReport per run) when ``path`` holds several.
@@ -75,6 +76,8 @@ def analyze(path: str | os.PathLike, *, telemetry: dict | None = None, selection
     at once by a process working alone."""
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
+    if telemetry is not None and not isinstance(telemetry, dict):  # a stepscope.capture.telemetry.Telemetry
+        telemetry = telemetry.to_dict()
     return find_and_analyze(path, selection=selection, telemetry=telemetry, workers=workers).report
 
 
