@@ -75,7 +75,7 @@ def busy(schedule: StepscopeSchedule | None) -> Iterator[None]:
 
 class CycleWorker:
     def __init__(self, run_dir: Path, worker: str, use_gzip: bool, settle_s: float = SETTLE_S,
-                 max_pending: int = MAX_PENDING) -> None:
+                 max_pending: int = MAX_PENDING, log=None) -> None:
         self.dir, self.worker, self.use_gzip = Path(run_dir), worker, use_gzip
         self.settle_s, self.max_pending = settle_s, max_pending
         self.summaries: list[CycleSummary] = []
@@ -85,7 +85,7 @@ class CycleWorker:
         self._closing = False
         self._active = 0  # jobs taken and not yet done
         self._thread: threading.Thread | None = None
-        self._log: EventLog | None = None
+        self._log: EventLog | None = log  # the caller's event writer, else one of its own at the first cycle
         self._count = 0  # cycles submitted
 
     def submit(self, job: Job) -> None:

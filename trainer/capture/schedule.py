@@ -339,6 +339,12 @@ class StepscopeSchedule:
         """An input copy of this step, between two recorded CUDA events; read at the next window edge."""
         self._copies.append((start, end))
 
+    def skip_step(self) -> None:
+        """The time from the last step boundary to the next (an evaluation, a checkpoint) is no step of the
+        loop: it is kept out of the telemetry and the slowdown detector."""
+        self._kept_prev = False
+        self._fast_until = 0  # the next call takes _step, which sees that the step before it was not kept
+
     @property
     def profiling(self) -> bool:
         """The profiler warms up or records this step."""

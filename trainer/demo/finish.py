@@ -90,18 +90,18 @@ def _fmt(x: float | None, spec: str) -> str:
 @dataclass(frozen=True)
 class RunParts:
     """The live objects of a run that its end needs: the process (env, group), the stop-signal handler,
-    the TensorBoard log, and the profiler's trace writer (None when not profiling)."""
+    the TensorBoard event writer, and the profiler's trace handler, closed by now (None when not profiling)."""
 
     env: object
     group: object
     stop: object
     log: object
-    writer: object | None
+    handler: object | None
 
 
 def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -> int:
     """Write run.json (and on a profiled run the diagnosis); return the process's exit code."""
-    env, group, stop, log, writer = parts.env, parts.group, parts.stop, parts.log, parts.writer
+    env, group, stop, log, handler = parts.env, parts.group, parts.stop, parts.log, parts.handler
     final = final_numbers(progress, thr)
     if status == "completed":
         try:
@@ -115,7 +115,7 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
     run_dir = Path(record.run_dir)
     diagnosis = None
     try:
-        if writer is not None and writer.cycles and status != "failed":
+        if handler is not None and handler.cycles and status != "failed":
             print("stepscope: analysing the profiled steps ...", flush=True)
             # rank 0 of a training job: its threads, CUDA context and process group must never be forked
             diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"],
@@ -128,9 +128,9 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
         print_error(f"stepscope: no diagnosis: {e}")
     # what follows records the run as it now stands: a signal from here on changes nothing
     stop.hold()
-    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's
-    if writer is not None:
-        if not writer.cycles:
+    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if handler is not None else []  # every rank's
+    if handler is not None:
+        if not handler.cycles:
             print("the profiler recorded no complete cycle before the run stopped; no trace was written")
         print(f"open it with:  stepscope tensorboard --logdir {shlex.quote(str(run_dir.parent))}   (run: {run_dir.name})")
     done = replace(record, status=status, final=final, traces=traces,

@@ -40,8 +40,12 @@ class StepTime:
 
 
 class StepClock:
-    def __init__(self, device: torch.device) -> None:
+    """``schedule``: a stepscope.schedule to report each step's wait for data and input copy to, as
+    stepscope.loader and stepscope.input_copy do in a user's loop (the copy's CUDA events are shared)."""
+
+    def __init__(self, device: torch.device, schedule=None) -> None:
         self.cuda = device.type == "cuda"
+        self.schedule = schedule
         self._marks: list = []  # (event or perf_counter seconds, excluded flag of the step that starts here)
         self._phases: list = []  # one dict per started step: host ms, and CUDA events of the copy
         self._t0 = self._t1 = self._cpu0 = 0.0
@@ -55,6 +59,8 @@ class StepClock:
     def batch_ready(self) -> None:
         self._t1 = time.perf_counter()
         self._phases[-1]["data_ms"] = (self._t1 - self._t0) * 1e3
+        if self.schedule is not None:
+            self.schedule.add_data_wait(int((self._t1 - self._t0) * 1e9))
 
     def copy(self, fn: Callable[[], object]):
         """Run `fn` (the input copy to the device) and time it; returns what `fn` returns."""
@@ -65,6 +71,8 @@ class StepClock:
             out = fn()
             end.record()
             self._phases[-1]["copy_events"] = (start, end)
+            if self.schedule is not None:
+                self.schedule.add_copy(start, end)
         else:
             out = fn()
         self._phases[-1]["copy_host_ms"] = (time.perf_counter() - t0) * 1e3
@@ -87,6 +95,8 @@ class StepClock:
 
     def exclude_since_last_mark(self) -> None:
         """Keep the interval that started at the last mark (e.g. evaluation) out of throughput."""
+        if self.schedule is not None:
+            self.schedule.skip_step()
         if self._marks:
             self._marks[-1] = (self._marks[-1][0], True)
             self._phases.append(None)  # the interval that starts there is not a step: it has no phases
