@@ -10,7 +10,7 @@ under ``stepscope.schedule``, each trace's own cycle's row of the cycles.jsonl b
 worker (by span alone where the row names no worker); else none, and the analysis models the profiler's cost.
 A handler's trace is then analysed with the figures the handler diagnosed it with, alone or among others.
 
-A telemetry has the trainer's shape (trainer/demo/timing.py): ``{"steps", "step_ms", "data_ms"?}``, means in ms.
+A telemetry is the JSON form of a ``stepscope.capture.telemetry.Telemetry`` (``{"steps", "step_ms", "data_ms"?, ...}``).
 One without a positive finite ``step_ms`` is none; only its finite non-negative numbers are kept. A record
 that cannot be read, or a row that is not one, gives none, never an error. Torch-free.
 """
