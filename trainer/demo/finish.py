@@ -4,9 +4,10 @@ TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text
 Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
 at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
 gone), and run.json lists the traces that exist at that moment. A signal during the top-ops table or the
-diagnosis ends it: run.json then says "interrupted" and no diagnosis.md is written. A trace that cannot be
-analysed (one line on stderr) leaves no diagnosis either, never an unwritten run.json. Once the diagnosis is
-over, a signal is only recorded: run.json is written as the run stands.
+diagnosis ends it: run.json then says "interrupted", and diagnosis.md stays the one the trace handler wrote for
+the profiling cycles. A trace that cannot be analysed (one line on stderr) leaves no run diagnosis either, never
+an unwritten run.json. Once the diagnosis is over, a signal is only recorded: run.json is written as the run
+stands.
 """
 
 from __future__ import annotations
