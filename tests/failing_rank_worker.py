@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from stepscope import loop
+from stepscope.demo import loop
 from stepscope.cli.main import train_main
 from torch.distributed.elastic.multiprocessing.errors import record
 
