@@ -1,17 +1,19 @@
 """`train(cfg)`: the whole run, from a validated `TrainConfig` to `logs/<run>/`.
 
-1. environment (device, dtype, seed, process-global knobs, process group), 2. data (`_data`), 3. model with its
-elementwise ops injected, optimizer and step (`_build`), 4. the run directory, run.json, the event writer and
-the profiler (`_start`), 5. the loop (`_loop`): each step inside record_function ranges, a step clock, `prof.step()`,
-scalars at the logging cadence (`Meter`), evaluation each epoch, 6. the end (trainer/demo/finish.py): run.json,
-and for profiled runs the top-ops table, the TensorBoard command and the diagnosis.
+1. environment (device, dtype, seed, process-global knobs, process group: `train`), 2. data (`_train`),
+3. model with its elementwise ops injected, optimizer and step (`_build`), 4. the run directory, run.json, the
+event writer and the profiler (`_start`), 5. the loop (`_loop`): each step inside record_function ranges, a step
+clock, `prof.step()`, scalars at the logging cadence (`Meter`), evaluation each epoch, 6. the end
+(trainer/demo/finish.py): run.json, and for profiled runs the top-ops table, the TensorBoard command and the
+diagnosis.
 
 With --profile the loop profiles as a user's loop does (capture/profiler.py): `stepscope.schedule` with the
 trainer's schedule arguments, `stepscope.trace_handler` and its cycle worker, each step's wait for data and input
 copy reported to the schedule as stepscope.loader and stepscope.input_copy would; plus the trainer's extras.
 
 Host-device sync points in the loop, all at the logging cadence or the epoch end: `StepClock.drain`
-(waits for the last step boundary), the loss read-back, and the eval accuracy read-back.
+(waits for the last step boundary), the loss read-back, and the eval accuracy read-back; with --profile also
+stepscope.schedule's, at the edges of its windows of unprofiled steps (capture/schedule.py).
 
 Under torchrun (see trainer/demo/distributed.py) the loss is all-reduced at the logging cadence; after Ctrl-C or
 SIGTERM no rank starts another collective: the last logged loss is then the rank's own.
