@@ -44,7 +44,7 @@ def events(run: Path) -> EventAccumulator:
 
 def text_tags(acc: EventAccumulator) -> set[str]:
     return {t for t in acc.Tags()["tensors"]
-            if acc.summary_metadata(t).plugin_data.plugin_name == "text"}
+            if acc.SummaryMetadata(t).plugin_data.plugin_name == "text"}
 
 
 def rows(run: Path) -> list[dict]:
