@@ -1,6 +1,7 @@
 """Check that this checkout reports and exports exactly what another checkout does, on every run in a folder.
 
     git worktree add /tmp/before 96f345e
+    (cd /tmp/before && python setup.py -q build_ext --inplace)     # its compiled trace reader, where it has one
     python scripts/same_reports.py /tmp/before tests/data          # every run folder under tests/data
     python scripts/same_reports.py /tmp/before big/replica --no-export
 

@@ -55,10 +55,10 @@ def test_runtime_category_renamed_gives_the_same_report(scenario):
 
 
 @pytest.mark.parametrize("scenario", ["eager_bs128", "slow_dataset", "cuda_graph", "cpu_resnet"])
-def test_tbfix_adapted_copy_gives_the_same_report(scenario):
-    tbfix = importlib.import_module("reference.dict_rewrite")
+def test_the_plugin_copy_gives_the_same_report(scenario):
+    rewrite = importlib.import_module("reference.dict_rewrite")
     _, trace = scenario_trace(scenario)
-    adapted = tbfix.adapt_trace(trace)
+    adapted = rewrite.adapt_trace(trace)
     assert comparable(analyze_trace(adapted, "w", "1")) == comparable(analyze_trace(trace, "w", "1"))
 
 

@@ -1,5 +1,5 @@
-"""scripts/calibrate_overhead.py end to end on the CPU, a tiny model, the plain loop (the GPU run is the lead's:
-scripts/gpu_verify.sh OUT calibrate).
+"""scripts/calibrate_overhead.py end to end on the CPU, a tiny model, the plain loop (on a GPU:
+`bash scripts/gpu_verify.sh OUT calibrate`).
 
     pytest tests/test_calibrate_overhead.py -q        # about 15 s on 2 idle cores
 """

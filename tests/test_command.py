@@ -31,14 +31,16 @@ def assert_one_line_error(p: subprocess.CompletedProcess, prefix: str, *fragment
 def test_top_level_help_lists_every_subcommand():
     p = stepscope("--help")
     assert p.returncode == 0, p.stderr
-    for name in ("train", "analyze", "compare", "tensorboard", "verify", "bench-ops"):
-        assert name in p.stdout.splitlines()[0]
+    usage = p.stdout.splitlines()[0]
+    for name in ("train", "analyze", "compare", "tensorboard", "verify", "diff"):
+        assert name in usage
+    assert "bench" not in usage  # benchmarks are scripts of the checkout, not commands of the product
     assert_one_line_error(stepscope("bogus"), "stepscope: error: unknown command 'bogus'")
 
 
 @pytest.mark.parametrize("name, expected", [
     ("train", "--profile"), ("analyze", "--export-tensorboard"), ("compare", "--variants"),
-    ("tensorboard", "--shadow"), ("verify", "--steps"), ("bench-ops", "--per-call"),
+    ("tensorboard", "--shadow"), ("verify", "--steps"), ("diff", "--fail-above"),
 ])
 def test_each_subcommand_has_help(name, expected):
     p = stepscope(name, "--help")

@@ -1,5 +1,6 @@
-"""The documents keep their shape: a README of at most 200 lines whose links lead somewhere, and a BENCHMARKS.md
-that opens with one table of current numbers, each row dated, with its device, torch version and command.
+"""The documents keep their shape: a README of at most 200 lines, links and repository paths that lead somewhere,
+and a BENCHMARKS.md that opens with one table of current numbers, each row dated, with its device, torch version
+and command.
 
     pytest tests/test_docs_layout.py -q
 """
@@ -65,3 +66,17 @@ def test_relative_links_lead_to_a_file_and_heading_that_exist(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(target)
     assert not broken, broken
+
+
+PATH_IN_TEXT = re.compile(r"(?<![\w/.-])((?:trainer|scripts|tests|docs|kernels)/[\w./-]*\w)")
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "history.md"], ids=lambda p: str(p.relative_to(REPO)))
+def test_every_repository_path_a_page_names_exists(page):
+    """A file or folder of this repository named in the text (`trainer/report/front.py`, `scripts/bench/`) is
+    there: a room renamed or a script moved takes its docs along. Patterns and placeholders (`*`, `<run>`) and
+    the older measurements of docs/history.md are left out."""
+    text = page.read_text()
+    named = {m.group(1) for m in PATH_IN_TEXT.finditer(text)
+             if text[m.end():m.end() + 1] not in ("*", "<", "[") and text[m.start() - 1:m.start()] != "<"}
+    assert not sorted(p for p in named if not (REPO / p).exists()), page

@@ -372,7 +372,7 @@ def test_the_extension_is_clean_under_address_sanitizer(tmp_path):
     if gcc is None:
         pytest.fail("no gcc: the extension is built with it")
     libasan = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
-    csrc = ROOT / "trainer" / "profiler" / "trace" / "csrc"
+    csrc = ROOT / "trainer" / "trace" / "csrc"
     so = tmp_path / ("_fastread" + sysconfig.get_config_var("EXT_SUFFIX"))
     # yyjson itself with AddressSanitizer at -O0 (UBSan on its 380 kB costs many CPU-minutes to compile);
     # stepscope's own code with both

@@ -1,4 +1,4 @@
-"""README's `stepscope_trace_handler` example, run as written on the CPU, then read back through the real plugin.
+"""README's `stepscope.trace_handler` example, run as written on the CPU, then read back through the real plugin.
 
     pytest tests/test_handler_readme.py -q      # about 40 s on 2 idle cores
 
@@ -31,8 +31,8 @@ def readme_example() -> str:
 def test_example_is_short_and_changes_one_line_of_a_plain_loop():
     code = readme_example()
     assert len(code.splitlines()) <= 25
-    assert "on_trace_ready=stepscope_trace_handler(" in code
-    assert "from stepscope.capture.handler import stepscope_trace_handler" in code
+    assert "on_trace_ready=stepscope.trace_handler(" in code
+    assert "import stepscope\n" in code  # the public name, not a module path
 
 
 def test_readme_example_runs_and_the_plugin_shows_it(tmp_path):

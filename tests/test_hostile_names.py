@@ -5,7 +5,7 @@ tab (or any Markdown viewer) renders: diagnosis.md and the Text summary it is wr
 
 TensorBoard's sanitizer keeps ``<img src>``, so an operator renamed ``aten::conv<img src="http://...">`` made
 the Text tab fetch that address. Each case publishes real traces with hostile names the way
-`stepscope tensorboard` does (serve/watch.py) and renders the diagnosis with TensorBoard's own
+`stepscope tensorboard` does (tensorboard/watch.py) and renders the diagnosis with TensorBoard's own
 Markdown-to-HTML function, the one its Text tab uses: no element and no off-host address may come out of
 it, and the hostile text must still be shown (as text).
 """

@@ -132,7 +132,7 @@ def test_accelerate_profile_kwargs(tmp_path, monkeypatch):
 
 def test_the_schedule_is_stepscopes_where_there_is_one(monkeypatch):
     import stepscope
-    from stepscope.integrations.session import Cycle, make_schedule
+    from stepscope.integrations.session import ScheduleArgs, make_schedule
 
     seen = {}
 
@@ -141,5 +141,5 @@ def test_the_schedule_is_stepscopes_where_there_is_one(monkeypatch):
         return torch.profiler.schedule(**kw)
 
     monkeypatch.setattr(stepscope, "schedule", schedule, raising=False)
-    make_schedule(Cycle(wait=2, warmup=1, active=4, repeat=0, skip_first=5))
+    make_schedule(ScheduleArgs(wait=2, warmup=1, active=4, repeat=0, skip_first=5))
     assert seen == {"wait": 2, "warmup": 1, "active": 4, "repeat": 0, "skip_first": 5}

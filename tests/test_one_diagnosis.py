@@ -77,7 +77,7 @@ def test_a_trainer_run_shows_its_own_diagnosis_once(tmp_path):
 
 def test_a_handler_run_shows_its_own_diagnosis_once(tmp_path):
     src = tmp_path / "src"
-    stepscope_run(src / "run", None)  # stepscope_trace_handler: no run.json
+    stepscope_run(src / "run", None)  # stepscope.trace_handler: no run.json
     own = with_own_diagnosis(src / "run", step=0)
     texts, points = entries(publish(src, tmp_path))
     assert len(texts) == 1 and points == [pytest.approx(own)]

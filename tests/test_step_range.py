@@ -24,6 +24,7 @@ from stepscope.analysis.stream_ranges import collect_ranges, first_base
 from stepscope.report.front import analyze
 from stepscope.trace.discover import discover
 from stepscope.trace.jsonstream import split_points
+from stepscope.trace.sources import HF_TRAINER, by_kind
 
 DATA = Path(__file__).parent / "data"
 # worker-fed loaders that fall behind outside the profiled window: the trace cannot show them at all (the
@@ -100,12 +101,12 @@ def test_lightning_frames_are_not_hugging_faces():
 
 
 def test_hugging_face_frames_are_told_by_their_file():
-    assert sr._is_hf_frame("transformers/trainer.py(1660): _inner_training_loop")
-    assert sr._is_hf_frame("/home/me/src/transformers/src/transformers/trainer.py(2051): training_step")
-    assert sr._is_hf_frame("C:\\venv\\Lib\\site-packages\\transformers\\trainer.py(2051): training_step")
-    assert not sr._is_hf_frame("transformers/models/gpt2/modeling_gpt2.py(144): forward")
-    assert not sr._is_hf_frame("mytransformers/trainer.py(10): train")
-    assert not sr._is_hf_frame("lightning/pytorch/trainer/trainer.py(1079): _run")
+    assert by_kind(HF_TRAINER).frame_marked("transformers/trainer.py(1660): _inner_training_loop")
+    assert by_kind(HF_TRAINER).frame_marked("/home/me/src/transformers/src/transformers/trainer.py(2051): training_step")
+    assert by_kind(HF_TRAINER).frame_marked("C:\\venv\\Lib\\site-packages\\transformers\\trainer.py(2051): training_step")
+    assert not by_kind(HF_TRAINER).frame_marked("transformers/models/gpt2/modeling_gpt2.py(144): forward")
+    assert not by_kind(HF_TRAINER).frame_marked("mytransformers/trainer.py(10): train")
+    assert not by_kind(HF_TRAINER).frame_marked("lightning/pytorch/trainer/trainer.py(1079): _run")
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ def hf_traces(tmp_path_factory) -> dict:
 def test_a_hugging_face_trainer_recorded_with_stack_reads_as_hf(hf_traces):
     parsed = hf_traces[True]
     assert loop_style(parsed) == "hf"
-    frames = {n.split(": ")[-1] for n in parsed.long_frames if sr._is_hf_frame(n)}
+    frames = {n.split(": ")[-1] for n in parsed.long_frames if by_kind(HF_TRAINER).frame_marked(n)}
     assert {"_inner_training_loop", "training_step"} <= frames
     band = sr.error_band(parsed, recording(parsed))
     assert (band.style, band.with_stack, (band.low, band.high)) == ("hf", True, BANDS[("hf", True)])

@@ -11,6 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from stepscope.analysis import vocabulary
+from stepscope.analysis.verdicts import VERDICTS
+from stepscope.analysis.vocabulary import BUCKETS, COPIES, FINDINGS, PHASES, bucket
 from stepscope.report.front import analyze
 from stepscope.tensorboard.shadow_root import WINDOWS_HERE
 from stepscope.tensorboard.tab.cache import CACHE_DIR, CACHE_FILE, cache_file
@@ -358,3 +361,17 @@ def test_the_runs_list_names_the_users_logdir_not_the_shadow(tmp_path):
     note_source(shadow, users)
     _, body = App(shadow).get("/runs")
     assert body["logdir"] == str(users.resolve()) and [r["name"] for r in body["runs"]] == ["cpu_resnet"]
+
+
+def test_the_vocabulary_route_gives_the_registries_names_and_colours(tmp_path):
+    """What index.js names and colours comes from the registries through this route (the page holds no copy)."""
+    code, body = App(tmp_path).get("/vocabulary")
+    assert code == 200
+    assert list(body["buckets"]) == [b.name for b in BUCKETS]
+    assert {k: v["colour"] for k, v in body["buckets"].items()} == {b.name: b.colour for b in BUCKETS}
+    assert body["buckets"][vocabulary.DATA]["cpu_label"] == bucket(vocabulary.DATA).label_on(gpu=False)
+    assert list(body["phases"]) == [p.name for p in PHASES] and list(body["findings"]) == [f.id for f in FINDINGS]
+    assert body["phases"][vocabulary.DATA]["colour"] == bucket(vocabulary.DATA).colour and body["phases"][COPIES]["colour"] is None
+    assert list(body["verdicts"]) == list(VERDICTS)
+    assert {n for n, v in body["verdicts"].items() if v["tone"] == "good"} == {"gpu_bound"}
+    assert body["fallback_colours"]

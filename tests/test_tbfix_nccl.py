@@ -36,7 +36,7 @@ def tb(tmp_path_factory):
     for f in DATA.glob("*.pt.trace.json.gz"):
         shutil.copy(f, src / f.name)
     export_tensorboard(src, logdir / "after")
-    # the adapted copy with the renaming undone: what tbfix wrote before this fix
+    # the adapted copy with the renaming undone: what the plugin copy was before this fix
     for t in trace_files.find_plugin_traces(logdir / "after"):
         trace = trace_files.load_trace(t.path)
         trace["traceEvents"] = [dict(e, name=e["name"].removeprefix("GPU ")) if e.get("cat") == "gpu_user_annotation"

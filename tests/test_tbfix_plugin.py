@@ -29,7 +29,7 @@ FRAME_LINE = re.compile(r"\([0-9]+\)$")  # how the plugin's page finds a frame's
 
 @pytest.fixture(scope="module")
 def tb(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("tbfix") / "logs"
+    logdir = tmp_path_factory.mktemp("plugin_copy") / "logs"
     for scenario in SCENARIOS:
         src = logdir / "before" / scenario
         src.mkdir(parents=True)

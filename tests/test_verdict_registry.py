@@ -1,4 +1,4 @@
-"""The verdict registry (stepscope/profiler/analysis/verdicts.py) is the one place a verdict is defined: the
+"""The verdict registry (trainer/analysis/verdicts.py) is the one place a verdict is defined: the
 docs/verdicts.md's verdict table is its rows, no other module of the package spells a verdict's name, every verdict's
 cause is a finding the analysis reports, its fixes are real trainer flags, and its prediction rule, fed a
 real H100 run's unprofiled figures, predicts the speed-up that removing the cause measured."""
@@ -24,6 +24,7 @@ from stepscope.analysis.verdicts import (
     primary_cause,
     threshold_pct,
 )
+from stepscope.analysis.vocabulary import CPU_BUCKETS, GPU_BUCKETS
 from stepscope.demo.cli import build_parser
 from stepscope.demo.verify import prediction
 from stepscope.report.front import analyze
@@ -31,7 +32,7 @@ from stepscope.report.front import analyze
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "trainer"
 DATA = REPO / "tests" / "data"
-REGISTRY_MODULE = PACKAGE / "profiler" / "analysis" / "verdicts.py"
+REGISTRY_MODULE = PACKAGE / "analysis" / "verdicts.py"
 # the machine the suite was recorded on (an H100 host of 16 cores): the data_bound rule's core bound
 RECORDING_CORES = 16
 
@@ -88,9 +89,8 @@ def test_every_fix_is_a_trainer_flag():
 
 
 def breakdown(**ms: float) -> Breakdown:
-    gpu = ("gpu_busy", "transfer", "device_idle", "communication", "launch", "data", "sync", "other_host")
-    cpu = ("cpu_ops", "data", "communication", "other_host")
-    keys = cpu if "cpu_ops" in ms else gpu
+    """A breakdown of the registry's buckets (a CPU one where ``ms`` names a CPU-only bucket), in ms per step."""
+    keys = CPU_BUCKETS if set(ms) - set(GPU_BUCKETS) else GPU_BUCKETS
     b = {k: ms.get(k, 0.0) * 1e3 for k in keys}
     return Breakdown(b, sum(b.values()), 1)
 

@@ -1,4 +1,4 @@
-"""`stepscope tensorboard`'s analysis has a time bound per run (serve/watch.py): a run whose analysis would
+"""`stepscope tensorboard`'s analysis has a time bound per run (tensorboard/watch.py): a run whose analysis would
 take minutes is stopped at its bound and reported in one line, while a good run beside it is published
 first, without waiting for it.
 

@@ -5,17 +5,22 @@
 Builds the wheel from this checkout's tracked files (in a temporary copy, so nothing is written into the
 checkout), and a stub distribution `kernels` (`kernels.STUB = True`); installs both into a fresh venv that
 reuses the system's torch (--system-site-packages; nothing is downloaded); then, from a folder outside the
-repository, runs `stepscope train --profile` (3 CPU steps) and `stepscope analyze` on its run. The system
-site may hold an editable stepscope of another checkout: the checks make sure the venv's wheel is what runs.
+repository, runs `stepscope train --profile` (3 CPU steps) and `stepscope analyze` on its run, and a plain
+loop through the public API (`stepscope.profile`, `schedule`, `trace_handler`, `loader`, `input_copy`,
+`analyze`). The wheel holds no benchmark (scripts/bench/ stays in the repository) and the command offers none.
+The system site may hold an editable stepscope of another checkout: the checks make sure the venv's wheel is
+what runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +37,37 @@ version = "0.0.1"
 [tool.setuptools]
 packages = ["kernels"]
 """
+SUBCOMMANDS = {"train", "analyze", "compare", "tensorboard", "verify", "diff"}
+# The public API from the installed wheel, in a plain loop on the CPU: stepscope.profile's schedule and handler,
+# then stepscope.schedule + trace_handler + loader + input_copy by hand; each run read back by stepscope.analyze.
+API_LOOP = """
+import json, sys, torch, stepscope
+from torch import nn
+model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+batches = [(torch.randn(32, 64), torch.randint(0, 10, (32,))) for _ in range(8)]
+
+def train(prof):
+    for x, y in stepscope.loader(batches):
+        with stepscope.input_copy():
+            x, y = x.to("cpu"), y.to("cpu")
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        prof.step()
+
+with stepscope.profile("logs/api_profile", wait=1, warmup=1, active=2, skip_first=0,
+                       capture_on_slowdown=False) as prof:
+    train(prof)
+handler = stepscope.trace_handler("logs/api_handler")
+with torch.profiler.profile(schedule=stepscope.schedule(wait=1, warmup=1, active=2), on_trace_ready=handler) as prof:
+    train(prof)
+handler.close()
+names = ("analyze", "trace_handler", "schedule", "loader", "input_copy", "profile")
+print(json.dumps({"files": [sys.modules[getattr(stepscope, n).__module__].__file__ for n in names],
+                  "verdicts": [stepscope.analyze(d).verdict for d in ("logs/api_profile", "logs/api_handler")]}))
+"""
 TRAIN = ["--profile", "--device", "cpu", "--steps", "3", "--skip-first", "0", "--wait", "0", "--warmup", "1",
          "--active", "2", "--synthetic-train-size", "64", "--synthetic-eval-size", "32", "--batch-size", "16",
          "--run-name", "wheel"]
@@ -46,7 +82,7 @@ def run(cmd, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
 
 def copy_tracked(dest: Path) -> None:
     """The files the wheel is built from, as committed in this checkout (plus uncommitted edits)."""
-    files = subprocess.run(["git", "ls-files", "pyproject.toml", "README.md", "trainer", "kernels"], cwd=REPO,
+    files = subprocess.run(["git", "ls-files", "pyproject.toml", "setup.py", "README.md", "trainer", "kernels"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split()
     for name in files:
         target = dest / name
@@ -70,6 +106,11 @@ def build_wheels(tmp: Path) -> list[Path]:
 def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
     wheels = build_wheels(tmp_path)
     assert [w.name.split("-")[0] for w in wheels] == ["kernels", "stepscope"]
+    with zipfile.ZipFile(wheels[1]) as wheel:
+        names = wheel.namelist()
+    assert {n.split("/")[0] for n in names} == {"stepscope", "-".join(wheels[1].name.split("-")[:2]) + ".dist-info"}
+    assert "stepscope/report/front.py" in names and "stepscope/demo/loop.py" in names
+    assert not [n for n in names if re.search(r"(^|/)bench(/|\.py$)|(^|/)bench_\w*\.py$", n)]  # no benchmark
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=False)  # the system's pip installs into it
     bin_dir = env_dir / "bin"
@@ -87,6 +128,10 @@ def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
     assert stub_flag is True and kernels_file.startswith(site)
     for f in (trainer_file, our_kernels_file, command_file):
         assert f.startswith(site) and "/site-packages/stepscope/" in f, f
+
+    usage = run([bin_dir / "stepscope", "--help"], cwd=away).stdout
+    (listed,) = re.findall(r"usage: stepscope \{([^}]*)\}", usage)
+    assert SUBCOMMANDS <= {n.strip() for n in listed.split(",")} and "bench" not in usage
 
     train = run([bin_dir / "stepscope", "train", *TRAIN], cwd=away, timeout=400)
     assert "completed: 3 steps" in train.stdout
@@ -108,3 +153,11 @@ def test_wheel_runs_next_to_a_kernels_distribution(tmp_path):
     assert verdict == json.loads(run([bin_dir / "stepscope", "analyze", str(REPO / "tests" / "data" / "eager_bs128"),
                                       "--json"], cwd=away).stdout)["verdict"]
     assert torch_imported is False  # the analysis is torch-free
+
+    loop = json.loads(run([bin_dir / "python", "-c", API_LOOP], cwd=away, timeout=400).stdout)
+    for f in loop["files"]:
+        assert f.startswith(site) and "/site-packages/stepscope/" in f, f
+    for d, verdict in zip(("api_profile", "api_handler"), loop["verdicts"], strict=True):
+        assert (away / "logs" / d / "diagnosis.md").read_text().startswith(f"# stepscope diagnosis: `{verdict}`")
+        cli = run([bin_dir / "stepscope", "analyze", f"logs/{d}", "--json"], cwd=away)
+        assert json.loads(cli.stdout)["verdict"] == verdict  # the API and the command read the run alike

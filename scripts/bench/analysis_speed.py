@@ -21,7 +21,7 @@ parallel parsers add up), each run's wall time and the 1-minute load average whe
     python scripts/bench_analysis.py readers /tmp/bench/r1g --repeat 3    # the compiled reader vs msgspec
 
 ``readers`` times ``stepscope analyze --json``, the export, and the tab's first analysis of a run it has not
-seen (serve/tab/analyse.py, the local worker policy) through the compiled trace reader and, as the same-run
+seen (tensorboard/tab/analyse.py, the local worker policy) through the compiled trace reader and, as the same-run
 baseline, through msgspec alone (``STEPSCOPE_PURE_PYTHON=1``), plus the tab's analysis in one process
 inline (what the tab did before it used the worker policy); and checks that both readers print the same
 ``--json`` report.
@@ -50,9 +50,8 @@ from pathlib import Path
 from stepscope.trace.discover import discover
 from stepscope.trace.files import load_trace
 
+from bench import REPO
 from bench.memory import measure_command, tree_peaks
-
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (scripts/bench/ -> the repository)
 
 TOLERANCE = 0.02  # relative; only the first step of each copy may see a different previous step
 COMPARED = ("step_ms", "host_step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",
@@ -175,14 +174,14 @@ def measure(run: Path, repeat: int, export: bool) -> None:
     py = sys.executable
     opener = "gzip.open" if tf.path.name.endswith(".gz") else "open"
     rows = [("json.load (baseline)", [py, "-c", f"import gzip, json; json.load({opener}({str(tf.path)!r}, 'rb'))"]),
-            ("analyze.py --json", [py, str(ROOT / "scripts" / "analyze.py"), str(run), "--json"])]
+            ("analyze.py --json", [py, str(REPO / "scripts" / "analyze.py"), str(run), "--json"])]
     scratch = Path(tempfile.mkdtemp(prefix="bench-export-"))
     if export:
         rows.append(("analyze.py --export-tensorboard", [
             py, "-c", "import shutil, subprocess, sys, tempfile; d = tempfile.mkdtemp(dir=sys.argv[3]); "
             "sys.exit(subprocess.call([sys.executable, sys.argv[1], sys.argv[2], '--export-tensorboard', "
             "d + '/out'], stdout=subprocess.DEVNULL))",
-            str(ROOT / "scripts" / "analyze.py"), str(run), str(scratch)]))
+            str(REPO / "scripts" / "analyze.py"), str(run), str(scratch)]))
     try:
         print(f"{tf.path} ({tf.path.stat().st_size / 1e6:.0f} MB), {os.cpu_count()} CPUs")
         _table(rows, repeat, scratch)
@@ -240,7 +239,7 @@ def plugin(exported: Path, timeout_s: float) -> None:
 
 def readers(run: Path, repeat: int, export: bool) -> None:
     py = sys.executable
-    analyze = [str(ROOT / "scripts" / "analyze.py"), str(run), "--json"]
+    analyze = [str(REPO / "scripts" / "analyze.py"), str(run), "--json"]
     pure = ["env", "STEPSCOPE_PURE_PYTHON=1"]
     outs = [subprocess.run(prefix + [py, *analyze], capture_output=True, text=True, check=True).stdout
             for prefix in ([], pure)]
@@ -260,7 +259,7 @@ def readers(run: Path, repeat: int, export: bool) -> None:
     if export:
         exp = [py, "-c", "import subprocess, sys, tempfile; d = tempfile.mkdtemp(dir=sys.argv[3]); "
                "sys.exit(subprocess.call([sys.executable, sys.argv[1], sys.argv[2], '--export-tensorboard', "
-               "d + '/out'], stdout=subprocess.DEVNULL))", str(ROOT / "scripts" / "analyze.py"), str(run), str(scratch)]
+               "d + '/out'], stdout=subprocess.DEVNULL))", str(REPO / "scripts" / "analyze.py"), str(run), str(scratch)]
         rows += [("--export-tensorboard, compiled reader", exp), ("--export-tensorboard, msgspec", [*pure, *exp])]
     try:
         (tf,) = discover(run).traces[:1]
@@ -274,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_analysis.py", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
-    b.add_argument("--source", type=Path, default=ROOT / "tests" / "data" / "eager_bs128")
+    b.add_argument("--source", type=Path, default=REPO / "tests" / "data" / "eager_bs128")
     b.add_argument("--size", type=_size, required=True, help="bytes of JSON, e.g. 100M, 1G")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--gz", action="store_true")

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 PEAK_TOLERANCE = 0.01
-BOUNDARY_TOLERANCE = 0.10
 TRY_TIMEOUT_S = 120
 
 # each family: (name, batch for the recorded loop, code building `model`, `batch(b)` -> (inputs, targets),

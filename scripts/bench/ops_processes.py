@@ -26,6 +26,7 @@ from stepscope.cli.oneline import OneLineParser
 from stepscope.demo.config import ARCHS, COMPILE_MODES
 from stepscope.demo.launch import TrainFailed, checkout_train, run_train
 
+from bench import REPO
 from bench.ops import writable_file_error
 
 OPS = ("native", "custom")
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     a.logdir.mkdir(parents=True, exist_ok=True)
     journal = a.logdir / "runs.jsonl"
     journal.write_text("")
-    train = checkout_train(Path(__file__).resolve().parents[2])
+    train = checkout_train(REPO)
     runs = []
     try:
         for i in range(a.pairs):

@@ -33,7 +33,7 @@ from stepscope.demo.config import ConfigError, plain_name
 from stepscope.demo.launch import checkout_train, last_line, read_run
 from stepscope.demo.run_dir import create_result_dir
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout (scripts/bench/ -> the repository)
+from bench import REPO
 
 STEP_KINDS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "cuda-graphs": ["--cuda-graphs"]}
 SIDES = ("plain", "profiled")

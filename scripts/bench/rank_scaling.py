@@ -59,10 +59,9 @@ from pathlib import Path
 
 from stepscope.trace.workers import json_size
 
+from bench import REPO
 from bench.memory import measure_command
 from bench.ranks import CAUSES, TRUTH, JobSpec, Straggler, build_job, write_rank
-
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (scripts/bench/ -> the repository)
 
 ENGINES = ("local", "dask", "running", "hta")
 
@@ -108,7 +107,7 @@ def build(spec: JobSpec, out: Path, workers: int) -> Path:
 
 def _cluster_available() -> bool:
     """The installed analyze command takes --cluster, and Dask is installed."""
-    helped = subprocess.run([sys.executable, str(ROOT / "scripts" / "analyze.py"), "--help"], capture_output=True,
+    helped = subprocess.run([sys.executable, str(REPO / "scripts" / "analyze.py"), "--help"], capture_output=True,
                             text=True)
     try:
         import distributed  # noqa: F401

@@ -49,10 +49,12 @@ from stepscope.trace.discover import discover
 from stepscope.trace.files import load_trace
 from stepscope.trace.workers import fork_pool
 
+from bench import REPO
+
 CAUSES = ("host_outside_ops", "data", "gpu_kernels")
 INJECTED_RANGE = "injected_host_work"
 DATALOADER_RANGE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-DEFAULT_SOURCES = Path(__file__).resolve().parents[2] / "tests" / "data" / "suite_ddp" / "balanced"
+DEFAULT_SOURCES = REPO / "tests" / "data" / "suite_ddp" / "balanced"
 ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx", "Python id", "Python parent id")
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}  # activities: they move, and grow only if slowed

@@ -1,12 +1,15 @@
 """Check that this checkout reports and exports exactly what another checkout does, on every run in a folder.
 
     git worktree add /tmp/before 96f345e
+    (cd /tmp/before && python setup.py -q build_ext --inplace)     # its compiled trace reader, where it has one
     python scripts/same_reports.py /tmp/before tests/data          # every run folder under tests/data
     python scripts/same_reports.py /tmp/before big/replica --no-export
 
 For each folder holding traces directly (a run), both checkouts run `analyze RUN --json` (and, unless
 --no-export, `--export-tensorboard`); the JSON reports and every exported file are compared byte for byte (a gzip file by its uncompressed bytes).
-The other checkout is run through its own scripts/analyze.py, so it can be any commit. Prints one line per
+The other checkout is run through its own scripts/analyze.py, so it can be any commit: its `stepscope` is its
+own trainer/ folder (a link to it comes first on that command's PYTHONPATH), whatever this environment has
+installed. Without its compiled trace reader built in place it reads traces with msgspec. Prints one line per
 run and exits 1 when anything differs.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,10 +35,18 @@ def runs(root: Path) -> list[Path]:
     return sorted(f for f in found if not any(part.startswith((".", "exp")) for part in f.relative_to(root).parts))
 
 
-def analyze(cmd: list[str], run: Path, out: Path | None) -> tuple[int, str]:
+def analyze(cmd: list[str], run: Path, out: Path | None, env: dict | None = None) -> tuple[int, str]:
     args = [*cmd, str(run), "--json"] + (["--export-tensorboard", str(out)] if out else [])
-    r = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
     return r.returncode, r.stdout
+
+
+def own_package(checkout: Path, site: Path) -> dict:
+    """The environment in which ``checkout``'s scripts import its own trainer/ folder as `stepscope`."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "stepscope").symlink_to(checkout.resolve() / "trainer", target_is_directory=True)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def same_tree(a: Path, b: Path) -> list[str]:
@@ -61,9 +73,10 @@ def main() -> int:
     here = [sys.executable, "-m", "stepscope.cli.main", "analyze"]
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
+        other_env = own_package(a.other, Path(tmp) / "other_site")
         for i, run in enumerate(runs(a.root)):
             outs = (None, None) if a.no_export else (Path(tmp) / f"a{i}" / "exp", Path(tmp) / f"b{i}" / "exp")
-            rc_a, json_a = analyze(other, run, outs[0])
+            rc_a, json_a = analyze(other, run, outs[0], other_env)
             rc_b, json_b = analyze(here, run, outs[1])
             diffs = [] if (rc_a, json_a) == (rc_b, json_b) else [f"report differs (exit {rc_a} vs {rc_b})"]
             if outs[0] is not None:

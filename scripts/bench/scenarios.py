@@ -6,7 +6,7 @@ Each scenario is a textbook bottleneck, profiled with plain ``torch.profiler`` a
 events (median of 20 steps after 5 warm-up steps) and printed, so the trace can be checked
 against an unprofiled number. The workloads are bench.workloads' (`SCENARIOS` below).
 
-Run on a GPU machine (the device tool):
+Run on a GPU machine:
 
     python scripts/record_scenarios.py --out /tmp/scenarios            # all scenarios
     python scripts/record_scenarios.py --out /tmp/s --only tiny_ops    # one

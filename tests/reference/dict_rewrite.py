@@ -5,7 +5,7 @@
     spans = plugin_step_spans(events, runtime)   # the (start, end) of each step the plugin keeps
 
 The export rewrites traces streaming (stepscope.plugin_copy: stream_plan.py, stream_write.py), by the
-rules that tbfix/rules.py explains; this is the plain reading of the same rules on a whole document, which
+rules that plugin_copy/rules.py explains; this is the plain reading of the same rules on a whole document, which
 the tests hold the streamed copy to.
 """
 

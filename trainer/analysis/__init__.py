@@ -10,8 +10,9 @@ Modules, one job each: events (the typed events of a trace), stream_parse (parse
 stream_collect (the rules that turn events into them), stream_ranges (one file in byte ranges at once),
 validate (input checks), select (a window of steps), intervals (timeline arithmetic), steps
 (which GPU work belongs to which step), breakdown (where the step's time goes), metrics (per-span numbers),
-verdicts (the verdict registry), findings (verdict, findings, remedies), span (one trace's report),
-cross_rank (several ranks of one cycle), report (a run directory, JSON), render (text).
+verdicts (the verdict registry), vocabulary (the buckets, phases and finding ids), findings (verdict,
+findings, remedies), span (one trace's report), cross_rank (several ranks of one cycle), report (a run
+directory, JSON), render (text).
 """
 
 from stepscope.analysis.cross_rank import CrossRankReport

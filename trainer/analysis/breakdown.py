@@ -42,9 +42,20 @@ from stepscope.analysis.events import MODEL_ANNOTATION_PREFIXES, SYNC_CALLS, Hos
 from stepscope.analysis.intervals import IntervalSet, pieces_by_priority, subtract
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow, launches_by_correlation
+from stepscope.analysis.vocabulary import (
+    COMMUNICATION,
+    CPU_BUCKETS,
+    CPU_OPS,
+    DATA,
+    DEVICE_IDLE,
+    GPU_BUCKETS,
+    GPU_BUSY,
+    LAUNCH,
+    OTHER_HOST,
+    SYNC,
+    TRANSFER,
+)
 
-GPU_BUCKETS = ("gpu_busy", "transfer", "device_idle", "communication", "launch", "data", "sync", "other_host")
-CPU_BUCKETS = ("cpu_ops", "data", "communication", "other_host")
 # A sync that returned at most this long before a gap began still caused it: CPU and GPU clocks in a trace
 # are aligned to a few µs, and a sync returns only once the GPU has drained its queue.
 SYNC_RECOVERY_TOLERANCE_US = 5.0
@@ -151,10 +162,10 @@ def _cpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     buckets = dict.fromkeys(CPU_BUCKETS, 0.0)
     for w in windows:
         data, ops, comm, other = pieces_by_priority(w.start, w.end, [hs.data, hs.compute_ops, hs.comm])
-        buckets["data"] += data
-        buckets["cpu_ops"] += ops
-        buckets["communication"] += comm
-        buckets["other_host"] += other
+        buckets[DATA] += data
+        buckets[CPU_OPS] += ops
+        buckets[COMMUNICATION] += comm
+        buckets[OTHER_HOST] += other
     return Breakdown(buckets, sum(w.dur for w in windows), len(windows))
 
 
@@ -168,17 +179,17 @@ def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     any_host = sync_or_data.union(hs.busy)
     buckets = dict.fromkeys(GPU_BUCKETS, 0.0)
     for w in windows:
-        buckets["gpu_busy"] += kernels.length_within(w.start, w.end)
-        buckets["transfer"] += transfer.length_within(w.start, w.end)
-        buckets["communication"] += comm_only.length_within(w.start, w.end)
+        buckets[GPU_BUSY] += kernels.length_within(w.start, w.end)
+        buckets[TRANSFER] += transfer.length_within(w.start, w.end)
+        buckets[COMMUNICATION] += comm_only.length_within(w.start, w.end)
         g0, g1 = everything.gap_arrays(w.start, w.end)
         if g0.size == 0:
             continue
         device_own = queued(g0, g1)
         q0, q1 = g0[device_own], g1[device_own]
         blocked = np.where(q1 - q0 > DEVICE_TURNAROUND_US, hs.sync.lengths_within(q0, q1), 0.0)
-        buckets["sync"] += float(blocked.sum())
-        buckets["device_idle"] += float((q1 - q0 - blocked).sum())
+        buckets[SYNC] += float(blocked.sum())
+        buckets[DEVICE_IDLE] += float((q1 - q0 - blocked).sum())
         h0, h1 = g0[~device_own], g1[~device_own]
         sync = hs.sync.lengths_within(h0, h1)
         up_to_data = sync_or_data.lengths_within(h0, h1)
@@ -186,10 +197,10 @@ def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
         data, busy, other = up_to_data - sync, up_to_busy - up_to_data, (h1 - h0) - up_to_busy
         # recovery: relaunching after the sync drained the queue
         recovery = (sync > 0) | (hs.sync.lengths_within(h0 - SYNC_RECOVERY_TOLERANCE_US, h0) > 0)
-        buckets["sync"] += float(np.where(recovery, sync + busy, sync).sum())
-        buckets["data"] += float(data.sum())
-        buckets["launch"] += float(np.where(recovery, 0.0, busy).sum())
-        buckets["other_host"] += float(other.sum())
+        buckets[SYNC] += float(np.where(recovery, sync + busy, sync).sum())
+        buckets[DATA] += float(data.sum())
+        buckets[LAUNCH] += float(np.where(recovery, 0.0, busy).sum())
+        buckets[OTHER_HOST] += float(other.sum())
     return Breakdown(buckets, sum(w.dur for w in windows), len(windows))
 
 

@@ -28,6 +28,7 @@ from stepscope.analysis.events import ParsedTrace, is_comm, is_comm_kernel
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.metrics import SyncEpisode, top_level_ops
 from stepscope.analysis.steps import StepWindow
+from stepscope.analysis.vocabulary import COPIES, DATA, GPU_KERNELS, HOST_DISPATCH, HOST_OUTSIDE_OPS, SYNC
 
 KEEP = 20
 
@@ -63,8 +64,8 @@ def name_times(trace: ParsedTrace, windows: list[StepWindow], episodes: tuple[Sy
     for e in episodes:
         sync[e.name] += e.blocked_us
     dispatch, outside = _host_ops(trace, windows)
-    tables = {"gpu_kernels": kernels, "copies": copies, "host_dispatch": dispatch, "host_outside_ops": outside,
-              "data": data, "sync": sync}
+    tables = {GPU_KERNELS: kernels, COPIES: copies, HOST_DISPATCH: dispatch, HOST_OUTSIDE_OPS: outside,
+              DATA: data, SYNC: sync}
     return NameTimes({phase: _largest(t, n) for phase, t in tables.items() if t},
                      {phase: sum(t.values()) / n / 1e3 for phase, t in tables.items() if t})
 

@@ -49,14 +49,15 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stepscope.analysis.breakdown import Breakdown
 from stepscope.analysis.findings import Finding, remedies, verdict
 from stepscope.analysis.memory import rank_imbalance
 from stepscope.analysis.span import SpanReport
 from stepscope.analysis.straggler_why import StragglerWhy, straggler_why
-from stepscope.analysis.verdicts import COMM, STRAGGLER
+from stepscope.analysis.verdicts import BALANCE_RANKS, COMM
+from stepscope.analysis.vocabulary import COMMUNICATION, STRAGGLER
 
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_SHARE = 0.05
@@ -133,11 +134,11 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
     for s in members:
         # ranks are compared as the trace measured them: the profiler slows every rank's host alike
         m, bd = s.profiled or s.metrics, s.breakdown_profiled or s.breakdown
-        exposed = bd.ms_per_step("communication")
+        exposed = bd.ms_per_step(COMMUNICATION)
         rows.append(RankRow(rank_of(s), s.worker, s.span, s.verdict, m.step_ms, m.compute_ms_per_step,
                             m.comm_ms_per_step, m.overlap_ms_per_step, exposed, m.step_ms - exposed, False))
     flagged = [s.worker for s in _stragglers(members)]
-    rows = sorted((RankRow(**{**r.__dict__, "straggler": r.worker in flagged}) for r in rows),
+    rows = sorted((replace(r, straggler=r.worker in flagged) for r in rows),
                   key=lambda r: r.rank)
     found = _findings(rows, members)
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
@@ -160,7 +161,7 @@ def _why(members: list[SpanReport], flagged: list[str]) -> list[StragglerWhy]:
 
 def _outside_comm(s: SpanReport) -> float:
     """ms per step outside exposed communication, as the step runs without the profiler."""
-    return s.metrics.step_ms - s.breakdown.ms_per_step("communication")
+    return s.metrics.step_ms - s.breakdown.ms_per_step(COMMUNICATION)
 
 
 def _stragglers(members: list[SpanReport]) -> list[SpanReport]:
@@ -202,7 +203,7 @@ def medians_without_each(values: list[float]) -> list[float]:
 def _profiled_outside_comm(s: SpanReport) -> float:
     """ms per step outside exposed communication, as profiled (the rows' outside_comm_ms)."""
     m, bd = s.profiled or s.metrics, s.breakdown_profiled or s.breakdown
-    return m.step_ms - bd.ms_per_step("communication")
+    return m.step_ms - bd.ms_per_step(COMMUNICATION)
 
 
 def _verdict(rows: list[RankRow], members: list[SpanReport]) -> str:
@@ -213,7 +214,7 @@ def _verdict(rows: list[RankRow], members: list[SpanReport]) -> str:
     # no rank holds the others back: each bucket's median share over the ranks, so that which rank happens to
     # be a little slower in the window cannot flip a near tie; communication's, the share every rank pays
     # (the module docstring)
-    shares = {b: (min if b == "communication" else statistics.median)(s.breakdown.pct(b) for s in members)
+    shares = {b: (min if b == COMMUNICATION else statistics.median)(s.breakdown.pct(b) for s in members)
               for b in members[0].breakdown.buckets}
     return verdict(Breakdown(shares, 100.0, 1), members[0].gpu, all(s.loader_paced for s in members))
 
@@ -228,20 +229,20 @@ def _findings(rows: list[RankRow], members: list[SpanReport]) -> list[Finding]:
         assert r.outside_comm_ms > med, f"straggler {r.worker} is not slower than the other ranks as profiled"
         own = by_worker[r.worker]
         out.append(Finding(
-            "straggler",
+            STRAGGLER,
             f"rank {r.rank} is a straggler: {r.outside_comm_ms:.2f} ms per step outside communication vs "
             f"{med:.2f} ms median on the other ranks, which wait about {r.outside_comm_ms - med:.2f} ms per "
             f"step for it in collectives; rank {r.rank} itself is {own.verdict}",
-            r.outside_comm_ms - med, (STRAGGLER, *own.remedies)))
+            r.outside_comm_ms - med, (BALANCE_RANKS, *own.remedies)))
     med_exposed = statistics.median(r.exposed_comm_ms for r in rows)
     med_step = statistics.median(r.step_ms for r in rows)
     if med_step > 0 and 100.0 * med_exposed / med_step >= EXPOSED_COMM_PCT:
         comm = statistics.median(r.comm_ms for r in rows)
         overlap = statistics.median(r.overlap_ms for r in rows)
         out.append(Finding(
-            "communication",
+            COMMUNICATION,
             f"communication {comm:.2f} ms per step (median over ranks), {overlap:.2f} ms of it overlapped "
             f"with compute; {med_exposed:.2f} ms per step ({100.0 * med_exposed / med_step:.0f}%) exposed"
             + ("; most of it is waiting for the straggler" if any(r.straggler for r in rows) else ""),
-            med_exposed, (STRAGGLER, COMM) if any(r.straggler for r in rows) else (COMM,)))
+            med_exposed, (BALANCE_RANKS, COMM) if any(r.straggler for r in rows) else (COMM,)))
     return sorted(out, key=lambda f: f.cost_ms_per_step, reverse=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from stepscope.trace.vocabulary import OPERATOR_CATEGORIES
+from stepscope.trace.vocabulary import DATA_RANGE, OPERATOR_CATEGORIES
 from stepscope.trace.vocabulary import STEPS_FROM_PROFILER as FROM_PROFILER
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -37,7 +37,7 @@ SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
 MODEL_FRAME_PREFIXES = ("nn.Module:", "<built-in method run_backward")
 # record_function ranges of the model's own work: torch.optim names every optimizer's step and zero_grad
 MODEL_ANNOTATION_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
-DATA_ANNOTATIONS = {"data"}  # our trainer's record_function("data") around fetching the next batch
+DATA_ANNOTATIONS = {DATA_RANGE}  # stepscope's range around fetching the next batch
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "mpi:", "ucc:")
 # a Python frame this long (µs) or longer has its name kept (ParsedTrace.long_frames): a training step's
 # frame is longer under with_stack, and a few percent of a trace's frames are

@@ -26,6 +26,25 @@ from stepscope.analysis.verdicts import (
     primary_cause,
     threshold_pct,
 )
+from stepscope.analysis.vocabulary import (
+    COLD_START,
+    COMMUNICATION,
+    CPU_COMPUTE,
+    CPU_OPS,
+    DATA,
+    DATA_LOADING,
+    DEVICE_IDLE,
+    GPU_BUSY,
+    GPU_COMPUTE,
+    HOST_SYNC,
+    HOST_WORK,
+    LAUNCH,
+    LAUNCH_OVERHEAD,
+    OTHER_HOST,
+    SYNC,
+    TRANSFER,
+    bucket,
+)
 
 __all__ = ["GPU_BOUND_PCT", "VERDICTS", "Finding", "cold_start_finding", "evidence", "findings", "near_tie",
            "remedies", "verdict"]
@@ -81,21 +100,9 @@ def _share_pct(bd: Breakdown, v: Verdict) -> float:
 
 def evidence(bd: Breakdown, m: SpanMetrics, gpu: bool) -> list[str]:
     """The numbers behind the verdict, largest share first: one line per time bucket."""
-    labels = {
-        "gpu_busy": "GPU busy in kernels",
-        "transfer": "GPU busy in host<->device copies (no kernel running)",
-        "device_idle": "GPU idle between already-queued work",
-        "communication": "communication not overlapped with compute",
-        "launch": "GPU idle while the host dispatches ops / launches kernels",
-        "data": "GPU idle while the host waits for the next batch" if gpu else "waiting for the next batch",
-        "sync": "GPU idle around host-device syncs",
-        "other_host": ("GPU idle while the host runs code outside torch ops" if gpu
-                       else "outside torch ops (Python, sleeping, waiting)"),
-        "cpu_ops": "inside torch ops",
-    }
     order = sorted(bd.buckets, key=bd.buckets.get, reverse=True)
     lines = [f"step {m.step_ms:.2f} ms without the profiler ({m.steps} profiled steps analysed)"]
-    lines += [f"{bd.pct(b):.1f}% ({bd.ms_per_step(b):.2f} ms) {labels[b]}"
+    lines += [f"{bd.pct(b):.1f}% ({bd.ms_per_step(b):.2f} ms) {bucket(b).label_on(gpu)}"
               for b in order if bd.buckets[b] > 0]
     return lines
 
@@ -125,75 +132,75 @@ def _gpu_candidates(bd: Breakdown, m: SpanMetrics) -> list[tuple[Finding, float]
         kernels += f", median {kd:.1f} µs, {rel} their launch call ({ld:.1f} µs)"
     if m.host_us_per_kernel is not None:
         kernels += f"; the host spends {m.host_us_per_kernel:.1f} µs per kernel"
-    out.append((Finding("launch_overhead",
-                        f"{kernels}; GPU idle {bd.ms_per_step('launch'):.2f} ms per step "
-                        f"({bd.pct('launch'):.0f}%) while the host dispatches ops and launches kernels",
-                        bd.ms_per_step("launch"), _remedies("launch_overhead")), bd.pct("launch")))
+    out.append((Finding(LAUNCH_OVERHEAD,
+                        f"{kernels}; GPU idle {bd.ms_per_step(LAUNCH):.2f} ms per step "
+                        f"({bd.pct(LAUNCH):.0f}%) while the host dispatches ops and launches kernels",
+                        bd.ms_per_step(LAUNCH), _remedies(LAUNCH_OVERHEAD)), bd.pct(LAUNCH)))
     if m.syncs_per_step:
         names = sorted({e.name for e in m.sync_episodes})
-        out.append((Finding("host_sync",
+        out.append((Finding(HOST_SYNC,
                             f"{m.syncs_per_step:g} host sync{'' if m.syncs_per_step == 1 else 's'} per step, "
                             f"{m.sync_ms_per_step:.2f} ms blocked "
-                            f"({', '.join(names)}); GPU idle {bd.ms_per_step('sync'):.2f} ms per step "
+                            f"({', '.join(names)}); GPU idle {bd.ms_per_step(SYNC):.2f} ms per step "
                             "around them",
-                            max(bd.ms_per_step("sync"), m.sync_ms_per_step), _remedies("host_sync")),
-                    bd.pct("sync")))
-    out.append((_data_finding(bd, m, "the GPU idles", True), bd.pct("data")))
-    out.append((Finding("host_work",
-                        f"GPU idle {bd.ms_per_step('other_host'):.2f} ms per step "
-                        f"({bd.pct('other_host'):.0f}%) "
+                            max(bd.ms_per_step(SYNC), m.sync_ms_per_step), _remedies(HOST_SYNC)),
+                    bd.pct(SYNC)))
+    out.append((_data_finding(bd, m, "the GPU idles", True), bd.pct(DATA)))
+    out.append((Finding(HOST_WORK,
+                        f"GPU idle {bd.ms_per_step(OTHER_HOST):.2f} ms per step "
+                        f"({bd.pct(OTHER_HOST):.0f}%) "
                         "while the host runs code outside torch ops (metrics, logging, a framework's bookkeeping; "
                         "without with_stack, also the model's own Python between ops)",
-                        bd.ms_per_step("other_host"), _remedies("host_work")), bd.pct("other_host")))
+                        bd.ms_per_step(OTHER_HOST), _remedies(HOST_WORK)), bd.pct(OTHER_HOST)))
     if m.memcpy_ms_per_step:
-        out.append((Finding("transfer",
+        out.append((Finding(TRANSFER,
                             f"host<->device copies {m.memcpy_ms_per_step:.2f} ms per step "
-                            f"({m.memcpy_per_step:.0f} copies), {bd.ms_per_step('transfer'):.2f} ms of it "
-                            f"({bd.pct('transfer'):.0f}% of the step) with no kernel running",
-                            bd.ms_per_step("transfer"), _remedies("transfer")),
-                    bd.pct("transfer")))
-    out.append((Finding("device_idle",
-                        f"GPU idle {bd.ms_per_step('device_idle'):.2f} ms per step "
-                        f"({bd.pct('device_idle'):.0f}%) "
+                            f"({m.memcpy_per_step:.0f} copies), {bd.ms_per_step(TRANSFER):.2f} ms of it "
+                            f"({bd.pct(TRANSFER):.0f}% of the step) with no kernel running",
+                            bd.ms_per_step(TRANSFER), _remedies(TRANSFER)),
+                    bd.pct(TRANSFER)))
+    out.append((Finding(DEVICE_IDLE,
+                        f"GPU idle {bd.ms_per_step(DEVICE_IDLE):.2f} ms per step "
+                        f"({bd.pct(DEVICE_IDLE):.0f}%) "
                         "between kernels that were already queued (dependencies, many tiny kernels)",
-                        bd.ms_per_step("device_idle"), (FUSE, BIGGER_BATCH)), bd.pct("device_idle")))
+                        bd.ms_per_step(DEVICE_IDLE), (FUSE, BIGGER_BATCH)), bd.pct(DEVICE_IDLE)))
     top = f"; top kernel {_short(m.top[0].name)} ({m.top[0].pct:.0f}% of kernel time)" if m.top else ""
-    out.append((Finding("gpu_compute", f"GPU busy {m.gpu_busy_pct:.0f}% of the step{top}",
-                        bd.ms_per_step("gpu_busy"), _remedies("gpu_compute")), bd.pct("gpu_busy")))
-    out.append((_comm_finding(bd, m), bd.pct("communication")))
+    out.append((Finding(GPU_COMPUTE, f"GPU busy {m.gpu_busy_pct:.0f}% of the step{top}",
+                        bd.ms_per_step(GPU_BUSY), _remedies(GPU_COMPUTE)), bd.pct(GPU_BUSY)))
+    out.append((_comm_finding(bd, m), bd.pct(COMMUNICATION)))
     return out
 
 
 def _cpu_candidates(bd: Breakdown, m: SpanMetrics) -> list[tuple[Finding, float]]:
     top = f"; top op {m.top[0].name} ({m.top[0].pct:.0f}% of op self time)" if m.top else ""
     return [
-        (Finding("cpu_compute", f"CPU inside torch ops {bd.pct('cpu_ops'):.0f}% of the step "
-                                f"({bd.ms_per_step('cpu_ops'):.2f} ms){top}",
-                 bd.ms_per_step("cpu_ops"), _remedies("cpu_compute", gpu=False)), bd.pct("cpu_ops")),
-        (_data_finding(bd, m, "the step waits", False), bd.pct("data")),
-        (Finding("host_work", f"{bd.ms_per_step('other_host'):.2f} ms per step ({bd.pct('other_host'):.0f}%) "
+        (Finding(CPU_COMPUTE, f"CPU inside torch ops {bd.pct(CPU_OPS):.0f}% of the step "
+                                f"({bd.ms_per_step(CPU_OPS):.2f} ms){top}",
+                 bd.ms_per_step(CPU_OPS), _remedies(CPU_COMPUTE, gpu=False)), bd.pct(CPU_OPS)),
+        (_data_finding(bd, m, "the step waits", False), bd.pct(DATA)),
+        (Finding(HOST_WORK, f"{bd.ms_per_step(OTHER_HOST):.2f} ms per step ({bd.pct(OTHER_HOST):.0f}%) "
                               "outside torch ops (Python, sleeping, waiting on a lock)",
-                 bd.ms_per_step("other_host"), _remedies("host_work", gpu=False)), bd.pct("other_host")),
-        (_comm_finding(bd, m), bd.pct("communication")),
+                 bd.ms_per_step(OTHER_HOST), _remedies(HOST_WORK, gpu=False)), bd.pct(OTHER_HOST)),
+        (_comm_finding(bd, m), bd.pct(COMMUNICATION)),
     ]
 
 
 def _data_finding(bd: Breakdown, m: SpanMetrics, who_waits: str, gpu: bool) -> Finding:
     share = 100.0 * m.data_ms_per_step / m.step_ms if m.step_ms > 0 else 0.0  # a window of zero-length steps
-    return Finding("data_loading",
+    return Finding(DATA_LOADING,
                    f"data loading {m.data_ms_per_step:.2f} ms per step "
                    f"({share:.0f}% of step); {who_waits} "
-                   f"{bd.ms_per_step('data'):.2f} ms per step for input",
-                   bd.ms_per_step("data"), _remedies("data_loading", gpu))
+                   f"{bd.ms_per_step(DATA):.2f} ms per step for input",
+                   bd.ms_per_step(DATA), _remedies(DATA_LOADING, gpu))
 
 
 def _comm_finding(bd: Breakdown, m: SpanMetrics) -> Finding:
     hidden = 100.0 * m.overlap_ms_per_step / m.comm_ms_per_step if m.comm_ms_per_step else 0.0
-    return Finding("communication",
+    return Finding(COMMUNICATION,
                    f"communication {m.comm_ms_per_step:.2f} ms per step, {hidden:.0f}% overlapped with "
-                   f"compute; {bd.ms_per_step('communication'):.2f} ms per step "
-                   f"({bd.pct('communication'):.0f}%) exposed",
-                   bd.ms_per_step("communication"), _remedies("communication"))
+                   f"compute; {bd.ms_per_step(COMMUNICATION):.2f} ms per step "
+                   f"({bd.pct(COMMUNICATION):.0f}%) exposed",
+                   bd.ms_per_step(COMMUNICATION), _remedies(COMMUNICATION))
 
 
 def _remedies(finding: str, gpu: bool = True) -> tuple[str, ...]:
@@ -219,4 +226,4 @@ def cold_start_finding(steps: tuple[int, ...], cold_ms: float, warm_ms: float, m
                 f"{warm_ms:.2f} ms for the others{loads} (CUDA context, lazy module loading, cuDNN autotuning); "
                 "left out of the verdict")
     cost = (cold_ms - warm_ms) * len(steps) / max(window_steps, len(steps))
-    return Finding("cold_start", text, max(0.0, min(cost, step_ms)), (WARM_UP_FIRST,))
+    return Finding(COLD_START, text, max(0.0, min(cost, step_ms)), (WARM_UP_FIRST,))

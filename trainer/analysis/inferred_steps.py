@@ -25,14 +25,13 @@ step: from the first recorded host event to the last.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from stepscope.analysis.events import HostEvent
 from stepscope.trace.vocabulary import OPTIMIZER_STEP_PREFIX
 from stepscope.trace.vocabulary import STEPS_FROM_OPTIMIZER as FROM_OPTIMIZER
 from stepscope.trace.vocabulary import STEPS_FROM_PROFILER as FROM_PROFILER
 from stepscope.trace.vocabulary import STEPS_FROM_WINDOW as FROM_WINDOW
 
-HostEvent = Any  # events.HostEvent (a name, tid, start and end); events.py imports this module
 __all__ = ["FROM_OPTIMIZER", "FROM_PROFILER", "FROM_WINDOW", "NOTES", "infer_steps", "optimizer_steps"]
 
 NOTES = {

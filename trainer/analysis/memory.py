@@ -37,6 +37,15 @@ from stepscope.analysis.columns import op_columns
 from stepscope.analysis.events import MemoryColumns, ParsedTrace
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.steps import StepWindow
+from stepscope.analysis.vocabulary import (
+    ALLOC_RETRIES,
+    ALLOCATOR_CHURN,
+    FRAGMENTATION,
+    HEADROOM,
+    MEMORY_CREEP,
+    MEMORY_IMBALANCE,
+    OOM_RISK,
+)
 from stepscope.trace.gc_paused import gc_paused
 
 GIB = float(1 << 30)
@@ -463,7 +472,7 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
         p = d.peak
         if d.capacity is not None:
             if d.used_pct >= OOM_RISK_PCT:
-                out.append(Finding("oom_risk", (
+                out.append(Finding(OOM_RISK, (
                     f"{d.device}: peak reserved {d.peak_reserved / GIB:.2f} GiB is {d.used_pct:.0f}% of the "
                     f"device's {d.capacity / GIB:.1f} GiB (step {p.step}, {p.peak_phase}): a larger batch, a "
                     "longer sequence or a fragmented moment runs out of memory"), 0.0, (
@@ -471,7 +480,7 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
                     "largest blocks, bf16 autocast, a smaller micro-batch with gradient accumulation; and set "
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",)))
             elif d.used_pct <= HEADROOM_PCT and d.batch_scale is not None and d.batch_scale >= 1.5:
-                out.append(Finding("headroom", (
+                out.append(Finding(HEADROOM, (
                     f"{d.device}: peak reserved {d.peak_reserved / GIB:.2f} GiB of {d.capacity / GIB:.1f} GiB "
                     f"({d.used_pct:.0f}%); persistent {p.composition['persistent'] / GIB:.2f} GiB stays and "
                     f"{(p.peak_allocated - p.composition['persistent']) / GIB:.2f} GiB scales with the batch: "
@@ -482,14 +491,14 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
         if d.device != "cpu" and p.reserved_at_peak and (
                 100.0 * p.fragmentation / p.reserved_at_peak >= FRAGMENTATION_PCT
                 and p.fragmentation >= FRAGMENTATION_MIN_BYTES):
-            out.append(Finding("fragmentation", (
+            out.append(Finding(FRAGMENTATION, (
                 f"{d.device}: at the peak {p.fragmentation / GIB:.2f} GiB is reserved but not allocated "
                 f"({100.0 * p.fragmentation / p.reserved_at_peak:.0f}% of reserved): the caching allocator "
                 "holds segments that its blocks do not fill"), 0.0, (
                 "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of "
                 "splitting); keep shapes steady (pad or bucket variable-length batches)",)))
         if d.allocator_every_step:
-            out.append(Finding("allocator_churn", (
+            out.append(Finding(ALLOCATOR_CHURN, (
                 f"{d.device}: {d.allocator_calls_per_step:g} allocator calls (cudaMalloc/cudaFree/cuMem*) a "
                 f"step, {d.allocator_ms_per_step:.2f} ms of host time, {d.allocator_syncs_per_step:g} device "
                 "synchronisations (cudaFree): the caching allocator grows or gives memory back inside "
@@ -504,7 +513,7 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
             if d.capacity is not None:
                 left = (d.capacity - CONTEXT_BYTES - d.peak_reserved) / c
                 reach = f"; at this rate it fills the device about {max(left, 0):.0f} steps after step {d.steps[-1].step}"
-            out.append(Finding("memory_creep", (
+            out.append(Finding(MEMORY_CREEP, (
                 f"{d.device}: allocated at the start of each step rises by {c / MIB:.1f} MiB a step "
                 f"({starts[0] / GIB:.2f} to {starts[-1] / GIB:.2f} GiB over steps {d.steps[0].step}-"
                 f"{d.steps[-1].step}){reach}"), 0.0, (
@@ -521,21 +530,21 @@ def measured_findings(m: dict, devices: list[DeviceMemory], trace: ParsedTrace) 
     out = []
     retries, ooms = m.get("mem_alloc_retries", 0.0), m.get("mem_ooms", 0.0)
     if retries > 0 or ooms > 0:
-        out.append(Finding("alloc_retries", (
+        out.append(Finding(ALLOC_RETRIES, (
             f"the caching allocator ran short {retries:g} times over the run (it freed its cached blocks and "
             f"retried, stalling the step and synchronising the device) and raised {ooms:g} out-of-memory errors: "
             "memory is at the device's limit"), 0.0, (
             "Cut the step's peak (activation checkpointing, bf16 autocast, a smaller micro-batch with gradient "
             "accumulation) and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)))
     creep = m.get("mem_creep_mib_per_step", 0.0)
-    if creep * MIB >= CREEP_MIN_BYTES_PER_STEP and not any(f.id == "memory_creep"
+    if creep * MIB >= CREEP_MIN_BYTES_PER_STEP and not any(f.id == MEMORY_CREEP
                                                           for f in memory_findings(devices)):
         capacity = next((c for _, c in trace.device_memory), None)
         reach = ""
         if capacity is not None and "mem_peak_reserved_mib" in m:
             left = (capacity - CONTEXT_BYTES - m["mem_peak_reserved_mib"] * MIB) / (creep * MIB)
             reach = f"; at this rate it fills the device in about {max(left, 0):.0f} steps"
-        out.append(Finding("memory_creep", (
+        out.append(Finding(MEMORY_CREEP, (
             f"allocated between steps rises by {creep:.1f} MiB a step across the run's windows of unprofiled "
             f"steps (now {m.get('mem_allocated_mib', 0) / 1024:.2f} GiB){reach}"), 0.0, (
             "Something keeps tensors across steps: a loss or output appended to a list without .item() or "
@@ -565,7 +574,7 @@ def rank_imbalance(by_rank: dict) -> dict | None:
     ratio = peaks[hi] / peaks[lo] if peaks[lo] else None
     findings = []
     if ratio is not None and ratio >= IMBALANCE_RATIO and peaks[hi] - peaks[lo] >= IMBALANCE_MIN_BYTES:
-        findings.append(Finding("memory_imbalance", (
+        findings.append(Finding(MEMORY_IMBALANCE, (
             f"rank {hi} peaks at {size(peaks[hi])} allocated, rank {lo} at {size(peaks[lo])} ({ratio:.2f}x): "
             f"rank {hi} runs out of memory first"), 0.0, (
             "Even out what the ranks hold: shard evenly (FSDP/ZeRO), keep rank 0's extra work (logging, "

@@ -20,6 +20,7 @@ from stepscope.analysis.events import HostEvent, MemoryColumns, ParsedTrace, is_
 from stepscope.analysis.intervals import IntervalSet, intersect
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
+from stepscope.analysis.vocabulary import COMMUNICATION, GPU_BUSY
 
 KERNEL_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                    "cudaLaunchCooperativeKernel"}
@@ -105,7 +106,7 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     _, compute, _ = device_sets(trace)
     dev = device_columns(trace)
     comm = dev.spans(dev.is_comm)
-    busy_us = bd.buckets["gpu_busy"] + bd.buckets["communication"]
+    busy_us = bd.buckets[GPU_BUSY] + bd.buckets[COMMUNICATION]
     return SpanMetrics(
         gpu_busy_pct=100.0 * busy_us / bd.total_us if bd.total_us > 0 else 0.0,
         kernels_per_step=len(kernels) / n,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from stepscope.analysis.cross_rank import CrossRankReport
+from stepscope.analysis.memory import PHASES as COMPOSITION  # the parts of a step's peak
 from stepscope.analysis.metrics import TOP_N
 from stepscope.analysis.report import RunReport
 from stepscope.analysis.span import SpanReport
@@ -165,12 +166,11 @@ def _markdown_memory(mem) -> list[str]:
     """The memory section of a trace (memory.py): per device and step, the peak and its composition."""
     out = ["### Memory", ""] + [f"- {md_text(line)}" for line in mem.lines()] + [""]
     for d in mem.devices:
-        out += [f"| {d.device} step | peak allocated GiB | peak reserved GiB | persistent | forward | backward | "
-                "optimizer | optimizer state new | other | reserved but free GiB |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [f"| {d.device} step | peak allocated GiB | peak reserved GiB | "
+                + " | ".join(k.replace("_", " ") for k in COMPOSITION) + " | reserved but free GiB |",
+                "|---:|---:|---:|" + "---:|" * len(COMPOSITION) + "---:|"]
         out += [f"| {st.step} | {st.peak_allocated / 2**30:.2f} | {st.peak_reserved / 2**30:.2f} | "
-                + " | ".join(f"{st.composition[k] / 2**30:.2f}" for k in ("persistent", "forward", "backward",
-                                                                        "optimizer", "optimizer_state_new", "other"))
+                + " | ".join(f"{st.composition[k] / 2**30:.2f}" for k in COMPOSITION)
                 + f" | {st.fragmentation / 2**30:.2f} |" for st in d.steps] + [""]
     if mem.findings:
         out += ["| memory finding | remedy |", "|---|---|"]

@@ -37,6 +37,7 @@ from stepscope.analysis.steps import step_windows
 from stepscope.analysis.trust import representative_steps
 from stepscope.analysis.unprofiled import in_process, loader_paced, unprofiled_view, worker_fed
 from stepscope.analysis.verdicts import DATA_BOUND, TRANSFER_BOUND
+from stepscope.analysis.vocabulary import COMMUNICATION, DATA, DEVICE_IDLE, GPU_BUSY, TRANSFER
 from stepscope.trace.errors import TraceError
 
 WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which the trace does not show: a short "
@@ -154,7 +155,7 @@ def busy_pct(bd: Breakdown) -> float:
     """Share of the step the GPU is working: kernels, copies, collectives, and its own turn-around between
     work already queued (about 1 µs a kernel, the gaps of a replayed CUDA graph), which the verdict counts as
     device time too."""
-    return sum(bd.pct(b) for b in ("gpu_busy", "transfer", "communication", "device_idle"))
+    return sum(bd.pct(b) for b in (GPU_BUSY, TRANSFER, COMMUNICATION, DEVICE_IDLE))
 
 
 def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanReport:
@@ -201,7 +202,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
     at = 2 if tie is not None else 1  # the near tie stays the second line
     ev[at:at] = _telemetry_lines(trace, telemetry, view.data_measured, bd_prof, m_prof) if view.basis == "telemetry" else []
     if view.loader_paced and v == DATA_BOUND.name:
-        ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step("data"), basis="the run's unprofiled steps"
+        ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step(DATA), basis="the run's unprofiled steps"
                                          if view.basis == "telemetry" else "every profiled step"))
     return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
@@ -239,17 +240,17 @@ def _telemetry_lines(trace: ParsedTrace, telemetry: dict, data_measured: bool, b
     pageable input copy that the trace shows on the step's critical path but the schedule did not time
     (stepscope.loader, stepscope.input_copy not used), and a measured wait far from the trace's."""
     lines = []
-    data_pct = bd_prof.pct("data")
+    data_pct = bd_prof.pct(DATA)
     if not data_measured and data_pct >= DATA_BOUND.causes[0].threshold_pct:
-        lines.append(LOADER_UNTIMED.format(data=bd_prof.ms_per_step("data"), pct=data_pct))
+        lines.append(LOADER_UNTIMED.format(data=bd_prof.ms_per_step(DATA), pct=data_pct))
     elif data_measured:
         measured, traced = telemetry["data_ms"], m_prof.data_ms_per_step
         if abs(measured - traced) >= max(DISAGREE_MS, DISAGREE_SHARE * telemetry["step_ms"]):
             lines.append(DATA_DISAGREES.format(measured=measured, traced=traced))
-    transfer_pct = bd_prof.pct("transfer") if trace.has_gpu else 0.0
+    transfer_pct = bd_prof.pct(TRANSFER) if trace.has_gpu else 0.0
     if ("copy_ms" not in telemetry and transfer_pct >= TRANSFER_BOUND.causes[0].threshold_pct
             and any(d.kind == "memcpy" and "Pageable" in d.name for d in trace.device)):
-        lines.append(COPY_UNTIMED.format(copy=bd_prof.ms_per_step("transfer"), pct=transfer_pct))
+        lines.append(COPY_UNTIMED.format(copy=bd_prof.ms_per_step(TRANSFER), pct=transfer_pct))
     return lines
 
 

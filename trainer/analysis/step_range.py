@@ -65,8 +65,12 @@ from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.findings import verdict
 from stepscope.analysis.overhead import Recording
 from stepscope.analysis.unprofiled import rebuild
+from stepscope.analysis.vocabulary import DATA
+from stepscope.trace.sources import COMPILED_LOOP as COMPILED  # the loop styles of trace/sources.py
+from stepscope.trace.sources import EAGER, loop_source
+from stepscope.trace.sources import HF_LOOP as HF
+from stepscope.trace.sources import LIGHTNING_LOOP as LIGHTNING
 
-EAGER, LIGHTNING, HF, COMPILED = "eager", "lightning", "hf", "compiled"
 # (loop style, with_stack) -> (low, high) multipliers of the estimated unprofiled step (module docstring)
 # (no HF without with_stack: such a trace reads as eager)
 BANDS = {
@@ -79,10 +83,6 @@ BANDS = {
     (HF, True): (0.97, 15.41),
 }
 PROFILED_MARGIN = 1.05  # the unprofiled step is at most the profiled step times this (module docstring)
-LIGHTNING_MARKS = ("[pl][profile]", "[Strategy]", "[LightningModule]", "[Callback]", "[_TrainingEpochLoop]")
-# Hugging Face's Trainer: its frames (with_stack), named "<path>transformers/trainer.py(<line>): <function>"
-HF_FILES = ("transformers/trainer.py(", "transformers\\trainer.py(")
-COMPILED_MARK = "CompiledFxGraph"  # inductor's "## Call CompiledFxGraph <hash> ##" range around each graph
 SETTLE = ("profile with stepscope.schedule(wait=..., warmup=..., active=...) in place of torch.profiler.schedule: "
           "it times the steps that the profiler does not record")
 
@@ -125,26 +125,11 @@ class StepRange:
 
 
 def loop_style(trace: ParsedTrace) -> str:
-    """Lightning's loop (its profiler's ranges), Hugging Face's Trainer (its long Python frames: with_stack
-    only), a torch.compile'd model (compiled graphs' ranges), else eager."""
-    names = {a.name for a in trace.annotations}
-    if any(n.startswith(LIGHTNING_MARKS) for n in names):
-        return LIGHTNING
-    if any(_is_hf_frame(n) for n in trace.long_frames):
-        return HF
-    if any(COMPILED_MARK in n for n in names):
-        return COMPILED
-    return EAGER
-
-
-def _is_hf_frame(name: str) -> bool:
-    """A frame of transformers' trainer.py: the file's path starts the name, as far as site-packages or in
-    full (a file of another package that merely ends in "transformers/trainer.py" does not count)."""
-    for mark in HF_FILES:
-        at = name.find(mark)
-        if at == 0 or (at > 0 and name[at - 1] in "/\\"):
-            return True
-    return False
+    """The loop style of the first trace source whose marks the trace holds (trace/sources.py: Lightning's
+    profiler ranges, Hugging Face's Trainer's long Python frames, with_stack only, a torch.compile'd
+    model's graph ranges), else eager."""
+    source = loop_source({a.name for a in trace.annotations}, trace.long_frames)
+    return source.style if source is not None else EAGER
 
 
 def error_band(trace: ParsedTrace, rec: Recording) -> Band:
@@ -162,7 +147,7 @@ def step_range(profiled: Breakdown, estimate: Breakdown, band: Band, gpu: bool, 
     never shorter than the GPU path) and whose step caps them (never longer than the profiled step, with
     PROFILED_MARGIN)."""
     step = estimate.total_us / estimate.steps / 1e3
-    data = estimate.ms_per_step("data")
+    data = estimate.ms_per_step(DATA)
     cap = profiled.total_us / profiled.steps / 1e3 * PROFILED_MARGIN
     # the model's error is the host's: the wait for data, host work like any other, is scaled with the step
     factors = [min(f, cap / step) if step > 0 else f for f in (band.low, band.high)]

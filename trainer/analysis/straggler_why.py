@@ -39,14 +39,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stepscope.analysis.span import SpanReport
+from stepscope.analysis.vocabulary import EXPOSED_COMM
+from stepscope.analysis.vocabulary import PHASES as PHASE_TABLE
 
-PHASES = {"data": "data wait", "host_outside_ops": "host work outside torch ops",
-          "host_dispatch": "host dispatch (inside ops / launching kernels)", "sync": "host-device sync",
-          "gpu_kernels": "GPU kernels", "device_idle": "GPU idle between queued work",
-          "copies": "host<->device copies", "exposed_comm": "exposed communication"}
-BUCKET_OF = {"data": ("data",), "host_outside_ops": ("other_host",), "host_dispatch": ("launch", "cpu_ops"),
-             "sync": ("sync",), "gpu_kernels": ("gpu_busy",), "device_idle": ("device_idle",),
-             "copies": ("transfer",), "exposed_comm": ("communication",)}
+PHASES = {p.name: p.label for p in PHASE_TABLE}  # phase -> its label, in the registry's order
+BUCKET_OF = {p.name: p.buckets for p in PHASE_TABLE}  # phase -> the buckets it sums
 CAUSE_SHARE = 0.25  # of the straggler's whole excess outside communication: a phase this large is a cause
 TOP_NAMES = 5
 NAME_SHARE = 0.05  # a name is listed when it differs by this share of the excess (noise otherwise)
@@ -123,11 +120,11 @@ def _short(name: str, n: int = 80) -> str:
 def straggler_why(s: SpanReport, others: list[SpanReport], rank: int) -> StragglerWhy:
     mine = _phases(s)
     rows = tuple(_against_median(mine, [_phases(o) for o in others], [p for p in PHASES if p in mine]))
-    excess = [r for r in rows if r.phase != "exposed_comm" and r.delta_ms > 0]
+    excess = [r for r in rows if r.phase != EXPOSED_COMM and r.delta_ms > 0]
     total = sum(r.delta_ms for r in excess)
     ranked = sorted(excess, key=lambda r: r.delta_ms, reverse=True)
     causes = tuple(r.phase for i, r in enumerate(ranked) if i == 0 or r.delta_ms >= CAUSE_SHARE * total)
-    excess_ms = sum(r.delta_ms for r in rows if r.phase != "exposed_comm")
+    excess_ms = sum(r.delta_ms for r in rows if r.phase != EXPOSED_COMM)
     return StragglerWhy(rank, s.worker, excess_ms, rows, causes, tuple(_names(s, others, causes, excess_ms)),
                         tuple(_work(s, others, causes)))
 

@@ -46,16 +46,18 @@ from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.overhead import Inflation
 from stepscope.analysis.steps import StepWindow
+from stepscope.analysis.vocabulary import CPU_BUCKETS, DATA, DEVICE_BUCKETS, GPU_BUCKETS, GPU_BUSY, TRANSFER
 from stepscope.trace.vocabulary import DATALOADER_PREFIX
 
-DEVICE_BUCKETS = ("gpu_busy", "transfer", "device_idle", "communication")
 # The modelled inflation takes at most this share of the profiled step: the profiler never cost more than
 # about 3x the step it recorded (unprofiled / profiled 0.24 at the least over the 80 H100 calibration rows of
 # tests/data/calibration/), while a model that charges every recorded event can exceed the whole step on a
 # loop of sub-millisecond CPU steps (a 0.20 ms step read as 0.00 ms).
 MAX_INFLATION_SHARE = 0.8
-HOST_SPLIT = ("launch", "sync", "other_host")  # GPU traces: the idle that is neither data nor device
-CPU_SPLIT = ("cpu_ops", "communication", "other_host")
+# the step's idle that is neither data nor device time, split by the trace's proportions: on a GPU trace the
+# host buckets (launch, sync, other_host), on a CPU trace every bucket but data
+HOST_SPLIT = tuple(b for b in GPU_BUCKETS if b not in DEVICE_BUCKETS and b != DATA)
+CPU_SPLIT = tuple(b for b in CPU_BUCKETS if b != DATA)
 # A DataLoader paces the step when every profiled step waits for it at least this long (ms, and share)...
 PACING_WAIT_MS, PACING_WAIT_SHARE = 0.5, 0.02
 # ... and its batches come from worker processes: few ops and Python frames inside the wait per step
@@ -96,10 +98,10 @@ def rebuild(profiled: Breakdown, step_ms: float, data_ms: float | None, measured
     by the host, run slower under the profiler, and the trace counts only the chunks, not the stream's waits
     between them."""
     p = _per_step(profiled)
-    gpu = "gpu_busy" in p
+    gpu = GPU_BUSY in p
     device = {b: p[b] for b in DEVICE_BUCKETS} if gpu else {}
     if gpu and measured and copy_ms is not None:
-        device["transfer"] = max(copy_ms, 0.0)
+        device[TRANSFER] = max(copy_ms, 0.0)
     device_ms = sum(device.values())
     if measured and device_ms > step_ms > 0:
         device = {b: v * step_ms / device_ms for b, v in device.items()}
@@ -108,14 +110,14 @@ def rebuild(profiled: Breakdown, step_ms: float, data_ms: float | None, measured
     idle = step_ms - device_ms
     data = min(idle, max(data_ms, 0.0)) if data_ms is not None else 0.0
     rest = idle - data
-    split = (HOST_SPLIT if gpu else CPU_SPLIT) + (("data",) if data_ms is None else ())
+    split = (HOST_SPLIT if gpu else CPU_SPLIT) + ((DATA,) if data_ms is None else ())
     weights = {b: p[b] for b in split}
     total = sum(weights.values())
     if total <= 0:
         weights, total = {split[0]: 1.0}, 1.0
     buckets = dict.fromkeys(profiled.buckets, 0.0)
     buckets.update(device)
-    buckets["data"] = data
+    buckets[DATA] = data
     for b, w in weights.items():
         buckets[b] = rest * w / total
     n = profiled.steps

@@ -17,18 +17,16 @@ A record holds everything about one verdict:
   once they do (``predict``, from the run's unprofiled figures). Of several causes the costliest is the
   verdict's primary finding;
 - ``readme``: its row in the verdict table of docs/verdicts.md (tests/test_verdict_registry.py holds the two
-  together).
+  together);
+- ``tone``: the colour of its badge in the tab ("good" or "warn"), which the tab gets from the plugin.
+The buckets and finding ids a record names are analysis/vocabulary.py's constants.
 
-Adding a verdict (say ``memory_bound``):
-1. one bucket: the time it stands for, in breakdown.py (GPU_BUCKETS or CPU_BUCKETS, and how a gap is judged
-   to be in it), its evidence label (findings.evidence) and unprofiled.py's split of the host idle if it is
-   host time;
-2. one record here, placed in REGISTRY where its ties should fall, with its cause: the finding that reports
-   the bucket (a candidate in findings._gpu_candidates or _cpu_candidates, built with ``_remedies(id)``),
-   its remedies, and, where a trainer flag removes the cause, its fixes and ``predict`` rule (a flag verify.py
-   has not applied before also needs its check in verify._refusal);
-3. its row in docs/verdicts.md's verdict table, and tests: a breakdown and a trace that read it
-   (tests/test_verdict_registry.py, tests/test_analysis*.py); the golden reports gain the new bucket's key.
+Adding a verdict (say ``memory_bound``) is analysis/vocabulary.py's recipe, "adding a verdict with a new
+bucket": its bucket and finding there, how the bucket is measured in breakdown.py, one record here, placed
+in REGISTRY where its ties should fall, with its cause (the finding that reports the bucket, its remedies,
+and, where a trainer flag removes the cause, its fixes and ``predict`` rule; a flag verify.py has not
+applied before also needs its check in verify._refusal), the finding's candidate in findings.py, its row in
+docs/verdicts.md's verdict table, and a test; the golden reports gain the new bucket's key.
 Nothing else names verdicts: other modules take them from here (the names are string literals in this module
 only, which tests/test_verdict_registry.py checks).
 """
@@ -37,6 +35,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from stepscope.analysis.vocabulary import (
+    COMMUNICATION,
+    CPU_COMPUTE,
+    CPU_OPS,
+    DATA,
+    DATA_LOADING,
+    DEVICE_IDLE,
+    GPU_BUSY,
+    GPU_COMPUTE,
+    HOST_SYNC,
+    HOST_WORK,
+    LAUNCH,
+    LAUNCH_OVERHEAD,
+    OTHER_HOST,
+    SYNC,
+    TRANSFER,
+)
 
 GPU_BOUND_PCT = 50.0  # the GPU busy (kernels, copies, its own gaps) for at least this share bounds the step
 # Two device verdicts whose shares are this close (the smaller at least this fraction of the larger) are a
@@ -65,7 +81,7 @@ LOADER = ("Load batches in the background: DataLoader(num_workers=N, pin_memory=
           "persistent_workers=True) (stepscope: `--workers N`) and .to(device, non_blocking=True).")
 CHEAPER_DATA = ("Make each sample cheaper: decode/augment once and cache, batch the transforms, or augment "
                 "on the GPU.")
-HOST_WORK = ("Move host work off the critical path: run it every N steps, in a background thread or "
+MOVE_HOST_WORK = ("Move host work off the critical path: run it every N steps, in a background thread or "
              "process, or on the GPU; find it in the trace's Python stacks (with_stack=True).")
 PINNED_COPIES = ("Copy from pinned memory with non_blocking=True so that copies overlap compute "
                  "(DataLoader(pin_memory=True); stepscope: `--pin-memory`), or keep the data resident on the GPU "
@@ -84,7 +100,7 @@ CPU_WORK = ("The CPU computes the step: train on a GPU (stepscope: `--device cud
             "and torch.set_num_threads(<physical cores>).")
 COMM = ("Hide communication behind compute: a bigger per-rank batch or gradient accumulation with "
         "no_sync(), DDP's bucket_cap_mb, compressed gradients (bf16 comm hook), a faster interconnect.")
-STRAGGLER = ("Balance the ranks: the same data volume per rank, no rank-specific host work (logging, "
+BALANCE_RANKS = ("Balance the ranks: the same data volume per rank, no rank-specific host work (logging, "
              "checkpointing, evaluation) inside the step, no CPU oversubscription on one host.")
 GPU_ONLY = (CUDA_GRAPHS,)
 
@@ -114,10 +130,10 @@ class Unprofiled:
         unprofiled step's buckets, and its kernels per step)."""
         b = {k: v or 0.0 for k, v in span.get("breakdown_ms_per_step", {}).items()}
         return cls(step_ms=telemetry["step_ms"], kernels=span.get("metrics", {}).get("kernels_per_step") or 0.0,
-                   device_ms=b.get("gpu_busy", 0.0) + b.get("transfer", 0.0) + b.get("communication", 0.0)
-                   if "gpu_busy" in b else 0.0,
-                   gaps_ms=b.get("device_idle", 0.0), transfer_ms=b.get("transfer", 0.0),
-                   sync_ms=b.get("sync", 0.0), data_ms=telemetry.get("data_ms") or 0.0,
+                   device_ms=b.get(GPU_BUSY, 0.0) + b.get(TRANSFER, 0.0) + b.get(COMMUNICATION, 0.0)
+                   if GPU_BUSY in b else 0.0,
+                   gaps_ms=b.get(DEVICE_IDLE, 0.0), transfer_ms=b.get(TRANSFER, 0.0),
+                   sync_ms=b.get(SYNC, 0.0), data_ms=telemetry.get("data_ms") or 0.0,
                    copy_host_ms=telemetry.get("copy_host_ms") or 0.0,
                    dispatch_ms=telemetry.get("dispatch_ms") or 0.0, cpu_ms=telemetry.get("cpu_ms"), cores=cores)
 
@@ -193,6 +209,7 @@ class Verdict:
     causes: tuple[Cause, ...]  # the first is the primary finding where none of them was found
     readme: str  # its meaning, as the verdict table of docs/verdicts.md gives it
     paces: bool = False  # taken whenever the DataLoader paces the step (and the GPU is not busy most of it)
+    tone: str = "warn"  # the tab's badge: "good" where the step is bound by the model's own work on the GPU
 
     def applies(self, gpu: bool) -> bool:
         return self.traces == "any" or self.traces == ("gpu" if gpu else "cpu")
@@ -202,41 +219,41 @@ class Verdict:
 
 
 GPU_BOUND = Verdict(
-    "gpu_bound", "gpu", "device", ("gpu_busy", "device_idle"),
-    (Cause("gpu_compute", GPU_BOUND_PCT, (GPU_WORK,)),),
-    "GPU busy in kernels (plus gaps the GPU causes itself) for at least half of the step")
+    "gpu_bound", "gpu", "device", (GPU_BUSY, DEVICE_IDLE),
+    (Cause(GPU_COMPUTE, GPU_BOUND_PCT, (GPU_WORK,)),),
+    "GPU busy in kernels (plus gaps the GPU causes itself) for at least half of the step", tone="good")
 TRANSFER_BOUND = Verdict(
-    "transfer_bound", "gpu", "device", ("transfer",),
-    (Cause("transfer", 10.0, (PINNED_COPIES, UINT8_INPUTS, GPU_AUGMENT, PREFETCH),
+    "transfer_bound", "gpu", "device", (TRANSFER,),
+    (Cause(TRANSFER, 10.0, (PINNED_COPIES, UINT8_INPUTS, GPU_AUGMENT, PREFETCH),
            (Fix(("--pin-memory",), "copy from pinned memory with non_blocking=True"),
             Fix(("--data-placement", "device"), "keep the data on the GPU")), overlapped_copies),),
     "host<->device copies that no kernel overlaps outweigh the kernels, and the GPU is busy most of the step")
 LAUNCH_BOUND = Verdict(
-    "launch_bound", "gpu", "host", ("launch",),
-    (Cause("launch_overhead", OTHER_FINDING_PCT, (CUDA_GRAPHS, BIGGER_BATCH, FUSE),
+    "launch_bound", "gpu", "host", (LAUNCH,),
+    (Cause(LAUNCH_OVERHEAD, OTHER_FINDING_PCT, (CUDA_GRAPHS, BIGGER_BATCH, FUSE),
            (Fix(("--cuda-graphs",), "replay the whole step as one CUDA graph"),
             Fix(("--compile", "reduce-overhead"), "torch.compile with CUDA graphs (reduce-overhead)")),
            without_launches),),
     "the GPU mostly idles while the host dispatches ops and launches many short kernels")
 CPU_BOUND = Verdict(
-    "cpu_bound", "cpu", "host", ("cpu_ops",),
-    (Cause("cpu_compute", 50.0, (CPU_WORK,)),),
+    "cpu_bound", "cpu", "host", (CPU_OPS,),
+    (Cause(CPU_COMPUTE, 50.0, (CPU_WORK,)),),
     "CPU-only traces: the CPU is busy computing inside torch ops (GPU terms are null)")
 DATA_BOUND = Verdict(
-    "data_bound", "any", "host", ("data",),
-    (Cause("data_loading", 5.0, (LOADER, CHEAPER_DATA),
+    "data_bound", "any", "host", (DATA,),
+    (Cause(DATA_LOADING, 5.0, (LOADER, CHEAPER_DATA),
            (Fix(("--workers", "{workers}", "--pin-memory"), "DataLoader workers load batches in the background"),),
            with_workers),),
     "the GPU mostly idles while the host waits for the next batch", paces=True)
 HOST_BOUND = Verdict(
-    "host_bound", "any", "host", ("sync", "other_host"),
-    (Cause("host_work", OTHER_FINDING_PCT, (HOST_WORK, CUDA_GRAPHS)),
-     Cause("host_sync", 0.0, (REMOVE_SYNC,),  # any sync inside the step is worth naming
+    "host_bound", "any", "host", (SYNC, OTHER_HOST),
+    (Cause(HOST_WORK, OTHER_FINDING_PCT, (MOVE_HOST_WORK, CUDA_GRAPHS)),
+     Cause(HOST_SYNC, 0.0, (REMOVE_SYNC,),  # any sync inside the step is worth naming
            (Fix(("--log-every", "{log_every}"), f"sync at the logging cadence {LOG_EVERY_FACTOR} times less often"),), fewer_syncs)),
     "the GPU mostly idles while the host runs other code, often right after a sync")
 COMMUNICATION_BOUND = Verdict(
-    "communication_bound", "any", "host", ("communication",),
-    (Cause("communication", OTHER_FINDING_PCT, (COMM,)),),
+    "communication_bound", "any", "host", (COMMUNICATION,),
+    (Cause(COMMUNICATION, OTHER_FINDING_PCT, (COMM,)),),
     "multi-rank runs: collectives not hidden behind compute dominate the step")
 
 REGISTRY = (GPU_BOUND, TRANSFER_BOUND, LAUNCH_BOUND, CPU_BOUND, DATA_BOUND, HOST_BOUND, COMMUNICATION_BOUND)

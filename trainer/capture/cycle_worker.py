@@ -4,7 +4,7 @@
     worker.submit(Job(span, raw_path, cycle))   # returns at once
     worker.close(timeout=60)                    # False if work was left undone
 
-For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (tbfix's streamed rewrite, so the trace
+For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (plugin_copy/'s streamed rewrite, so the trace
 is never held in memory), the analysis of the raw trace (streamed parse) with the unprofiled steps' telemetry
 of that cycle (waiting, up to `settle_s`, for the steps after the cycle to be timed), the raw trace gzipped when
 asked, then the run's diagnosis merged from the per-cycle summaries (cycle_summary.py): diagnosis.md,
@@ -207,7 +207,7 @@ class CycleWorker:
 
 
 def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool) -> Path:
-    """The copy torch-tb-profiler 0.4.3 lists, rewritten from the raw trace event by event (tbfix's streamed
+    """The copy torch-tb-profiler 0.4.3 lists, rewritten from the raw trace event by event (plugin_copy/'s streamed
     plan and write): the trace is never held in memory, and no helper process is started."""
     adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     plan, header = plan_edits(raw)  # the default policy: this process only (a training process never forks)

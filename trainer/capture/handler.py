@@ -9,12 +9,12 @@
     handler.close()          # optional: waits (bounded) for the last diagnosis; also done at exit
     # then: tensorboard --logdir logs     (or: stepscope tensorboard --logdir logs)
 
-It takes the arguments of `torch.profiler.tensorboard_trace_handler(dir_name, worker_name, use_gzip)`; its old
-name `stepscope_trace_handler` stays. Inside `prof.step()` it only exports the cycle's raw trace, atomically, to
-`raw/<span>/<worker>.trace.json`. Everything else happens once per cycle in a background thread
-(cycle_worker.py), and lands in `dir_name` (trace/files.py's layout):
+It takes the arguments of `torch.profiler.tensorboard_trace_handler(dir_name, worker_name, use_gzip)`.
+Inside `prof.step()` it only exports the cycle's raw trace, atomically, to `raw/<span>/<worker>.trace.json`.
+Everything else happens once per cycle in a background thread (cycle_worker.py), and lands in `dir_name`
+(trace/files.py's layout):
 
-    <worker>.<span>.pt.trace.json[.gz]      the copy torch-tb-profiler 0.4.3 reads correctly (tbfix, streamed)
+    <worker>.<span>.pt.trace.json[.gz]      the copy torch-tb-profiler 0.4.3 reads correctly (plugin_copy/, streamed)
     raw/<span>/<worker>.trace.json[.gz]     the untouched original (Perfetto, Holistic Trace Analysis)
     diagnosis.md, cycles.jsonl,             the run's diagnosis, merged from per-cycle summaries: Text
     events.out.tfevents.*                   "diagnosis" and Scalars "diagnosis/*" at step = cycle number
@@ -151,6 +151,3 @@ def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None,
     """`on_trace_ready` writing the raw trace at once, and in a background thread the TensorBoard copy and the
     diagnosis (with the unprofiled steps' telemetry when the schedule is `stepscope.schedule`)."""
     return StepscopeTraceHandler(dir_name, worker_name, use_gzip)
-
-
-stepscope_trace_handler = trace_handler

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from stepscope.capture.schedule import StepscopeSchedule, clock, latest
+from stepscope.trace.vocabulary import DATA_RANGE
 from torch.profiler import record_function
 
 
@@ -44,7 +45,7 @@ class Loader:
         it = iter(self.iterable)  # starting worker processes is part of the first wait
         while True:
             if sched.profiling:
-                with record_function("data"):
+                with record_function(DATA_RANGE):
                     try:
                         batch = next(it)
                     except StopIteration:

@@ -1,1 +1,3 @@
-"""The command lines of `stepscope analyze` and `stepscope tensorboard`, and the one-line argument parser."""
+"""The `stepscope` command: main.py dispatches each subcommand; analyze, tensorboard and diff have their command
+lines here (train, compare and verify are the demonstration trainer's, in demo/), and oneline.py gives every
+command its one-line errors."""

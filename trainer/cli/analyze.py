@@ -38,7 +38,7 @@ temporary folder beside OUT_DIR that is renamed into place only once complete.
 ``--steps A:B`` and ``--time-range T0:T1`` (ms after the trace's first event; a step counts when its host
 range starts inside) restrict the analysis of every trace to those steps; either side may be left empty.
 The export always copies whole traces, streamed: the original byte for byte under raw/, the plugin copy
-event by event (tbfix/stream_plan.py, stream_write.py). Traces are parsed streaming, never loaded whole;
+event by event (plugin_copy/stream_plan.py, stream_write.py). Traces are parsed streaming, never loaded whole;
 several large traces (ranks) are parsed in parallel processes, as many as the CPUs and ``--max-memory``
 (default: a quarter of RAM) allow. ``--cluster`` runs each trace's parse and report as a task of a Dask
 cluster (trace/cluster.py) whose workers read the traces from a shared filesystem; the cross-rank analysis
@@ -98,7 +98,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def export(loaded: list[Loaded], out_dir: Path, workers: Workers) -> list[Path]:
-    """tbfix.export_tensorboard of the analysed traces (streamed, through a temporary sibling folder renamed
+    """plugin_copy.export_tensorboard of the analysed traces (streamed, through a temporary sibling folder renamed
     to ``out_dir`` only when complete), its errors as one line; returns the adapted copies' paths."""
     try:
         from stepscope.plugin_copy import export_tensorboard

@@ -8,7 +8,7 @@
 
 RUN_A and RUN_B are what `stepscope analyze` takes (a run folder, any folder of traces, a trace file), or a
 run of `stepscope train` made without --profile (its run.json's timed steps). The verdict line is the
-step-time ratio B/A with its 95% (``--confidence``) confidence interval (profiler/diff.py: Welch on blocks of
+step-time ratio B/A with its 95% (``--confidence``) confidence interval (report/diff.py: Welch on blocks of
 each run's steps, widened by the drift between runs, ``--run-noise``), on the trainer's unprofiled timed steps
 from run.json when both runs have them, else the traced steps; "no significant change" when the interval holds
 1.0. Beside it: the differences between the two runs' configurations (run.json), e.g. data.batch_size 64 -> 128.
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
                         "one pair of identical runs in twenty)")
     p.add_argument("--run-noise", metavar="P%", default=f"{RUN_NOISE:.0%}",
                    help="the drift of one run's mean step between runs of one configuration, as a standard "
-                        f"deviation (default {RUN_NOISE:.0%}, measured on a shared 2-core machine; 0%% "
+                        f"deviation (default {RUN_NOISE * 100:.0f}%%, measured on a shared 2-core machine; 0%% "
                         "trusts the steps' own spread alone)")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     a = p.parse_args(argv)

@@ -13,7 +13,7 @@ for a run already shown appear as a new run `<run>@2`, `<run>@3`, ...
 Each run is analysed in a process of its own with a time bound (a minute plus two per GB of trace, or
 $STEPSCOPE_TB_BOUND_S seconds), the smallest first: TensorBoard starts with the runs done within 20 s, the
 others are published as they end, and a run past its bound is reported in one line ("! run NAME ...
-stopped ...") while the rest is served (serve/watch.py).
+stopped ...") while the rest is served (tensorboard/watch.py).
 
 Prints one line per published run ("+ run exp1: 2 traces (tensorboard_trace_handler): launch_bound"), one
 per rejected file ("! ..."), and the URL. The shadow logdir is a temporary folder removed at exit, or
@@ -101,8 +101,8 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
-    """TensorBoard with the PyTorch Profiler tab's pages served for offline use (serve/profiler_tab.py), as the
-    leader of a process group that ends whole when it gets SIGTERM (serve/child.py)."""
+    """TensorBoard with the PyTorch Profiler tab's pages served for offline use (tensorboard/profiler_tab.py), as the
+    leader of a process group that ends whole when it gets SIGTERM (tensorboard/child.py)."""
     return group_command(["-m", "stepscope.tensorboard.profiler_tab", "--logdir", str(logdir), "--host", host,
                           "--port", str(port), "--load_fast=false", "--reload_interval", "5"])
 
@@ -128,11 +128,11 @@ def serve(cfg: ServeConfig) -> int:
                 print(line, flush=True)
             time.sleep(cfg.poll_s)
         # TensorBoard starts with the runs analysed within FIRST_WAIT_S; a run that takes longer is published
-        # while it serves (each run in its own process, with a time bound: serve/watch.py)
+        # while it serves (each run in its own process, with a time bound: tensorboard/watch.py)
         for line in watcher.poll(wait_s=FIRST_WAIT_S):
             print(line, flush=True)
         # TensorBoard and every process it starts die with this process, however it ends (SIGKILL too): the
-        # port is never left served, and no loader is left under PID 1 (serve/child.py). The tab's window
+        # port is never left served, and no loader is left under PID 1 (tensorboard/child.py). The tab's window
         # tool may write into this logdir: it is the shadow copy, never DIR (tab/plugin.py)
         proc = subprocess.Popen(tensorboard_command(logdir, cfg.host, cfg.port),
                                 preexec_fn=die_with_parent(os.getpid(), group=True),

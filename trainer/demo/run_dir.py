@@ -8,7 +8,6 @@ and `run.json` is replaced atomically each time it is written.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import platform
 import socket
@@ -17,7 +16,6 @@ import time
 from pathlib import Path
 
 from stepscope.demo.config import ConfigError
-from stepscope.trace.atomic import write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk full, quota reached, file size limit
@@ -126,6 +124,3 @@ def environment_info(device) -> dict:
     }
     return info
 
-
-def write_json_atomic(path: Path, obj: dict) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")

@@ -5,7 +5,7 @@
     stepscope verify logs/<run> --memory         # the memory headroom instead (verify_headroom.py)
 
 Reads the run's run.json (its resolved config and its diagnosis), picks the trainer option that removes the
-verdict's cause (the cause's fixes in the verdict registry, profiler/analysis/verdicts.py, the first that
+verdict's cause (the cause's fixes in the verdict registry, analysis/verdicts.py, the first that
 this config allows), then runs the same config twice in this invocation, unprofiled: as it was (the
 baseline) and with the remedy, each as a TensorBoard run under RUN/verify/ so that the Scalars tab shows the
 A/B. The prediction comes from the baseline's unprofiled figures: its measured step and phases (telemetry:

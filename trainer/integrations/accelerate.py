@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 from accelerate.utils import ProfileKwargs
-from stepscope.integrations.session import Cycle, close_handler, make_handler, make_schedule
+from stepscope.integrations.session import ScheduleArgs, close_handler, make_handler, make_schedule
 
 
 def _build(kwargs: ProfileKwargs) -> torch.profiler.profile:
@@ -29,7 +29,7 @@ def _build(kwargs: ProfileKwargs) -> torch.profiler.profile:
     activities = None
     if kwargs.activities is not None:
         activities = [kwargs._get_profiler_activity(a) for a in kwargs.activities]
-    schedule = make_schedule(Cycle(**kwargs.schedule_option)) if kwargs.schedule_option is not None else None
+    schedule = make_schedule(ScheduleArgs(**kwargs.schedule_option)) if kwargs.schedule_option is not None else None
     return torch.profiler.profile(activities=activities, schedule=schedule, on_trace_ready=kwargs.on_trace_ready,
                                   record_shapes=kwargs.record_shapes, profile_memory=kwargs.profile_memory,
                                   with_stack=kwargs.with_stack, with_flops=kwargs.with_flops,
@@ -44,7 +44,7 @@ def profile_kwargs(dir_name: str | os.PathLike, *, wait: int = 1, warmup: int = 
     class, so this is one, whose ``build`` (the profiler it makes) uses ``make_schedule``, with a ``close()``
     that waits for the handler's background work."""
     handler = make_handler(dir_name, worker_name, use_gzip)
-    kwargs = ProfileKwargs(schedule_option=Cycle(wait, warmup, active, repeat, skip_first).kwargs(),
+    kwargs = ProfileKwargs(schedule_option=ScheduleArgs(wait, warmup, active, repeat, skip_first).kwargs(),
                            on_trace_ready=handler, **profile_options)
     kwargs.build = partial(_build, kwargs)
     kwargs.close = partial(close_handler, handler, close_timeout)

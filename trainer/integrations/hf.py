@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from stepscope.integrations.session import Cycle, ProfilingSession
+from stepscope.integrations.session import ProfilingSession, ScheduleArgs
 from transformers import TrainerCallback
 
 
@@ -26,7 +26,7 @@ class StepscopeCallback(TrainerCallback):
     def __init__(self, dir_name: str | os.PathLike, *, wait: int = 1, warmup: int = 1, active: int = 3,
                  repeat: int = 1, skip_first: int = 0, worker_name: str | None = None, use_gzip: bool = True,
                  close_timeout: float = 60.0, **profile_options) -> None:
-        self.session = ProfilingSession(dir_name, Cycle(wait, warmup, active, repeat, skip_first), worker_name,
+        self.session = ProfilingSession(dir_name, ScheduleArgs(wait, warmup, active, repeat, skip_first), worker_name,
                                         use_gzip, profile_options, close_timeout)
 
     def on_train_begin(self, args, state, control, **kwargs):

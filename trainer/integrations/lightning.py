@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from stepscope.integrations.session import Cycle, ProfilingSession
+from stepscope.integrations.session import ProfilingSession, ScheduleArgs
 
 try:
     from lightning.pytorch import Callback
@@ -32,7 +32,7 @@ class StepscopeCallback(Callback):
                  repeat: int = 1, skip_first: int = 0, worker_name: str | None = None, use_gzip: bool = True,
                  close_timeout: float = 60.0, **profile_options) -> None:
         super().__init__()
-        self.session = ProfilingSession(dir_name, Cycle(wait, warmup, active, repeat, skip_first), worker_name,
+        self.session = ProfilingSession(dir_name, ScheduleArgs(wait, warmup, active, repeat, skip_first), worker_name,
                                         use_gzip, profile_options, close_timeout)
 
     def on_train_start(self, trainer, pl_module) -> None:

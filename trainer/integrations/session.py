@@ -1,7 +1,7 @@
 """A torch profiler driven by a framework's hooks, with stepscope's schedule and trace handler. Used by the
 Lightning and Hugging Face callbacks.
 
-    session = ProfilingSession("logs/run", Cycle(wait=1, warmup=1, active=3))
+    session = ProfilingSession("logs/run", ScheduleArgs(wait=1, warmup=1, active=3))
     session.start()        # when training starts
     session.step()         # after every optimizer step
     session.stop()         # when training ends: the last cycle is written, background work waited for
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class Cycle:
+class ScheduleArgs:
     """torch.profiler.schedule's arguments: skip ``skip_first`` steps, then per cycle wait, warm up, record
     ``active`` steps; ``repeat`` cycles (0: until training ends)."""
 
@@ -33,8 +33,8 @@ class Cycle:
         return dict(self.__dict__)
 
 
-def make_schedule(cycle: Cycle):
-    """``stepscope.schedule(**cycle)`` where available, else ``torch.profiler.schedule(**cycle)``."""
+def make_schedule(args: ScheduleArgs):
+    """``stepscope.schedule(**args)`` where available, else ``torch.profiler.schedule(**args)``."""
     import stepscope
 
     schedule = getattr(stepscope, "schedule", None)
@@ -42,7 +42,7 @@ def make_schedule(cycle: Cycle):
         import torch
 
         schedule = torch.profiler.schedule
-    return schedule(**cycle.kwargs())
+    return schedule(**args.kwargs())
 
 
 def make_handler(dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = True):
@@ -71,7 +71,7 @@ def close_handler(handler, timeout: float) -> None:
 @dataclass
 class ProfilingSession:
     dir_name: str | os.PathLike
-    cycle: Cycle = field(default_factory=Cycle)
+    schedule_args: ScheduleArgs = field(default_factory=ScheduleArgs)
     worker_name: str | None = None
     use_gzip: bool = True
     profile_options: dict = field(default_factory=dict)  # record_shapes, profile_memory, with_stack, ...
@@ -86,7 +86,7 @@ class ProfilingSession:
         if self.prof is not None:
             return
         self.handler = make_handler(self.dir_name, self.worker_name, self.use_gzip)
-        self.schedule = make_schedule(self.cycle)
+        self.schedule = make_schedule(self.schedule_args)
         self.prof = torch.profiler.profile(activities=activities(), schedule=self.schedule,
                                            on_trace_ready=self.handler, **self.profile_options)
         self.prof.start()

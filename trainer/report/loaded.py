@@ -28,12 +28,12 @@ from stepscope.analysis.report import RunReport, analyze_parsed_file, parse_path
 from stepscope.analysis.select import StepSelection
 from stepscope.analysis.span import SpanReport
 from stepscope.analysis.stream_parse import NoSteps, Unreadable, has_step_names
-from stepscope.trace.discover import HANDLER, LIGHTNING, STEPSCOPE, Found, Skipped
+from stepscope.trace.discover import Found, Skipped
 from stepscope.trace.errors import TraceError
+from stepscope.trace.sources import STEPS_ANY, STEPS_OWN, STEPS_REQUIRED, by_kind
 from stepscope.trace.vocabulary import STEPS_FROM_WINDOW
 from stepscope.trace.workers import Workers
 
-STEPS_REQUIRED = (STEPSCOPE, HANDLER)
 # what a trace without steps needs: prof.step() marks each step only under a schedule
 NO_STEPS = ("no ProfilerStep#, Optimizer.step# or torch operator events; profile with "
             "schedule=torch.profiler.schedule(...) and call prof.step() once per training step")
@@ -54,22 +54,24 @@ def skip_reason(found: Found, error: TraceError) -> str | None:
     """Why a found file that did not parse is not a trace to analyse after all; None when ``error`` stands.
     Traces of stepscope and tensorboard_trace_handler are always analysed (a trace without steps is then an
     error that says how to fix the loop); Lightning's also profiles actions without steps (e.g.
-    validation_step), which are skipped, as are sniffed files with nothing to take steps from."""
-    if found.kind in STEPS_REQUIRED or isinstance(error, Unreadable):
+    validation_step), which are skipped, as are sniffed files with nothing to take steps from: each source's
+    ``steps`` policy (trace/sources.py)."""
+    steps = by_kind(found.kind).steps
+    if steps == STEPS_REQUIRED or isinstance(error, Unreadable):
         return None
     if isinstance(error, NoSteps):
         return None if error.step_names else _skip(found, None)
-    if found.kind == LIGHTNING and not has_step_names(found.path):
+    if steps == STEPS_OWN and not has_step_names(found.path):
         return _skip(found, None)
     return None
 
 
 def _skip(found: Found, source: str | None) -> str | None:
     """Why a trace whose steps come from ``source`` (None: from nothing) is skipped; None when it is not."""
-    if found.kind in STEPS_REQUIRED or (source is not None and (source != STEPS_FROM_WINDOW
-                                                                 or found.kind != LIGHTNING)):
+    steps = by_kind(found.kind).steps
+    if steps == STEPS_REQUIRED or (source is not None and (source != STEPS_FROM_WINDOW or steps == STEPS_ANY)):
         return None
-    if found.kind == LIGHTNING:
+    if steps == STEPS_OWN:
         return "no ProfilerStep# or Optimizer.step# events"
     return NO_STEPS
 

@@ -21,8 +21,9 @@ import json
 import math
 from pathlib import Path
 
-from stepscope.trace.discover import STEPSCOPE, Found
+from stepscope.trace.discover import Found
 from stepscope.trace.files import CYCLES
+from stepscope.trace.sources import by_kind
 
 RUN_RECORD = "run.json"
 
@@ -42,9 +43,10 @@ def trace_telemetry(traces: list[Found] | tuple[Found, ...], run_dir: Path | Non
 
 
 def records_folder(trace: Found) -> Path:
-    """The folder whose records describe ``trace``: the run folder above raw/<span>/ for a stepscope
-    original, else the trace's own folder (a trace handler's TensorBoard copy lies beside cycles.jsonl)."""
-    return trace.path.parents[2] if trace.kind == STEPSCOPE else trace.path.parent
+    """The folder whose records describe ``trace``, as its source says (trace/sources.py's ``records_up``): the
+    run folder above raw/<span>/ for a stepscope original, else the trace's own folder (a trace handler's
+    TensorBoard copy lies beside cycles.jsonl)."""
+    return trace.path.parents[by_kind(trace.kind).records_up]
 
 
 def row_of(rows: dict, worker: str, span: str) -> dict | None:

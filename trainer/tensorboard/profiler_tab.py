@@ -82,7 +82,7 @@ class OfflineProfilerPlugin(TorchProfilerPlugin):
 
         For a run without GPU kernels the plugin sends the .gz file as it is, as `Content-Encoding: gzip`;
         browsers decode only the first member of such a body, and stepscope's adapted copies are written in
-        several (tbfix/stream_write.py), so the page read a truncated trace and the Trace view never drew."""
+        several (plugin_copy/stream_write.py), so the page read a truncated trace and the Trace view never drew."""
         answer: dict = {}
 
         def keep(status, headers, exc_info=None):

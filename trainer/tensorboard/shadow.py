@@ -16,7 +16,7 @@ TensorBoard nor the plugin ever sees it half-built) and then renamed into `logdi
                                                   each cycle's unprofiled steps, read the same way
 
 One diagnosis per run, from one place. A run that writes its own diagnosis into its own event files (a
-stepscope trainer run that has one or is still running, a stepscope_trace_handler folder) shows that one: the
+stepscope trainer run that has one or is still running, a stepscope.trace_handler folder) shows that one: the
 mirror (mirror.py) copies it, and the server adds none. Any other run gets exactly one, the server's, with
 the run's own unprofiled figures when its run.json or cycles.jsonl has them (telemetry.py; a trainer run
 that ended without a diagnosis), so that analyze, run.json, Text and Scalars show the same numbers.
@@ -86,7 +86,7 @@ def own_diagnosis(source: Path | None, loaded: list[Loaded]) -> bool:
         except (OSError, ValueError):
             return False
         return isinstance(run, dict) and (bool(run.get("diagnosis")) or run.get("status") == "running")
-    # stepscope_trace_handler diagnoses every cycle; an export (analyze --export-tensorboard) has no events
+    # stepscope.trace_handler diagnoses every cycle; an export (analyze --export-tensorboard) has no events
     return any(item.found.kind == STEPSCOPE for item in loaded) and not (source / EXPORT_MARKER).exists()
 
 

@@ -4,20 +4,20 @@
     found = discover(Path("lightning_logs"))     # Discovery(traces=(Found, ...), skipped=(Skipped, ...))
     print(found.summary())   # found 2 traces (1 Lightning, 1 export_chrome_trace); skipped 1 file: notes.json (...)
 
-Recognised, by kind:
+Recognised, by kind (trace/sources.py's table, tried in its order):
 
-    stepscope                  <run>/raw/<span>/<worker>.trace.json[.gz]   (our trainer and stepscope_trace_handler;
+    stepscope                  <run>/raw/<span>/<worker>.trace.json[.gz]   (our trainer and stepscope.trace_handler;
                                the adapted copies beside raw/ are the same traces and are not counted again)
-    tensorboard_trace_handler  <worker>.<span>.pt.trace.json[.gz]
     Lightning                  fit-<filename>-[Strategy]SingleDeviceStrategy.training_step.<span>.pt.trace.json
                                (PyTorchProfiler: tensorboard_trace_handler under a "<stage>-...[Owner]..." worker)
+    tensorboard_trace_handler  <worker>.<span>.pt.trace.json[.gz]
     accelerate                 profile_<process_index>.json   (ProfileKwargs(output_trace_dir=...))
     export_chrome_trace        any other *.json / *.json.gz that is a Chrome trace from torch.profiler
 
-Torch-free and cheap: names decide the first four kinds; any other JSON file is sniffed from its first
+Torch-free and cheap: names decide the first three kinds; any other JSON file is sniffed from its first
 64 KiB (a JSON object holding "traceEvents"), never parsed whole here. Whether a sniffed file really holds
-training steps is only known once it is loaded (`step_source`): `loaded.py` checks that and skips it
-otherwise.
+training steps is only known once it is loaded: `report/loaded.py` checks that (each source's ``steps``
+policy) and skips it otherwise.
 Hidden files and folders and temporary `.partial` files are ignored. An entry that cannot be read as a file (a
 looping or dangling symbolic link, no permission, a FIFO or folder with a trace's name) is skipped with the
 reason, and the rest is analysed. So is stepscope's own output below the
@@ -39,25 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepscope.trace.files import RAW_DIR, WORKER_PATTERN
-from stepscope.trace.vocabulary import (
-    OPERATOR_CATEGORIES,
-    OPTIMIZER_STEP_PREFIX,
-    STEPS_FROM_OPTIMIZER,
-    STEPS_FROM_PROFILER,
-    STEPS_FROM_WINDOW,
-    category,
-)
+from stepscope.trace.sources import STEPSCOPE, of_name
 
-STEPSCOPE = "stepscope"
-HANDLER = "tensorboard_trace_handler"
-LIGHTNING = "Lightning"
-ACCELERATE = "accelerate"
-CHROME = "export_chrome_trace"
-
-# Lightning's PyTorchProfiler names the worker "<stage>-<filename>-<action>", the action being e.g.
-# "[Strategy]SingleDeviceStrategy.training_step" or "[LightningModule]MyModel.validation_step".
-LIGHTNING_WORKER = re.compile(r"^(fit|validate|test|predict)-.*\[[A-Za-z_]+\]")
-ACCELERATE_NAME = re.compile(r"^profile_\d+\.json(\.gz)?$")
 CHROME_COPY = re.compile(r"\.chrome_trace\.json(\.gz)?$")  # our trainer's --export-chrome-trace copies
 SNIFF_BYTES = 64 * 1024
 # written into every --export-tensorboard folder: its traces are copies, never counted again from above
@@ -194,17 +177,17 @@ def classify(path: Path, folder: Path, run: str) -> Found | Skipped | None:
     if path.parent.parent.name == RAW_DIR and path.parent.name.isdigit() and ".trace.json" in name:
         worker = name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
         return Found(path, STEPSCOPE, worker, path.parent.name, run)
-    m = WORKER_PATTERN.match(name)
-    if m:
-        worker, span = m.group(1), (m.group(2) or ".")[1:]
-        kind = LIGHTNING if LIGHTNING_WORKER.match(worker) else HANDLER
+    named = of_name(name)  # a source told by its file names alone (trace/sources.py)
+    if named:
+        kind, worker, span = named
         return Found(path, kind, safe_worker(worker), span, run)
     if CHROME_COPY.search(name) and any(WORKER_PATTERN.match(p.name) for p in folder.glob("*.pt.trace.json*")):
         return None  # --export-chrome-trace's plain copy beside the trace it copies
-    if not looks_like_trace(path):
+    sniffed = of_name(name, sniffed=True)
+    if sniffed is None or not looks_like_trace(path):
         return Skipped(path, "not a profiler trace")
-    kind = ACCELERATE if ACCELERATE_NAME.match(name) else CHROME
-    return Found(path, kind, safe_worker(_stem(name)), "", run)
+    kind, worker, span = sniffed
+    return Found(path, kind, safe_worker(worker), span, run)
 
 
 def unreadable(path: Path) -> str | None:
@@ -218,10 +201,6 @@ def unreadable(path: Path) -> str | None:
     except OSError as e:
         return f"unreadable: {e.strerror or type(e).__name__}"
     return None
-
-
-def _stem(name: str) -> str:
-    return name.removesuffix(".gz").removesuffix(".json").removesuffix(".pt.trace").removesuffix(".trace")
 
 
 def safe_worker(worker: str) -> str:
@@ -243,27 +222,3 @@ def looks_like_trace(path: Path) -> bool:
     except (OSError, EOFError, zlib.error):
         return False
     return bool(HEAD_OF_TRACE.match(head))
-
-
-def has_profiler_steps(trace: dict) -> bool:
-    """True when the trace holds at least one ``ProfilerStep#N`` event (what every analysis needs)."""
-    events = trace.get("traceEvents") if isinstance(trace, dict) else None
-    return isinstance(events, list) and any(
-        isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#") for e in events)
-
-
-def step_source(trace: dict) -> str | None:
-    """Where a loaded trace's steps come from (vocabulary.STEPS_FROM_*): its ProfilerStep# ranges, else its
-    Optimizer.step# ranges, else (a trace of torch operators, e.g. export_chrome_trace of a loop profiled
-    without a schedule) its whole window; None for a Chrome trace with none of these."""
-    if has_profiler_steps(trace):
-        return STEPS_FROM_PROFILER
-    events = trace.get("traceEvents") if isinstance(trace, dict) else None
-    if not isinstance(events, list):
-        return None
-    events = [e for e in events if isinstance(e, dict)]
-    if any(str(e.get("name", "")).startswith(OPTIMIZER_STEP_PREFIX) for e in events):
-        return STEPS_FROM_OPTIMIZER
-    if any(category(e) in OPERATOR_CATEGORIES for e in events):
-        return STEPS_FROM_WINDOW
-    return None

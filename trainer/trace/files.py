@@ -24,9 +24,9 @@ from stepscope.trace.atomic import write_bytes_atomic
 from stepscope.trace.bounded_read import open_trace
 
 WORKER_PATTERN = re.compile(
-    r"""^(.*?)          # worker name
-    (\.\d+)?            # optional span (a timestamp)
-    \.pt\.trace\.json   # the suffix
+    r"""^(?P<worker>.*?)    # worker name
+    (?P<span>\.\d+)?        # optional span (a timestamp), with its dot
+    \.pt\.trace\.json       # the suffix
     (?:\.gz)?$""",
     re.X,
 )

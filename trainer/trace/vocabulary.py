@@ -30,6 +30,7 @@ OPTIMIZER_STEP_PREFIX = "Optimizer.step#"  # torch's range around every optimize
 # ranges; without either, its whole recorded window as one step (analysis/inferred_steps.py)
 STEPS_FROM_PROFILER, STEPS_FROM_OPTIMIZER, STEPS_FROM_WINDOW = "ProfilerStep", "Optimizer.step", "window"
 DATALOADER_PREFIX = "enumerate(DataLoader)"
+DATA_RANGE = "data"  # record_function("data") around fetching the next batch (stepscope.loader, our trainer)
 MEMORY_EVENT = "[memory]"  # profile_memory's instant events
 
 

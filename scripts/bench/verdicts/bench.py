@@ -1,6 +1,6 @@
 """How often is the verdict right? Scenarios with injected, known causes, truth measured without the profiler.
 
-    python scripts/verdict_bench.py --out /tmp/vb                     # every GPU scenario (one device call)
+    python scripts/verdict_bench.py --out /tmp/vb                     # every GPU scenario (one GPU run)
     python scripts/verdict_bench.py --out /tmp/vb --only gpt_tiny tiny_ops
     python scripts/verdict_bench.py --out /tmp/vb --device cpu        # the CPU subset (CI-sized)
     python scripts/verdict_bench.py --out /tmp/vbh --set holdout      # families the analysis was never fitted on

@@ -7,7 +7,7 @@
 A row counts when its truth has an expected verdict; a scenario whose intervention did not confirm the cause
 (`confirmed` false) is listed but left out of the matrix, since its truth is then not known. `key` picks the
 diagnosis: "diagnosis" (the trace as a stranger's) or "diagnosis_run" (with the run's telemetry); rows
-without it are left out. Every verdict must be one of the registry's (stepscope/profiler/analysis/verdicts.py).
+without it are left out. Every verdict must be one of the registry's (trainer/analysis/verdicts.py).
 Pure Python.
 """
 

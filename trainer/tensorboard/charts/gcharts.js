@@ -1,6 +1,6 @@
 // A local stand-in for the part of Google Charts (google.charts, google.visualization) that torch-tb-profiler
 // 0.4.3's page calls, so that its views draw without the internet. Served by stepscope
-// (serve/profiler_tab.py) at /data/plugin/pytorch_profiler/offline/gcharts.js, after vendor/echarts.min.js.
+// (tensorboard/profiler_tab.py) at /data/plugin/pytorch_profiler/offline/gcharts.js, after vendor/echarts.min.js.
 //
 // What the page's bundle uses, and so what is here:
 //   google.charts.load(version, {packages}) -> a resolved promise; google.charts.setOnLoadCallback(fn)

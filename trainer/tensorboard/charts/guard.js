@@ -1,4 +1,4 @@
-// Inlined first into the PyTorch Profiler tab's page by stepscope (serve/profiler_tab.py).
+// Inlined first into the PyTorch Profiler tab's page by stepscope (tensorboard/profiler_tab.py).
 // Whatever stops a view from drawing is said in words at the top of the page, instead of a spinner that
 // never ends: an uncaught script error, a rejected promise, a failed request to the plugin's API, and the
 // charts stand-in (offline/gcharts.js) not loading at all. Charts that cannot draw say so in their own box

@@ -5,10 +5,11 @@
 stdin: the run's discovered traces, ``[{"path", "kind", "worker", "span", "run"}, ...]``; stdout: its
 Measured (measure.py) as JSON. A TraceError is one line on stderr and exit code 2.
 
-TensorBoard serves from many threads; the analysis of a large run forks parsers (trace/workers.py) and holds
-the trace's columns at their peak. In a fresh process the fork copies no other thread's state, and the
-memory goes back to the system when it ends, not to TensorBoard's heap. Being no training process, it
-uses the command line's worker policy (``Workers.local()``): a large trace is parsed in byte ranges by
+TensorBoard serves from many threads, and a forked child inherits their locks in whatever state they were;
+the analysis of a large run forks helper processes (trace/workers.py) and holds the trace's columns at their
+peak. Here, in a process of its own with one thread, its forks inherit no other thread's state, and the
+memory goes back to the system when it ends, not to TensorBoard's heap. Being no training process, it uses
+the command line's worker policy (``Workers.local()``): a large trace is parsed in byte ranges by
 several processes, ranks in parallel, within a quarter of the memory.
 """
 

@@ -8,7 +8,9 @@ Registered through the ``tensorboard_plugins`` entry point (pyproject.toml), so 
     run?run=NAME           the whole report (views.run_view), with the run's verification when it has one and
                            its memory per cycle and step, with the out-of-memory captures under its oom/ folder
     ranks?run=NAME         each multi-rank cycle: per-rank breakdown, the stragglers and why
-    diff?a=NAME&b=NAME     two runs compared (profiler/diff.py; what `stepscope diff` prints)
+    diff?a=NAME&b=NAME     two runs compared (report/diff.py; what `stepscope diff` prints)
+    vocabulary             the buckets', phases' and findings' labels and colours, and each verdict's tone
+                           (analysis/vocabulary.py, analysis/verdicts.py): the page holds no copy of them
     window?run=NAME&steps=A:B   POST only, with the header X-Stepscope-Token: writes ProfilerStep#A..#B-1 of
                            NAME as its own run (window.py), and answers where
     trace?run=NAME&i=K     the K-th trace file of a run, as it is on disk (to open in Perfetto)
@@ -41,6 +43,8 @@ import os
 import secrets
 from pathlib import Path
 
+from stepscope.analysis.verdicts import REGISTRY
+from stepscope.analysis.vocabulary import for_tab
 from stepscope.report.diff import compare_runs
 from stepscope.report.measure import RUN_RECORD
 from stepscope.tensorboard.shadow_root import WINDOWS_HERE, source_of
@@ -94,6 +98,12 @@ def _error(message: str, code: int = 400) -> wrappers.Response:
     return _json({"error": message}, code)
 
 
+def vocabulary() -> dict:
+    """What the page names and colours, from the registries: analysis/vocabulary.py's buckets, phases and
+    findings, and each verdict's tone (its badge's colour)."""
+    return {**for_tab(), "verdicts": {v.name: {"tone": v.tone} for v in REGISTRY}}
+
+
 def verification_of(run: Run) -> dict | None:
     """``stepscope verify``'s result, kept in the run's run.json; None when the run has none."""
     try:
@@ -128,13 +138,18 @@ class StepscopePlugin(base_plugin.TBPlugin):
 
     def get_plugin_apps(self) -> dict:
         return {"/index.js": self._index, "/static/*": self._static, "/runs": self._runs, "/run": self._run,
-                "/ranks": self._ranks, "/diff": self._diff, "/window": self._window, "/trace": self._trace}
+                "/ranks": self._ranks, "/diff": self._diff, "/window": self._window, "/trace": self._trace,
+                "/vocabulary": self._vocabulary}
 
     @wrappers.Request.application
     def _index(self, request):
         script = (STATIC / "index.js").read_bytes().replace(TOKEN_SLOT, self.token.encode(), 1)
         return wrappers.Response(script, content_type="text/javascript", headers={"Cache-Control": "no-store",
                                                                                     **NOSNIFF})
+
+    @wrappers.Request.application
+    def _vocabulary(self, request):
+        return _json(vocabulary())
 
     @wrappers.Request.application
     def _static(self, request):

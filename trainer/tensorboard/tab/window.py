@@ -3,8 +3,8 @@ PyTorch Profiler tab (or for Perfetto), whose own parser needs minutes for a gig
 
     name = write_window(Path("logs"), run, first=40, stop=43)    # "exp1.steps40-42": ProfilerStep#40..#42
 
-Each trace of the run is cut to its steps [first, stop) by tbfix/excerpt.py's ``step_window`` (two streamed
-passes, never holding the trace), then exported like any trace (tbfix/export.py ``export_file``): the
+Each trace of the run is cut to its steps [first, stop) by plugin_copy/excerpt.py's ``step_window`` (two streamed
+passes, never holding the trace), then exported like any trace (plugin_copy/export.py ``export_file``): the
 untouched window under ``raw/<span>/<worker>.trace.json.gz`` (the file for Perfetto), its adapted copy where
 torch-tb-profiler lists it. The run appears in both tabs at their next rescan. The window run is written
 into a temporary folder beside it and renamed into place once complete; a window already written is

@@ -11,18 +11,16 @@ const MAX_BARS = 64;
 // the window tool's POST carries this: plugin.py writes its process's token here as it serves this file
 const WINDOW_TOKEN = '%STEPSCOPE_TOKEN%';
 const POLL_MS = 1500;
-const COLORS = {
-  gpu_busy: '#2e7d32', cpu_ops: '#2e7d32', launch: '#e65100', sync: '#c62828', data: '#6a1b9a',
-  transfer: '#00838f', communication: '#1565c0', device_idle: '#9e9e9e', other_host: '#f9a825',
-};
-const FALLBACK = ['#5d4037', '#ad1457', '#283593', '#558b2f', '#4e342e'];
-const VERDICT_TONE = {gpu_bound: 'good', balanced: 'good'};
 
 let root;
+// The names the page shows and their colours: buckets, phases, findings and verdicts, as the plugin's
+// vocabulary route gives them from the registries (analysis/vocabulary.py, analysis/verdicts.py).
+let vocab;
 
 export async function render() {
   addStyle();
   await loadUPlot();
+  vocab = await getJSON('vocabulary');
   root = el('div', {id: 'stepscope'});
   document.body.appendChild(root);
   showRuns();
@@ -92,7 +90,7 @@ const fmt = (x, d = 2) => (x === null || x === undefined ? 'n/a' : Number(x).toF
 const pct = (x) => (x === null || x === undefined ? 'n/a' : `${Number(x).toFixed(1)}%`);
 
 function badge(verdict) {
-  const tone = VERDICT_TONE[verdict] || 'warn';
+  const tone = (vocab.verdicts[verdict] || {}).tone || 'warn';
   return el('span', {class: `badge ${tone}`, 'data-verdict': verdict, text: verdict || 'n/a'});
 }
 
@@ -106,8 +104,14 @@ function tensorBoardHome() {
   return new URL('../../../', document.baseURI).pathname;
 }
 
-function colorOf(bucket, i) {
-  return COLORS[bucket] || FALLBACK[i % FALLBACK.length];
+// A bucket's colour, or a phase's (a phase named after a bucket wears its colour), else one by position.
+function colorOf(name, i) {
+  const known = vocab.buckets[name] || vocab.phases[name];
+  return (known && known.colour) || vocab.fallback_colours[i % vocab.fallback_colours.length];
+}
+
+function findingLabel(id) {
+  return (vocab.findings[id] || {}).label || id;
 }
 
 // ---------------------------------------------------------------- charts (uPlot)
@@ -456,7 +460,7 @@ function memoryCard(m) {
   }
   if (m.findings.length) {
     box.appendChild(el('ul', {class: 'mem-findings'}, m.findings.map((f) => el('li', {'data-id': f.id}, [
-      el('b', {text: f.id}), ` (cycle ${f.cycle}): `, ...withCode(f.text)]))));
+      el('b', {text: f.id, title: findingLabel(f.id)}), ` (cycle ${f.cycle}): `, ...withCode(f.text)]))));
   }
   for (const d of m.devices.slice(0, 8)) box.appendChild(memoryDevice(d));
   if (m.creep.length) {
