@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations gaps nvml verdicts_ddp verify
 #                                                     verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate
-#                                                     memory memory_extra
+#                                                     memory memory_extra capture
 #                                                     (default: compare overhead plugin tests)
 #
 # loops: the same scenarios (and the held-out families) as plain loops with stepscope.schedule +
@@ -42,6 +42,8 @@
 # 0.9x and 1.1x in fresh processes, injected causes MEM_REPS (3) times with and without, and stepscope verify
 # --memory on a profiled resnet18 run (OUT_DIR/memory_verify.json). Both write
 # OUT_DIR/memory*/memory_truth.json and a log.
+# capture: the trainer's profiled run on the shared capture stack (two cycles, every export), its files and
+# cycles.jsonl, then tests/test_one_capture_stack.py and tests/test_ddp_cuda.py.
 #
 # ddp needs 2 GPUs: the graphed-DDP CUDA tests, 1 -> 2 GPU scaling per step kind, a profiled NCCL run in the
 # plugin's Distributed view, and profiler-overhead pairs run side by side on the two GPUs.
@@ -55,8 +57,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra|capture) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra capture" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -346,6 +348,17 @@ part_memory_extra() {
   timeout 400 python3 scripts/verify.py "$L/mem/r" --memory --steps 40 > "$OUT/memory_verify.log" 2>&1; echo "exit $?"
   cat "$OUT/memory_verify.log"; python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))
     .get("memory_verification"), indent=1))' "$L/mem/r/run.json" > "$OUT/memory_verify.json" 2>/dev/null
+}
+part_capture() {  # the trainer on the shared capture stack, on CUDA: every extra, two cycles
+  stamp "one capture stack: train.py --profile --repeat 2 with flame graph, memory timeline and Chrome trace"
+  timeout 300 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --steps 200 --log-every 20 \
+    --device cuda --repeat 2 --flamegraph --memory-timeline --export-chrome-trace --logdir "$L/capture" \
+    --run-name r > "$OUT/capture_train.log" 2>&1; echo "exit $?"; tail -4 "$OUT/capture_train.log"
+  (cd "$L/capture/r" && find . -type f | sort) > "$OUT/capture_files.txt"; cat "$OUT/capture_files.txt"
+  cp "$L/capture/r/cycles.jsonl" "$OUT/capture_cycles.jsonl" 2>/dev/null
+  cp "$L/capture/r/run.json" "$OUT/capture_run.json" 2>/dev/null
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_one_capture_stack.py tests/test_ddp_cuda.py \
+    > "$OUT/capture_tests.log" 2>&1; tail -4 "$OUT/capture_tests.log"
 }
 for part in $PARTS; do "part_$part"; done
 stamp "done"

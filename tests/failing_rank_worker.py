@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from stepscope import loop
 from stepscope.cli.main import train_main
+from stepscope.demo import loop
 from torch.distributed.elastic.multiprocessing.errors import record
 
 

@@ -139,17 +139,19 @@ def test_text_dashboard_shows_config_and_diagnosis(served, page):
     pg, traffic = page
     verdict = record["diagnosis"]["verdict"]
     pg.goto(f"{tb.base}/#text")
-    config = pg.locator("tf-text-loader").filter(has_text="config/text_summary")
-    diagnosis = pg.locator("tf-text-loader").filter(has_text="diagnosis/text_summary")
+    # one Text tag each, as written (no "/text_summary"): the config, and the diagnosis of each profiling cycle
+    # and of the whole run at its end
+    config = pg.locator("tf-text-loader").filter(has_text='"run_name"')
+    diagnosis = pg.locator("tf-text-loader").filter(has_text="stepscope diagnosis")
     expect(config).to_contain_text(f'"run_name": "{RUN}"')
     expect(config).to_contain_text(f'"steps": {STEPS}')
     # the markdown rendered as HTML: a heading with the verdict, then the evidence tables
-    expect(diagnosis.locator("h1")).to_contain_text(f"stepscope diagnosis: {verdict}")
+    expect(diagnosis.locator("h1").filter(has_text=f"stepscope diagnosis: {verdict}").first).to_be_visible()
     expect(diagnosis).to_contain_text("verdict")
     expect(diagnosis.locator("table").first).to_be_visible()
     assert verdict in (run_dir / "diagnosis.md").read_text()
     texts = {r.url.split("tag=", 1)[-1]: r.status for r in traffic.matching("/data/plugin/text/text")}
-    assert texts == {"config%2Ftext_summary": 200, "diagnosis%2Ftext_summary": 200}, texts
+    assert texts == {"config": 200, "diagnosis": 200}, texts
     diagnosis.scroll_into_view_if_needed()
     diagnosis.screenshot(path=str(artifacts_dir() / "browser-text-diagnosis.png"), timeout=10_000)
 

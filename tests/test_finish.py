@@ -95,7 +95,7 @@ def test_run_json_is_written_when_the_diagnosis_meets_a_bad_trace(tmp_path, monk
                           telemetry=lambda: {})
     parts = finish.RunParts(env=SimpleNamespace(is_main=True), group=SimpleNamespace(barrier=lambda: None),
                             stop=Stop(), log=SimpleNamespace(close=lambda: None),
-                            writer=SimpleNamespace(cycles=1))
+                            handler=SimpleNamespace(cycles=1))
     code = finish.finish_run(status, progress, thr, record, parts)
     d = json.loads((run / "run.json").read_text())
     assert (d["status"], d.get("signal"), "diagnosis" in d) == (

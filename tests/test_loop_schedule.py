@@ -301,3 +301,27 @@ def test_input_copy_without_a_gpu_runs_the_block_untimed():
         sched(step)
     assert torch.equal(y, x)
     assert sched._copies == [] and "copy_ms" not in sched.telemetry()
+
+
+def test_a_skipped_step_stays_out_of_the_telemetry_and_the_actions(clock):
+    """An evaluation every 10th step (200 ms on top of a 2 ms step), announced with skip_step() as the
+    demonstration trainer does: the telemetry is the 2 ms step's, the actions those of torch's schedule."""
+    warnings.simplefilter("ignore")
+    args = dict(wait=30, warmup=1, active=2, repeat=2)
+    sched, theirs = stepscope.schedule(**args, window=8), torch.profiler.schedule(**args)
+    actions = [sched(0)]
+    for k in range(200):
+        clock.advance(2.0)
+        if k % 10 == 9:
+            sched.skip_step()
+            clock.advance(200.0)
+        actions.append(sched(k + 1))
+    assert actions == [theirs(i) for i in range(201)]
+    assert sched.telemetry().step_ms == pytest.approx(2.0) and sched.telemetry().steps > 100
+    assert all(c.telemetry().step_ms == pytest.approx(2.0) for c in sched.cycles)
+    plain = stepscope.schedule(**args, window=8)  # the same loop without skip_step: the evaluations count
+    plain(0)
+    for k in range(200):
+        clock.advance(202.0 if k % 10 == 9 else 2.0)
+        plain(k + 1)
+    assert plain.telemetry().step_ms > 10

@@ -27,7 +27,7 @@ with torch.profiler.profile(schedule=sched) as prof:
             keep.append(torch.empty(leak, dtype=torch.uint8, device="cuda"))
         prof.step()
 sched.finish()
-print(json.dumps(sched.telemetry()))
+print(json.dumps(sched.telemetry().to_dict()))
 """
 
 OOM = """
@@ -67,3 +67,23 @@ def test_a_real_out_of_memory_error_is_captured_with_its_snapshot_and_reraised(t
     assert info["figures"]["requested"] > info["figures"]["capacity"]
     assert info["snapshot_live"]["stacks"]  # memory history was on: allocation sites are named
     assert info["error"]["type"] == "torch.OutOfMemoryError"
+
+
+SHARED_PEAKS = """
+import json, torch
+from stepscope.capture.memory_stats import MemoryWindows
+a, b = MemoryWindows(), MemoryWindows()  # the trainer's log windows beside its schedule's, in one process
+torch.zeros(1, device="cuda")
+a.edge(0, closing=False); b.edge(0, closing=False)
+big = torch.empty(256 << 20, dtype=torch.uint8, device="cuda"); del big   # 256 MiB, freed at once
+a.edge(10, closing=True)   # resets the device's peaks ...
+b.edge(20, closing=True)   # ... which must not hide the allocation from b's window
+print(json.dumps([a.edges[-1][1]["peak_allocated"] >> 20, b.edges[-1][1]["peak_allocated"] >> 20]))
+"""
+
+
+def test_two_windows_in_one_process_each_see_the_peak_since_their_own_edge():
+    r = subprocess.run([sys.executable, "-c", SHARED_PEAKS], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    a, b = json.loads(r.stdout.strip().splitlines()[-1])
+    assert a >= 256 and b >= 256

@@ -43,7 +43,7 @@ def test_trace_side_imports_and_runs_without_torch():
 
 def test_the_check_itself_fails_when_torch_is_imported():
     """The blocker is real: a module that needs torch fails to import under it."""
-    script = SCRIPT.replace("for name in", 'importlib.import_module("stepscope.capture.writer")\nfor name in')
+    script = SCRIPT.replace("for name in", 'importlib.import_module("stepscope.capture.profiler")\nfor name in')
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "import of torch halted" in r.stderr
 

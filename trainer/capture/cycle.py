@@ -1,19 +1,19 @@
 """A profiling cycle as stepscope.schedule records it, and the unprofiled steps timed around it.
 
     cycle.start, cycle.end, cycle.trigger     # its first and RECORD_AND_SAVE steps, what started it
-    cycle.telemetry()                         # {"steps", "step_ms", "data_ms", "copy_ms", "mem_*"}: the kept steps around it
+    cycle.telemetry()                         # a Telemetry (telemetry.py): the kept steps around it
     cycle.done                                # those steps are all in
 
-The shape of the telemetry is the trainer's (trainer/demo/timing.py Throughput.telemetry): means in ms. Torch-free.
+Torch-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# the allocator's counters a telemetry may carry (memory_stats.py reads them; the trainer's run.json has room)
-MEMORY_KEYS = ("mem_peak_allocated_mib", "mem_peak_reserved_mib", "mem_allocated_mib", "mem_reserved_mib",
-               "mem_alloc_retries", "mem_ooms", "mem_creep_mib_per_step")
+from stepscope.capture.telemetry import MEMORY_FIELDS, Telemetry
+
+MEMORY_KEYS = MEMORY_FIELDS  # the allocator's counters a telemetry may carry (memory_stats.py reads them)
 
 
 @dataclass
@@ -37,17 +37,14 @@ class Sums:
         self.copy += other.copy
 
 
-def telemetry_of(s: Sums, with_data: bool) -> dict | None:
-    """The trainer's telemetry shape (trainer/demo/timing.py Throughput.telemetry): means in ms; None if no step.
-    ``copy_ms``: the input copy's time per step on the GPU's stream, where copies were timed."""
+def telemetry_of(s: Sums, with_data: bool) -> Telemetry | None:
+    """The schedule's producer of a Telemetry: means in ms of the kept steps in ``s``; None if none.
+    ``data_ms`` where a stepscope.loader reported waits (``with_data``); ``copy_ms``: the input copy's time per
+    step on the GPU's stream, where stepscope.input_copy timed copies."""
     if s.n == 0:
         return None
-    out = {"steps": s.n, "step_ms": s.ns / s.n / 1e6}
-    if with_data:
-        out["data_ms"] = s.data / s.n / 1e6
-    if s.copies_timed:
-        out["copy_ms"] = s.copy / s.copies_timed * s.copies / s.n / 1e6
-    return out
+    return Telemetry(steps=s.n, step_ms=s.ns / s.n / 1e6, data_ms=s.data / s.n / 1e6 if with_data else None,
+                     copy_ms=s.copy / s.copies_timed * s.copies / s.n / 1e6 if s.copies_timed else None)
 
 
 @dataclass
@@ -63,11 +60,9 @@ class Cycle:
     with_data: bool = False
     memory: dict = field(default_factory=dict)  # the allocator's counters around it (memory_stats.KEYS), CUDA only
 
-    def telemetry(self) -> dict | None:
+    def telemetry(self) -> Telemetry | None:
         s = Sums()
         s.add(self.before)
         s.add(self.after)
         out = telemetry_of(s, self.with_data)
-        if out is not None:
-            out.update(self.memory)
-        return out
+        return out.with_memory(self.memory) if out is not None else None

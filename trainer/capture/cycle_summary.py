@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from stepscope.analysis.render import md_code, md_text, render_span_markdown
 from stepscope.analysis.report import RunReport, run_verdict
 from stepscope.analysis.span import SpanReport
+from stepscope.capture.telemetry import Telemetry, as_dict
 
 DETAILED_CYCLES = 3  # full reports kept for the last cycles; the rest are rows
 
@@ -29,7 +30,7 @@ class CycleSummary:
     span: str
     trigger: str  # "schedule", "slowdown: ...", "loader wait: ...", "file ...", "signal ..."
     steps: tuple[int, int] | None  # the cycle's first and last profiler step, when the schedule is stepscope's
-    telemetry: dict | None  # the unprofiled steps around the cycle (schedule.Cycle.telemetry)
+    telemetry: Telemetry | None  # the unprofiled steps around the cycle (schedule.Cycle.telemetry)
     report: SpanReport | None
     error: str | None = None  # why there is no report (e.g. a cycle without prof.step())
     notes: tuple[str, ...] = ()  # e.g. no TensorBoard copy
@@ -39,7 +40,7 @@ class CycleSummary:
     def row(self) -> dict:
         out = {"cycle": self.index, **({"worker": self.worker} if self.worker else {}), "span": self.span,
                "trigger": self.trigger,
-               "steps": list(self.steps) if self.steps else None, "telemetry": self.telemetry}
+               "steps": list(self.steps) if self.steps else None, "telemetry": as_dict(self.telemetry)}
         if self.report is not None:
             r = self.report
             out.update(verdict=r.verdict, basis=r.basis, step_ms=_r(r.metrics.step_ms),

@@ -34,6 +34,7 @@ from stepscope.analysis.report import RunReport
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
+from stepscope.capture.telemetry import as_dict
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
 from stepscope.report.front import analyze, write_report
@@ -77,7 +78,7 @@ def busy(schedule: StepscopeSchedule | None) -> Iterator[None]:
 
 class CycleWorker:
     def __init__(self, run_dir: Path, worker: str, use_gzip: bool, settle_s: float = SETTLE_S,
-                 max_pending: int = MAX_PENDING) -> None:
+                 max_pending: int = MAX_PENDING, log=None) -> None:
         self.dir, self.worker, self.use_gzip = Path(run_dir), worker, use_gzip
         self.settle_s, self.max_pending = settle_s, max_pending
         self.summaries: list[CycleSummary] = []
@@ -87,7 +88,7 @@ class CycleWorker:
         self._closing = False
         self._active = 0  # jobs taken and not yet done
         self._thread: threading.Thread | None = None
-        self._log: EventLog | None = None
+        self._log: EventLog | None = log  # the caller's event writer, else one of its own at the first cycle
         self._count = 0  # cycles submitted
 
     def submit(self, job: Job) -> None:
@@ -164,7 +165,7 @@ class CycleWorker:
         telemetry = job.cycle.telemetry() if job.cycle is not None else None
         report, error = None, None
         try:
-            report = analyze_cycle(job.raw, self.worker, job.span, telemetry)
+            report = analyze_cycle(job.raw, self.worker, job.span, as_dict(telemetry))
         except TraceError as e:
             error = str(e)
         if self.use_gzip:

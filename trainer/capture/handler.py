@@ -53,14 +53,21 @@ class StepscopeTraceHandler:
     """The callable `on_trace_ready` returned by `trace_handler`."""
 
     def __init__(self, dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = True,
-                 settle_s: float = SETTLE_S, max_pending: int = MAX_PENDING) -> None:
+                 settle_s: float = SETTLE_S, max_pending: int = MAX_PENDING, *, span_base: int | None = None,
+                 extras=None, log=None) -> None:
+        """``span_base``: cycle k is span ``span_base + k`` (ranks that share it pair their cycles), instead
+        of the time of the export; ``extras(prof, raw, stem, worker)``: more of the cycle to write inside
+        ``prof.step()`` (the demonstration trainer's, capture/profiler.py); ``log``: the event writer
+        (tensorboard/tb_events.py EventLog) for the Text and Scalars, instead of one of the handler's own."""
         self.dir = Path(dir_name)
         self.worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
         self.use_gzip = use_gzip
         self.cycles = 0
+        self.span_base = span_base
+        self.extras = extras
         self.export_s: list[float] = []  # the synchronous part of each cycle: the raw trace's export
         self.schedule: StepscopeSchedule | None = None
-        self.work = CycleWorker(self.dir, self.worker, use_gzip, settle_s, max_pending)
+        self.work = CycleWorker(self.dir, self.worker, use_gzip, settle_s, max_pending, log=log)
         self._exit_hook = False
         self._closed = False
         # an out-of-memory error in the loop: what was live, written under dir_name/oom/ before it propagates
@@ -76,8 +83,10 @@ class StepscopeTraceHandler:
 
     def __call__(self, prof) -> None:
         t0 = time.perf_counter()
-        span = str(time.time_ns())
+        span = str(time.time_ns() if self.span_base is None else self.span_base + self.cycles)
         raw = export_raw(prof, self.dir, self.worker, span)
+        if self.extras is not None:
+            self.extras(prof, raw, self.dir / f"{self.worker}.{span}", self.worker)
         sched = getattr(prof, "schedule", None)
         cycle = None
         if isinstance(sched, StepscopeSchedule):

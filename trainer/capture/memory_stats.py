@@ -17,6 +17,7 @@ an edge every ``window`` steps. Nothing is read where CUDA was never initialised
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 
 import torch
@@ -42,8 +43,13 @@ def read(reset: bool = True) -> dict | None:
     return out
 
 
+_live: weakref.WeakSet[MemoryWindows] = weakref.WeakSet()  # the process's windows (the device's peaks are one)
+
+
 class MemoryWindows:
-    """The windows' readings (module docstring)."""
+    """The windows' readings (module docstring). Several in one process (the demonstration trainer's log
+    windows beside its stepscope.schedule's) share the device's peak counters: a reset at one's edge first
+    hands the peaks so far to the others, so each window's peak is the peak since its own last edge."""
 
     def __init__(self) -> None:
         self.edges: deque[tuple[int, dict]] = deque(maxlen=KEPT)  # (step, reading) at each closing edge
@@ -51,11 +57,20 @@ class MemoryWindows:
         self.count = 0  # closing edges in all
         self.run_peak_allocated = 0
         self.run_peak_reserved = 0
+        self._carried = (0, 0)  # the peaks (allocated, reserved) that another's reset took since this edge
+        _live.add(self)
 
     def edge(self, step: int, closing: bool) -> None:
-        r = read()
+        r = read(reset=False)
         if r is None:
             return
+        for w in list(_live):
+            if w is not self:
+                w._carried = (max(w._carried[0], r["peak_allocated"]), max(w._carried[1], r["peak_reserved"]))
+        torch.cuda.reset_peak_memory_stats()
+        r["peak_allocated"] = max(r["peak_allocated"], self._carried[0])
+        r["peak_reserved"] = max(r["peak_reserved"], self._carried[1])
+        self._carried = (0, 0)
         attach_observer()  # CUDA is initialised: out-of-memory captures can take the snapshot at the failure
         if closing:
             self.edges.append((step, r))

@@ -5,7 +5,7 @@
         for x, y in stepscope.loader(data):                          # optional: times the wait for each batch
             train_step(x, y)
             prof.step()
-    sched.telemetry()        # {"steps": 812, "step_ms": 9.84, "data_ms": 0.12}: the unprofiled steps' means
+    sched.telemetry()        # Telemetry(steps=812, step_ms=9.84, data_ms=0.12, ...): the unprofiled steps' means
 
 It returns the same ProfilerAction for every step as `torch.profiler.schedule` with the same arguments. The
 profiler calls it once per `prof.step()`, with the step number; step k is the time from call k to call k+1
@@ -41,6 +41,7 @@ import torch
 from stepscope.capture.cupti import detach_after_cycles, quiet_kineto
 from stepscope.capture.cycle import Cycle, Sums, telemetry_of
 from stepscope.capture.memory_stats import MemoryWindows, merge
+from stepscope.capture.telemetry import Telemetry
 from stepscope.capture.triggers import OnDemand, SlowdownDetector, SlowdownRule
 from torch.profiler import ProfilerAction
 
@@ -338,6 +339,12 @@ class StepscopeSchedule:
         """An input copy of this step, between two recorded CUDA events; read at the next window edge."""
         self._copies.append((start, end))
 
+    def skip_step(self) -> None:
+        """The time from the last step boundary to the next (an evaluation, a checkpoint) is no step of the
+        loop: it is kept out of the telemetry and the slowdown detector."""
+        self._kept_prev = False
+        self._fast_until = 0  # the next call takes _step, which sees that the step before it was not kept
+
     @property
     def profiling(self) -> bool:
         """The profiler warms up or records this step."""
@@ -359,15 +366,13 @@ class StepscopeSchedule:
                     return c
         return None
 
-    def telemetry(self) -> dict | None:
-        """Every kept step of the loop so far: {"steps", "step_ms", "data_ms" (with stepscope.loader), "copy_ms"
-        (with stepscope.input_copy), and on CUDA the allocator's memory_stats.KEYS}."""
+    def telemetry(self) -> Telemetry | None:
+        """Every kept step of the loop so far (telemetry.py): steps, step_ms, data_ms (with stepscope.loader),
+        copy_ms (with stepscope.input_copy), and on CUDA the allocator's counters (mem_*)."""
         s = Sums(self._seg_n, self._seg_ns, self._seg_data, len(self._seg_copies))  # the open window too
         s.add(self.total)
         out = telemetry_of(s, self.with_data)
-        if out is not None:
-            out.update(self.memory.telemetry(windows=len(self.memory.edges)))
-        return out
+        return out.with_memory(self.memory.telemetry(windows=len(self.memory.edges))) if out is not None else None
 
     def finish(self) -> None:
         """The loop is over: every cycle's telemetry is as complete as it will get."""

@@ -4,23 +4,23 @@ TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text
 Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
 at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
 gone), and run.json lists the traces that exist at that moment. A signal during the top-ops table or the
-diagnosis ends it: run.json then says "interrupted" and no diagnosis.md is written. A trace that cannot be
-analysed (one line on stderr) leaves no diagnosis either, never an unwritten run.json. Once the diagnosis is
-over, a signal is only recorded: run.json is written as the run stands.
+diagnosis ends it: run.json then says "interrupted", and diagnosis.md stays the one the trace handler wrote for
+the profiling cycles. A trace that cannot be analysed (one line on stderr) leaves no run diagnosis either, never
+an unwritten run.json. Once the diagnosis is over, a signal is only recorded: run.json is written as the run
+stands.
 """
 
 from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from stepscope.capture.cycle import MEMORY_KEYS
+from stepscope.capture.telemetry import Telemetry, as_dict
 from stepscope.cli.oneline import print_error
 from stepscope.demo.run_dir import PAGE, no_space, release_space
 from stepscope.demo.run_record import RunRecord, finite_or_none
-from stepscope.demo.timing import PHASES
 from stepscope.tensorboard.diagnose import diagnose_run
 from stepscope.trace.errors import TraceError
 from stepscope.trace.files import find_plugin_traces
@@ -42,7 +42,7 @@ def final_numbers(progress, thr) -> dict:
         # each timed step's wall time, in order: what `stepscope diff` draws its confidence interval from
         "step_times_ms": [round(ms, 4) for ms in thr.all_ms],
         # means of the timed steps: the step and its phases as the run runs without the profiler
-        "telemetry": thr.telemetry(),
+        "telemetry": as_dict(thr.telemetry()),
     }
 
 
@@ -50,7 +50,7 @@ def widest_final() -> dict:
     """final_numbers' keys, each with the widest value it can hold: the most room the final numbers take."""
     return {k: WIDEST for k in ("steps", "train_loss", "eval_accuracy", "images_per_s", "mean_step_ms",
                                 "median_step_ms", "timed_steps")} | {
-        "telemetry": {k: WIDEST for k in ("steps", "step_ms", *PHASES, *MEMORY_KEYS)}}
+        "telemetry": {f.name: WIDEST for f in fields(Telemetry)}}
 
 
 def reserve_bytes(record: RunRecord) -> int:
@@ -91,18 +91,18 @@ def _fmt(x: float | None, spec: str) -> str:
 @dataclass(frozen=True)
 class RunParts:
     """The live objects of a run that its end needs: the process (env, group), the stop-signal handler,
-    the TensorBoard log, and the profiler's trace writer (None when not profiling)."""
+    the TensorBoard event writer, and the profiler's trace handler, closed by now (None when not profiling)."""
 
     env: object
     group: object
     stop: object
     log: object
-    writer: object | None
+    handler: object | None
 
 
 def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -> int:
     """Write run.json (and on a profiled run the diagnosis); return the process's exit code."""
-    env, group, stop, log, writer = parts.env, parts.group, parts.stop, parts.log, parts.writer
+    env, group, stop, log, handler = parts.env, parts.group, parts.stop, parts.log, parts.handler
     final = final_numbers(progress, thr)
     if status == "completed":
         try:
@@ -116,7 +116,7 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
     run_dir = Path(record.run_dir)
     diagnosis = None
     try:
-        if writer is not None and writer.cycles and status != "failed":
+        if handler is not None and handler.cycles and status != "failed":
             print("stepscope: analysing the profiled steps ...", flush=True)
             # rank 0 of a training job: its threads, CUDA context and process group must never be forked
             diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"],
@@ -129,9 +129,9 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
         print_error(f"stepscope: no diagnosis: {e}")
     # what follows records the run as it now stands: a signal from here on changes nothing
     stop.hold()
-    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if writer is not None else []  # every rank's
-    if writer is not None:
-        if not writer.cycles:
+    traces = [tf.path.name for tf in find_plugin_traces(run_dir)] if handler is not None else []  # every rank's
+    if handler is not None:
+        if not handler.cycles:
             print("the profiler recorded no complete cycle before the run stopped; no trace was written")
         print(f"open it with:  stepscope tensorboard --logdir {shlex.quote(str(run_dir.parent))}   (run: {run_dir.name})")
     done = replace(record, status=status, final=final, traces=traces,

@@ -1,9 +1,11 @@
-"""TensorBoard Scalars and Text for a run: a `SummaryWriter` on rank 0, a no-op everywhere else.
+"""TensorBoard Scalars and Text for a run, through the one event writer (tensorboard/tb_events.py `EventLog`) on
+rank 0, a no-op everywhere else. The trace handler's cycle worker writes through the same writer.
 
 Tags written by training:
     train/loss, train/lr, perf/step_ms, perf/images_per_s, perf/peak_cuda_mem_mb, eval/accuracy
-    text: config (the resolved configuration), diagnosis (with --profile)
-and by the end-of-run analysis: diagnosis/* scalars.
+    text: config (the resolved configuration)
+and with --profile, by each cycle's diagnosis (cycle_worker.py, step = cycle number) and the end-of-run one
+(step = the run's last step): Text diagnosis, Scalars diagnosis/*.
 """
 
 from __future__ import annotations
@@ -11,27 +13,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from torch.utils.tensorboard import SummaryWriter
+from stepscope.tensorboard.tb_events import EventLog
 
 
-class TBLog:
-    def __init__(self, run_dir: Path) -> None:
-        self.writer = SummaryWriter(log_dir=str(run_dir), flush_secs=10)
+def run_log(run_dir: Path, main: bool) -> EventLog | NullLog:
+    """The run's event writer on the main rank; `NullLog` on the others."""
+    return EventLog(run_dir) if main else NullLog()
 
-    def scalars(self, values: dict[str, float], step: int) -> None:
-        for tag, v in values.items():
-            self.writer.add_scalar(tag, v, step)
 
-    def text(self, tag: str, markdown: str, step: int = 0) -> None:
-        self.writer.add_text(tag, markdown, step)
-
-    def config(self, cfg: dict) -> None:
-        # TensorBoard renders text as markdown; indent 4 spaces to show the JSON as a code block
-        body = "\n".join("    " + line for line in json.dumps(cfg, indent=2, default=str).splitlines())
-        self.text("config", body)
-
-    def close(self) -> None:
-        self.writer.close()
+def config_markdown(cfg: dict) -> str:
+    """The resolved configuration as Markdown: the JSON, indented 4 spaces to show as a code block."""
+    return "\n".join("    " + line for line in json.dumps(cfg, indent=2, default=str).splitlines())
 
 
 class NullLog:
@@ -43,7 +35,7 @@ class NullLog:
     def text(self, tag: str, markdown: str, step: int = 0) -> None:
         pass
 
-    def config(self, cfg: dict) -> None:
+    def flush(self) -> None:
         pass
 
     def close(self) -> None:

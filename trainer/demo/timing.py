@@ -27,8 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from stepscope.capture.telemetry import Telemetry
 
-PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")
+PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")  # Telemetry's fields that StepClock times
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,12 @@ class StepTime:
 
 
 class StepClock:
-    def __init__(self, device: torch.device) -> None:
+    """``schedule``: a stepscope.schedule to report each step's wait for data and input copy to, as
+    stepscope.loader and stepscope.input_copy do in a user's loop (the copy's CUDA events are shared)."""
+
+    def __init__(self, device: torch.device, schedule=None) -> None:
         self.cuda = device.type == "cuda"
+        self.schedule = schedule
         self._marks: list = []  # (event or perf_counter seconds, excluded flag of the step that starts here)
         self._phases: list = []  # one dict per started step: host ms, and CUDA events of the copy
         self._t0 = self._t1 = self._cpu0 = 0.0
@@ -54,6 +59,8 @@ class StepClock:
     def batch_ready(self) -> None:
         self._t1 = time.perf_counter()
         self._phases[-1]["data_ms"] = (self._t1 - self._t0) * 1e3
+        if self.schedule is not None:
+            self.schedule.add_data_wait(int((self._t1 - self._t0) * 1e9))
 
     def copy(self, fn: Callable[[], object]):
         """Run `fn` (the input copy to the device) and time it; returns what `fn` returns."""
@@ -64,6 +71,8 @@ class StepClock:
             out = fn()
             end.record()
             self._phases[-1]["copy_events"] = (start, end)
+            if self.schedule is not None:
+                self.schedule.add_copy(start, end)
         else:
             out = fn()
         self._phases[-1]["copy_host_ms"] = (time.perf_counter() - t0) * 1e3
@@ -86,6 +95,8 @@ class StepClock:
 
     def exclude_since_last_mark(self) -> None:
         """Keep the interval that started at the last mark (e.g. evaluation) out of throughput."""
+        if self.schedule is not None:
+            self.schedule.skip_step()
         if self._marks:
             self._marks[-1] = (self._marks[-1][0], True)
             self._phases.append(None)  # the interval that starts there is not a step: it has no phases
@@ -155,8 +166,9 @@ class Throughput:
                 self.all_ms.append(t.ms)
                 self.phases.append(t.phases or {})  # one per timed step, aligned with all_ms
 
-    def telemetry(self) -> dict | None:
-        """The timed (unprofiled, warm) steps' step and phases, in ms; None if none.
+    def telemetry(self) -> Telemetry | None:
+        """The trainer's producer of a Telemetry (stepscope.capture.telemetry): the timed (unprofiled, warm)
+        steps' step and phases, in ms; None if none.
 
         Means over blocks of consecutive steps, not medians of steps: the share of the run's time a phase
         takes is its total over the total, and a DataLoader whose workers each finish a batch at the same
@@ -169,16 +181,15 @@ class Throughput:
         if not self.all_ms:
             return None
         kept = _middle_blocks(len(self.all_ms), self.all_ms)
-        out = {"steps": self.steps, "step_ms": statistics.fmean(self.all_ms[i] for i in kept)}
+        phases = {}
         for name in PHASES:
             values = [self.phases[i][name] for i in kept if name in self.phases[i]]
             if values:
-                out[name] = statistics.fmean(values)
+                phases[name] = statistics.fmean(values)
         q = statistics.quantiles(self.all_ms, n=4) if len(self.all_ms) > 1 else [self.all_ms[0]] * 3
-        out.update(step_ms_mean=statistics.fmean(self.all_ms), step_ms_median=q[1], step_ms_p25=q[0],
-                   step_ms_p75=q[2])
-        out.update(self.memory)
-        return out
+        return Telemetry(steps=self.steps, step_ms=statistics.fmean(self.all_ms[i] for i in kept), **phases,
+                         step_ms_mean=statistics.fmean(self.all_ms), step_ms_median=q[1], step_ms_p25=q[0],
+                         step_ms_p75=q[2]).with_memory(self.memory)
 
     @property
     def mean_ms(self) -> float:

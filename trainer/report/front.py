@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -67,7 +67,7 @@ def _summary(path: Path, skipped_found: list, loaded: list, skipped: list) -> st
     return line
 
 
-def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry: dict | None = None,
+def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry: Mapping | None = None,
             selection: StepSelection | None = None, max_memory: int | None = None,
             workers: Workers | None = None, traces: Sequence[Found] | None = None, tables: bool = False,
             keep_going: bool = False) -> RunReport | RunsReport:
@@ -84,6 +84,8 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
     none is left, NothingAnalysed carries the reasons."""
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
+    if telemetry is not None and not isinstance(telemetry, dict):  # a stepscope.capture.telemetry.Telemetry
+        telemetry = telemetry.to_dict()
     if isinstance(path, (str, os.PathLike)):
         root = Path(path)
         if traces is None:

@@ -13,7 +13,7 @@ The engine behind the door (engine.py ``resolve_telemetry``) applies it once per
 read, from where the traces lie: the analysed folder's run when they lie in one run folder, else each run
 folder's own (a job joined from several folders keeps each folder's figures).
 
-A telemetry has the trainer's shape (trainer/demo/timing.py): ``{"steps", "step_ms", "data_ms"?}``, means in ms.
+A telemetry is the JSON form of a ``stepscope.capture.telemetry.Telemetry`` (``{"steps", "step_ms", "data_ms"?, ...}``).
 One without a positive finite ``step_ms`` is none; only its finite non-negative numbers are kept. A record
 that cannot be read, or a row that is not one, gives none, never an error. Torch-free.
 """

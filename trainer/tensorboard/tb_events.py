@@ -5,9 +5,9 @@
     log.scalars({"diagnosis/step_ms": 10.4}, step=0)
     log.close()                          # flushes; also a context manager
 
-It has the two methods `diagnose.diagnose_run` and `write_diagnosis` call (`text`, `scalars`), so it stands in
-for the trainer's `TBLog` where torch is not loaded (the `stepscope tensorboard` watcher, the trace handler).
-Text is written under the tag given, not torch's "<tag>/text_summary".
+The one event writer of stepscope: the demonstration trainer (demo/tb_log.py), the trace handler's cycle
+worker and the `stepscope tensorboard` watcher all write through it; no torch SummaryWriter. Text is written
+under the tag given (one diagnosis tag, "diagnosis", for every writer), not torch's "<tag>/text_summary".
 """
 
 from __future__ import annotations

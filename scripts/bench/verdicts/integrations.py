@@ -194,6 +194,7 @@ def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float 
     their mean, which brackets the profiled run in time (the host's speed drifts over seconds). ``plain_ms``:
     the same step in a plain eager loop."""
     from stepscope.capture.cycle import telemetry_of
+    from stepscope.capture.telemetry import as_dict
 
     step_ms = statistics.fmean(unprofiled)
     handler = session.handler
@@ -208,9 +209,9 @@ def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float 
     return {"scenario": name, "family": family,
             "truth": {"step_ms": step_ms, "step_ms_before": unprofiled[0], "step_ms_after": unprofiled[1],
                       "gpu_ms": gpu_ms, "gpu_busy_pct": busy, "plain_step_ms": plain_ms, "expected": expected},
-            "telemetry": summary.telemetry,
-            "telemetry_before": telemetry_of(cycle.before, cycle.with_data) if cycle else None,
-            "telemetry_after": telemetry_of(cycle.after, cycle.with_data) if cycle else None,
+            "telemetry": as_dict(summary.telemetry),
+            "telemetry_before": as_dict(telemetry_of(cycle.before, cycle.with_data)) if cycle else None,
+            "telemetry_after": as_dict(telemetry_of(cycle.after, cycle.with_data)) if cycle else None,
             "diagnosis_run": {"verdict": d["verdict"], "gpu_busy_pct": d["metrics"]["gpu_busy_pct"],
                               "profiled_gpu_busy_pct": d["metrics"]["profiled"]["gpu_busy_pct"],
                               "step_ms": d["metrics"]["step_ms"], "profiled_step_ms": d["metrics"]["profiled"]["step_ms"],

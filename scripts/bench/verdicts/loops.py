@@ -41,6 +41,7 @@ from pathlib import Path
 
 from stepscope import input_copy, schedule, trace_handler
 from stepscope.capture.cycle import telemetry_of
+from stepscope.capture.telemetry import as_dict
 from stepscope.trace.errors import TraceError
 
 from bench.verdicts.bench import GPU_ORDER, HOLDOUT_ORDER, diagnose
@@ -150,7 +151,7 @@ def loop_scenario(name: str, out: Path, device) -> dict:
         raise ValueError(f"{name}: no diagnosis: {summary.error}")
     d = summary.report.to_dict()
     (run_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-    row = {"scenario": name, "truth": truth, "telemetry": summary.telemetry,
+    row = {"scenario": name, "truth": truth, "telemetry": as_dict(summary.telemetry),
            "diagnosis_run": {"verdict": d["verdict"], "gpu_busy_pct": d["metrics"]["gpu_busy_pct"],
                              "profiled_gpu_busy_pct": d["metrics"]["profiled"]["gpu_busy_pct"],
                              "step_ms": d["metrics"]["step_ms"], "profiled_step_ms": d["metrics"]["profiled"]["step_ms"],
@@ -159,8 +160,8 @@ def loop_scenario(name: str, out: Path, device) -> dict:
     # the kept steps before the cycle and after it, apart: where they differ, the profiler left a cost in the
     # steps after it (bench/after_profiling.py), or the host's speed drifted
     cycle = sched.cycles[0]
-    row["telemetry_before"] = telemetry_of(cycle.before, cycle.with_data)
-    row["telemetry_after"] = telemetry_of(cycle.after, cycle.with_data)
+    row["telemetry_before"] = as_dict(telemetry_of(cycle.before, cycle.with_data))
+    row["telemetry_after"] = as_dict(telemetry_of(cycle.after, cycle.with_data))
     try:  # the same trace as a stranger's, for comparison; its failure leaves the loop's own result standing
         row["diagnosis"] = diagnose(run_dir)
     except TraceError as e:

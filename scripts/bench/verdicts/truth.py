@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 from stepscope.analysis.verdicts import GPU_BOUND, GPU_BOUND_PCT, LAUNCH_BOUND, TRANSFER_BOUND
+from stepscope.capture.telemetry import as_dict
 from stepscope.demo.step import capture_graph
 from stepscope.demo.timing import StepClock, Throughput
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
@@ -173,7 +174,7 @@ def run_telemetry(w, device: torch.device, steps: int = 30, warmup: int = 2, bud
         if i > warmup + 5 and time.perf_counter() > t_end:
             break
     thr.add(clock.drain())  # sync point: once, after the timed steps
-    return thr.telemetry()
+    return as_dict(thr.telemetry())
 
 
 def record_trace(w, out_dir: Path, device: torch.device, cold: bool = False) -> Path:
