@@ -2,8 +2,8 @@
 
     c = read_columns(path)     # Columns: per complete event, its position, category, name, thread, times, ids
 
-One streamed pass decodes each event into a small struct of the fields the rules read and appends them to
-columns: times in typed arrays, repeated values (categories, threads) as shared objects; a 1 GB trace has
+One streamed pass decodes each event into the one event schema's struct (trace/schema.py) and appends the
+fields the rules read to columns: times in typed arrays, repeated values (categories, threads) as shared objects; a 1 GB trace has
 millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
 byte ranges at once, the second by a forked helper, and the two sets of columns joined: the same columns
 either way.
@@ -19,62 +19,21 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from stepscope.trace import schema
 from stepscope.trace.jsonstream import TraceStream, split_points
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import Workers
 
-UNSET = msgspec.UNSET
+UNSET = schema.UNSET
 NAN = float("nan")
-
-
-class _Args(msgspec.Struct, gc=False):
-    correlation: Any = UNSET
-    ext_upper: Any = msgspec.field(default=UNSET, name="External id")
-    ext_lower: Any = msgspec.field(default=UNSET, name="external id")
-    module: Any = msgspec.field(default=UNSET, name="Python module id")
-    call_stack: Any = msgspec.field(default=UNSET, name="Call stack")
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = UNSET
-    cat: Any = UNSET
-    name: Any = UNSET
-    pid: Any = UNSET
-    tid: Any = UNSET
-    ts: Any = UNSET
-    dur: Any = UNSET
-    args: _Args | None = None
-
-
-_TYPED = msgspec.json.Decoder(list[_Event])
-_RAW = msgspec.json.Decoder(list[msgspec.Raw])
-_ONE = msgspec.json.Decoder(_Event)
-_EMPTY_ARGS = _Args()
-
-
-def _decode(text) -> list:
-    """The events of a piece as _Event structs; an entry that is not a JSON object stays a msgspec.Raw."""
-    try:
-        return _TYPED.decode(text)
-    except msgspec.ValidationError:
-        out = []
-        for r in _RAW.decode(bytes(text)):
-            try:
-                out.append(_ONE.decode(r))
-            except msgspec.ValidationError:
-                out.append(r)
-        return out
+_decode = schema.decode_each  # the one event schema; an entry that is no event stays its msgspec.Raw
 
 
 def from_objects(entries: list) -> list:
     """``_decode`` for a piece that Python's json read (NaN or Infinity literals, see jsonstream.py)."""
-    out = []
-    for e in entries:
-        try:
-            out.append(msgspec.convert(e, _Event))
-        except msgspec.ValidationError:  # not an object, or args that is not one: kept as its JSON text
-            out.append(msgspec.Raw(json.dumps(e).encode()))
-    return out
+    # an entry that is no event (not an object, or args that is not one) is kept as its JSON text
+    return [e if e is not None else msgspec.Raw(json.dumps(o).encode())
+            for o, e in zip(entries, map(schema.from_object, entries))]
 
 
 @dataclass
@@ -161,13 +120,14 @@ def _append(c: Columns, more: Columns) -> None:
 
 
 _NUMBER = (int, float)
+Event, NO_ARGS = schema.Event, schema.NO_ARGS
 
 
 def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
     """The columns of one piece of entries, an entry at a time, whatever they hold."""
     names = c.names
     for i, e in enumerate(events, c.count):
-        if e.__class__ is not _Event:
+        if e.__class__ is not Event:
             c.not_objects.append(i)
             c.ts_all.append(NAN)
             continue
@@ -194,14 +154,14 @@ def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         nid = names.get(name)
         if nid is None:
             nid = names[name] = len(names)
-        a = e.args or _EMPTY_ARGS
+        a = e.args or NO_ARGS
         ts, dur = e.ts, e.dur
-        ts = 0.0 if ts is UNSET else float(ts)
-        dur = 0.0 if dur is UNSET or not dur else max(float(dur), 0.0)  # vocabulary.span: negative is 0
+        ts = 0.0 if ts is None else float(ts)
+        dur = 0.0 if not dur else max(float(dur), 0.0)  # vocabulary.span: negative is 0
         ext = a.ext_lower
         if ext is UNSET or ext is None:
             ext = None if a.ext_upper is UNSET else a.ext_upper
-        corr = a.correlation
+        corr = a.correlation  # None where absent
         module = a.module
         thread = (e.pid, e.tid)
         c.index.append(i)
@@ -210,7 +170,7 @@ def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         c.thread.append(threads.setdefault(thread, thread))
         c.start.append(ts)
         c.end.append(ts + dur)
-        c.corr.append(None if corr is UNSET else corr)
+        c.corr.append(corr)
         c.ext.append(ext)
         c.module.append(module is not UNSET and module is not None)
         c.has_stack.append(a.call_stack is not UNSET)

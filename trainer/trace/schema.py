@@ -1,0 +1,137 @@
+"""The one schema of a trace event: the fields that any reader of a trace (the analysis, the plugin copy, the
+excerpt, the step-name scan) takes from the events of ``traceEvents``. Torch-free.
+
+    events = decode(text)            # a piece of traceEvents (bytes of a JSON array) -> list[Event]
+    e.name, e.ts, e.args.correlation # absent fields: the defaults below (msgspec.UNSET where absence counts)
+    Named = view("name", "cat", "ph")   # a Struct of a few of Event's fields, as Event defines them
+
+msgspec decodes each event into an ``Event`` of these fields only (every other key is skipped), and the
+compiled reader (fastread.py) reads the same fields, by their JSON names, into columns: a field added here is
+read by both readers and by every decoder. Where a value is absent:
+
+- ``name``, ``cat`` and the ``args`` that only need their presence known are ``UNSET`` (an event without a
+  name differs from one whose name is null);
+- ``ph``, ``ts``, ``dur``, ``tid``, ``correlation`` are None (absent and null read alike), ``pid`` is 0 (a
+  kernel without ``args.device`` is on device ``pid or 0``);
+- the ``[memory]`` event's numbers are 0 (``MEMORY_ARGS``).
+
+A reader that needs only a few top-level fields decodes into a ``view`` of them (msgspec then skips the
+other values, which is faster), never into a Struct of its own.
+
+A value may be of any JSON type (``Any``): what a reader does with a name that is no string, or a time that
+is no number, is its own rule. Only ``args`` must be an object or null: msgspec refuses a piece holding
+another ``args`` (``msgspec.ValidationError``), and each reader says what such an event is to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+UNSET = msgspec.UNSET
+
+
+class Args(msgspec.Struct, gc=False):
+    """The keys of an event's ``args`` that some reader uses."""
+    # kernels, memcpys and runtime calls (the analysis, the copy's launch links)
+    device: Any = UNSET
+    stream: Any = UNSET
+    correlation: Any = None
+    input_dims: msgspec.Raw = msgspec.field(default=UNSET, name="Input Dims")  # only its presence is used
+    # the [memory] event's args (MEMORY_ARGS)
+    device_type: Any = msgspec.field(default=0, name="Device Type")
+    total_allocated: Any = msgspec.field(default=0, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=0, name="Total Reserved")
+    bytes: Any = msgspec.field(default=0, name="Bytes")
+    addr: Any = msgspec.field(default=0, name="Addr")
+    device_id: Any = msgspec.field(default=0, name="Device Id")
+    # the ids and stacks that torch-tb-profiler links operators by (the plugin copy)
+    ext_upper: Any = msgspec.field(default=UNSET, name="External id")
+    ext_lower: Any = msgspec.field(default=UNSET, name="external id")
+    module: Any = msgspec.field(default=UNSET, name="Python module id")
+    call_stack: Any = msgspec.field(default=UNSET, name="Call stack")
+
+
+class Event(msgspec.Struct, gc=False):
+    """One entry of ``traceEvents`` (the module docstring says what an absent field reads as)."""
+    name: Any = UNSET
+    cat: Any = UNSET
+    ph: Any = None
+    ts: Any = None
+    dur: Any = None
+    tid: Any = None
+    pid: Any = 0
+    args: Args | None = None
+
+
+NO_ARGS = Args()
+
+# The args of a ``[memory]`` instant event that become a MemorySample, in its field order after ts (then the
+# event's tid): every reader of traces fills exactly these, each an int, 0 where the event lacks it.
+MEMORY_ARGS = ("Device Type", "Total Allocated", "Total Reserved", "Bytes", "Addr", "Device Id")
+MEMORY_FIELDS = ("device_type", "total_allocated", "total_reserved", "bytes", "addr", "device_id")
+assert [Args.__struct_encode_fields__[Args.__struct_fields__.index(k)] for k in MEMORY_FIELDS] == list(MEMORY_ARGS)
+
+_EVENTS = msgspec.json.Decoder(list[Event])
+_ONE = msgspec.json.Decoder(Event)
+_RAW = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def decode(text) -> list[Event]:
+    """The events of a piece (a JSON array). From an immutable copy of ``text``: the ``Input Dims`` left
+    undecoded (msgspec.Raw) keep a reference to the text they came from, which must not be a stream's own
+    buffer (it is reused for the next piece). Raises msgspec.DecodeError, or ValidationError for an entry
+    that is no object or an ``args`` that is neither an object nor null."""
+    return _EVENTS.decode(bytes(text))
+
+
+def decode_each(text) -> list:
+    """``decode``, entry by entry where the piece holds entries that are no ``Event``: those stay the
+    msgspec.Raw of their JSON text. Raises msgspec.DecodeError on text that is no JSON array."""
+    text = bytes(text)
+    try:
+        return _EVENTS.decode(text)
+    except msgspec.ValidationError:
+        out = []
+        for r in _RAW.decode(text):
+            try:
+                out.append(_ONE.decode(r))
+            except msgspec.ValidationError:
+                out.append(r)
+        return out
+
+
+def from_object(e) -> Event | None:
+    """The Event of an entry that Python's json read (a piece msgspec refuses: NaN or Infinity literals),
+    as ``decode`` gives it; None for an entry that is no event (not an object, or ``args`` that is neither
+    an object nor null)."""
+    if type(e) is not dict:
+        return None
+    args = e.get("args")
+    if args is not None:
+        if type(args) is not dict:
+            return None
+        args = Args(args.get("device", UNSET), args.get("stream", UNSET), args.get("correlation"),
+                    _PRESENT if "Input Dims" in args else UNSET, *(args.get(k, 0) for k in MEMORY_ARGS),
+                    *(args.get(k, UNSET) for k in _LINK_ARGS))
+    return Event(e.get("name", UNSET), e.get("cat", UNSET), e.get("ph"), e.get("ts"), e.get("dur"), e.get("tid"),
+                 e.get("pid", 0), args)
+
+
+def view(*names: str) -> type:
+    """A Struct of the ``Event`` fields ``names`` (top-level fields; not ``args``), with Event's JSON names and
+    defaults: for a reader that needs only those."""
+    if "args" in names:
+        raise ValueError("a view holds top-level fields only; decode Event for its args")
+    return _views.get(names) or _views.setdefault(names, msgspec.defstruct(
+        "View_" + "_".join(names), [(n, _FIELDS[n].type, msgspec.field(default=_FIELDS[n].default,
+                                                                       name=_FIELDS[n].encode_name))
+                                    for n in names], gc=False, module=__name__))
+
+
+_FIELDS = {f.name: f for f in msgspec.structs.fields(Event)}
+_views: dict[tuple, type] = {}
+_PRESENT = msgspec.Raw(b"[]")  # an "Input Dims" read by Python's json: only its presence is used
+_LINK_ARGS = ("External id", "external id", "Python module id", "Call stack")
+assert [f.encode_name for f in msgspec.structs.fields(Args)][-len(_LINK_ARGS):] == list(_LINK_ARGS)
