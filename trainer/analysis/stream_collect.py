@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import msgspec
 from stepscope.analysis import stream_columns
 from stepscope.analysis.events import (
     DATA_ANNOTATIONS,
@@ -46,10 +47,14 @@ from stepscope.trace.vocabulary import (
     STEP_PREFIX,
 )
 
-# the one event schema (trace/schema.py): its decoders, and the events and args they give
-Args, Event, MEMORY_ARGS, decode = schema.Args, schema.Event, schema.MEMORY_ARGS, schema.decode
-_MEMORY_FIELDS = schema.MEMORY_FIELDS
+# The fields the analysis reads: a view of the one event schema (trace/schema.py), which the compiled reader
+# reads too. ``read`` also takes schema.Event, whose fields are a superset (plugin_copy/one_pass.py).
+Event = schema.view("name", "cat", "ph", "ts", "dur", "tid", "pid",
+                    args=("device", "stream", "correlation", "input_dims", *schema.MEMORY_FIELDS))
+Args = msgspec.structs.fields(Event)[-1].type.__args__[0]
+MEMORY_ARGS, _MEMORY_FIELDS = schema.MEMORY_ARGS, schema.MEMORY_FIELDS
 assert _MEMORY_FIELDS == MemorySample._fields[1:-1]
+decode = schema.decoder(Event)
 
 
 class Invalid(NamedTuple):
@@ -57,7 +62,7 @@ class Invalid(NamedTuple):
     entry: Any
 
 
-_NO_ARGS = schema.NO_ARGS
+_NO_ARGS = Args()
 # What a category's complete events are (Collector._kind)
 _K_PYTHON, _K_DEVICE, _K_RUNTIME, _K_OP, _K_ANNOTATION, _K_OTHER = range(6)
 
@@ -74,7 +79,8 @@ def read(text) -> list[Event] | Columns:
 def from_objects(entries: list) -> list[Event]:
     """``decode`` for a piece that Python's json read (jsonstream.TraceStream's ``lenient``); an entry that is
     no event is kept as an ``Invalid`` marker, which the collector refuses."""
-    return [e if e is not None else Event(name=Invalid(o)) for o, e in zip(entries, map(schema.from_object, entries))]
+    return [e if e is not None else Event(name=Invalid(o))
+            for o, e in zip(entries, map(schema.from_object, entries))]
 
 
 def as_dict(e: Event):

@@ -82,7 +82,7 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
     bound = limit if limit is not None else read_limit() if path.name.endswith(".gz") else None
     ranged = _in_ranges(path, parts, block, bound) if parts > 1 else None
     if ranged is not None:
-        return _parsed(path, where, worker, span, *ranged)
+        return parsed_trace(path, where, worker, span, *ranged)
     c = Collector(where)
     pending: list[list] = []
     try:
@@ -107,7 +107,7 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
         c.base = 0.0
         for piece in pending:
             c.add(piece)
-    return _parsed(path, where, worker, span, c, header)
+    return parsed_trace(path, where, worker, span, c, header)
 
 
 def _in_ranges(path: Path, parts: int, block: int, bound: int | None) -> tuple[Collector, dict] | None:
@@ -126,7 +126,9 @@ def _in_ranges(path: Path, parts: int, block: int, bound: int | None) -> tuple[C
         return None
 
 
-def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header: dict) -> ParsedTrace:
+def parsed_trace(path: Path, where: str, worker: str, span: str, c: Collector, header: dict) -> ParsedTrace:
+    """The ParsedTrace of the events collected in ``c`` from the file ``path`` (its top-level keys: ``header``);
+    raises validate.py's TraceError for the header, NoSteps for a trace without a step."""
     check_document({**header, "traceEvents": []}, where)
     steps, steps_from = c.steps, FROM_PROFILER
     if not steps:

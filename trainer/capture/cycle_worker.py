@@ -4,8 +4,9 @@
     worker.submit(Job(span, raw_path, cycle))   # returns at once
     worker.close(timeout=60)                    # False if work was left undone
 
-For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (tbfix's streamed rewrite, so the trace
-is never held in memory), the analysis of the raw trace (streamed parse) with the unprofiled steps' telemetry
+For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (the streamed rewrite, so the trace is
+never held in memory; the read that plans it also parses the trace for the analysis, plugin_copy/one_pass.py),
+the analysis of the raw trace with the unprofiled steps' telemetry
 of that cycle (waiting, up to `settle_s`, for the steps after the cycle to be timed), the raw trace gzipped when
 asked, then the run's diagnosis merged from the per-cycle summaries (cycle_summary.py): diagnosis.md,
 cycles.jsonl, TensorBoard Text `diagnosis` and Scalars `diagnosis/*` at step = cycle number.
@@ -28,11 +29,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.render import summary_scalars
-from stepscope.analysis.report import RunReport, analyze_path
+from stepscope.analysis.report import RunReport, analyze_parsed_file, analyze_path
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
+from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
 from stepscope.tensorboard.tb_events import EventLog
@@ -154,14 +157,16 @@ class CycleWorker:
 
     def _work(self, index: int, job: Job, waited: bool) -> None:
         notes = []
+        parsed = None  # the analysis' parse, from the copy's read of the trace
         try:
-            write_plugin_copy(self.dir, self.worker, job.span, job.raw, self.use_gzip)
+            _, parsed = write_plugin_copy_and_parse(self.dir, self.worker, job.span, job.raw, self.use_gzip)
         except Exception as e:  # the raw trace stays; the analysis says what it can
             notes.append(f"no TensorBoard copy ({type(e).__name__}: {e})")
         telemetry = job.cycle.telemetry() if job.cycle is not None else None
         report, error = None, None
         try:
-            report = analyze_path(job.raw, self.worker, job.span, telemetry)
+            report = (analyze_path(job.raw, self.worker, job.span, telemetry) if parsed is None
+                      else analyze_parsed_file(parsed, job.raw, telemetry))
         except TraceError as e:
             error = str(e)
         if self.use_gzip:
@@ -212,6 +217,16 @@ def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool
     plan, header = plan_edits(raw)  # the default policy: this process only (a training process never forks)
     write_adapted_stream(raw, adapted, plan, header)
     return adapted
+
+
+def write_plugin_copy_and_parse(run_dir: Path, worker: str, span: str, raw: Path,
+                                gz: bool) -> tuple[Path, ParsedTrace | None]:
+    """``write_plugin_copy``, and the analysis' parse of the trace from the same read of it
+    (plugin_copy/one_pass.py; None: ``analyze_path`` on the raw trace says why there is none)."""
+    adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
+    both = read_both(raw, worker, span)  # one process (a training process never forks)
+    write_adapted_stream(raw, adapted, both.plan, both.header)
+    return adapted, both.parsed
 
 
 def gzip_raw(run_dir: Path, worker: str, span: str, raw: Path) -> Path:

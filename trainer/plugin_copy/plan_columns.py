@@ -26,7 +26,10 @@ from stepscope.trace.workers import Workers
 
 UNSET = schema.UNSET
 NAN = float("nan")
-_decode = schema.decode_each  # the one event schema; an entry that is no event stays its msgspec.Raw
+# the fields the rules read: a view of the one event schema (read_events also takes schema.Event)
+_Event = schema.view("ph", "cat", "name", "pid", "tid", "ts", "dur",
+                     args=("correlation", "ext_upper", "ext_lower", "module", "call_stack"))
+_decode = schema.each_decoder(_Event)  # an entry that is no event stays its msgspec.Raw
 
 
 def from_objects(entries: list) -> list:
@@ -93,7 +96,7 @@ def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Column
     threads: dict[tuple, tuple] = {}
     with TraceStream(path, span=byte_range, lenient=from_objects) as stream:
         for events in stream.decode_events(_decode):
-            _read_events(c, events, cats, threads)
+            read_events(c, events, cats, threads)
             c.count += len(events)
         c.header = stream.header
     return c
@@ -120,14 +123,14 @@ def _append(c: Columns, more: Columns) -> None:
 
 
 _NUMBER = (int, float)
-Event, NO_ARGS = schema.Event, schema.NO_ARGS
+Raw, NO_ARGS = msgspec.Raw, schema.NO_ARGS
 
 
-def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
+def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
     """The columns of one piece of entries, an entry at a time, whatever they hold."""
     names = c.names
     for i, e in enumerate(events, c.count):
-        if e.__class__ is not Event:
+        if e.__class__ is Raw:
             c.not_objects.append(i)
             c.ts_all.append(NAN)
             continue

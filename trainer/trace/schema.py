@@ -4,6 +4,8 @@ excerpt, the step-name scan) takes from the events of ``traceEvents``. Torch-fre
     events = decode(text)            # a piece of traceEvents (bytes of a JSON array) -> list[Event]
     e.name, e.ts, e.args.correlation # absent fields: the defaults below (msgspec.UNSET where absence counts)
     Named = view("name", "cat", "ph")   # a Struct of a few of Event's fields, as Event defines them
+    Timed = view("ts", "dur", args=("correlation",))   # ... and of its args' fields
+    decode_named = decoder(Named)    # decode(text) -> list[Named]
 
 msgspec decodes each event into an ``Event`` of these fields only (every other key is skipped), and the
 compiled reader (fastread.py) reads the same fields, by their JSON names, into columns: a field added here is
@@ -15,8 +17,9 @@ read by both readers and by every decoder. Where a value is absent:
   kernel without ``args.device`` is on device ``pid or 0``);
 - the ``[memory]`` event's numbers are 0 (``MEMORY_ARGS``).
 
-A reader that needs only a few top-level fields decodes into a ``view`` of them (msgspec then skips the
-other values, which is faster), never into a Struct of its own.
+A reader that needs only some of the fields decodes into a ``view`` of them (msgspec then skips the other
+values, which is faster), never into a Struct of its own: the field names, JSON names and defaults are
+defined once, here.
 
 A value may be of any JSON type (``Any``): what a reader does with a name that is no string, or a time that
 is no number, is its own rule. Only ``args`` must be an object or null: msgspec refuses a piece holding
@@ -73,33 +76,45 @@ MEMORY_ARGS = ("Device Type", "Total Allocated", "Total Reserved", "Bytes", "Add
 MEMORY_FIELDS = ("device_type", "total_allocated", "total_reserved", "bytes", "addr", "device_id")
 assert [Args.__struct_encode_fields__[Args.__struct_fields__.index(k)] for k in MEMORY_FIELDS] == list(MEMORY_ARGS)
 
-_EVENTS = msgspec.json.Decoder(list[Event])
-_ONE = msgspec.json.Decoder(Event)
 _RAW = msgspec.json.Decoder(list[msgspec.Raw])
 
 
-def decode(text) -> list[Event]:
-    """The events of a piece (a JSON array). From an immutable copy of ``text``: the ``Input Dims`` left
-    undecoded (msgspec.Raw) keep a reference to the text they came from, which must not be a stream's own
-    buffer (it is reused for the next piece). Raises msgspec.DecodeError, or ValidationError for an entry
-    that is no object or an ``args`` that is neither an object nor null."""
-    return _EVENTS.decode(bytes(text))
+def decoder(struct: type | None = None):
+    """``decode(text)``: the events of a piece (a JSON array) as ``struct`` (default: Event; else a ``view``).
+    From an immutable copy of ``text``: the ``Input Dims`` left undecoded (msgspec.Raw) keep a reference to
+    the text they came from, which must not be a stream's own buffer (it is reused for the next piece).
+    Raises msgspec.DecodeError, or ValidationError for an entry that is no object or an ``args`` that is
+    neither an object nor null."""
+    events = msgspec.json.Decoder(list[struct or Event])
+
+    def decode(text) -> list:
+        return events.decode(bytes(text))
+    return decode
 
 
-def decode_each(text) -> list:
-    """``decode``, entry by entry where the piece holds entries that are no ``Event``: those stay the
-    msgspec.Raw of their JSON text. Raises msgspec.DecodeError on text that is no JSON array."""
-    text = bytes(text)
-    try:
-        return _EVENTS.decode(text)
-    except msgspec.ValidationError:
-        out = []
-        for r in _RAW.decode(text):
-            try:
-                out.append(_ONE.decode(r))
-            except msgspec.ValidationError:
-                out.append(r)
-        return out
+def each_decoder(struct: type | None = None):
+    """``decode_each(text)``: as ``decoder``'s, entry by entry where the piece holds entries that are no
+    event: those stay the msgspec.Raw of their JSON text. Raises msgspec.DecodeError on text that is no JSON
+    array."""
+    events, one = msgspec.json.Decoder(list[struct or Event]), msgspec.json.Decoder(struct or Event)
+
+    def decode_each(text) -> list:
+        text = bytes(text)
+        try:
+            return events.decode(text)
+        except msgspec.ValidationError:
+            out = []
+            for r in _RAW.decode(text):
+                try:
+                    out.append(one.decode(r))
+                except msgspec.ValidationError:
+                    out.append(r)
+            return out
+    return decode_each
+
+
+decode = decoder()
+decode_each = each_decoder()
 
 
 def from_object(e) -> Event | None:
@@ -119,18 +134,27 @@ def from_object(e) -> Event | None:
                  e.get("pid", 0), args)
 
 
-def view(*names: str) -> type:
-    """A Struct of the ``Event`` fields ``names`` (top-level fields; not ``args``), with Event's JSON names and
-    defaults: for a reader that needs only those."""
-    if "args" in names:
-        raise ValueError("a view holds top-level fields only; decode Event for its args")
-    return _views.get(names) or _views.setdefault(names, msgspec.defstruct(
-        "View_" + "_".join(names), [(n, _FIELDS[n].type, msgspec.field(default=_FIELDS[n].default,
-                                                                       name=_FIELDS[n].encode_name))
-                                    for n in names], gc=False, module=__name__))
+def view(*names: str, args: tuple[str, ...] = ()) -> type:
+    """A Struct of the ``Event`` fields ``names`` (not ``args``) and, when ``args`` names some of Args' fields,
+    an ``args`` of those (an optional Struct, as Event's): each field with the JSON name and default of the
+    one definition above. For a reader that needs only those (msgspec skips the other values)."""
+    key = (names, args)
+    if key not in _views:
+        fields = [_field(_EVENT_FIELDS[n]) for n in names if n != "args"]
+        if args:
+            inner = msgspec.defstruct("ArgsView", [_field(_ARGS_FIELDS[n]) for n in args], gc=False,
+                                      module=__name__)
+            fields.append(("args", inner | None, None))
+        _views[key] = msgspec.defstruct("EventView", fields, gc=False, module=__name__)
+    return _views[key]
 
 
-_FIELDS = {f.name: f for f in msgspec.structs.fields(Event)}
+def _field(f: msgspec.structs.FieldInfo) -> tuple:
+    return f.name, f.type, msgspec.field(default=f.default, name=f.encode_name)
+
+
+_EVENT_FIELDS = {f.name: f for f in msgspec.structs.fields(Event)}
+_ARGS_FIELDS = {f.name: f for f in msgspec.structs.fields(Args)}
 _views: dict[tuple, type] = {}
 _PRESENT = msgspec.Raw(b"[]")  # an "Input Dims" read by Python's json: only its presence is used
 _LINK_ARGS = ("External id", "external id", "Python module id", "Call stack")

@@ -1,0 +1,102 @@
+"""One read of a trace for both the analysis and the plugin copy (plugin_copy/one_pass.py): the plan, the copy
+and the parse are those of the two readers alone, on the real traces in tests/data; what the analysis refuses
+is left to parse_path; the handler's cycle worker makes its copy and its report from that one read."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from stepscope.analysis.report import analyze_path, parse_path
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.capture.cycle_worker import CycleWorker, Job, write_plugin_copy
+from stepscope.plugin_copy.one_pass import read_both
+from stepscope.plugin_copy.stream_plan import plan_edits
+from stepscope.plugin_copy.stream_write import write_adapted_stream
+from stepscope.trace import fastread
+from stepscope.trace.errors import TraceError
+
+DATA = Path(__file__).parent / "data"
+TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))
+
+
+def _same_plan(a, b) -> None:
+    assert np.array_equal(a.keep, b.keep)
+    assert a.edits == b.edits
+    assert np.array_equal(a.ts, b.ts, equal_nan=True)
+    assert a.step_starts == b.step_starts
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.parent.name)
+def test_one_read_gives_the_plan_and_the_parse_of_the_two_readers(path):
+    both = read_both(path, "w", "1")
+    plan, header = plan_edits(path)
+    _same_plan(both.plan, plan)
+    assert both.header == header
+    assert both.parsed == parse_trace_file(path, "w", "1")
+
+
+def test_the_copy_from_one_read_is_the_copy_byte_for_byte(tmp_path):
+    src = DATA / "cuda_graph" / next(p.name for p in (DATA / "cuda_graph").glob("*.pt.trace.json.gz"))
+    both = read_both(src, "w", "1")
+    write_adapted_stream(src, tmp_path / "one.json", both.plan, both.header)
+    plan, header = plan_edits(src)
+    write_adapted_stream(src, tmp_path / "two.json", plan, header)
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
+
+
+def _plain(tmp_path: Path, events_edit=None) -> Path:
+    doc = json.loads(gzip.decompress(next((DATA / "cuda_graph").glob("*.pt.trace.json.gz")).read_bytes()))
+    if events_edit is not None:
+        events_edit(doc["traceEvents"])
+    raw = tmp_path / "raw.pt.trace.json"
+    raw.write_text(json.dumps(doc))
+    return raw
+
+
+def test_a_trace_the_analysis_refuses_still_gets_its_plan_and_parse_path_says_why(tmp_path):
+    raw = _plain(tmp_path, lambda events: events.insert(3, 5))  # an entry that is no event
+    both = read_both(raw, "w", "1")
+    assert both.parsed is None
+    assert isinstance(parse_path(raw, "w", "1"), TraceError)
+    plan, header = plan_edits(raw)
+    _same_plan(both.plan, plan)
+    assert not both.plan.keep[3]  # the copy leaves the entry out
+
+
+def test_nan_literals_are_read_by_python_json_for_both(tmp_path):
+    def nan_arg(events):
+        kernel = next(e for e in events if e.get("cat") == "kernel")
+        kernel["args"]["blocks per SM"] = float("nan")  # json.dumps writes NaN, which msgspec refuses
+    raw = _plain(tmp_path, nan_arg)
+    assert b"NaN" in raw.read_bytes()
+    both = read_both(raw, "w", "1")
+    _same_plan(both.plan, plan_edits(raw)[0])
+    assert both.parsed == parse_trace_file(raw, "w", "1")
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_the_cycle_worker_reports_what_the_analysis_of_the_file_says(tmp_path, monkeypatch, pure):
+    if pure:
+        monkeypatch.setenv(fastread.PURE_ENV, "1")
+    elif not fastread.available():
+        pytest.skip(fastread.why_not())
+    raw = _plain(tmp_path)
+    expected = analyze_path(raw, "host_1", "17").to_dict()
+    alone = tmp_path / "alone"
+    write_plugin_copy(alone, "host_1", "17", raw, False)
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(raw, run / "raw.json")
+    worker = CycleWorker(run, "host_1", use_gzip=False, settle_s=0)
+    worker.submit(Job("17", run / "raw.json", None))
+    assert worker.close(timeout=120)
+    (summary,) = worker.summaries
+    assert summary.error is None and summary.notes == ()
+    assert summary.report.to_dict() == expected
+    (copy,) = alone.glob("*.pt.trace.json")
+    assert (run / copy.name).read_bytes() == copy.read_bytes()
