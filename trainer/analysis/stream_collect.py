@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import msgspec
 from stepscope.analysis import stream_columns
 from stepscope.analysis.events import (
     DATA_ANNOTATIONS,
@@ -51,7 +50,7 @@ from stepscope.trace.vocabulary import (
 # reads too. ``read`` also takes schema.Event, whose fields are a superset (plugin_copy/one_pass.py).
 Event = schema.view("name", "cat", "ph", "ts", "dur", "tid", "pid",
                     args=("device", "stream", "correlation", "input_dims", *schema.MEMORY_FIELDS))
-Args = msgspec.structs.fields(Event)[-1].type.__args__[0]
+Args = schema.args_of(Event)
 MEMORY_ARGS, _MEMORY_FIELDS = schema.MEMORY_ARGS, schema.MEMORY_FIELDS
 assert _MEMORY_FIELDS == MemorySample._fields[1:-1]
 decode = schema.decoder(Event)

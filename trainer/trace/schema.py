@@ -140,13 +140,24 @@ def view(*names: str, args: tuple[str, ...] = ()) -> type:
     one definition above. For a reader that needs only those (msgspec skips the other values)."""
     key = (names, args)
     if key not in _views:
-        fields = [_field(_EVENT_FIELDS[n]) for n in names if n != "args"]
+        unknown = [n for n in names if n not in _EVENT_FIELDS or n == "args"] + \
+            [n for n in args if n not in _ARGS_FIELDS]
+        if unknown:
+            raise ValueError(f"not a field of the event schema: {', '.join(unknown)} (args' fields go in args=)")
+        fields = [_field(_EVENT_FIELDS[n]) for n in names]
         if args:
             inner = msgspec.defstruct("ArgsView", [_field(_ARGS_FIELDS[n]) for n in args], gc=False,
                                       module=__name__)
             fields.append(("args", inner | None, None))
         _views[key] = msgspec.defstruct("EventView", fields, gc=False, module=__name__)
+        if args:
+            _views_args[_views[key]] = inner
     return _views[key]
+
+
+def args_of(struct: type) -> type:
+    """The Struct of ``struct``'s ``args`` (Args for Event; a view's own for a view)."""
+    return _views_args.get(struct, Args)
 
 
 def _field(f: msgspec.structs.FieldInfo) -> tuple:
@@ -156,6 +167,7 @@ def _field(f: msgspec.structs.FieldInfo) -> tuple:
 _EVENT_FIELDS = {f.name: f for f in msgspec.structs.fields(Event)}
 _ARGS_FIELDS = {f.name: f for f in msgspec.structs.fields(Args)}
 _views: dict[tuple, type] = {}
+_views_args: dict[type, type] = {}
 _PRESENT = msgspec.Raw(b"[]")  # an "Input Dims" read by Python's json: only its presence is used
 _LINK_ARGS = ("External id", "external id", "Python module id", "Call stack")
 assert [f.encode_name for f in msgspec.structs.fields(Args)][-len(_LINK_ARGS):] == list(_LINK_ARGS)

@@ -1,27 +1,66 @@
-"""One read of a trace for both the analysis and the plugin copy (plugin_copy/one_pass.py): the plan, the copy
-and the parse are those of the two readers alone, on the real traces in tests/data; what the analysis refuses
-is left to parse_path; the handler's cycle worker makes its copy and its report from that one read."""
+"""The one event schema (trace/schema.py): no decoder of a trace has a Struct of its own, and a view has the
+one definition's fields. One read of a trace for both the analysis and the plugin copy
+(plugin_copy/one_pass.py): the plan, the copy and the parse are those of the two readers alone, on the real
+traces in tests/data; what the analysis refuses is left to parse_path; the handler's cycle worker makes its
+copy and its report from that one read."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import stepscope
 from stepscope.analysis.report import analyze_path, parse_path
 from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.capture.cycle_worker import CycleWorker, Job, write_plugin_copy
 from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import write_adapted_stream
-from stepscope.trace import fastread
+from stepscope.trace import fastread, schema
 from stepscope.trace.errors import TraceError
 
 DATA = Path(__file__).parent / "data"
 TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))
+
+
+def test_no_decoder_of_a_trace_has_a_struct_of_its_own():
+    package = Path(stepscope.__file__).parent
+    own = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py"))
+           if p.name != "schema.py" and re.search(r"class \w+\([^)]*Struct|defstruct\(", p.read_text())]
+    assert own == []
+
+
+def test_a_view_has_the_json_names_and_defaults_of_the_one_definition():
+    view = schema.view("name", "ts", "pid", args=("correlation", "ext_upper", "device_type"))
+    assert schema.view("name", "ts", "pid", args=("correlation", "ext_upper", "device_type")) is view
+    text = b'[{"name": "k", "ts": 1.5, "args": {"External id": 3, "Device Type": 1, "x": [1]}, "dur": 2}, {}]'
+    first, empty = schema.decoder(view)(text)
+    assert (first.name, first.ts, first.pid) == ("k", 1.5, 0)
+    assert (first.args.ext_upper, first.args.correlation, first.args.device_type) == (3, None, 1)
+    assert (empty.name, empty.ts, empty.args) == (schema.UNSET, None, None)
+    full, _ = schema.decode(text)
+    assert (full.dur, full.args.ext_upper, full.args.ext_lower) == (2, 3, schema.UNSET)
+    with pytest.raises(ValueError):
+        schema.view("name", "no_such_field")
+
+
+def test_an_entry_read_by_python_json_is_the_event_msgspec_gives():
+    text = (b'[{"name": "k", "cat": "kernel", "ph": "X", "ts": 1, "dur": 2, "tid": 7, "pid": 1, "args": '
+            b'{"correlation": 5, "external id": 9, "Call stack": "a.py(1): f", "Input Dims": [[1]], "Bytes": 4}}]')
+    (decoded,) = schema.decode(text)
+    (read,) = map(schema.from_object, json.loads(text))
+    for f in ("name", "cat", "ph", "ts", "dur", "tid", "pid"):
+        assert getattr(read, f) == getattr(decoded, f)
+    for f in schema.Args.__struct_fields__:
+        if f != "input_dims":  # only its presence is used
+            assert getattr(read.args, f) == getattr(decoded.args, f), f
+    assert read.args.input_dims is not schema.UNSET and decoded.args.input_dims is not schema.UNSET
+    assert schema.from_object(5) is None and schema.from_object({"args": 5}) is None
 
 
 def _same_plan(a, b) -> None:
