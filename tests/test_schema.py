@@ -139,3 +139,57 @@ def test_the_cycle_worker_reports_what_the_analysis_of_the_file_says(tmp_path, m
     assert summary.report.to_dict() == expected
     (copy,) = alone.glob("*.pt.trace.json")
     assert (run / copy.name).read_bytes() == copy.read_bytes()
+
+
+def _columns_of(read, text: bytes):
+    from stepscope.plugin_copy.plan_columns import Columns
+    c = Columns()
+    assert read(c, text, {}, {}) is not False
+    return c
+
+
+def _as_lists(c) -> dict:
+    out = {k: list(v) if hasattr(v, "typecode") else v for k, v in vars(c).items() if k != "ts_all"}  # arrays
+    out["ts_all"] = [None if x != x else x for x in c.ts_all]  # NaN as None, to compare
+    return out
+
+
+ODD = [  # values of every kind the copy's rules read, where the compiled reader keeps them as columns
+    {"ph": "X", "cat": "Kernel", "name": "k", "pid": 1, "tid": "stream 7", "ts": 10, "dur": 5,
+     "args": {"correlation": 3, "External id": 4}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 9.5, "dur": -1,
+     "args": {"correlation": 3, "external id": None, "External id": 8}},
+    {"ph": "X", "name": None, "ts": None, "dur": 0, "args": None},
+    {"ph": "X", "cat": 5, "ts": 1, "args": {"external id": "e", "Python module id": None, "Call stack": None}},
+    {"ph": "X", "cat": "", "name": "ProfilerStep#3", "pid": "p", "ts": 2, "dur": 7.25,
+     "args": {"Python module id": 0, "correlation": None}},
+    {"ph": "i", "name": "ProfilerStep#9", "ts": 4},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "x"}},
+    {"cat": "cpu_op"},
+]
+
+
+def test_the_copy_reads_columns_as_it_reads_events():
+    from stepscope.plugin_copy.plan_columns import _decode, read_column_piece, read_events
+    if not fastread.available():
+        pytest.skip(fastread.why_not())
+    reader = fastread.ColumnReader(schema.Event)
+    text = json.dumps(ODD).encode()
+    by_events = _columns_of(lambda c, t, cats, th: read_events(c, _decode(t), cats, th), text)
+    by_columns = _columns_of(lambda c, t, cats, th: read_column_piece(c, reader.read(t), cats, th), text)
+    assert _as_lists(by_columns) == _as_lists(by_events)
+    for odd in ({"ph": "X", "ts": True}, {"ph": "X", "pid": 1.5}, {"ph": "X", "name": 3}, {"ts": 2**60},
+                {"ph": "X", "args": {"correlation": [1]}}):
+        from stepscope.plugin_copy.plan_columns import Columns
+        assert read_column_piece(Columns(), reader.read(json.dumps(ODD + [odd]).encode()), {}, {}) is False, odd
+
+
+def test_the_copy_reads_real_traces_as_columns(monkeypatch):
+    from stepscope.plugin_copy import one_pass
+    if not fastread.available():
+        pytest.skip(fastread.why_not())
+    taken = []  # whether each piece was read from its columns (not decoded again by msgspec)
+    real = one_pass.read_column_piece
+    monkeypatch.setattr(one_pass, "read_column_piece", lambda *args: taken.append(real(*args)) or taken[-1])
+    assert read_both(TRACES[0], "w", "1").parsed is not None
+    assert taken and all(taken)

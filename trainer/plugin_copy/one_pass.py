@@ -5,9 +5,10 @@ handler's cycle, ``stepscope analyze --export-tensorboard``).
     write_adapted_stream(path, adapted, both.plan, both.header)   # the copy (stream_write.py)
     both.parsed                           # a ParsedTrace, as parse_trace_file gives it; or None
 
-Each piece of ``traceEvents`` is decoded once, into the one event schema (trace/schema.py), and handed to
-both the copy's planning columns (plan_columns.py) and the analysis' collector (analysis/stream_collect.py):
-the plan and the parse are those of ``plan_edits`` and ``parse_trace_file``, from one decode instead of two.
+Each piece of ``traceEvents`` is read once, into the one event schema's fields (trace/schema.py: as numpy
+columns by the compiled reader where it is built, else as msgspec structs), and handed to both the copy's
+planning columns (plan_columns.py) and the analysis' collector (analysis/stream_collect.py): the plan and the
+parse are those of ``plan_edits`` and ``parse_trace_file``, from one read instead of two.
 The copy is then written by stream_write.py's pass, which copies unchanged events as their bytes.
 
 ``both.parsed`` is None where the analysis has something to say about the file (an event or a header it
@@ -24,9 +25,11 @@ from pathlib import Path
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.stream_collect import Collector
 from stepscope.analysis.stream_parse import parsed_trace
-from stepscope.plugin_copy.plan_columns import Columns, from_objects, read_events
+from stepscope.plugin_copy.plan_columns import Columns, from_objects, read_column_piece, read_events
 from stepscope.plugin_copy.stream_plan import EditPlan, plan_of
 from stepscope.trace import schema
+from stepscope.trace.fastread import ColumnReader
+from stepscope.trace.fastread import Columns as FastColumns
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
 
@@ -49,8 +52,11 @@ def read_both(path: Path, worker: str, span: str) -> Both:
     collector: Collector | None = Collector(f"{worker}.{span}")
     pending: list[list] = []  # pieces before the first with a time (the collector's base)
     with TraceStream(path, lenient=from_objects) as stream:
-        for events in stream.decode_events(schema.decode_each):
-            read_events(c, events, cats, threads)
+        for events in stream.decode_events(_read):
+            if type(events) is not FastColumns:
+                read_events(c, events, cats, threads)
+            elif not read_column_piece(c, events, cats, threads):
+                read_events(c, schema.decode_each(events.text), cats, threads)
             c.count += len(events)
             if collector is not None:
                 try:
@@ -69,6 +75,16 @@ def read_both(path: Path, worker: str, span: str) -> Both:
         except Exception:
             parsed = None
     return Both(plan_of(c), c.header, parsed)
+
+
+_COLUMNS = ColumnReader(schema.Event)
+
+
+def _read(text) -> list | FastColumns:
+    """The piece as columns of schema.Event's fields where the compiled reader is built and takes it, else
+    decoded by msgspec (an entry that is no event kept as its msgspec.Raw)."""
+    cols = _COLUMNS.read(text)
+    return schema.decode_each(text) if cols is None else cols
 
 
 def _collect(collector: Collector, pending: list[list], events: list) -> None:

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 from stepscope.trace import schema
+from stepscope.trace.fastread import T_FALSE, T_INT, T_MISSING, T_NULL, T_OTHER, T_REAL, T_STR, T_TRUE
+from stepscope.trace.fastread import Columns as FastColumns
 from stepscope.trace.jsonstream import TraceStream, split_points
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import Workers
@@ -177,3 +180,76 @@ def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         c.ext.append(ext)
         c.module.append(module is not UNSET and module is not None)
         c.has_stack.append(a.call_stack is not UNSET)
+
+
+_EXACT = 2**53  # integers up to this are exact as float64; past it, the per-event rules convert them
+_PLAIN = (T_INT, T_STR, T_NULL, T_MISSING)  # value types rebuilt as Python objects here
+
+
+def _big(cols: FastColumns, t: np.ndarray, field: str) -> bool:
+    return bool(np.any((t == T_INT) & (np.abs(cols.int(field)) > _EXACT)))
+
+
+def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) -> bool:
+    """``read_events`` of a piece read by the compiled reader (trace/fastread.py, with schema.Event's fields),
+    with numpy over the piece; False (nothing appended) where a value is of a type whose Python conversion
+    the per-event rules must make (then: ``read_events(c, _decode(cols.text), ...)``)."""
+    strings = cols.strings
+    ts_t, dur_t, name_t, ph_t, cat_t = (cols.type(f) for f in ("ts", "dur", "name", "ph", "cat"))
+    timed = (ts_t == T_INT) | (ts_t == T_REAL)
+    if (_big(cols, ts_t, "ts") or _big(cols, dur_t, "dur") or np.any(np.isin(ts_t, (T_TRUE, T_FALSE, T_OTHER)))
+            or not np.all(np.isin(name_t, (T_STR, T_MISSING, T_NULL)))):
+        return False
+    x_code = next((k for k, s in enumerate(strings) if s == "X"), -1)
+    is_x = (ph_t == T_STR) & (cols.int("ph") == x_code)
+    rows = np.flatnonzero(is_x)
+    num = (T_INT, T_REAL, T_NULL, T_MISSING)
+    if not (np.all(np.isin(ts_t[rows], num)) and np.all(np.isin(dur_t[rows], num))):
+        return False
+    values = {}
+    for f, default in (("pid", 0), ("tid", None), ("correlation", None), ("ext_lower", UNSET),
+                       ("ext_upper", UNSET)):
+        t = cols.type(f)[rows]
+        if not np.all(np.isin(t, _PLAIN)):
+            return False
+        values[f] = [v if k == T_INT else strings[v] if k == T_STR else None if k == T_NULL else default
+                     for k, v in zip(t.tolist(), cols.int(f)[rows].tolist())]
+    # every entry: its numeric ts (else NaN), whether it names a step, whether it has a name
+    first = c.count
+    ts = cols.real("ts")
+    c.ts_all.extend(np.where(timed, ts, np.nan).tolist())
+    name_id = cols.int("name")
+    stepped = np.zeros(len(strings) + 1, dtype=bool)
+    stepped[:len(strings)] = [s.startswith(STEP_PREFIX) for s in strings]
+    c.step_rows += (np.flatnonzero(timed & (name_t == T_STR) & stepped[np.where(name_t == T_STR, name_id, -1)])
+                    + first).tolist()
+    c.missing_name += (np.flatnonzero(name_t == T_MISSING) + first).tolist()
+    if not len(rows):
+        return True
+    # the complete events
+    cat_str = cat_t[rows] == T_STR
+    c.missing_cat.update((rows[~cat_str] + first).tolist())
+    lowered = [""] * (len(strings) + 1)
+    for k in set(cols.int("cat")[rows][cat_str].tolist()):
+        s = strings[k]
+        lowered[k] = cats.get(s) or cats.setdefault(s, s.lower())
+    c.cat += [lowered[k] for k in np.where(cat_str, cols.int("cat")[rows], -1).tolist()]
+    names = c.names
+    nt = name_t[rows]
+    text = [strings[k] if t == T_STR else "" if t == T_MISSING else "None"
+            for t, k in zip(nt.tolist(), name_id[rows].tolist())]
+    c.name_id.extend([names.setdefault(s, len(names)) for s in text])
+    start = np.where(timed[rows], ts[rows], 0.0)
+    dur = cols.real("dur")[rows]
+    dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
+    c.index.extend((rows + first).tolist())
+    c.thread += [threads.setdefault(t, t) for t in zip(values["pid"], values["tid"])]
+    c.start.extend(start.tolist())
+    c.end.extend((start + dur).tolist())
+    c.corr += values["correlation"]
+    c.ext += [up if (low is UNSET or low is None) and up is not UNSET else None if low is UNSET or low is None
+              else low for low, up in zip(values["ext_lower"], values["ext_upper"])]
+    module_t, stack_t = cols.type("module")[rows], cols.type("call_stack")[rows]
+    c.module += ((module_t != T_MISSING) & (module_t != T_NULL)).tolist()
+    c.has_stack += (stack_t != T_MISSING).tolist()
+    return True
