@@ -63,7 +63,9 @@ def read_both(path: Path, worker: str, span: str) -> Both:
                     _collect(collector, pending, events)
                 except Exception:  # an event refused, a field that is no number, an entry that is no event
                     collector = None  # (a msgspec.Raw, which has no fields): parse_path says which
-        c.header = stream.header
+        header = stream.header
+    plan = plan_of(c)  # first, so that the columns are dropped before the parse's events are made tuples
+    del c
     parsed = None
     if collector is not None:
         try:
@@ -71,10 +73,10 @@ def read_both(path: Path, worker: str, span: str) -> Both:
                 collector.base = 0.0
                 for piece in pending:
                     collector.add(piece)
-            parsed = parsed_trace(path, collector.where, worker, span, collector, c.header)
+            parsed = parsed_trace(path, collector.where, worker, span, collector, header)
         except Exception:
             parsed = None
-    return Both(plan_of(c), c.header, parsed)
+    return Both(plan, header, parsed)
 
 
 _COLUMNS = ColumnReader(schema.Event)
