@@ -2,9 +2,9 @@
 
     c = read_columns(path)     # Columns: per complete event, its position, category, name, thread, times, ids
 
-One streamed pass decodes each event into the one event schema's struct (trace/schema.py) and appends the
-fields the rules read to columns: times in typed arrays, repeated values (categories, threads) as shared objects; a 1 GB trace has
-millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
+One streamed pass decodes each event into a view of the one event schema (trace/schema.py) and appends the
+fields the rules read to columns: times in typed arrays, repeated values (categories, threads) as shared
+objects; a 1 GB trace has millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
 byte ranges at once, the second by a forked helper, and the two sets of columns joined: the same columns
 either way.
 """

@@ -28,7 +28,7 @@ another ``args`` (``msgspec.ValidationError``), and each reader says what such a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -81,14 +81,15 @@ _RAW = msgspec.json.Decoder(list[msgspec.Raw])
 
 def decoder(struct: type | None = None):
     """``decode(text)``: the events of a piece (a JSON array) as ``struct`` (default: Event; else a ``view``).
-    From an immutable copy of ``text``: the ``Input Dims`` left undecoded (msgspec.Raw) keep a reference to
-    the text they came from, which must not be a stream's own buffer (it is reused for the next piece).
-    Raises msgspec.DecodeError, or ValidationError for an entry that is no object or an ``args`` that is
-    neither an object nor null."""
-    events = msgspec.json.Decoder(list[struct or Event])
+    A struct with ``Input Dims`` decodes from an immutable copy of ``text``: the msgspec.Raw it leaves keeps
+    a reference to the text it came from, which must not be a stream's own buffer (it is reused for the next
+    piece). Raises msgspec.DecodeError, or ValidationError for an entry that is no object or an ``args``
+    that is neither an object nor null."""
+    struct = struct or Event
+    events, copy = msgspec.json.Decoder(list[struct]), _holds_raw(struct)
 
     def decode(text) -> list:
-        return events.decode(bytes(text))
+        return events.decode(bytes(text) if copy else text)
     return decode
 
 
@@ -96,21 +97,27 @@ def each_decoder(struct: type | None = None):
     """``decode_each(text)``: as ``decoder``'s, entry by entry where the piece holds entries that are no
     event: those stay the msgspec.Raw of their JSON text. Raises msgspec.DecodeError on text that is no JSON
     array."""
-    events, one = msgspec.json.Decoder(list[struct or Event]), msgspec.json.Decoder(struct or Event)
+    struct = struct or Event
+    events, one, copy = msgspec.json.Decoder(list[struct]), msgspec.json.Decoder(struct), _holds_raw(struct)
 
     def decode_each(text) -> list:
-        text = bytes(text)
         try:
-            return events.decode(text)
+            return events.decode(bytes(text) if copy else text)
         except msgspec.ValidationError:
             out = []
-            for r in _RAW.decode(text):
+            for r in _RAW.decode(bytes(text)):  # each Raw keeps a reference to this copy
                 try:
                     out.append(one.decode(r))
                 except msgspec.ValidationError:
                     out.append(r)
             return out
     return decode_each
+
+
+def _holds_raw(struct: type) -> bool:
+    """Whether ``struct`` (Event or a view) decodes ``Input Dims``, whose msgspec.Raw refers to the text."""
+    args = next((f.type for f in msgspec.structs.fields(struct) if f.name == "args"), None)
+    return args is not None and any("input_dims" in getattr(t, "__struct_fields__", ()) for t in get_args(args))
 
 
 decode = decoder()
