@@ -71,10 +71,12 @@ def cycle_end_times(sched, on_trace_ready, steps: int) -> list[float]:
 
 
 def test_the_loop_waits_only_for_the_raw_trace_over_100_cycles(tmp_path, monkeypatch):
-    analysed_paths = []
-    analyze_path = cycle_worker.analyze_path
+    analysed_paths = []  # the analyses, from the file or from the parse the copy's read made of it
+    analyze_path, analyze_parsed_file = cycle_worker.analyze_path, cycle_worker.analyze_parsed_file
     monkeypatch.setattr(cycle_worker, "analyze_path", lambda path, *a: analysed_paths.append(path) or
                         analyze_path(path, *a))
+    monkeypatch.setattr(cycle_worker, "analyze_parsed_file", lambda parsed, path, *a: analysed_paths.append(path)
+                        or analyze_parsed_file(parsed, path, *a))
     bare_dir = tmp_path / "bare"
     bare_dir.mkdir()
     # what any handler must do inside prof.step(): export the trace
