@@ -5,11 +5,12 @@
     c.find_base(events)                    # the trace's base time, from the first event with one
     c.add(events)                          # events: decode(text) of consecutive events, in file order
 
-msgspec decodes each piece into small structs of only the fields the analysis reads (name, cat, ph, ts,
-dur, tid, pid and a few args: those of kernels, ops and MEMORY_ARGS). A piece that msgspec refuses although it is JSON that Python reads (NaN or
-Infinity literals, an event that is not an object, ``args`` that is not an object) is normalised: read with
-Python's json and turned into the same structs (``from_objects``), an entry that is no usable event kept as
-an ``Invalid`` marker that the collector refuses in its turn. The collector applies validate.py's checks
+msgspec decodes each piece into the one event schema's structs (trace/schema.py: name, cat, ph, ts, dur,
+tid, pid and the few args any reader uses; the compiled reader reads the same fields into columns). A piece
+that msgspec refuses although it is JSON that Python reads (NaN or Infinity literals, an event that is not an
+object, ``args`` that is not an object) is normalised: read with Python's json and turned into the same
+structs (``from_objects``), an entry that is no usable event kept as an ``Invalid`` marker that the collector
+refuses in its turn. The collector applies validate.py's checks
 as events arrive and raises their ``TraceError`` (one line, naming the event by its index in
 ``traceEvents``), or the ValueError/TypeError of a field that is not a number. Torch-free.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import msgspec
 from stepscope.analysis import stream_columns
 from stepscope.analysis.events import (
     DATA_ANNOTATIONS,
@@ -34,8 +34,10 @@ from stepscope.analysis.events import (
     Step,
 )
 from stepscope.analysis.validate import MAX_TIME_US, STEP_CATEGORIES, STEP_NAME, check_event
+from stepscope.trace import schema
 from stepscope.trace.errors import TraceError
 from stepscope.trace.fastread import ColumnReader, Columns
+from stepscope.trace.schema import UNSET
 from stepscope.trace.vocabulary import (
     ANNOTATION_CATEGORIES,
     DATALOADER_PREFIX,
@@ -44,40 +46,14 @@ from stepscope.trace.vocabulary import (
     STEP_PREFIX,
 )
 
-UNSET = msgspec.UNSET
-
-
-class Args(msgspec.Struct, gc=False):
-    device: Any = UNSET
-    stream: Any = UNSET
-    correlation: Any = None
-    input_dims: msgspec.Raw = msgspec.field(default=UNSET, name="Input Dims")  # only its presence is used
-    # the [memory] event's args (MEMORY_ARGS)
-    device_type: Any = msgspec.field(default=0, name="Device Type")
-    total_allocated: Any = msgspec.field(default=0, name="Total Allocated")
-    total_reserved: Any = msgspec.field(default=0, name="Total Reserved")
-    bytes: Any = msgspec.field(default=0, name="Bytes")
-    addr: Any = msgspec.field(default=0, name="Addr")
-    device_id: Any = msgspec.field(default=0, name="Device Id")
-
-
-class Event(msgspec.Struct, gc=False):
-    name: Any = UNSET
-    cat: Any = UNSET
-    ph: Any = None
-    ts: Any = None
-    dur: Any = None
-    tid: Any = None
-    pid: Any = 0
-    args: Args | None = None
-
-
-# The args of a ``[memory]`` instant event that become a MemorySample, in its field order after ts (then the
-# event's tid): every reader of traces (this one, the byte ranges' columns in stream_ranges.py, the dict parse
-# the tests hold it to) fills exactly these, each an int, 0 where the event lacks it.
-MEMORY_ARGS = ("Device Type", "Total Allocated", "Total Reserved", "Bytes", "Addr", "Device Id")
-_MEMORY_FIELDS = MemorySample._fields[1:-1]  # MEMORY_ARGS as Args' and MemorySample's field names
-assert [Args.__struct_encode_fields__[Args.__struct_fields__.index(k)] for k in _MEMORY_FIELDS] == list(MEMORY_ARGS)
+# The fields the analysis reads: a view of the one event schema (trace/schema.py), which the compiled reader
+# reads too. ``read`` also takes schema.Event, whose fields are a superset (plugin_copy/one_pass.py).
+Event = schema.view("name", "cat", "ph", "ts", "dur", "tid", "pid",
+                    args=("device", "stream", "correlation", "input_dims", *schema.MEMORY_FIELDS))
+Args = schema.args_of(Event)
+MEMORY_ARGS, _MEMORY_FIELDS = schema.MEMORY_ARGS, schema.MEMORY_FIELDS
+assert _MEMORY_FIELDS == MemorySample._fields[1:-1]
+decode = schema.decoder(Event)
 
 
 class Invalid(NamedTuple):
@@ -85,18 +61,9 @@ class Invalid(NamedTuple):
     entry: Any
 
 
-_DECODER = msgspec.json.Decoder(list[Event])
 _NO_ARGS = Args()
-_PRESENT = msgspec.Raw(b"[]")
 # What a category's complete events are (Collector._kind)
 _K_PYTHON, _K_DEVICE, _K_RUNTIME, _K_OP, _K_ANNOTATION, _K_OTHER = range(6)
-
-
-def decode(text) -> list[Event]:
-    # from an immutable copy: the "Input Dims" left undecoded (msgspec.Raw) keep a reference to the text they
-    # came from, which must not be the stream's own buffer (it is resized for the next piece)
-    return _DECODER.decode(bytes(text))
-
 
 _COLUMNS = ColumnReader(Event)
 
@@ -109,21 +76,10 @@ def read(text) -> list[Event] | Columns:
 
 
 def from_objects(entries: list) -> list[Event]:
-    """``decode`` for a piece that Python's json read (jsonstream.TraceStream's ``lenient``)."""
-    return [_event(e) for e in entries]
-
-
-def _event(e) -> Event:
-    if type(e) is not dict:
-        return Event(name=Invalid(e))
-    args = e.get("args")
-    if args is not None:
-        if type(args) is not dict:
-            return Event(name=Invalid(e))
-        args = Args(args.get("device", UNSET), args.get("stream", UNSET), args.get("correlation"),
-                    _PRESENT if "Input Dims" in args else UNSET, *(args.get(k, 0) for k in MEMORY_ARGS))
-    return Event(e.get("name", UNSET), e.get("cat", UNSET), e.get("ph"), e.get("ts"), e.get("dur"), e.get("tid"),
-                 e.get("pid", 0), args)
+    """``decode`` for a piece that Python's json read (jsonstream.TraceStream's ``lenient``); an entry that is
+    no event is kept as an ``Invalid`` marker, which the collector refuses."""
+    return [e if e is not None else Event(name=Invalid(o))
+            for o, e in zip(entries, map(schema.from_object, entries))]
 
 
 def as_dict(e: Event):

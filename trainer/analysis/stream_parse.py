@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import zlib
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from stepscope.analysis.events import ParsedTrace, Step, _int_or_none, device_memory
@@ -27,6 +26,7 @@ from stepscope.analysis.inferred_steps import FROM_PROFILER, infer_steps
 from stepscope.analysis.stream_collect import UNSET, Collector, decode, from_objects, read
 from stepscope.analysis.stream_ranges import RANGE_FAILURES, collect_ranges, first_base
 from stepscope.analysis.validate import STEP_NAME, check_document, steps_missing_error
+from stepscope.trace import schema
 from stepscope.trace.bounded_read import TraceTooLarge, open_trace, read_limit
 from stepscope.trace.errors import TraceError
 from stepscope.trace.files import load_trace
@@ -82,7 +82,7 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
     bound = limit if limit is not None else read_limit() if path.name.endswith(".gz") else None
     ranged = _in_ranges(path, parts, block, bound) if parts > 1 else None
     if ranged is not None:
-        return _parsed(path, where, worker, span, *ranged)
+        return parsed_trace(path, where, worker, span, *ranged)
     c = Collector(where)
     pending: list[list] = []
     try:
@@ -107,7 +107,7 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
         c.base = 0.0
         for piece in pending:
             c.add(piece)
-    return _parsed(path, where, worker, span, c, header)
+    return parsed_trace(path, where, worker, span, c, header)
 
 
 def _in_ranges(path: Path, parts: int, block: int, bound: int | None) -> tuple[Collector, dict] | None:
@@ -126,7 +126,9 @@ def _in_ranges(path: Path, parts: int, block: int, bound: int | None) -> tuple[C
         return None
 
 
-def _parsed(path: Path, where: str, worker: str, span: str, c: Collector, header: dict) -> ParsedTrace:
+def parsed_trace(path: Path, where: str, worker: str, span: str, c: Collector, header: dict) -> ParsedTrace:
+    """The ParsedTrace of the events collected in ``c`` from the file ``path`` (its top-level keys: ``header``);
+    raises validate.py's TraceError for the header, NoSteps for a trace without a step."""
     check_document({**header, "traceEvents": []}, where)
     steps, steps_from = c.steps, FROM_PROFILER
     if not steps:
@@ -176,20 +178,15 @@ def _unreadable(path: Path, where: str, error: Exception) -> TraceError:
     return Unreadable(f"{path}: unreadable trace ({type(error).__name__}: {error})")
 
 
-class _Named(msgspec.Struct, gc=False):
-    name: Any = UNSET
-    cat: Any = UNSET
-    ph: Any = None
-
-
+_Named = schema.view("name", "cat", "ph")
 _NAMED = msgspec.json.Decoder(list[_Named])
 
 
-def _decode_named(text) -> list[_Named]:
+def _decode_named(text) -> list:
     return _NAMED.decode(bytes(text))
 
 
-def _named(entries: list) -> list[_Named]:
+def _named(entries: list) -> list:
     return [_Named(e.get("name", UNSET), e.get("cat", UNSET), e.get("ph")) if type(e) is dict else _Named()
             for e in entries]
 

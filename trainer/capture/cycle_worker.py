@@ -5,8 +5,8 @@
     worker.close(timeout=60)                    # False if work was left undone
 
 For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (plugin_copy/'s streamed rewrite, so the
-trace is never held in memory), the analysis of the raw trace through the door (`stepscope.analyze`, streamed
-parse) with the unprofiled steps' telemetry of that cycle (waiting, up to `settle_s`, for the steps after the
+trace is never held in memory; the read that plans it also parses the trace for the analysis,
+plugin_copy/one_pass.py), the analysis of that parse through the door (`stepscope.analyze`) with the unprofiled steps' telemetry of that cycle (waiting, up to `settle_s`, for the steps after the
 cycle to be timed), the raw trace gzipped when asked, then the run's report merged from the cycles' reports
 (cycle_summary.py): report.json (front.write_report), diagnosis.md, cycles.jsonl, TensorBoard Text
 `diagnosis` and Scalars `diagnosis/*` at step = cycle number.
@@ -29,12 +29,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.render import summary_scalars
 from stepscope.analysis.report import RunReport
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
 from stepscope.capture.telemetry import as_dict
+from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
 from stepscope.report.front import analyze, write_report
@@ -158,14 +160,15 @@ class CycleWorker:
 
     def _work(self, index: int, job: Job, waited: bool) -> None:
         notes = []
+        parsed = None  # the analysis' parse, from the copy's read of the trace
         try:
-            write_plugin_copy(self.dir, self.worker, job.span, job.raw, self.use_gzip)
+            _, parsed = write_plugin_copy_and_parse(self.dir, self.worker, job.span, job.raw, self.use_gzip)
         except Exception as e:  # the raw trace stays; the analysis says what it can
             notes.append(f"no TensorBoard copy ({type(e).__name__}: {e})")
         telemetry = job.cycle.telemetry() if job.cycle is not None else None
         report, error = None, None
         try:
-            report = analyze_cycle(job.raw, self.worker, job.span, as_dict(telemetry))
+            report = analyze_cycle(job.raw, self.worker, job.span, as_dict(telemetry), parsed)
         except TraceError as e:
             error = str(e)
         if self.use_gzip:
@@ -211,11 +214,14 @@ class CycleWorker:
         return merged_report(str(self.dir), list(self.summaries))
 
 
-def analyze_cycle(raw: Path, worker: str, span: str, telemetry: dict | None) -> RunReport:
+def analyze_cycle(raw: Path, worker: str, span: str, telemetry: dict | None,
+                  parsed: ParsedTrace | None = None) -> RunReport:
     """One cycle's raw trace through the door, with the telemetry of the unprofiled steps around it (None:
-    the analysis models the profiler's cost), in this thread (a training process never forks)."""
+    the analysis models the profiler's cost), in this thread (a training process never forks). ``parsed``:
+    the parse the copy's read made of it (None: the door reads the trace, and says why it cannot)."""
     found = Found(Path(raw), STEPSCOPE, worker, span, "")
-    report = analyze(raw, traces=[found], telemetry=telemetry, tables=True)
+    report = analyze(raw, traces=[found], telemetry=telemetry, tables=True,
+                     parsed={Path(raw): parsed} if parsed is not None else None)
     assert isinstance(report, RunReport)  # one trace is one job
     return report
 
@@ -227,6 +233,16 @@ def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool
     plan, header = plan_edits(raw)  # the default policy: this process only (a training process never forks)
     write_adapted_stream(raw, adapted, plan, header)
     return adapted
+
+
+def write_plugin_copy_and_parse(run_dir: Path, worker: str, span: str, raw: Path,
+                                gz: bool) -> tuple[Path, ParsedTrace | None]:
+    """``write_plugin_copy``, and the analysis' parse of the trace from the same read of it
+    (plugin_copy/one_pass.py; None: ``analyze_path`` on the raw trace says why there is none)."""
+    adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
+    both = read_both(raw, worker, span)  # one process (a training process never forks)
+    write_adapted_stream(raw, adapted, both.plan, both.header)
+    return adapted, both.parsed
 
 
 def gzip_raw(run_dir: Path, worker: str, span: str, raw: Path) -> Path:

@@ -19,19 +19,13 @@ step), and every event without a time or of phase "M" (process and thread names)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import msgspec
+from stepscope.trace import schema
 from stepscope.trace.jsonstream import TraceStream
 from stepscope.trace.vocabulary import STEP_PREFIX
 
-
-class _Timed(msgspec.Struct, gc=False):
-    name: Any = None
-    ts: Any = None
-    ph: Any = None
-
-
+_Timed = schema.view("name", "ts", "ph")  # only these fields of the one event schema
 _TIMED = msgspec.json.Decoder(list[_Timed])
 _RAW = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -45,7 +39,7 @@ def _step_starts(path: Path) -> list[float]:
     return sorted(starts)
 
 
-def _both(text) -> list[tuple[msgspec.Raw, _Timed]]:
+def _both(text) -> list[tuple]:
     text = bytes(text)  # the raw events keep a reference to it; the stream's buffer is reused
     return list(zip(_RAW.decode(text), _TIMED.decode(text), strict=True))
 

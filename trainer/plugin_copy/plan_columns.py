@@ -2,9 +2,9 @@
 
     c = read_columns(path)     # Columns: per complete event, its position, category, name, thread, times, ids
 
-One streamed pass decodes each event into a small struct of the fields the rules read and appends them to
-columns: times in typed arrays, repeated values (categories, threads) as shared objects; a 1 GB trace has
-millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
+One streamed pass decodes each event into a view of the one event schema (trace/schema.py) and appends the
+fields the rules read to columns: times in typed arrays, repeated values (categories, threads) as shared
+objects; a 1 GB trace has millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
 byte ranges at once, the second by a forked helper, and the two sets of columns joined: the same columns
 either way.
 """
@@ -19,62 +19,27 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
+from stepscope.trace import schema
+from stepscope.trace.fastread import T_FALSE, T_INT, T_MISSING, T_NULL, T_OTHER, T_REAL, T_STR, T_TRUE
+from stepscope.trace.fastread import Columns as FastColumns
 from stepscope.trace.jsonstream import TraceStream, split_points
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import Workers
 
-UNSET = msgspec.UNSET
+UNSET = schema.UNSET
 NAN = float("nan")
-
-
-class _Args(msgspec.Struct, gc=False):
-    correlation: Any = UNSET
-    ext_upper: Any = msgspec.field(default=UNSET, name="External id")
-    ext_lower: Any = msgspec.field(default=UNSET, name="external id")
-    module: Any = msgspec.field(default=UNSET, name="Python module id")
-    call_stack: Any = msgspec.field(default=UNSET, name="Call stack")
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = UNSET
-    cat: Any = UNSET
-    name: Any = UNSET
-    pid: Any = UNSET
-    tid: Any = UNSET
-    ts: Any = UNSET
-    dur: Any = UNSET
-    args: _Args | None = None
-
-
-_TYPED = msgspec.json.Decoder(list[_Event])
-_RAW = msgspec.json.Decoder(list[msgspec.Raw])
-_ONE = msgspec.json.Decoder(_Event)
-_EMPTY_ARGS = _Args()
-
-
-def _decode(text) -> list:
-    """The events of a piece as _Event structs; an entry that is not a JSON object stays a msgspec.Raw."""
-    try:
-        return _TYPED.decode(text)
-    except msgspec.ValidationError:
-        out = []
-        for r in _RAW.decode(bytes(text)):
-            try:
-                out.append(_ONE.decode(r))
-            except msgspec.ValidationError:
-                out.append(r)
-        return out
+# the fields the rules read: a view of the one event schema (read_events also takes schema.Event)
+_Event = schema.view("ph", "cat", "name", "pid", "tid", "ts", "dur",
+                     args=("correlation", "ext_upper", "ext_lower", "module", "call_stack"))
+_decode = schema.each_decoder(_Event)  # an entry that is no event stays its msgspec.Raw
 
 
 def from_objects(entries: list) -> list:
     """``_decode`` for a piece that Python's json read (NaN or Infinity literals, see jsonstream.py)."""
-    out = []
-    for e in entries:
-        try:
-            out.append(msgspec.convert(e, _Event))
-        except msgspec.ValidationError:  # not an object, or args that is not one: kept as its JSON text
-            out.append(msgspec.Raw(json.dumps(e).encode()))
-    return out
+    # an entry that is no event (not an object, or args that is not one) is kept as its JSON text
+    return [e if e is not None else msgspec.Raw(json.dumps(o).encode())
+            for o, e in zip(entries, map(schema.from_object, entries))]
 
 
 @dataclass
@@ -134,7 +99,7 @@ def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Column
     threads: dict[tuple, tuple] = {}
     with TraceStream(path, span=byte_range, lenient=from_objects) as stream:
         for events in stream.decode_events(_decode):
-            _read_events(c, events, cats, threads)
+            read_events(c, events, cats, threads)
             c.count += len(events)
         c.header = stream.header
     return c
@@ -161,13 +126,14 @@ def _append(c: Columns, more: Columns) -> None:
 
 
 _NUMBER = (int, float)
+Raw, NO_ARGS = msgspec.Raw, schema.NO_ARGS
 
 
-def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
+def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
     """The columns of one piece of entries, an entry at a time, whatever they hold."""
     names = c.names
     for i, e in enumerate(events, c.count):
-        if e.__class__ is not _Event:
+        if e.__class__ is Raw:
             c.not_objects.append(i)
             c.ts_all.append(NAN)
             continue
@@ -194,14 +160,14 @@ def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         nid = names.get(name)
         if nid is None:
             nid = names[name] = len(names)
-        a = e.args or _EMPTY_ARGS
+        a = e.args or NO_ARGS
         ts, dur = e.ts, e.dur
-        ts = 0.0 if ts is UNSET else float(ts)
-        dur = 0.0 if dur is UNSET or not dur else max(float(dur), 0.0)  # vocabulary.span: negative is 0
+        ts = 0.0 if ts is None else float(ts)
+        dur = 0.0 if not dur else max(float(dur), 0.0)  # vocabulary.span: negative is 0
         ext = a.ext_lower
         if ext is UNSET or ext is None:
             ext = None if a.ext_upper is UNSET else a.ext_upper
-        corr = a.correlation
+        corr = a.correlation  # None where absent
         module = a.module
         thread = (e.pid, e.tid)
         c.index.append(i)
@@ -210,7 +176,80 @@ def _read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         c.thread.append(threads.setdefault(thread, thread))
         c.start.append(ts)
         c.end.append(ts + dur)
-        c.corr.append(None if corr is UNSET else corr)
+        c.corr.append(corr)
         c.ext.append(ext)
         c.module.append(module is not UNSET and module is not None)
         c.has_stack.append(a.call_stack is not UNSET)
+
+
+_EXACT = 2**53  # integers up to this are exact as float64; past it, the per-event rules convert them
+_PLAIN = (T_INT, T_STR, T_NULL, T_MISSING)  # value types rebuilt as Python objects here
+
+
+def _big(cols: FastColumns, t: np.ndarray, field: str) -> bool:
+    return bool(np.any((t == T_INT) & (np.abs(cols.int(field)) > _EXACT)))
+
+
+def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) -> bool:
+    """``read_events`` of a piece read by the compiled reader (trace/fastread.py, with schema.Event's fields),
+    with numpy over the piece; False (nothing appended) where a value is of a type whose Python conversion
+    the per-event rules must make (then: ``read_events(c, _decode(cols.text), ...)``)."""
+    strings = cols.strings
+    ts_t, dur_t, name_t, ph_t, cat_t = (cols.type(f) for f in ("ts", "dur", "name", "ph", "cat"))
+    timed = (ts_t == T_INT) | (ts_t == T_REAL)
+    if (_big(cols, ts_t, "ts") or _big(cols, dur_t, "dur") or np.any(np.isin(ts_t, (T_TRUE, T_FALSE, T_OTHER)))
+            or not np.all(np.isin(name_t, (T_STR, T_MISSING, T_NULL)))):
+        return False
+    x_code = next((k for k, s in enumerate(strings) if s == "X"), -1)
+    is_x = (ph_t == T_STR) & (cols.int("ph") == x_code)
+    rows = np.flatnonzero(is_x)
+    num = (T_INT, T_REAL, T_NULL, T_MISSING)
+    if not (np.all(np.isin(ts_t[rows], num)) and np.all(np.isin(dur_t[rows], num))):
+        return False
+    values = {}
+    for f, default in (("pid", 0), ("tid", None), ("correlation", None), ("ext_lower", UNSET),
+                       ("ext_upper", UNSET)):
+        t = cols.type(f)[rows]
+        if not np.all(np.isin(t, _PLAIN)):
+            return False
+        values[f] = [v if k == T_INT else strings[v] if k == T_STR else None if k == T_NULL else default
+                     for k, v in zip(t.tolist(), cols.int(f)[rows].tolist())]
+    # every entry: its numeric ts (else NaN), whether it names a step, whether it has a name
+    first = c.count
+    ts = cols.real("ts")
+    c.ts_all.extend(np.where(timed, ts, np.nan).tolist())
+    name_id = cols.int("name")
+    stepped = np.zeros(len(strings) + 1, dtype=bool)
+    stepped[:len(strings)] = [s.startswith(STEP_PREFIX) for s in strings]
+    c.step_rows += (np.flatnonzero(timed & (name_t == T_STR) & stepped[np.where(name_t == T_STR, name_id, -1)])
+                    + first).tolist()
+    c.missing_name += (np.flatnonzero(name_t == T_MISSING) + first).tolist()
+    if not len(rows):
+        return True
+    # the complete events
+    cat_str = cat_t[rows] == T_STR
+    c.missing_cat.update((rows[~cat_str] + first).tolist())
+    lowered = [""] * (len(strings) + 1)
+    for k in set(cols.int("cat")[rows][cat_str].tolist()):
+        s = strings[k]
+        lowered[k] = cats.get(s) or cats.setdefault(s, s.lower())
+    c.cat += [lowered[k] for k in np.where(cat_str, cols.int("cat")[rows], -1).tolist()]
+    names = c.names
+    nt = name_t[rows]
+    text = [strings[k] if t == T_STR else "" if t == T_MISSING else "None"
+            for t, k in zip(nt.tolist(), name_id[rows].tolist())]
+    c.name_id.extend([names.setdefault(s, len(names)) for s in text])
+    start = np.where(timed[rows], ts[rows], 0.0)
+    dur = cols.real("dur")[rows]
+    dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
+    c.index.extend((rows + first).tolist())
+    c.thread += [threads.setdefault(t, t) for t in zip(values["pid"], values["tid"])]
+    c.start.extend(start.tolist())
+    c.end.extend((start + dur).tolist())
+    c.corr += values["correlation"]
+    c.ext += [up if (low is UNSET or low is None) and up is not UNSET else None if low is UNSET or low is None
+              else low for low, up in zip(values["ext_lower"], values["ext_upper"])]
+    module_t, stack_t = cols.type("module")[rows], cols.type("call_stack")[rows]
+    c.module += ((module_t != T_MISSING) & (module_t != T_NULL)).tolist()
+    c.has_stack += (stack_t != T_MISSING).tolist()
+    return True

@@ -84,6 +84,13 @@ def plan_edits(path: Path, workers: Workers | None = None) -> tuple[EditPlan, di
     only; a training process, whose threads and CUDA context a fork would copy, must keep to it)."""
     workers = workers or Workers.inline()
     c = read_columns(path, workers)
+    return plan_of(c, workers), c.header
+
+
+def plan_of(c: Columns, workers: Workers | None = None) -> EditPlan:
+    """The edits of the trace whose columns are ``c`` (plan_columns.py), as ``plan_edits``; ``c`` is used up
+    (its category column is dropped on the way)."""
+    workers = workers or Workers.inline()
     plan = EditPlan(keep=np.ones(c.count, dtype=bool), ts=np.frombuffer(c.ts_all, dtype=np.float64),
                     ranges=c.ranges)
     plan.keep[c.not_objects] = False
@@ -95,7 +102,7 @@ def plan_edits(path: Path, workers: Workers | None = None) -> tuple[EditPlan, di
         _plan_complete_events(plan, c, workers)
     # after the renames: a device-side ProfilerStep#N is no host step in the copy
     plan.step_starts = sorted(float(plan.ts[i]) for i in c.step_rows if plan.edits.get(i, _NO_EDIT).name is None)
-    return plan, c.header
+    return plan
 
 
 def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:

@@ -22,9 +22,11 @@ from __future__ import annotations
 import os
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.metrics import op_table
 from stepscope.analysis.report import RunReport, analyze_parsed_file, parse_path, run_report
 from stepscope.analysis.select import StepSelection
@@ -73,12 +75,14 @@ def resolve_telemetry(found: list[Found], root: Path, telemetry: dict | None = N
 
 def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = None,
                   selection: StepSelection | None = None, tables: bool = False, keep_going: bool = False,
-                  parts: int = 1) -> Analysed | Skipped:
-    """One found trace parsed (in ``parts`` byte ranges) and analysed with its telemetry; or why it is
-    skipped. A trace that cannot be read raises its one-line TraceError, or with ``keep_going`` is skipped
-    with it as the reason."""
+                  parsed: ParsedTrace | None = None, parts: int = 1) -> Analysed | Skipped:
+    """One found trace parsed (in ``parts`` byte ranges; or ``parsed``, its parse already made by the read
+    that wrote its plugin copy) and analysed with its telemetry; or why it is skipped. A trace that cannot be
+    read raises its one-line TraceError, or with ``keep_going`` is skipped with it as the reason."""
     try:
-        item = load_one(found, span, parse_path(path, found.worker, span, parts))
+        if parsed is None:
+            parsed = parse_path(path, found.worker, span, parts)
+        item = load_one(found, span, parsed)
     except TraceError as e:
         if not keep_going:
             raise
@@ -103,13 +107,16 @@ def _log(path: Path) -> None:
 
 def analyze_traces(found: list[Found], root: Path, selection: StepSelection | None = None,
                    telemetry: dict | None = None, workers: Workers | None = None, tables: bool = False,
-                   keep_going: bool = False) -> tuple[RunReport | RunsReport | None, list[Loaded], list[Skipped]]:
+                   keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None,
+                   ) -> tuple[RunReport | RunsReport | None, list[Loaded], list[Skipped]]:
     """The Report on ``found`` (traces discovered under ``root``; None when none was analysed), the traces
     analysed (without their events) and those skipped. Each trace is analysed once (module docstring)."""
     found = list(found)
     spans = assign_spans(found)
     each = resolve_telemetry(found, root, telemetry)
-    jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going) for f in found]
+    parsed = parsed or {}
+    jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going, parsed.get(f.path))
+            for f in found]
     done: list[Analysed] = []
     skipped: list[Skipped] = []
     for result in (workers or Workers.inline()).map(analyze_trace, jobs):

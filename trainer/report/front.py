@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from stepscope.analysis import json_out
+from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.report import RunReport
 from stepscope.analysis.select import StepSelection
 from stepscope.report.engine import Rejected, analyze_traces
@@ -70,7 +71,7 @@ def _summary(path: Path, skipped_found: list, loaded: list, skipped: list) -> st
 def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry: Mapping | None = None,
             selection: StepSelection | None = None, max_memory: int | None = None,
             workers: Workers | None = None, traces: Sequence[Found] | None = None, tables: bool = False,
-            keep_going: bool = False) -> RunReport | RunsReport:
+            keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None) -> RunReport | RunsReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file; or
     a list of them): a Report when they form one job, a RunsReport (one Report per run) when they form
     several. ``traces``: the traces a caller already discovered (discover.py), as the run in folder ``path``
@@ -81,7 +82,9 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
     ``tables``: the Report also carries each trace's profiled step windows and the full operator table
     (``traced_ms``, ``ops_ms``: what `diff` compares). ``keep_going``: a trace that cannot be read is
     skipped with its one-line error as the reason (``report.skipped``) instead of failing the whole; when
-    none is left, NothingAnalysed carries the reasons."""
+    none is left, NothingAnalysed carries the reasons. ``parsed``: traces (by path) the caller has already
+    parsed, as the trace handler's cycle has from the one read that also wrote the plugin copy
+    (plugin_copy/one_pass.py); they are analysed without being read again."""
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
     if telemetry is not None and not isinstance(telemetry, dict):  # a stepscope.capture.telemetry.Telemetry
@@ -105,7 +108,7 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
                   for folder, f in zip(folders, found, strict=True) for t in f.traces]
         skipped_found = [s for f in found for s in f.skipped]
     report, loaded, skipped = analyze_traces(list(traces), root, selection, telemetry, workers, tables,
-                                             keep_going)
+                                             keep_going, parsed)
     line = _summary(root, skipped_found, loaded, skipped)
     return replace(report, summary=line, traces=tuple(loaded), skipped=tuple([*skipped_found, *skipped]))
 

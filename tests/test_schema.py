@@ -1,0 +1,195 @@
+"""The one event schema (trace/schema.py): no decoder of a trace has a Struct of its own, and a view has the
+one definition's fields. One read of a trace for both the analysis and the plugin copy
+(plugin_copy/one_pass.py): the plan, the copy and the parse are those of the two readers alone, on the real
+traces in tests/data; what the analysis refuses is left to parse_path; the handler's cycle worker makes its
+copy and its report from that one read."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import stepscope
+from stepscope.analysis.report import analyze_path, parse_path
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.capture.cycle_worker import CycleWorker, Job, write_plugin_copy
+from stepscope.plugin_copy.one_pass import read_both
+from stepscope.plugin_copy.stream_plan import plan_edits
+from stepscope.plugin_copy.stream_write import write_adapted_stream
+from stepscope.trace import fastread, schema
+from stepscope.trace.errors import TraceError
+
+DATA = Path(__file__).parent / "data"
+TRACES = sorted(DATA.glob("*/*.pt.trace.json.gz"))
+
+
+def test_no_decoder_of_a_trace_has_a_struct_of_its_own():
+    package = Path(stepscope.__file__).parent
+    own = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py"))
+           if p.name != "schema.py" and re.search(r"class \w+\([^)]*Struct|defstruct\(", p.read_text())]
+    assert own == []
+
+
+def test_a_view_has_the_json_names_and_defaults_of_the_one_definition():
+    view = schema.view("name", "ts", "pid", args=("correlation", "ext_upper", "device_type"))
+    assert schema.view("name", "ts", "pid", args=("correlation", "ext_upper", "device_type")) is view
+    text = b'[{"name": "k", "ts": 1.5, "args": {"External id": 3, "Device Type": 1, "x": [1]}, "dur": 2}, {}]'
+    first, empty = schema.decoder(view)(text)
+    assert (first.name, first.ts, first.pid) == ("k", 1.5, 0)
+    assert (first.args.ext_upper, first.args.correlation, first.args.device_type) == (3, None, 1)
+    assert (empty.name, empty.ts, empty.args) == (schema.UNSET, None, None)
+    full, _ = schema.decode(text)
+    assert (full.dur, full.args.ext_upper, full.args.ext_lower) == (2, 3, schema.UNSET)
+    with pytest.raises(ValueError):
+        schema.view("name", "no_such_field")
+
+
+def test_an_entry_read_by_python_json_is_the_event_msgspec_gives():
+    text = (b'[{"name": "k", "cat": "kernel", "ph": "X", "ts": 1, "dur": 2, "tid": 7, "pid": 1, "args": '
+            b'{"correlation": 5, "external id": 9, "Call stack": "a.py(1): f", "Input Dims": [[1]], "Bytes": 4}}]')
+    (decoded,) = schema.decode(text)
+    (read,) = map(schema.from_object, json.loads(text))
+    for f in ("name", "cat", "ph", "ts", "dur", "tid", "pid"):
+        assert getattr(read, f) == getattr(decoded, f)
+    for f in schema.Args.__struct_fields__:
+        if f != "input_dims":  # only its presence is used
+            assert getattr(read.args, f) == getattr(decoded.args, f), f
+    assert read.args.input_dims is not schema.UNSET and decoded.args.input_dims is not schema.UNSET
+    assert schema.from_object(5) is None and schema.from_object({"args": 5}) is None
+
+
+def _same_plan(a, b) -> None:
+    assert np.array_equal(a.keep, b.keep)
+    assert a.edits == b.edits
+    assert np.array_equal(a.ts, b.ts, equal_nan=True)
+    assert a.step_starts == b.step_starts
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.parent.name)
+def test_one_read_gives_the_plan_and_the_parse_of_the_two_readers(path):
+    both = read_both(path, "w", "1")
+    plan, header = plan_edits(path)
+    _same_plan(both.plan, plan)
+    assert both.header == header
+    assert both.parsed == parse_trace_file(path, "w", "1")
+
+
+def test_the_copy_from_one_read_is_the_copy_byte_for_byte(tmp_path):
+    src = DATA / "cuda_graph" / next(p.name for p in (DATA / "cuda_graph").glob("*.pt.trace.json.gz"))
+    both = read_both(src, "w", "1")
+    write_adapted_stream(src, tmp_path / "one.json", both.plan, both.header)
+    plan, header = plan_edits(src)
+    write_adapted_stream(src, tmp_path / "two.json", plan, header)
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
+
+
+def _plain(tmp_path: Path, events_edit=None) -> Path:
+    doc = json.loads(gzip.decompress(next((DATA / "cuda_graph").glob("*.pt.trace.json.gz")).read_bytes()))
+    if events_edit is not None:
+        events_edit(doc["traceEvents"])
+    raw = tmp_path / "raw.pt.trace.json"
+    raw.write_text(json.dumps(doc))
+    return raw
+
+
+def test_a_trace_the_analysis_refuses_still_gets_its_plan_and_parse_path_says_why(tmp_path):
+    raw = _plain(tmp_path, lambda events: events.insert(3, 5))  # an entry that is no event
+    both = read_both(raw, "w", "1")
+    assert both.parsed is None
+    assert isinstance(parse_path(raw, "w", "1"), TraceError)
+    plan, header = plan_edits(raw)
+    _same_plan(both.plan, plan)
+    assert not both.plan.keep[3]  # the copy leaves the entry out
+
+
+def test_nan_literals_are_read_by_python_json_for_both(tmp_path):
+    def nan_arg(events):
+        kernel = next(e for e in events if e.get("cat") == "kernel")
+        kernel["args"]["blocks per SM"] = float("nan")  # json.dumps writes NaN, which msgspec refuses
+    raw = _plain(tmp_path, nan_arg)
+    assert b"NaN" in raw.read_bytes()
+    both = read_both(raw, "w", "1")
+    _same_plan(both.plan, plan_edits(raw)[0])
+    assert both.parsed == parse_trace_file(raw, "w", "1")
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_the_cycle_worker_reports_what_the_analysis_of_the_file_says(tmp_path, monkeypatch, pure):
+    if pure:
+        monkeypatch.setenv(fastread.PURE_ENV, "1")
+    elif not fastread.available():
+        pytest.skip(fastread.why_not())
+    raw = _plain(tmp_path)
+    expected = analyze_path(raw, "host_1", "17").to_dict()
+    alone = tmp_path / "alone"
+    write_plugin_copy(alone, "host_1", "17", raw, False)
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(raw, run / "raw.json")
+    worker = CycleWorker(run, "host_1", use_gzip=False, settle_s=0)
+    worker.submit(Job("17", run / "raw.json", None))
+    assert worker.close(timeout=120)
+    (summary,) = worker.summaries
+    assert summary.error is None and summary.notes == ()
+    assert summary.report.to_dict() == expected
+    (copy,) = alone.glob("*.pt.trace.json")
+    assert (run / copy.name).read_bytes() == copy.read_bytes()
+
+
+def _columns_of(read, text: bytes):
+    from stepscope.plugin_copy.plan_columns import Columns
+    c = Columns()
+    assert read(c, text, {}, {}) is not False
+    return c
+
+
+def _as_lists(c) -> dict:
+    out = {k: list(v) if hasattr(v, "typecode") else v for k, v in vars(c).items() if k != "ts_all"}  # arrays
+    out["ts_all"] = [None if x != x else x for x in c.ts_all]  # NaN as None, to compare
+    return out
+
+
+ODD = [  # values of every kind the copy's rules read, where the compiled reader keeps them as columns
+    {"ph": "X", "cat": "Kernel", "name": "k", "pid": 1, "tid": "stream 7", "ts": 10, "dur": 5,
+     "args": {"correlation": 3, "External id": 4}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 9.5, "dur": -1,
+     "args": {"correlation": 3, "external id": None, "External id": 8}},
+    {"ph": "X", "name": None, "ts": None, "dur": 0, "args": None},
+    {"ph": "X", "cat": 5, "ts": 1, "args": {"external id": "e", "Python module id": None, "Call stack": None}},
+    {"ph": "X", "cat": "", "name": "ProfilerStep#3", "pid": "p", "ts": 2, "dur": 7.25,
+     "args": {"Python module id": 0, "correlation": None}},
+    {"ph": "i", "name": "ProfilerStep#9", "ts": 4},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "x"}},
+    {"cat": "cpu_op"},
+]
+
+
+def test_the_copy_reads_columns_as_it_reads_events():
+    from stepscope.plugin_copy.plan_columns import _decode, read_column_piece, read_events
+    if not fastread.available():
+        pytest.skip(fastread.why_not())
+    reader = fastread.ColumnReader(schema.Event)
+    text = json.dumps(ODD).encode()
+    by_events = _columns_of(lambda c, t, cats, th: read_events(c, _decode(t), cats, th), text)
+    by_columns = _columns_of(lambda c, t, cats, th: read_column_piece(c, reader.read(t), cats, th), text)
+    assert _as_lists(by_columns) == _as_lists(by_events)
+    for odd in ({"ph": "X", "ts": True}, {"ph": "X", "pid": 1.5}, {"ph": "X", "name": 3}, {"ts": 2**60},
+                {"ph": "X", "args": {"correlation": [1]}}):
+        from stepscope.plugin_copy.plan_columns import Columns
+        assert read_column_piece(Columns(), reader.read(json.dumps(ODD + [odd]).encode()), {}, {}) is False, odd
+
+
+def test_the_copy_reads_real_traces_as_columns(monkeypatch):
+    from stepscope.plugin_copy import one_pass
+    if not fastread.available():
+        pytest.skip(fastread.why_not())
+    taken = []  # whether each piece was read from its columns (not decoded again by msgspec)
+    real = one_pass.read_column_piece
+    monkeypatch.setattr(one_pass, "read_column_piece", lambda *args: taken.append(real(*args)) or taken[-1])
+    assert read_both(TRACES[0], "w", "1").parsed is not None
+    assert taken and all(taken)

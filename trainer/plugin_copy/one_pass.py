@@ -1,0 +1,102 @@
+"""One read of a trace file for a caller that needs both its analysis and its plugin copy (the trace
+handler's cycle, ``stepscope analyze --export-tensorboard``).
+
+    both = read_both(path, "w", "1")      # the copy's plan and header, and the analysis' parse
+    write_adapted_stream(path, adapted, both.plan, both.header)   # the copy (stream_write.py)
+    both.parsed                           # a ParsedTrace, as parse_trace_file gives it; or None
+
+Each piece of ``traceEvents`` is read once, into the one event schema's fields (trace/schema.py: as numpy
+columns by the compiled reader where it is built, else as msgspec structs), and handed to both the copy's
+planning columns (plan_columns.py) and the analysis' collector (analysis/stream_collect.py): the plan and the
+parse are those of ``plan_edits`` and ``parse_trace_file``, from one read instead of two.
+The copy is then written by stream_write.py's pass, which copies unchanged events as their bytes.
+
+``both.parsed`` is None where the analysis has something to say about the file (an event or a header it
+refuses, no steps, a field that is no number): ``analysis.report.parse_path`` on the file then says it in
+its own words, so the error is the same whichever way the file was read. A file that cannot be read at all
+raises what ``plan_edits`` raises. One process, no helper: a training process may call it. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepscope.analysis.events import ParsedTrace
+from stepscope.analysis.stream_collect import Collector
+from stepscope.analysis.stream_parse import parsed_trace
+from stepscope.plugin_copy.plan_columns import Columns, from_objects, read_column_piece, read_events
+from stepscope.plugin_copy.stream_plan import EditPlan, plan_of
+from stepscope.trace import schema
+from stepscope.trace.fastread import ColumnReader
+from stepscope.trace.fastread import Columns as FastColumns
+from stepscope.trace.gc_paused import gc_paused
+from stepscope.trace.jsonstream import TraceStream
+
+
+@dataclass
+class Both:
+    plan: EditPlan  # stream_plan.plan_edits' plan
+    header: dict  # the trace's top-level keys other than traceEvents
+    parsed: ParsedTrace | None  # None: parse_path says why there is none (module docstring)
+
+
+@gc_paused()
+def read_both(path: Path, worker: str, span: str) -> Both:
+    """The plan of the copy and the parse of the analysis of the trace in ``path``, from one streamed read
+    (module docstring)."""
+    path = Path(path)
+    c = Columns()
+    cats: dict = {}
+    threads: dict = {}
+    collector: Collector | None = Collector(f"{worker}.{span}")
+    pending: list[list] = []  # pieces before the first with a time (the collector's base)
+    with TraceStream(path, lenient=from_objects) as stream:
+        for events in stream.decode_events(_read):
+            if type(events) is not FastColumns:
+                read_events(c, events, cats, threads)
+            elif not read_column_piece(c, events, cats, threads):
+                read_events(c, schema.decode_each(events.text), cats, threads)
+            c.count += len(events)
+            if collector is not None:
+                try:
+                    _collect(collector, pending, events)
+                except Exception:  # an event refused, a field that is no number, an entry that is no event
+                    collector = None  # (a msgspec.Raw, which has no fields): parse_path says which
+        header = stream.header
+    plan = plan_of(c)  # first, so that the columns are dropped before the parse's events are made tuples
+    del c
+    parsed = None
+    if collector is not None:
+        try:
+            if collector.base is None:  # no event with a time: as parse_trace_file
+                collector.base = 0.0
+                for piece in pending:
+                    collector.add(piece)
+            parsed = parsed_trace(path, collector.where, worker, span, collector, header)
+        except Exception:
+            parsed = None
+    return Both(plan, header, parsed)
+
+
+_COLUMNS = ColumnReader(schema.Event)
+
+
+def _read(text) -> list | FastColumns:
+    """The piece as columns of schema.Event's fields where the compiled reader is built and takes it, else
+    decoded by msgspec (an entry that is no event kept as its msgspec.Raw)."""
+    cols = _COLUMNS.read(text)
+    return schema.decode_each(text) if cols is None else cols
+
+
+def _collect(collector: Collector, pending: list[list], events: list) -> None:
+    """``events`` to the collector, as parse_trace_file hands them: held until the trace's base is known."""
+    if collector.base is None:
+        pending.append(events)
+        if not collector.find_base(events):
+            return
+        for piece in pending:
+            collector.add(piece)
+        pending.clear()
+    else:
+        collector.add(events)
