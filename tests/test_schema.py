@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import stepscope
-from stepscope.analysis.report import analyze_path, parse_path
+from stepscope.analysis.report import parse_path
 from stepscope.analysis.stream_parse import parse_trace_file
-from stepscope.capture.cycle_worker import CycleWorker, Job, write_plugin_copy
+from stepscope.capture.cycle_worker import CycleWorker, Job, analyze_cycle, write_plugin_copy
 from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import write_adapted_stream
@@ -125,7 +125,7 @@ def test_the_cycle_worker_reports_what_the_analysis_of_the_file_says(tmp_path, m
     elif not fastread.available():
         pytest.skip(fastread.why_not())
     raw = _plain(tmp_path)
-    expected = analyze_path(raw, "host_1", "17").to_dict()
+    expected = analyze_cycle(raw, "host_1", "17", None).spans[0].to_dict()  # read from the file by the door
     alone = tmp_path / "alone"
     write_plugin_copy(alone, "host_1", "17", raw, False)
     run = tmp_path / "run"
