@@ -288,7 +288,7 @@ EOF
 
 part_tests() {
   stamp "CUDA tests"
-  timeout 150 python3 -m pytest -q -m cuda tests -p no:cacheprovider > "$OUT/cuda_tests.log" 2>&1
+  timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -q -rfE -m cuda tests -p no:cacheprovider > "$OUT/cuda_tests.log" 2>&1
   tail -12 "$OUT/cuda_tests.log"
 }
 
