@@ -74,7 +74,7 @@ for _ in range(10):
     alone.append(a.elapsed_time(b))
 (summary,) = handler.summaries
 report = summary.report
-print(json.dumps({"telemetry": summary.telemetry, "alone_ms": statistics.median(alone),
+print(json.dumps({"telemetry": summary.telemetry.to_dict(), "alone_ms": statistics.median(alone),
                   "transfer_ms": report.breakdown.ms_per_step("transfer")}))
 """
 
