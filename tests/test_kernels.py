@@ -187,10 +187,15 @@ def test_gradients_match_pytorch(op, dtype, device):
             torch.testing.assert_close(m, t)
 
 
-# opcheck checks each op's registration (schema, fake kernel, autograd, out variant) on sample inputs; float32
-# by default, bfloat16's half-precision path (the same registrations) in the slow set
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.slow)], ids=str)
+# opcheck checks each op's registration (schema, fake kernel, autograd, out variant) on sample inputs. On the
+# CPU: float32 by default, bfloat16 (the same registrations) in the slow set; on a GPU both.
+CUDA_MARKS = DEVICES[1].marks
+OPCHECK_CASES = [("cpu", torch.float32), pytest.param("cpu", torch.bfloat16, marks=pytest.mark.slow),
+                 pytest.param("cuda", torch.float32, marks=CUDA_MARKS),
+                 pytest.param("cuda", torch.bfloat16, marks=CUDA_MARKS)]
+
+
+@pytest.mark.parametrize("device, dtype", OPCHECK_CASES, ids=lambda v: str(v))
 @pytest.mark.parametrize("op", OPS)
 def test_opcheck(op, dtype, device):
     functional, out_op = getattr(torch.ops.stepscope, op).default, getattr(torch.ops.stepscope, f"{op}_out").default
