@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     files = [p.resolve() for p in args.files] or sorted((REPO / "tests").glob("test_*.py"))
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
-        parser.error(f"no such test file: {missing[0]}")
+        print(f"test_cost.py: error: no such test file: {missing[0]}", file=sys.stderr)
+        return 2
     rows = []
     for path in files:
         rows.append(cost(path, args.marker, args.timeout))
