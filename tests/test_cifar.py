@@ -109,6 +109,8 @@ def test_corrupt_batch_file_is_one_line(tmp_path, damage):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # one more trainer process: test_corrupt_batch_file_is_one_line checks the message in-process,
+# and test_poisoned_meta_runs_no_code_and_exits_2 the command's exit 2 with nothing written
 def test_corrupt_batch_file_exits_2_and_writes_nothing(tmp_path):
     folder = write_tiny_cifar(tmp_path / "data")
     (folder / "data_batch_3").write_bytes(b"garbage")

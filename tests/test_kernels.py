@@ -187,16 +187,23 @@ def test_gradients_match_pytorch(op, dtype, device):
             torch.testing.assert_close(m, t)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+# opcheck checks each op's registration (schema, fake kernel, autograd, out variant) on sample inputs. On the
+# CPU: float32 by default, bfloat16 (the same registrations) in the slow set; on a GPU both.
+CUDA_MARKS = DEVICES[1].marks
+OPCHECK_CASES = [("cpu", torch.float32), pytest.param("cpu", torch.bfloat16, marks=pytest.mark.slow),
+                 pytest.param("cuda", torch.float32, marks=CUDA_MARKS),
+                 pytest.param("cuda", torch.bfloat16, marks=CUDA_MARKS)]
+
+
+@pytest.mark.parametrize("device, dtype", OPCHECK_CASES, ids=lambda v: str(v))
 @pytest.mark.parametrize("op", OPS)
-def test_opcheck(op, device):
+def test_opcheck(op, dtype, device):
     functional, out_op = getattr(torch.ops.stepscope, op).default, getattr(torch.ops.stepscope, f"{op}_out").default
-    for dtype in (torch.float32, torch.bfloat16):
-        for requires_grad in (False, True):
-            for inputs in sample_inputs(op, device, requires_grad=requires_grad, dtype=dtype):
-                torch.library.opcheck(functional, inputs)
-        for inputs in sample_inputs(op, device, requires_grad=False, dtype=dtype):
-            torch.library.opcheck(out_op, inputs, {"out": torch.empty_like(inputs[0])})
+    for requires_grad in (False, True):
+        for inputs in sample_inputs(op, device, requires_grad=requires_grad, dtype=dtype):
+            torch.library.opcheck(functional, inputs)
+    for inputs in sample_inputs(op, device, requires_grad=False, dtype=dtype):
+        torch.library.opcheck(out_op, inputs, {"out": torch.empty_like(inputs[0])})
 
 
 def fuzz_tensor(data, shape: list[int], dtype, device) -> torch.Tensor:
@@ -306,7 +313,8 @@ except RuntimeError as e:
 
 @pytest.mark.parametrize(
     "env, reason",
-    [({"PATH": "/nonexistent"}, "ninja not installed (pip install ninja)"), ({"CXX": "no-such-c++"}, "no C++ compiler (no-such-c++) found")],
+    [({"PATH": "/nonexistent"}, "ninja not installed (pip install ninja)"),
+     pytest.param({"CXX": "no-such-c++"}, "no C++ compiler (no-such-c++) found", marks=pytest.mark.slow)],
 )
 def test_missing_tools_give_one_line_reason(tmp_path, env, reason):
     full_env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "PYTHONPATH": str(REPO), **env}
@@ -510,10 +518,13 @@ def test_inductor_compiles_our_ops_as_fusable_aten_ops(monkeypatch):
     "flags, message",
     [
         (["--reps", "0"], "bench_ops.py: error: --reps 0 is too few; use at least 2 (the median and quantiles need them)"),
-        (["--plot", "{tmp}"], "bench_ops.py: error: --plot {tmp} must name a .png file"),
-        (["--plot", "{tmp}/dir.png"], "bench_ops.py: error: --plot {tmp}/dir.png is a folder; give a file name"),
+        # each case starts the script (about 3 CPU-seconds); the others repeat the refusal path (slow)
+        pytest.param(["--plot", "{tmp}"], "bench_ops.py: error: --plot {tmp} must name a .png file",
+                     marks=pytest.mark.slow),
+        pytest.param(["--plot", "{tmp}/dir.png"], "bench_ops.py: error: --plot {tmp}/dir.png is a folder; give a file name",
+                     marks=pytest.mark.slow),
         (["--out", "{tmp}/file/out.json"], "bench_ops.py: error: --out {tmp}/file/out.json: cannot create its folder (File exists)"),
-        (["--device", "cuda"], None),  # refused on a machine without a GPU
+        pytest.param(["--device", "cuda"], None, marks=pytest.mark.slow),  # refused on a machine without a GPU
     ],
 )
 def test_bench_ops_refuses_bad_flags_up_front(tmp_path, flags, message):
@@ -538,6 +549,7 @@ def test_bench_ops_refuses_bad_flags_up_front(tmp_path, flags, message):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.png", "file"]  # wrote nothing, no <dir>.png
 
 
+@pytest.mark.slow  # a second full run of the script; test_bench_ops_cpu_quick runs it by default
 def test_bench_ops_per_call_cpu_quick(tmp_path):
     out = tmp_path / "per_call.json"
     command = [sys.executable, str(REPO / "scripts" / "bench_ops.py"), "--device", "cpu", "--quick", "--per-call"]
@@ -563,6 +575,7 @@ def test_import_registers_the_ops_of_an_existing_build():
 
 
 
+@pytest.mark.slow  # the refusal path; test_bench_step_ops_refuses_bad_values_in_one_line covers it by default
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
 def test_bench_step_ops_refuses_without_a_gpu(tmp_path):
     out = tmp_path / "step_ops.json"
@@ -573,9 +586,10 @@ def test_bench_step_ops_refuses_without_a_gpu(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--arch", "nope"], "argument --arch: invalid choice: 'nope'"),
+    pytest.param(["--arch", "nope"], "argument --arch: invalid choice: 'nope'", marks=pytest.mark.slow),
     (["--steps", "0"], "--steps and --batch-size must be at least 1; got 0 and 128"),
-    (["--out", "/proc/no/such.json"], "--out /proc/no/such.json: cannot create its folder"),
+    pytest.param(["--out", "/proc/no/such.json"], "--out /proc/no/such.json: cannot create its folder",
+                 marks=pytest.mark.slow),
 ])
 def test_bench_step_ops_refuses_bad_values_in_one_line(args, message):
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), *args],
@@ -605,8 +619,8 @@ def test_bench_ops_processes_summary_pairs_runs_and_tests_their_split():
 
 @pytest.mark.parametrize("args,message", [
     (["--pairs", "0"], "need --pairs >= 1, --steps >= 30 and --batch-size >= 1; got 0, 250, 128"),
-    (["--steps", "10"], "got 16, 10, 128"),
-    (["--compile", "fast"], "argument --compile: invalid choice: 'fast'"),
+    pytest.param(["--steps", "10"], "got 16, 10, 128", marks=pytest.mark.slow),
+    pytest.param(["--compile", "fast"], "argument --compile: invalid choice: 'fast'", marks=pytest.mark.slow),
     (["--out", "/proc/no/such.json"], "--out /proc/no/such.json: cannot create its folder"),
 ])
 def test_bench_ops_processes_refuses_bad_values_in_one_line(args, message, tmp_path):

@@ -161,27 +161,30 @@ def test_a_leak_of_4_mib_a_step_is_creep_and_none_is_not():
 LOOP = textwrap.dedent("""
     import sys, torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-    keep, leak = [], int(sys.argv[2])
-    m = torch.nn.Linear(256, 256)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1,
-                 active=5), on_trace_ready=tensorboard_trace_handler(sys.argv[1])) as p:
-        for i in range(7):
-            m(torch.randn(64, 256)).sum().backward()
-            opt.step()
-            opt.zero_grad()
-            if leak:
-                keep.append(torch.ones(leak // 4))
-            p.step()
+    for out, leak in zip(sys.argv[1::2], map(int, sys.argv[2::2])):  # one process records every loop
+        keep = []
+        m = torch.nn.Linear(256, 256)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1,
+                     active=5), on_trace_ready=tensorboard_trace_handler(out)) as p:
+            for i in range(7):
+                m(torch.randn(64, 256)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                if leak:
+                    keep.append(torch.ones(leak // 4))
+                p.step()
+        del keep
 """)
 
 
 def test_a_cpu_loop_that_keeps_2_mib_a_step_creeps_by_2_mib(tmp_path):
     """Recorded here by torch.profiler: the truth is the loop's own leak (2 MiB a step), and its absence."""
-    for leak in (2 << 20, 0):
-        out = tmp_path / str(leak)
-        subprocess.run([sys.executable, "-c", LOOP, str(out), str(leak)], check=True, capture_output=True)
-        mem = analyze(out).spans[0].memory
+    leaks = (2 << 20, 0)
+    args = [str(a) for leak in leaks for a in (tmp_path / str(leak), leak)]
+    subprocess.run([sys.executable, "-c", LOOP, *args], check=True, capture_output=True)
+    for leak in leaks:
+        mem = analyze(tmp_path / str(leak)).spans[0].memory
         d = mem.devices[0]
         assert d.device == "cpu" and d.capacity is None and d.headroom is None
         ids = [f.id for f in mem.findings]

@@ -1,4 +1,6 @@
-"""A 3-step profiled run writes traces, events and run.json, and opens in the real torch-tb-profiler plugin."""
+"""A profiled run (4 timed steps, then a warm-up and 2 profiled steps) writes traces, events and run.json, opens
+in the real torch-tb-profiler plugin, and `stepscope analyze` reads it with its telemetry. One trainer run serves
+the whole module."""
 
 import json
 import shutil
@@ -9,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from stepscope.tensorboard.tbserver import TensorBoard
 from stepscope.trace.files import find_plugin_traces, find_raw_traces, load_trace
-from trainrun import FAST, PROFILE_3_STEPS, REPO, run_json, run_train
+from trainrun import FAST, REPO, run_json, run_train
 
 ANALYZE = REPO / "scripts" / "analyze.py"
 
@@ -19,8 +21,9 @@ CPU_VIEWS = {"Overview", "Operator", "Trace", "Memory", "Module"}
 @pytest.fixture(scope="module")
 def profiled_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("logs")
-    r = run_train([*FAST, "--steps", "3", *PROFILE_3_STEPS, "--export-chrome-trace", "--flamegraph",
-                   "--memory-timeline", "--logdir", str(logdir), "--run-name", "smoke"])
+    r = run_train([*FAST, "--steps", "8", "--profile", "--skip-first", "4", "--wait", "0", "--warmup", "1",
+                   "--active", "2", "--export-chrome-trace", "--flamegraph", "--memory-timeline",
+                   "--logdir", str(logdir), "--run-name", "smoke"])
     assert r.returncode == 0, r.stderr[-3000:]
     return logdir, logdir / "smoke", r
 
@@ -40,7 +43,7 @@ def test_files_of_a_profiled_run(profiled_run):
     assert list(run.glob("events.out.tfevents.*"))
     assert not list(run.glob(".tmp-*")) and not list(run.rglob("*.partial"))
     d = run_json(run)
-    assert d["status"] == "completed" and d["final"]["steps"] == 3
+    assert d["status"] == "completed" and d["final"]["steps"] == 8
     assert d["traces"] == [adapted[0].path.name]
     assert d["config"]["profile"]["enabled"] is True
     assert d["git_sha"] is None or len(d["git_sha"]) == 40
@@ -88,13 +91,10 @@ def test_run_opens_in_the_plugin(profiled_run):
         assert {"scalars", "text", "pytorch_profiler"} <= {k for k, v in plugins.items() if v.get("enabled")}
 
 
-def test_analyze_reads_a_stepscope_runs_unprofiled_timing(tmp_path):
+def test_analyze_reads_a_stepscope_runs_unprofiled_timing(profiled_run, tmp_path):
     """`stepscope analyze logs/<run>` on a trainer run takes its figures from run.json's telemetry, as the
     run's own diagnosis does; the same traces without run.json are read as anyone's (the overhead model)."""
-    r = run_train([*FAST, "--steps", "8", "--profile", "--skip-first", "4", "--wait", "0", "--warmup", "1",
-                   "--active", "2", "--logdir", str(tmp_path), "--run-name", "timed"])
-    assert r.returncode == 0, r.stderr[-3000:]
-    run = tmp_path / "timed"
+    _, run, _ = profiled_run
     record = run_json(run)
     telemetry = record["final"]["telemetry"]
     assert telemetry["steps"] >= 3 and telemetry["step_ms"] > 0

@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from few_by_default import few_by_default
 from on_disk import adapt_trace
 from reference.dict_rewrite import plugin_step_spans
 from stepscope.plugin_copy import export_tensorboard, write_adapted_pair
@@ -286,7 +287,10 @@ def test_plugin_parses_adapted_edge_cases(case):
     assert len(data.steps_names) >= 1
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+# By default: two ranks of one DDP step (GPU-side ProfilerStep#N), a gloo run, a CUDA graph, an eager GPU run
+# and a CPU-only Lightning run; the other scenarios repeat these paths at more cost (slow).
+@pytest.mark.parametrize("scenario", few_by_default(
+    SCENARIOS, keep=["nccl_ddp", "ddp_gloo", "cuda_graph", "eager_bs128", "lightning_cpu"]))
 def test_plugin_parses_every_adapted_trace_and_keeps_what_it_showed(scenario):
     trace = load(scenario)
     before, before_profile = plugin_parse(trace)
