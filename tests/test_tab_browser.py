@@ -199,7 +199,10 @@ def test_run_view_shows_the_verdict_card_bars_and_top_ops(tab, served):
     frame.click(f"a.run-link[data-run='{CPU_RUN}']")
     frame.wait_for_selector("#verdict")
     want = analyze(logdir / CPU_RUN).to_dict()
-    assert frame.locator("#verdict .verdict-name").inner_text() == want["verdict"]
+    # the card shows the latest cycle (one trace each here) and names the run's verdict beside it: on a busy CPU
+    # the two cycles of this short run need not agree
+    assert frame.locator("#verdict .verdict-name").inner_text() == want["spans"][-1]["verdict"]
+    assert f"the run: {want['verdict']}," in frame.locator("#verdict .verdict-line").inner_text()
     assert frame.locator("#step-unprofiled").inner_text() == f"{want['spans'][0]['metrics']['step_ms']:.2f} ms"
     profiled = want["spans"][-1]["metrics"]["profiled"]["step_ms"]  # the card shows the last cycle
     assert frame.locator("#step-profiled").inner_text() == f"{profiled:.2f} ms"
