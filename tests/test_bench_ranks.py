@@ -26,6 +26,9 @@ from bench.ranks import (
 from stepscope.trace.discover import discover
 from stepscope.trace.files import load_trace
 
+# the benchmark harness (scripts/bench/), not the product: run with `python -m pytest -q -m slow`
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 # comfortably above the rule's floor: the profiler's modelled host cost on these ranks is about 2 ms per step
 INJECTED_MS = 5.0

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from few_by_default import few_by_default
 from stepscope.analysis import step_range as sr
 from stepscope.analysis.overhead import recording
 from stepscope.analysis.render import render_console, render_markdown
@@ -83,8 +84,12 @@ def test_loop_styles_are_read_from_the_trace():
     assert _style(DATA / "suite" / "hf_gpt2_small") == "eager"  # a Hugging Face model in a loop of its own
 
 
-@pytest.mark.parametrize("run", sorted([*(DATA / "suite").iterdir(), *(DATA / "holdout").iterdir()]),
-                         ids=lambda p: p.name)
+_COMMITTED = sorted([*(DATA / "suite").iterdir(), *(DATA / "holdout").iterdir()])
+
+
+@pytest.mark.parametrize("run", few_by_default(_COMMITTED, keep=("lightning_resnet18", "compile_default",
+                                                                 "hf_gpt2_small", "resnet18_bs32"),
+                                               ids=[p.name for p in _COMMITTED]))
 def test_no_committed_run_reads_as_hugging_face(run):
     # none was recorded under Hugging Face's Trainer: each keeps the style it read before there was an hf one
     expected = {"lightning_resnet18": "lightning", "compile_default": "compiled",
