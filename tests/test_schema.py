@@ -17,11 +17,12 @@ import pytest
 import stepscope
 from stepscope.analysis.report import parse_path
 from stepscope.analysis.stream_parse import parse_trace_file
-from stepscope.capture.cycle_worker import CycleWorker, Job, analyze_cycle, write_plugin_copy
+from stepscope.capture.cycle_worker import CycleWorker, Job, analyze_cycle
 from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import write_adapted_stream
 from stepscope.trace import fastread, schema
+from stepscope.trace import files as trace_files
 from stepscope.trace.errors import TraceError
 
 DATA = Path(__file__).parent / "data"
@@ -127,7 +128,8 @@ def test_the_cycle_worker_reports_what_the_analysis_of_the_file_says(tmp_path, m
     raw = _plain(tmp_path)
     expected = analyze_cycle(raw, "host_1", "17", None).spans[0].to_dict()  # read from the file by the door
     alone = tmp_path / "alone"
-    write_plugin_copy(alone, "host_1", "17", raw, False)
+    # the copy as two reads make it (the plan, then the write): what the cycle's one read must reproduce
+    write_adapted_stream(raw, alone / trace_files.plugin_name("host_1", "17", False), *plan_edits(raw))
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(raw, run / "raw.json")

@@ -37,7 +37,6 @@ from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_
 from stepscope.capture.schedule import StepscopeSchedule
 from stepscope.capture.telemetry import as_dict
 from stepscope.plugin_copy.one_pass import read_both
-from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
 from stepscope.report.front import analyze, write_report
 from stepscope.tensorboard.tb_events import EventLog
@@ -226,19 +225,12 @@ def analyze_cycle(raw: Path, worker: str, span: str, telemetry: dict | None,
     return report
 
 
-def write_plugin_copy(run_dir: Path, worker: str, span: str, raw: Path, gz: bool) -> Path:
-    """The copy torch-tb-profiler 0.4.3 lists, rewritten from the raw trace event by event (plugin_copy/'s streamed
-    plan and write): the trace is never held in memory, and no helper process is started."""
-    adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
-    plan, header = plan_edits(raw)  # the default policy: this process only (a training process never forks)
-    write_adapted_stream(raw, adapted, plan, header)
-    return adapted
-
-
 def write_plugin_copy_and_parse(run_dir: Path, worker: str, span: str, raw: Path,
                                 gz: bool) -> tuple[Path, ParsedTrace | None]:
-    """``write_plugin_copy``, and the analysis' parse of the trace from the same read of it
-    (plugin_copy/one_pass.py; None: ``analyze_path`` on the raw trace says why there is none)."""
+    """The copy torch-tb-profiler 0.4.3 lists, rewritten from the raw trace event by event (plugin_copy/'s
+    streamed plan and write: the trace is never held in memory, and no helper process is started), and the
+    analysis' parse of the trace from the same read of it (plugin_copy/one_pass.py; None: the door reads the raw
+    trace and says why there is none)."""
     adapted = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     both = read_both(raw, worker, span)  # one process (a training process never forks)
     write_adapted_stream(raw, adapted, both.plan, both.header)
