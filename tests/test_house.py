@@ -167,6 +167,25 @@ def test_no_module_imports_itself_back_at_import_time(graph):
     assert cycles(edges) == []
 
 
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "stepscope" else None
+
+
+def test_the_rooms_build_on_each_other_in_one_direction(graph):
+    """Rooms stack: no room reaches back into one that builds on it, at import time or inside a function. The
+    one exception is the demo's door, `stepscope train` (cli/main.py reaches into the demo it launches)."""
+    edges: dict[str, set[str]] = {}
+    for edge in graph:
+        a, b = room_of(edge.source), room_of(edge.target)
+        if a is None or b is None or a == b or (edge.source == DEMO_DOOR and b == "demo"):
+            continue
+        edges.setdefault(a, set()).add(b)
+        edges.setdefault(b, set())
+    assert cycles(edges) == []
+    assert "cli" not in edges["tensorboard"] and "tensorboard" not in edges["analysis"]
+
+
 def test_the_rooms_are_the_top_level_folders_of_the_package():
     """Every top-level folder of trainer/ that holds Python is a room, and nothing but __init__.py (the public
     API) lies beside them: the demonstration trainer is a room of its own, not loose modules."""

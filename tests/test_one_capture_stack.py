@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import stepscope
 import torch
-from stepscope.capture.telemetry import FIELDS
+from stepscope.report.telemetry import FIELDS
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 from trainrun import FAST, PROFILE_3_STEPS, run_train

@@ -96,7 +96,7 @@ def test_the_trainers_end_of_run_goes_through_the_door_and_writes_report_json(mo
 
 
 def test_the_handlers_cycle_worker_goes_through_the_door_and_writes_report_json(monkeypatch, tmp_path):
-    from stepscope.capture.cycle_worker import CycleWorker, Job
+    from stepscope.capture.cycle_worker import CycleTrace, CycleWorker
 
     trace = next(STRANGER.glob("*.pt.trace.json*"))
     raw = tmp_path / "run" / "raw" / "7" / "w.trace.json"
@@ -105,7 +105,7 @@ def test_the_handlers_cycle_worker_goes_through_the_door_and_writes_report_json(
                     else trace.read_bytes())
     keeper = Doorkeeper(monkeypatch)
     worker = CycleWorker(tmp_path / "run", "w", use_gzip=False)
-    worker.submit(Job("7", raw, None))
+    worker.submit(CycleTrace("7", raw, None))
     assert worker.close(timeout=120)
     assert keeper.through_door("cycle_worker.py") == [raw]
     written = json.loads((tmp_path / "run" / REPORT_FILE).read_text())

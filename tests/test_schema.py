@@ -17,7 +17,7 @@ import pytest
 import stepscope
 from stepscope.analysis.report import parse_path
 from stepscope.analysis.stream_parse import parse_trace_file
-from stepscope.capture.cycle_worker import CycleWorker, Job, analyze_cycle
+from stepscope.capture.cycle_worker import CycleTrace, CycleWorker, analyze_cycle
 from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_plan import plan_edits
 from stepscope.plugin_copy.stream_write import write_adapted_stream
@@ -134,7 +134,7 @@ def test_the_cycle_worker_reports_what_the_analysis_of_the_file_says(tmp_path, m
     run.mkdir()
     shutil.copy(raw, run / "raw.json")
     worker = CycleWorker(run, "host_1", use_gzip=False, settle_s=0)
-    worker.submit(Job("17", run / "raw.json", None))
+    worker.submit(CycleTrace("17", run / "raw.json", None))
     assert worker.close(timeout=120)
     (summary,) = worker.summaries
     assert summary.error is None and summary.notes == ()

@@ -1,4 +1,4 @@
-"""One telemetry type: `stepscope.capture.telemetry.Telemetry`, from every producer, in one JSON form.
+"""One telemetry type: `stepscope.report.telemetry.Telemetry`, from every producer, in one JSON form.
 
     pytest tests/test_telemetry_type.py -q      # seconds; one small real trace
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import stepscope
 from stepscope.capture.cycle import Sums, telemetry_of
-from stepscope.capture.telemetry import Telemetry, as_dict
 from stepscope.demo.timing import StepTime, Throughput
+from stepscope.report.telemetry import Telemetry, as_dict
 
 DATA = Path(__file__).parent / "data"
 

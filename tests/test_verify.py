@@ -20,6 +20,7 @@ from stepscope.demo.verify import (
     VerifyError,
     _flag_args,
     _with,
+    parallel_cores,
     prediction,
     record,
     remedy_for,
@@ -141,6 +142,17 @@ def test_the_data_bound_prediction_is_a_range_bounded_by_the_cores():
     assert prediction(cause, gpu, 100.0)["step_ms"] == pytest.approx([8.0, 9.0])
 
 
+def test_two_logical_cpus_that_share_one_core_deliver_one_core():
+    """verify bounds the workers' speed-up by the parallel throughput the CPUs deliver, measured, not by how
+    many there are: two processes pinned to one CPU (as two hyper-threads of one core, or two vCPUs of a busy
+    host, deliver little more) get about one core's worth; one CPU is one core without a measurement."""
+    cpus = sorted(os.sched_getaffinity(0))
+    with on_cpus(cpus[:1]):
+        shared = parallel_cores(2)
+    assert 1.0 <= shared < 1.35, shared
+    assert parallel_cores(1) == 1.0
+
+
 def test_the_prediction_starts_from_the_telemetry_else_the_diagnosis():
     span = {"metrics": {"step_ms": 50.0}, "breakdown_ms_per_step": {"cpu_ops": 10.0, "data": 40.0}}
     u = unprofiled_figures({"step_ms": 48.0, "data_ms": 39.0, "dispatch_ms": 9.0, "cpu_ms": 60.0}, span, 2)
@@ -193,14 +205,14 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
     # the terminal's last line is the result itself, with the measured and the predicted speed-ups
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("confirmed: ") and f"{v['measured_speedup']:.2f}x measured" in last, r.stdout
-    assert v["cores"] == len(cpus) and v["cause"] == "data_loading"
+    assert v["cores"] == len(cpus) and 1.0 <= v["parallel_cores"] <= len(cpus) and v["cause"] == "data_loading"
     # predicted from the baseline's own unprofiled figures: the measured speed-up falls in the range (within
     # 25%), whose low end is the cores' bound (2.2x measured against 1.7x..10x on the machine this was made on)
     low, high = v["predicted_speedup_range"]
     assert 1.0 < low <= v["predicted_speedup"] <= high
     assert 0.75 * low <= v["measured_speedup"] <= 1.25 * high, v
     u = v["unprofiled"]  # the baseline's own telemetry: a CPU step that waits for its batch
-    assert u["device_ms"] == 0 and u["data_ms"] > 0 and u["cpu_ms"] > 0 and u["cores"] == len(cpus)
+    assert u["device_ms"] == 0 and u["data_ms"] > 0 and u["cpu_ms"] > 0 and u["cores"] == v["parallel_cores"]
     assert v["measured_speedup"] >= v["min_speedup"] and v["baseline_step_ms"] > v["remedy_step_ms"]
     md = (run_dir / "diagnosis.md").read_text()
     assert "## Verification: `confirmed`" in md and f"{low:.2f}x..{high:.2f}x predicted" in md

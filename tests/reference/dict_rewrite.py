@@ -34,7 +34,7 @@ from stepscope.trace.vocabulary import (
     category,
 )
 from stepscope.trace.vocabulary import category as _cat
-from stepscope.trace.vocabulary import span as _span
+from stepscope.trace.vocabulary import interval as _span
 
 STEP_CATEGORIES = ANNOTATION_CATEGORIES | OPERATOR_CATEGORIES  # where a ProfilerStep#N may sit
 

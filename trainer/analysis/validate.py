@@ -17,7 +17,7 @@ What is refused, and why it matters downstream:
   cannot load such a file either;
 - a ``ProfilerStep#N`` host range that is not a complete event (``"ph": "X"``) or lasts zero or less: every
   per-step number divides by the step time.
-A negative ``dur`` elsewhere is tolerated (it counts as 0, see vocabulary.span).
+A negative ``dur`` elsewhere is tolerated (it counts as 0, see vocabulary.interval).
 """
 
 from __future__ import annotations

@@ -121,11 +121,11 @@ class Unprofiled:
     copy_host_ms: float = 0.0  # the host issues the input copy (all of a pageable copy)
     dispatch_ms: float = 0.0  # the host queues forward, backward and optimizer (computes them, on a CPU)
     cpu_ms: float | None = None  # the training process's CPU time, all its threads
-    cores: int = 1  # the cores the run may use
+    cores: float = 1.0  # the cores' worth of parallel CPU throughput the run may use (verify measures it)
     kernels: float = 0.0  # kernels per step
 
     @classmethod
-    def of_run(cls, telemetry: dict, span: dict, cores: int) -> Unprofiled:
+    def of_run(cls, telemetry: dict, span: dict, cores: float) -> Unprofiled:
         """From run.json's `final.telemetry` and a diagnosis span (its `breakdown_ms_per_step`, the
         unprofiled step's buckets, and its kernels per step)."""
         b = {k: v or 0.0 for k, v in span.get("breakdown_ms_per_step", {}).items()}

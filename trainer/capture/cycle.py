@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stepscope.capture.telemetry import MEMORY_FIELDS, Telemetry
+from stepscope.report.telemetry import MEMORY_FIELDS, Telemetry
 
 MEMORY_KEYS = MEMORY_FIELDS  # the allocator's counters a telemetry may carry (memory_stats.py reads them)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from stepscope.analysis.render import md_code, md_text, render_span_markdown
 from stepscope.analysis.report import RunReport, run_verdict
 from stepscope.analysis.span import SpanReport
-from stepscope.capture.telemetry import Telemetry, as_dict
+from stepscope.report.telemetry import Telemetry, as_dict
 
 DETAILED_CYCLES = 3  # full reports kept for the last cycles; the rest are rows
 

@@ -1,7 +1,7 @@
 """The trace handler's background thread: everything about a cycle except writing its raw trace.
 
     worker = CycleWorker(run_dir, worker_name, use_gzip)
-    worker.submit(Job(span, raw_path, cycle))   # returns at once
+    worker.submit(CycleTrace(span, raw_path, cycle))   # returns at once
     worker.close(timeout=60)                    # False if work was left undone
 
 For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (plugin_copy/'s streamed rewrite, so the
@@ -35,10 +35,10 @@ from stepscope.analysis.report import RunReport
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
-from stepscope.capture.telemetry import as_dict
 from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
 from stepscope.report.front import analyze, write_report
+from stepscope.report.telemetry import as_dict
 from stepscope.tensorboard.tb_events import EventLog
 from stepscope.trace import files as trace_files
 from stepscope.trace.atomic import write_text_atomic
@@ -52,7 +52,9 @@ SWITCH_S = 0.0005  # see busy()
 
 
 @dataclass(frozen=True)
-class Job:
+class CycleTrace:
+    """One profiling cycle's exported trace, handed to the worker to copy and analyse."""
+
     span: str
     raw: Path  # the raw trace, plain JSON, as exported
     cycle: Cycle | None  # the stepscope schedule's record of it, if the schedule is stepscope's
@@ -84,7 +86,7 @@ class CycleWorker:
         self.settle_s, self.max_pending = settle_s, max_pending
         self.summaries: list[CycleSummary] = []
         self.busy_s: list[float] = []  # this thread's time per cycle (excluding the wait for telemetry)
-        self._jobs: deque[tuple[int, Job, bool]] = deque()  # (cycle index, job, over max_pending)
+        self._jobs: deque[tuple[int, CycleTrace, bool]] = deque()  # (cycle index, job, over max_pending)
         self._cv = threading.Condition()
         self._closing = False
         self._active = 0  # jobs taken and not yet done
@@ -92,7 +94,7 @@ class CycleWorker:
         self._log: EventLog | None = log  # the caller's event writer, else one of its own at the first cycle
         self._count = 0  # cycles submitted
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: CycleTrace) -> None:
         index = self._count
         self._count += 1
         with self._cv:
@@ -148,7 +150,7 @@ class CycleWorker:
                     self._active -= 1
                     self._cv.notify_all()
 
-    def _process(self, index: int, job: Job) -> None:
+    def _process(self, index: int, job: CycleTrace) -> None:
         # first the steps after the cycle are timed, with this thread idle: its work takes turns with the loop's
         # Python code, and would slow exactly the steps the cycle is diagnosed with
         waited = self._await_telemetry(job.cycle)
@@ -157,7 +159,7 @@ class CycleWorker:
             self._work(index, job, waited)
         self.busy_s.append(time.perf_counter() - t0)
 
-    def _work(self, index: int, job: Job, waited: bool) -> None:
+    def _work(self, index: int, job: CycleTrace, waited: bool) -> None:
         notes = []
         parsed = None  # the analysis' parse, from the copy's read of the trace
         try:
@@ -245,10 +247,10 @@ def gzip_raw(run_dir: Path, worker: str, span: str, raw: Path) -> Path:
     return out
 
 
-def _trigger(job: Job) -> str:
+def _trigger(job: CycleTrace) -> str:
     return job.cycle.trigger if job.cycle is not None else "schedule"
 
 
-def _steps(job: Job) -> tuple[int, int] | None:
+def _steps(job: CycleTrace) -> tuple[int, int] | None:
     c = job.cycle
     return (c.start, c.end) if c is not None and c.end is not None else None

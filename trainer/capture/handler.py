@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from stepscope.capture.cycle_worker import MAX_PENDING, SETTLE_S, CycleWorker, Job
+from stepscope.capture.cycle_worker import MAX_PENDING, SETTLE_S, CycleTrace, CycleWorker
 from stepscope.capture.oom import OomCapture
 from stepscope.capture.schedule import StepscopeSchedule, latest
 from stepscope.trace import files as trace_files
@@ -92,7 +92,7 @@ class StepscopeTraceHandler:
         if isinstance(sched, StepscopeSchedule):
             self.schedule = sched
             cycle = sched.cycle_at(prof.step_num)
-        self.work.submit(Job(span, raw, cycle, self.schedule))
+        self.work.submit(CycleTrace(span, raw, cycle, self.schedule))
         self.cycles += 1
         if not self._exit_hook:
             atexit.register(self._at_exit)

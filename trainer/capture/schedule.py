@@ -41,8 +41,8 @@ import torch
 from stepscope.capture.cupti import detach_after_cycles, quiet_kineto
 from stepscope.capture.cycle import Cycle, Sums, telemetry_of
 from stepscope.capture.memory_stats import MemoryWindows, merge
-from stepscope.capture.telemetry import Telemetry
 from stepscope.capture.triggers import OnDemand, SlowdownDetector, SlowdownRule
+from stepscope.report.telemetry import Telemetry
 from torch.profiler import ProfilerAction
 
 NONE, WARMUP, RECORD, SAVE = (ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD,

@@ -59,12 +59,13 @@ from pathlib import Path
 
 from stepscope.analysis import StepSelection, TraceError, json_out
 from stepscope.cli.analyze_args import memory_size, window
-from stepscope.cli.oneline import OneLineParser, print_error
+from stepscope.cli.oneline import OneLineParser
 from stepscope.report.front import analyze
 from stepscope.report.loaded import Loaded
 from stepscope.report.runs import render_runs, telemetry_sources
 from stepscope.trace import fastread
 from stepscope.trace.cluster import ClusterError, check_spec, open_cluster
+from stepscope.trace.errors import print_error
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.workers import Workers
 

@@ -23,9 +23,9 @@ import json
 import sys
 from pathlib import Path
 
-from stepscope.cli.oneline import OneLineParser, print_error
+from stepscope.cli.oneline import OneLineParser
 from stepscope.report.diff import RUN_NOISE, compare_runs
-from stepscope.trace.errors import TraceError
+from stepscope.trace.errors import TraceError, print_error
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.workers import Workers
 

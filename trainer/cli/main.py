@@ -16,7 +16,7 @@ import importlib
 import os
 import sys
 
-from stepscope.cli.oneline import print_error
+from stepscope.trace.errors import print_error
 
 
 def train_main(argv: list[str] | None = None, prog: str = "train.py") -> int:

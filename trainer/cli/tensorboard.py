@@ -35,10 +35,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.cli.oneline import OneLineParser, print_error
+from stepscope.cli.oneline import OneLineParser
 from stepscope.tensorboard.child import die_with_parent, group_command
 from stepscope.tensorboard.shadow_root import WINDOWS_HERE, make_root, note_source, remove_stale
 from stepscope.tensorboard.watch import WatchConfig, Watcher, bound_override
+from stepscope.trace.errors import print_error
 
 FIRST_WAIT_S = 20.0  # how long TensorBoard's start waits for the runs found at start
 

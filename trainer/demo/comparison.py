@@ -32,10 +32,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.cli.oneline import OneLineParser, print_error
+from stepscope.cli.oneline import OneLineParser
 from stepscope.demo.config import ConfigError, plain_name
 from stepscope.demo.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.demo.run_dir import create_result_dir
+from stepscope.trace.errors import print_error
 
 VARIANTS = {"eager": [], "compile": ["--compile", "reduce-overhead"], "compile-default": ["--compile", "default"],
             "cuda-graphs": ["--cuda-graphs"]}

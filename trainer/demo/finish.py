@@ -17,12 +17,11 @@ import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from stepscope.capture.telemetry import Telemetry, as_dict
-from stepscope.cli.oneline import print_error
 from stepscope.demo.run_dir import PAGE, no_space, release_space
 from stepscope.demo.run_record import RunRecord, finite_or_none
+from stepscope.report.telemetry import Telemetry, as_dict
 from stepscope.tensorboard.diagnose import diagnose_run
-from stepscope.trace.errors import TraceError
+from stepscope.trace.errors import TraceError, print_error
 from stepscope.trace.files import find_plugin_traces
 from stepscope.trace.workers import Workers
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from stepscope.capture.telemetry import Telemetry
+from stepscope.report.telemetry import Telemetry
 
 PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")  # Telemetry's fields that StepClock times
 
@@ -167,7 +167,7 @@ class Throughput:
                 self.phases.append(t.phases or {})  # one per timed step, aligned with all_ms
 
     def telemetry(self) -> Telemetry | None:
-        """The trainer's producer of a Telemetry (stepscope.capture.telemetry): the timed (unprofiled, warm)
+        """The trainer's producer of a Telemetry (stepscope.report.telemetry): the timed (unprofiled, warm)
         steps' step and phases, in ms; None if none.
 
         Means over blocks of consecutive steps, not medians of steps: the share of the run's time a phase

@@ -31,16 +31,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stepscope.analysis.verdicts import LOG_EVERY_FACTOR, REGISTRY, Cause, Unprofiled, by_name, primary_cause
-from stepscope.cli.oneline import OneLineParser, print_error
+from stepscope.cli.oneline import OneLineParser
 from stepscope.demo.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.report.front import analyze
 from stepscope.tensorboard.tb_events import EventLog
 from stepscope.trace.atomic import write_text_atomic
+from stepscope.trace.errors import print_error
 
 MIN_SPEEDUP = 1.05
 HALF = 0.5  # the share of the gain at the predicted range's low end that a confirmed remedy must reach
@@ -195,7 +198,7 @@ def diagnosis_span(run_dir: Path, summary: dict) -> dict:
     return next((s for s in spans if s.get("worker") == summary.get("worker")), spans[0])
 
 
-def unprofiled_figures(telemetry: dict | None, span: dict, cores: int) -> Unprofiled:
+def unprofiled_figures(telemetry: dict | None, span: dict, cores: float) -> Unprofiled:
     """The step the prediction starts from: a run's telemetry (the baseline's, else the profiled run's), with
     the GPU time of the diagnosis; without telemetry, the diagnosis's step alone."""
     if not telemetry or not telemetry.get("step_ms"):
@@ -211,6 +214,39 @@ def prediction(cause: Cause, u: Unprofiled, base_ms: float) -> dict:
     fast = max(min(fast, slow), 1e-9)
     return {"step_ms": [fast, slow], "speedup": [base_ms / slow, base_ms / fast],
             "point": base_ms / ((fast + slow) / 2)}
+
+
+# One process's share of a parallel measurement: sleep until the common start time, then time a fixed amount of
+# pure-Python work (single-threaded, no allocation), and print the seconds it took.
+_SPIN = ("import sys, time\n"
+         "time.sleep(max(0.0, float(sys.argv[1]) - time.time()))\n"
+         "t0 = time.perf_counter()\n"
+         "x = 0\n"
+         "for i in range(int(sys.argv[2])):\n"
+         "    x += i * i\n"
+         "print(time.perf_counter() - t0)\n")
+SPIN_WORK = 2_000_000  # about 0.1 s of one core
+MAX_SPINNERS = 16
+
+
+def _spin(n: int, work: int = SPIN_WORK) -> list[float]:
+    start = time.time() + 0.2 + 0.02 * n  # every process is up before the common start
+    procs = [subprocess.Popen([sys.executable, "-I", "-c", _SPIN, repr(start), str(work)], stdout=subprocess.PIPE,
+                              text=True) for _ in range(n)]
+    return [float(p.communicate()[0]) for p in procs]
+
+
+def parallel_cores(cores: int) -> float:
+    """The cores' worth of parallel CPU throughput this process's CPUs deliver now, measured: `cores`
+    single-threaded processes do the same work at once, each against one alone. Logical CPUs are not cores:
+    two hyper-threads of one core, or a virtual machine's vCPUs on a shared host, give less than twice one.
+    Between 1 and `cores`; more than MAX_SPINNERS CPUs are measured on MAX_SPINNERS and scaled."""
+    if cores <= 1:
+        return float(max(cores, 1))
+    alone = min(_spin(1)[0] for _ in range(2))
+    n = min(cores, MAX_SPINNERS)
+    delivered = sum(min(alone / t, 1.0) for t in _spin(n)) * cores / n
+    return max(1.0, min(float(cores), delivered))
 
 
 def verify(run_dir: Path, steps: int, train_cmd: tuple[str, ...] = INSTALLED_TRAIN) -> dict:
@@ -230,7 +266,8 @@ def verify(run_dir: Path, steps: int, train_cmd: tuple[str, ...] = INSTALLED_TRA
     fixed_ms, _ = timed_run(fixed, out_dir, "remedy", train_cmd)
     measured = base_ms / fixed_ms
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    u = unprofiled_figures(base_telemetry or (run.get("final") or {}).get("telemetry"), span, cores)
+    parallel = parallel_cores(cores)
+    u = unprofiled_figures(base_telemetry or (run.get("final") or {}).get("telemetry"), span, parallel)
     p = prediction(remedy.cause, u, base_ms)
     low, high = p["speedup"]
     if measured < MIN_SPEEDUP:
@@ -243,7 +280,7 @@ def verify(run_dir: Path, steps: int, train_cmd: tuple[str, ...] = INSTALLED_TRA
             "result": result, "baseline_step_ms": base_ms, "remedy_step_ms": fixed_ms,
             "measured_speedup": measured, "predicted_speedup": p["point"], "predicted_speedup_range": [low, high],
             "predicted_step_ms_range": p["step_ms"], "unprofiled": asdict(u), "cpu_ms_per_step": u.cpu_ms,
-            "cores": cores, "steps": steps, "min_speedup": MIN_SPEEDUP,
+            "cores": cores, "parallel_cores": parallel, "steps": steps, "min_speedup": MIN_SPEEDUP,
             "share_of_predicted_gain_required": HALF}
 
 

@@ -163,7 +163,7 @@ def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         a = e.args or NO_ARGS
         ts, dur = e.ts, e.dur
         ts = 0.0 if ts is None else float(ts)
-        dur = 0.0 if not dur else max(float(dur), 0.0)  # vocabulary.span: negative is 0
+        dur = 0.0 if not dur else max(float(dur), 0.0)  # vocabulary.interval: negative is 0
         ext = a.ext_lower
         if ext is UNSET or ext is None:
             ext = None if a.ext_upper is UNSET else a.ext_upper

@@ -32,6 +32,7 @@ from stepscope.analysis.report import RunReport
 from stepscope.analysis.select import StepSelection
 from stepscope.report.engine import Rejected, analyze_traces
 from stepscope.report.runs import RunsReport
+from stepscope.report.telemetry import as_dict
 from stepscope.trace.atomic import write_text_atomic
 from stepscope.trace.discover import Discovery, Found, discover, summary_line
 from stepscope.trace.errors import TraceError
@@ -87,8 +88,7 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
     (plugin_copy/one_pass.py); they are analysed without being read again."""
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
-    if telemetry is not None and not isinstance(telemetry, dict):  # a stepscope.capture.telemetry.Telemetry
-        telemetry = telemetry.to_dict()
+    telemetry = as_dict(telemetry)
     if isinstance(path, (str, os.PathLike)):
         root = Path(path)
         if traces is None:

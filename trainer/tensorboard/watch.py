@@ -66,7 +66,9 @@ class _State:
 
 
 @dataclass
-class _Job:
+class _Batch:
+    """One run's new traces, analysed together in a child process."""
+
     run: str
     items: list[tuple[Found, Signature]]
     size: int  # bytes of JSON
@@ -168,8 +170,8 @@ class Watcher:
         self.state = _State()
         self.runs: list[Path] = []  # every shadow run published so far
         self.mirror = EventsMirror(cfg.source, cfg.logdir)
-        self.queued: list[_Job] = []
-        self.running: list[_Job] = []
+        self.queued: list[_Batch] = []
+        self.running: list[_Batch] = []
         self.budget = default_budget()
 
     def run_name(self, run: str) -> str:
@@ -197,7 +199,7 @@ class Watcher:
                 continue
             stable[found.run].append((found, sig))
         for run, items in stable.items():
-            self.queued.append(_Job(run, items, _size(items)))
+            self.queued.append(_Batch(run, items, _size(items)))
             self.state.busy.update(f.path for f, _ in items)
         self.queued.sort(key=lambda job: (job.size, job.run))  # the smallest runs first
         lines = self._collect(wait_s)
@@ -235,7 +237,7 @@ class Watcher:
                 return lines
             time.sleep(0.05)
 
-    def _finish(self, job: _Job) -> list[str]:
+    def _finish(self, job: _Batch) -> list[str]:
         for found, _ in job.items:
             self.state.busy.discard(found.path)
         try:
@@ -255,7 +257,7 @@ class Watcher:
             self.runs.append(built.path)
         return built.lines
 
-    def _stopped(self, job: _Job) -> str:
+    def _stopped(self, job: _Batch) -> str:
         for found, _ in job.items:
             self.state.busy.discard(found.path)
         n, disk = len(job.items), sum(sig[0] for _, sig in job.items)
@@ -264,7 +266,7 @@ class Watcher:
                                      "and was stopped, so that the other runs are served; it is tried again "
                                      "when a file changes, and `stepscope analyze` on it has no time limit")
 
-    def _reject_all(self, job: _Job, why: str) -> str:
+    def _reject_all(self, job: _Batch, why: str) -> str:
         for found, sig in job.items:
             self.state.rejected[found.path] = sig
             self.state.pending.pop(found.path, None)

@@ -1,8 +1,8 @@
 """The vocabulary of torch.profiler's Chrome traces, in one place: event categories, the names that matter,
 and the two accessors every reader of raw events uses. Torch-free.
 
-    from stepscope.trace.vocabulary import category, span, DEVICE_CATEGORIES
-    if category(e) in DEVICE_CATEGORIES: start, end = span(e)
+    from stepscope.trace.vocabulary import category, interval, DEVICE_CATEGORIES
+    if category(e) in DEVICE_CATEGORIES: start, end = interval(e)
 
 Categories are compared lower-cased: old traces (torch 1.8/1.9, the plugin's own samples) write
 ``Operator``/``Runtime``/``Kernel``, current ones ``cpu_op``/``cuda_runtime``/``kernel``.
@@ -39,7 +39,7 @@ def category(e: dict) -> str:
     return str(e.get("cat", "")).lower()
 
 
-def span(e: dict) -> tuple[float, float]:
+def interval(e: dict) -> tuple[float, float]:
     """(start, end) in the file's µs; a missing or negative duration counts as 0."""
     ts = float(e.get("ts", 0.0))
     return ts, ts + max(float(e.get("dur", 0.0) or 0.0), 0.0)

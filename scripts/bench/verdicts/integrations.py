@@ -194,7 +194,7 @@ def _row(name: str, family: str, unprofiled: tuple[float, float], gpu_ms: float 
     their mean, which brackets the profiled run in time (the host's speed drifts over seconds). ``plain_ms``:
     the same step in a plain eager loop."""
     from stepscope.capture.cycle import telemetry_of
-    from stepscope.capture.telemetry import as_dict
+    from stepscope.report.telemetry import as_dict
 
     step_ms = statistics.fmean(unprofiled)
     handler = session.handler

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from stepscope import input_copy, schedule, trace_handler
 from stepscope.capture.cycle import telemetry_of
-from stepscope.capture.telemetry import as_dict
+from stepscope.report.telemetry import as_dict
 from stepscope.trace.errors import TraceError
 
 from bench.verdicts.bench import GPU_ORDER, HOLDOUT_ORDER, diagnose

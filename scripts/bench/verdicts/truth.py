@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 from stepscope.analysis.verdicts import GPU_BOUND, GPU_BOUND_PCT, LAUNCH_BOUND, TRANSFER_BOUND
-from stepscope.capture.telemetry import as_dict
 from stepscope.demo.step import capture_graph
 from stepscope.demo.timing import StepClock, Throughput
+from stepscope.report.telemetry import as_dict
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 GPU_BOUND_SHARE = GPU_BOUND_PCT / 100  # the analysis's own threshold: the GPU busy for at least half of the step

@@ -21,11 +21,10 @@ import json
 import sys
 from pathlib import Path
 
-from stepscope.cli.oneline import print_error
 from stepscope.report.front import analyze
 from stepscope.report.measure import measured
 from stepscope.trace.discover import Found
-from stepscope.trace.errors import TraceError
+from stepscope.trace.errors import TraceError, print_error
 from stepscope.trace.workers import Workers
 
 
