@@ -21,8 +21,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import torchvision.transforms as T
-from stepscope.demo.cifar_files import CIFAR_FILES, CIFAR10Files, download_cifar
 from stepscope.demo.config import ConfigError, DataConfig
 from stepscope.demo.env import Env
 from torch.utils.data import DataLoader, DistributedSampler
@@ -37,6 +35,8 @@ def check_data(cfg: DataConfig) -> None:
     if cfg.name != "cifar10" or cfg.download:
         return
     folder = Path(cfg.data_dir) / "cifar-10-batches-py"
+    from stepscope.demo.cifar_files import CIFAR_FILES  # torchvision: imported only by CIFAR-10 runs
+
     missing = [f for f in CIFAR_FILES if not (folder / f).is_file()]
     if missing:
         raise ConfigError(f"CIFAR-10 not found in {folder} (missing {missing[0]}); add --download to fetch it "
@@ -154,6 +154,11 @@ class SyntheticData:
 
 class Cifar10Data:
     def __init__(self, cfg: DataConfig, env: Env, seed: int) -> None:
+        # torchvision here, not at the top: its import (about 2 s of CPU, torch._dynamo through torchvision.ops)
+        # is paid only by the runs that read CIFAR-10
+        import torchvision.transforms as T
+        from stepscope.demo.cifar_files import CIFAR10Files, download_cifar
+
         heavy = [T.RandAugment(num_ops=2, magnitude=9), T.ColorJitter(0.4, 0.4, 0.4, 0.1)] \
             if cfg.augment == "heavy" else []
         train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), *heavy, T.ToTensor(),

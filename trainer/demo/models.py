@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import torch
-import torchvision
 from stepscope.demo.config import ModelConfig
 from stepscope.demo.elementwise import Activation, AddActivation, Elementwise, make_elementwise
 from torch import nn
@@ -80,6 +79,8 @@ class LeNet(nn.Module):
 
 def torchvision_cifar_resnet18(num_classes: int) -> nn.Module:
     """torchvision's ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max-pool) and PyTorch's own ReLUs."""
+    import torchvision  # here: only this architecture pays for its import (about 2 s of CPU)
+
     m = torchvision.models.resnet18(num_classes=num_classes)
     m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
     m.maxpool = nn.Identity()

@@ -107,12 +107,17 @@ def git_sha() -> str | None:
 
 def environment_info(device) -> dict:
     """Versions of torch, CUDA and the GPU (``device``: a torch.device), and the host."""
-    import torch  # here, not at the top: the run directory's other helpers serve torch-free checks
-    import torchvision
+    import importlib.metadata
 
+    import torch  # here, not at the top: the run directory's other helpers serve torch-free checks
+
+    try:  # the installed version, without importing torchvision (about 2 s of CPU that a synthetic run never needs)
+        vision = importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        vision = None
     info = {
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": vision,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "python": platform.python_version(),
