@@ -113,9 +113,9 @@ def test_json_carries_the_distributed_section():
 
 def test_text_forms_show_the_cross_rank_table():
     md = render_markdown(report())
-    assert "## Cross-rank, profiling cycle 1: `host_bound`" in md
+    assert "## Cross-rank, profiling cycle 0: `host_bound`" in md  # numbered as cycles.jsonl and the tab
     assert "| 1 | ddp_gloo_rank1 | host_bound |" in md and "| yes |" in md
-    assert "cross-rank (cycle 1, 2 ranks): host_bound" in render_console(report())
+    assert "cross-rank (cycle 0, 2 ranks): host_bound" in render_console(report())
     sc = summary_scalars(report())
     assert sc["diagnosis/stragglers"] == 1.0
     assert "diagnosis/ddp_gloo_rank0/profiled/comm_ms_per_step" in sc and "diagnosis/ddp_gloo_rank1/step_ms" in sc
@@ -155,3 +155,19 @@ def test_the_stragglers_line_names_ranks_not_a_count():
         assert "stragglers: rank 0" in text and "stragglers: 0" not in text
     ddp = render_console(report())
     assert "stragglers: rank 1" in ddp
+
+
+def test_one_rule_numbers_the_cycles_for_the_cross_rank_analysis_and_the_tab():
+    """A handler names its spans by step: "9" comes before "10" on every rank, and the cross-rank section and
+    the tab's cycles (report/summary.py) group and number them alike, from 0."""
+    from stepscope.analysis.cross_rank import cycles
+    from stepscope.report.summary import spans_by_cycle
+
+    spans = [{"worker": f"h_1_rank{r}", "span": s} for r in (0, 1) for s in ("10", "9", "110")]
+    grouped = cycles(spans, lambda s: s["worker"], lambda s: s["span"])
+    assert [[s["span"] for s in g] for g in grouped] == [["9", "9"], ["10", "10"], ["110", "110"]]
+    assert spans_by_cycle({"spans": spans}) == grouped
+    # timestamps of one length (torch's tensorboard_trace_handler) keep their string order
+    stamps = [{"worker": "w_rank0", "span": s} for s in ("1795261524036570560", "1795261524036570559")]
+    assert [g[0]["span"] for g in cycles(stamps, lambda s: s["worker"], lambda s: s["span"])] == [
+        "1795261524036570559", "1795261524036570560"]

@@ -2,7 +2,10 @@
 
 Traces of one cycle are matched the way torch-tb-profiler does it: by the index of the span within each
 worker's sorted spans (``tensorboard_trace_handler`` stamps each rank's file with its own time, so the span
-strings differ between ranks). Each rank comes from the trace's ``distributedInfo.rank``, else from
+strings differ between ranks). ``cycles`` is that one rule, for every caller that numbers cycles (this module,
+report/summary.py, the tab): spans in numeric order where they are numbers (a handler's "9" before "10"),
+cycles numbered from 0 as cycles.jsonl, diagnosis.md and the tab number them; ``span_index`` is the plugin's
+1-based number of the same cycle. Each rank comes from the trace's ``distributedInfo.rank``, else from
 ``rank<N>`` in the worker name (our trainer's ``<host>_<pid>_rank<N>``). A worker with neither is not a rank:
 two runs of a plain ``tensorboard_trace_handler`` script in one directory are two processes named by host and
 PID, not a distributed job, and get no cross-rank section. Nor does a cycle in which two workers claim the
@@ -49,7 +52,9 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from stepscope.analysis.breakdown import Breakdown
 from stepscope.analysis.findings import Finding, remedies, verdict
@@ -58,6 +63,8 @@ from stepscope.analysis.span import SpanReport
 from stepscope.analysis.straggler_why import StragglerWhy, straggler_why
 from stepscope.analysis.verdicts import BALANCE_RANKS, COMM
 from stepscope.analysis.vocabulary import COMMUNICATION, STRAGGLER
+
+T = TypeVar("T")
 
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_SHARE = 0.05
@@ -85,7 +92,7 @@ class RankRow:
 
 @dataclass(frozen=True)
 class CrossRankReport:
-    span_index: int  # 1-based, as in the plugin
+    span_index: int  # 1-based, as in the plugin; ``cycle`` is the number stepscope shows
     ranks: tuple[RankRow, ...]
     median_step_ms: float
     stragglers: tuple[int, ...]
@@ -94,10 +101,19 @@ class CrossRankReport:
     remedies: tuple[str, ...]
     why: tuple[StragglerWhy, ...] = ()  # one per straggler, in rank order (straggler_why.py)
     memory: dict | None = None  # each rank's peak allocated and their imbalance (memory.rank_imbalance)
+    # the reference a straggler is shown against: each bucket's median over the ranks that keep pace (all of
+    # them when every rank straggles), ms per step as the step runs without the profiler
+    median_breakdown: dict[str, float] | None = None
+
+    @property
+    def cycle(self) -> int:
+        """The cycle's number from 0, as ``cycles``, cycles.jsonl, diagnosis.md and the tab number it."""
+        return self.span_index - 1
 
     def to_dict(self) -> dict:
         out = {"span_index": self.span_index, "world_size": len(self.ranks),
                "ranks": [r.to_dict() for r in self.ranks], "median_step_ms": round(self.median_step_ms, 4),
+               "median_breakdown_ms_per_step": {k: round(v, 4) for k, v in (self.median_breakdown or {}).items()},
                "straggler_ratio": STRAGGLER_RATIO, "stragglers": list(self.stragglers),
                "stragglers_why": [w.to_dict() for w in self.why],
                "verdict": self.verdict, "findings": [f.to_dict() for f in self.findings],
@@ -107,17 +123,30 @@ class CrossRankReport:
         return out
 
 
+def span_order(span: str) -> tuple[int, str]:
+    """A worker's spans in order: numbers by value ("9" before "10"), timestamps of one length as strings."""
+    return len(span), span
+
+
+def cycles(items: Iterable[T], worker: Callable[[T], str], span: Callable[[T], str]) -> list[list[T]]:
+    """The items grouped into profiling cycles, in order: cycle i (from 0) holds each worker's i-th span."""
+    by_worker: dict[str, list[T]] = defaultdict(list)
+    for item in items:
+        by_worker[worker(item)].append(item)
+    grouped: list[list[T]] = []
+    for own in by_worker.values():
+        for i, item in enumerate(sorted(own, key=lambda x: span_order(span(x)))):
+            while len(grouped) <= i:
+                grouped.append([])
+            grouped[i].append(item)
+    return grouped
+
+
 def cross_rank(spans: list[SpanReport]) -> list[CrossRankReport]:
     """One report per profiling cycle that several workers took part in; [] for a single-process run."""
-    by_worker: dict[str, list[SpanReport]] = defaultdict(list)
-    for s in spans:
-        if rank_of(s) is not None:  # a bare host/PID name is a separate process, not a rank
-            by_worker[s.worker].append(s)
-    cycles: dict[int, list[SpanReport]] = defaultdict(list)
-    for lst in by_worker.values():
-        for i, s in enumerate(sorted(lst, key=lambda s: s.span), 1):
-            cycles[i].append(s)
-    return [_cycle(i, members) for i, members in sorted(cycles.items())
+    ranked = [s for s in spans if rank_of(s) is not None]  # a bare host/PID name is a separate process, not a rank
+    grouped = cycles(ranked, lambda s: s.worker, lambda s: s.span)
+    return [_cycle(i + 1, members) for i, members in enumerate(grouped)
             if len(members) > 1 and len({rank_of(s) for s in members}) == len(members)]
 
 
@@ -144,7 +173,14 @@ def _cycle(index: int, members: list[SpanReport]) -> CrossRankReport:
     return CrossRankReport(index, tuple(rows), statistics.median(r.step_ms for r in rows),
                            tuple(sorted(r.rank for r in rows if r.straggler)), _verdict(rows, members), tuple(found),
                            tuple(remedies(found)), tuple(_why(members, flagged)),
-                           rank_imbalance({rank_of(s): s.memory for s in members}))
+                           rank_imbalance({rank_of(s): s.memory for s in members}),
+                           _median_breakdown([s for s in members if s.worker not in flagged] or members))
+
+
+def _median_breakdown(steady: list[SpanReport]) -> dict[str, float]:
+    buckets = list(dict.fromkeys(b for s in steady for b in s.breakdown.buckets))
+    return {b: statistics.median(s.breakdown.ms_per_step(b) if b in s.breakdown.buckets else 0.0 for s in steady)
+            for b in buckets}
 
 
 def _why(members: list[SpanReport], flagged: list[str]) -> list[StragglerWhy]:

@@ -69,7 +69,7 @@ def render_console(report: RunReport) -> str:
             lines += [f"    memory {f.id}: {f.text}" + (f" [~{f.cost_ms_per_step:.2f} ms/step]" if f.cost_ms_per_step
                                                        else "") for f in s.memory.findings[:CONSOLE_FINDINGS]]
     for d in report.distributed:
-        lines.append(f"  cross-rank (cycle {d.span_index}, {len(d.ranks)} ranks): {d.verdict}, "
+        lines.append(f"  cross-rank (cycle {d.cycle}, {len(d.ranks)} ranks): {d.verdict}, "
                      f"median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)}")
         lines += [_console_finding(f) for f in d.findings[:CONSOLE_FINDINGS]]
         lines += [f"    - why: {w.text()}" for w in d.why]
@@ -179,7 +179,7 @@ def _markdown_memory(mem) -> list[str]:
 
 
 def _markdown_cross_rank(d: CrossRankReport) -> list[str]:
-    out = [f"## Cross-rank, profiling cycle {d.span_index}: `{d.verdict}`", "",
+    out = [f"## Cross-rank, profiling cycle {d.cycle}: `{d.verdict}`", "",
            f"{len(d.ranks)} ranks, median step {d.median_step_ms:.2f} ms, stragglers: {_ranks(d.stragglers)} "
            "(a straggler spends more than 1.2x the other ranks' median time outside communication).", "",
            "| rank | worker | verdict | step ms | compute ms | comm ms | overlap ms | exposed comm ms | "

@@ -4,28 +4,22 @@
     run_figures(report)   # the last cycle's figures: what a run list shows
 
 A cycle is one profiling window (``schedule(repeat=...)``, or one trigger of a long job): the i-th span of
-each worker, as cross_rank.py counts them, numbered from 0 as diagnosis.md and cycles.jsonl number them. Over several ranks a cycle's figures are the median rank's
+each worker, grouped by cross_rank.py's ``cycles`` (numbered from 0 as diagnosis.md and cycles.jsonl number
+them). Over several ranks a cycle's figures are the median rank's
 (the ranks of one job wait for each other), its breakdown the ranks' mean. Torch-free, dicts only.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+
+from stepscope.analysis.cross_rank import cycles as group_cycles
 
 
 def spans_by_cycle(report: dict) -> list[list[dict]]:
-    """The report's spans grouped into cycles, in order: cycle i holds each worker's i-th span."""
-    by_worker: dict[str, list[dict]] = defaultdict(list)
-    for s in report.get("spans", []):
-        by_worker[s["worker"]].append(s)
-    cycles: list[list[dict]] = []
-    for spans in by_worker.values():
-        for i, s in enumerate(sorted(spans, key=lambda s: (len(s["span"]), s["span"]))):
-            while len(cycles) <= i:
-                cycles.append([])
-            cycles[i].append(s)
-    return cycles
+    """The report's spans grouped into cycles, in order: cycle i holds each worker's i-th span (cross_rank's
+    one rule, ``cycles``)."""
+    return group_cycles(report.get("spans", []), lambda s: s["worker"], lambda s: s["span"])
 
 
 def _median(values) -> float | None:

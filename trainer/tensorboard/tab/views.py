@@ -10,13 +10,10 @@
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 from stepscope.report.measure import Measured
 from stepscope.report.summary import cycles, run_figures, spans_by_cycle
-
-WHY_PHASES = 3  # a straggler's reason names its largest differences from the median rank
 
 
 def _round(x, digits: int = 4):
@@ -141,31 +138,9 @@ def run_view(name: str, m: Measured, verification: dict | None, folder: Path | N
             "steps": {"source": m.source, "count": len(m.step_ms)}, "report": m.report}
 
 
-def phase_differences(rank_breakdown: dict, median: dict) -> list[dict]:
-    """A rank's breakdown minus the median one, bucket by bucket, largest first."""
-    rows = [{"bucket": k, "ms": _round(v - median.get(k, 0.0)), "median_ms": _round(median.get(k, 0.0))}
-            for k, v in rank_breakdown.items()]
-    return sorted(rows, key=lambda r: -abs(r["ms"]))
-
-
 def _why_given(d: dict) -> dict[int, dict]:
-    """The cross-rank section's own account of each straggler (``stragglers_why``: text, phases, the names
-    that differ most), as {rank: {"text", "phases", "top_differing"}}; tolerant of a bare text per rank."""
-    given = d.get("stragglers_why")
-    out: dict[int, dict] = {}
-    items = list(given.items()) if isinstance(given, dict) else list(enumerate(given or []))
-    for key, item in items:
-        if isinstance(item, dict):
-            rank = item.get("rank", key)
-            text = item.get("text") or item.get("why") or item.get("reason")
-        else:
-            rank = d.get("stragglers", [])[key] if isinstance(given, list) and key < len(d.get("stragglers", [])) \
-                else key
-            text, item = str(item), {}
-        if str(rank).lstrip("-").isdigit():
-            out[int(rank)] = {"text": str(text) if text else None, "phases": item.get("phases") or [],
-                              "top_differing": item.get("top_differing") or []}
-    return out
+    """The cross-rank section's own account of each straggler (``stragglers_why``), by rank."""
+    return {w["rank"]: w for w in d.get("stragglers_why", [])}
 
 
 def _members(d: dict) -> set[tuple[str, str]]:
@@ -179,9 +154,7 @@ def _job_view(d: dict, spans: dict, cycle_of: dict | None = None) -> dict:
         span = spans.get((r["worker"], r["span"]), {})
         ranks.append({**r, "breakdown_ms": span.get("breakdown_ms_per_step", {})})
     buckets = list(dict.fromkeys(k for r in ranks for k in r["breakdown_ms"]))
-    # the reference is the median of the ranks that keep pace (all of them when every rank straggles)
-    steady = [r for r in ranks if r["rank"] not in d.get("stragglers", [])] or ranks
-    median = {k: statistics.median(r["breakdown_ms"].get(k, 0.0) for r in steady) for k in buckets} if steady else {}
+    median = d.get("median_breakdown_ms_per_step", {})  # the ranks that keep pace: the report's reference
     given = _why_given(d)
     stragglers = []
     for rank in d.get("stragglers", []):
@@ -189,15 +162,11 @@ def _job_view(d: dict, spans: dict, cycle_of: dict | None = None) -> dict:
         if row is None:
             continue
         own = given.get(rank, {})
-        if own.get("phases"):
-            diffs = sorted(({"bucket": x["phase"], "ms": _round(x["delta_ms"]), "median_ms": _round(x["median_ms"])}
-                            for x in own["phases"]), key=lambda x: -abs(x["ms"]))
-        else:
-            diffs = phase_differences({k: row["breakdown_ms"].get(k, 0.0) for k in buckets}, median)
-        phases = "; ".join(f"{x['bucket']} {x['ms']:+.2f} ms" for x in diffs[:WHY_PHASES] if x["ms"])
+        diffs = sorted(({"bucket": x["phase"], "ms": _round(x["delta_ms"]), "median_ms": _round(x["median_ms"])}
+                        for x in own.get("phases", [])), key=lambda x: -abs(x["ms"]))
         stragglers.append({"rank": rank, "step_ms": row["step_ms"], "verdict": row["verdict"],
-                           "why": own.get("text") or f"vs the median of the other ranks, per step: {phases}",
-                           "phase_differences": diffs, "top_differing": own.get("top_differing", [])})
+                           "why": own.get("text"), "phase_differences": diffs,
+                           "top_differing": own.get("top_differing", [])})
     # the cycle its ranks' spans make in the run view (numbered from 0, as diagnosis.md numbers them)
     cycle = next((cycle_of[k] for k in sorted(_members(d)) if k in (cycle_of or {})), None)
     return {"cycle": cycle, "world_size": d.get("world_size"),
