@@ -11,6 +11,8 @@
   (the batch made once and reused), the step's share of loading = 1 - fixed / step.
 --light: the same loop with no per-sample work beyond making the sample (a wait of a few % of the step, which
 must not be the verdict: each sample a small NumPy draw): light_dropin/, light_plain/ and light_truth.json.
+--cuda: the same loop with the model and each batch on the GPU (the loader still works in the main process,
+on the CPU): cuda_dropin/, cuda_plain/ and cuda_truth.json; each timed step ends in a synchronize.
 One thread (torch.set_num_threads(1)) so the recording is as steady as a shared 2-core machine allows.
 """
 
@@ -51,14 +53,16 @@ class HostWork(Dataset):
         return torch.from_numpy(img.reshape(-1)[:FEATURES].copy()), int(i % 10)
 
 
+LIGHT = "--light" in sys.argv
+DEVICE = "cuda" if "--cuda" in sys.argv else "cpu"
+PREFIX = "light_" if LIGHT else "cuda_" if DEVICE == "cuda" else ""
+
+
 def make():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(FEATURES, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    model = model.to(DEVICE)
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
-
-
-LIGHT = "--light" in sys.argv
-PREFIX = "light_" if LIGHT else ""
 
 
 def loader():
@@ -66,6 +70,7 @@ def loader():
 
 
 def step(model, opt, x, y) -> None:
+    x, y = x.to(DEVICE), y.to(DEVICE)
     loss = nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
@@ -96,6 +101,8 @@ def timed(batches) -> float:
     durs, t0 = [], time.perf_counter()
     for i, (x, y) in enumerate(batches):
         step(model, opt, x, y)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
         t1 = time.perf_counter()
         durs.append((t1 - t0) * 1e3)
         t0 = t1
@@ -119,7 +126,8 @@ def main(out: str) -> None:
     step_ms, fixed_ms = timed(loader()), timed(resident())
     truth = {"step_ms_median": step_ms, "fixed_step_ms": fixed_ms, "load_share": 1 - fixed_ms / step_ms,
              "intervention": "the batch made once and reused (no loading in the step)",
-             "expected": "cpu_bound" if LIGHT else "data_bound", "torch": torch.__version__, "threads": 1}
+             "expected": "cpu_bound" if LIGHT else "data_bound", "torch": torch.__version__, "threads": 1,
+             "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"}
     with open(os.path.join(out, PREFIX + "truth.json"), "w") as f:
         json.dump(truth, f, indent=1)
     print(truth)
