@@ -23,7 +23,7 @@ LOOPS = {
     # stepscope.profile: the error passes through its exit
     "profile": """
         with stepscope.profile(out, wait=5, warmup=1, active=2, skip_first=0, capture_on_slowdown=False) as prof:
-            for i in range(40):
+            for i in range(24):
                 step(i)
                 prof.step()
     """,
@@ -32,7 +32,7 @@ LOOPS = {
         sched = stepscope.schedule(wait=5, warmup=1, active=2)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
                                     on_trace_ready=stepscope.trace_handler(out)) as prof:
-            for i in range(40):
+            for i in range(24):
                 step(i)
                 prof.step()
     """,
@@ -46,7 +46,7 @@ def _script(loop: str, message: str) -> str:
         m = torch.nn.Linear(64, 64)
         def step(i):
             m(torch.randn(8, 64)).sum().backward()
-            if i == 30:
+            if i == 14:  # the first step recorded by the second cycle; the first was written and analysed
                 raise torch.OutOfMemoryError(MESSAGE)
     """).replace("MESSAGE", repr(message)) + textwrap.dedent(loop)
 

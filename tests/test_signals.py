@@ -29,6 +29,9 @@ EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # SIGTERM takes the same path as SIGINT (trainer/demo/stop.py): its runs are in the `slow` set, SIGINT's in every run
 SIGNALS = [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
 LIGHT = ["--no-with-stack", "--no-profile-memory"]
+# no case depends on the model, and LeNet's steps cost a fraction of ResNet-8's; the diagnosis case keeps
+# ResNet-8, whose analysis lasts long enough for the signal to land inside it on a loaded machine
+LENET = ["--arch", "lenet"]
 WAIT_S = 240  # for a moment to come; the machine may be shared and slow
 
 
@@ -114,7 +117,7 @@ def assert_readable_traces(run: Path, d: dict, listed_all: bool = True) -> None:
 def test_signal_in_the_first_steps(tmp_path, sig):
     """Before the profiler's cycle: nothing to write, the run is still recorded as interrupted."""
     cmd = train_cmd(tmp_path, "--steps", "300", "--profile", "--skip-first", "250", "--wait", "0", "--warmup",
-                    "1", "--active", "2", "--repeat", "1", *LIGHT)
+                    "1", "--active", "2", "--repeat", "1", *LIGHT, *LENET)
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
         code, out, err = c.signal_when("run.json", lambda: (run / "run.json").exists(), sig)
@@ -123,11 +126,15 @@ def test_signal_in_the_first_steps(tmp_path, sig):
     assert "recorded no complete cycle" in out
 
 
+# The same path with two ranks is in the default set: test_signal_to_torchrun_stops_every_rank signals inside
+# the profiled cycle of each rank and checks run.json, the message, and that each rank's cycle was written and
+# loads (the exit code of a single process: the other cases here)
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_inside_the_profiled_cycle(tmp_path, sig):
     """The cycle being recorded is stopped and written."""
     cmd = train_cmd(tmp_path, "--steps", "600", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
-                    "--active", "590", "--repeat", "1", *LIGHT)
+                    "--active", "590", "--repeat", "1", *LIGHT, *LENET)
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
         code, out, err = c.signal_when("step 2's loss in the events file", lambda: logged_steps(run) >= 2, sig,
@@ -143,7 +150,7 @@ def test_signal_during_the_trace_export(tmp_path, sig):
     """A signal while a cycle's trace is being exported (its `raw/<span>/.tmp-*` file exists) lets that trace
     finish."""
     cmd = train_cmd(tmp_path, "--steps", "300", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
-                    "--active", "6", "--repeat", "20")
+                    "--active", "6", "--repeat", "20", *LENET)
     run = tmp_path / "logs" / "r"
     exporting: list[Path] = []
 
@@ -183,7 +190,7 @@ def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
     """torchrun forwards the signal to both ranks; each writes its cycle, rank 0 writes run.json."""
     cmd = [*TORCHRUN, str(TRAIN), *FAST, "--logdir", str(tmp_path / "logs"), "--run-name", "r", "--steps", "400",
            "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1", "--active", "390", "--repeat", "1",
-           *LIGHT]
+           *LIGHT, *LENET]
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
         code, out, err = c.signal_when("step 2's loss in the events file", lambda: logged_steps(run) >= 2, sig,
