@@ -18,6 +18,8 @@ from trainrun import FAST, PROFILE_3_STEPS, run_train
 # no assertion here depends on the model; LeNet's run costs less than ResNet-8's, and its profiled cycle's
 # trace still overflows both disks at the export
 LENET = ["--arch", "lenet"]
+# one OpenMP thread (what torchrun gives each rank): a second one spins for work on a loaded 2-core machine
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 PROGRESS = re.compile(r"step \d+/\d+")
 
 
@@ -40,7 +42,7 @@ def tiny_disk(tmp_path):
 @pytest.mark.slow
 def test_full_disk_during_the_trace_export(tiny_disk):
     r = run_train([*FAST, *LENET, *PROFILE_3_STEPS, "--steps", "6", "--logdir", str(tiny_disk / "logs"),
-                   "--run-name", "f"])
+                   "--run-name", "f"], ONE_THREAD)
     assert r.returncode == 2, r.stderr[-3000:]
     lines = error_lines(r.stderr)
     assert len(lines) == 1, lines
@@ -59,7 +61,7 @@ def test_run_json_ends_failed_on_a_disk_too_full_for_the_usual_reserve(tmp_path)
     profiled cycle's trace does not fit: its export fails with one line on stderr."""
     with mounted_tmpfs(tmp_path / "mnt", "size=256k") as disk:
         r = run_train([*FAST, *LENET, *PROFILE_3_STEPS, "--steps", "6", "--logdir", str(disk / "logs"),
-                       "--run-name", "f"])
+                       "--run-name", "f"], ONE_THREAD)
         assert r.returncode == 2, r.stderr[-3000:]
         lines = error_lines(r.stderr)
         assert len(lines) == 1, lines

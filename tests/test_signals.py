@@ -32,6 +32,9 @@ LIGHT = ["--no-with-stack", "--no-profile-memory"]
 # no case depends on the model, and LeNet's steps cost a fraction of ResNet-8's; the diagnosis case keeps
 # ResNet-8, whose analysis lasts long enough for the signal to land inside it on a loaded machine
 LENET = ["--arch", "lenet"]
+# one OpenMP thread per process (what torchrun gives each rank): a second one spins for work on a loaded 2-core
+# machine, and no assertion here depends on the speed
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 WAIT_S = 240  # for a moment to come; the machine may be shared and slow
 
 
@@ -42,7 +45,7 @@ class Child:
         self.out, self.err = tmp / "stdout.txt", tmp / "stderr.txt"
         with open(self.out, "w") as o, open(self.err, "w") as e:
             self.p = subprocess.Popen(cmd, cwd=REPO, stdout=o, stderr=e, start_new_session=True,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                      env={**os.environ, **ONE_THREAD, "PYTHONUNBUFFERED": "1"})
 
     def __enter__(self) -> Child:
         return self
