@@ -67,6 +67,12 @@ class Child:
                 pytest.fail(f"no {what} within {WAIT_S}s:\n{self.text()[1][-3000:]}")
             time.sleep(poll_s)
 
+    def wait_for_the_loop(self, run: Path) -> None:
+        """Until run.json exists (written just before the first step): the start-up (imports, the model) takes
+        most of a run's time on a loaded machine, and a moment inside the loop needs the fast polls only after
+        it."""
+        self.wait_for("run.json", lambda: (run / "run.json").exists(), poll_s=0.1)
+
     def signal_when(self, what: str, ready, sig: int, poll_s: float = 0.01) -> tuple[int, str, str]:
         """Send ``sig`` once ``ready()``; the exit code and stdout/stderr once the process has ended."""
         self.wait_for(what, ready, poll_s)
@@ -162,6 +168,7 @@ def test_signal_during_the_trace_export(tmp_path, sig):
         return bool(exporting)
 
     with Child(cmd, tmp_path) as c:
+        c.wait_for_the_loop(run)
         code, out, err = c.signal_when("a trace being exported", tmp_trace, sig, poll_s=0.002)
     d = assert_interrupted(run, sig, code, err)
     assert_readable_traces(run, d)
@@ -176,6 +183,7 @@ def test_signal_during_the_diagnosis(tmp_path, sig):
                     "--active", "8", "--repeat", "1")
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
+        c.wait_for_the_loop(run)
         code, out, err = c.signal_when(
             "the analysis", lambda: "analysing the profiled steps" in c.out.read_text(errors="replace"), sig,
             poll_s=0.002)
@@ -196,6 +204,7 @@ def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
            *LIGHT, *LENET]
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
+        c.wait_for_the_loop(run)
         code, out, err = c.signal_when("step 2's loss in the events file", lambda: logged_steps(run) >= 2, sig,
                                        poll_s=0.5)
     assert code != 0, err[-3000:]  # torchrun reports the signal as its own failure
