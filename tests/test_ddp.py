@@ -5,7 +5,10 @@
 - a rank that raises ends the whole group promptly with its own error; a rank killed outright never hangs
   the others;
 - Ctrl-C (SIGINT to torchrun's process group, as a terminal sends it) stops every rank, traces flushed;
-- flags that cannot work with several processes are refused before anything is written.
+- flags that cannot work with several processes are refused before anything is written;
+- rank 0's end-of-run diagnosis starts no child process (the worker policy of trace/workers.py).
+
+The profiled run is made once (`ddp_run`) and read by every test that needs one.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import os
 import re
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from stepscope.cli.main import train_main
 from stepscope.demo.config import DataConfig, TrainConfig
 from stepscope.demo.data import SyntheticData
 from stepscope.demo.distributed import check_distributed
@@ -31,9 +37,10 @@ from trainrun import REPO, TORCHRUN, TRAIN, run_json, run_torchrun
 
 FAILING_WORKER = Path(__file__).resolve().parent / "failing_rank_worker.py"
 
-# 256 samples per rank, batch 32 per rank: a few steps take seconds on 2 cores
-DDP_FAST = ["--device", "cpu", "--synthetic-train-size", "512", "--synthetic-eval-size", "64", "--batch-size", "32",
-            "--log-every", "2"]
+# 256 samples per rank, batch 32 per rank, LeNet (no test here depends on the model; ResNet-8's steps cost
+# seconds more per rank): a few steps take seconds on 2 cores
+DDP_FAST = ["--device", "cpu", "--arch", "lenet", "--synthetic-train-size", "512", "--synthetic-eval-size", "64",
+            "--batch-size", "32", "--log-every", "2"]
 PROFILE_3_STEPS = ["--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1", "--active", "2"]
 # Holistic Trace Analysis 0.5.0 (hta/common/trace_file.py) finds a trace's rank with this regex on its text
 HTA_RANK = re.compile(r'"rank":\s+(\d+)')
@@ -49,16 +56,42 @@ def worker_rank(worker: str) -> int:
     return int(re.fullmatch(r".+_\d+_rank(\d+)", worker).group(1))
 
 
+# Loaded at the start of every Python process of the run (PYTHONPATH): lowers the size from which the worker
+# policy spreads work over processes to nothing, and logs each fork with the functions on the forking thread's
+# stack. The training processes never fork whatever the threshold; the log is read by
+# test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child.
+FORK_LOGGER = """
+import os, traceback
+if os.environ.get("FORK_LOG"):
+    import stepscope.trace.workers as _workers
+    _workers.SPLIT_FROM = 0
+    _fork = os.fork
+    def _logged_fork():
+        with open(os.environ["FORK_LOG"], "a") as f:
+            f.write(" ".join(frame.name for frame in traceback.extract_stack()) + "\\n")
+        return _fork()
+    os.fork = _logged_fork
+"""
+
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("ddp") / "logs"
-    r, elapsed = torchrun([*DDP_FAST, "--steps", "6", *PROFILE_3_STEPS, "--logdir", str(logdir), "--run-name", "r"])
+    """One profiled 2-rank run, every process of it under FORK_LOGGER: (logdir, run dir, seconds it took,
+    torchrun's result, the environment that loads the fork logger)."""
+    root = tmp_path_factory.mktemp("ddp")
+    (root / "site").mkdir()
+    (root / "site" / "sitecustomize.py").write_text(textwrap.dedent(FORK_LOGGER))
+    env = {"FORK_LOG": str(root / "forks.log"),
+           "PYTHONPATH": os.pathsep.join([str(root / "site"), os.environ.get("PYTHONPATH", "")])}
+    logdir = root / "logs"
+    r, elapsed = torchrun([*DDP_FAST, "--steps", "6", *PROFILE_3_STEPS, "--logdir", str(logdir), "--run-name", "r"],
+                          env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return logdir, logdir / "r", elapsed
+    return logdir, logdir / "r", elapsed, r, env
 
 
 def test_rank0_logs_and_every_rank_writes_its_trace(ddp_run):
-    _logdir, run, elapsed = ddp_run
+    _logdir, run, elapsed, _, _ = ddp_run
     d = run_json(run)
     assert d["status"] == "completed" and d["final"]["steps"] == 6
     assert d["world_size"] == 2 and d["global_batch_size"] == 64 and d["config"]["data"]["batch_size"] == 32
@@ -85,7 +118,7 @@ def test_rank0_logs_and_every_rank_writes_its_trace(ddp_run):
 
 def test_traces_carry_their_rank_in_the_form_hta_reads(ddp_run):
     """HTA takes the first `"rank": N` (whitespace after the colon) in the file's text; compact JSON has none."""
-    _logdir, run, _ = ddp_run
+    _logdir, run, _, _, _ = ddp_run
     for t in [*find_plugin_traces(run), *find_raw_traces(run)]:
         with gzip.open(t.path, "rt") as f:
             found = next((m for m in map(HTA_RANK.search, f) if m), None)
@@ -93,7 +126,7 @@ def test_traces_carry_their_rank_in_the_form_hta_reads(ddp_run):
 
 
 def test_distributed_view_in_the_plugin(ddp_run):
-    logdir, run, _ = ddp_run
+    logdir, run, _, _, _ = ddp_run
     workers = sorted(t.worker for t in find_plugin_traces(run))
     with TensorBoard(logdir) as tb:
         tb.wait_for_runs(["r"])
@@ -110,6 +143,21 @@ def test_distributed_view_in_the_plugin(ddp_run):
         assert sorted(ops) == workers
         calls = {w: {row[0]: row[1] for row in table["rows"]} for w, table in ops.items()}
         assert calls[workers[0]].get("gloo:all_reduce", 0) > 0 and calls[workers[0]] == calls[workers[1]]
+
+
+def test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child(ddp_run):
+    """Rank 0's diagnosis of a 2-rank gloo run whose traces are over the (lowered) threshold: no fork while
+    it runs. The same traces analysed by the command, under the same threshold, do fork: the log works."""
+    logdir, run, _, r, env = ddp_run
+    assert (run / "diagnosis.md").is_file() and "analysing the profiled steps" in r.stdout
+    log = Path(env["FORK_LOG"])
+    forks = log.read_text().splitlines() if log.exists() else []
+    assert not [f for f in forks if "diagnose_run" in f], forks
+
+    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(run), "--json"],
+                       capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert [f for f in log.read_text().splitlines() if "analyze_traces" in f]  # the command forked its ranks
 
 
 def test_each_rank_trains_on_its_own_shard():
@@ -138,6 +186,23 @@ def test_cuda_graphs_are_accepted_under_torchrun():
     check_distributed(TrainConfig(cuda_graphs=True, device="cuda"), (1, 2, 1), 2)  # DDP's all-reduces are captured
 
 
+def test_bad_flag_on_a_rank_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """What each rank of `torchrun --nproc_per_node 2 train.py` does with a flag that cannot work with two
+    ranks, in this process (torchrun's environment): one line, exit code 2, no run directory. Each rank's own
+    process and its line under torchrun: test_bad_flag_under_torchrun_writes_nothing (slow); the one-line
+    exit 2 of train.py as a real process: tests/test_full_disk.py."""
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"))  # train_main sets it
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    logdir = tmp_path / "logs"
+    assert train_main([*DDP_FAST, "--synthetic-train-size", "48", "--logdir", str(logdir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("train.py: error: "), err
+    assert "split over 2 ranks leaves 24 samples per rank" in err, err
+    assert not logdir.exists()
+
+
+@pytest.mark.slow  # in-process by test_bad_flag_on_a_rank_is_refused_before_anything_is_written
 def test_bad_flag_under_torchrun_writes_nothing(tmp_path):
     logdir = tmp_path / "logs"
     r, _ = torchrun([*DDP_FAST, "--synthetic-train-size", "48", "--logdir", str(logdir)])

@@ -1,5 +1,6 @@
 """An out-of-memory error raised inside a profiled loop: captured under <dir>/oom/ before it propagates, and
-propagated unchanged. On this CPU machine the failure is simulated (torch.OutOfMemoryError raised in the loop,
+propagated unchanged (in this process through stepscope.profile's exit; in a child process where it ends the
+process). On this CPU machine the failure is simulated (torch.OutOfMemoryError raised in the loop,
 with the message torch's caching allocator writes); the allocator snapshot is then absent, and said to be.
 
     python -m pytest -q -p no:xdist tests/test_oom_capture.py
@@ -23,7 +24,7 @@ LOOPS = {
     # stepscope.profile: the error passes through its exit
     "profile": """
         with stepscope.profile(out, wait=5, warmup=1, active=2, skip_first=0, capture_on_slowdown=False) as prof:
-            for i in range(40):
+            for i in range(24):
                 step(i)
                 prof.step()
     """,
@@ -32,7 +33,7 @@ LOOPS = {
         sched = stepscope.schedule(wait=5, warmup=1, active=2)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
                                     on_trace_ready=stepscope.trace_handler(out)) as prof:
-            for i in range(40):
+            for i in range(24):
                 step(i)
                 prof.step()
     """,
@@ -40,13 +41,13 @@ LOOPS = {
 
 
 def _script(loop: str, message: str) -> str:
+    """The loop as a program whose global `out` names the directory to profile into."""
     return textwrap.dedent("""
-        import sys, torch, stepscope
-        out = sys.argv[1]
+        import torch, stepscope
         m = torch.nn.Linear(64, 64)
         def step(i):
             m(torch.randn(8, 64)).sum().backward()
-            if i == 30:
+            if i == 14:  # the first step recorded by the second cycle; the first was written and analysed
                 raise torch.OutOfMemoryError(MESSAGE)
     """).replace("MESSAGE", repr(message)) + textwrap.dedent(loop)
 
@@ -55,10 +56,20 @@ def _script(loop: str, message: str) -> str:
                          [("profile", "70.50", "6.90", "step_too_large"), ("handler", "50.00", "27.40", "fragmentation")])
 def test_an_oom_in_the_loop_is_captured_and_reraised_unchanged(tmp_path, loop, allocated, unallocated, cause):
     message = MESSAGE.format(allocated=allocated, unallocated=unallocated)
-    r = subprocess.run([sys.executable, "-c", _script(LOOPS[loop], message), str(tmp_path)], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 1
-    assert f"torch.OutOfMemoryError: {message}" in r.stderr  # the user's error, as it was raised
+    code = _script(LOOPS[loop], message)
+    if loop == "handler":  # the error ends the process: the capture is written from sys.excepthook
+        r = subprocess.run([sys.executable, "-c", f"import sys\nout = sys.argv[1]\n{code}", str(tmp_path)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1
+        assert f"torch.OutOfMemoryError: {message}" in r.stderr  # the user's error, as it was raised
+    else:  # the error passes through stepscope.profile's exit: the loop runs in this process
+        import torch
+
+        with pytest.raises(torch.OutOfMemoryError) as caught:
+            exec(compile(code, "<loop>", "exec"), {"out": str(tmp_path)})
+        # the user's error, as it was raised: its type and message, and raised last by the loop's step
+        assert type(caught.value) is torch.OutOfMemoryError and str(caught.value) == message
+        assert caught.traceback[-1].name == "step", caught.traceback
     captures = sorted((tmp_path / "oom").iterdir())
     assert len(captures) == 1
     info = json.loads((captures[0] / "oom.json").read_text())

@@ -29,6 +29,12 @@ EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # SIGTERM takes the same path as SIGINT (trainer/demo/stop.py): its runs are in the `slow` set, SIGINT's in every run
 SIGNALS = [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
 LIGHT = ["--no-with-stack", "--no-profile-memory"]
+# no case depends on the model, and LeNet's steps cost a fraction of ResNet-8's; the diagnosis case keeps
+# ResNet-8, whose analysis lasts long enough for the signal to land inside it on a loaded machine
+LENET = ["--arch", "lenet"]
+# one OpenMP thread per process (what torchrun gives each rank): a second one spins for work on a loaded 2-core
+# machine, and no assertion here depends on the speed
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 WAIT_S = 240  # for a moment to come; the machine may be shared and slow
 
 
@@ -39,7 +45,7 @@ class Child:
         self.out, self.err = tmp / "stdout.txt", tmp / "stderr.txt"
         with open(self.out, "w") as o, open(self.err, "w") as e:
             self.p = subprocess.Popen(cmd, cwd=REPO, stdout=o, stderr=e, start_new_session=True,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                      env={**os.environ, **ONE_THREAD, "PYTHONUNBUFFERED": "1"})
 
     def __enter__(self) -> Child:
         return self
@@ -60,6 +66,12 @@ class Child:
             if time.monotonic() > deadline:
                 pytest.fail(f"no {what} within {WAIT_S}s:\n{self.text()[1][-3000:]}")
             time.sleep(poll_s)
+
+    def wait_for_the_loop(self, run: Path) -> None:
+        """Until run.json exists (written just before the first step): the start-up (imports, the model) takes
+        most of a run's time on a loaded machine, and a moment inside the loop needs the fast polls only after
+        it."""
+        self.wait_for("run.json", lambda: (run / "run.json").exists(), poll_s=0.1)
 
     def signal_when(self, what: str, ready, sig: int, poll_s: float = 0.01) -> tuple[int, str, str]:
         """Send ``sig`` once ``ready()``; the exit code and stdout/stderr once the process has ended."""
@@ -114,7 +126,7 @@ def assert_readable_traces(run: Path, d: dict, listed_all: bool = True) -> None:
 def test_signal_in_the_first_steps(tmp_path, sig):
     """Before the profiler's cycle: nothing to write, the run is still recorded as interrupted."""
     cmd = train_cmd(tmp_path, "--steps", "300", "--profile", "--skip-first", "250", "--wait", "0", "--warmup",
-                    "1", "--active", "2", "--repeat", "1", *LIGHT)
+                    "1", "--active", "2", "--repeat", "1", *LIGHT, *LENET)
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
         code, out, err = c.signal_when("run.json", lambda: (run / "run.json").exists(), sig)
@@ -123,11 +135,15 @@ def test_signal_in_the_first_steps(tmp_path, sig):
     assert "recorded no complete cycle" in out
 
 
+# The same path with two ranks is in the default set: test_signal_to_torchrun_stops_every_rank signals inside
+# the profiled cycle of each rank and checks run.json, the message, and that each rank's cycle was written and
+# loads (the exit code of a single process: the other cases here)
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_inside_the_profiled_cycle(tmp_path, sig):
     """The cycle being recorded is stopped and written."""
     cmd = train_cmd(tmp_path, "--steps", "600", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
-                    "--active", "590", "--repeat", "1", *LIGHT)
+                    "--active", "590", "--repeat", "1", *LIGHT, *LENET)
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
         code, out, err = c.signal_when("step 2's loss in the events file", lambda: logged_steps(run) >= 2, sig,
@@ -143,7 +159,7 @@ def test_signal_during_the_trace_export(tmp_path, sig):
     """A signal while a cycle's trace is being exported (its `raw/<span>/.tmp-*` file exists) lets that trace
     finish."""
     cmd = train_cmd(tmp_path, "--steps", "300", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
-                    "--active", "6", "--repeat", "20")
+                    "--active", "6", "--repeat", "20", *LENET)
     run = tmp_path / "logs" / "r"
     exporting: list[Path] = []
 
@@ -152,6 +168,7 @@ def test_signal_during_the_trace_export(tmp_path, sig):
         return bool(exporting)
 
     with Child(cmd, tmp_path) as c:
+        c.wait_for_the_loop(run)
         code, out, err = c.signal_when("a trace being exported", tmp_trace, sig, poll_s=0.002)
     d = assert_interrupted(run, sig, code, err)
     assert_readable_traces(run, d)
@@ -166,6 +183,7 @@ def test_signal_during_the_diagnosis(tmp_path, sig):
                     "--active", "8", "--repeat", "1")
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
+        c.wait_for_the_loop(run)
         code, out, err = c.signal_when(
             "the analysis", lambda: "analysing the profiled steps" in c.out.read_text(errors="replace"), sig,
             poll_s=0.002)
@@ -183,9 +201,10 @@ def test_signal_to_torchrun_stops_every_rank(tmp_path, sig):
     """torchrun forwards the signal to both ranks; each writes its cycle, rank 0 writes run.json."""
     cmd = [*TORCHRUN, str(TRAIN), *FAST, "--logdir", str(tmp_path / "logs"), "--run-name", "r", "--steps", "400",
            "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1", "--active", "390", "--repeat", "1",
-           *LIGHT]
+           *LIGHT, *LENET]
     run = tmp_path / "logs" / "r"
     with Child(cmd, tmp_path) as c:
+        c.wait_for_the_loop(run)
         code, out, err = c.signal_when("step 2's loss in the events file", lambda: logged_steps(run) >= 2, sig,
                                        poll_s=0.5)
     assert code != 0, err[-3000:]  # torchrun reports the signal as its own failure

@@ -8,32 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from stepscope.report.front import analyze
 from stepscope.trace import workers as policy
 from stepscope.trace.workers import Workers
-from trainrun import REPO, TRAIN, run_torchrun
 
 DATA = Path(__file__).parent / "data"
 NCCL = DATA / "nccl_ddp"  # two ranks of one job
-
-# Loaded at the start of every Python process of a run (PYTHONPATH): lowers the size from which work is
-# spread over processes to nothing, and logs each fork with the functions on the forking thread's stack.
-FORK_LOGGER = """
-import os, traceback
-if os.environ.get("FORK_LOG"):
-    import stepscope.trace.workers as _workers
-    _workers.SPLIT_FROM = 0
-    _fork = os.fork
-    def _logged_fork():
-        with open(os.environ["FORK_LOG"], "a") as f:
-            f.write(" ".join(frame.name for frame in traceback.extract_stack()) + "\\n")
-        return _fork()
-    os.fork = _logged_fork
-"""
 
 
 def _no_fork(*args):
@@ -61,27 +44,8 @@ def test_the_policy_plans_nothing_for_a_training_process(monkeypatch, tmp_path):
     assert Workers.dask("tcp://127.0.0.1:8786").cluster == "tcp://127.0.0.1:8786"
 
 
-def test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child(tmp_path):
-    """Rank 0's diagnosis of a 2-rank gloo run whose traces are over the (lowered) threshold: no fork while
-    it runs. The same traces analysed by the command, under the same threshold, do fork: the log works."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(textwrap.dedent(FORK_LOGGER))
-    log = tmp_path / "forks.log"
-    env = {"FORK_LOG": str(log), "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"),
-                                                                 os.environ.get("PYTHONPATH", "")])}
-    logdir = tmp_path / "logs"
-    r = run_torchrun([str(TRAIN), "--device", "cpu", "--synthetic-train-size", "128", "--synthetic-eval-size",
-                      "32", "--batch-size", "32", "--steps", "3", "--profile", "--skip-first", "0", "--wait", "0",
-                      "--warmup", "1", "--active", "2", "--logdir", str(logdir), "--run-name", "r"], env, 300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert (logdir / "r" / "diagnosis.md").is_file() and "analysing the profiled steps" in r.stdout
-    forks = log.read_text().splitlines() if log.exists() else []
-    assert not [f for f in forks if "diagnose_run" in f], forks
-
-    p = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(logdir / "r"), "--json"],
-                       capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, timeout=300)
-    assert p.returncode == 0, p.stderr
-    assert [f for f in log.read_text().splitlines() if "analyze_traces" in f]  # the command forked its ranks
+# A training process's diagnosis of a real 2-rank run starts no child: tests/test_ddp.py
+# (test_the_end_of_run_diagnosis_of_a_ddp_run_starts_no_child), on the profiled run that file makes once.
 
 
 def test_gzip_ranges_need_room_for_rapidgzip():
