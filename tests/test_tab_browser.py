@@ -134,20 +134,30 @@ def browser():
         b.close()
 
 
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
 class Tab:
-    """The page with the stepscope tab open, its iframe, and every request the page made."""
+    """The page with the stepscope tab open, its iframe, and every request the page made.
+
+    One page serves every test of the module: the first test loads TensorBoard's page and opens the tab
+    through it; each later test loads the tab's own frame again, which starts the tab from nothing (it keeps
+    no state outside its frame) without loading all of TensorBoard's page once more."""
 
     def __init__(self, page, requests: list[str]) -> None:
         self.page, self.requests = page, requests
         self.frame = None
 
     def open(self, base: str):
-        self.page.goto(base + "/#stepscope")
-        deadline = time.monotonic() + TIMEOUT_MS / 1e3
-        while self.frame is None and time.monotonic() < deadline:
-            self.frame = next((f for f in self.page.frames if "plugin_entry.html?name=stepscope" in f.url), None)
-            self.page.wait_for_timeout(200)  # lets Playwright take in the page's events (a sleep would not)
-        assert self.frame is not None, [f.url for f in self.page.frames]
+        if self.frame is None:
+            self.page.goto(base + "/#stepscope")
+            deadline = time.monotonic() + TIMEOUT_MS / 1e3
+            while self.frame is None and time.monotonic() < deadline:
+                self.frame = next((f for f in self.page.frames if "plugin_entry.html?name=stepscope" in f.url), None)
+                self.page.wait_for_timeout(200)  # lets Playwright take in the page's events (a sleep would not)
+            assert self.frame is not None, [f.url for f in self.page.frames]
+        else:
+            self.frame.goto(self.frame.url.split("#")[0])
         # every run analysed (the list asks again while one is pending, and then marks itself complete)
         # (the first test's page waits for every run's first analysis, seven runs on a shared 2-core machine)
         self.frame.wait_for_selector("#runs[data-complete='true'] table.runs", timeout=3 * TIMEOUT_MS)
@@ -157,22 +167,29 @@ class Tab:
         return [u for u in self.requests if not LOOPBACK.match(u)]
 
 
-@pytest.fixture
-def tab(browser, served, request):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+@pytest.fixture(scope="module")
+def shared_tab(browser, served):
+    context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(TIMEOUT_MS)
     requests: list[str] = []
     page = context.new_page()
     page.on("request", lambda r: requests.append(r.url))
-    t = Tab(page, requests)
+    try:
+        yield Tab(page, requests)
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def tab(shared_tab, request):
+    t = shared_tab
+    t.requests.clear()  # each test answers for the requests its own steps made
     try:
         yield t
     finally:
         name = SCREENSHOTS[request.node.name]
-        try:
-            page.screenshot(path=str(artifacts_dir() / f"tab-{name}.png"), full_page=True)
-        finally:
-            context.close()
+        t.page.screenshot(path=str(artifacts_dir() / f"tab-{name}.png"), full_page=True)
+        t.page.set_viewport_size(VIEWPORT)  # as the next test expects it
     assert t.off_host() == [], f"requests left 127.0.0.1: {t.off_host()}"
 
 
