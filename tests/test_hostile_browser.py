@@ -72,19 +72,28 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, request):
+@pytest.fixture(scope="module")
+def shared_page(browser):
+    """One page for the module: the first test loads TensorBoard's page, the second only switches its tab."""
     context, pg, traffic = open_page(browser)
     context.set_default_timeout(TIMEOUT_MS)
     requests: list[str] = []
     dialogs: list[str] = []
     pg.on("request", lambda r: requests.append(r.url))
     pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    yield pg, traffic, requests, dialogs
     try:
-        pg.screenshot(path=str(artifacts_dir() / f"hostile-{request.node.name}.png"), timeout=10_000)
+        yield pg, traffic, requests, dialogs
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(shared_page, request):
+    pg, traffic, requests, dialogs = shared_page
+    for seen in (traffic.blocked, requests, dialogs):
+        seen.clear()  # each test answers for what its own steps did
+    yield shared_page
+    pg.screenshot(path=str(artifacts_dir() / f"hostile-{request.node.name}.png"), timeout=10_000)
     assert traffic.blocked == [], f"requests off the host: {traffic.blocked}"
     assert not [u for u in requests if u.endswith("/x") or "203.0.113.7" in u], requests
     assert dialogs == []
