@@ -1,5 +1,6 @@
 """The stepscope tab in a real browser: headless Chromium (Debian's `chromium`) through Playwright, against a
-real TensorBoard on 127.0.0.1 that found the plugin through its entry point.
+real TensorBoard on 127.0.0.1 that found the plugin through its entry point (torch-tb-profiler's plugin left
+out: WITHOUT_PROFILER_TAB).
 
     apt-get update && apt-get install -y chromium
     pytest -m browser tests/test_tab_browser.py
@@ -17,7 +18,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -26,7 +31,7 @@ from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir
 from stepscope.capture.oom import OomCapture
 from stepscope.report.front import analyze
 from stepscope.tensorboard.tab.plugin import window_root
-from stepscope.tensorboard.tbserver import TensorBoard
+from stepscope.tensorboard.tbserver import TensorBoard, loopback_get
 from trainrun import run_train
 
 pytestmark = [pytest.mark.browser,
@@ -76,6 +81,45 @@ def cycle_loop(folder: Path, n: int) -> None:
             prof.step()
 
 
+# TensorBoard's own main with every plugin it finds through the tensorboard_plugins entry point (stepscope's tab
+# among them) but torch-tb-profiler's: these tests never open the PyTorch Profiler tab, whose plugin would parse
+# every trace of the logdir at start, each in a process of its own (a dozen here). Its tab is tested with the
+# stepscope tab beside it in test_profiler_tab_browser.py.
+WITHOUT_PROFILER_TAB = """
+from absl import app
+from tensorboard import default, main_lib, program
+plugins = [p for p in default.get_plugins() if not p.__module__.startswith("torch_tb_profiler")]
+main_lib.global_init()
+tb = program.TensorBoard(plugins=plugins)
+app.run(tb.main, flags_parser=tb.configure)
+"""
+
+
+class TensorBoardWithoutProfilerTab(TensorBoard):
+    """stepscope.tensorboard.tbserver.TensorBoard, started through WITHOUT_PROFILER_TAB."""
+
+    def __enter__(self) -> TensorBoard:
+        self._log_dir = tempfile.mkdtemp(prefix="stepscope-tensorboard-")
+        self.log_path = Path(self._log_dir) / f"tensorboard-{self.port}.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-c", WITHOUT_PROFILER_TAB, "--logdir", str(self.logdir),
+                                      "--host", "127.0.0.1", "--port", str(self.port), "--load_fast=false",
+                                      "--reload_interval", "2"], stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"tensorboard exited with {self.proc.returncode}: {self.log_text()}"
+            try:
+                listing = json.loads(loopback_get(self.base + "/data/plugins_listing", timeout_s=5.0))
+            except (urllib.error.URLError, OSError):  # not listening yet, or busy starting
+                time.sleep(0.5)
+                continue
+            assert "stepscope" in listing and "pytorch_profiler" not in listing, list(listing)
+            return self
+        text = self.log_text()
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {text}")
+
+
 def write_wide_job(folder: Path, ranks: int) -> None:
     """A job of ``ranks`` ranks from the 2-rank straggler job's real traces: every rank but the last is a
     copy of its steady rank 0, the last one of its straggling rank 1, each with its own distributedInfo.
@@ -110,7 +154,7 @@ def served(tmp_path_factory):
     cache = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))  # the window tool writes there
     try:
-        with TensorBoard(logdir, startup_timeout_s=60) as tb:
+        with TensorBoardWithoutProfilerTab(logdir, startup_timeout_s=120) as tb:
             try:
                 yield tb, logdir
             finally:
