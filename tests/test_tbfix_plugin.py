@@ -44,7 +44,7 @@ def tb(tmp_path_factory, request):
         f = next((DATA / scenario).glob("*.pt.trace.json.gz"))
         shutil.copy(f, src / f.name)
         export_tensorboard(src, logdir / "after" / scenario)
-    with TensorBoard(logdir) as server:
+    with TensorBoard(logdir, startup_timeout_s=180) as server:  # a loaded 2-core machine: start-up takes a while
         server.wait_for_runs([f"{side}/{s}" for side in ("before", "after") for s in scenarios])
         server.scenarios = scenarios
         yield server
