@@ -1,6 +1,6 @@
 """The stepscope tab in a real browser: headless Chromium (Debian's `chromium`) through Playwright, against a
 real TensorBoard on 127.0.0.1 that found the plugin through its entry point (torch-tb-profiler's plugin left
-out: WITHOUT_PROFILER_TAB).
+out: browser_helpers.TensorBoardWithoutProfilerTab).
 
     apt-get update && apt-get install -y chromium
     pytest -m browser tests/test_tab_browser.py
@@ -18,20 +18,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.error
 from pathlib import Path
 
 import pytest
 import torch
-from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir
+from browser_helpers import CHROMIUM, INSTALL_HINT, TensorBoardWithoutProfilerTab, artifacts_dir
 from stepscope.capture.oom import OomCapture
 from stepscope.report.front import analyze
 from stepscope.tensorboard.tab.plugin import window_root
-from stepscope.tensorboard.tbserver import TensorBoard, loopback_get
 from trainrun import run_train
 
 pytestmark = [pytest.mark.browser,
@@ -79,45 +74,6 @@ def cycle_loop(folder: Path, n: int) -> None:
                 for _ in range(3):
                     (x @ w).relu_()  # torch ops fill the step: cpu_bound
             prof.step()
-
-
-# TensorBoard's own main with every plugin it finds through the tensorboard_plugins entry point (stepscope's tab
-# among them) but torch-tb-profiler's: these tests never open the PyTorch Profiler tab, whose plugin would parse
-# every trace of the logdir at start, each in a process of its own (a dozen here). Its tab is tested with the
-# stepscope tab beside it in test_profiler_tab_browser.py.
-WITHOUT_PROFILER_TAB = """
-from absl import app
-from tensorboard import default, main_lib, program
-plugins = [p for p in default.get_plugins() if not p.__module__.startswith("torch_tb_profiler")]
-main_lib.global_init()
-tb = program.TensorBoard(plugins=plugins)
-app.run(tb.main, flags_parser=tb.configure)
-"""
-
-
-class TensorBoardWithoutProfilerTab(TensorBoard):
-    """stepscope.tensorboard.tbserver.TensorBoard, started through WITHOUT_PROFILER_TAB."""
-
-    def __enter__(self) -> TensorBoard:
-        self._log_dir = tempfile.mkdtemp(prefix="stepscope-tensorboard-")
-        self.log_path = Path(self._log_dir) / f"tensorboard-{self.port}.log"
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-c", WITHOUT_PROFILER_TAB, "--logdir", str(self.logdir),
-                                      "--host", "127.0.0.1", "--port", str(self.port), "--load_fast=false",
-                                      "--reload_interval", "2"], stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"tensorboard exited with {self.proc.returncode}: {self.log_text()}"
-            try:
-                listing = json.loads(loopback_get(self.base + "/data/plugins_listing", timeout_s=5.0))
-            except (urllib.error.URLError, OSError):  # not listening yet, or busy starting
-                time.sleep(0.5)
-                continue
-            assert "stepscope" in listing and "pytorch_profiler" not in listing, list(listing)
-            return self
-        text = self.log_text()
-        self.__exit__(None, None, None)
-        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {text}")
 
 
 def write_wide_job(folder: Path, ranks: int) -> None:
