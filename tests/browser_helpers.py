@@ -115,7 +115,10 @@ class TensorBoardWithoutProfilerTab(TensorBoard):
                                       "--reload_interval", "2"], stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"tensorboard exited with {self.proc.returncode}: {self.log_text()}"
+            if self.proc.poll() is not None:
+                text = self.log_text()  # read before __exit__ removes the log
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {text}")
             try:
                 listing = json.loads(loopback_get(self.base + "/data/plugins_listing", timeout_s=5.0))
             except (urllib.error.URLError, OSError):  # not listening yet, or busy starting
