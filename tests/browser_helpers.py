@@ -1,16 +1,24 @@
 """Headless Chromium (Debian's `chromium`) driven by Playwright against a loopback TensorBoard, for tests.
 
-Used by tests/test_browser.py. The browser is the system one at CHROMIUM; `playwright install` (which
-downloads browsers) is never needed. Every request that leaves 127.0.0.1 is aborted and recorded, so the
+Used by the browser tests (tests/test_*browser.py). The browser is the system one at CHROMIUM; `playwright
+install` (which downloads browsers) is never needed. Every request that leaves 127.0.0.1 is aborted and recorded, so the
 page behaves the same with or without internet and never waits on a remote host.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from stepscope.tensorboard.tbserver import TensorBoard, loopback_get
 
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALL_HINT = "apt-get update && apt-get install -y chromium"
@@ -79,3 +87,45 @@ def wait_for_response(page, path: str, timeout_ms: int = NAVIGATION_TIMEOUT_MS):
 def displayed_number(value: float) -> str:
     """How TensorBoard's Time Series data table prints a scalar: 1,591.5875, 2.1827, 0.5, 6."""
     return f"{value:,.4f}".rstrip("0").rstrip(".")
+
+
+# TensorBoard's own main with every plugin it finds through the tensorboard_plugins entry point (stepscope's tab
+# among them) but torch-tb-profiler's, for tests that never open the PyTorch Profiler tab: that plugin parses
+# every trace of the logdir at start, each in a process of its own. Its tab is tested with the stepscope tab
+# beside it in test_profiler_tab_browser.py.
+WITHOUT_PROFILER_TAB = """
+from absl import app
+from tensorboard import default, main_lib, program
+plugins = [p for p in default.get_plugins() if not p.__module__.startswith("torch_tb_profiler")]
+main_lib.global_init()
+tb = program.TensorBoard(plugins=plugins)
+app.run(tb.main, flags_parser=tb.configure)
+"""
+
+
+class TensorBoardWithoutProfilerTab(TensorBoard):
+    """stepscope.tensorboard.tbserver.TensorBoard, started through WITHOUT_PROFILER_TAB."""
+
+    def __enter__(self) -> TensorBoard:
+        self._log_dir = tempfile.mkdtemp(prefix="stepscope-tensorboard-")
+        self.log_path = Path(self._log_dir) / f"tensorboard-{self.port}.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-c", WITHOUT_PROFILER_TAB, "--logdir", str(self.logdir),
+                                      "--host", "127.0.0.1", "--port", str(self.port), "--load_fast=false",
+                                      "--reload_interval", "2"], stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                text = self.log_text()  # read before __exit__ removes the log
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"tensorboard exited with {self.proc.returncode}: {text}")
+            try:
+                listing = json.loads(loopback_get(self.base + "/data/plugins_listing", timeout_s=5.0))
+            except (urllib.error.URLError, OSError):  # not listening yet, or busy starting
+                time.sleep(0.5)
+                continue
+            assert "stepscope" in listing and "pytorch_profiler" not in listing, list(listing)
+            return self
+        text = self.log_text()
+        self.__exit__(None, None, None)
+        raise TimeoutError(f"tensorboard did not answer within {self.startup_timeout_s}s: {text}")

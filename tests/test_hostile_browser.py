@@ -6,17 +6,23 @@ headless Chromium (Debian's `chromium`, through Playwright) on a run whose top o
     pytest -m browser tests/test_hostile_browser.py
 
 The run is published the way `stepscope tensorboard` publishes it (its diagnosis as Text, the adapted trace
-for the tabs) and served by a real TensorBoard on 127.0.0.1. Every request that would leave the host is
-blocked and counted (browser_helpers.open_page), every request is recorded, and dialogs are counted: the
-pages must make no request off the host, none for the injected ``src=x``, open no dialog, and hold no
+for the tabs) and served by a real TensorBoard on 127.0.0.1 (without torch-tb-profiler's tab, which these
+tests do not open). Every request that would leave the host is blocked and counted (browser_helpers.open_page),
+every request is recorded, and dialogs are counted: the pages must make no request off the host, none for the injected ``src=x``, open no dialog, and hold no
 injected element, while showing the hostile names as text.
 """
 
 from __future__ import annotations
 
 import pytest
-from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir, launch_chromium, open_page
-from stepscope.tensorboard.tbserver import TensorBoard
+from browser_helpers import (
+    CHROMIUM,
+    INSTALL_HINT,
+    TensorBoardWithoutProfilerTab,
+    artifacts_dir,
+    launch_chromium,
+    open_page,
+)
 from test_hostile_names import HOSTILE_OP, HOSTILE_WORKER, published, write_hostile_run
 
 pytestmark = [pytest.mark.browser,
@@ -60,7 +66,7 @@ def served(tmp_path_factory):
     write_hostile_run(tmp / "src" / RUN)
     (run,) = published(tmp / "src", tmp)
     assert run.name == RUN
-    with TensorBoard(run.parent, startup_timeout_s=60) as tb:
+    with TensorBoardWithoutProfilerTab(run.parent, startup_timeout_s=120) as tb:
         yield tb
 
 
@@ -72,19 +78,28 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, request):
+@pytest.fixture(scope="module")
+def shared_page(browser):
+    """One page for the module: the first test loads TensorBoard's page, the second only switches its tab."""
     context, pg, traffic = open_page(browser)
     context.set_default_timeout(TIMEOUT_MS)
     requests: list[str] = []
     dialogs: list[str] = []
     pg.on("request", lambda r: requests.append(r.url))
     pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    yield pg, traffic, requests, dialogs
     try:
-        pg.screenshot(path=str(artifacts_dir() / f"hostile-{request.node.name}.png"), timeout=10_000)
+        yield pg, traffic, requests, dialogs
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(shared_page, request):
+    pg, traffic, requests, dialogs = shared_page
+    for seen in (traffic.blocked, requests, dialogs):
+        seen.clear()  # each test answers for what its own steps did
+    yield shared_page
+    pg.screenshot(path=str(artifacts_dir() / f"hostile-{request.node.name}.png"), timeout=10_000)
     assert traffic.blocked == [], f"requests off the host: {traffic.blocked}"
     assert not [u for u in requests if u.endswith("/x") or "203.0.113.7" in u], requests
     assert dialogs == []

@@ -2,14 +2,16 @@
 Playwright) against `stepscope tensorboard` on 127.0.0.1, every request off the host blocked and recorded.
 
     apt-get update && apt-get install -y chromium
-    pytest -m browser tests/test_profiler_tab_browser.py           # about 3 minutes on 2 idle cores
+    pytest -m browser tests/test_profiler_tab_browser.py           # every view of every run: about 3 minutes on 2 idle cores
+    pytest -q tests/test_profiler_tab_browser.py                   # the default set: each view once (DEFAULT_CASES)
     STEPSCOPE_DOCS_SCREENSHOTS=1 pytest -m browser tests/test_profiler_tab_browser.py   # also rewrites docs/profiler-*.png
 
 DIR holds four runs: a CPU run the trainer makes here (scripts/train.py --profile), a user's loop profiled on
 an H200 through stepscope.schedule and stepscope.trace_handler (tests/data/loops_h200/vit_pageable), a
 data-bound run whose DataLoader takes most of the step (tests/data/slow_dataset) and a 2-rank NCCL job
 (tests/data/nccl_ddp). One `stepscope tensorboard` serves them and one page goes through every view of
-each run. Each view must draw (no spinner left, no chart that says it could not draw, no error banner), and
+each run (by default each view once, DEFAULT_CASES; the others are in the slow set). Each view must draw (no
+spinner left, no chart that says it could not draw, no error banner), and
 what it draws is compared with the plugin's own HTTP API for the same run, worker and span: the Overview's
 execution summary, step-time breakdown and pie; the operator and kernel pies and tables with device time;
 the Memory curve; the Trace view's timeline; the Module view's table and timeline; the Distributed view's
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir, launch_chromium, open_page
+from few_by_default import few_by_default
 from stepscope.tensorboard.tbserver import free_port, loopback_get
 from trainrun import run_train
 
@@ -59,6 +62,12 @@ VIEWS = {"trainer": ["Overview", "Operator", "Trace", "Memory", "Module"],
          "ddp": ["Overview", "Operator", "Kernel", "Trace", "Distributed", "Memory"]}
 MENU = {"Kernel": "GPU Kernel"}
 CASES = [(run, view) for run, views in VIEWS.items() for view in views]
+# By default each view is drawn once, on a run that takes each branch of its check: Overview on the CPU run
+# (no device time) and on the data-bound GPU run (device time, DataLoader the largest part); Operator on the
+# CPU run and on a GPU run (device time in the pies and the table); Kernel, Memory, Trace and Module on one GPU
+# run each, and Distributed on the 2-rank job. The other cases take the same checks on other data: slow.
+DEFAULT_CASES = ["trainer-Overview", "data_bound-Overview", "trainer-Operator", "loop-Operator", "loop-Kernel",
+                 "loop-Memory", "data_bound-Trace", "data_bound-Module", "ddp-Distributed"]
 # the views whose screenshot documents the tab (docs/tensorboard.md)
 DOC_SHOTS = {("data_bound", "Overview"), ("loop", "Operator"), ("loop", "Kernel"), ("data_bound", "Trace"),
              ("loop", "Memory"), ("data_bound", "Module"), ("ddp", "Distributed")}
@@ -260,8 +269,9 @@ def test_every_run_offers_its_views(served):
         assert served.api("views", run=run) == views, run
 
 
-@pytest.mark.parametrize(("run", "view"), CASES, ids=[f"{r}-{v}" for r, v in CASES])
-def test_view_draws_what_the_api_says(served, tab, run, view):
+@pytest.mark.parametrize("case", few_by_default(CASES, DEFAULT_CASES, ids=[f"{r}-{v}" for r, v in CASES]))
+def test_view_draws_what_the_api_says(served, tab, case):
+    run, view = case
     tab.open(run, view)
     check = CHECKS[view]
     check(served, tab, run)

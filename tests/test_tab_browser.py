@@ -1,5 +1,6 @@
 """The stepscope tab in a real browser: headless Chromium (Debian's `chromium`) through Playwright, against a
-real TensorBoard on 127.0.0.1 that found the plugin through its entry point.
+real TensorBoard on 127.0.0.1 that found the plugin through its entry point (torch-tb-profiler's plugin left
+out: browser_helpers.TensorBoardWithoutProfilerTab).
 
     apt-get update && apt-get install -y chromium
     pytest -m browser tests/test_tab_browser.py
@@ -17,18 +18,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from browser_helpers import CHROMIUM, INSTALL_HINT, artifacts_dir
+from browser_helpers import CHROMIUM, INSTALL_HINT, TensorBoardWithoutProfilerTab, artifacts_dir
 from stepscope.capture.oom import OomCapture
 from stepscope.report.front import analyze
 from stepscope.tensorboard.tab.plugin import window_root
-from stepscope.tensorboard.tbserver import TensorBoard
 from trainrun import run_train
 
 pytestmark = [pytest.mark.browser,
@@ -60,22 +58,22 @@ LOOPBACK = re.compile(r"^(https?://127\.0\.0\.1[:/]|data:|blob:|about:)")
 
 WIDE_RANKS = 66  # more than the tab draws as bars (MAX_BARS = 64 in index.js)
 CYCLE_RUN, MANY_CYCLES = "cycles", 6  # a plain torch.profiler loop of 6 cycles; the last one's step is a sleep
-CYCLE_LOOP = """
-import sys, time, torch
-n = int(sys.argv[2])
-x, w = torch.randn(128, 256), torch.randn(256, 256)
-sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=n)
-with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
-                            on_trace_ready=torch.profiler.tensorboard_trace_handler(sys.argv[1])) as prof:
-    for i in range(n * 4):
-        if i // 4 == n - 1:
-            time.sleep(0.08)  # the host waits between ops: host_bound
-            (x[:8] @ w).relu_()
-        else:
-            for _ in range(3):
-                (x @ w).relu_()  # torch ops fill the step: cpu_bound
-        prof.step()
-"""
+
+
+def cycle_loop(folder: Path, n: int) -> None:
+    """A plain torch.profiler loop of ``n`` cycles, run in this process (torch is imported here anyway)."""
+    x, w = torch.randn(128, 256), torch.randn(256, 256)
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=n)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
+                                on_trace_ready=torch.profiler.tensorboard_trace_handler(str(folder))) as prof:
+        for i in range(n * 4):
+            if i // 4 == n - 1:
+                time.sleep(0.08)  # the host waits between ops: host_bound
+                (x[:8] @ w).relu_()
+            else:
+                for _ in range(3):
+                    (x @ w).relu_()  # torch ops fill the step: cpu_bound
+            prof.step()
 
 
 def write_wide_job(folder: Path, ranks: int) -> None:
@@ -108,13 +106,11 @@ def served(tmp_path_factory):
     error = torch.OutOfMemoryError(OOM_MESSAGE)
     assert OomCapture(logdir / MEM_RUN, "host_1").capture(error) is not None
     write_wide_job(logdir / "wide", WIDE_RANKS)
-    loop = subprocess.run([sys.executable, "-c", CYCLE_LOOP, str(logdir / CYCLE_RUN), str(MANY_CYCLES)], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "KINETO_LOG_LEVEL": "6"})
-    assert loop.returncode == 0, loop.stderr[-3000:]
+    cycle_loop(logdir / CYCLE_RUN, MANY_CYCLES)
     cache = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))  # the window tool writes there
     try:
-        with TensorBoard(logdir, startup_timeout_s=60) as tb:
+        with TensorBoardWithoutProfilerTab(logdir, startup_timeout_s=120) as tb:
             try:
                 yield tb, logdir
             finally:
@@ -134,20 +130,30 @@ def browser():
         b.close()
 
 
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
 class Tab:
-    """The page with the stepscope tab open, its iframe, and every request the page made."""
+    """The page with the stepscope tab open, its iframe, and every request the page made.
+
+    One page serves every test of the module: the first test loads TensorBoard's page and opens the tab
+    through it; each later test loads the tab's own frame again, which starts the tab from nothing (it keeps
+    no state outside its frame) without loading all of TensorBoard's page once more."""
 
     def __init__(self, page, requests: list[str]) -> None:
         self.page, self.requests = page, requests
         self.frame = None
 
     def open(self, base: str):
-        self.page.goto(base + "/#stepscope")
-        deadline = time.monotonic() + TIMEOUT_MS / 1e3
-        while self.frame is None and time.monotonic() < deadline:
-            self.frame = next((f for f in self.page.frames if "plugin_entry.html?name=stepscope" in f.url), None)
-            self.page.wait_for_timeout(200)  # lets Playwright take in the page's events (a sleep would not)
-        assert self.frame is not None, [f.url for f in self.page.frames]
+        if self.frame is None:
+            self.page.goto(base + "/#stepscope")
+            deadline = time.monotonic() + TIMEOUT_MS / 1e3
+            while self.frame is None and time.monotonic() < deadline:
+                self.frame = next((f for f in self.page.frames if "plugin_entry.html?name=stepscope" in f.url), None)
+                self.page.wait_for_timeout(200)  # lets Playwright take in the page's events (a sleep would not)
+            assert self.frame is not None, [f.url for f in self.page.frames]
+        else:
+            self.frame.goto(self.frame.url.split("#")[0])
         # every run analysed (the list asks again while one is pending, and then marks itself complete)
         # (the first test's page waits for every run's first analysis, seven runs on a shared 2-core machine)
         self.frame.wait_for_selector("#runs[data-complete='true'] table.runs", timeout=3 * TIMEOUT_MS)
@@ -157,22 +163,29 @@ class Tab:
         return [u for u in self.requests if not LOOPBACK.match(u)]
 
 
-@pytest.fixture
-def tab(browser, served, request):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+@pytest.fixture(scope="module")
+def shared_tab(browser, served):
+    context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(TIMEOUT_MS)
     requests: list[str] = []
     page = context.new_page()
     page.on("request", lambda r: requests.append(r.url))
-    t = Tab(page, requests)
+    try:
+        yield Tab(page, requests)
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def tab(shared_tab, request):
+    t = shared_tab
+    t.requests.clear()  # each test answers for the requests its own steps made
     try:
         yield t
     finally:
         name = SCREENSHOTS[request.node.name]
-        try:
-            page.screenshot(path=str(artifacts_dir() / f"tab-{name}.png"), full_page=True)
-        finally:
-            context.close()
+        t.page.screenshot(path=str(artifacts_dir() / f"tab-{name}.png"), full_page=True)
+        t.page.set_viewport_size(VIEWPORT)  # as the next test expects it
     assert t.off_host() == [], f"requests left 127.0.0.1: {t.off_host()}"
 
 
