@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from bench import analysis_speed, memory
+from few_by_default import few_by_default
+from in_process import run_main
 from reference.dict_parse import parse_trace
 from stepscope.analysis import (
     StepSelection,
@@ -132,23 +134,43 @@ def analyze_cli(*args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--steps", "8:3"], "empty window"),
-    (["--steps", "x"], "is not START:END"),
-    (["--steps", "50:60"], "no ProfilerStep#N in steps 50:60"),
-    (["--time-range=-5:2"], "cannot be negative"),
-    (["--max-memory", "lots"], "is not a memory size"),
-])
-def test_bad_windows_are_one_line_errors(replica, args, fragment):
+def analyze_main(capsys, *args) -> tuple[int, str, str]:
+    """The command's main() in this process: exit code, stdout, stderr."""
+    from stepscope.cli.analyze import main
+    return run_main(main, args, capsys, prog="analyze.py")
+
+
+BAD_WINDOWS = {
+    "steps_empty": (["--steps", "8:3"], "empty window"),
+    "steps_not_a_window": (["--steps", "x"], "is not START:END"),
+    "steps_absent": (["--steps", "50:60"], "no ProfilerStep#N in steps 50:60"),
+    "time_negative": (["--time-range=-5:2"], "cannot be negative"),
+    "memory_not_a_size": (["--max-memory", "lots"], "is not a memory size"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_WINDOWS)
+def test_bad_windows_are_one_line_errors(replica, case, capsys):
+    args, fragment = BAD_WINDOWS[case]
+    code, out, err = analyze_main(capsys, replica, "--json", *args)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and fragment in err
+
+
+# The command in a process of its own: an option refused by the parser and a window refused by the analysis;
+# the others' lines are checked through the same main() above (slow here).
+@pytest.mark.parametrize("case", few_by_default(BAD_WINDOWS, keep=["steps_not_a_window", "steps_absent"]))
+def test_bad_windows_are_one_line_errors_of_the_command(replica, case):
+    args, fragment = BAD_WINDOWS[case]
     p = analyze_cli(replica, "--json", *args)
     assert p.returncode == 2 and p.stdout == ""
     assert len(p.stderr.splitlines()) == 1 and fragment in p.stderr
 
 
-def test_steps_option_in_the_report(replica):
-    p = analyze_cli(replica, "--json", "--steps", "5:7")
-    assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout)["spans"][0]["metrics"]["steps"] == 2
+def test_steps_option_in_the_report(replica, capsys):
+    code, out, err = analyze_main(capsys, replica, "--json", "--steps", "5:7")
+    assert code == 0, err
+    assert json.loads(out)["spans"][0]["metrics"]["steps"] == 2
 
 
 def test_ranks_in_parallel_equal_ranks_in_sequence(monkeypatch):
