@@ -10,9 +10,6 @@ from __future__ import annotations
 import functools
 import glob
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -170,16 +167,18 @@ def test_a_leak_of_4_mib_a_step_is_creep_and_none_is_not():
     assert "memory_creep" not in [f.id for f in clean.findings]
 
 
-LOOP = textwrap.dedent("""
-    import sys, torch
+def _record_loops(loops) -> None:
+    """Each (folder, leak): a small CPU loop profiled by torch.profiler with profile_memory into the folder, keeping
+    ``leak`` bytes a step alive. In this process (torch is imported here anyway): a loop of the user's own."""
+    import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-    for out, leak in zip(sys.argv[1::2], map(int, sys.argv[2::2])):  # one process records every loop
+    for out, leak in loops:
         keep = []
         m = torch.nn.Linear(256, 256)
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1,
-                     active=5), on_trace_ready=tensorboard_trace_handler(out)) as p:
-            for i in range(7):
+                     active=5), on_trace_ready=tensorboard_trace_handler(str(out))) as p:
+            for _ in range(7):
                 m(torch.randn(64, 256)).sum().backward()
                 opt.step()
                 opt.zero_grad()
@@ -187,14 +186,12 @@ LOOP = textwrap.dedent("""
                     keep.append(torch.ones(leak // 4))
                 p.step()
         del keep
-""")
 
 
 def test_a_cpu_loop_that_keeps_2_mib_a_step_creeps_by_2_mib(tmp_path):
     """Recorded here by torch.profiler: the truth is the loop's own leak (2 MiB a step), and its absence."""
     leaks = (2 << 20, 0)
-    args = [str(a) for leak in leaks for a in (tmp_path / str(leak), leak)]
-    subprocess.run([sys.executable, "-c", LOOP, *args], check=True, capture_output=True)
+    _record_loops([(tmp_path / str(leak), leak) for leak in leaks])
     for leak in leaks:
         mem = analyze(tmp_path / str(leak)).spans[0].memory
         d = mem.devices[0]

@@ -10,6 +10,7 @@ tests/test_tbfix_plugin.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -268,7 +269,9 @@ def test_adapt_trace_rejects_what_is_not_a_trace():
         adapt_trace([])
 
 
+@functools.cache
 def edge_cases() -> dict[str, dict]:
+    """eager_bs128's events with one kind left out, made once (at collection) for every case: read-only."""
     ev = load("eager_bs128")["traceEvents"]
     gpu = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "gpu_user_annotation", "ac2g"}
     return {
