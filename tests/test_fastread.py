@@ -113,9 +113,12 @@ def test_every_trace_of_tests_data_parses_the_same(path, pure):
     assert fast == ref
 
 
-# suite, holdout and host_bound gather many or large traces that test_every_trace_of_tests_data_parses_the_same
-# already reads through both readers; their whole reports are compared in the slow run.
-@pytest.mark.parametrize("run", few_by_default(RUNS, keep=[r for r in RUNS if r not in ("suite", "holdout", "host_bound")]))
+# A report is made from the ParsedTrace that test_every_trace_of_tests_data_parses_the_same compares through both
+# readers for every trace of tests/data. By default the door's whole report is compared on one trace of each
+# kind: an eager GPU run, a CUDA graph, two gloo ranks, a data-bound run and a CPU-only Lightning run; the other
+# runs (suite, holdout, host_bound and loops_h200 among them: many or large traces) in the slow run.
+@pytest.mark.parametrize("run", few_by_default(RUNS, keep=["eager_bs32", "cuda_graph", "ddp_gloo", "slow_dataset",
+                                                           "lightning_cpu"]))
 def test_every_report_of_tests_data_is_the_same(run, pure):
     ref, fast = both(pure, lambda: json_out.dumps(analyze(DATA / run).to_dict()))
     assert fast == ref
