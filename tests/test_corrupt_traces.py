@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from few_by_default import few_by_default
+from in_process import run_main
 from stepscope.analysis import TraceError
 from stepscope.plugin_copy import export_tensorboard
 from stepscope.report.front import analyze
@@ -175,30 +176,47 @@ def test_corrupt_trace_is_refused_by_the_library_in_one_line(case, tmp_path):
     assert "\n" not in str(e.value) and NAME in str(e.value)
 
 
-# Each case starts the command (about 3 CPU-seconds). By default: an input check, the analysis' own failure, a
-# tolerated field and both memory ceilings; the other input checks reach the same one-line exit through the
-# same door (the library test above checks each one's line), and run in the slow set.
-@pytest.mark.parametrize("case", few_by_default(CASES, keep=[
-    "args_not_object", "device_not_a_number", "step_without_cat", "gzip_bomb", "out_of_memory"]))
-def test_corrupt_trace_gets_one_line_and_exit_2(case, tmp_path):
-    build, fragment, rlimit = CASES[case]
+def _check_command(case: str, tmp_path: Path, run_command) -> None:
+    """``run_command(run, *args) -> (exit code, stdout, stderr)`` on the case's trace: one line and exit 2, or
+    for a tolerated field strict JSON of the analysed steps; nothing written either way."""
+    build, fragment, _ = CASES[case]
     run, out = tmp_path / "run", tmp_path / "exported"
     run.mkdir()
     build(run)
     if fragment is None:  # tolerated: analysed as if the field were there, strict JSON out
-        p = run_analyze(run, "--json", rlimit=rlimit)
-        assert p.returncode == 0, p.stderr
-        (span,) = strict_json(p.stdout)["spans"]
+        code, stdout, stderr = run_command(run, "--json")
+        assert code == 0, stderr
+        (span,) = strict_json(stdout)["spans"]
         assert span["metrics"]["steps"] == 2
         return
-    p = run_analyze(run, "--json", "--export-tensorboard", out, rlimit=rlimit)
-    assert p.returncode == 2, p.stderr[-2000:]
-    assert p.stdout == ""
-    lines = p.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr[-2000:]
+    code, stdout, stderr = run_command(run, "--json", "--export-tensorboard", out)
+    assert code == 2, stderr[-2000:]
+    assert stdout == ""
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-2000:]
     assert NAME in lines[0] and fragment in lines[0], lines[0]
     assert "no ProfilerStep#N" not in lines[0]
     assert not out.exists() and [f.name for f in tmp_path.iterdir()] == ["run"]  # nothing written
+
+
+# Each case starts the command (about 3 CPU-seconds). By default: the analysis' own failure and both memory
+# ceilings (which need a process of their own); an input check and a tolerated field go through the same
+# main() in-process by default (the test below), and the other input checks reach the same one-line exit
+# through the same door (the library test above checks each one's line), and run in the slow set.
+@pytest.mark.parametrize("case", few_by_default(CASES, keep=["device_not_a_number", "gzip_bomb", "out_of_memory"]))
+def test_corrupt_trace_gets_one_line_and_exit_2(case, tmp_path):
+    def command(run, *args):
+        p = run_analyze(run, *args, rlimit=CASES[case][2])
+        return p.returncode, p.stdout, p.stderr
+    _check_command(case, tmp_path, command)
+
+
+@pytest.mark.parametrize("case", ["args_not_object", "step_without_cat"])
+def test_corrupt_trace_gets_one_line_and_exit_2_from_main_in_process(case, tmp_path, capsys):
+    """The command's main() in this process: an input check's one line and exit 2, a tolerated field's strict
+    JSON (the subprocess test above holds the same path in a process of its own)."""
+    from stepscope.cli.analyze import main
+    _check_command(case, tmp_path, lambda run, *args: run_main(main, [run, *args], capsys, prog="analyze.py"))
 
 
 @pytest.mark.parametrize("change", [{"ts": "1795259107072"}, {"name": 123}, {"ts": float("nan")},
@@ -263,17 +281,31 @@ def all_nul(run: Path) -> None:
         f.truncate(2 * GIB)
 
 
-@pytest.mark.parametrize("build, offset", [(nul_tail, 17), (all_nul, 0)], ids=["nul_tail", "all_nul"])
-def test_a_file_of_nul_bytes_fails_at_the_first_one(build, offset, tmp_path):
+NUL_FILES = {"nul_tail": (nul_tail, 17), "all_nul": (all_nul, 0)}
+
+
+@pytest.mark.parametrize("case", NUL_FILES)
+def test_a_file_of_nul_bytes_fails_at_the_first_one(case, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    build, offset = NUL_FILES[case]
+    build(run)
+    with pytest.raises(TraceError, match=f"a NUL byte at offset {offset}"):
+        analyze(run)
+
+
+# Each case starts the command; all_nul takes nul_tail's path (the first block read holds a NUL byte; the
+# library test above checks both offsets), so it runs in the slow set.
+@pytest.mark.parametrize("case", few_by_default(NUL_FILES, keep=["nul_tail"]))
+def test_a_file_of_nul_bytes_fails_at_the_first_one_in_bounded_memory(case, tmp_path):
     """Bounded work on any input: the error comes from the first block read, in time and memory that do not
     grow with the file (the whole file was read before, in memory several times its size, and the cost grew
     faster than the size). The bound asserted is the memory (peak RSS of the analysing process); the time is
     only held to the subprocess timeout, far below what reading 2 GiB cost."""
     run = tmp_path / "run"
     run.mkdir()
+    build, offset = NUL_FILES[case]
     build(run)
-    with pytest.raises(TraceError, match=f"a NUL byte at offset {offset}"):
-        analyze(run)
     out, err, peak = tmp_path / "stdout", tmp_path / "stderr", tmp_path / "peak"
     with open(out, "wb") as o, open(err, "wb") as e:
         p = subprocess.Popen([sys.executable, "-c", PEAK_RSS, str(peak), str(ROOT / "scripts" / "analyze.py"),

@@ -29,9 +29,11 @@ import pytest
 from few_by_default import few_by_default
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from in_process import run_main
 from stepscope.analysis import json_out
 from stepscope.analysis.stream_collect import Collector, Event, decode, read
 from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.cli.analyze import main as analyze_main
 from stepscope.report.front import analyze
 from stepscope.trace import fastread
 from stepscope.trace.errors import TraceError
@@ -111,9 +113,12 @@ def test_every_trace_of_tests_data_parses_the_same(path, pure):
     assert fast == ref
 
 
-# suite, holdout and host_bound gather many or large traces that test_every_trace_of_tests_data_parses_the_same
-# already reads through both readers; their whole reports are compared in the slow run.
-@pytest.mark.parametrize("run", few_by_default(RUNS, keep=[r for r in RUNS if r not in ("suite", "holdout", "host_bound")]))
+# A report is made from the ParsedTrace that test_every_trace_of_tests_data_parses_the_same compares through both
+# readers for every trace of tests/data. By default the door's whole report is compared on one trace of each
+# kind: an eager GPU run, a CUDA graph, two gloo ranks, a data-bound run and a CPU-only Lightning run; the other
+# runs (suite, holdout, host_bound and loops_h200 among them: many or large traces) in the slow run.
+@pytest.mark.parametrize("run", few_by_default(RUNS, keep=["eager_bs32", "cuda_graph", "ddp_gloo", "slow_dataset",
+                                                           "lightning_cpu"]))
 def test_every_report_of_tests_data_is_the_same(run, pure):
     ref, fast = both(pure, lambda: json_out.dumps(analyze(DATA / run).to_dict()))
     assert fast == ref
@@ -270,8 +275,32 @@ BAD = {"truncated": _truncated, "gz_truncated": _gz_truncated, "empty": _empty, 
        "wrong_types": _wrong_types}
 
 
+def _main(run: Path, pure_python: bool, monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """The command's main() in this process, through msgspec alone or the compiled reader."""
+    with monkeypatch.context() as m:
+        if pure_python:
+            m.setenv(fastread.PURE_ENV, "1")
+        else:
+            m.delenv(fastread.PURE_ENV, raising=False)
+        return run_main(analyze_main, [run, "--json", *args], capsys, prog="analyze.py")
+
+
 @pytest.mark.parametrize("case", BAD)
-def test_bad_files_get_the_same_line_and_exit_2_through_both_readers(case, tmp_path):
+def test_bad_files_get_the_same_line_and_exit_2_through_both_readers(case, tmp_path, monkeypatch, capsys):
+    """main() in this process; the subprocess test below holds one case in real processes."""
+    run = tmp_path / "run"
+    run.mkdir()
+    BAD[case](run)
+    ref, fast = _main(run, True, monkeypatch, capsys), _main(run, False, monkeypatch, capsys)
+    assert fast == ref
+    code, _, err = fast
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ")
+
+
+# Each case starts the command twice; every case's line and exit code are compared in-process above, and the
+# others take this one's path out of the process (slow).
+@pytest.mark.parametrize("case", few_by_default(BAD, keep=["truncated"]))
+def test_bad_files_get_the_same_line_and_exit_2_through_both_commands(case, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     BAD[case](run)
@@ -307,15 +336,17 @@ def test_corrupt_trace_cases_read_the_same_through_both_readers(tmp_path, pure):
 
 # -- the fallback: taken, and said ------------------------------------------------------------------------------
 
-def test_the_fallback_is_taken_and_said_when_switched_off(tmp_path):
-    fast, ref = _cli(SMALL, False), _cli(SMALL, True)
-    assert fast.returncode == ref.returncode == 0
-    assert fast.stdout == ref.stdout
-    assert "read with msgspec" not in fast.stderr
-    assert f"{fastread.PURE_ENV} is set: traces are read with msgspec" in ref.stderr.splitlines()[0]
+def test_the_fallback_is_taken_and_said_when_switched_off(monkeypatch, capsys):
+    """main() in this process (the test below runs the command in a process of its own)."""
+    (fast_code, fast_out, fast_err), (ref_code, ref_out, ref_err) = (_main(SMALL, False, monkeypatch, capsys),
+                                                                     _main(SMALL, True, monkeypatch, capsys))
+    assert fast_code == ref_code == 0
+    assert fast_out == ref_out
+    assert "read with msgspec" not in fast_err
+    assert f"{fastread.PURE_ENV} is set: traces are read with msgspec" in ref_err.splitlines()[0]
 
 
-def test_the_fallback_is_taken_and_said_when_the_extension_cannot_be_imported(tmp_path):
+def test_the_fallback_is_taken_and_said_when_the_extension_cannot_be_imported(monkeypatch, capsys):
     """An import hook refuses the extension (as on a machine where it was never built)."""
     script = textwrap.dedent("""
         import sys
@@ -335,7 +366,7 @@ def test_the_fallback_is_taken_and_said_when_the_extension_cannot_be_imported(tm
                        cwd=ROOT, env=env)
     assert p.returncode == 0, p.stderr
     assert "the compiled trace reader is not built (ImportError: no compiled reader here)" in p.stderr
-    assert p.stdout == _cli(SMALL, False).stdout
+    assert p.stdout == _main(SMALL, False, monkeypatch, capsys)[1]
 
 
 # -- AddressSanitizer -------------------------------------------------------------------------------------------

@@ -7,15 +7,15 @@ allocator calls.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from in_process import run_main
 from on_disk import analyze_trace
+from stepscope.cli.main import main as stepscope_main
 from stepscope.report.front import analyze
 from stepscope.trace.files import load_trace
 
@@ -24,7 +24,15 @@ GIB = 2**30
 GPU_RUNS = ["suite/resnet50_pinned", "suite/gpt_large", "holdout/vit_tiny_bs256", "suite/tiny_ops"]
 
 
+@functools.cache
+def _analyzed(run: str):
+    """A committed run's report (no telemetry), made once per module: several tests read it, none changes it."""
+    return analyze(DATA / run)
+
+
+@functools.cache
 def _trace(run: str) -> dict:
+    """The run's trace as json reads it, once per module (read-only)."""
     return load_trace(glob.glob(str(DATA / run / "*.pt.trace.json*"))[0])
 
 
@@ -46,7 +54,7 @@ def _truth(trace: dict, step: int) -> dict:
 @pytest.mark.parametrize("run", GPU_RUNS)
 def test_each_steps_peak_and_headroom_are_the_traces_own(run):
     trace = _trace(run)
-    s = analyze(DATA / run).spans[0]
+    s = _analyzed(run).spans[0]
     d = s.memory.devices[0]
     assert d.device == "cuda:0" and [x.device for x in s.memory.devices] == ["cuda:0"]  # the CPU's pinned bytes left out
     for st in d.steps:
@@ -64,7 +72,7 @@ def test_each_steps_peak_and_headroom_are_the_traces_own(run):
 
 
 def test_the_peak_of_a_cnn_comes_from_its_convolutions_and_norms():
-    d = analyze(DATA / "suite/resnet50_pinned").spans[0].memory.devices[0]
+    d = _analyzed("suite/resnet50_pinned").spans[0].memory.devices[0]
     names = [n for n, _ in d.peak.top]
     assert names[:2] == ["aten::cudnn_convolution", "aten::native_batch_norm"]
     assert d.peak.peak_phase == "backward"  # activations peak as the backward begins
@@ -72,7 +80,7 @@ def test_the_peak_of_a_cnn_comes_from_its_convolutions_and_norms():
 
 def test_fragmentation_is_reserved_minus_allocated_at_the_peak():
     trace = _trace("holdout/vit_tiny_bs256")
-    mem = analyze(DATA / "holdout/vit_tiny_bs256").spans[0].memory
+    mem = _analyzed("holdout/vit_tiny_bs256").spans[0].memory
     d = mem.devices[0]
     p = d.peak
     at_peak = [e["args"] for e in trace["traceEvents"] if e.get("name") == "[memory]"
@@ -85,23 +93,24 @@ def test_fragmentation_is_reserved_minus_allocated_at_the_peak():
 
 
 def test_headroom_predicts_a_larger_batch_and_time_is_unchanged():
-    s = analyze(DATA / "suite/gpt_large").spans[0]
+    s = _analyzed("suite/gpt_large").spans[0]
     ids = [f.id for f in s.memory.findings]
     assert ids == ["headroom"] and s.memory.devices[0].batch_scale > 8  # 7.5 of 79 GiB reserved
     assert all(f.id not in ("headroom", "oom_risk") for f in s.findings)  # the time findings stay apart
 
 
 def test_a_trace_without_memory_events_has_no_memory_section():
-    s = analyze(DATA / "cuda_graph").spans[0]
+    s = _analyzed("cuda_graph").spans[0]
     assert s.memory is None and "memory" not in s.to_dict()
 
 
-def test_console_and_markdown_carry_the_memory_section():
-    out = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(DATA / "suite/gpt_large")],
-                         capture_output=True, text=True, check=True).stdout
+def test_console_and_markdown_carry_the_memory_section(capsys):
+    # the command in-process: its subprocess path is held by tests/test_corrupt_traces.py
+    code, out, err = run_main(stepscope_main, ["analyze", DATA / "suite/gpt_large"], capsys)
+    assert code == 0, err
     assert "memory cuda:0: peak 4.05 GiB allocated" in out and "headroom" in out
     from stepscope.analysis.render import render_markdown, summary_scalars
-    r = analyze(DATA / "suite/gpt_large")
+    r = _analyzed("suite/gpt_large")
     assert "### Memory" in render_markdown(r)
     sc = summary_scalars(r)
     assert sc["diagnosis/memory/peak_allocated_gib"] == pytest.approx(r.spans[0].memory.devices[0].peak.peak_allocated / GIB)
@@ -158,16 +167,18 @@ def test_a_leak_of_4_mib_a_step_is_creep_and_none_is_not():
     assert "memory_creep" not in [f.id for f in clean.findings]
 
 
-LOOP = textwrap.dedent("""
-    import sys, torch
+def _record_loops(loops) -> None:
+    """Each (folder, leak): a small CPU loop profiled by torch.profiler with profile_memory into the folder, keeping
+    ``leak`` bytes a step alive. In this process (torch is imported here anyway): a loop of the user's own."""
+    import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-    for out, leak in zip(sys.argv[1::2], map(int, sys.argv[2::2])):  # one process records every loop
+    for out, leak in loops:
         keep = []
         m = torch.nn.Linear(256, 256)
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True, schedule=schedule(wait=1, warmup=1,
-                     active=5), on_trace_ready=tensorboard_trace_handler(out)) as p:
-            for i in range(7):
+                     active=5), on_trace_ready=tensorboard_trace_handler(str(out))) as p:
+            for _ in range(7):
                 m(torch.randn(64, 256)).sum().backward()
                 opt.step()
                 opt.zero_grad()
@@ -175,14 +186,12 @@ LOOP = textwrap.dedent("""
                     keep.append(torch.ones(leak // 4))
                 p.step()
         del keep
-""")
 
 
 def test_a_cpu_loop_that_keeps_2_mib_a_step_creeps_by_2_mib(tmp_path):
     """Recorded here by torch.profiler: the truth is the loop's own leak (2 MiB a step), and its absence."""
     leaks = (2 << 20, 0)
-    args = [str(a) for leak in leaks for a in (tmp_path / str(leak), leak)]
-    subprocess.run([sys.executable, "-c", LOOP, *args], check=True, capture_output=True)
+    _record_loops([(tmp_path / str(leak), leak) for leak in leaks])
     for leak in leaks:
         mem = analyze(tmp_path / str(leak)).spans[0].memory
         d = mem.devices[0]
@@ -194,10 +203,10 @@ def test_a_cpu_loop_that_keeps_2_mib_a_step_creeps_by_2_mib(tmp_path):
             assert ids == [] and abs(d.creep_bytes_per_step or 0) < 64 << 10
 
 
-def test_json_document_holds_the_memory_fields_docs_json_lists():
-    doc = json.loads(subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", "--json",
-                                     str(DATA / "holdout/vit_tiny_bs256")], capture_output=True, text=True,
-                                    check=True).stdout)
+def test_json_document_holds_the_memory_fields_docs_json_lists(capsys):
+    code, out, err = run_main(stepscope_main, ["analyze", "--json", DATA / "holdout/vit_tiny_bs256"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
     mem = doc["spans"][0]["memory"]
     text = (Path(__file__).parents[1] / "docs" / "json.md").read_text()
     for key in [*mem["devices"][0], *mem["devices"][0]["steps"][0], *mem["devices"][0]["steps"][0]["composition_gib"]]:
@@ -260,7 +269,7 @@ def test_ranks_whose_peaks_differ_are_an_imbalance_and_equal_ones_are_not():
     assert out["peak_allocated_gib"]["1"] > out["peak_allocated_gib"]["0"]
     assert rank_imbalance({0: even, 1: even})["findings"] == []
     assert rank_imbalance({0: even, 1: None}) is None
-    job = analyze(DATA / "nccl_ddp").distributed[0].memory  # two H100 ranks of one DDP job: the same peak
+    job = _analyzed("nccl_ddp").distributed[0].memory  # two H100 ranks of one DDP job: the same peak
     assert job["imbalance"] == 1.0 and job["findings"] == []
 
 
@@ -270,7 +279,7 @@ def test_diff_gives_the_peak_change_with_its_noise():
     small, large = (measure_path(DATA / f"suite/resnet18_bs{b}") for b in (32, 1024))
     d = compare_runs(small, large, "bs32", "bs1024")["memory"]
     truth = {b: max(_truth(_trace(f"suite/resnet18_bs{b}"), st.step)["peak"]
-                    for st in analyze(DATA / f"suite/resnet18_bs{b}").spans[0].memory.devices[0].steps)
+                    for st in _analyzed(f"suite/resnet18_bs{b}").spans[0].memory.devices[0].steps)
              for b in (32, 1024)}
     assert d["peak_allocated_delta_gib"] == pytest.approx((truth[1024] - truth[32]) / GIB, abs=1e-3)
     assert d["significant"] and d["headroom_delta_pct"] < 0
@@ -331,7 +340,7 @@ def test_the_batch_prediction_is_made_against_reserved_memory():
     from dataclasses import replace
 
     from stepscope.analysis.memory import CONTEXT_BYTES, batch_scale
-    d = analyze(DATA / "big_batch").spans[0].memory.devices[0]
+    d = _analyzed("big_batch").spans[0].memory.devices[0]
     p = d.peak
     assert p.reserved_at_peak > p.peak_allocated  # the real trace's allocator holds more than it hands out
     kept = p.composition["persistent"] + p.composition["optimizer_state_new"]

@@ -7,6 +7,7 @@ error, and an ``alternative`` verdict where the range crosses a verdict boundary
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -35,13 +36,20 @@ UNSEEN_LOADERS = {"loader_two_workers", "convnext_loader"}
 CALIBRATION = DATA / "calibration" / "h100_2026-11-25.json"
 
 
+@functools.cache
+def _analyzed(run: Path):
+    """A committed run's report as a stranger's trace (no telemetry), made once per module: several tests read
+    the same report, and none changes it."""
+    return analyze(run)
+
+
 def _calibration_runs() -> list[Path]:
     runs = sorted([*(DATA / "suite").iterdir(), *(DATA / "holdout").iterdir()])
     return [r for r in runs if (r / "truth.json").is_file() and r.name not in UNSEEN_LOADERS]
 
 
 def test_eager_bs128_reads_gpu_bound_but_cannot_rule_out_launch_bound():
-    (s,) = analyze(DATA / "eager_bs128").spans
+    (s,) = _analyzed(DATA / "eager_bs128").spans
     d = s.to_dict()
     assert d["verdict"] == "gpu_bound" and d["alternative"] == "launch_bound"
     lo, hi = d["step_range"]["step_ms"]
@@ -51,7 +59,7 @@ def test_eager_bs128_reads_gpu_bound_but_cannot_rule_out_launch_bound():
 
 
 def test_the_report_says_the_trace_cannot_decide_and_what_settles_it():
-    report = analyze(DATA / "eager_bs128")
+    report = _analyzed(DATA / "eager_bs128")
     console = render_console(report)
     assert "cannot decide between gpu_bound and launch_bound" in console
     assert "stepscope.schedule(" in console
@@ -60,10 +68,10 @@ def test_the_report_says_the_trace_cannot_decide_and_what_settles_it():
 
 
 def test_a_clear_verdict_has_no_alternative():
-    (s,) = analyze(DATA / "tiny_ops").spans
+    (s,) = _analyzed(DATA / "tiny_ops").spans
     d = s.to_dict()
     assert d["alternative"] is None and d["step_range"]["verdicts"] == ["launch_bound", "launch_bound"]
-    assert "launch_bound at both ends" in render_console(analyze(DATA / "tiny_ops"))
+    assert "launch_bound at both ends" in render_console(_analyzed(DATA / "tiny_ops"))
 
 
 def test_a_run_with_telemetry_needs_no_range():
@@ -73,6 +81,7 @@ def test_a_run_with_telemetry_needs_no_range():
     assert s.basis == "telemetry" and s.step_range is None and "alternative" not in s.to_dict()
 
 
+@functools.cache
 def _style(run: Path) -> str:
     tf = discover(run).traces[0]
     return loop_style(parse_trace_file(tf.path, tf.worker, tf.span))
@@ -174,7 +183,7 @@ def test_the_parse_in_byte_ranges_keeps_the_same_long_frames(tmp_path):
 @pytest.mark.parametrize("run", _calibration_runs(), ids=lambda p: p.name)
 def test_every_measured_step_of_the_calibration_set_lies_in_its_range(run):
     truth = json.loads((run / "truth.json").read_text())
-    (s,) = analyze(run).spans
+    (s,) = _analyzed(run).spans
     lo, hi = s.step_range.low_ms, s.step_range.high_ms
     assert lo <= truth["step_ms"] <= hi, (lo, truth["step_ms"], hi)
 
@@ -238,7 +247,7 @@ def test_the_bands_are_the_measured_extremes_widened_5_percent():
         groups.setdefault((_read_style(r), _stack(r)), []).append(r["ratio"])
     for run in _calibration_runs():
         truth = json.loads((run / "truth.json").read_text())
-        (s,) = analyze(run).spans
+        (s,) = _analyzed(run).spans
         groups.setdefault((s.step_range.band.style, True), []).append(truth["step_ms"] / s.metrics.step_ms)
     derived = {key: (math.floor(min(ratios) * 95) / 100, math.ceil(max(ratios) * 105) / 100)
                for key, ratios in groups.items()}

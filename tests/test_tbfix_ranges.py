@@ -56,6 +56,16 @@ def _export(src: Path, out: Path, split: bool, monkeypatch, gz: bool = False) ->
     return adapted, out / "excerpt.json"
 
 
+@pytest.fixture(scope="module")
+def eager_junk(tmp_path_factory) -> tuple[Path, bytes]:
+    """eager_bs128 with junk (``_plain``), uncompressed, and its copy exported in one range: made once for the
+    tests that split the same file (they only read both)."""
+    tmp = tmp_path_factory.mktemp("eager_junk")
+    src, _ = _plain(tmp, "eager_bs128", junk=True)
+    one, _ = _export(src, tmp / "one", False, pytest.MonkeyPatch)
+    return src, one.read_bytes()
+
+
 # a CUDA graph and a rank of an NCCL run by default; the eager and Lightning runs take the same path (slow)
 @pytest.mark.parametrize("run", few_by_default(["cuda_graph", "eager_bs128", "nccl_ddp", "lightning_h100"],
                                                keep=["cuda_graph", "nccl_ddp"]))
@@ -79,8 +89,8 @@ def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
     assert again.read_bytes() == _export(zipped, tmp_path / "again1", False, monkeypatch)[0].read_bytes()
 
 
-def test_the_plan_of_two_ranges_is_the_plan_of_one(tmp_path, monkeypatch):
-    src, _ = _plain(tmp_path, "eager_bs128", junk=True)
+def test_the_plan_of_two_ranges_is_the_plan_of_one(eager_junk, monkeypatch):
+    src, _ = eager_junk
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
     one, _ = stream_plan.plan_edits(src)  # a training process's call: no helpers, whatever the size
@@ -113,9 +123,8 @@ def test_no_excerpt_for_a_trace_of_few_steps_or_a_small_one(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("refused", [1, 2, 3])  # the helper of read_columns, of the call stacks, of the writing
-def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(refused, tmp_path, monkeypatch):
-    src, _ = _plain(tmp_path, "eager_bs128", junk=True)
-    one, _ = _export(src, tmp_path / "one", False, monkeypatch)
+def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(refused, eager_junk, tmp_path, monkeypatch):
+    src, one = eager_junk
     calls = []
     fork_pool = policy.fork_pool
 
@@ -127,7 +136,7 @@ def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(refused, tmp
 
     monkeypatch.setattr(policy, "fork_pool", refuse)
     two, _ = _export(src, tmp_path / "two", True, monkeypatch)
-    assert two.read_bytes() == one.read_bytes()
+    assert two.read_bytes() == one
     assert not [p for p in (tmp_path / "two").iterdir() if p.name.startswith(".tmp-")]  # no part left behind
     assert len(calls) >= refused
 

@@ -13,6 +13,7 @@ only the profiler-overhead model, whose known limits are listed below). Recorded
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -43,9 +44,16 @@ KNOWN_RUN_MISSES = {"vit_pageable"}
 VERDICT_NOT_IN_TRACE = {"loader_two_workers", "convnext_loader", "loader_catching_up"}
 
 
-def case(path: Path, as_run: bool = False):
+@functools.cache
+def _report(path: Path, as_run: bool):
+    """Each committed run analysed once per module, as a stranger's trace and as a stepscope run's: several
+    tests assert on the same report (the analysis is a function of the files; the reports are only read)."""
     telemetry = json.loads((path / "telemetry.json").read_text()) if as_run else None
-    return json.loads((path / "truth.json").read_text()), analyze(path, telemetry=telemetry).spans[0]
+    return analyze(path, telemetry=telemetry)
+
+
+def case(path: Path, as_run: bool = False):
+    return json.loads((path / "truth.json").read_text()), _report(path, as_run).spans[0]
 
 
 def test_the_holdout_spans_new_families_and_verdicts():
@@ -70,7 +78,7 @@ def test_verdict_matches_the_unprofiled_truth(path):
         assert s.verdict != truth["expected"]  # still not in the trace, or this list is stale
         assert truth["expected"] in s.uncertainty["verdicts"] and "worker processes" in s.evidence[2]
         return
-    assert s.verdict == truth["expected"], render_console(analyze(path))
+    assert s.verdict == truth["expected"], render_console(_report(path, False))
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
@@ -80,7 +88,7 @@ def test_a_runs_verdict_matches_the_unprofiled_truth(path):
     truth, s = case(path, as_run=True)
     assert s.basis == "telemetry" and s.uncertainty is None
     if truth["confirmed"] is not False:
-        assert s.verdict == truth["expected"], render_console(analyze(path))
+        assert s.verdict == truth["expected"], render_console(_report(path, False))
 
 
 def test_runs_cover_every_case_but_lightnings():
@@ -166,7 +174,7 @@ DDP = DATA / "suite_ddp"
                                                      ("balanced", None, ())])
 def test_multi_rank_verdicts_and_stragglers(name, verdict, stragglers):
     truth = json.loads((DDP / name / "truth.json").read_text())
-    r = analyze(DDP / name)
+    r = _report(DDP / name, False)
     (cycle,) = r.distributed
     assert truth["confirmed"] is not False and truth["stragglers"] == list(stragglers)
     assert cycle.stragglers == stragglers, render_console(r)  # a balanced run names nobody
@@ -179,7 +187,7 @@ def test_multi_rank_verdicts_and_stragglers(name, verdict, stragglers):
 def test_a_rank_waiting_in_a_collective_for_its_peer_is_not_communication():
     """Without the job's own rule the median over two ranks, one of them 97% inside the all-reduce waiting for
     the other, reads communication_bound: the share every rank pays (the smallest) is what counts."""
-    r = analyze(DDP / "balanced_skew")
+    r = _report(DDP / "balanced_skew", False)
     shares = sorted(s.breakdown.pct("communication") for s in r.spans)
     assert shares[0] < 5 and shares[1] > 90  # the wait is in the trace
     (cycle,) = r.distributed
