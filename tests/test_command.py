@@ -1,6 +1,9 @@
 """The `stepscope` command: every subcommand answers --help, and bad input gets one line and exit code 2.
 
     pytest tests/test_command.py -q
+
+The messages are checked in this process, through the command's own `main(argv)` (what the `stepscope` script
+calls); one real process per refusing subcommand proves the whole road: the one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -11,13 +14,29 @@ import sys
 from pathlib import Path
 
 import pytest
+from stepscope.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = [sys.executable, str(REPO / "tests" / "stepscope_here.py")]
 
 
-def stepscope(*args, cwd=REPO, timeout=120) -> subprocess.CompletedProcess:
+def stepscope_process(*args, cwd=REPO, timeout=120) -> subprocess.CompletedProcess:
+    """The command as a user runs it: a process of its own."""
     return subprocess.run([*HERE, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def stepscope(capsys):
+    """The command in this process: main(argv) with its exit code (returned or raised by argparse) and output."""
+    def call(*args) -> subprocess.CompletedProcess:
+        capsys.readouterr()  # drop anything printed before
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["stepscope", *map(str, args)], code, out, err)
+    return call
 
 
 def assert_one_line_error(p: subprocess.CompletedProcess, prefix: str, *fragments: str) -> None:
@@ -28,7 +47,7 @@ def assert_one_line_error(p: subprocess.CompletedProcess, prefix: str, *fragment
         assert frag in lines[0], lines[0]
 
 
-def test_top_level_help_lists_every_subcommand():
+def test_top_level_help_lists_every_subcommand(stepscope):
     p = stepscope("--help")
     assert p.returncode == 0, p.stderr
     usage = p.stdout.splitlines()[0]
@@ -38,30 +57,40 @@ def test_top_level_help_lists_every_subcommand():
     assert_one_line_error(stepscope("bogus"), "stepscope: error: unknown command 'bogus'")
 
 
+def test_the_command_process_answers_help_and_refuses_in_one_line():
+    """The script itself: --help on stdout with exit 0, an unknown command one line on stderr with exit 2."""
+    p = stepscope_process("--help")
+    assert p.returncode == 0 and p.stdout.startswith("usage: stepscope {train, analyze"), p.stderr
+    assert_one_line_error(stepscope_process("bogus"), "stepscope: error: unknown command 'bogus'")
+
+
 @pytest.mark.parametrize("name, expected", [
     ("train", "--profile"), ("analyze", "--export-tensorboard"), ("compare", "--variants"),
     ("tensorboard", "--shadow"), ("verify", "--steps"), ("diff", "--fail-above"),
 ])
-def test_each_subcommand_has_help(name, expected):
+def test_each_subcommand_has_help(stepscope, name, expected):
     p = stepscope(name, "--help")
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"usage: stepscope {name}") and expected in p.stdout
 
 
-def test_analyze_errors_name_the_subcommand(tmp_path):
+def test_analyze_errors_name_the_subcommand(stepscope, tmp_path):
     p = stepscope("analyze", "--bogus", tmp_path)
     assert p.stderr.splitlines() == ["stepscope analyze: error: unrecognized arguments: --bogus"]
     assert p.returncode == 2
     assert_one_line_error(stepscope("analyze", tmp_path / "missing"), "error: ", "not a directory")
+    assert_one_line_error(stepscope_process("analyze", tmp_path / "missing"), "error: ", "not a directory")
 
 
-def test_compare_refuses_too_few_steps(tmp_path):
+def test_compare_refuses_too_few_steps(stepscope, tmp_path):
     p = stepscope("compare", "--steps", "3", "--logdir", tmp_path)
+    assert_one_line_error(p, "stepscope compare: error: --steps 3 is too few")
+    p = stepscope_process("compare", "--steps", "3", "--logdir", tmp_path)
     assert_one_line_error(p, "stepscope compare: error: --steps 3 is too few")
     assert not any(tmp_path.iterdir())
 
 
-def test_tensorboard_bad_input(tmp_path):
+def test_tensorboard_bad_input(stepscope, tmp_path):
     prefix = "stepscope tensorboard: error: "
     assert_one_line_error(stepscope("tensorboard"), prefix, "--logdir")
     assert_one_line_error(stepscope("tensorboard", "--logdir", tmp_path / "nope"), prefix, "not a directory")
@@ -75,6 +104,9 @@ def test_tensorboard_bad_input(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         assert_one_line_error(stepscope("tensorboard", "--logdir", tmp_path, "--port", port), prefix,
+                              f"--port {port}: cannot listen there")
+        # the real process: the refusal found after parsing (the port), one line and exit 2 all the same
+        assert_one_line_error(stepscope_process("tensorboard", "--logdir", tmp_path, "--port", port), prefix,
                               f"--port {port}: cannot listen there")
     assert not any(tmp_path.iterdir())
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from few_by_default import few_by_default
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stepscope import kernels
@@ -188,15 +189,23 @@ def test_gradients_match_pytorch(op, dtype, device):
 
 
 # opcheck checks each op's registration (schema, fake kernel, autograd, out variant) on sample inputs. On the
-# CPU: float32 by default, bfloat16 (the same registrations) in the slow set; on a GPU both.
+# CPU: float32 by default, bfloat16 (the same registrations) in the slow set; on a GPU both. Every op's
+# registrations come from the same templates (csrc/registration.h, csrc/autograd.cpp) and the same Python fake
+# impl (_registrations.py), so by default the CPU checks a binary op that saves nothing for backward (add), a
+# unary one that saves its result (relu) and a backward op that saves its inputs (square_backward); the other
+# ops' CPU cases are slow (their values and gradients are checked above for every op).
 CUDA_MARKS = DEVICES[1].marks
-OPCHECK_CASES = [("cpu", torch.float32), pytest.param("cpu", torch.bfloat16, marks=pytest.mark.slow),
-                 pytest.param("cuda", torch.float32, marks=CUDA_MARKS),
-                 pytest.param("cuda", torch.bfloat16, marks=CUDA_MARKS)]
+OPCHECK_CPU_FLOAT32 = [pytest.param(*p.values[0], id=p.id, marks=p.marks) for p in
+                       few_by_default([(op, "cpu", torch.float32) for op in OPS],
+                                      ["add-cpu-float32", "relu-cpu-float32", "square_backward-cpu-float32"],
+                                      ids=[f"{op}-cpu-float32" for op in OPS])]
+OPCHECK_CASES = [*OPCHECK_CPU_FLOAT32,
+                 *(pytest.param(op, "cpu", torch.bfloat16, id=f"{op}-bfloat16", marks=pytest.mark.slow) for op in OPS),
+                 *(pytest.param(op, "cuda", dtype, id=f"{op}-cuda-{dtype}", marks=CUDA_MARKS)
+                   for op in OPS for dtype in (torch.float32, torch.bfloat16))]
 
 
-@pytest.mark.parametrize("device, dtype", OPCHECK_CASES, ids=lambda v: str(v))
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op, device, dtype", OPCHECK_CASES)
 def test_opcheck(op, dtype, device):
     functional, out_op = getattr(torch.ops.stepscope, op).default, getattr(torch.ops.stepscope, f"{op}_out").default
     for requires_grad in (False, True):
@@ -318,17 +327,30 @@ except RuntimeError as e:
 )
 def test_missing_tools_give_one_line_reason(tmp_path, env, reason):
     full_env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "PYTHONPATH": str(REPO), **env}
-    done = subprocess.run([sys.executable, "-c", PROBE], env=full_env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE], env=full_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr  # `import kernels` itself never fails
     assert done.stdout.splitlines() == [reason, f"RuntimeError: {reason}"]
     assert list(tmp_path.iterdir()) == []  # nothing was built
 
 
-def test_bench_ops_cpu_quick(tmp_path):
+def test_missing_host_tools_are_named_one_at_a_time(monkeypatch):
+    """The reasons the probe above prints, from the check itself, for both tools (a process each is slow)."""
+    monkeypatch.setenv("CXX", "no-such-c++")
+    assert loader.missing_host_tools() == "no C++ compiler (no-such-c++) found"
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert loader.missing_host_tools() == "ninja not installed (pip install ninja)"  # the first missing one
+    monkeypatch.undo()
+    assert loader.missing_host_tools() is None
+
+
+def test_bench_ops_cpu_quick(tmp_path, capsys):
+    # in this process, where the library is loaded (test_bench_ops_process_refuses_before_it_builds runs the script)
+    from bench.ops import main
+
     out, plot = tmp_path / "bench.json", tmp_path / "sweep.png"
-    command = [sys.executable, str(REPO / "scripts" / "bench_ops.py"), "--device", "cpu", "--quick", "--no-compile"]
-    done = subprocess.run([*command, "--out", str(out), "--plot", str(plot)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    argv = ["--device", "cpu", "--quick", "--no-compile", "--out", str(out), "--plot", str(plot)]
+    code, stdout, stderr = in_process(main, argv, capsys)
+    assert code == 0, stdout + stderr
     results = json.loads(out.read_text())
     ops = {(row["op"], row["dtype"], row["impl"]) for row in results["ops"]}
     assert ("add_relu", "float32", "custom") in ops and ("add_relu", "bfloat16", "eager") in ops
@@ -514,22 +536,35 @@ def test_inductor_compiles_our_ops_as_fusable_aten_ops(monkeypatch):
 # ---------------------------------------------------------------- scripts/bench_ops.py flags
 
 
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--reps", "0"], "bench_ops.py: error: --reps 0 is too few; use at least 2 (the median and quantiles need them)"),
-        # each case starts the script (about 3 CPU-seconds); the others repeat the refusal path (slow)
-        pytest.param(["--plot", "{tmp}"], "bench_ops.py: error: --plot {tmp} must name a .png file",
-                     marks=pytest.mark.slow),
-        pytest.param(["--plot", "{tmp}/dir.png"], "bench_ops.py: error: --plot {tmp}/dir.png is a folder; give a file name",
-                     marks=pytest.mark.slow),
-        (["--out", "{tmp}/file/out.json"], "bench_ops.py: error: --out {tmp}/file/out.json: cannot create its folder (File exists)"),
-        pytest.param(["--device", "cuda"], None, marks=pytest.mark.slow),  # refused on a machine without a GPU
-    ],
-)
-def test_bench_ops_refuses_bad_flags_up_front(tmp_path, flags, message):
-    if flags[0] == "--device" and HAS_CUDA:
-        pytest.skip("this machine has a GPU")
+def in_process(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of a script's main(argv) run in this process: its returned code, or the one
+    argparse raises."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_refused_in_one_line(code: int, err: str, prefix: str) -> str:
+    lines = err.strip().splitlines()
+    assert code == 2 and err.count("\n") == 1 and len(lines) == 1 and lines[0].startswith(prefix), (code, err)
+    return lines[0]
+
+
+BENCH_OPS_REFUSALS = {  # flags -> the one line (None: any bench_ops.py error line)
+    ("--reps", "0"): "bench_ops.py: error: --reps 0 is too few; use at least 2 (the median and quantiles need them)",
+    ("--plot", "{tmp}"): "bench_ops.py: error: --plot {tmp} must name a .png file",
+    ("--plot", "{tmp}/dir.png"): "bench_ops.py: error: --plot {tmp}/dir.png is a folder; give a file name",
+    ("--out", "{tmp}/file/out.json"):
+        "bench_ops.py: error: --out {tmp}/file/out.json: cannot create its folder (File exists)",
+    ("--device", "cuda"): None,  # refused on a machine without a GPU
+}
+
+
+def bench_ops_argv(tmp_path: Path, flags) -> list[str]:
     (tmp_path / "dir.png").mkdir()
     (tmp_path / "file").write_text("")
     flags = [f.format(tmp=tmp_path) for f in flags]
@@ -537,16 +572,34 @@ def test_bench_ops_refuses_bad_flags_up_front(tmp_path, flags, message):
     for flag, value in defaults.items():
         if flag not in flags:
             flags += [flag, value]
+    return ["--quick", "--no-compile", *flags]
+
+
+@pytest.mark.parametrize("flags", BENCH_OPS_REFUSALS, ids=" ".join)
+def test_bench_ops_refuses_bad_flags_up_front(tmp_path, capsys, flags):
+    from bench.ops import main
+
+    if flags[0] == "--device" and HAS_CUDA:
+        pytest.skip("this machine has a GPU")
+    code, out, err = in_process(main, bench_ops_argv(tmp_path, flags), capsys)
+    line = assert_refused_in_one_line(code, err, "bench_ops.py: error: ")
+    if BENCH_OPS_REFUSALS[flags] is not None:
+        assert line == BENCH_OPS_REFUSALS[flags].format(tmp=tmp_path)
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.png", "file"]  # wrote nothing, no <dir>.png
+
+
+def test_bench_ops_process_refuses_before_it_builds(tmp_path):
+    """The script as a process (the refusals' messages are checked above, in-process): one line, exit 2, and
+    no build of the library in its own empty extensions folder."""
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
-    command = [sys.executable, str(REPO / "scripts" / "bench_ops.py"), "--quick", "--no-compile", *flags]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    command = [sys.executable, str(REPO / "scripts" / "bench_ops.py"), *bench_ops_argv(tmp_path, ["--reps", "0"])]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("bench_ops.py: error: "), done.stderr
-    if message is not None:
-        assert lines[0] == message.format(tmp=tmp_path)
+    assert lines == [BENCH_OPS_REFUSALS[("--reps", "0")]], done.stderr
     assert not (tmp_path / "ext").exists(), "built the library before refusing"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.png", "file"]  # wrote nothing, no <dir>.png
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.png", "file"]
 
 
 @pytest.mark.slow  # a second full run of the script; test_bench_ops_cpu_quick runs it by default
@@ -570,31 +623,41 @@ def test_import_registers_the_ops_of_an_existing_build():
     script = ("import torch\n"
               "from stepscope import kernels\n"
               "print(torch.ops.stepscope.add_relu(torch.ones(2), -2 * torch.ones(2)).tolist())")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "[0.0, 0.0]", r.stderr[-2000:]
 
 
 
-@pytest.mark.slow  # the refusal path; test_bench_step_ops_refuses_bad_values_in_one_line covers it by default
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
-def test_bench_step_ops_refuses_without_a_gpu(tmp_path):
+def test_bench_step_ops_refuses_without_a_gpu(tmp_path, capsys):
+    from bench.step_ops import main
+
     out = tmp_path / "step_ops.json"
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr == "bench_step_ops.py: error: needs a CUDA GPU\n"
+    code, stdout, stderr = in_process(main, ["--out", str(out)], capsys)
+    assert code == 2 and stderr == "bench_step_ops.py: error: needs a CUDA GPU\n" and stdout == ""
     assert not out.exists()
 
 
-@pytest.mark.parametrize("args,message", [
-    pytest.param(["--arch", "nope"], "argument --arch: invalid choice: 'nope'", marks=pytest.mark.slow),
-    (["--steps", "0"], "--steps and --batch-size must be at least 1; got 0 and 128"),
-    pytest.param(["--out", "/proc/no/such.json"], "--out /proc/no/such.json: cannot create its folder",
-                 marks=pytest.mark.slow),
-])
-def test_bench_step_ops_refuses_bad_values_in_one_line(args, message):
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), *args],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+STEP_OPS_REFUSALS = {("--arch", "nope"): "argument --arch: invalid choice: 'nope'",
+                     ("--steps", "0"): "--steps and --batch-size must be at least 1; got 0 and 128",
+                     ("--out", "/proc/no/such.json"): "--out /proc/no/such.json: cannot create its folder"}
+
+
+@pytest.mark.parametrize("args", STEP_OPS_REFUSALS, ids=" ".join)
+def test_bench_step_ops_refuses_bad_values_in_one_line(args, capsys):
+    from bench.step_ops import main
+
+    code, _, stderr = in_process(main, list(args), capsys)
+    line = assert_refused_in_one_line(code, stderr, "bench_step_ops.py: error: ")
+    assert STEP_OPS_REFUSALS[args] in line, stderr
+
+
+def test_bench_step_ops_process_refuses_in_one_line():
+    """The script as a process: one line on stderr, exit code 2 (every message is checked in-process above)."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_step_ops.py"), "--steps", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert STEP_OPS_REFUSALS[("--steps", "0")] in done.stderr, done.stderr
 
 
 def test_bench_ops_processes_summary_pairs_runs_and_tests_their_split():
@@ -617,14 +680,26 @@ def test_bench_ops_processes_summary_pairs_runs_and_tests_their_split():
     assert bop.sign_test_p(0, 14) == bop.sign_test_p(14, 14) and bop.sign_test_p(7, 14) == 1.0
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--pairs", "0"], "need --pairs >= 1, --steps >= 30 and --batch-size >= 1; got 0, 250, 128"),
-    pytest.param(["--steps", "10"], "got 16, 10, 128", marks=pytest.mark.slow),
-    pytest.param(["--compile", "fast"], "argument --compile: invalid choice: 'fast'", marks=pytest.mark.slow),
-    (["--out", "/proc/no/such.json"], "--out /proc/no/such.json: cannot create its folder"),
-])
-def test_bench_ops_processes_refuses_bad_values_in_one_line(args, message, tmp_path):
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_ops_processes.py"), *args,
-                           "--logdir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+PROCESSES_REFUSALS = {("--pairs", "0"): "need --pairs >= 1, --steps >= 30 and --batch-size >= 1; got 0, 250, 128",
+                      ("--steps", "10"): "got 16, 10, 128",
+                      ("--compile", "fast"): "argument --compile: invalid choice: 'fast'",
+                      ("--out", "/proc/no/such.json"): "--out /proc/no/such.json: cannot create its folder"}
+
+
+@pytest.mark.parametrize("args", PROCESSES_REFUSALS, ids=" ".join)
+def test_bench_ops_processes_refuses_bad_values_in_one_line(args, tmp_path, capsys):
+    from bench.ops_processes import main
+
+    code, _, stderr = in_process(main, [*args, "--logdir", str(tmp_path / "runs")], capsys)
+    line = assert_refused_in_one_line(code, stderr, "bench_ops_processes.py: error: ")
+    assert PROCESSES_REFUSALS[args] in line, stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bench_ops_processes_process_refuses_in_one_line(tmp_path):
+    """The script as a process: one line on stderr, exit code 2, no logdir (messages: in-process above)."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_ops_processes.py"), "--pairs", "0",
+                           "--logdir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert PROCESSES_REFUSALS[("--pairs", "0")] in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()

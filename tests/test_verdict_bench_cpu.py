@@ -5,7 +5,9 @@ iterations after each step of that classifier (host_bound), and a 64 MB gradient
 ranks under torchrun (communication_bound). The truth is measured without the profiler, and the cause removed
 is timed in alternation with the step, so that a load on the shared machine falls on both alike. Each injected
 cause outweighs the rest of its step many times over, so that CI's other test process cannot tip a verdict.
-About 40 s on 2 cores."""
+About 40 s on 2 cores. The benchmark runs in this process through its main(argv) (torch is imported here
+anyway; torchrun's ranks are processes of their own); the refusals' messages are checked in-process too, and
+one refusal as a real process."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import subprocess
 import sys
 
+from bench.verdicts.bench import main
 from trainrun import REPO
 
 BENCH = [sys.executable, str(REPO / "scripts" / "verdict_bench.py")]
@@ -20,9 +23,19 @@ EXPECTED = {"cpu_compute": "cpu_bound", "cpu_loader": "data_bound", "cpu_host_py
             "cpu_comm": "communication_bound"}
 
 
-def test_cpu_subset_confusion_matrix_is_diagonal(tmp_path):
-    r = subprocess.run([*BENCH, "--device", "cpu", "--out", str(tmp_path)], capture_output=True, text=True,
-                       timeout=600, cwd=REPO)
+def in_process(argv: list[str], capsys) -> subprocess.CompletedProcess:
+    """verdict_bench.py's main(argv) in this process: its exit code (returned, or raised by argparse) and output."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def test_cpu_subset_confusion_matrix_is_diagonal(tmp_path, capsys):
+    r = in_process(["--device", "cpu", "--out", str(tmp_path)], capsys)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads((tmp_path / "results.json").read_text())
     rows = {row["scenario"]: row for row in result["rows"]}
@@ -44,15 +57,20 @@ def test_cpu_subset_confusion_matrix_is_diagonal(tmp_path):
     assert (tmp_path / "traces" / "cpu_comm" / "truth.json").exists()
 
 
-def test_bad_flags_get_one_line_and_exit_2(tmp_path):
+def test_bad_flags_get_one_line_and_exit_2(tmp_path, capsys):
     for args, message in ((["--device", "cpu"], "--out is required"),
                           (["--device", "cpu", "--out", str(tmp_path), "--only", "gpt_tiny"],
                            "unknown scenario 'gpt_tiny' for --device cpu"),
                           (["--device", "cpu", "--set", "holdout", "--out", str(tmp_path)],
                            "--set holdout is a GPU set"),
                           (["--rescore", str(tmp_path / "missing")], "not a directory of an earlier run")):
-        r = subprocess.run([*BENCH, *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+        r = in_process(args, capsys)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert not any(tmp_path.iterdir())
+    # the script as a process: the one line on stderr and exit code 2
+    r = subprocess.run([*BENCH, "--rescore", str(tmp_path / "missing")], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a directory of an earlier run" in r.stderr, r.stderr
 
 
 def test_holdout_names_match_their_workloads():
