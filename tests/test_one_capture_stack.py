@@ -21,7 +21,7 @@ import torch
 from stepscope.report.telemetry import FIELDS
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
-from trainrun import FAST, PROFILE_3_STEPS, run_train
+from trainrun import PROFILED_RUN, shared_run
 
 SPAN = re.compile(r"\d{16,}")
 
@@ -53,10 +53,11 @@ def rows(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def trainer_run(tmp_path_factory) -> Path:
-    logs = tmp_path_factory.mktemp("trainer")
-    r = run_train([*FAST, *PROFILE_3_STEPS, "--steps", "6", "--logdir", str(logs), "--run-name", "t"])
+    """The session's shared PROFILED_RUN: 6 steps, one recording cycle (a warm-up and 2 active steps)."""
+    run, r = shared_run(tmp_path_factory, *PROFILED_RUN)
     assert r.returncode == 0, r.stderr[-3000:]
-    return logs / "t"
+    assert PROFILED_RUN[1][-2:] == ["--steps", "6"]  # the diagnosis steps below
+    return run
 
 
 @pytest.fixture(scope="module")
