@@ -44,18 +44,24 @@ def shared_run(tmp_path_factory, name: str, args: list[str]) -> tuple[Path, subp
         if not done.exists():
             r = run_train([*args, "--logdir", str(root / name), "--run-name", name])
             done.write_text(json.dumps({"args": args, "returncode": r.returncode, "stdout": r.stdout,
-                                        "stderr": r.stderr}))
+                                        "stderr": r.stderr, "files": _listing(root / name)}))
     d = json.loads(done.read_text())
     assert d["args"] == args, f"shared run {name!r} was made with {d['args']}, not {args}"
+    assert _listing(root / name) == d["files"], f"a test wrote into the shared run {name!r}"
     return root / name / name, subprocess.CompletedProcess(d["args"], d["returncode"], d["stdout"], d["stderr"])
 
 
-# The shared runs of the default set (see shared_run): a profiled run of one recording cycle; one with 4 timed
-# steps before its cycle and every export; an unprofiled one long enough to learn.
-PROFILED_RUN = ("profiled", [*FAST, *PROFILE_3_STEPS, "--steps", "6"])
+def _listing(logdir: Path) -> dict[str, list[int]]:
+    return {p.relative_to(logdir).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns]
+            for p in sorted(logdir.rglob("*")) if p.is_file()}
+
+
+# The shared runs of the default set (see shared_run): a profiled run of one recording cycle with its flame graph;
+# one with 4 timed steps before its cycle and every export; an unprofiled one of 8 steps.
+PROFILED_RUN = ("profiled", [*FAST, *PROFILE_3_STEPS, "--steps", "6", "--flamegraph"])
 EXPORTS_RUN = ("exports", [*FAST, "--steps", "8", "--profile", "--skip-first", "4", "--wait", "0", "--warmup", "1",
                            "--active", "2", "--export-chrome-trace", "--flamegraph", "--memory-timeline"])
-PLAIN_RUN = ("seed3", [*FAST, "--steps", "40", "--seed", "3"])
+PLAIN_RUN = ("seed3", [*FAST, "--steps", "8", "--seed", "3"])
 
 
 @contextlib.contextmanager
