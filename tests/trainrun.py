@@ -33,7 +33,8 @@ def shared_run(tmp_path_factory, name: str, args: list[str]) -> tuple[Path, subp
 
     Under pytest-xdist every worker of the session shares it (the workers' temporary folders have one parent, and
     a file lock makes the first one train while the others wait). Tests read the run and never write into it;
-    a name stands for one list of arguments, and asking for it with another list fails."""
+    a name stands for one list of arguments, and asking for it with another list fails. A run that times out is
+    recorded as failed (exit code -9), as is one that fails: each test that reads it fails with its stderr."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the session's folder, above each worker's own
@@ -42,7 +43,10 @@ def shared_run(tmp_path_factory, name: str, args: list[str]) -> tuple[Path, subp
     done = root / f"{name}.json"
     with FileLock(str(root / f"{name}.lock")):
         if not done.exists():
-            r = run_train([*args, "--logdir", str(root / name), "--run-name", name])
+            try:
+                r = run_train([*args, "--logdir", str(root / name), "--run-name", name])
+            except subprocess.TimeoutExpired as e:  # recorded, so that the tests after it fail at once
+                r = subprocess.CompletedProcess(args, -9, "", f"shared run {name!r} timed out after {e.timeout} s")
             done.write_text(json.dumps({"args": args, "returncode": r.returncode, "stdout": r.stdout,
                                         "stderr": r.stderr, "files": _listing(root / name)}))
     d = json.loads(done.read_text())
