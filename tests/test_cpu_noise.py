@@ -9,18 +9,18 @@ import html
 import re
 
 import pytest
-from trainrun import FAST, PROFILE_3_STEPS, run_json, run_train
+from trainrun import PROFILED_RUN, run_json, shared_run
 
 NOISE = re.compile(r"ERROR|[Ww]arning|USDT|^\[W\d|CPUAllocator")
 
 
 @pytest.fixture(scope="module")
 def profiled_run(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("noise") / "logs"
-    r = run_train([*FAST, *PROFILE_3_STEPS, "--steps", "4", "--flamegraph", "--logdir", str(logdir),
-                   "--run-name", "n"])
+    """The session's shared PROFILED_RUN: one recording cycle and its flame graph."""
+    run, r = shared_run(tmp_path_factory, *PROFILED_RUN)
     assert r.returncode == 0, r.stderr[-3000:]
-    return r, logdir / "n"
+    assert "--flamegraph" in PROFILED_RUN[1]
+    return r, run
 
 
 def test_stderr_has_only_the_progress_bar(profiled_run):
@@ -28,9 +28,10 @@ def test_stderr_has_only_the_progress_bar(profiled_run):
     lines = [ln for ln in r.stderr.replace("\r", "\n").splitlines() if ln.strip()]
     noisy = [ln for ln in lines if NOISE.search(ln)]
     assert not noisy, noisy
-    # tqdm's bar, and without a terminal (as here) the plain progress line every few seconds (images/s from the
-    # first timed step on: a slow machine may print one while the first steps are warm-up or profiled)
-    bar = re.compile(r"^\s*\d+%\|.*\| \d+/\d+ \[|^step \d+/\d+, loss [\d.]+(, [\d.]+ images/s)?$")
+    # tqdm's bar, and without a terminal (as here) the plain progress line every few seconds (the loss once one was
+    # read back, images/s from the first timed step on: a slow machine may print one at step 1, or while the first
+    # steps are warm-up or profiled)
+    bar = re.compile(r"^\s*\d+%\|.*\| \d+/\d+ \[|^step \d+/\d+(, loss [\d.]+(, [\d.]+ images/s)?)?$")
     assert all(bar.match(ln) for ln in lines), [ln for ln in lines if not bar.match(ln)]
 
 
@@ -38,7 +39,9 @@ def test_summary_is_rounded(profiled_run):
     r, run = profiled_run
     final = run_json(run)["final"]
     summary = r.stdout.strip().splitlines()[-1]
-    assert summary.startswith("completed: 4 steps, train loss ") and "None" not in summary
+    steps = int(PROFILED_RUN[1][PROFILED_RUN[1].index("--steps") + 1])
+    assert final["steps"] == steps
+    assert summary.startswith(f"completed: {steps} steps, train loss ") and "None" not in summary
     assert f"train loss {final['train_loss']:.4f}, eval accuracy {final['eval_accuracy']:.3f}" in summary
 
 

@@ -3,7 +3,7 @@ with the same schema, and one diagnosis Text tag.
 
     pytest tests/test_one_capture_stack.py -q      # a trainer run of 6 steps on the CPU and a tiny loop
 
-The trainer (scripts/train.py --profile, a real subprocess) and a plain torch loop inside `stepscope.profile`
+The trainer (scripts/train.py --profile --flamegraph, a real subprocess) and a plain torch loop inside `stepscope.profile`
 each record one cycle. Their run folders are compared file by file, with worker and span names replaced by
 placeholders (run.json is the trainer's alone), cycles.jsonl row by row (keys and the telemetry's keys), and
 their TensorBoard event files read back with tensorboard's own EventAccumulator.
@@ -21,7 +21,7 @@ import torch
 from stepscope.report.telemetry import FIELDS
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
-from trainrun import FAST, PROFILE_3_STEPS, run_train
+from trainrun import PROFILED_RUN, shared_run
 
 SPAN = re.compile(r"\d{16,}")
 
@@ -53,10 +53,11 @@ def rows(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def trainer_run(tmp_path_factory) -> Path:
-    logs = tmp_path_factory.mktemp("trainer")
-    r = run_train([*FAST, *PROFILE_3_STEPS, "--steps", "6", "--logdir", str(logs), "--run-name", "t"])
+    """The session's shared PROFILED_RUN: 6 steps, one recording cycle (a warm-up and 2 active steps)."""
+    run, r = shared_run(tmp_path_factory, *PROFILED_RUN)
     assert r.returncode == 0, r.stderr[-3000:]
-    return logs / "t"
+    assert PROFILED_RUN[1][-3:] == ["--steps", "6", "--flamegraph"]  # the diagnosis steps, the export below
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,11 @@ def worker_of(run: Path) -> str:
 
 
 def test_the_trainer_and_a_users_loop_write_the_same_files(trainer_run, loop_run):
-    trainer = shape(trainer_run, worker_of(trainer_run)) - {"run.json"}
+    trainer = shape(trainer_run, worker_of(trainer_run))
+    # run.json is the trainer's alone; so is the flame graph, an export the run asked for (--flamegraph)
+    flamegraphs = {f for f in trainer if f.endswith(".flamegraph.svg")}
+    assert len(flamegraphs) == 1, trainer
+    trainer -= {"run.json", *flamegraphs}
     loop = shape(loop_run, worker_of(loop_run))
     assert trainer == loop, (trainer, loop)
     assert {"<worker>.<span>.pt.trace.json.gz", "raw/<span>/<worker>.trace.json.gz", "diagnosis.md",

@@ -1,6 +1,6 @@
 """A profiled run (4 timed steps, then a warm-up and 2 profiled steps) writes traces, events and run.json, opens
 in the real torch-tb-profiler plugin, and `stepscope analyze` reads it with its telemetry. One trainer run serves
-the whole module."""
+the whole module (the session's shared EXPORTS_RUN, which tests/test_cpu_noise.py reads too)."""
 
 import json
 import shutil
@@ -9,23 +9,30 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from stepscope.cli.analyze import main as analyze_main
 from stepscope.tensorboard.tbserver import TensorBoard
 from stepscope.trace.files import find_plugin_traces, find_raw_traces, load_trace
-from trainrun import FAST, REPO, run_json, run_train
+from trainrun import EXPORTS_RUN, REPO, run_json, shared_run
 
 ANALYZE = REPO / "scripts" / "analyze.py"
 
+RUN = EXPORTS_RUN[0]
 CPU_VIEWS = {"Overview", "Operator", "Trace", "Memory", "Module"}
 
 
 @pytest.fixture(scope="module")
 def profiled_run(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("logs")
-    r = run_train([*FAST, "--steps", "8", "--profile", "--skip-first", "4", "--wait", "0", "--warmup", "1",
-                   "--active", "2", "--export-chrome-trace", "--flamegraph", "--memory-timeline",
-                   "--logdir", str(logdir), "--run-name", "smoke"])
+    run, r = shared_run(tmp_path_factory, *EXPORTS_RUN)
     assert r.returncode == 0, r.stderr[-3000:]
-    return logdir, logdir / "smoke", r
+    return run.parent, run, r
+
+
+def analyze_here(capsys, *args) -> tuple[int, str, str]:
+    """scripts/analyze.py's `main` in this process: exit code, stdout, stderr."""
+    capsys.readouterr()
+    rc = analyze_main([*map(str, args)], prog="analyze.py")
+    out = capsys.readouterr()
+    return rc, out.out, out.err
 
 
 def test_files_of_a_profiled_run(profiled_run):
@@ -77,21 +84,21 @@ def test_exports(profiled_run):
 def test_run_opens_in_the_plugin(profiled_run):
     logdir, _, _ = profiled_run
     with TensorBoard(logdir) as tb:
-        tb.wait_for_runs(["smoke"])
-        views = set(tb.profiler("views", run="smoke"))
+        tb.wait_for_runs([RUN])
+        views = set(tb.profiler("views", run=RUN))
         assert CPU_VIEWS <= views and "Kernel" not in views  # no GPU here
-        worker, span = tb.first_worker_span("smoke")
-        ov = tb.profiler("overview", run="smoke", worker=worker, span=span)
+        worker, span = tb.first_worker_span(RUN)
+        ov = tb.profiler("overview", run=RUN, worker=worker, span=span)
         assert len(ov["steps"]["rows"]) == 2
-        mem = tb.profiler("memory", run="smoke", worker=worker, span=span)
+        mem = tb.profiler("memory", run=RUN, worker=worker, span=span)
         assert mem["rows"], mem  # the memory events of the profiled steps
-        tree = tb.profiler("module", run="smoke", worker=worker, span=span)
+        tree = tb.profiler("module", run=RUN, worker=worker, span=span)
         assert tree
         plugins = tb.get("/data/plugins_listing")
         assert {"scalars", "text", "pytorch_profiler"} <= {k for k, v in plugins.items() if v.get("enabled")}
 
 
-def test_analyze_reads_a_stepscope_runs_unprofiled_timing(profiled_run, tmp_path):
+def test_analyze_reads_a_stepscope_runs_unprofiled_timing(profiled_run, tmp_path, capsys):
     """`stepscope analyze logs/<run>` on a trainer run takes its figures from run.json's telemetry, as the
     run's own diagnosis does; the same traces without run.json are read as anyone's (the overhead model)."""
     _, run, _ = profiled_run
@@ -110,9 +117,8 @@ def test_analyze_reads_a_stepscope_runs_unprofiled_timing(profiled_run, tmp_path
 
     stranger = tmp_path / "stranger"
     shutil.copytree(run / "raw", stranger)
-    a = subprocess.run([sys.executable, str(ANALYZE), str(stranger), "--json"], capture_output=True, text=True,
-                       timeout=120)
-    assert a.returncode == 0, a.stderr
-    assert "unprofiled figures from" not in a.stderr
-    (span,) = json.loads(a.stdout)["spans"]
+    rc, out, err = analyze_here(capsys, stranger, "--json")  # the command itself ran above: here its main
+    assert rc == 0, err
+    assert "unprofiled figures from" not in err
+    (span,) = json.loads(out)["spans"]
     assert span["basis"] == "overhead_model"

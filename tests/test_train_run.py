@@ -8,17 +8,33 @@ import time
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from trainrun import FAST, REPO, TRAIN, run_json, run_train
+from trainrun import FAST, PLAIN_RUN, REPO, TRAIN, run_json, run_train, shared_run
 
 
-def test_same_seed_same_losses(tmp_path):
-    for name in ("a", "b"):
-        r = run_train([*FAST, "--steps", "8", "--seed", "3", "--logdir", str(tmp_path), "--run-name", name])
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory) -> dict:
+    """The same 8 steps three times: seed 3 (the session's shared PLAIN_RUN), seed 3 again with packages named
+    `kernels` and `trainer` that fail on import ahead of ours on PYTHONPATH, and seed 4."""
+    shadow = tmp_path_factory.mktemp("shadow")
+    for name in ("kernels", "trainer"):
+        (shadow / name).mkdir()
+        (shadow / name / "__init__.py").write_text(f"raise ImportError('the wrong {name} was imported')\n")
+    run, r = shared_run(tmp_path_factory, *PLAIN_RUN)
+    args = PLAIN_RUN[1]
+    assert args[-4:] == ["--steps", "8", "--seed", "3"]
+    logdir = tmp_path_factory.mktemp("seeds")
+    again = run_train([*args, "--logdir", str(logdir), "--run-name", "b"], env={"PYTHONPATH": str(shadow)})
+    other = run_train([*args[:-1], "4", "--logdir", str(logdir), "--run-name", "c"])
+    return {"a": (run, r), "b": (logdir / "b", again), "c": (logdir / "c", other)}
+
+
+def test_same_seed_same_losses(seeded_runs):
+    for _, r in seeded_runs.values():
         assert r.returncode == 0, r.stderr[-2000:]
-    a, b = run_json(tmp_path / "a"), run_json(tmp_path / "b")
+    a, b, c = (run_json(run) for run, _ in seeded_runs.values())
+    assert (a["config"]["seed"], b["config"]["seed"], c["config"]["seed"]) == (3, 3, 4)
     assert a["loss_history"] == b["loss_history"] and len(a["loss_history"]) == 4
-    r = run_train([*FAST, "--steps", "8", "--seed", "4", "--logdir", str(tmp_path), "--run-name", "c"])
-    assert run_json(tmp_path / "c")["loss_history"] != a["loss_history"]
+    assert c["loss_history"] != a["loss_history"] and len(c["loss_history"]) == 4
 
 
 def test_loss_falls_and_scalars_are_logged(tmp_path):
@@ -94,13 +110,12 @@ def test_ctrl_c_flushes_and_exits_130(tmp_path):
     assert acc.Scalars("train/loss")  # scalars were flushed
 
 
-def test_scripts_import_our_packages_over_same_named_ones(tmp_path):
-    """Distributions named `kernels` (Hugging Face) or `trainer` may be installed; ours must win."""
-    for name in ("kernels", "trainer"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('the wrong {name} was imported')\n")
-    r = run_train([*FAST, "--steps", "2", "--logdir", str(tmp_path / "logs")], env={"PYTHONPATH": str(tmp_path)})
+def test_scripts_import_our_packages_over_same_named_ones(seeded_runs):
+    """Distributions named `kernels` (Hugging Face) or `trainer` may be installed; ours must win: the run with
+    failing packages of those names ahead on PYTHONPATH (seeded_runs' "b") trains, and as the one without them."""
+    run, r = seeded_runs["b"]
     assert r.returncode == 0, r.stderr[-2000:]
+    assert run_json(run)["final"]["steps"] == 8
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ written.
 import os
 
 import pytest
+from few_by_default import few_by_default
 from stepscope.demo.cli import parse_and_check
 from stepscope.demo.config import ConfigError
 from trainrun import FAST, call_without_torch, run_train
@@ -71,8 +72,12 @@ SUBPROCESS = [BAD[0], BAD[8], (["--lr", "nan"], "--lr must be a finite"),
               (["--synthetic-train-size", str(10**12)], "needs about")]
 
 
-@pytest.mark.parametrize("args,message", SUBPROCESS, ids=["config rule", "argparse", "nan lr", "huge synthetic"])
-def test_bad_flag_exits_2_with_one_line_and_writes_nothing(tmp_path, args, message):
+# "config rule" is refused before torch is imported, "huge synthetic" after it (it needs torch's memory figures):
+# one case of each path runs by default; every message is checked in-process by test_bad_flag_is_refused_with_one_line
+@pytest.mark.parametrize("case", few_by_default(SUBPROCESS, keep=["config rule", "huge synthetic"],
+                                                ids=["config rule", "argparse", "nan lr", "huge synthetic"]))
+def test_bad_flag_exits_2_with_one_line_and_writes_nothing(tmp_path, case):
+    args, message = case
     logdir = tmp_path / "logs"
     r = run_train([*FAST, "--logdir", str(logdir), *args])
     assert r.returncode == 2, r.stderr
@@ -124,13 +129,16 @@ def test_existing_run_is_never_overwritten(tmp_path):
     assert sorted(p.name for p in (logdir / "mine").iterdir()) == ["keep.txt"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--arch", "resnet9000"], "unknown --arch 'resnet9000'"),
-    (["--lr", "nan"], "--lr must be a finite positive number, got nan"),
-    (["--seed", "-1"], "--seed must be between 0 and"),
-])
-def test_a_bad_flag_is_answered_before_torch_is_imported(args, message):
+TORCH_FREE = [(["--arch", "resnet9000"], "unknown --arch 'resnet9000'"),
+              (["--lr", "nan"], "--lr must be a finite positive number, got nan"),
+              (["--seed", "-1"], "--seed must be between 0 and")]
+
+
+# one path (check_before_torch, then the one line): a process for one flag by default, the others in the slow set
+@pytest.mark.parametrize("case", few_by_default(TORCH_FREE, keep=["arch"], ids=["arch", "lr", "seed"]))
+def test_a_bad_flag_is_answered_before_torch_is_imported(case):
     """Flags that are wrong on any machine are refused without the seconds torch's import takes."""
+    args, message = case
     rc, torch_imported, stderr = call_without_torch("stepscope.cli.main", "train_main", args)
     assert (rc, torch_imported) == (2, False), stderr
     assert stderr.count("\n") == 1 and message in stderr, stderr

@@ -16,10 +16,12 @@ import pytest
 from bench.cifar_folder import write_cifar_folder
 from stepscope.analysis.verdicts import DATA_BOUND, Unprofiled
 from stepscope.demo.config import TrainConfig
+from stepscope.demo.launch import checkout_train
 from stepscope.demo.verify import (
     VerifyError,
     _flag_args,
     _with,
+    main,
     parallel_cores,
     prediction,
     record,
@@ -27,7 +29,7 @@ from stepscope.demo.verify import (
     unprofiled_figures,
 )
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from trainrun import FAST, PROFILE_3_STEPS, REPO, on_cpus, run_train
+from trainrun import PLAIN_RUN, PROFILED_RUN, REPO, on_cpus, run_train, shared_run
 
 VERIFY = [sys.executable, str(REPO / "scripts" / "verify.py")]
 
@@ -95,35 +97,52 @@ def verify(*args) -> subprocess.CompletedProcess:
     return subprocess.run([*VERIFY, *map(str, args)], capture_output=True, text=True, timeout=120, cwd=REPO)
 
 
-def test_refusals_one_line_exit_2_nothing_written(tmp_path):
+def verify_here(capsys, *args) -> tuple[int, str]:
+    """scripts/verify.py's `main` in this process: its exit code (argparse's SystemExit too) and its stderr."""
+    capsys.readouterr()
+    try:
+        rc = main([*map(str, args)], prog="verify.py", train_cmd=checkout_train(REPO))
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+def test_refusals_one_line_exit_2_nothing_written(tmp_path, capsys):
+    """The command itself once (a real process: one stderr line, exit code 2); each refusal in-process."""
     not_a_run = tmp_path / "empty"
     not_a_run.mkdir()
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "run.json").write_text(json.dumps({"some": "other tool"}))
+    r = verify(not_a_run)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no run.json" in r.stderr, r.stderr
+    assert r.stderr.startswith("verify.py: error: "), r.stderr
     for path, message in ((not_a_run, "no run.json"), (foreign, "not a stepscope training run")):
-        r = verify(path)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        rc, err = verify_here(capsys, path)
+        assert rc == 2 and err.count("\n") == 1 and message in err, err
         assert not (path / "verify").exists()
-    r = verify(foreign, "--steps", "3")
-    assert r.returncode == 2 and "--steps 3 is too few" in r.stderr
+    rc, err = verify_here(capsys, foreign, "--steps", "3")
+    assert rc == 2 and "--steps 3 is too few" in err
 
 
-def test_an_unprofiled_run_and_a_cpu_bound_run_are_refused(tmp_path):
+def test_an_unprofiled_run_and_a_cpu_bound_run_are_refused(tmp_path_factory, capsys):
     """End to end on the CPU: a real run without --profile has no diagnosis; a profiled CPU run is
-    cpu_bound, whose remedy (a GPU) no trainer flag expresses. Nothing is written into either run."""
-    plain = run_train([*FAST, "--steps", "3", "--logdir", str(tmp_path), "--run-name", "plain"])
-    profiled = run_train([*FAST, "--steps", "3", *PROFILE_3_STEPS, "--logdir", str(tmp_path), "--run-name", "prof"])
+    cpu_bound, whose remedy (a GPU) no trainer flag expresses. Nothing is written into either run (both are the
+    session's shared runs, which other tests read)."""
+    plain_dir, plain = shared_run(tmp_path_factory, *PLAIN_RUN)
+    prof_dir, profiled = shared_run(tmp_path_factory, *PROFILED_RUN)
+    assert "--profile" not in PLAIN_RUN[1] and "--profile" in PROFILED_RUN[1]
     assert plain.returncode == profiled.returncode == 0, profiled.stderr[-2000:]
-    r = verify(tmp_path / "plain")
-    assert r.returncode == 2 and "no diagnosis in run.json; run stepscope train with --profile" in r.stderr
-    r = verify(tmp_path / "prof")
-    assert r.returncode == 2 and "no trainer option expresses its remedy" in r.stderr
-    r = verify(tmp_path / "prof", "--memory", "--steps", "30")  # the memory headroom needs a CUDA run
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "a cpu run; the memory headroom is verified" in r.stderr
-    run = json.loads((tmp_path / "prof" / "run.json").read_text())
-    assert "verification" not in run and "memory_verification" not in run
-    assert not (tmp_path / "prof" / "verify").exists()
+    rc, err = verify_here(capsys, plain_dir)
+    assert rc == 2 and "no diagnosis in run.json; run stepscope train with --profile" in err
+    rc, err = verify_here(capsys, prof_dir)
+    assert rc == 2 and "no trainer option expresses its remedy" in err
+    rc, err = verify_here(capsys, prof_dir, "--memory", "--steps", "30")  # the memory headroom needs a CUDA run
+    assert rc == 2 and err.count("\n") == 1 and "a cpu run; the memory headroom is verified" in err
+    for run_dir in (plain_dir, prof_dir):
+        run = json.loads((run_dir / "run.json").read_text())
+        assert "verification" not in run and "memory_verification" not in run
+        assert not (run_dir / "verify").exists()
 
 
 def test_the_data_bound_prediction_is_a_range_bounded_by_the_cores():
