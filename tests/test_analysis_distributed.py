@@ -160,7 +160,7 @@ def test_the_stragglers_line_names_ranks_not_a_count():
 def test_one_rule_numbers_the_cycles_for_the_cross_rank_analysis_and_the_tab():
     """A handler names its spans by step: "9" comes before "10" on every rank, and the cross-rank section and
     the tab's cycles (report/summary.py) group and number them alike, from 0."""
-    from stepscope.analysis.cross_rank import cycles
+    from stepscope.analysis.cycles import cycles
     from stepscope.report.summary import spans_by_cycle
 
     spans = [{"worker": f"h_1_rank{r}", "span": s} for r in (0, 1) for s in ("10", "9", "110")]

@@ -2,10 +2,8 @@
 
 Traces of one cycle are matched the way torch-tb-profiler does it: by the index of the span within each
 worker's sorted spans (``tensorboard_trace_handler`` stamps each rank's file with its own time, so the span
-strings differ between ranks). ``cycles`` is that one rule, for every caller that numbers cycles (this module,
-report/summary.py, the tab): spans in numeric order where they are numbers (a handler's "9" before "10"),
-cycles numbered from 0 as cycles.jsonl, diagnosis.md and the tab number them; ``span_index`` is the plugin's
-1-based number of the same cycle. Each rank comes from the trace's ``distributedInfo.rank``, else from
+strings differ between ranks), by the one rule of cycles.py that every caller numbering cycles uses;
+``span_index`` is the plugin's 1-based number of the same cycle. Each rank comes from the trace's ``distributedInfo.rank``, else from
 ``rank<N>`` in the worker name (our trainer's ``<host>_<pid>_rank<N>``). A worker with neither is not a rank:
 two runs of a plain ``tensorboard_trace_handler`` script in one directory are two processes named by host and
 PID, not a distributed job, and get no cross-rank section. Nor does a cycle in which two workers claim the
@@ -51,20 +49,16 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import defaultdict
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from stepscope.analysis.breakdown import Breakdown
+from stepscope.analysis.cycles import cycles
 from stepscope.analysis.findings import Finding, remedies, verdict
 from stepscope.analysis.memory import rank_imbalance
 from stepscope.analysis.span import SpanReport
 from stepscope.analysis.straggler_why import StragglerWhy, straggler_why
 from stepscope.analysis.verdicts import BALANCE_RANKS, COMM
 from stepscope.analysis.vocabulary import COMMUNICATION, STRAGGLER
-
-T = TypeVar("T")
 
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_SHARE = 0.05
@@ -121,25 +115,6 @@ class CrossRankReport:
         if self.memory is not None:
             out["memory"] = self.memory
         return out
-
-
-def span_order(span: str) -> tuple[int, str]:
-    """A worker's spans in order: numbers by value ("9" before "10"), timestamps of one length as strings."""
-    return len(span), span
-
-
-def cycles(items: Iterable[T], worker: Callable[[T], str], span: Callable[[T], str]) -> list[list[T]]:
-    """The items grouped into profiling cycles, in order: cycle i (from 0) holds each worker's i-th span."""
-    by_worker: dict[str, list[T]] = defaultdict(list)
-    for item in items:
-        by_worker[worker(item)].append(item)
-    grouped: list[list[T]] = []
-    for own in by_worker.values():
-        for i, item in enumerate(sorted(own, key=lambda x: span_order(span(x)))):
-            while len(grouped) <= i:
-                grouped.append([])
-            grouped[i].append(item)
-    return grouped
 
 
 def cross_rank(spans: list[SpanReport]) -> list[CrossRankReport]:

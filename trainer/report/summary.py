@@ -4,7 +4,7 @@
     run_figures(report)   # the last cycle's figures: what a run list shows
 
 A cycle is one profiling window (``schedule(repeat=...)``, or one trigger of a long job): the i-th span of
-each worker, grouped by cross_rank.py's ``cycles`` (numbered from 0 as diagnosis.md and cycles.jsonl number
+each worker, grouped by analysis/cycles.py (numbered from 0 as diagnosis.md and cycles.jsonl number
 them). Over several ranks a cycle's figures are the median rank's
 (the ranks of one job wait for each other), its breakdown the ranks' mean. Torch-free, dicts only.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import statistics
 
-from stepscope.analysis.cross_rank import cycles as group_cycles
+from stepscope.analysis.cycles import cycles as group_cycles
 
 
 def spans_by_cycle(report: dict) -> list[list[dict]]:
-    """The report's spans grouped into cycles, in order: cycle i holds each worker's i-th span (cross_rank's
-    one rule, ``cycles``)."""
+    """The report's spans grouped into cycles, in order: cycle i holds each worker's i-th span (the one rule
+    of analysis/cycles.py)."""
     return group_cycles(report.get("spans", []), lambda s: s["worker"], lambda s: s["span"])
 
 
