@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import run_main
 from stepscope.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,13 +30,7 @@ def stepscope_process(*args, cwd=REPO, timeout=120) -> subprocess.CompletedProce
 def stepscope(capsys):
     """The command in this process: main(argv) with its exit code (returned or raised by argparse) and output."""
     def call(*args) -> subprocess.CompletedProcess:
-        capsys.readouterr()  # drop anything printed before
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["stepscope", *map(str, args)], code, out, err)
+        return subprocess.CompletedProcess(["stepscope", *map(str, args)], *run_main(main, args, capsys))
     return call
 
 

@@ -24,6 +24,7 @@ import torch
 from few_by_default import few_by_default
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from in_process import run_main
 from stepscope import kernels
 from stepscope.kernels import decompositions, loader
 
@@ -349,7 +350,7 @@ def test_bench_ops_cpu_quick(tmp_path, capsys):
 
     out, plot = tmp_path / "bench.json", tmp_path / "sweep.png"
     argv = ["--device", "cpu", "--quick", "--no-compile", "--out", str(out), "--plot", str(plot)]
-    code, stdout, stderr = in_process(main, argv, capsys)
+    code, stdout, stderr = run_main(main, argv, capsys)
     assert code == 0, stdout + stderr
     results = json.loads(out.read_text())
     ops = {(row["op"], row["dtype"], row["impl"]) for row in results["ops"]}
@@ -536,18 +537,6 @@ def test_inductor_compiles_our_ops_as_fusable_aten_ops(monkeypatch):
 # ---------------------------------------------------------------- scripts/bench_ops.py flags
 
 
-def in_process(main, argv: list[str], capsys) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of a script's main(argv) run in this process: its returned code, or the one
-    argparse raises."""
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def assert_refused_in_one_line(code: int, err: str, prefix: str) -> str:
     lines = err.strip().splitlines()
     assert code == 2 and err.count("\n") == 1 and len(lines) == 1 and lines[0].startswith(prefix), (code, err)
@@ -581,7 +570,7 @@ def test_bench_ops_refuses_bad_flags_up_front(tmp_path, capsys, flags):
 
     if flags[0] == "--device" and HAS_CUDA:
         pytest.skip("this machine has a GPU")
-    code, out, err = in_process(main, bench_ops_argv(tmp_path, flags), capsys)
+    code, out, err = run_main(main, bench_ops_argv(tmp_path, flags), capsys)
     line = assert_refused_in_one_line(code, err, "bench_ops.py: error: ")
     if BENCH_OPS_REFUSALS[flags] is not None:
         assert line == BENCH_OPS_REFUSALS[flags].format(tmp=tmp_path)
@@ -633,7 +622,7 @@ def test_bench_step_ops_refuses_without_a_gpu(tmp_path, capsys):
     from bench.step_ops import main
 
     out = tmp_path / "step_ops.json"
-    code, stdout, stderr = in_process(main, ["--out", str(out)], capsys)
+    code, stdout, stderr = run_main(main, ["--out", str(out)], capsys)
     assert code == 2 and stderr == "bench_step_ops.py: error: needs a CUDA GPU\n" and stdout == ""
     assert not out.exists()
 
@@ -647,7 +636,7 @@ STEP_OPS_REFUSALS = {("--arch", "nope"): "argument --arch: invalid choice: 'nope
 def test_bench_step_ops_refuses_bad_values_in_one_line(args, capsys):
     from bench.step_ops import main
 
-    code, _, stderr = in_process(main, list(args), capsys)
+    code, _, stderr = run_main(main, list(args), capsys)
     line = assert_refused_in_one_line(code, stderr, "bench_step_ops.py: error: ")
     assert STEP_OPS_REFUSALS[args] in line, stderr
 
@@ -690,7 +679,7 @@ PROCESSES_REFUSALS = {("--pairs", "0"): "need --pairs >= 1, --steps >= 30 and --
 def test_bench_ops_processes_refuses_bad_values_in_one_line(args, tmp_path, capsys):
     from bench.ops_processes import main
 
-    code, _, stderr = in_process(main, [*args, "--logdir", str(tmp_path / "runs")], capsys)
+    code, _, stderr = run_main(main, [*args, "--logdir", str(tmp_path / "runs")], capsys)
     line = assert_refused_in_one_line(code, stderr, "bench_ops_processes.py: error: ")
     assert PROCESSES_REFUSALS[args] in line, stderr
     assert not (tmp_path / "runs").exists()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from bench.verdicts.bench import main
+from in_process import run_main
 from trainrun import REPO
 
 BENCH = [sys.executable, str(REPO / "scripts" / "verdict_bench.py")]
@@ -24,14 +25,8 @@ EXPECTED = {"cpu_compute": "cpu_bound", "cpu_loader": "data_bound", "cpu_host_py
 
 
 def in_process(argv: list[str], capsys) -> subprocess.CompletedProcess:
-    """verdict_bench.py's main(argv) in this process: its exit code (returned, or raised by argparse) and output."""
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, code, out, err)
+    """verdict_bench.py's main(argv) in this process (in_process.run_main), as a finished process."""
+    return subprocess.CompletedProcess(argv, *run_main(main, argv, capsys))
 
 
 def test_cpu_subset_confusion_matrix_is_diagonal(tmp_path, capsys):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from bench.cifar_folder import write_cifar_folder
+from in_process import run_main
 from stepscope.analysis.verdicts import DATA_BOUND, Unprofiled
 from stepscope.demo.config import TrainConfig
 from stepscope.demo.launch import checkout_train
@@ -99,12 +100,8 @@ def verify(*args) -> subprocess.CompletedProcess:
 
 def verify_here(capsys, *args) -> tuple[int, str]:
     """scripts/verify.py's `main` in this process: its exit code (argparse's SystemExit too) and its stderr."""
-    capsys.readouterr()
-    try:
-        rc = main([*map(str, args)], prog="verify.py", train_cmd=checkout_train(REPO))
-    except SystemExit as e:
-        rc = e.code
-    return rc, capsys.readouterr().err
+    rc, _, err = run_main(main, args, capsys, prog="verify.py", train_cmd=checkout_train(REPO))
+    return rc, err
 
 
 def test_refusals_one_line_exit_2_nothing_written(tmp_path, capsys):
