@@ -104,6 +104,45 @@ def test_only_unprofiled_warm_steps_are_timed(clock):
     assert cycles[1].before.n == 5 and cycles[1].after.n == 4  # steps 10-14 before, 19-22 after
 
 
+def test_a_few_stalled_steps_do_not_drag_the_unprofiled_step(clock):
+    # a 10 ms loop whose unprofiled steps 150-152 and 230 are stalled to 400 ms by other work on the machine;
+    # data: 2 ms of each step waits for the batch, 300 of the stalled steps' 400
+    stalled = {150, 151, 152, 230}
+    sched = stepscope.schedule(wait=200, warmup=1, active=2, repeat=1)
+    drive(sched, lambda k, a: 400.0 if k in stalled else 10.0, 300, clock,
+          data_ms=lambda k: 300.0 if k in stalled else 2.0)
+    (cycle,) = sched.cycles
+    t = cycle.telemetry()
+    kept = t["steps"]
+    # the plain mean of the same steps is dragged far off (what the cycle read before the robust step)
+    assert t["step_ms_mean"] == pytest.approx((4 * 400 + (kept - 4) * 10) / kept)
+    assert t["step_ms_mean"] > 1.5 * 10
+    assert t["step_ms"] == pytest.approx(10.0) and t["data_ms"] == pytest.approx(2.0)
+    assert t["step_ms_median"] == pytest.approx(10.0) and t["step_ms_p25"] == t["step_ms_p75"] == pytest.approx(10)
+    whole = sched.telemetry()  # the loop's total: robust too, without the single steps' spread
+    assert whole["step_ms"] == pytest.approx(10.0) and "step_ms_median" not in whole
+
+
+def test_a_slowdown_capture_keeps_every_step_of_the_slowdown(clock):
+    # the slowdown's own steps are what its capture describes: no step of them is left out as a stall
+    sched, _ = slow_loader_run(clock, SlowdownRule())
+    (cycle,) = sched.cycles
+    s = cycle.before.n + cycle.after.n
+    t = cycle.telemetry()
+    assert t["steps"] == s and "step_ms_mean" not in t
+    assert t["step_ms"] == pytest.approx((cycle.before.ns + cycle.after.ns) / s / 1e6)
+
+
+def test_the_loops_total_keeps_its_blocks_bounded(clock):
+    from stepscope.capture import cycle as cycle_module
+    from stepscope.capture.cycle import Sums
+    total = Sums(steps=None)
+    for _ in range(cycle_module.MAX_BLOCKS + 10):
+        total.add(Sums(8, 8_000_000, 0, blocks=[(8, 8_000_000, 0)]))
+    assert len(total.blocks) <= cycle_module.MAX_BLOCKS // 2 + 10
+    assert sum(b[0] for b in total.blocks) == total.n and sum(b[1] for b in total.blocks) == total.ns
+
+
 @pytest.mark.parametrize("wait", [0, 2])
 def test_the_handler_finds_the_cycle_that_just_ended(clock, wait):
     sched = stepscope.schedule(wait=wait, warmup=1, active=2, repeat=3)

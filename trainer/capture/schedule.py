@@ -5,7 +5,7 @@
         for x, y in stepscope.loader(data):                          # optional: times the wait for each batch
             train_step(x, y)
             prof.step()
-    sched.telemetry()        # Telemetry(steps=812, step_ms=9.84, data_ms=0.12, ...): the unprofiled steps' means
+    sched.telemetry()        # Telemetry(steps=812, step_ms=9.84, data_ms=0.12, ...): the unprofiled step
 
 It returns the same ProfilerAction for every step as `torch.profiler.schedule` with the same arguments. The
 profiler calls it once per `prof.step()`, with the step number; step k is the time from call k to call k+1
@@ -21,7 +21,10 @@ profiling cycle, beside the profiler's own; `sync=False` makes none and reads th
 
 Each profiling cycle gets its own telemetry (`Cycle.telemetry()`): the kept steps just before the cycle (the
 last `window` to `2 * window`, or the steps that triggered a capture) and the first `window` kept steps after
-it. `stepscope.trace_handler` diagnoses each cycle with it, so the verdict and figures describe the loop as it
+it. Its step is the robust step (report/telemetry.py `middle_blocks`, the trainer's rule too): the mean over the
+middle half of its blocks of 8 consecutive steps, so that a few steps stalled by other work on the machine do
+not drag it, with the plain mean and quartiles of single steps beside it for the spread; a slowdown's capture
+keeps every step's mean, as those steps are the slowdown. `stepscope.trace_handler` diagnoses each cycle with it, so the verdict and figures describe the loop as it
 runs without the profiler. Triggers (capture_on_slowdown, a file, a signal) are in triggers.py. On CUDA, each
 window edge also reads the caching allocator's counters (memory_stats.py: peaks per window, retries, OOMs,
 allocated across windows), which a cycle's telemetry carries.
@@ -39,7 +42,7 @@ from warnings import warn
 
 import torch
 from stepscope.capture.cupti import detach_after_cycles, quiet_kineto
-from stepscope.capture.cycle import Cycle, Sums, telemetry_of
+from stepscope.capture.cycle import Cycle, Sums, blocks_of, telemetry_of
 from stepscope.capture.memory_stats import MemoryWindows, merge
 from stepscope.capture.triggers import OnDemand, SlowdownDetector, SlowdownRule
 from stepscope.report.telemetry import Telemetry
@@ -59,8 +62,8 @@ class StepscopeSchedule:
     # what the hot path (__call__) reads and writes at every step, in slots: faster than an instance dict
     # of this many attributes (the rest stay in __dict__)
     __slots__ = ("_fast_until", "_last_step", "_last_ns", "_data", "_copies", "_seg_n", "_seg_ns", "_seg_data",
-                 "_seg_copies", "_durs", "_waits", "_gate_ns", "_gate_data", "_next_check", "__dict__",
-                 "__weakref__")
+                 "_seg_copies", "_seg_steps", "_seg_waits", "_durs", "_waits", "_gate_ns", "_gate_data",
+                 "_next_check", "__dict__", "__weakref__")
 
     def __init__(self, *, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0,
                  skip_first_wait: int = 0, capture_on_slowdown: bool = False, slowdown: SlowdownRule | None = None,
@@ -84,7 +87,7 @@ class StepscopeSchedule:
         self.on_demand = OnDemand(capture_file, capture_signal, self._wake)
         self.cycles: deque[Cycle] = deque(maxlen=KEPT_CYCLES)
         self.cycle_count = 0
-        self.total = Sums()  # every kept step of the loop, up to the last window edge
+        self.total = Sums(steps=None)  # every kept step of the loop, up to the last window edge
         self.with_data = False  # a stepscope.loader reported a wait
         self._data = 0  # this step's wait for data so far (ns), from stepscope.loader
         self._copies: list = []  # this step's input copies so far, (start, end) CUDA events (input_copy.py)
@@ -94,6 +97,8 @@ class StepscopeSchedule:
         self._prev = NONE  # the action returned for the previous step
         self._kept_prev = False  # the previous step was kept
         self._seg_n = self._seg_ns = self._seg_data = 0  # kept steps since the last window edge
+        self._seg_steps: list[int] = []  # each of their times and waits for data (ns), for the robust step
+        self._seg_waits: list[int] = []
         self._first_kept = max(1, warm_steps)
         self._quiet_from, self._quiet_until = 0, 0  # steps known to be NONE in the base schedule
         self._fast_until = 0  # calls before this step may take the hot path (see __call__)
@@ -154,6 +159,8 @@ class StepscopeSchedule:
             self._seg_n += 1
             self._seg_ns += ns
             self._seg_data += data
+            self._seg_steps.append(ns)
+            self._seg_waits.append(data)
             self._data = 0
             if self._copies:
                 self._seg_copies += self._copies
@@ -196,6 +203,8 @@ class StepscopeSchedule:
             self._seg_n += 1
             self._seg_ns += ns
             self._seg_data += data
+            self._seg_steps.append(ns)
+            self._seg_waits.append(data)
             det = self.detector
             if det is not None:
                 if det.observe(ns, data, step, self.observer_busy):
@@ -256,7 +265,7 @@ class StepscopeSchedule:
             trigger, run = self.detector.take(), self.detector.run()
         if trigger is None:
             return NONE
-        self._trigger_sums = Sums(*run) if run else None
+        self._trigger_sums = Sums(*run, steps=None) if run else None
         self._starting = Cycle(self.cycle_count, step, trigger)
         if self.warmup + self.active == 1:
             return SAVE
@@ -271,7 +280,8 @@ class StepscopeSchedule:
             # the schedule synchronized just before this edge, unless sync=False: a copy not yet done is
             # counted, not timed
             timed = [a.elapsed_time(b) for a, b in copies if b.query()] if copies else ()
-            seg = Sums(self._seg_n, self._seg_ns, self._seg_data, len(copies), len(timed), int(sum(timed) * 1e6))
+            seg = Sums(self._seg_n, self._seg_ns, self._seg_data, len(copies), len(timed), int(sum(timed) * 1e6),
+                       blocks_of(self._seg_steps, self._seg_waits), self._seg_steps)
             self.total.add(seg)
             for c in self._awaiting:
                 c.after.add(seg)
@@ -281,7 +291,7 @@ class StepscopeSchedule:
             self._awaiting = []
             self._gap.append(seg)
         self._seg_n = self._seg_ns = self._seg_data = 0
-        self._seg_copies = []
+        self._seg_copies, self._seg_steps, self._seg_waits = [], [], []
 
     def _begin_cycle(self, step: int) -> None:
         self._close_window()
@@ -292,7 +302,7 @@ class StepscopeSchedule:
         cycle = starting if starting is not None and starting.start == step else Cycle(self.cycle_count, step,
                                                                                        "schedule")
         if self._trigger_sums is not None and cycle.trigger != "schedule":
-            cycle.before = self._trigger_sums
+            cycle.before, cycle.robust = self._trigger_sums, False
         else:
             taken = Sums()
             for w in reversed(self._gap):  # the last `window` to `2 * window` kept steps
@@ -369,8 +379,10 @@ class StepscopeSchedule:
     def telemetry(self) -> Telemetry | None:
         """Every kept step of the loop so far (telemetry.py): steps, step_ms, data_ms (with stepscope.loader),
         copy_ms (with stepscope.input_copy), and on CUDA the allocator's counters (mem_*)."""
-        s = Sums(self._seg_n, self._seg_ns, self._seg_data, len(self._seg_copies))  # the open window too
+        s = Sums(steps=None)
         s.add(self.total)
+        s.add(Sums(self._seg_n, self._seg_ns, self._seg_data, len(self._seg_copies),  # the open window too
+                   blocks=blocks_of(self._seg_steps, self._seg_waits), steps=None))
         out = telemetry_of(s, self.with_data)
         return out.with_memory(self.memory.telemetry(windows=len(self.memory.edges))) if out is not None else None
 

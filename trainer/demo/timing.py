@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from stepscope.report.telemetry import Telemetry
+from stepscope.report.telemetry import BLOCK_STEPS, Telemetry, middle_blocks
 
 PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")  # Telemetry's fields that StepClock times
 
@@ -129,18 +129,11 @@ def _finished(p: dict | None) -> dict | None:
     return out
 
 
-BLOCK_STEPS = 8  # consecutive steps per block of Throughput.telemetry: whole cycles of a few workers' pattern
-
-
 def _middle_blocks(n: int, ms: list[float]) -> list[int]:
-    """The indices of the steps in the middle half of the blocks of BLOCK_STEPS by mean step time (every
-    index where there are fewer than 4 blocks)."""
+    """The indices of the steps in the blocks of BLOCK_STEPS that the robust step keeps (middle_blocks)."""
     blocks = [range(i, min(i + BLOCK_STEPS, n)) for i in range(0, n, BLOCK_STEPS)]
-    if len(blocks) < 4:
-        return list(range(n))
-    ordered = sorted(blocks, key=lambda b: statistics.fmean(ms[i] for i in b))
-    quarter = len(ordered) // 4
-    return sorted(i for b in ordered[quarter:len(ordered) - quarter] for i in b)
+    kept = middle_blocks([statistics.fmean(ms[i] for i in b) for b in blocks])
+    return [i for k in kept for i in blocks[k]]
 
 
 @dataclass
@@ -170,14 +163,10 @@ class Throughput:
         """The trainer's producer of a Telemetry (stepscope.report.telemetry): the timed (unprofiled, warm)
         steps' step and phases, in ms; None if none.
 
-        Means over blocks of consecutive steps, not medians of steps: the share of the run's time a phase
-        takes is its total over the total, and a DataLoader whose workers each finish a batch at the same
-        moment makes every other step wait for two batches' time and the rest not at all (a median of steps
-        then reads as if they never waited). But not the mean of every step either: a few steps stalled by
-        the machine's other load would drag it (a run's mean of 439 ms where its median was 246 ms). So the
-        steps are cut into blocks of BLOCK_STEPS, and step and phases are means over the middle half of
-        the blocks by step time (the interquartile mean; all of them below 4 blocks). ``step_ms_mean``,
-        ``step_ms_median``, ``step_ms_p25`` and ``step_ms_p75`` of single steps give the spread."""
+        The steps are cut into blocks of BLOCK_STEPS, and step and phases are means over the blocks that
+        the robust step keeps (report.telemetry.middle_blocks, the rule every producer uses).
+        ``step_ms_mean``, ``step_ms_median``, ``step_ms_p25`` and ``step_ms_p75`` of single steps give the
+        spread."""
         if not self.all_ms:
             return None
         kept = _middle_blocks(len(self.all_ms), self.all_ms)

@@ -5,15 +5,20 @@
     t.step_ms, t.data_ms, t["step_ms"], "copy_ms" in t      # a field that was not measured is None / absent
     t.to_dict()                            # {"steps", "step_ms", ...}: run.json, cycles.jsonl, stepscope.analyze
 
-Every figure is a mean in ms over the kept steps (``steps`` of them); a field is None where its source did not
-measure it, and `to_dict()` leaves it out. One producer per source fills each field:
+Every figure is in ms per step over the kept steps (``steps`` of them): a mean over the middle half of their
+blocks of consecutive steps (``middle_blocks``: a few stalled steps cannot drag it), except where a source says
+otherwise; a field is None where its source did not measure it, and `to_dict()` leaves it out. One producer
+per source fills each field:
 
     steps, step_ms           the step clock: stepscope.schedule's (time between prof.step() calls), or the
                              trainer's StepClock (CUDA events at each step boundary)
     data_ms                  the wait for the next batch: stepscope.loader, or the trainer's StepClock.batch_ready
     copy_ms                  the input copy on the GPU's stream: stepscope.input_copy, or StepClock.copy
-    copy_host_ms, dispatch_ms, cpu_ms, step_ms_mean/median/p25/p75
-                             the trainer's StepClock only (the host's share of each step, the spread of steps)
+    step_ms_mean/median/p25/p75
+                             the spread: the plain mean of every kept step, and quartiles of single steps
+                             (the trainer's StepClock, and the schedule's scheduled cycles)
+    copy_host_ms, dispatch_ms, cpu_ms
+                             the trainer's StepClock only (the host's share of each step)
     mem_*                    the caching allocator's counters at window edges (memory_stats.MemoryWindows)
 
 It is a read-only mapping of the fields that were measured, so code written for the dict it replaces
@@ -105,6 +110,27 @@ class Telemetry(Mapping):
 
 
 FIELDS = frozenset(f.name for f in fields(Telemetry))
+
+BLOCK_STEPS = 8  # consecutive kept steps per block of the robust step: whole cycles of a few loader workers' pattern
+
+
+def middle_blocks(means: list[float]) -> list[int]:
+    """The robust unprofiled step's rule, for every producer: given the mean step time of each block of
+    consecutive steps (BLOCK_STEPS of them, fewer at a window's end), the indices of the blocks whose steps the
+    telemetry's figures are means over: the middle half of the blocks by mean step time (the interquartile
+    mean), or every block where there are fewer than 4.
+
+    Means over blocks, not medians of steps: the share of the run's time a phase takes is its total over the
+    total, and a DataLoader whose workers each finish a batch at the same moment makes every other step wait
+    for two batches' time and the rest not at all (a median of steps then reads as if they never waited). But
+    not the mean of every step either: a few steps stalled by the machine's other load would drag it (a run's
+    mean of 439 ms where its median was 246 ms)."""
+    order = sorted(range(len(means)), key=means.__getitem__)
+    if len(order) < 4:
+        return sorted(order)
+    quarter = len(order) // 4
+    return sorted(order[quarter:len(order) - quarter])
+
 MEMORY_FIELDS = tuple(f.name for f in fields(Telemetry) if f.name.startswith("mem_"))
 
 
