@@ -42,13 +42,21 @@ def final_numbers(progress, thr) -> dict:
         "step_times_ms": [round(ms, 4) for ms in thr.all_ms],
         # means of the timed steps: the step and its phases as the run runs without the profiler
         "telemetry": as_dict(thr.telemetry()),
+        # what the run shared its CPUs with: whether its step times can be compared with another run's
+        **cpu_sharing(thr.contention()),
     }
+
+
+def cpu_sharing(c) -> dict:
+    """run.json's ``others_cpu_pct`` (other processes' share of all CPUs) and ``waited_cpu_pct`` (the share of
+    its threads' runnable time they waited for a CPU) from a machine_load.Contention; None each if unknown."""
+    return {"others_cpu_pct": c.others_pct if c else None, "waited_cpu_pct": c.waited_pct if c else None}
 
 
 def widest_final() -> dict:
     """final_numbers' keys, each with the widest value it can hold: the most room the final numbers take."""
     return {k: WIDEST for k in ("steps", "train_loss", "eval_accuracy", "images_per_s", "mean_step_ms",
-                                "median_step_ms", "timed_steps")} | {
+                                "median_step_ms", "timed_steps", "others_cpu_pct", "waited_cpu_pct")} | {
         "telemetry": {f.name: WIDEST for f in fields(Telemetry)}}
 
 

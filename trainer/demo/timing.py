@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from stepscope.capture import machine_load
 from stepscope.report.telemetry import BLOCK_STEPS, Telemetry, middle_blocks
 
 PHASES = ("data_ms", "copy_ms", "copy_host_ms", "dispatch_ms", "cpu_ms")  # Telemetry's fields that StepClock times
@@ -149,6 +150,7 @@ class Throughput:
     def __post_init__(self) -> None:
         self.all_ms = []
         self.phases = []
+        self.machine_start = machine_load.sample()  # the machine's CPU use from here (contention)
         self.memory: dict = {}  # the allocator's counters at the log windows' edges (memory_stats.KEYS), CUDA only
 
     def add(self, times: list[StepTime]) -> None:
@@ -179,6 +181,10 @@ class Throughput:
         return Telemetry(steps=self.steps, step_ms=statistics.fmean(self.all_ms[i] for i in kept), **phases,
                          step_ms_mean=statistics.fmean(self.all_ms), step_ms_median=q[1], step_ms_p25=q[0],
                          step_ms_p75=q[2]).with_memory(self.memory)
+
+    def contention(self) -> machine_load.Contention | None:
+        """What the run shared its CPUs with since it began (capture/machine_load.py); None off Linux."""
+        return machine_load.contention(self.machine_start, machine_load.sample())
 
     @property
     def mean_ms(self) -> float:

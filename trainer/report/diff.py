@@ -21,7 +21,13 @@ The interval is Welch's on the blocks' log medians, widened by each run's level 
 freedom). When it holds 1.0 the runs do not differ beyond their noise. The per-step times
 are Measured.step_ms (measure.py): the unprofiled timed steps of run.json when both runs have them, else each
 run's traced steps. The rest (verdicts, busy, breakdown, operators from both runs' full tables, and the
-configurations' differences) is the two runs side by side. Torch-free.
+configurations' differences) is the two runs side by side.
+
+A pair is not judged at all (``significant`` false, the summary says "not comparable" and why) where either run
+records that it was slowed by other processes: they used more than OTHERS_MAX_PCT of all CPUs while it ran and
+its threads waited for a CPU more than WAITED_MAX_PCT of the time they were ready to run (run.json's
+``others_cpu_pct`` and ``waited_cpu_pct``, capture/machine_load.py). On a shared machine the difference between
+such runs is the neighbours' load, which no interval drawn from the runs' own steps can hold. Torch-free.
 """
 
 from __future__ import annotations
@@ -41,6 +47,10 @@ TOP_CHANGED = 10
 BLOCKS = 8  # blocks a run's steps are cut into, at most
 BLOCK_STEPS = 3  # steps a block holds, at least (fewer steps: each step is its own block)
 RUN_NOISE = 0.05  # the least sd of one run's level between runs of one configuration (BENCHMARKS.md)
+# a run whose threads waited for a CPU this share of the time they were ready to run, while other processes used
+# this share of all CPUs (run.json's waited_cpu_pct, others_cpu_pct), was slowed by them: not judged
+OTHERS_MAX_PCT = 10.0
+WAITED_MAX_PCT = 10.0
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -89,6 +99,12 @@ def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENC
     return math.exp(diff), math.exp(diff - q * se), math.exp(diff + q * se)
 
 
+def slowed_by_others(m: Measured) -> bool:
+    """The run's threads waited for CPUs that other processes held (both beyond their bounds, above)."""
+    return (m.others_pct is not None and m.waited_pct is not None and m.others_pct > OTHERS_MAX_PCT
+            and m.waited_pct > WAITED_MAX_PCT)
+
+
 def config_changes(a: dict, b: dict) -> list[dict]:
     """The keys of two runs' setups (Measured.setup) whose values differ, in A's order then B's."""
     keys = list(dict.fromkeys([*a, *b]))
@@ -131,7 +147,9 @@ def compare_runs(a: Run, b: Run, name_a: str = "A", name_b: str = "B",
     steps_a, steps_b, source = same_source(a, b)
     out = {"a": _side(a, name_a, steps_a), "b": _side(b, name_b, steps_b), "source": source,
            "confidence": confidence, "run_noise": run_noise,
-           "config_changes": config_changes(a.setup, b.setup)}
+           "config_changes": config_changes(a.setup, b.setup),
+           "cpu_sharing": {side: {"others_cpu_pct": m.others_pct, "waited_cpu_pct": m.waited_pct,
+                                  "slowed_by_others": slowed_by_others(m)} for side, m in (("a", a), ("b", b))}}
     if len(steps_a) < 2 or len(steps_b) < 2:
         out.update(ratio=None, low=None, high=None, significant=False,
                    summary=f"too few steps to compare ({len(steps_a)} and {len(steps_b)}; 2 each at least)")
@@ -140,12 +158,19 @@ def compare_runs(a: Run, b: Run, name_a: str = "A", name_b: str = "B",
         significant = not low <= 1.0 <= high
         ci = (f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(steps_a)} vs {len(steps_b)} steps, "
               f"run-to-run noise {run_noise:.0%}")
-        if not significant:
+        loaded = [(n, m) for n, m in ((name_a, a), (name_b, b)) if slowed_by_others(m)]
+        if loaded:
+            significant = False
+            said = "; ".join(f"while {n} ran, other processes used {m.others_pct:.0f}% of all CPUs and its threads "
+                             f"waited for one {m.waited_pct:.0f}% of the time they were ready" for n, m in loaded)
+            summary = (f"not comparable: {said}; the step times measure the machine's load, not the runs: "
+                       f"run both on a quiet machine (the step of {name_b} over {name_a} read {ratio:.3f}x, {ci})")
+        elif not significant:
             summary = f"no significant change: the step of {name_b} over {name_a} is {ratio:.3f}x ({ci})"
         else:
             way = "slower" if ratio > 1 else "faster"
             summary = f"{name_b} is {ratio:.3f}x the step of {name_a}, {way} ({ci})"
-        out.update(ratio=ratio, low=low, high=high, significant=significant, summary=summary)
+        out.update(ratio=ratio, low=low, high=high, significant=significant, summary=summary, comparable=not loaded)
     buckets = list(dict.fromkeys([*out["a"]["breakdown_ms"], *out["b"]["breakdown_ms"]]))
     both = out["a"]["breakdown_ms"] and out["b"]["breakdown_ms"]  # a run without a trace has none
     out["breakdown"] = [{"bucket": k, "a_ms": out["a"]["breakdown_ms"].get(k, 0.0),

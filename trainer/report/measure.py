@@ -12,7 +12,8 @@ trace. ``source`` says which. A run of the trainer made without ``--profile`` ha
 empty (no verdict, no spans) and its step times are run.json's alone. ``ops_ms`` is the full table of
 operators (a CPU trace, by self time) or kernels (a GPU trace), ms per step, each trace's over its steps,
 averaged over the traces that list it; ``setup`` is run.json's resolved config, flattened (``data.batch_size``:
-64), with the world size and the torch version, so that a comparison can name what differs.
+64), with the world size and the torch version, so that a comparison can name what differs; ``others_pct``
+and ``waited_pct`` are run.json's record of what the run shared its CPUs with (None: not measured).
 Raises TraceError (one line) on bad input. Torch-free.
 """
 
@@ -42,6 +43,8 @@ class Measured:
     traced_ms: list[float]  # every trace's profiled step windows
     ops_ms: dict = field(default_factory=dict)  # every operator or kernel: name -> ms per step
     setup: dict = field(default_factory=dict)  # run.json's config, flattened; {} without run.json
+    others_pct: float | None = None  # run.json's share of all CPUs other processes used meanwhile; None: unknown
+    waited_pct: float | None = None  # ... and of its threads' runnable time they waited for a CPU
 
     @property
     def source(self) -> str:
@@ -53,12 +56,14 @@ class Measured:
 
     def to_dict(self) -> dict:
         return {"report": self.report, "recorded_ms": self.recorded_ms, "traced_ms": self.traced_ms,
-                "ops_ms": self.ops_ms, "setup": self.setup}
+                "ops_ms": self.ops_ms, "setup": self.setup, "others_pct": self.others_pct,
+                "waited_pct": self.waited_pct}
 
     @classmethod
     def from_dict(cls, d: dict) -> Measured:
         return cls(d["report"], list(d["recorded_ms"]), list(d["traced_ms"]), dict(d.get("ops_ms") or {}),
-                   dict(d.get("setup") or {}))
+                   dict(d.get("setup") or {}), d.get("others_pct"),
+                   d.get("waited_pct"))
 
 
 def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Measured:
@@ -68,7 +73,7 @@ def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Mea
     path = Path(path)
     recorded = recorded_step_ms(path)
     if recorded and not discover(path).traces:  # the trainer without --profile: its timed steps alone
-        return Measured({"verdict": None, "spans": []}, recorded, [], {}, run_setup(path))
+        return Measured({"verdict": None, "spans": []}, recorded, [], {}, run_setup(path), *recorded_sharing(path))
     return measured(analyze(path, workers=workers, tables=True), path)
 
 
@@ -78,14 +83,14 @@ def measured(report: RunReport | RunsReport, path: Path) -> Measured:
         raise TraceError(f"{path}: holds {len(report.runs)} runs ({', '.join(n for n, _ in report.runs)}); "
                          "give one run's folder")
     return Measured(report.to_dict(), recorded_step_ms(path), list(report.traced_ms), dict(report.ops_ms or {}),
-                    run_setup(path))
+                    run_setup(path), *recorded_sharing(path))
 
 
 def measured_from_json(doc: dict, path: Path) -> Measured:
     """A run's Measured from its report.json (front.write_report) and the run.json in ``path``."""
     report = {k: v for k, v in doc.items() if k not in ("traced_ms", "ops_ms")}
     return Measured(report, recorded_step_ms(path), [float(x) for x in doc.get("traced_ms") or []],
-                    dict(doc.get("ops_ms") or {}), run_setup(path))
+                    dict(doc.get("ops_ms") or {}), run_setup(path), *recorded_sharing(path))
 
 
 def _record(path: Path) -> dict:
@@ -133,3 +138,12 @@ def recorded_step_ms(path: Path) -> list[float]:
     if not isinstance(times, list):
         return []
     return [float(t) for t in times if isinstance(t, (int, float)) and 0 < t < float("inf")]
+
+
+def recorded_sharing(path: Path) -> tuple[float | None, float | None]:
+    """run.json's ``final.others_cpu_pct`` and ``final.waited_cpu_pct`` (capture/machine_load.py); None each
+    where the run did not measure it."""
+    final = _record(path).get("final")
+    final = final if isinstance(final, dict) else {}
+    return tuple(float(v) if isinstance(v := final.get(k), (int, float)) and 0 <= v <= 100 else None
+                 for k in ("others_cpu_pct", "waited_cpu_pct"))
