@@ -16,7 +16,8 @@ pair is detected when diff calls it significant in the right direction (slower f
 faster for a smaller batch).
 
 The runs are small CPU runs (LeNet on synthetic data, no profiler: diff reads run.json's timed steps). The
-machine's load average is recorded at each run's start: on a shared machine the load is the noise being
+machine's load average is recorded at each run's start, and each run's own record of what it shared its CPUs with
+is shown (a pair `stepscope diff` calls "not comparable" is neither an alarm nor a detection): on a shared machine the load is the noise being
 measured. Prints a Markdown summary and writes ``results.json`` in the folder.
 """
 
@@ -68,8 +69,11 @@ def diff(a: Path, b: Path, extra: list[str]) -> dict:
     if p.returncode not in (0, 1):
         raise SystemExit(f"stepscope diff {a} {b}: exit {p.returncode}: {p.stderr.strip()}")
     d = json.loads(p.stdout)
+    sharing = d.get("cpu_sharing") or {}
     return {"a": a.name, "b": b.name, "ratio": d["ratio"], "low": d["low"], "high": d["high"],
-            "significant": d["significant"], "exit": p.returncode}
+            "significant": d["significant"], "exit": p.returncode, "comparable": d.get("comparable", True),
+            "others_cpu_pct": [sharing.get(k, {}).get("others_cpu_pct") for k in ("a", "b")],
+            "waited_cpu_pct": [sharing.get(k, {}).get("waited_cpu_pct") for k in ("a", "b")]}
 
 
 def main() -> int:
@@ -95,19 +99,27 @@ def main() -> int:
     for i, (label, _, way) in enumerate(changes):
         if (a.out / f"change{i:02d}" / "run.json").is_file():
             d = diff(a.out / f"base{i:02d}", a.out / f"change{i:02d}", extra)
-            d.update(change=label, detected=d["significant"] and (d["ratio"] > 1) == (way > 0))
+            d.update(change=label, detected=bool(d["significant"] and (d["ratio"] > 1) == (way > 0)))
             changed.append(d)
     loads = [json.loads(m.read_text())["load_at_start"] for m in sorted(a.out.glob("*/meta.json"))]
     result = {"same": same, "changed": changed, "load_at_start": loads, "diff_args": extra}
     (a.out / "results.json").write_text(json.dumps(result, indent=1))
-    print("| pair | B/A | interval | significant | --fail-above 5% exit |\n|---|---|---|---|---|")
+    print("| pair | B/A | interval | significant | --fail-above 5% exit | others' CPU % (A, B) | "
+          "waited for a CPU % (A, B) |\n|---|---|---|---|---|---|---|")
+
+    def pct(values: list) -> str:
+        return ", ".join("?" if v is None else f"{v:.0f}" for v in values)
+
     for d in same + changed:
         label = d.get("change", "same config")
+        verdict = ("yes" if d["significant"] else "no") if d["comparable"] else "not comparable"
         print(f"| {d['a']} vs {d['b']} ({label}) | {d['ratio']:.3f}x | {d['low']:.3f}x-{d['high']:.3f}x | "
-              f"{'yes' if d['significant'] else 'no'} | {d['exit']} |")
+              f"{verdict} | {d['exit']} | {pct(d['others_cpu_pct'])} | {pct(d['waited_cpu_pct'])} |")
     print(f"\nsame-config pairs: {sum(d['significant'] for d in same)} of {len(same)} significant, "
-          f"{sum(d['exit'] == 1 for d in same)} failed --fail-above 5%")
-    print(f"changed pairs: {sum(d['detected'] for d in changed)} of {len(changed)} detected")
+          f"{sum(d['exit'] == 1 for d in same)} failed --fail-above 5%, "
+          f"{sum(not d['comparable'] for d in same)} not comparable")
+    print(f"changed pairs: {sum(d['detected'] for d in changed)} of {len(changed)} detected, "
+          f"{sum(not d['comparable'] for d in changed)} not comparable")
     if loads:
         print(f"load average at the runs' starts: {min(loads):.1f} to {max(loads):.1f} (2 cores)")
     return 0
