@@ -17,7 +17,7 @@ faster for a smaller batch).
 
 The runs are small CPU runs (LeNet on synthetic data, no profiler: diff reads run.json's timed steps). The
 machine's load average is recorded at each run's start, and each run's own record of what it shared its CPUs with
-is shown (a pair `stepscope diff` calls "not comparable" is neither an alarm nor a detection): on a shared machine the load is the noise being
+is shown (where a run was slowed by other processes, diff widens its interval by as much): on a shared machine the load is the noise being
 measured. Prints a Markdown summary and writes ``results.json`` in the folder.
 """
 
@@ -71,7 +71,7 @@ def diff(a: Path, b: Path, extra: list[str]) -> dict:
     d = json.loads(p.stdout)
     sharing = d.get("cpu_sharing") or {}
     return {"a": a.name, "b": b.name, "ratio": d["ratio"], "low": d["low"], "high": d["high"],
-            "significant": d["significant"], "exit": p.returncode, "comparable": d.get("comparable", True),
+            "significant": d["significant"], "exit": p.returncode, "slowed": bool(d.get("slowed_by_others")),
             "others_cpu_pct": [sharing.get(k, {}).get("others_cpu_pct") for k in ("a", "b")],
             "waited_cpu_pct": [sharing.get(k, {}).get("waited_cpu_pct") for k in ("a", "b")]}
 
@@ -112,14 +112,14 @@ def main() -> int:
 
     for d in same + changed:
         label = d.get("change", "same config")
-        verdict = ("yes" if d["significant"] else "no") if d["comparable"] else "not comparable"
+        verdict = ("yes" if d["significant"] else "no") + (" (widened for load)" if d["slowed"] else "")
         print(f"| {d['a']} vs {d['b']} ({label}) | {d['ratio']:.3f}x | {d['low']:.3f}x-{d['high']:.3f}x | "
               f"{verdict} | {d['exit']} | {pct(d['others_cpu_pct'])} | {pct(d['waited_cpu_pct'])} |")
     print(f"\nsame-config pairs: {sum(d['significant'] for d in same)} of {len(same)} significant, "
           f"{sum(d['exit'] == 1 for d in same)} failed --fail-above 5%, "
-          f"{sum(not d['comparable'] for d in same)} not comparable")
+          f"{sum(d['slowed'] for d in same)} widened for other processes' load")
     print(f"changed pairs: {sum(d['detected'] for d in changed)} of {len(changed)} detected, "
-          f"{sum(not d['comparable'] for d in changed)} not comparable")
+          f"{sum(d['slowed'] for d in changed)} widened")
     if loads:
         print(f"load average at the runs' starts: {min(loads):.1f} to {max(loads):.1f} (2 cores)")
     return 0

@@ -7,17 +7,22 @@ run's threads, ready to run, waited for a CPU; from /proc (Linux; None elsewhere
 
 Two runs of one configuration differ by as much as the rest of the machine takes from them: on a 2-core machine
 another process on one core slows a step whose two threads meet at every parallel region by up to 2x.
-`stepscope diff` reads these figures from each run's run.json and does not judge two runs of which one was
-slowed by other processes (report/diff.py). Both figures are needed: a big machine whose other jobs use a
-third of its CPUs may leave the run's threads all the CPUs they want (no wait), and a run whose own threads
-outnumber the cores waits on an otherwise idle machine (no others), the same in every run of its configuration.
+`stepscope diff` reads these figures from each run's run.json and widens its interval by as much as the waiting
+could have slowed a run that other processes held CPUs from (report/diff.py). Both figures are needed: a big
+machine whose other jobs use a third of its CPUs may leave the run's threads all the CPUs they want (no wait),
+and a run whose own threads outnumber the cores waits on an otherwise idle machine (no others), the same in
+every run of its configuration.
 
 The run is this process and its descendants (DataLoader workers); under torchrun, the agent that started the
 ranks and all its descendants (every rank of the node). ``others_pct``: all CPUs' busy ticks (user, nice,
 system, irq, softirq, steal; /proc/stat) minus the run's own (its live processes' utime and stime, and the
-children they reaped; /proc/<pid>/stat), over all CPUs' ticks. ``waited_pct``: the time the run's live threads
-spent runnable but waiting on a run queue, over that plus their time on a CPU (/proc/<pid>/task/<tid>/schedstat;
-threads that ended between the samples are left out). Torch-free.
+children they reaped; /proc/<pid>/stat), over all CPUs' ticks. ``waited_pct``: of the run's busy threads (each
+with at least BUSY_THREAD_SHARE of the run's time on a CPU between the samples), the largest share of its
+runnable time that one spent waiting on a run queue (/proc/<pid>/task/<tid>/schedstat; threads that ended
+between the samples are left out). The largest, not the total: threads that meet at every parallel region go
+at the pace of the one kept waiting, while the others spin on their CPUs. That thread's wall time is its time on
+a CPU over (1 - waited_pct/100), so no step of the run was slowed by more than that factor by waiting for CPUs
+(work slowed on a CPU shared with others, through its caches, is not seen). Torch-free.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 PROC = Path("/proc")
+BUSY_THREAD_SHARE = 0.1  # a thread with this share of the run's time on a CPU is one its steps may wait for
 
 
 class Sample(NamedTuple):
@@ -38,7 +44,7 @@ class Sample(NamedTuple):
 
 class Contention(NamedTuple):
     others_pct: float  # the share of all CPUs' time that processes outside the run used
-    waited_pct: float | None  # the share of its threads' runnable time they waited for a CPU (None: unknown)
+    waited_pct: float | None  # the most any busy thread of the run waited for a CPU, in % of its runnable time
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -114,9 +120,11 @@ def contention(start: Sample | None, end: Sample | None) -> Contention | None:
     if start is None or end is None or end.total <= start.total:
         return None
     others = (end.busy - start.busy) - (end.run - start.run)
-    on_cpu = waiting = 0
-    for tid, (c, w) in end.threads.items():  # a thread born meanwhile counts from its start
+    spent = []  # (ns on a CPU, ns waiting) of each thread between the samples; one born meanwhile from its start
+    for tid, (c, w) in end.threads.items():
         c0, w0 = start.threads.get(tid, (0, 0))
-        on_cpu, waiting = on_cpu + c - c0, waiting + w - w0
+        spent.append((c - c0, w - w0))
+    on_cpu = sum(c for c, _ in spent)
+    busy = [(c, w) for c, w in spent if c > 0 and c >= BUSY_THREAD_SHARE * on_cpu]
     return Contention(round(min(max(others / (end.total - start.total) * 100.0, 0.0), 100.0), 1),
-                      round(waiting / (on_cpu + waiting) * 100.0, 1) if on_cpu + waiting > 0 else None)
+                      round(max(w / (c + w) for c, w in busy) * 100.0, 1) if busy else None)

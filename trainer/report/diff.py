@@ -23,11 +23,12 @@ are Measured.step_ms (measure.py): the unprofiled timed steps of run.json when b
 run's traced steps. The rest (verdicts, busy, breakdown, operators from both runs' full tables, and the
 configurations' differences) is the two runs side by side.
 
-A pair is not judged at all (``significant`` false, the summary says "not comparable" and why) where either run
-records that it was slowed by other processes: they used more than OTHERS_MAX_PCT of all CPUs while it ran and
-its threads waited for a CPU more than WAITED_MAX_PCT of the time they were ready to run (run.json's
-``others_cpu_pct`` and ``waited_cpu_pct``, capture/machine_load.py). On a shared machine the difference between
-such runs is the neighbours' load, which no interval drawn from the runs' own steps can hold. Torch-free.
+Where a run records that other processes slowed it (they used more than OTHERS_MAX_PCT of all CPUs while it ran,
+and one of its busy threads waited for a CPU more than WAITED_MAX_PCT of the time it was ready to run: run.json's
+``others_cpu_pct`` and ``waited_cpu_pct``, capture/machine_load.py), the interval is widened by as much as that
+waiting could have slowed its steps, 1 / (1 - waited): on a shared machine the difference between such runs is
+largely the neighbours' load, which no interval drawn from the runs' own steps can hold. A change larger than
+that still stands; ``low`` and ``high`` are then the widened ends, and the summary says why. Torch-free.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ TOP_CHANGED = 10
 BLOCKS = 8  # blocks a run's steps are cut into, at most
 BLOCK_STEPS = 3  # steps a block holds, at least (fewer steps: each step is its own block)
 RUN_NOISE = 0.05  # the least sd of one run's level between runs of one configuration (BENCHMARKS.md)
-# a run whose threads waited for a CPU this share of the time they were ready to run, while other processes used
-# this share of all CPUs (run.json's waited_cpu_pct, others_cpu_pct), was slowed by them: not judged
+# a run whose busiest-waiting thread waited for a CPU more than this share of the time it was ready to run, while
+# other processes used more than this share of all CPUs (run.json's waited_cpu_pct, others_cpu_pct), was slowed by
+# them: the interval is widened by as much as that waiting could have slowed its steps
 OTHERS_MAX_PCT = 10.0
 WAITED_MAX_PCT = 10.0
 
@@ -160,17 +162,20 @@ def compare_runs(a: Run, b: Run, name_a: str = "A", name_b: str = "B",
               f"run-to-run noise {run_noise:.0%}")
         loaded = [(n, m) for n, m in ((name_a, a), (name_b, b)) if slowed_by_others(m)]
         if loaded:
-            significant = False
-            said = "; ".join(f"while {n} ran, other processes used {m.others_pct:.0f}% of all CPUs and its threads "
-                             f"waited for one {m.waited_pct:.0f}% of the time they were ready" for n, m in loaded)
-            summary = (f"not comparable: {said}; the step times measure the machine's load, not the runs: "
-                       f"run both on a quiet machine (the step of {name_b} over {name_a} read {ratio:.3f}x, {ci})")
-        elif not significant:
+            # B's steps may be up to 1 / (1 - waited) slower than its work (the ratio lower), A's likewise
+            low *= 1 - b.waited_pct / 100 if slowed_by_others(b) else 1.0
+            high /= 1 - a.waited_pct / 100 if slowed_by_others(a) else 1.0
+            significant = not low <= 1.0 <= high
+            said = "; ".join(f"while {n} ran, other processes used {m.others_pct:.0f}% of all CPUs and one of its "
+                             f"threads waited for a CPU {m.waited_pct:.0f}% of the time it was ready" for n, m in loaded)
+            ci += f"; {said}: allowing for that, {low:.3f}x-{high:.3f}x"
+        if not significant:
             summary = f"no significant change: the step of {name_b} over {name_a} is {ratio:.3f}x ({ci})"
         else:
             way = "slower" if ratio > 1 else "faster"
             summary = f"{name_b} is {ratio:.3f}x the step of {name_a}, {way} ({ci})"
-        out.update(ratio=ratio, low=low, high=high, significant=significant, summary=summary, comparable=not loaded)
+        out.update(ratio=ratio, low=low, high=high, significant=significant, summary=summary,
+                   slowed_by_others=bool(loaded))
     buckets = list(dict.fromkeys([*out["a"]["breakdown_ms"], *out["b"]["breakdown_ms"]]))
     both = out["a"]["breakdown_ms"] and out["b"]["breakdown_ms"]  # a run without a trace has none
     out["breakdown"] = [{"bucket": k, "a_ms": out["a"]["breakdown_ms"].get(k, 0.0),
