@@ -349,3 +349,59 @@ def test_the_batch_prediction_is_made_against_reserved_memory():
     assert batch_scale(plain) == pytest.approx((d.capacity - CONTEXT_BYTES - kept) / (p.peak_allocated - kept))
     assert d.batch_scale == pytest.approx(((d.capacity - CONTEXT_BYTES) / ratio - kept) / (p.peak_allocated - kept))
     assert d.batch_scale < batch_scale(plain)
+
+
+# a CPU model whose one large kept activation is known from its structure: Tanh saves its output for its
+# backward (and the next Linear saves it as its input), so the first Tanh's output, BATCH x WIDE float32, is live
+# when the backward begins; Linear outputs are not saved (Tanh's backward reads its output, not its input)
+BATCH, IN, WIDE, NARROW = 128, 64, 8192, 1024
+
+
+def _record_modules(out: Path, with_stack: bool) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    model = torch.nn.Sequential(torch.nn.Linear(IN, WIDE), torch.nn.Tanh(), torch.nn.Linear(WIDE, NARROW),
+                                torch.nn.Tanh(), torch.nn.Linear(NARROW, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(BATCH, IN)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=with_stack,
+                 schedule=schedule(wait=1, warmup=1, active=2), on_trace_ready=tensorboard_trace_handler(str(out))) as p:
+        for _ in range(4):
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            p.step()
+
+
+def test_the_bytes_live_at_the_peak_are_told_by_module_where_the_trace_has_module_frames(tmp_path, capsys):
+    """Recorded here with with_stack=True: the first Tanh holds its BATCH x WIDE output at the peak; the
+    backward's gradients (the WIDE x NARROW weight's among them) are allocated outside any module."""
+    _record_modules(tmp_path / "stack", True)
+    report = analyze(tmp_path / "stack")
+    d = report.spans[0].memory.devices[0]
+    for st in d.steps:
+        assert st.modules[0] == ("Tanh_0", BATCH * WIDE * 4)
+        assert all(not name.startswith("Linear_") or b < BATCH * WIDE * 4 for name, b in st.modules)
+        assert st.outside_modules >= WIDE * NARROW * 4  # the weight's gradient, made by the backward
+        live = sum(b for _, b in st.top)  # the ops' view of the same bytes (its top 5)
+        assert sum(b for _, b in st.modules) + st.outside_modules >= live  # both split the same live blocks
+    step = report.to_dict()["spans"][0]["memory"]["devices"][0]["steps"][0]
+    assert step["top_modules"][0] == {"name": "Tanh_0", "gib": round(BATCH * WIDE * 4 / GIB, 4)}
+    assert step["outside_modules_gib"] == round(d.steps[0].outside_modules / GIB, 4)
+    code, out, err = run_main(stepscope_main, ["analyze", tmp_path / "stack"], capsys)
+    assert code == 0, err
+    assert "memory top modules at the peak: Tanh_0 4 MiB" in out
+    from stepscope.analysis.render import render_markdown
+    assert "memory top modules at the peak: Tanh_0 4 MiB" in render_markdown(report)
+
+
+def test_a_trace_without_module_frames_says_nothing_of_modules(tmp_path):
+    """The same loop recorded without with_stack, and a committed GPU trace without module frames: no module
+    list, not an empty one."""
+    _record_modules(tmp_path / "plain", False)
+    for report in (analyze(tmp_path / "plain"), _analyzed("suite/tiny_ops")):
+        mem = report.spans[0].memory
+        assert all(st.modules is None for d in mem.devices for st in d.steps)
+        steps = report.to_dict()["spans"][0]["memory"]["devices"][0]["steps"]
+        assert all("top_modules" not in st and "outside_modules_gib" not in st for st in steps)
+        assert not any("modules" in line for line in mem.lines())

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 from stepscope.analysis.columns import op_columns
-from stepscope.analysis.events import MemoryColumns, ParsedTrace
+from stepscope.analysis.events import MODULE_FRAME_PREFIX, MemoryColumns, ParsedTrace
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.steps import StepWindow
 from stepscope.analysis.vocabulary import (
@@ -94,6 +94,11 @@ class StepMemory:
     peak_phase: str
     composition: dict  # PHASES -> bytes, summing to peak_allocated
     top: tuple  # ((op name, bytes live at the peak that the step allocated in it), ...), largest first
+    # the same bytes by the innermost nn.Module call around their allocation ((module, bytes), ...), largest
+    # first, and the bytes allocated outside any module (the backward's thread, the optimizer, the loop);
+    # None for a trace without module frames (recorded without with_stack or with_modules)
+    modules: tuple | None = None
+    outside_modules: int = 0
 
     @property
     def fragmentation(self) -> int:
@@ -105,7 +110,10 @@ class StepMemory:
                 "at_end_gib": _gib(self.at_end), "peak_phase": self.peak_phase,
                 "composition_gib": {k: _gib(v) for k, v in self.composition.items()},
                 "fragmentation_gib": _gib(self.fragmentation),
-                "top_allocators": [{"name": n, "gib": _gib(b)} for n, b in self.top]}
+                "top_allocators": [{"name": n, "gib": _gib(b)} for n, b in self.top],
+                **({} if self.modules is None else {
+                    "top_modules": [{"name": n, "gib": _gib(b)} for n, b in self.modules],
+                    "outside_modules_gib": _gib(self.outside_modules)})}
 
 
 @dataclass(frozen=True)
@@ -176,8 +184,8 @@ class MemoryReport:
         return out
 
     def lines(self, top: bool = True) -> list[str]:
-        """One line per device (peak, headroom, composition, fragmentation) and, with ``top``, one for its top
-        allocators."""
+        """One line per device (peak, headroom, composition, fragmentation), with ``top`` one for its top
+        allocating ops, and one for its top allocating modules where the trace has module frames."""
         out = []
         for d in self.devices:
             p = d.peak
@@ -191,6 +199,10 @@ class MemoryReport:
             if top and p.top:
                 out.append("memory top allocators at the peak: " + ", ".join(
                     f"{n} {b / MIB:.0f} MiB" for n, b in p.top))
+            if p.modules:
+                out.append("memory top modules at the peak: " + ", ".join(
+                    f"{n} {b / MIB:.0f} MiB" for n, b in p.modules) + f" (outside any module: "
+                    f"{p.outside_modules / MIB:.0f} MiB)")
         m = self.measured
         if m:
             out.append(f"memory without the profiler (the run's own counters): peak {_mib(m, 'mem_peak_allocated_mib')} "
@@ -231,6 +243,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
                  for k, d in set(zip(kind.tolist(), dev_id.tolist()))}
     phases = _phases(trace, windows)
     owners = _Owners(trace)
+    modules = _Modules(trace)
     capacities = dict(trace.device_memory)
     calls = _allocator_calls(trace, windows)
     devices = []
@@ -238,7 +251,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
         by_device = {k: v for k, v in by_device.items() if k[0] != 0}
     for (kind, dev_id), samples in sorted(by_device.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
         dev = _Device.of(cols, samples)
-        steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners) for i, w in enumerate(windows))
+        steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners, modules) for i, w in enumerate(windows))
                       if s is not None)
         if not steps:
             continue
@@ -318,7 +331,8 @@ class _Device(NamedTuple):
                    list(map(cols.field("addr").__getitem__, listed)), list(map(cols.field("tid").__getitem__, listed)))
 
 
-def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:
+def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
+                 modules: _Modules) -> StepMemory | None:
     lo = int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right"))
     hi = int(np.searchsorted(dev.ts, w.host_end, side="right"))
     if lo >= hi:
@@ -354,16 +368,63 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) ->
         elif b < 0:
             live.pop(dev.addr[j], None)
     tops: dict[str, int] = defaultdict(int)
+    by_module: dict[str | None, int] = defaultdict(int)
     by_tid: dict = defaultdict(list)
     for j, b in live.values():
         by_tid[dev.tid[j]].append((j, b))
     for tid, allocs in by_tid.items():
-        names = owners.owners(tid, dev.ts[[j for j, _ in allocs]])
-        for name, (_, b) in zip(names, allocs):
+        ts = dev.ts[[j for j, _ in allocs]]
+        for name, (_, b) in zip(owners.owners(tid, ts), allocs):
             tops[name] += b
+        if modules:
+            for name, (_, b) in zip(modules.owners(tid, ts), allocs):
+                by_module[name] += b
     top = tuple(sorted(tops.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
+    outside = by_module.pop(None, 0)
+    mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
     phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
-    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top)
+    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
+                      mods, outside if modules else 0)
+
+
+class _Modules:
+    """The innermost nn.Module call on a thread at a time (the trace's module frames, with_stack or
+    with_modules); false for a trace without them. A thread's frames nest (a call stack): sorted by start, each
+    frame's parent is the innermost one open when it starts, so the frame around a time is the last one begun
+    before it or, where that one has ended, the first of its ancestors still open."""
+
+    def __init__(self, trace: ParsedTrace) -> None:
+        self.by_tid: dict = defaultdict(list)
+        for f in trace.module_frames:
+            self.by_tid[f.tid].append(f)
+        self.threads: dict = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_tid)
+
+    def _thread(self, tid):
+        if tid not in self.threads:
+            frames = sorted(self.by_tid.get(tid, ()), key=lambda f: (f.start, -f.end))
+            parent, open_ = [], []
+            for k, f in enumerate(frames):
+                while open_ and frames[open_[-1]].end <= f.start:
+                    open_.pop()
+                parent.append(open_[-1] if open_ else -1)
+                open_.append(k)
+            self.threads[tid] = (np.array([f.start for f in frames], dtype=np.float64),
+                                 [f.end for f in frames], parent,
+                                 [f.name[len(MODULE_FRAME_PREFIX):] for f in frames])
+        return self.threads[tid]
+
+    def owners(self, tid, ts: np.ndarray) -> list[str | None]:
+        """The module around each time in ``ts`` (allocations on thread ``tid``), None outside any."""
+        starts, ends, parent, names = self._thread(tid)
+        out = []
+        for t, k in zip(ts.tolist(), (np.searchsorted(starts, ts, side="right") - 1).tolist()):
+            while k >= 0 and ends[k] <= t:
+                k = parent[k]
+            out.append(names[k] if k >= 0 else None)
+        return out
 
 
 class _Owners:
