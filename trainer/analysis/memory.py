@@ -28,18 +28,22 @@ back, each a host stall and ``cudaFree`` a device synchronisation). Capacity is 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+from stepscope.analysis.breakdown import device_sets
 from stepscope.analysis.columns import op_columns
 from stepscope.analysis.events import MODULE_FRAME_PREFIX, MemoryColumns, ParsedTrace
 from stepscope.analysis.findings import Finding
+from stepscope.analysis.intervals import IntervalSet, subtract
 from stepscope.analysis.steps import StepWindow
 from stepscope.analysis.vocabulary import (
     ALLOC_RETRIES,
     ALLOCATOR_CHURN,
+    ALLOCATOR_STALLS,
     FRAGMENTATION,
     HEADROOM,
     MEMORY_CREEP,
@@ -75,6 +79,18 @@ STATE_NEW_MIN_BYTES = 1 << 20
 ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease",
                    "cuMemAddressReserve", "cuMemAddressFree", "cuMemSetAccess", "cudaMallocAsync", "cudaFreeAsync")
 SYNCING_ALLOCATOR_CALLS = ("cudaFree",)
+# churn whose calls hold the GPU idle for at least this share of the step is a time finding too
+# (allocator_stalls): a starting point, as host_sync's "any sync inside the step", less the noise of a call that
+# happens to fall in a gap the step has anyway
+ALLOCATOR_STALL_PCT = 1.0
+CHURN_REMEDIES = (
+    "Remove torch.cuda.empty_cache() from the loop: it hands the cached blocks back (cudaFree, which "
+    "synchronises the device) and the next step allocates them again (cudaMalloc)",
+    "Keep tensor shapes steady across steps: pad or bucket variable-length batches to a few fixed sizes, so "
+    "that the caching allocator reuses its blocks",
+    "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of new ones being "
+    "allocated and freed)",
+)
 BACKWARD_OP = "autograd::engine::evaluate_function"
 OPTIMIZER_RANGE = "Optimizer.step#"
 GENERIC_ALLOCATING_OPS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
@@ -488,6 +504,42 @@ def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int
     return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and len(steps) == len(windows)
 
 
+def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: float) -> Finding | None:
+    """The time finding of allocator churn (allocator calls in every analysed step, as allocator_churn): what
+    the calls cost the step, where they cost it at least ALLOCATOR_STALL_PCT of ``step_ms`` (the step the
+    verdict describes). The cost is the GPU's idle while the host is inside a call (the host cannot queue
+    work meanwhile), and after each cudaFree, which waits for the device to drain its queue, until the
+    device's next work begins. The breakdown counts that idle in its host buckets (a runtime call is the
+    host dispatching), so this names part of them; calls the GPU's queued work hides cost nothing. None on
+    a CPU trace, without churn, or below the share."""
+    if not trace.has_gpu or not windows:
+        return None
+    count, host_ms, syncs, every = _allocator_calls(trace, windows)
+    if not every:
+        return None
+    busy = device_sets(trace)[0]
+    calls = sorted((r for r in trace.runtime if r.name.startswith(ALLOCATOR_CALLS)), key=lambda r: r.start)
+    idle_us = 0.0
+    for w in windows:
+        mine = [r for r in calls if w.host_start <= r.start < w.host_end]
+        held = [(r.start, min(r.end, w.host_end)) for r in mine]
+        for r in mine:
+            if r.name in SYNCING_ALLOCATOR_CALLS and r.end < w.host_end:
+                k = bisect_right(busy.ends, r.end)  # the first device work not over yet
+                held.append((r.end, min(busy.starts[k], w.host_end) if k < len(busy) else w.host_end))
+        idle_us += subtract(IntervalSet(held), busy).total()
+    n = len(windows)
+    cost = min(idle_us / n / 1e3, step_ms)
+    pct = 100.0 * cost / step_ms if step_ms > 0 else 0.0
+    if pct < ALLOCATOR_STALL_PCT:
+        return None
+    return Finding(ALLOCATOR_STALLS, (
+        f"the step waits {cost:.2f} ms ({pct:.0f}%) on the caching allocator's device calls: {count / n:g} "
+        f"cudaMalloc/cudaFree/cuMem* calls a step ({host_ms / n:.2f} ms of host time; {syncs / n:g} of them "
+        "cudaFree, each a device synchronisation): the GPU idles inside them and, after a cudaFree, until the "
+        "host queues work again (part of the GPU idle counted above)"), cost, CHURN_REMEDIES)
+
+
 def _creep(steps: tuple[StepMemory, ...]) -> float | None:
     """The least-squares slope of allocated at the steps' starts, bytes per step; None for fewer than 2."""
     if len(steps) < 2:
@@ -563,9 +615,7 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
                 f"{d.device}: {d.allocator_calls_per_step:g} allocator calls (cudaMalloc/cudaFree/cuMem*) a "
                 f"step, {d.allocator_ms_per_step:.2f} ms of host time, {d.allocator_syncs_per_step:g} device "
                 "synchronisations (cudaFree): the caching allocator grows or gives memory back inside "
-                "steady steps"), d.allocator_ms_per_step, (
-                "Remove torch.cuda.empty_cache() from the loop; keep tensor shapes steady across steps (pad or "
-                "bucket); set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)))
+                "steady steps"), d.allocator_ms_per_step, CHURN_REMEDIES))
         c = d.creep_bytes_per_step
         starts = [s.at_start for s in d.steps]
         if (c is not None and len(d.steps) >= CREEP_MIN_STEPS and c >= CREEP_MIN_BYTES_PER_STEP
