@@ -87,7 +87,7 @@ def test_the_bisect_part_writes_each_family_row_as_it_goes(tmp_path):
 
     def predict(name, folder, b0, timeout):
         clock.t += 20
-        return {"batch_scale_predicted": 10.0 if name == "resnet50" else 5.0, "capacity_gib": 79.2}
+        return {"batch_scale_predicted": 10.0 if name == "resnet50" else 4.5, "capacity_gib": 79.2}
 
     def try_batch(name, b, timeout):
         assert timeout >= mt.BISECT_MIN_TRY_S
@@ -96,29 +96,38 @@ def test_the_bisect_part_writes_each_family_row_as_it_goes(tmp_path):
         return {"batch": b, "result": "ok" if ok else "oom", "peak_allocated": b * 100 if ok else None,
                 "peak_reserved": b * 120 if ok else None, "persistent": 1000 if ok else None}
 
+    def sizes(name, b0, timeout):
+        out = []
+        for m in mt.SIZES:
+            out.append({**try_batch(name, m * b0, timeout), "multiple": m})
+            if out[-1]["result"] != "ok":
+                break
+        return out
+
     mt.bisect(tmp_path, ["resnet50", "gpt"], doc["parts"]["bisect"], save, budget_s=260,
-              try_batch=try_batch, predict=predict, clock=clock)
+              try_batch=try_batch, predict=predict, sizes=sizes, clock=clock)
     rows = json.loads(out.read_text())["parts"]["bisect"]
     assert [r["family"] for r in rows] == ["resnet50", "gpt"]
     r50 = rows[0]
     assert r50["predicted_batch"] == 640.0 and r50["converged"]
     assert r50["boundary_fits"] <= 700 < r50["boundary_oom"] <= r50["boundary_fits"] * 1.02 + 1
     assert r50["error_pct"] == pytest.approx(100 * (640 - r50["boundary_fits"]) / r50["boundary_fits"], abs=0.01)
-    assert r50["sizes"]["1"] == {"batch": 64, "result": "ok", "peak_allocated": 6400, "peak_reserved": 7680,
-                                 "persistent": 1000}
-    assert set(r50["sizes"]) == {"1", "2", "4"} and all(s["result"] == "ok" for s in r50["sizes"].values())
-    gpt = rows[1]  # base batch 16: 4x is 64, the boundary 90
-    assert gpt["boundary_fits"] <= 90 < gpt["boundary_oom"]
-    assert [t["batch"] for t in gpt["tries"]][:2] == [68, 92]
+    assert r50["sizes"][0] == {"batch": 64, "result": "ok", "peak_allocated": 6400, "peak_reserved": 7680,
+                               "persistent": 1000, "multiple": 1}
+    assert [s["batch"] for s in r50["sizes"]] == [64, 128, 256] and all(s["result"] == "ok" for s in r50["sizes"])
+    gpt = rows[1]  # base batch 16, predicted 72: 4x (64) fits, above -15% (61), so the bisection starts at +15%
+    assert gpt["boundary_fits"] <= 90 < gpt["boundary_oom"] and gpt["converged"]
+    assert [t["batch"] for t in gpt["tries"]][:1] == [83] and 61 not in [t["batch"] for t in gpt["tries"]]
     assert writes == sorted(writes) and len(writes) > len(r50["tries"]) + len(gpt["tries"])
     late: list = []  # a budget spent before a family starts: its row says so, nothing is tried
-    mt.bisect(tmp_path, ["mlp_adamw"], late, save, budget_s=10, try_batch=try_batch, predict=predict, clock=clock)
+    mt.bisect(tmp_path, ["mlp_adamw"], late, save, budget_s=10, try_batch=try_batch, predict=predict, sizes=sizes,
+              clock=clock)
     assert late == [{"family": "mlp_adamw", "base_batch": 256, "budget_s": 10.0, "error": "no time left"}]
 
 
 def test_the_generated_programs_compile_for_every_family():
     for name in mt.FAMILIES:
-        for code in (mt.BISECT_TRY, mt.DDP_PEAK_LOOP, mt.PEAK_LOOP, mt.TRY_LOOP):
+        for code in (mt.BISECT_TRY, mt.SIZES_LOOP, mt.DDP_PEAK_LOOP, mt.PEAK_LOOP, mt.TRY_LOOP):
             compile(code.format(family=mt._family(name)), name, "exec")
 
 

@@ -21,7 +21,8 @@ bisect    per family, the predicted largest batch (batch_scale_predicted of the 
           recorded at the family's base batch) against the real out-of-memory boundary, found by bisection in
           fresh processes (each try: 3 training steps at batch b, fits or runs out of memory) to within 2%,
           starting at the prediction -15% and +15%; every try's peak allocated and reserved and persistent bytes
-          (allocated between steps), and those at 1x, 2x and 4x the base batch where they fit: the data to fit a
+          (allocated between steps), and those at 1x, 2x and 4x the base batch where they fit (one process,
+          the cache emptied between them; what fits there starts the bisection above it): the data to fit a
           better predictor. Each family has its share of --bisect-budget seconds (what the ones before it left);
           one that runs out reports the bracket it reached.
 ddp_peaks each profiled step's peak allocated from the trace of each rank of a 2-GPU DDP loop (torchrun, NCCL)
@@ -234,33 +235,46 @@ print(json.dumps({k: statistics.median(v) for k, v in times.items()}))
 # one try of the bisection: 3 training steps at batch b in a fresh process, as JSON: fits ("ok") or runs out of
 # memory ("oom"; cuBLAS/cuDNN failing to allocate counts too), with the device's peaks of the last step and the
 # bytes held between steps (weights, optimizer state, the batch; gradients set to None)
-BISECT_TRY = """
+TRAIN_AT = """
 import json, sys, torch
-b = int(sys.argv[1])
 {family}
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-out = {{"batch": b}}
-try:
-    x, y = batch(b)
-    for i in range(3):
-        if i == 2:  # the steady step: optimizer state made, the first step's workspace settled
-            torch.cuda.synchronize()
-            out["persistent"] = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-        loss(model, x, y).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    out.update(result="ok", peak_allocated=torch.cuda.max_memory_allocated(),
-               peak_reserved=torch.cuda.max_memory_reserved(),
-               capacity=torch.cuda.get_device_properties(0).total_memory)
-except torch.OutOfMemoryError as e:
-    out.update(result="oom", error=str(e).splitlines()[0][:300])
-except RuntimeError as e:
-    text = str(e)
-    oom = "out of memory" in text or "ALLOC_FAILED" in text
-    out.update(result="oom" if oom else "error", error=text.splitlines()[0][:300])
-print(json.dumps(out))
+def train_at(b):
+    out = {{"batch": b}}
+    try:
+        x, y = batch(b)
+        for i in range(3):
+            if i == 2:  # the steady step: optimizer state made, the first step's workspace settled
+                torch.cuda.synchronize()
+                out["persistent"] = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+            loss(model, x, y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        out.update(result="ok", peak_allocated=torch.cuda.max_memory_allocated(),
+                   peak_reserved=torch.cuda.max_memory_reserved(),
+                   capacity=torch.cuda.get_device_properties(0).total_memory)
+    except torch.OutOfMemoryError as e:
+        out.update(result="oom", error=str(e).splitlines()[0][:300])
+    except RuntimeError as e:
+        text = str(e)
+        oom = "out of memory" in text or "ALLOC_FAILED" in text
+        out.update(result="oom" if oom else "error", error=text.splitlines()[0][:300])
+    return out
+"""
+BISECT_TRY = TRAIN_AT + """
+print(json.dumps(train_at(int(sys.argv[1]))))
+"""
+# SIZES times the base batch in one process, smallest first, the cache emptied between them (the model and its
+# optimizer state stay, as they would in a fresh process); one JSON line each, up to the first that does not fit
+SIZES_LOOP = TRAIN_AT + """
+for m in (int(m) for m in sys.argv[2].split(",")):
+    row = train_at(m * int(sys.argv[1]))
+    print(json.dumps({{**row, "multiple": m}}), flush=True)
+    if row["result"] != "ok":
+        break
+    torch.cuda.empty_cache()
 """
 
 # each rank of a 2-GPU DDP loop (torchrun): profiled steps, and each step's own peak (reset at its start)
@@ -312,7 +326,8 @@ def _run(code: str, args: list[str], timeout: float = TRY_TIMEOUT_S) -> subproce
     try:
         return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        return subprocess.CompletedProcess(e.cmd, 124, e.stdout or "", f"timed out after {timeout:g} s")
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
+        return subprocess.CompletedProcess(e.cmd, 124, out, f"timed out after {timeout:g} s")
 
 
 def _family(name: str) -> str:
@@ -510,21 +525,38 @@ def _predict(name: str, folder: Path, b0: int, timeout: float) -> dict:
 SIZES = (1, 2, 4)  # multiples of the base batch measured for the predictor's data
 
 
+def _sizes(name: str, b0: int, timeout: float) -> list[dict]:
+    """SIZES_LOOP's rows (those printed before a timeout or a crash too)."""
+    r = _run(SIZES_LOOP.format(family=_family(name)), [str(b0), ",".join(map(str, SIZES))], timeout=timeout)
+    rows = []
+    for line in r.stdout.strip().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    if r.returncode != 0:
+        rows.append({"result": "timeout" if r.returncode == 124 else "error", "exit": r.returncode,
+                     "error": r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else []})
+    return rows
+
+
 def bisect(work: Path, families: list[str], rows: list, save, budget_s: float = BISECT_BUDGET_S,
-           try_batch=_try_batch, predict=_predict, clock=time.monotonic) -> list[dict]:
-    """Per family: the prediction, the boundary found by bisection, its error, every try's figures and those at
-    SIZES times the base batch where they fit (module docstring). ``try_batch(name, b, timeout)`` and
-    ``predict(name, folder, b0, timeout)`` are the device's (tests pass their own)."""
+           try_batch=_try_batch, predict=_predict, sizes=_sizes, clock=time.monotonic) -> list[dict]:
+    """Per family: the prediction, the figures at SIZES times the base batch (one process), the boundary found
+    by bisection (a fresh process a try), its error and every try's figures (module docstring).
+    ``try_batch(name, b, timeout)``, ``predict(name, folder, b0, timeout)`` and ``sizes(name, b0, timeout)`` are
+    the device's (tests pass their own)."""
     end = clock() + budget_s
     for k, name in enumerate(families):
         share = (end - clock()) / (len(families) - k)
         row = {"family": name, "base_batch": FAMILIES[name][0], "budget_s": round(share, 1)}
         rows.append(row)
-        _bisect_family(work, name, row, clock() + share, save, try_batch, predict, clock)
+        _bisect_family(work, name, row, clock() + share, save, try_batch, predict, sizes, clock)
     return rows
 
 
-def _bisect_family(work: Path, name: str, row: dict, until: float, save, try_batch, predict, clock) -> None:
+def _bisect_family(work: Path, name: str, row: dict, until: float, save, try_batch, predict, sizes,
+                   clock) -> None:
     t0, b0 = clock(), row["base_batch"]
     if until - clock() < BISECT_MIN_TRY_S:
         row["error"] = "no time left"
@@ -541,6 +573,12 @@ def _bisect_family(work: Path, name: str, row: dict, until: float, save, try_bat
         return
     predicted = b0 * scale
     row["predicted_batch"] = round(predicted, 1)
+    if until - clock() >= BISECT_MIN_TRY_S:
+        row["sizes"] = sizes(name, b0, until - clock())
+        save()
+    # what fit there fits in a fresh process too (the bisection starts above it); what did not, after the
+    # smaller sizes in the same process, is left to fresh processes
+    known = {s["batch"]: True for s in row.get("sizes", []) if s.get("result") == "ok"}
     tries: list[dict] = []
     row["tries"] = tries
 
@@ -553,23 +591,11 @@ def _bisect_family(work: Path, name: str, row: dict, until: float, save, try_bat
         save()
         return {"ok": True, "oom": False}.get(t["result"])
 
-    found = bisect_boundary(fits, predicted)
+    found = bisect_boundary(fits, predicted, known)
     row.update(boundary_fits=found["fits"], boundary_oom=found["oom"], converged=found["converged"],
                monotonic=found["monotonic"], stopped=found["stopped"])
     if found["fits"]:
         row["error_pct"] = round(100.0 * (predicted - found["fits"]) / found["fits"], 2)
-    sizes = {}
-    for m in SIZES:
-        b = m * b0
-        seen = next((t for t in tries if t["batch"] == b), None)
-        if seen is None and (found["oom"] is None or b < found["oom"]) and fits(b) is not None:
-            seen = tries[-1]
-        if seen is not None:
-            sizes[str(m)] = {k: seen.get(k) for k in ("batch", "result", "peak_allocated", "peak_reserved",
-                                                     "persistent")}
-        elif found["oom"] is not None and b >= found["oom"]:
-            sizes[str(m)] = {"batch": b, "result": "above the boundary"}
-    row["sizes"] = sizes
     row["seconds"] = round(clock() - t0, 1)
     save()
     err = f"{row['error_pct']:+.1f}%" if "error_pct" in row else "n/a"
