@@ -17,12 +17,15 @@ event's Total Allocated is the previous one's plus its Bytes, so for each profil
   ``optimizer_state_new``) and ``other`` (the rest: zero_grad, the loss's read-out). They sum to the peak;
 - the blocks live at the peak that the step allocated, by the innermost op on the allocating thread (a generic
   allocation op such as ``aten::empty`` gives way to the op around it);
+- the same blocks by the innermost ``nn.Module`` call on the allocating thread, where the trace has module
+  frames (with_stack), and the bytes allocated outside any module;
 - fragmentation: reserved minus allocated at the peak.
 
 Across the steps: memory creep (allocated at the start of each step rising on every step) and allocator calls
 inside the steps (``cudaMalloc``/``cudaFree``/``cuMem*``: the caching allocator growing or giving memory
-back, each a host stall and ``cudaFree`` a device synchronisation). Capacity is the device's
-``totalGlobalMem`` from the trace's ``deviceProperties``. The findings' thresholds are the constants below
+back, each a host stall and ``cudaFree`` a device synchronisation). Churn that holds the GPU idle is also a
+time finding (allocator_stalls()), costed in the step's time beside the verdict's findings. Capacity is the
+device's ``totalGlobalMem`` from the trace's ``deviceProperties``. The findings' thresholds are the constants below
 (docs/memory.md). Torch-free, pure functions of the ParsedTrace.
 """
 
@@ -112,7 +115,8 @@ class StepMemory:
     top: tuple  # ((op name, bytes live at the peak that the step allocated in it), ...), largest first
     # the same bytes by the innermost nn.Module call around their allocation ((module, bytes), ...), largest
     # first, and the bytes allocated outside any module (the backward's thread, the optimizer, the loop);
-    # None for a trace without module frames (recorded without with_stack or with_modules)
+    # None for a trace without module frames (recorded without with_stack: with_modules records none for an
+    # eager model)
     modules: tuple | None = None
     outside_modules: int = 0
 
@@ -404,10 +408,10 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
 
 
 class _Modules:
-    """The innermost nn.Module call on a thread at a time (the trace's module frames, with_stack or
-    with_modules); false for a trace without them. A thread's frames nest (a call stack): sorted by start, each
-    frame's parent is the innermost one open when it starts, so the frame around a time is the last one begun
-    before it or, where that one has ended, the first of its ancestors still open."""
+    """The innermost nn.Module call on a thread at a time (the trace's module frames: with_stack); false for a
+    trace without them. A thread's frames nest (a call stack): sorted by start, each frame's parent is the
+    innermost one open when it starts, so the frame around a time is the last one begun before it or, where
+    that one has ended, the first of its ancestors still open."""
 
     def __init__(self, trace: ParsedTrace) -> None:
         self.by_tid: dict = defaultdict(list)
