@@ -163,3 +163,15 @@ def test_the_prediction_is_read_from_the_reports_json_of_the_recorded_loop(monke
     assert sum(got["composition_gib"].values()) == pytest.approx(got["peak_allocated_gib"], abs=1e-3)
     monkeypatch.setattr(mt, "_run", lambda code, args, timeout=0: subprocess.CompletedProcess(args, 1, "", "boom\n"))
     assert mt._predict("gpt", folder, 16, 60) == {"error": ["boom"]}
+
+
+def test_ddp_peaks_on_a_machine_without_two_gpus_says_so_in_its_row(tmp_path, capsys):
+    import torch
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has two GPUs")
+    rows: list = []
+    saved = []
+    mt.ddp_peaks(tmp_path, rows, lambda: saved.append(list(rows)))
+    assert rows == [{"family": "resnet50", "error": f"needs 2 GPUs, {torch.cuda.device_count()} here"}]
+    assert saved and not (tmp_path / "ddp_peaks").exists()
+    assert capsys.readouterr().out.startswith("ddp_peaks: needs 2 GPUs")

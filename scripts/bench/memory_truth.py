@@ -632,8 +632,15 @@ def ddp_peaks(work: Path, rows: list, save, family: str = "resnet50") -> list[di
     report = stepscope.analyze(folder)
     for span in report.spans:
         rank = span.rank if span.rank is not None else int(span.worker.removeprefix("rank"))
-        truth = {int(k): v for k, v in json.loads((folder / f"truth_rank{rank}.json").read_text()).items()}
-        dev = next(d for d in span.memory.devices if d.device != "cpu")
+        truth_file = folder / f"truth_rank{rank}.json"
+        dev = next((d for d in span.memory.devices if d.device != "cpu"), None) if span.memory else None
+        if dev is None or not truth_file.is_file():
+            rows.append({"family": family, "rank": rank, "error": "no GPU memory in the trace" if dev is None
+                         else f"no {truth_file.name}", "pass": False})
+            save()
+            print(f"ddp_peaks {family} rank {rank}: FAIL ({rows[-1]['error']})", flush=True)
+            continue
+        truth = {int(k): v for k, v in json.loads(truth_file.read_text()).items()}
         steps = [{"step": st.step, "trace": st.peak_allocated, "truth": truth.get(st.step),
                   "error": (st.peak_allocated - truth[st.step]) / truth[st.step] if truth.get(st.step) else None}
                  for st in dev.steps]
