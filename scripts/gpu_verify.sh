@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations gaps nvml verdicts_ddp verify
 #                                                     verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate
-#                                                     memory memory_extra capture
+#                                                     memory memory_extra memory_bisect memory_ddp capture
 #                                                     (default: compare overhead plugin tests)
 #
 # loops: the same scenarios (and the held-out families) as plain loops with stepscope.schedule +
@@ -40,8 +40,12 @@
 # a real out-of-memory capture and the cost of allocation stacks; memory_extra: --parts boundary causes, the
 # predicted largest batch tried at
 # 0.9x and 1.1x in fresh processes, injected causes MEM_REPS (3) times with and without, and stepscope verify
-# --memory on a profiled resnet18 run (OUT_DIR/memory_verify.json). Both write
-# OUT_DIR/memory*/memory_truth.json and a log.
+# --memory on a profiled resnet18 run (OUT_DIR/memory_verify.json); the first churn run's trace is kept in
+# OUT_DIR/memory_extra/churn_trace. memory_bisect: --parts bisect, per family the predicted largest batch against
+# the out-of-memory boundary found by bisection in fresh processes (to 2%), with every try's peaks
+# (MEMB_BUDGET seconds shared by the families, default 420; MEMB_ARGS, e.g. "--bisect-families resnet50 gpt").
+# memory_ddp (2 GPUs): --parts ddp_peaks, each rank's trace peaks of a DDP loop under torchrun against its own
+# max_memory_allocated (MEMD_ARGS, e.g. "--ddp-family gpt"). All write OUT_DIR/memory*/memory_truth.json and a log.
 # capture: the trainer's profiled run on the shared capture stack (two cycles, every export), its files and
 # cycles.jsonl, then tests/test_one_capture_stack.py and tests/test_ddp_cuda.py.
 #
@@ -57,8 +61,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra|capture) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra capture" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra|memory_bisect|memory_ddp|capture) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra memory_bisect memory_ddp capture" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -348,6 +352,17 @@ part_memory_extra() {
   timeout 400 python3 scripts/verify.py "$L/mem/r" --memory --steps 40 > "$OUT/memory_verify.log" 2>&1; echo "exit $?"
   cat "$OUT/memory_verify.log"; python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))
     .get("memory_verification"), indent=1))' "$L/mem/r/run.json" > "$OUT/memory_verify.json" 2>/dev/null
+}
+part_memory_bisect() {
+  stamp "verify_memory.py --parts bisect: predicted largest batch vs the out-of-memory boundary, per family"
+  timeout $(( ${MEMB_BUDGET:-420} + 60 )) python3 scripts/verify_memory.py --out "$OUT/memory_bisect" --parts bisect \
+    --bisect-budget "${MEMB_BUDGET:-420}" ${MEMB_ARGS:-} > "$OUT/memory_bisect.log" 2>&1; echo "exit $?"
+  grep -E "^bisect" "$OUT/memory_bisect.log"
+}
+part_memory_ddp() {
+  stamp "verify_memory.py --parts ddp_peaks: each DDP rank's trace peaks vs its max_memory_allocated (2 GPUs)"
+  timeout "${MEMD_TIMEOUT:-360}" python3 scripts/verify_memory.py --out "$OUT/memory_ddp" --parts ddp_peaks \
+    ${MEMD_ARGS:-} > "$OUT/memory_ddp.log" 2>&1; echo "exit $?"; grep -E "^ddp_peaks" "$OUT/memory_ddp.log"
 }
 part_capture() {  # the trainer on the shared capture stack, on CUDA: every extra, two cycles
   stamp "one capture stack: train.py --profile --repeat 2 with flame graph, memory timeline and Chrome trace"

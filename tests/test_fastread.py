@@ -184,7 +184,7 @@ def _collected(events_of, text: bytes, base: float | None):
         c.base = base
     c.add(events)
     return (c.base, c.count, c.steps, c.ops, c.annotations, c.runtime, c.device, c.data_spans, c.memory,
-            c.python_calls, c.python_builtins, c.long_frames, c.model_spans, c.shapes)
+            c.python_calls, c.python_builtins, c.long_frames, c.model_spans, c.module_frames, c.shapes)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -349,3 +349,138 @@ def test_the_batch_prediction_is_made_against_reserved_memory():
     assert batch_scale(plain) == pytest.approx((d.capacity - CONTEXT_BYTES - kept) / (p.peak_allocated - kept))
     assert d.batch_scale == pytest.approx(((d.capacity - CONTEXT_BYTES) / ratio - kept) / (p.peak_allocated - kept))
     assert d.batch_scale < batch_scale(plain)
+
+
+# a CPU model whose one large kept activation is known from its structure: Tanh saves its output for its
+# backward (and the next Linear saves it as its input), so the first Tanh's output, BATCH x WIDE float32, is live
+# when the backward begins; Linear outputs are not saved (Tanh's backward reads its output, not its input)
+BATCH, IN, WIDE, NARROW = 128, 64, 8192, 1024
+
+
+def _record_modules(out: Path, with_stack: bool) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    model = torch.nn.Sequential(torch.nn.Linear(IN, WIDE), torch.nn.Tanh(), torch.nn.Linear(WIDE, NARROW),
+                                torch.nn.Tanh(), torch.nn.Linear(NARROW, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(BATCH, IN)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=with_stack,
+                 schedule=schedule(wait=1, warmup=1, active=2), on_trace_ready=tensorboard_trace_handler(str(out))) as p:
+        for _ in range(4):
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            p.step()
+
+
+def test_the_bytes_live_at_the_peak_are_told_by_module_where_the_trace_has_module_frames(tmp_path, capsys):
+    """Recorded here with with_stack=True: the first Tanh holds its BATCH x WIDE output at the peak; the
+    backward's gradients (the WIDE x NARROW weight's among them) are allocated outside any module."""
+    _record_modules(tmp_path / "stack", True)
+    report = analyze(tmp_path / "stack")
+    d = report.spans[0].memory.devices[0]
+    for st in d.steps:
+        assert st.modules[0] == ("Tanh_0", BATCH * WIDE * 4)
+        assert all(not name.startswith("Linear_") or b < BATCH * WIDE * 4 for name, b in st.modules)
+        assert st.outside_modules >= WIDE * NARROW * 4  # the weight's gradient, made by the backward
+        live = sum(b for _, b in st.top)  # the ops' view of the same bytes (its top 5)
+        assert sum(b for _, b in st.modules) + st.outside_modules >= live  # both split the same live blocks
+    step = report.to_dict()["spans"][0]["memory"]["devices"][0]["steps"][0]
+    assert step["top_modules"][0] == {"name": "Tanh_0", "gib": round(BATCH * WIDE * 4 / GIB, 4)}
+    assert step["outside_modules_gib"] == round(d.steps[0].outside_modules / GIB, 4)
+    code, out, err = run_main(stepscope_main, ["analyze", tmp_path / "stack"], capsys)
+    assert code == 0, err
+    assert "memory top modules at the peak: Tanh_0 4 MiB" in out
+    from stepscope.analysis.render import render_markdown
+    assert "memory top modules at the peak: Tanh_0 4 MiB" in render_markdown(report)
+
+
+def test_a_trace_without_module_frames_says_nothing_of_modules(tmp_path):
+    """The same loop recorded without with_stack, and a committed GPU trace without module frames: no module
+    list, not an empty one."""
+    _record_modules(tmp_path / "plain", False)
+    for report in (analyze(tmp_path / "plain"), _analyzed("suite/tiny_ops")):
+        mem = report.spans[0].memory
+        assert all(st.modules is None for d in mem.devices for st in d.steps)
+        steps = report.to_dict()["spans"][0]["memory"]["devices"][0]["steps"]
+        assert all("top_modules" not in st and "outside_modules_gib" not in st for st in steps)
+        assert not any("modules" in line for line in mem.lines())
+
+
+# ---------------------------------------------------------------- allocator churn in the time verdict
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _device_spans(events: list) -> list[tuple[float, float]]:
+    return sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in DEVICE_CATS)
+
+
+def _with_allocator_calls(trace: dict, where: str, steps: int | None = None) -> tuple[dict, list[float]]:
+    """A real trace (its events untouched) with a cudaMalloc and a cudaFree added to the main thread of each of
+    its first ``steps`` steps: ``where="gap"`` puts the cudaFree inside the step's longest GPU idle gap (from a
+    quarter to three quarters of it: the GPU idles inside it and after it until the gap ends, three quarters of
+    the gap), and the cudaMalloc inside the step's longest kernel; ``where="kernel"`` puts both inside that
+    kernel, where the GPU's queued work hides them. Also returns what the calls cost each step."""
+    events = [dict(e) for e in trace["traceEvents"]]
+    dev = _device_spans(events)
+    step_events = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")),
+                         key=lambda e: e["ts"])
+    added, costs = [], []
+    for s in step_events[:steps]:
+        lo, hi = s["ts"], s["ts"] + s["dur"]
+        inside = [(a, b) for a, b in dev if a < hi and b > lo]
+        gaps, reach = [], None
+        for a, b in inside:
+            if reach is not None and a > reach:
+                gaps.append((a - reach, reach, a))
+            reach = b if reach is None else max(reach, b)
+        g, g0, g1 = max(gaps)
+        k0, k1 = max(((b - a, a, b) for a, b in inside if lo < a and b < hi))[1:]
+        calls = [("cudaMalloc", k0 + (k1 - k0) / 4, (k1 - k0) / 4)]
+        if where == "gap":
+            calls.append(("cudaFree", g0 + g / 4, g / 2))
+            costs.append(g1 - (g0 + g / 4))
+        else:
+            calls.append(("cudaFree", k0 + (k1 - k0) / 2, (k1 - k0) / 4))
+            costs.append(0.0)
+        for name, ts, dur in calls:
+            added.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": s["pid"], "tid": s["tid"],
+                          "ts": ts, "dur": dur, "args": {"correlation": 900_000_000 + len(added)}})
+    return {**trace, "traceEvents": events + added}, costs
+
+
+def test_allocator_calls_that_hold_the_gpu_idle_are_a_time_finding_with_their_cost():
+    """A real launch-bound H100 trace (every step kept) with a cudaFree in each step's longest GPU gap: the time
+    findings name what the calls cost the step, the GPU's idle inside them and after the cudaFree until its
+    next work (three quarters of each gap, measured here on the trace's own device events), and their
+    remedies. The verdict stays, and so does the memory's churn finding."""
+    trace = _trace("suite/resnet18_bs128")
+    plain = _analyzed("suite/resnet18_bs128").spans[0]
+    churned, costs = _with_allocator_calls(trace, "gap")
+    s = analyze_trace(churned, "w", "1")
+    assert plain.metrics.steps == s.metrics.steps == len(costs)  # every step analysed: the cost is their mean
+    stalls = [f for f in s.findings if f.id == "allocator_stalls"]
+    assert len(stalls) == 1 and "allocator_stalls" not in [f.id for f in plain.findings]
+    want_ms = sum(costs) / len(costs) / 1e3
+    assert stalls[0].cost_ms_per_step == pytest.approx(want_ms, rel=1e-6)
+    assert f"waits {want_ms:.2f} ms" in stalls[0].text and "1 of them cudaFree" in stalls[0].text
+    assert any("empty_cache()" in r for r in stalls[0].remedies)
+    assert any("expandable_segments:True" in r for r in stalls[0].remedies)
+    assert any("pad or bucket" in r for r in stalls[0].remedies)
+    assert set(stalls[0].remedies) <= set(s.remedies)
+    assert s.verdict == plain.verdict and s.breakdown.total_us == plain.breakdown.total_us
+    assert "allocator_churn" in [f.id for f in s.memory.findings]
+    out = s.to_dict()
+    assert [f for f in out["findings"] if f["id"] == "allocator_stalls"][0]["cost_ms_per_step"] == round(want_ms, 4)
+
+
+def test_allocator_calls_that_queued_work_hides_or_that_miss_a_step_are_no_time_finding():
+    trace = _trace("suite/resnet18_bs128")
+    hidden, costs = _with_allocator_calls(trace, "kernel")
+    s = analyze_trace(hidden, "w", "1")
+    assert costs == [0.0] * 3 and "allocator_stalls" not in [f.id for f in s.findings]
+    assert "allocator_churn" in [f.id for f in s.memory.findings]  # churn all the same: the memory side says so
+    once, _ = _with_allocator_calls(trace, "gap", steps=1)  # growth in one step is not churn
+    s = analyze_trace(once, "w", "1")
+    assert "allocator_stalls" not in [f.id for f in s.findings]
+    assert "allocator_churn" not in [f.id for f in s.memory.findings]

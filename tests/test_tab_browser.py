@@ -257,6 +257,12 @@ def test_memory_view_draws_the_reports_figures(tab, served):
     assert rows.count() == 1 + len(peak["top_allocators"]) > 1
     assert rows.nth(1).inner_text().split("\t") == [peak["top_allocators"][0]["name"],
                                                     f"{peak['top_allocators'][0]['gib']:.4f}"]
+    # the trace has module frames (with_stack): the same bytes by module, and what no module allocated
+    modules = sec.locator("table.mem-modules tr")
+    assert modules.count() == 1 + len(peak["top_modules"]) + 1 > 2
+    assert modules.nth(1).inner_text().split("\t") == [peak["top_modules"][0]["name"],
+                                                       f"{peak['top_modules'][0]['gib']:.4f}"]
+    assert modules.last.inner_text().split("\t") == ["(outside any module)", f"{peak['outside_modules_gib']:.4f}"]
     assert frame.locator("#memory .mem-findings li").evaluate_all("ls => ls.map(l => l.dataset.id)") == [
         f["id"] for f in span["memory"]["findings"]]
     assert frame.locator("#memory table.mem-creep tr[data-cycle]").count() == 1

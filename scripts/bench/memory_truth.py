@@ -1,6 +1,8 @@
 """The memory diagnosis against the device's own counters, on one GPU (scripts/verify_memory.py's code).
 
     python scripts/verify_memory.py --out $OUT/memory [--reps 5] [--parts peaks boundary causes oom]
+    python scripts/verify_memory.py --out $OUT/memory_bisect --parts bisect [--bisect-budget 420]
+    python scripts/verify_memory.py --out $OUT/memory_ddp --parts ddp_peaks      # 2 GPUs
 
 peaks     loops of several families, recorded with profile_memory=True (plain torch.profiler, stepscope.schedule
           with trace_handler, the trainer): each profiled step's peak allocated from the trace (stepscope's
@@ -13,7 +15,18 @@ causes    injected causes, ``--reps`` runs with and ``--reps`` without each (one
           fresh model and loop per run, through stepscope.schedule + trace_handler: 5 profiled steps after 40
           timed ones): variable shapes (fragmentation),
           empty_cache() every step (allocator_churn), 2 MiB kept every step (memory_creep); hits and false
-          positives of the matching finding, and each run's figures (why a finding fired or not).
+          positives of the matching finding, and each run's figures (why a finding fired or not); the first
+          churn run's trace is kept under OUT/churn_trace (a real trace with allocator churn for tests/data).
+bisect    per family, the predicted largest batch (batch_scale_predicted of the report's JSON, from a loop
+          recorded at the family's base batch) against the real out-of-memory boundary, found by bisection in
+          fresh processes (each try: 3 training steps at batch b, fits or runs out of memory) to within 2%,
+          starting at the prediction -15% and +15%; every try's peak allocated and reserved and persistent bytes
+          (allocated between steps), and those at 1x, 2x and 4x the base batch where they fit (one process,
+          the cache emptied between them; what fits there starts the bisection above it): the data to fit a
+          better predictor. Each family has its share of --bisect-budget seconds (what the ones before it left);
+          one that runs out reports the bracket it reached.
+ddp_peaks each profiled step's peak allocated from the trace of each rank of a 2-GPU DDP loop (torchrun, NCCL)
+          against that rank's torch.cuda.max_memory_allocated() for the step; pass within 1%.
 oom       a real out-of-memory error in a stepscope.profile loop (memory history on): the process ends with the
           error, and oom/ holds the snapshot (with stacks), oom.json and diagnosis.md.
 history   what allocation stacks cost: a resnet18 step with torch.cuda.memory._record_memory_history on and off,
@@ -26,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -217,25 +232,115 @@ torch.cuda.memory._record_memory_history(enabled=None)
 print(json.dumps({k: statistics.median(v) for k, v in times.items()}))
 """
 
+# one try of the bisection: 3 training steps at batch b in a fresh process, as JSON: fits ("ok") or runs out of
+# memory ("oom"; cuBLAS/cuDNN failing to allocate counts too), with the device's peaks of the last step and the
+# bytes held between steps (weights, optimizer state, the batch; gradients set to None)
+TRAIN_AT = """
+import json, sys, torch
+{family}
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def train_at(b):
+    out = {{"batch": b}}
+    try:
+        x, y = batch(b)
+        for i in range(3):
+            if i == 2:  # the steady step: optimizer state made, the first step's workspace settled
+                torch.cuda.synchronize()
+                out["persistent"] = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+            loss(model, x, y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        out.update(result="ok", peak_allocated=torch.cuda.max_memory_allocated(),
+                   peak_reserved=torch.cuda.max_memory_reserved(),
+                   capacity=torch.cuda.get_device_properties(0).total_memory)
+    except torch.OutOfMemoryError as e:
+        out.update(result="oom", error=str(e).splitlines()[0][:300])
+    except RuntimeError as e:
+        text = str(e)
+        oom = "out of memory" in text or "ALLOC_FAILED" in text
+        out.update(result="oom" if oom else "error", error=text.splitlines()[0][:300])
+    return out
+"""
+BISECT_TRY = TRAIN_AT + """
+print(json.dumps(train_at(int(sys.argv[1]))))
+"""
+# SIZES times the base batch in one process, smallest first, the cache emptied between them (the model and its
+# optimizer state stay, as they would in a fresh process); one JSON line each, up to the first that does not fit
+SIZES_LOOP = TRAIN_AT + """
+for m in (int(m) for m in sys.argv[2].split(",")):
+    row = train_at(m * int(sys.argv[1]))
+    print(json.dumps({{**row, "multiple": m}}), flush=True)
+    if row["result"] != "ok":
+        break
+    torch.cuda.empty_cache()
+"""
+
+# each rank of a 2-GPU DDP loop (torchrun): profiled steps, and each step's own peak (reset at its start)
+DDP_PEAK_LOOP = """
+import json, os, sys, torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+out, b = sys.argv[1], int(sys.argv[2])
+rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+dist.init_process_group("nccl")
+{family}
+model = DistributedDataParallel(model, device_ids=[local])
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x, y = batch(b)
+truth = {{}}
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True,
+             schedule=schedule(wait=3, warmup=1, active=3, repeat=1),
+             on_trace_ready=tensorboard_trace_handler(out, worker_name=f"rank{{rank}}")) as prof:
+    for i in range(9):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        n = prof.step_num
+        loss(model, x, y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        truth[n] = torch.cuda.max_memory_allocated()
+        prof.step()
+with open(f"{{out}}/truth_rank{{rank}}.json", "w") as f:
+    json.dump(truth, f)
+dist.destroy_process_group()
+"""
+
 FINDING = {"fragmentation": "fragmentation", "churn": "allocator_churn", "creep": "memory_creep"}
+# the bisection: tries start at the prediction -/+ BISECT_SPREAD, widen by BISECT_GROW where both fit or both
+# fail, and stop once the largest batch that fits and the smallest that does not are within BISECT_TOLERANCE
+BISECT_SPREAD = 0.15
+BISECT_GROW = 1.5
+BISECT_TOLERANCE = 0.02
+BISECT_BUDGET_S = 420.0
+BISECT_MIN_TRY_S = 15.0  # a try given less than this is not started
+BISECT_FAMILIES = ["resnet50", "vit_b_16", "gpt", "mlp_adamw", "hf_gpt2", "resnet18_compiled"]
+DDP_PEAK_TIMEOUT_S = 300
 
 
 def _run(code: str, args: list[str], timeout: float = TRY_TIMEOUT_S) -> subprocess.CompletedProcess:
     try:
         return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        return subprocess.CompletedProcess(e.cmd, 124, e.stdout or "", f"timed out after {timeout:g} s")
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
+        return subprocess.CompletedProcess(e.cmd, 124, out, f"timed out after {timeout:g} s")
 
 
 def _family(name: str) -> str:
     return textwrap.dedent(FAMILIES[name][1])
 
 
-def _memory(folder: Path):
+def _span(folder: Path):
     import stepscope
-    report = stepscope.analyze(folder)
-    span = report.spans[0]
-    return span.memory
+    return stepscope.analyze(folder).spans[0]
+
+
+def _memory(folder: Path):
+    return _span(folder).memory
 
 
 def peaks(out: Path, families: list[str], rows: list, save) -> list[dict]:
@@ -328,6 +433,226 @@ def boundary(out: Path, families: list[str], rows: list, save) -> list[dict]:
     return rows
 
 
+class _Stop(Exception):
+    """A try that could not say fits or not (out of time, a crash that is no out-of-memory error)."""
+
+
+def bracket(known: dict) -> tuple[int | None, int | None]:
+    """(the largest batch that fit below the smallest that did not, that smallest): None where none."""
+    bad = [b for b, ok in known.items() if not ok]
+    hi = min(bad) if bad else None
+    ok = [b for b, fit in known.items() if fit and (hi is None or b < hi)]
+    return (max(ok) if ok else None), hi
+
+
+def bisect_boundary(fits, predicted: float, known: dict | None = None, tolerance: float = BISECT_TOLERANCE,
+                    spread: float = BISECT_SPREAD, grow: float = BISECT_GROW) -> dict:
+    """The out-of-memory boundary by bisection: ``fits(b)`` is True (batch b trains), False (it runs out of
+    memory) or None (no answer: the search stops there). Tries the prediction -spread and +spread first, widens
+    by ``grow`` until one fits and one does not, then halves the bracket until hi / lo <= 1 + tolerance (or the
+    two are adjacent). ``known``: batches already tried (batch -> fits). Returns the bracket, whether it
+    converged, the tries in order and why it stopped early."""
+    known = dict(known or {})
+    order: list[int] = []
+    stopped = None
+
+    def ask(b: int) -> None:
+        r = fits(b)
+        if r is None:
+            raise _Stop(f"no answer at batch {b}")
+        known[b] = bool(r)
+        order.append(b)
+
+    def new(b: int) -> bool:
+        lo, hi = bracket(known)
+        return b not in known and (lo is None or b > lo) and (hi is None or b < hi)
+
+    try:
+        for b in (max(1, math.floor(predicted * (1 - spread))), max(1, math.ceil(predicted * (1 + spread)))):
+            if new(b):
+                ask(b)
+        while True:
+            lo, hi = bracket(known)
+            if hi is None:  # everything fit: larger
+                ask(max(lo + 1, math.ceil(lo * grow)))
+            elif lo is None:  # nothing fit: smaller
+                if hi <= 1:
+                    break
+                ask(max(1, math.floor(hi / grow)))
+            elif hi - lo > 1 and hi > lo * (1 + tolerance):
+                ask((lo + hi) // 2)
+            else:
+                break
+    except _Stop as e:
+        stopped = str(e)
+    lo, hi = bracket(known)
+    converged = lo is not None and hi is not None and (hi - lo <= 1 or hi <= lo * (1 + tolerance))
+    return {"fits": lo, "oom": hi, "converged": converged, "tries": order, "stopped": stopped,
+            "monotonic": all(not ok for b, ok in known.items() if hi is not None and b >= hi)
+            and all(ok for b, ok in known.items() if lo is not None and b <= lo)}
+
+
+def _try_batch(name: str, b: int, timeout: float) -> dict:
+    """One try of the family at batch b in a fresh process (BISECT_TRY's JSON, plus its seconds)."""
+    t0 = time.monotonic()
+    r = _run(BISECT_TRY.format(family=_family(name)), [str(b)], timeout=timeout)
+    lines = r.stdout.strip().splitlines()
+    try:
+        out = json.loads(lines[-1]) if r.returncode == 0 and lines else None
+    except ValueError:
+        out = None
+    if out is None:
+        tail = r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else []
+        out = {"batch": b, "result": "timeout" if r.returncode == 124 else "error", "exit": r.returncode,
+               "error": tail}
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
+
+
+def _predict(name: str, folder: Path, b0: int, timeout: float) -> dict:
+    """The recorded loop at the base batch and the report's prediction, as the JSON document has them."""
+    r = _run(PEAK_LOOP.format(family=_family(name)), [str(folder), "torch", str(b0)], timeout=timeout)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else [f"exit {r.returncode}"]}
+    span = _span(folder).to_dict()
+    dev = next(d for d in span["memory"]["devices"] if d["device"] != "cpu")
+    peak = max(dev["steps"], key=lambda s: s["peak_allocated_gib"])
+    return {"batch_scale_predicted": dev["batch_scale_predicted"], "capacity_gib": dev["capacity_gib"],
+            "peak_allocated_gib": peak["peak_allocated_gib"], "peak_reserved_gib": dev["peak_reserved_gib"],
+            "composition_gib": peak["composition_gib"]}
+
+
+SIZES = (1, 2, 4)  # multiples of the base batch measured for the predictor's data
+
+
+def _sizes(name: str, b0: int, timeout: float) -> list[dict]:
+    """SIZES_LOOP's rows (those printed before a timeout or a crash too)."""
+    r = _run(SIZES_LOOP.format(family=_family(name)), [str(b0), ",".join(map(str, SIZES))], timeout=timeout)
+    rows = []
+    for line in r.stdout.strip().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    if r.returncode != 0:
+        rows.append({"result": "timeout" if r.returncode == 124 else "error", "exit": r.returncode,
+                     "error": r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else []})
+    return rows
+
+
+def bisect(work: Path, families: list[str], rows: list, save, budget_s: float = BISECT_BUDGET_S,
+           try_batch=_try_batch, predict=_predict, sizes=_sizes, clock=time.monotonic) -> list[dict]:
+    """Per family: the prediction, the figures at SIZES times the base batch (one process), the boundary found
+    by bisection (a fresh process a try), its error and every try's figures (module docstring).
+    ``try_batch(name, b, timeout)``, ``predict(name, folder, b0, timeout)`` and ``sizes(name, b0, timeout)`` are
+    the device's (tests pass their own)."""
+    end = clock() + budget_s
+    for k, name in enumerate(families):
+        share = (end - clock()) / (len(families) - k)
+        row = {"family": name, "base_batch": FAMILIES[name][0], "budget_s": round(share, 1)}
+        rows.append(row)
+        _bisect_family(work, name, row, clock() + share, save, try_batch, predict, sizes, clock)
+    return rows
+
+
+def _bisect_family(work: Path, name: str, row: dict, until: float, save, try_batch, predict, sizes,
+                   clock) -> None:
+    t0, b0 = clock(), row["base_batch"]
+    if until - clock() < BISECT_MIN_TRY_S:
+        row["error"] = "no time left"
+        save()
+        print(f"bisect {name}: skipped, no time left", flush=True)
+        return
+    row.update(predict(name, work / "bisect" / name, b0, until - clock()))
+    save()
+    scale = row.get("batch_scale_predicted")
+    if scale is None:
+        row.setdefault("error", "no prediction")
+        save()
+        print(f"bisect {name}: no prediction ({row['error']})", flush=True)
+        return
+    predicted = b0 * scale
+    row["predicted_batch"] = round(predicted, 1)
+    if until - clock() >= BISECT_MIN_TRY_S:
+        row["sizes"] = sizes(name, b0, until - clock())
+        save()
+    # what fit there fits in a fresh process too (the bisection starts above it); what did not, after the
+    # smaller sizes in the same process, is left to fresh processes
+    known = {s["batch"]: True for s in row.get("sizes", []) if s.get("result") == "ok"}
+    tries: list[dict] = []
+    row["tries"] = tries
+
+    def fits(b: int):
+        left = until - clock()
+        if left < BISECT_MIN_TRY_S:
+            return None
+        t = try_batch(name, b, left)
+        tries.append(t)
+        save()
+        return {"ok": True, "oom": False}.get(t["result"])
+
+    found = bisect_boundary(fits, predicted, known)
+    row.update(boundary_fits=found["fits"], boundary_oom=found["oom"], converged=found["converged"],
+               monotonic=found["monotonic"], stopped=found["stopped"])
+    if found["fits"]:
+        row["error_pct"] = round(100.0 * (predicted - found["fits"]) / found["fits"], 2)
+    row["seconds"] = round(clock() - t0, 1)
+    save()
+    err = f"{row['error_pct']:+.1f}%" if "error_pct" in row else "n/a"
+    narrowed = "" if found["converged"] else f" (not narrowed to 2%: {found['stopped']})"
+    print(f"bisect {name}: predicted {predicted:.0f} (x{scale:.2f} of batch {b0}), boundary {found['fits']} fits / "
+          f"{found['oom']} does not{narrowed}, error {err}; {len(tries)} tries, {row['seconds']:.0f} s", flush=True)
+
+
+def ddp_peaks(work: Path, rows: list, save, family: str = "resnet50") -> list[dict]:
+    """Two ranks of a DDP loop under torchrun: each rank's trace peaks per step against its own counters."""
+    import torch
+    if torch.cuda.device_count() < 2:
+        rows.append({"family": family, "error": f"needs 2 GPUs, {torch.cuda.device_count()} here"})
+        save()
+        print(f"ddp_peaks: needs 2 GPUs, {torch.cuda.device_count()} here", flush=True)
+        return rows
+    folder = work / "ddp_peaks" / family
+    folder.mkdir(parents=True, exist_ok=True)
+    script = work / "ddp_peak_loop.py"
+    script.write_text(DDP_PEAK_LOOP.format(family=_family(family)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+           str(folder), str(FAMILIES[family][0])]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=DDP_PEAK_TIMEOUT_S)
+        code, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired:
+        code, err = 124, f"timed out after {DDP_PEAK_TIMEOUT_S} s"
+    if code != 0:
+        rows.append({"family": family, "exit": code, "error": err.strip().splitlines()[-3:]})
+        save()
+        print(f"ddp_peaks {family}: failed (exit {code}) {err.strip().splitlines()[-1:]}", flush=True)
+        return rows
+    import stepscope
+    report = stepscope.analyze(folder)
+    for span in report.spans:
+        rank = span.rank if span.rank is not None else int(span.worker.removeprefix("rank"))
+        truth_file = folder / f"truth_rank{rank}.json"
+        dev = next((d for d in span.memory.devices if d.device != "cpu"), None) if span.memory else None
+        if dev is None or not truth_file.is_file():
+            rows.append({"family": family, "rank": rank, "error": "no GPU memory in the trace" if dev is None
+                         else f"no {truth_file.name}", "pass": False})
+            save()
+            print(f"ddp_peaks {family} rank {rank}: FAIL ({rows[-1]['error']})", flush=True)
+            continue
+        truth = {int(k): v for k, v in json.loads(truth_file.read_text()).items()}
+        steps = [{"step": st.step, "trace": st.peak_allocated, "truth": truth.get(st.step),
+                  "error": (st.peak_allocated - truth[st.step]) / truth[st.step] if truth.get(st.step) else None}
+                 for st in dev.steps]
+        ok = bool(steps) and all(s["error"] is not None and abs(s["error"]) <= PEAK_TOLERANCE for s in steps)
+        rows.append({"family": family, "rank": rank, "device": dev.device, "steps": steps, "pass": ok})
+        save()
+        print(f"ddp_peaks {family} rank {rank} ({dev.device}): " + ", ".join(
+            f"step {s['step']} trace {s['trace'] / 2**30:.3f} GiB truth {(s['truth'] or 0) / 2**30:.3f} GiB "
+            f"({100 * (s['error'] or 0):+.2f}%)" for s in steps) + f" -> {'pass' if ok else 'FAIL'}", flush=True)
+    return rows
+
+
 def _figures(mem) -> dict:
     """The figures the memory findings decide on, per run: each analysed step's allocated at its start, peak
     allocated and reserved, the creep slope of the trace and of the run's counters, the findings."""
@@ -345,7 +670,8 @@ def _figures(mem) -> dict:
     return out
 
 
-def causes(out: Path, reps: int, rows: list, save) -> list[dict]:
+def causes(out: Path, reps: int, rows: list, save, keep: Path | None = None) -> list[dict]:
+    """Each cause with and without; ``keep``: where the first churn run's trace is copied."""
     for cause, finding in FINDING.items():
         found = {True: 0, False: 0}
         runs = {True: 0, False: 0}
@@ -359,9 +685,14 @@ def causes(out: Path, reps: int, rows: list, save) -> list[dict]:
                 if not (folder / str(rep)).is_dir():
                     continue
                 runs[on] += 1
-                mem = _memory(folder / str(rep))
+                span = _span(folder / str(rep))
+                mem = span.memory
                 found[on] += finding in [f.id for f in mem.findings]
-                figures[on].append(_figures(mem))
+                figures[on].append({**_figures(mem), "time_findings": {f.id: round(f.cost_ms_per_step, 3)
+                                                                       for f in span.findings},
+                                    "step_ms": span.metrics.step_ms})
+                if keep is not None and cause == "churn" and on and not keep.exists():
+                    shutil.copytree(folder / str(rep), keep)
         rows.append({"cause": cause, "finding": finding, "runs_with": runs[True], "hits": found[True],
                      "runs_without": runs[False], "false_positives": found[False],
                      "figures_with": figures[True], "figures_without": figures[False]})
@@ -404,9 +735,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reps", type=int, default=3, help="runs with and without each injected cause")
     p.add_argument("--parts", nargs="+", default=["peaks", "boundary", "causes", "oom", "history"],
-                   choices=["peaks", "boundary", "causes", "oom", "history"])
+                   choices=["peaks", "boundary", "causes", "oom", "history", "bisect", "ddp_peaks"])
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--boundary-families", nargs="+", default=["resnet50", "vit_b_16", "gpt"], choices=list(FAMILIES))
+    p.add_argument("--bisect-families", nargs="+", default=BISECT_FAMILIES, choices=list(FAMILIES))
+    p.add_argument("--bisect-budget", type=float, default=BISECT_BUDGET_S,
+                   help="seconds for the whole bisect part, shared by its families")
+    p.add_argument("--ddp-family", default="resnet50", choices=list(FAMILIES))
     a = p.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
@@ -431,7 +766,11 @@ def main(argv: list[str] | None = None) -> int:
         elif part == "boundary":
             boundary(work, a.boundary_families, rows, save)
         elif part == "causes":
-            causes(work, a.reps, rows, save)
+            causes(work, a.reps, rows, save, keep=a.out / "churn_trace")
+        elif part == "bisect":
+            bisect(work, a.bisect_families, rows, save, a.bisect_budget)
+        elif part == "ddp_peaks":
+            ddp_peaks(work, rows, save, a.ddp_family)
         elif part == "history":
             result["parts"]["history"] = history_cost()
         else:

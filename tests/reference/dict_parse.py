@@ -19,6 +19,7 @@ from stepscope.analysis.events import (
     HOST_OP_CATEGORIES,
     LONG_FRAME_US,
     MODEL_FRAME_PREFIXES,
+    MODULE_FRAME_PREFIX,
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
@@ -74,6 +75,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
     python_builtins: list[float] = []
     long_frames: set[str] = set()
     model_spans: list[tuple[float, float]] = []
+    module_frames: list[HostEvent] = []
     shapes = False
     base = _base(trace["traceEvents"])
     for i, e in enumerate(trace["traceEvents"]):
@@ -101,6 +103,8 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
                     long_frames.add(name)
             if isinstance(name, str) and name.startswith(MODEL_FRAME_PREFIXES):
                 model_spans.append((start, end))
+                if name.startswith(MODULE_FRAME_PREFIX):
+                    module_frames.append(HostEvent(name, e.get("tid"), start, end))
             continue
         if ph != "X" or not isinstance(name, str):
             continue
@@ -150,7 +154,7 @@ def parse_trace(trace: dict, worker: str, span: str) -> ParsedTrace:
         device=tuple(sorted(device, key=lambda d: d.start)),
         data_spans=tuple(data_spans), memory=tuple(memory), python_calls=tuple(sorted(python_calls)),
         python_builtins=tuple(sorted(python_builtins)), long_frames=tuple(sorted(long_frames)),
-        model_spans=tuple(sorted(model_spans)), recorded_shapes=shapes, steps_from=steps_from,
+        model_spans=tuple(sorted(model_spans)), module_frames=tuple(module_frames), recorded_shapes=shapes, steps_from=steps_from,
         device_memory=device_memory(props))
 
 

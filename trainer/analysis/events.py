@@ -13,7 +13,8 @@ kept too: among them are the frames of the loop around the steps (a framework's 
 loop spans the recorded window and its step function a step), which tell the loop's style (step_range.py).
 The frames of the model's own work are kept whole (``model_spans``): each ``nn.Module`` call (``nn.Module:
 Name_0``) and the autograd engine's run of a backward (``<built-in method run_backward ...>``). The host's
-time inside them is the model dispatching its ops (breakdown.py).
+time inside them is the model dispatching its ops (breakdown.py). The module calls are also kept with their
+names and threads (``module_frames``): the bytes a module allocates are told by them (memory.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ HOST_OP_CATEGORIES = OPERATOR_CATEGORIES  # the analysis's name for them
 SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
               "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
 # Python frames (with_stack) of the model's own work: a module's call, the autograd engine running a backward
-MODEL_FRAME_PREFIXES = ("nn.Module:", "<built-in method run_backward")
+MODULE_FRAME_PREFIX = "nn.Module: "  # a module's call: "nn.Module: Linear_0" (class and instance index)
+MODEL_FRAME_PREFIXES = (MODULE_FRAME_PREFIX.rstrip(), "<built-in method run_backward")
 # record_function ranges of the model's own work: torch.optim names every optimizer's step and zero_grad
 MODEL_ANNOTATION_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 DATA_ANNOTATIONS = {DATA_RANGE}  # stepscope's range around fetching the next batch
@@ -182,6 +184,7 @@ class ParsedTrace:
     python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
     long_frames: tuple[str, ...] = ()  # the distinct names of frames of LONG_FRAME_US or more, sorted
     model_spans: tuple[tuple[float, float], ...] = ()  # (start, end) of each MODEL_FRAME_PREFIXES frame
+    module_frames: tuple[HostEvent, ...] = ()  # each nn.Module call's frame, named and on its thread
     recorded_shapes: bool = False  # record_shapes was on: operators carry "Input Dims"
     # (device id, totalGlobalMem bytes) of each GPU in the trace's deviceProperties
     device_memory: tuple[tuple[int, int], ...] = ()

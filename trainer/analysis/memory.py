@@ -17,29 +17,36 @@ event's Total Allocated is the previous one's plus its Bytes, so for each profil
   ``optimizer_state_new``) and ``other`` (the rest: zero_grad, the loss's read-out). They sum to the peak;
 - the blocks live at the peak that the step allocated, by the innermost op on the allocating thread (a generic
   allocation op such as ``aten::empty`` gives way to the op around it);
+- the same blocks by the innermost ``nn.Module`` call on the allocating thread, where the trace has module
+  frames (with_stack), and the bytes allocated outside any module;
 - fragmentation: reserved minus allocated at the peak.
 
 Across the steps: memory creep (allocated at the start of each step rising on every step) and allocator calls
 inside the steps (``cudaMalloc``/``cudaFree``/``cuMem*``: the caching allocator growing or giving memory
-back, each a host stall and ``cudaFree`` a device synchronisation). Capacity is the device's
-``totalGlobalMem`` from the trace's ``deviceProperties``. The findings' thresholds are the constants below
+back, each a host stall and ``cudaFree`` a device synchronisation). Churn that holds the GPU idle is also a
+time finding (allocator_stalls()), costed in the step's time beside the verdict's findings. Capacity is the
+device's ``totalGlobalMem`` from the trace's ``deviceProperties``. The findings' thresholds are the constants below
 (docs/memory.md). Torch-free, pure functions of the ParsedTrace.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+from stepscope.analysis.breakdown import device_sets
 from stepscope.analysis.columns import op_columns
-from stepscope.analysis.events import MemoryColumns, ParsedTrace
+from stepscope.analysis.events import MODULE_FRAME_PREFIX, MemoryColumns, ParsedTrace
 from stepscope.analysis.findings import Finding
+from stepscope.analysis.intervals import IntervalSet, subtract
 from stepscope.analysis.steps import StepWindow
 from stepscope.analysis.vocabulary import (
     ALLOC_RETRIES,
     ALLOCATOR_CHURN,
+    ALLOCATOR_STALLS,
     FRAGMENTATION,
     HEADROOM,
     MEMORY_CREEP,
@@ -75,6 +82,18 @@ STATE_NEW_MIN_BYTES = 1 << 20
 ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease",
                    "cuMemAddressReserve", "cuMemAddressFree", "cuMemSetAccess", "cudaMallocAsync", "cudaFreeAsync")
 SYNCING_ALLOCATOR_CALLS = ("cudaFree",)
+# churn whose calls hold the GPU idle for at least this share of the step is a time finding too
+# (allocator_stalls): a starting point, as host_sync's "any sync inside the step", less the noise of a call that
+# happens to fall in a gap the step has anyway
+ALLOCATOR_STALL_PCT = 1.0
+CHURN_REMEDIES = (
+    "Remove torch.cuda.empty_cache() from the loop: it hands the cached blocks back (cudaFree, which "
+    "synchronises the device) and the next step allocates them again (cudaMalloc)",
+    "Keep tensor shapes steady across steps: pad or bucket variable-length batches to a few fixed sizes, so "
+    "that the caching allocator reuses its blocks",
+    "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of new ones being "
+    "allocated and freed)",
+)
 BACKWARD_OP = "autograd::engine::evaluate_function"
 OPTIMIZER_RANGE = "Optimizer.step#"
 GENERIC_ALLOCATING_OPS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
@@ -94,6 +113,12 @@ class StepMemory:
     peak_phase: str
     composition: dict  # PHASES -> bytes, summing to peak_allocated
     top: tuple  # ((op name, bytes live at the peak that the step allocated in it), ...), largest first
+    # the same bytes by the innermost nn.Module call around their allocation ((module, bytes), ...), largest
+    # first, and the bytes allocated outside any module (the backward's thread, the optimizer, the loop);
+    # None for a trace without module frames (recorded without with_stack: with_modules records none for an
+    # eager model)
+    modules: tuple | None = None
+    outside_modules: int = 0
 
     @property
     def fragmentation(self) -> int:
@@ -105,7 +130,10 @@ class StepMemory:
                 "at_end_gib": _gib(self.at_end), "peak_phase": self.peak_phase,
                 "composition_gib": {k: _gib(v) for k, v in self.composition.items()},
                 "fragmentation_gib": _gib(self.fragmentation),
-                "top_allocators": [{"name": n, "gib": _gib(b)} for n, b in self.top]}
+                "top_allocators": [{"name": n, "gib": _gib(b)} for n, b in self.top],
+                **({} if self.modules is None else {
+                    "top_modules": [{"name": n, "gib": _gib(b)} for n, b in self.modules],
+                    "outside_modules_gib": _gib(self.outside_modules)})}
 
 
 @dataclass(frozen=True)
@@ -176,8 +204,8 @@ class MemoryReport:
         return out
 
     def lines(self, top: bool = True) -> list[str]:
-        """One line per device (peak, headroom, composition, fragmentation) and, with ``top``, one for its top
-        allocators."""
+        """One line per device (peak, headroom, composition, fragmentation), with ``top`` one for its top
+        allocating ops, and one for its top allocating modules where the trace has module frames."""
         out = []
         for d in self.devices:
             p = d.peak
@@ -191,6 +219,10 @@ class MemoryReport:
             if top and p.top:
                 out.append("memory top allocators at the peak: " + ", ".join(
                     f"{n} {b / MIB:.0f} MiB" for n, b in p.top))
+            if p.modules:
+                out.append("memory top modules at the peak: " + ", ".join(
+                    f"{n} {b / MIB:.0f} MiB" for n, b in p.modules) + f" (outside any module: "
+                    f"{p.outside_modules / MIB:.0f} MiB)")
         m = self.measured
         if m:
             out.append(f"memory without the profiler (the run's own counters): peak {_mib(m, 'mem_peak_allocated_mib')} "
@@ -231,6 +263,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
                  for k, d in set(zip(kind.tolist(), dev_id.tolist()))}
     phases = _phases(trace, windows)
     owners = _Owners(trace)
+    modules = _Modules(trace)
     capacities = dict(trace.device_memory)
     calls = _allocator_calls(trace, windows)
     devices = []
@@ -238,7 +271,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
         by_device = {k: v for k, v in by_device.items() if k[0] != 0}
     for (kind, dev_id), samples in sorted(by_device.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
         dev = _Device.of(cols, samples)
-        steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners) for i, w in enumerate(windows))
+        steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners, modules) for i, w in enumerate(windows))
                       if s is not None)
         if not steps:
             continue
@@ -318,7 +351,8 @@ class _Device(NamedTuple):
                    list(map(cols.field("addr").__getitem__, listed)), list(map(cols.field("tid").__getitem__, listed)))
 
 
-def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) -> StepMemory | None:
+def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
+                 modules: _Modules) -> StepMemory | None:
     lo = int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right"))
     hi = int(np.searchsorted(dev.ts, w.host_end, side="right"))
     if lo >= hi:
@@ -354,16 +388,63 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners) ->
         elif b < 0:
             live.pop(dev.addr[j], None)
     tops: dict[str, int] = defaultdict(int)
+    by_module: dict[str | None, int] = defaultdict(int)
     by_tid: dict = defaultdict(list)
     for j, b in live.values():
         by_tid[dev.tid[j]].append((j, b))
     for tid, allocs in by_tid.items():
-        names = owners.owners(tid, dev.ts[[j for j, _ in allocs]])
-        for name, (_, b) in zip(names, allocs):
+        ts = dev.ts[[j for j, _ in allocs]]
+        for name, (_, b) in zip(owners.owners(tid, ts), allocs):
             tops[name] += b
+        if modules:
+            for name, (_, b) in zip(modules.owners(tid, ts), allocs):
+                by_module[name] += b
     top = tuple(sorted(tops.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
+    outside = by_module.pop(None, 0)
+    mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
     phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
-    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top)
+    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
+                      mods, outside if modules else 0)
+
+
+class _Modules:
+    """The innermost nn.Module call on a thread at a time (the trace's module frames: with_stack); false for a
+    trace without them. A thread's frames nest (a call stack): sorted by start, each frame's parent is the
+    innermost one open when it starts, so the frame around a time is the last one begun before it or, where
+    that one has ended, the first of its ancestors still open."""
+
+    def __init__(self, trace: ParsedTrace) -> None:
+        self.by_tid: dict = defaultdict(list)
+        for f in trace.module_frames:
+            self.by_tid[f.tid].append(f)
+        self.threads: dict = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_tid)
+
+    def _thread(self, tid):
+        if tid not in self.threads:
+            frames = sorted(self.by_tid.get(tid, ()), key=lambda f: (f.start, -f.end))
+            parent, open_ = [], []
+            for k, f in enumerate(frames):
+                while open_ and frames[open_[-1]].end <= f.start:
+                    open_.pop()
+                parent.append(open_[-1] if open_ else -1)
+                open_.append(k)
+            self.threads[tid] = (np.array([f.start for f in frames], dtype=np.float64),
+                                 [f.end for f in frames], parent,
+                                 [f.name[len(MODULE_FRAME_PREFIX):] for f in frames])
+        return self.threads[tid]
+
+    def owners(self, tid, ts: np.ndarray) -> list[str | None]:
+        """The module around each time in ``ts`` (allocations on thread ``tid``), None outside any."""
+        starts, ends, parent, names = self._thread(tid)
+        out = []
+        for t, k in zip(ts.tolist(), (np.searchsorted(starts, ts, side="right") - 1).tolist()):
+            while k >= 0 and ends[k] <= t:
+                k = parent[k]
+            out.append(names[k] if k >= 0 else None)
+        return out
 
 
 class _Owners:
@@ -425,6 +506,42 @@ def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int
                 syncs += r.name in SYNCING_ALLOCATOR_CALLS
                 steps.add(i)
     return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and len(steps) == len(windows)
+
+
+def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: float) -> Finding | None:
+    """The time finding of allocator churn (allocator calls in every analysed step, as allocator_churn): what
+    the calls cost the step, where they cost it at least ALLOCATOR_STALL_PCT of ``step_ms`` (the step the
+    verdict describes). The cost is the GPU's idle while the host is inside a call (the host cannot queue
+    work meanwhile), and after each cudaFree, which waits for the device to drain its queue, until the
+    device's next work begins. The breakdown counts that idle in its host buckets (a runtime call is the
+    host dispatching), so this names part of them; calls the GPU's queued work hides cost nothing. None on
+    a CPU trace, without churn, or below the share."""
+    if not trace.has_gpu or not windows:
+        return None
+    count, host_ms, syncs, every = _allocator_calls(trace, windows)
+    if not every:
+        return None
+    busy = device_sets(trace)[0]
+    calls = sorted((r for r in trace.runtime if r.name.startswith(ALLOCATOR_CALLS)), key=lambda r: r.start)
+    idle_us = 0.0
+    for w in windows:
+        mine = [r for r in calls if w.host_start <= r.start < w.host_end]
+        held = [(r.start, min(r.end, w.host_end)) for r in mine]
+        for r in mine:
+            if r.name in SYNCING_ALLOCATOR_CALLS and r.end < w.host_end:
+                k = bisect_right(busy.ends, r.end)  # the first device work not over yet
+                held.append((r.end, min(busy.starts[k], w.host_end) if k < len(busy) else w.host_end))
+        idle_us += subtract(IntervalSet(held), busy).total()
+    n = len(windows)
+    cost = min(idle_us / n / 1e3, step_ms)
+    pct = 100.0 * cost / step_ms if step_ms > 0 else 0.0
+    if pct < ALLOCATOR_STALL_PCT:
+        return None
+    return Finding(ALLOCATOR_STALLS, (
+        f"the step waits {cost:.2f} ms ({pct:.0f}%) on the caching allocator's device calls: {count / n:g} "
+        f"cudaMalloc/cudaFree/cuMem* calls a step ({host_ms / n:.2f} ms of host time; {syncs / n:g} of them "
+        "cudaFree, each a device synchronisation): the GPU idles inside them and, after a cudaFree, until the "
+        "host queues work again (part of the GPU idle counted above)"), cost, CHURN_REMEDIES)
 
 
 def _creep(steps: tuple[StepMemory, ...]) -> float | None:
@@ -502,9 +619,7 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
                 f"{d.device}: {d.allocator_calls_per_step:g} allocator calls (cudaMalloc/cudaFree/cuMem*) a "
                 f"step, {d.allocator_ms_per_step:.2f} ms of host time, {d.allocator_syncs_per_step:g} device "
                 "synchronisations (cudaFree): the caching allocator grows or gives memory back inside "
-                "steady steps"), d.allocator_ms_per_step, (
-                "Remove torch.cuda.empty_cache() from the loop; keep tensor shapes steady across steps (pad or "
-                "bucket); set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)))
+                "steady steps"), d.allocator_ms_per_step, CHURN_REMEDIES))
         c = d.creep_bytes_per_step
         starts = [s.at_start for s in d.steps]
         if (c is not None and len(d.steps) >= CREEP_MIN_STEPS and c >= CREEP_MIN_BYTES_PER_STEP

@@ -81,7 +81,8 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
         runtime=between(trace.runtime), device=between(trace.device), data_spans=between(trace.data_spans),
         memory=_memory_between(trace.memory, lo, hi),
         python_calls=starts_between(trace.python_calls), python_builtins=starts_between(trace.python_builtins),
-        model_spans=tuple(m for m in trace.model_spans if m[1] >= lo and m[0] <= hi))
+        model_spans=tuple(m for m in trace.model_spans if m[1] >= lo and m[0] <= hi),
+        module_frames=between(trace.module_frames))
 
 
 def _memory_between(memory, lo: float, hi: float) -> MemoryColumns:

@@ -28,7 +28,7 @@ from stepscope.analysis.findings import (
     verdict,
 )
 from stepscope.analysis.inferred_steps import FROM_PROFILER, NOTES
-from stepscope.analysis.memory import MemoryReport, memory_report
+from stepscope.analysis.memory import MemoryReport, allocator_stalls, memory_report
 from stepscope.analysis.metrics import SpanMetrics, span_metrics
 from stepscope.analysis.overhead import Inflation, Recording, host_inflation, recording
 from stepscope.analysis.select import StepSelection, select
@@ -192,6 +192,9 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
         ev.insert(1, _model_line(m_prof, m, inflation, verdicts, v))
         if unseen_workers:
             ev.insert(2, WORKERS_UNSEEN)
+    stalls = allocator_stalls(trace, kept, m.step_ms)  # allocator churn, where it costs the step
+    if stalls is not None:
+        found = sorted([*found, stalls], key=lambda f: f.cost_ms_per_step, reverse=True)
     if cold is not None:
         found = sorted([*found, cold_start_finding(cold.steps, cold.cold_ms, cold.warm_ms, cold.module_loads,
                                                    cold.whole_window, len(every), m.step_ms)],

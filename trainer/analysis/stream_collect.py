@@ -26,6 +26,7 @@ from stepscope.analysis.events import (
     HOST_OP_CATEGORIES,
     LONG_FRAME_US,
     MODEL_FRAME_PREFIXES,
+    MODULE_FRAME_PREFIX,
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
@@ -111,6 +112,7 @@ class Collector:
         self.python_builtins: list[float] = []
         self.long_frames: set[str] = set()  # names of Python frames of at least LONG_FRAME_US
         self.model_spans: list[tuple[float, float]] = []  # frames of the model's own work (events.py)
+        self.module_frames: list[HostEvent] = []  # nn.Module calls, named, on their threads
         self.shapes = False
         self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
         self._kinds: dict[str, tuple[str, int, bool]] = {}  # category -> _kind(category)
@@ -204,6 +206,8 @@ class Collector:
                         long_frames.add(name)
                 if name.startswith(model_frames):
                     model_spans.append((s, t))
+                    if name.startswith(MODULE_FRAME_PREFIX):
+                        self.module_frames.append(HostEvent(name, e.tid, s, t))
             elif kind == _K_DEVICE:
                 args = e.args or _NO_ARGS
                 dev = e.pid if args.device is UNSET else args.device

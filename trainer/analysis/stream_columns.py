@@ -19,6 +19,7 @@ from stepscope.analysis.events import (
     DATA_ANNOTATIONS,
     LONG_FRAME_US,
     MODEL_FRAME_PREFIXES,
+    MODULE_FRAME_PREFIX,
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
@@ -104,7 +105,7 @@ def _add(c, cols: Columns) -> bool:
         infos[k] = c._kind(c_unset()) if k == m else c._kinds.get(strings[k]) or c._kind(strings[k])
     kind_of = np.array([-1 if i is None else i[1] for i in infos], dtype=np.int8)
     step_cat = np.array([i is not None and i[2] for i in infos], dtype=bool)
-    flags = np.zeros((6, m + 1), dtype=bool)
+    flags = np.zeros((7, m + 1), dtype=bool)
     for k, s in enumerate(strings):
         flags[0, k] = s.startswith(STEP_PREFIX) and STEP_NAME.match(s) is not None
         flags[1, k] = s.startswith("<built-in")
@@ -112,6 +113,7 @@ def _add(c, cols: Columns) -> bool:
         flags[3, k] = s.startswith(MODEL_FRAME_PREFIXES)
         flags[4, k] = s in DATA_ANNOTATIONS
         flags[5, k] = s == MEMORY_EVENT
+        flags[6, k] = s.startswith(MODULE_FRAME_PREFIX)
     named = name_t == T_STR
     name = np.where(named, cols.int("name"), m)
     kind = kind_of[cat]
@@ -180,6 +182,11 @@ def _add(c, cols: Columns) -> bool:
             op_tid, ann_tid, data_tid = ((tids, ann_tid, data_tid) if out == "op" else
                                          (op_tid, tids, data_tid) if out == "ann" else (op_tid, ann_tid, tids))
 
+    module_rows = np.flatnonzero(py & flags[6, name])
+    module_tid = _objects(cols, module_rows, "tid", None) if len(module_rows) else []
+    if module_tid is None:
+        return False
+
     # all checks passed: collect, in file order within each list
     def names(rows):
         return list(map(strings.__getitem__, name[rows].tolist()))
@@ -199,6 +206,8 @@ def _add(c, cols: Columns) -> bool:
     c.long_frames.update(strings[k] for k in set(name[long_rows].tolist()))
     model = np.flatnonzero(py & flags[3, name])
     c.model_spans.extend(zip(s_all[model].tolist(), t_all[model].tolist()))
+    c.module_frames.extend(map(HostEvent, names(module_rows), module_tid, s_all[module_rows].tolist(),
+                               t_all[module_rows].tolist()))
     if len(dev_rows):
         kinds = [DEVICE_KINDS[infos[k][0]] for k in cat[dev_rows].tolist()]
         c.device.extend(map(DeviceEvent, names(dev_rows), kinds, device, stream, s_all[dev_rows].tolist(),

@@ -22,7 +22,7 @@ from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
 from stepscope.trace.workers import fork_pool
 
-HOST_LISTS = ("ops", "annotations", "runtime", "data_spans")
+HOST_LISTS = ("ops", "annotations", "runtime", "data_spans", "module_frames")
 
 # What reading a file in byte ranges meets that the one-process parse then says properly, naming the file or
 # the event by its index in the whole file (which a range does not know), or does not meet at all: a bad

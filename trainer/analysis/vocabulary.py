@@ -131,6 +131,7 @@ OOM_RISK = "oom_risk"
 HEADROOM = "headroom"
 FRAGMENTATION = "fragmentation"
 ALLOCATOR_CHURN = "allocator_churn"
+ALLOCATOR_STALLS = "allocator_stalls"
 MEMORY_CREEP = "memory_creep"
 ALLOC_RETRIES = "alloc_retries"
 MEMORY_IMBALANCE = "memory_imbalance"
@@ -159,6 +160,8 @@ FINDINGS = (
     FindingKind(HEADROOM, "memory left unused", "memory"),
     FindingKind(FRAGMENTATION, "reserved memory not allocated", "memory"),
     FindingKind(ALLOCATOR_CHURN, "allocator calls inside the step", "memory"),
+    # the same calls as a time finding: the step's time they take (memory.allocator_stalls)
+    FindingKind(ALLOCATOR_STALLS, "the step waiting on the allocator's device calls", "memory"),
     FindingKind(MEMORY_CREEP, "memory that grows step after step", "memory"),
     FindingKind(ALLOC_RETRIES, "allocator retries", "memory"),
     FindingKind(MEMORY_IMBALANCE, "memory that differs between ranks", "memory"),

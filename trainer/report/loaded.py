@@ -96,4 +96,5 @@ def light(item: Loaded) -> Loaded:
     p = item.parsed
     return replace(item, parsed=replace(p, steps=p.steps[:1] + p.steps[1:][-1:], ops=(), annotations=(),
                                         runtime=(), device=(), data_spans=(), memory=(), python_calls=(),
-                                        python_builtins=(), long_frames=(), model_spans=()))
+                                        python_builtins=(), long_frames=(), model_spans=(),
+                                        module_frames=()))

@@ -60,7 +60,9 @@ def _device_memory(cycle: int, span: dict, d: dict) -> dict:
                        "peak_reserved_gib": x.get("peak_reserved_gib"), "at_start_gib": x.get("at_start_gib")}
                       for x in steps],
             "peak_step": peak.get("step"), "peak_phase": peak.get("peak_phase"),
-            "composition_gib": peak.get("composition_gib") or {}, "top_allocators": peak.get("top_allocators") or []}
+            "composition_gib": peak.get("composition_gib") or {}, "top_allocators": peak.get("top_allocators") or [],
+            # by module only where the trace has module frames: None, not an empty table, otherwise
+            "top_modules": peak.get("top_modules"), "outside_modules_gib": peak.get("outside_modules_gib")}
 
 
 def oom_captures(folder: Path | None) -> list[dict]:

@@ -441,6 +441,14 @@ function memoryDevice(d) {
     el('tr', {}, ['top allocator at the peak', 'GiB live'].map((h) => el('th', {text: h}))),
     ...d.top_allocators.map((a) => el('tr', {}, [el('td', {class: 'name', title: a.name, text: a.name}),
       el('td', {class: 'num', text: fmt(a.gib, 4)})]))]));
+  if (d.top_modules) {  // only for a trace with module frames (with_stack)
+    sec.appendChild(el('table', {class: 'top mem-modules'}, [
+      el('tr', {}, ['top module at the peak', 'GiB live'].map((h) => el('th', {text: h}))),
+      ...d.top_modules.map((a) => el('tr', {}, [el('td', {class: 'name', title: a.name, text: a.name}),
+        el('td', {class: 'num', text: fmt(a.gib, 4)})])),
+      el('tr', {class: 'muted'}, [el('td', {text: '(outside any module)'}),
+        el('td', {class: 'num', text: fmt(d.outside_modules_gib, 4)})])]));
+  }
   return sec;
 }
 
