@@ -250,9 +250,14 @@ def test_the_headroom_prediction_fills_the_device_less_its_context():
     trace = _trace("holdout/vit_tiny_bs256")
     capacity = trace["deviceProperties"][0]["totalGlobalMem"]
     assert p["capacity"] == capacity and p["predicted_batch"] > 256
-    r = p["reserved_ratio"]  # the allocator's reserved per allocated byte at the recorded peak
-    assert r >= 1.0 and p["predicted_peak"] * r <= capacity - CONTEXT_BYTES
-    assert (p["predicted_peak"] + p["per_sample"]) * r > capacity - CONTEXT_BYTES  # the largest that fits
+    # room for the peak and, beside it, one more of the step's largest allocation, both scaled to the batch
+    block = p["largest_allocation_per_sample"] * p["predicted_batch"]
+    biggest = max(e["args"]["Bytes"] for e in trace["traceEvents"]
+                  if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1 and e["args"]["Bytes"] > 0)
+    assert 0 < p["largest_allocation_per_sample"] * 256 <= biggest
+    assert p["predicted_peak"] + block <= capacity - CONTEXT_BYTES
+    assert (p["predicted_peak"] + p["per_sample"] + block * (p["predicted_batch"] + 1) / p["predicted_batch"]
+            > capacity - CONTEXT_BYTES)  # the largest that fits
     assert p["persistent"] + p["per_sample"] * 256 == pytest.approx(p["traced_peak"])
     mid, low, high = images_interval([10.0, 10.0, 12.0, 8.0], 128)
     assert mid == pytest.approx(12800.0) and low < mid < high
@@ -334,21 +339,29 @@ def test_the_compiled_reader_reads_every_field_of_the_memory_events(monkeypatch)
     assert reserved > 0 and max(compiled.field("total_reserved")) == reserved
 
 
-def test_the_batch_prediction_is_made_against_reserved_memory():
-    """An out-of-memory error is decided by reserved memory: the same step whose allocator reserves more per
-    allocated byte at its peak is predicted a smaller batch, the usable bytes divided by that ratio."""
+def test_the_batch_prediction_leaves_room_for_the_steps_largest_block():
+    """The step's largest single allocation scales with the batch and needs a contiguous block of its own beside
+    the peak: the same step without it would be predicted a larger batch. The largest allocation is the largest
+    Bytes of the step's [memory] events in the raw trace."""
     from dataclasses import replace
 
     from stepscope.analysis.memory import CONTEXT_BYTES, batch_scale
-    d = _analyzed("big_batch").spans[0].memory.devices[0]
+    report = _analyzed("big_batch")
+    d = report.spans[0].memory.devices[0]
     p = d.peak
-    assert p.reserved_at_peak > p.peak_allocated  # the real trace's allocator holds more than it hands out
     kept = p.composition["persistent"] + p.composition["optimizer_state_new"]
-    plain = replace(d, steps=tuple(replace(s, reserved_at_peak=0) for s in d.steps))
-    ratio = p.reserved_at_peak / p.peak_allocated
-    assert batch_scale(plain) == pytest.approx((d.capacity - CONTEXT_BYTES - kept) / (p.peak_allocated - kept))
-    assert d.batch_scale == pytest.approx(((d.capacity - CONTEXT_BYTES) / ratio - kept) / (p.peak_allocated - kept))
-    assert d.batch_scale < batch_scale(plain)
+    assert p.largest_allocation > 0
+    assert d.batch_scale == pytest.approx((d.capacity - CONTEXT_BYTES - kept)
+                                          / (p.peak_allocated - kept + p.largest_allocation))
+    unblocked = replace(d, steps=tuple(replace(s, largest_allocation=0) for s in d.steps))
+    assert batch_scale(unblocked) > d.batch_scale
+    trace = _trace("big_batch")
+    steps = {e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
+             if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X"}
+    lo, hi = steps[f"ProfilerStep#{p.step}"]
+    in_step = [e["args"]["Bytes"] for e in trace["traceEvents"] if e.get("name") == "[memory]"
+               and e["args"].get("Device Type") == 1 and lo <= e["ts"] <= hi]
+    assert p.largest_allocation == max(in_step)
 
 
 # a CPU model whose one large kept activation is known from its structure: Tanh saves its output for its

@@ -119,6 +119,7 @@ class StepMemory:
     # eager model)
     modules: tuple | None = None
     outside_modules: int = 0
+    largest_allocation: int = 0  # the largest single block the step asked the allocator for (bytes)
 
     @property
     def fragmentation(self) -> int:
@@ -130,6 +131,7 @@ class StepMemory:
                 "at_end_gib": _gib(self.at_end), "peak_phase": self.peak_phase,
                 "composition_gib": {k: _gib(v) for k, v in self.composition.items()},
                 "fragmentation_gib": _gib(self.fragmentation),
+                "largest_allocation_gib": _gib(self.largest_allocation),
                 "top_allocators": [{"name": n, "gib": _gib(b)} for n, b in self.top],
                 **({} if self.modules is None else {
                     "top_modules": [{"name": n, "gib": _gib(b)} for n, b in self.modules],
@@ -403,8 +405,9 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
     outside = by_module.pop(None, 0)
     mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
     phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
+    largest = max(int(dev.nbytes[lo:hi].max()), 0)
     return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
-                      mods, outside if modules else 0)
+                      mods, outside if modules else 0, largest)
 
 
 class _Modules:
@@ -556,25 +559,20 @@ def _creep(steps: tuple[StepMemory, ...]) -> float | None:
 
 
 def batch_scale(d: DeviceMemory) -> float | None:
-    """How many times the batch could grow before the peak fills the device (prediction): persistent bytes stay,
-    what the step adds above them scales with the batch; CONTEXT_BYTES of the device stay outside the
-    allocator. An out-of-memory error is decided by what the allocator reserves (blocks rounded up, segments
-    split), not by what is allocated: the bytes are taken at the peak's reserved-to-allocated ratio (1 where
-    the trace has no reserved figure). None for the CPU or a step that adds nothing."""
+    """How many times the batch could grow before the step no longer fits the device (prediction): persistent
+    bytes stay, what the step adds above them at its peak scales with the batch, and so does its largest single
+    allocation, for which the allocator must find one contiguous free block on top of the peak: where cached
+    free memory is split into smaller pieces (a caching allocator's segments), that block needs fresh memory of
+    its own. CONTEXT_BYTES of the device stay outside the allocator. None for the CPU or a step that adds
+    nothing."""
     if d.capacity is None:
         return None
     p = d.peak
-    per_batch = p.peak_allocated - p.composition["persistent"] - p.composition["optimizer_state_new"]
+    kept = p.composition["persistent"] + p.composition["optimizer_state_new"]
+    per_batch = p.peak_allocated - kept
     if per_batch < SCALE_MIN_BYTES:
         return None
-    ratio = reserved_ratio(p)
-    usable = (d.capacity - CONTEXT_BYTES) / ratio - p.composition["persistent"] - p.composition["optimizer_state_new"]
-    return max(usable / per_batch, 0.0)
-
-
-def reserved_ratio(p: StepMemory) -> float:
-    """Reserved over allocated at the step's peak, at least 1 (1 without a reserved figure)."""
-    return max(p.reserved_at_peak / p.peak_allocated, 1.0) if p.reserved_at_peak and p.peak_allocated else 1.0
+    return max((d.capacity - CONTEXT_BYTES - kept) / (per_batch + p.largest_allocation), 0.0)
 
 
 def _scale(x: float) -> str:

@@ -30,7 +30,7 @@ import os
 import statistics
 from pathlib import Path
 
-from stepscope.analysis.memory import GIB, MIB, reserved_ratio
+from stepscope.analysis.memory import GIB, MIB
 from stepscope.demo.config import CHECKPOINTED_ARCHS
 from stepscope.demo.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.report.diff import t_quantile
@@ -116,7 +116,7 @@ def prediction(run_dir: Path, batch: int) -> dict:
     return {"device": dev.device, "capacity": dev.capacity, "batch": batch, "batch_scale": dev.batch_scale,
             "predicted_batch": largest, "persistent": persistent, "per_sample": per_batch,
             "predicted_peak": persistent + per_batch * largest, "traced_peak": p.peak_allocated,
-            "reserved_ratio": reserved_ratio(p)}
+            "largest_allocation_per_sample": p.largest_allocation / batch}
 
 
 def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int, device: str,
