@@ -31,7 +31,7 @@ from pathlib import Path
 
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.render import summary_scalars
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
@@ -210,20 +210,20 @@ class CycleWorker:
             self._log.scalars(summary_scalars(summary.cycle_report), summary.index)
         self._log.flush()
 
-    def report(self) -> RunReport | None:
+    def report(self) -> Report | None:
         """The run so far, merged from the cycles' reports."""
         return merged_report(str(self.dir), list(self.summaries))
 
 
 def analyze_cycle(raw: Path, worker: str, span: str, telemetry: dict | None,
-                  parsed: ParsedTrace | None = None) -> RunReport:
+                  parsed: ParsedTrace | None = None) -> Report:
     """One cycle's raw trace through the door, with the telemetry of the unprofiled steps around it (None:
     the analysis models the profiler's cost), in this thread (a training process never forks). ``parsed``:
     the parse the copy's read made of it (None: the door reads the trace, and says why it cannot)."""
     found = Found(Path(raw), STEPSCOPE, worker, span, "")
     report = analyze(raw, traces=[found], telemetry=telemetry, tables=True,
                      parsed={Path(raw): parsed} if parsed is not None else None)
-    assert isinstance(report, RunReport)  # one trace is one job
+    assert isinstance(report, Report)  # one trace is one job
     return report
 
 

@@ -119,7 +119,7 @@ class StepscopeTraceHandler:
             self.close(EXIT_TIMEOUT_S)
 
     def report(self):
-        """The run's RunReport merged from the cycles diagnosed so far (None before the first)."""
+        """The run's Report merged from the cycles diagnosed so far (None before the first)."""
         return self.work.report()
 
     @property

@@ -4,7 +4,7 @@
     m = measured(stepscope.analyze(folder, traces=found, tables=True), folder)   # from a Report in hand
     m = measured_from_json(json.loads((folder / "report.json").read_text()), folder)   # from report.json
 
-``report`` is ``RunReport.to_dict()``, exactly what ``stepscope analyze --json`` prints for the same traces.
+``report`` is ``Report.to_dict()``, exactly what ``stepscope analyze --json`` prints for the same traces.
 ``step_ms`` is what a comparison of two runs draws its noise from: the unprofiled timed steps that the
 trainer keeps in run.json (``final.step_times_ms``, ``recorded_ms``) when the run has them, else each traced
 step's window (``traced_ms``; analysis/steps.py: the time between two step completions, profiled) of every
@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.report.front import analyze
 from stepscope.report.runs import RunsReport
 from stepscope.report.telemetry import RUN_RECORD
@@ -72,7 +72,7 @@ def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Mea
     return measured(analyze(path, workers=workers, tables=True), path)
 
 
-def measured(report: RunReport | RunsReport, path: Path) -> Measured:
+def measured(report: Report | RunsReport, path: Path) -> Measured:
     """A run's Measured from its Report (made with ``tables``) and the run.json in ``path``."""
     if isinstance(report, RunsReport):
         raise TraceError(f"{path}: holds {len(report.runs)} runs ({', '.join(n for n, _ in report.runs)}); "
