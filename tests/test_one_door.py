@@ -139,14 +139,15 @@ def test_the_watcher_goes_through_the_door_once_per_run(monkeypatch, tmp_path):
 def test_the_tabs_analysis_process_goes_through_the_door(monkeypatch, tmp_path, capsys):
     from stepscope.tensorboard.tab import analyse
 
-    traces = [{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run}
-              for t in discover(STRANGER).traces]
+    traces = [{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run,
+               "folder": str(STRANGER)} for t in discover(STRANGER).traces]
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(traces)))
     keeper = Doorkeeper(monkeypatch)
     assert analyse.main([str(STRANGER)]) == 0
     assert len(keeper.through_door("analyse.py")) == 1
-    measured = json.loads(capsys.readouterr().out)
-    assert measured["report"] == stepscope.analyze(STRANGER).to_dict() and measured["ops_ms"]
+    (job,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert job["folders"] == [""]
+    assert job["measured"]["report"] == stepscope.analyze(STRANGER).to_dict() and job["measured"]["ops_ms"]
 
 
 def _imports(path: Path) -> set[str]:

@@ -137,9 +137,10 @@ def analyze_traces(found: list[Found], root: Path, selection: StepSelection | No
 
 
 def _job_report(label: str, job: Job, by_path: dict[Path, Analysed]) -> Report:
-    """One job's spans joined (cross-rank), with its traces' step windows and their mean operator table."""
+    """One job's spans joined (cross-rank), with its traces (without their events: which folders the job
+    joins) and their step windows and mean operator table."""
     done = [by_path[item.found.path] for item in job.loaded]
-    report = run_report(label, [a.report for a in done])
+    report = replace(run_report(label, [a.report for a in done]), traces=job.loaded)
     if any(a.ops_ms is None for a in done):
         return report
     tables: dict[str, list[float]] = defaultdict(list)

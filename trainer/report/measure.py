@@ -72,13 +72,14 @@ def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Mea
     return measured(analyze(path, workers=workers, tables=True), path)
 
 
-def measured(report: Report | RunsReport, path: Path) -> Measured:
-    """A run's Measured from its Report (made with ``tables``) and the run.json in ``path``."""
+def measured(report: Report | RunsReport, path: Path | None) -> Measured:
+    """A run's Measured from its Report (made with ``tables``) and the run.json in ``path`` (None: a job
+    joined from several run folders, which has no run.json of its own)."""
     if isinstance(report, RunsReport):
         raise TraceError(f"{path}: holds {len(report.runs)} runs ({', '.join(n for n, _ in report.runs)}); "
                          "give one run's folder")
-    return Measured(report.to_dict(), recorded_step_ms(path), list(report.traced_ms), dict(report.ops_ms or {}),
-                    run_setup(path))
+    return Measured(report.to_dict(), recorded_step_ms(path) if path is not None else [], list(report.traced_ms),
+                    dict(report.ops_ms or {}), run_setup(path) if path is not None else {})
 
 
 def measured_from_json(doc: dict, path: Path) -> Measured:
