@@ -3,7 +3,7 @@
     cache = AnalysisCache(root)  # root: a folder of the user's cache, or None: beside each run
     state = cache.get(run)       # Ready(jobs) | Pending() | Failed(message); Pending starts the analysis
     state.measured               # a Ready run's Measured (a run is one job; see below for several)
-    cache.seed(run, measured)    # a job's Measured from the analysis of the folders it was found in
+    cache.seed(run, job)         # a job (JobMeasured) from the analysis of the folders it was found in
 
 A run that was diagnosed where it was written (its fresh report.json, front.read_report: a trainer run, a
 trace handler's folder, a run `stepscope tensorboard` published) is read, never analysed here; only folders
