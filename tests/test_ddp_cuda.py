@@ -9,6 +9,8 @@ import json
 
 import pytest
 import torch
+from stepscope.report.front import read_report
+from stepscope.trace.discover import discover
 from stepscope.trace.files import find_raw_traces, load_trace
 from trainrun import REPO, TRAIN, run_json, run_torchrun
 
@@ -42,3 +44,6 @@ def test_train_py_cuda_graphs_under_torchrun_with_profile(tmp_path):
     for tf in raws:
         names = {e.get("name", "") for e in load_trace(tf.path)["traceEvents"] if e.get("cat") == "kernel"}
         assert any("nccl" in n.lower() for n in names), sorted(names)[:20]  # the all-reduce, replayed in the graph
+    # one report.json, the job's (rank 0's at the end of the run): both ranks and their cross-rank section
+    own = read_report(logdir / "g", discover(logdir / "g").traces)
+    assert own is not None and own["distributed"] and sorted(s["rank"] for s in own["spans"]) == [0, 1]

@@ -140,6 +140,20 @@ def test_the_exit_waits_with_a_bound_and_says_when_it_stops(tmp_path, monkeypatc
     assert trace_files.find_raw_traces(tmp_path / "run")  # the raw trace is there all the same
 
 
+@pytest.mark.parametrize("world_size", ["1", "2"])
+def test_a_rank_of_several_writes_its_diagnosis_and_no_report_json(tmp_path, monkeypatch, world_size):
+    """report.json is the job's report: a loop that is one rank of two (torchrun's $WORLD_SIZE, no process
+    group) keeps its per-cycle diagnosis and rows, and leaves report.json to the job; a loop alone writes it."""
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    run = tmp_path / "run"
+    handler = stepscope.trace_handler(run)
+    cycle_end_times(stepscope.schedule(wait=4, warmup=1, active=2, repeat=1), handler, 12)
+    assert handler.close(timeout=120)
+    assert (run / "diagnosis.md").read_text().startswith("# stepscope diagnosis: `")
+    assert [json.loads(line)["verdict"] for line in (run / trace_files.CYCLES).read_text().splitlines()]
+    assert (run / "report.json").exists() == (world_size == "1")
+
+
 @pytest.mark.parametrize("gz", [True, False])
 def test_profile_sets_up_schedule_and_handler_in_one_line(tmp_path, gz):
     run = tmp_path / "run"

@@ -6,9 +6,10 @@ analysed again.
 The first tests call each of the five callers (the command line, the trainer's end of run, the trace handler's
 cycle worker, the `stepscope tensorboard` watcher and the tab's analysis process) on a real trace, and see
 every trace's analysis happen inside `report/front.py`'s `analyze`; a static check over the package's imports
-says that nothing else reaches the engine. The last test runs a real trainer and a real `stepscope
-tensorboard` (TensorBoard and the tab on loopback), and counts the analyses those processes make through
-$STEPSCOPE_ANALYSIS_LOG: none for the trainer's run (its report.json is read), one for a stranger's folder.
+says that nothing else reaches the engine. The last test runs a real trainer (one process, and two ranks
+under torchrun) and a real `stepscope tensorboard` (TensorBoard and the tab on loopback), and counts the
+analyses those processes make through $STEPSCOPE_ANALYSIS_LOG: none for the trainer's runs (their
+report.json is read), one for a stranger's folder.
 """
 
 from __future__ import annotations
@@ -30,13 +31,18 @@ import stepscope
 from stepscope.cli.analyze import main as analyze_main
 from stepscope.report import engine, front
 from stepscope.report.front import REPORT_FILE, read_report
+from stepscope.tensorboard.tab.cache import diagnosed
+from stepscope.tensorboard.tab.runs import find_runs
 from stepscope.tensorboard.tbserver import free_port, loopback_get
 from stepscope.trace.discover import discover
-from trainrun import FAST, PROFILE_3_STEPS, run_train
+from trainrun import FAST, PROFILE_3_STEPS, TRAIN, run_torchrun, run_train
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "trainer"
 DATA = REPO / "tests" / "data"
+# 2 ranks on the CPU (gloo), LeNet, a few steps (test_ddp.py's recipe)
+DDP_FAST = ["--device", "cpu", "--arch", "lenet", "--synthetic-train-size", "512", "--synthetic-eval-size", "64",
+            "--batch-size", "32", "--log-every", "2"]
 STRANGER = DATA / "eager_bs32"  # one tensorboard_trace_handler trace, nobody's report.json beside it
 FRONT = PACKAGE / "report" / "front.py"
 # what makes a report out of a trace: only the engine behind the door (report/engine.py) calls these
@@ -133,14 +139,15 @@ def test_the_watcher_goes_through_the_door_once_per_run(monkeypatch, tmp_path):
 def test_the_tabs_analysis_process_goes_through_the_door(monkeypatch, tmp_path, capsys):
     from stepscope.tensorboard.tab import analyse
 
-    traces = [{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run}
-              for t in discover(STRANGER).traces]
+    traces = [{"path": str(t.path), "kind": t.kind, "worker": t.worker, "span": t.span, "run": t.run,
+               "folder": str(STRANGER)} for t in discover(STRANGER).traces]
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(traces)))
     keeper = Doorkeeper(monkeypatch)
     assert analyse.main([str(STRANGER)]) == 0
     assert len(keeper.through_door("analyse.py")) == 1
-    measured = json.loads(capsys.readouterr().out)
-    assert measured["report"] == stepscope.analyze(STRANGER).to_dict() and measured["ops_ms"]
+    (job,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert job["folders"] == [""]
+    assert job["measured"]["report"] == stepscope.analyze(STRANGER).to_dict() and job["measured"]["ops_ms"]
 
 
 def _imports(path: Path) -> set[str]:
@@ -241,16 +248,29 @@ def _stepscope_runs(port: int) -> dict:
 
 
 def test_stepscope_tensorboard_reads_a_trainer_run_and_analyses_a_strangers_folder_once(tmp_path):
+    """A single-process trainer run and a 2-rank gloo one (torchrun, one run folder for both ranks) each end
+    with one report.json, the job's, which `stepscope tensorboard` and its tab read: no analysis of theirs."""
     src = tmp_path / "logs"
     ledger = tmp_path / "analyses.log"
     r = run_train([*FAST, *PROFILE_3_STEPS, "--steps", "4", "--logdir", str(src), "--run-name", "trained"],
                   env={engine.ANALYSIS_LOG: str(ledger)})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    trained = src / "trained"
-    # the trainer's own analyses: each cycle in its handler, then each trace again at the end of the run with the
-    # whole run's telemetry (every rank's); what follows must add none
-    assert len(ledger.read_text().splitlines()) == 2 * len(discover(trained).traces)
+    r = run_torchrun([str(TRAIN), *DDP_FAST, *PROFILE_3_STEPS, "--steps", "4", "--logdir", str(src),
+                      "--run-name", "ddp"], env={engine.ANALYSIS_LOG: str(ledger)})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    trained, ddp = src / "trained", src / "ddp"
+    # the trainer's own analyses: each cycle in its handler (each rank's), then each trace again at the end of
+    # the run with the whole run's telemetry (rank 0, every rank's traces); what follows must add none
+    assert len(discover(ddp).traces) == 2
+    assert len(ledger.read_text().splitlines()) == 2 * len(discover(trained).traces) + 2 * 2
     assert read_report(trained, discover(trained).traces) is not None
+    own = read_report(ddp, discover(ddp).traces)  # the job's report: both ranks and their cross-rank section
+    assert own is not None and own["distributed"] and sorted(s["rank"] for s in own["spans"]) == [0, 1]
+    assert diagnosed(find_runs(src)["ddp"]) is not None  # what a plain `tensorboard`'s tab reads, not analyses
+    cli = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(ddp), "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["verdict"] == own["verdict"]
     shutil.copytree(STRANGER, src / "stranger")
     ledger.unlink()
 
@@ -266,17 +286,18 @@ def test_stepscope_tensorboard_reads_a_trainer_run_and_analyses_a_strangers_fold
         runs = {}
         while time.monotonic() < deadline:
             runs = _stepscope_runs(port)
-            if {"trained", "stranger"} <= set(runs) and all(runs[n]["state"] == "ready"
-                                                           for n in ("trained", "stranger")):
+            if {"trained", "ddp", "stranger"} <= set(runs) and all(runs[n]["state"] == "ready"
+                                                                  for n in ("trained", "ddp", "stranger")):
                 break
             assert proc.poll() is None, out.read_text()[-3000:]
             time.sleep(1)
         else:
             raise TimeoutError(f"runs {runs}: {out.read_text()[-3000:]}")
-        for name in ("trained", "stranger"):  # each whole report, as the tab's page asks for it
+        for name in ("trained", "ddp", "stranger"):  # each whole report, as the tab's page asks for it
             view = json.loads(loopback_get(f"http://127.0.0.1:{port}/data/plugin/stepscope/run?run={name}"))
             assert view["state"] == "ready" and view["verdict"] == runs[name]["verdict"]
         assert runs["trained"]["verdict"] == json.loads((trained / REPORT_FILE).read_text())["verdict"]
+        assert runs["ddp"]["verdict"] == own["verdict"]
         assert runs["stranger"]["verdict"] == stepscope.analyze(STRANGER).verdict
     finally:
         os.killpg(proc.pid, signal.SIGINT)

@@ -39,6 +39,17 @@ def test_analyze_is_the_cli_report():
     assert json.loads(r.stdout)["verdict"]
 
 
+def test_report_is_the_one_report_type():
+    """stepscope.Report is the class analyze returns for one job, under that one name."""
+    r = run("import stepscope, stepscope.analysis, stepscope.report\n"
+            "report = stepscope.analyze('tests/data/eager_bs128')\n"
+            "print(type(report) is stepscope.Report, stepscope.Report.__name__,\n"
+            "      stepscope.report.Report is stepscope.Report, *sorted(n for n in stepscope.analysis.__all__\n"
+            "                                                            if n.endswith('Report')))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "Report", "True", "CrossRankReport", "Report", "SpanReport"]
+
+
 def test_an_unknown_name_is_an_attribute_error():
     r = run("import stepscope\ntry:\n    stepscope.no_such_thing\nexcept AttributeError as e:\n    print(e)")
     assert r.returncode == 0 and "no_such_thing" in r.stdout

@@ -27,6 +27,7 @@ except PackageNotFoundError:  # a source tree that was never installed
 
 _PUBLIC = {  # name -> (module, attribute): each public call is one line into the engine
     "analyze": ("stepscope.report.front", "analyze"),
+    "Report": ("stepscope.report.front", "Report"),
     "trace_handler": ("stepscope.capture.handler", "trace_handler"),
     "schedule": ("stepscope.capture.schedule", "schedule"),
     "loader": ("stepscope.capture.loader", "loader"),

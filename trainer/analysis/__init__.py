@@ -18,13 +18,13 @@ directory, JSON), render (text).
 from stepscope.analysis.cross_rank import CrossRankReport
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.render import render_console, render_markdown, render_top, summary_scalars
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.analysis.select import StepSelection
 from stepscope.analysis.span import SpanReport, analyze_parsed, analyze_selected
 from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.analysis.verdicts import VERDICTS
 from stepscope.trace.errors import TraceError
 
-__all__ = ["VERDICTS", "CrossRankReport", "Finding", "RunReport", "SpanReport", "StepSelection", "TraceError",
+__all__ = ["VERDICTS", "CrossRankReport", "Finding", "Report", "SpanReport", "StepSelection", "TraceError",
            "analyze_parsed", "analyze_selected", "parse_trace_file", "render_console",
            "render_markdown", "render_top", "summary_scalars"]

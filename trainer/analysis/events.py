@@ -216,6 +216,14 @@ def device_memory(props) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def distributed_rank(header: dict) -> tuple[int | None, int | None]:
+    """(rank, world size) as a trace's ``distributedInfo`` gives them; None for either it does not give."""
+    dist = header.get("distributedInfo") or {}
+    if not isinstance(dist, dict):
+        return None, None
+    return _int_or_none(dist.get("rank")), _int_or_none(dist.get("world_size"))
+
+
 def _int_or_none(v) -> int | None:
     try:
         return int(v)

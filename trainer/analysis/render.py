@@ -1,4 +1,4 @@
-"""Text forms of a RunReport: the console summary, the Markdown diagnosis, and TensorBoard scalars.
+"""Text forms of a Report: the console summary, the Markdown diagnosis, and TensorBoard scalars.
 
     print(render_console(report))                     # verdict + evidence, a few lines per span
     Path("logs/run/diagnosis.md").write_text(render_markdown(report))   # also TensorBoard's Text tab
@@ -12,7 +12,7 @@ from collections import defaultdict
 from stepscope.analysis.cross_rank import CrossRankReport
 from stepscope.analysis.memory import PHASES as COMPOSITION  # the parts of a step's peak
 from stepscope.analysis.metrics import TOP_N
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.analysis.span import SpanReport
 from stepscope.analysis.straggler_why import PHASES, StragglerWhy
 
@@ -54,7 +54,7 @@ def _headline(s: SpanReport) -> str:
     return f"{s.verdict}: step {m.step_ms:.2f} ms without the profiler{profiled}{busy}"
 
 
-def render_console(report: RunReport) -> str:
+def render_console(report: Report) -> str:
     lines = [f"stepscope diagnosis: {report.verdict}"]
     for s in report.spans:
         lines.append(f"  {_title(s)}: {_headline(s)}")
@@ -82,7 +82,7 @@ def _range_line(s: SpanReport) -> str:
     return s.step_range.line(s.verdict)
 
 
-def render_top(report: RunReport, rows: int = TOP_N) -> str:
+def render_top(report: Report, rows: int = TOP_N) -> str:
     """The first trace's top kernels (GPU) or top ops by self time (CPU), per step, as an aligned table."""
     s = next((s for s in report.spans if s.metrics.top), None)
     if s is None:
@@ -113,7 +113,7 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def render_markdown(report: RunReport) -> str:
+def render_markdown(report: Report) -> str:
     out = [f"# stepscope diagnosis: `{report.verdict}`", ""]
     out.append(f"Run `{md_code(report.run_dir)}`: {len(report.spans)} trace(s). The verdict and the figures describe the "
                "steps as they run without the profiler, which slows the host (not the GPU); the profiled steps' "
@@ -227,7 +227,7 @@ def _cell(name: str, n: int = 90) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
-def memory_scalars(report: RunReport) -> dict[str, float]:
+def memory_scalars(report: Report) -> dict[str, float]:
     """``diagnosis/memory/{peak_allocated_gib,peak_reserved_gib,headroom_pct}``: the largest peaks and the
     smallest headroom over the run's GPUs (the CPU's peaks on a CPU run); nothing without [memory] events."""
     devices = [d for s in report.spans if s.memory is not None for d in s.memory.devices]
@@ -241,7 +241,7 @@ def memory_scalars(report: RunReport) -> dict[str, float]:
     return out
 
 
-def summary_scalars(report: RunReport) -> dict[str, float]:
+def summary_scalars(report: Report) -> dict[str, float]:
     """Scalars for SummaryWriter, each a mean over the run's traces: the step as it runs without the profiler,
     ``diagnosis/step_ms``, ``diagnosis/gpu_busy_pct`` and the step-time shares ``diagnosis/pct/<bucket>``; the
     figures that come from the profiled steps alone under ``diagnosis/profiled/`` (their own ``step_ms`` and

@@ -1,4 +1,4 @@
-"""The analysis of a run (RunReport): every trace (span.py), plus cross-rank (cross_rank.py).
+"""The analysis of a run (Report): every trace (span.py), plus cross-rank (cross_rank.py).
 
     parsed = parse_path(path, worker, span)        # ParsedTrace, or the TraceError that says why not
     report = run_report("logs/myrun", [analyze_parsed_file(parsed, path), ...])
@@ -35,7 +35,7 @@ from stepscope.trace.files import gzipped_since
 
 
 @dataclass(frozen=True)
-class RunReport:
+class Report:
     run_dir: str
     verdict: str
     spans: tuple[SpanReport, ...]
@@ -57,10 +57,10 @@ class RunReport:
         return out
 
 
-def run_report(label: str, spans: list[SpanReport]) -> RunReport:
+def run_report(label: str, spans: list[SpanReport]) -> Report:
     """The spans as one run: their cross-rank sections and the run's verdict."""
     dist = tuple(cross_rank(spans))
-    return RunReport(label, run_verdict(spans, dist), tuple(spans), dist)
+    return Report(label, run_verdict(spans, dist), tuple(spans), dist)
 
 
 def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrace | TraceError:

@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 
 import msgspec
-from stepscope.analysis.events import ParsedTrace, Step, _int_or_none, device_memory
+from stepscope.analysis.events import ParsedTrace, Step, device_memory, distributed_rank
 from stepscope.analysis.inferred_steps import FROM_PROFILER, infer_steps
 from stepscope.analysis.stream_collect import UNSET, Collector, decode, from_objects, read
 from stepscope.analysis.stream_ranges import RANGE_FAILURES, collect_ranges, first_base
@@ -141,11 +141,11 @@ def parsed_trace(path: Path, where: str, worker: str, span: str, c: Collector, h
         steps = [Step(*s) for s in inferred]
         if not steps:
             raise NoSteps(str(steps_missing_error(0, None, where)), False)
-    dist = header.get("distributedInfo") or {}
+    rank, world_size = distributed_rank(header)
     props = header.get("deviceProperties") or []
     return ParsedTrace(
         worker=worker, span=span, base_us=c.base,
-        rank=_int_or_none(dist.get("rank")), world_size=_int_or_none(dist.get("world_size")),
+        rank=rank, world_size=world_size,
         device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
         steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=tuple(c.ops), annotations=tuple(c.annotations), runtime=tuple(c.runtime),

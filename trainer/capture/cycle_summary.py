@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from stepscope.analysis.render import md_code, md_text, render_span_markdown
-from stepscope.analysis.report import RunReport, run_verdict
+from stepscope.analysis.report import Report, run_verdict
 from stepscope.analysis.span import SpanReport
 from stepscope.report.telemetry import Telemetry, as_dict
 
@@ -35,7 +35,7 @@ class CycleSummary:
     error: str | None = None  # why there is no report (e.g. a cycle without prof.step())
     notes: tuple[str, ...] = ()  # e.g. no TensorBoard copy
     worker: str = ""  # the handler's worker name: the trace is raw/<span>/<worker>.trace.json
-    cycle_report: RunReport | None = None  # the cycle's Report from the door (report is its one span)
+    cycle_report: Report | None = None  # the cycle's Report from the door (report is its one span)
 
     def row(self) -> dict:
         out = {"cycle": self.index, **({"worker": self.worker} if self.worker else {}), "span": self.span,
@@ -60,14 +60,14 @@ def _r(v):
     return round(float(v), 3) if v is not None else None
 
 
-def merged_report(label: str, summaries: list[CycleSummary]) -> RunReport | None:
+def merged_report(label: str, summaries: list[CycleSummary]) -> Report | None:
     """The cycles' reports as one single-process run (no re-analysis), with their step windows and their
     operator tables' mean when every cycle's Report carries them; None before any report."""
     done = [s for s in summaries if s.report is not None]
     if not done:
         return None
     spans = [s.report for s in done]
-    merged = RunReport(label, run_verdict(spans, ()), tuple(spans), ())
+    merged = Report(label, run_verdict(spans, ()), tuple(spans), ())
     reports = [s.cycle_report for s in done]
     if any(r is None or r.ops_ms is None for r in reports):
         return merged

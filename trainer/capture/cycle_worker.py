@@ -8,8 +8,9 @@ For each cycle, in order, once: the copy for torch-tb-profiler 0.4.3 (plugin_cop
 trace is never held in memory; the read that plans it also parses the trace for the analysis,
 plugin_copy/one_pass.py), the analysis of that parse through the door (`stepscope.analyze`) with the unprofiled steps' telemetry of that cycle (waiting, up to `settle_s`, for the steps after the
 cycle to be timed), the raw trace gzipped when asked, then the run's report merged from the cycles' reports
-(cycle_summary.py): report.json (front.write_report), diagnosis.md, cycles.jsonl, TensorBoard Text
-`diagnosis` and Scalars `diagnosis/*` at step = cycle number.
+(cycle_summary.py): report.json (front.write_report; only while ``one_rank``: a rank of a job of several
+covers only its own traces, and the job's report is written once, by the trainer's rank 0 at the end of the
+run), diagnosis.md, cycles.jsonl, TensorBoard Text `diagnosis` and Scalars `diagnosis/*` at step = cycle number.
 
 It is a thread of the training process: it never forks and starts no process (the rewrite and the parse are
 asked for no helpers). Python runs one thread at a time, so its work still takes turns with the loop's host
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.render import summary_scalars
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.capture.cycle import Cycle
 from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_cycles
 from stepscope.capture.schedule import StepscopeSchedule
@@ -93,6 +94,7 @@ class CycleWorker:
         self._thread: threading.Thread | None = None
         self._log: EventLog | None = log  # the caller's event writer, else one of its own at the first cycle
         self._count = 0  # cycles submitted
+        self.one_rank = True  # the job is this process alone: its report is this worker's to write
 
     def submit(self, job: CycleTrace) -> None:
         index = self._count
@@ -198,7 +200,7 @@ class CycleWorker:
         report = merged_report(str(self.dir), self.summaries)
         md = render_cycles(str(self.dir), self.summaries, report.verdict if report else None)
         self.dir.mkdir(parents=True, exist_ok=True)
-        if report is not None:
+        if report is not None and self.one_rank:
             write_report(self.dir, report)  # before diagnosis.md: the two never disagree for long
         write_text_atomic(self.dir / "diagnosis.md", md)
         with open(self.dir / trace_files.CYCLES, "a") as f:
@@ -210,20 +212,20 @@ class CycleWorker:
             self._log.scalars(summary_scalars(summary.cycle_report), summary.index)
         self._log.flush()
 
-    def report(self) -> RunReport | None:
+    def report(self) -> Report | None:
         """The run so far, merged from the cycles' reports."""
         return merged_report(str(self.dir), list(self.summaries))
 
 
 def analyze_cycle(raw: Path, worker: str, span: str, telemetry: dict | None,
-                  parsed: ParsedTrace | None = None) -> RunReport:
+                  parsed: ParsedTrace | None = None) -> Report:
     """One cycle's raw trace through the door, with the telemetry of the unprofiled steps around it (None:
     the analysis models the profiler's cost), in this thread (a training process never forks). ``parsed``:
     the parse the copy's read made of it (None: the door reads the trace, and says why it cannot)."""
     found = Found(Path(raw), STEPSCOPE, worker, span, "")
     report = analyze(raw, traces=[found], telemetry=telemetry, tables=True,
                      parsed={Path(raw): parsed} if parsed is not None else None)
-    assert isinstance(report, RunReport)  # one trace is one job
+    assert isinstance(report, Report)  # one trace is one job
     return report
 
 

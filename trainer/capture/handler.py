@@ -26,7 +26,10 @@ profiler's cost instead. Prints nothing unless the exit has to stop waiting (one
 `worker_name` is `<host>_<pid>`, as with tensorboard_trace_handler, so the ranks of a torch.distributed job
 sharing `dir_name` get one trace file each; every rank appends its cycles to cycles.jsonl, and diagnosis.md is
 the last rank's view of its own cycles (`stepscope analyze dir_name` reads them all together, each trace with
-its own cycle's telemetry from the row naming its worker and span).
+its own cycle's telemetry from the row naming its worker and span). report.json is the job's report, so a rank
+of several (torch.distributed's world size, else torchrun's $WORLD_SIZE, above 1) writes none: the folder's
+report.json is then the trainer's rank 0's at the end of the run, and a user's folder of several ranks is
+analysed as a whole by whoever reads it.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class StepscopeTraceHandler:
         if isinstance(sched, StepscopeSchedule):
             self.schedule = sched
             cycle = sched.cycle_at(prof.step_num)
+        self.work.one_rank = world_size() == 1  # a rank of several writes no report.json (module docstring)
         self.work.submit(CycleTrace(span, raw, cycle, self.schedule))
         self.cycles += 1
         if not self._exit_hook:
@@ -119,12 +123,24 @@ class StepscopeTraceHandler:
             self.close(EXIT_TIMEOUT_S)
 
     def report(self):
-        """The run's RunReport merged from the cycles diagnosed so far (None before the first)."""
+        """The run's Report merged from the cycles diagnosed so far (None before the first)."""
         return self.work.report()
 
     @property
     def summaries(self):
         return list(self.work.summaries)
+
+
+def world_size() -> int:
+    """How many processes the job has: torch.distributed's world size once its group is initialised, else
+    torchrun's $WORLD_SIZE, else 1."""
+    dist = sys.modules.get("torch.distributed")  # the loop has imported torch; never import it here
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def export_raw(prof, run_dir: Path, worker: str, span: str) -> Path:

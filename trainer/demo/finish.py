@@ -1,8 +1,9 @@
 """The end of a run, completed or interrupted: run.json, and for profiled runs the top-ops table, the
 TensorBoard command and the diagnosis (console, `diagnosis.md`, TensorBoard Text and Scalars).
 
-Under torchrun only rank 0 writes run.json and the diagnosis. After a completed run every rank first meets
-at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
+Under torchrun only rank 0 writes run.json and the diagnosis, whose report.json is the folder's only one: the
+job's report on every rank's traces, with the cross-rank section (the ranks' trace handlers write none). After
+a completed run every rank first meets at a barrier, so rank 0 sees all ranks' traces; after a stop signal nobody waits for anybody (a peer may be
 gone), and run.json lists the traces that exist at that moment. A signal during the top-ops table or the
 diagnosis ends it: run.json then says "interrupted", and diagnosis.md stays the one the trace handler wrote for
 the profiling cycles. A trace that cannot be analysed (one line on stderr) leaves no run diagnosis either, never

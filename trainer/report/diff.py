@@ -38,7 +38,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.report.measure import TRACED, UNPROFILED, Measured, measure_path, measured
 from stepscope.report.summary import run_figures
 from stepscope.trace.workers import Workers
@@ -128,7 +128,7 @@ def _side(m: Measured, name: str, steps: list[float]) -> dict:
             "mean_step_ms": float(np.mean(steps)) if steps else None}
 
 
-Run = Measured | RunReport | str | os.PathLike
+Run = Measured | Report | str | os.PathLike
 
 
 def as_measured(run: Run, workers: Workers | None = None) -> Measured:
@@ -136,7 +136,7 @@ def as_measured(run: Run, workers: Workers | None = None) -> Measured:
     through the door (``measure_path``, parsed where ``workers`` says)."""
     if isinstance(run, Measured):
         return run
-    if isinstance(run, RunReport):
+    if isinstance(run, Report):
         return measured(run, Path(run.run_dir))
     return measure_path(run, workers)
 

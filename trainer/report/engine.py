@@ -28,7 +28,7 @@ from pathlib import Path
 
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.metrics import op_table
-from stepscope.analysis.report import RunReport, analyze_parsed_file, parse_path, run_report
+from stepscope.analysis.report import Report, analyze_parsed_file, parse_path, run_report
 from stepscope.analysis.select import StepSelection
 from stepscope.analysis.span import SpanReport
 from stepscope.analysis.steps import step_windows
@@ -108,7 +108,7 @@ def _log(path: Path) -> None:
 def analyze_traces(found: list[Found], root: Path, selection: StepSelection | None = None,
                    telemetry: dict | None = None, workers: Workers | None = None, tables: bool = False,
                    keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None,
-                   ) -> tuple[RunReport | RunsReport | None, list[Loaded], list[Skipped]]:
+                   ) -> tuple[Report | RunsReport | None, list[Loaded], list[Skipped]]:
     """The Report on ``found`` (traces discovered under ``root``; None when none was analysed), the traces
     analysed (without their events) and those skipped. Each trace is analysed once (module docstring)."""
     found = list(found)
@@ -136,10 +136,11 @@ def analyze_traces(found: list[Found], root: Path, selection: StepSelection | No
     return RunsReport(str(root), runs), loaded, skipped
 
 
-def _job_report(label: str, job: Job, by_path: dict[Path, Analysed]) -> RunReport:
-    """One job's spans joined (cross-rank), with its traces' step windows and their mean operator table."""
+def _job_report(label: str, job: Job, by_path: dict[Path, Analysed]) -> Report:
+    """One job's spans joined (cross-rank), with its traces (without their events: which folders the job
+    joins) and their step windows and mean operator table."""
     done = [by_path[item.found.path] for item in job.loaded]
-    report = run_report(label, [a.report for a in done])
+    report = replace(run_report(label, [a.report for a in done]), traces=job.loaded)
     if any(a.ops_ms is None for a in done):
         return report
     tables: dict[str, list[float]] = defaultdict(list)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from stepscope.analysis import json_out
 from stepscope.analysis.events import ParsedTrace
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report  # one job's report; a folder of several runs gives a RunsReport
 from stepscope.analysis.select import StepSelection
 from stepscope.report.engine import Rejected, analyze_traces
 from stepscope.report.runs import RunsReport
@@ -38,7 +38,6 @@ from stepscope.trace.discover import Discovery, Found, discover, summary_line
 from stepscope.trace.errors import TraceError
 from stepscope.trace.workers import Workers
 
-Report = RunReport  # the one report type: one job's; a folder of several runs gives a RunsReport of them
 __all__ = ["REPORT_FILE", "NothingAnalysed", "Rejected", "Report", "RunsReport", "analyze", "read_report",
            "write_report"]
 REPORT_FILE = "report.json"  # a run's Report as JSON, beside its diagnosis.md (write_report)
@@ -72,7 +71,7 @@ def _summary(path: Path, skipped_found: list, loaded: list, skipped: list) -> st
 def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry: Mapping | None = None,
             selection: StepSelection | None = None, max_memory: int | None = None,
             workers: Workers | None = None, traces: Sequence[Found] | None = None, tables: bool = False,
-            keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None) -> RunReport | RunsReport:
+            keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None) -> Report | RunsReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file; or
     a list of them): a Report when they form one job, a RunsReport (one Report per run) when they form
     several. ``traces``: the traces a caller already discovered (discover.py), as the run in folder ``path``
@@ -119,13 +118,13 @@ def _run_under(folder: Path) -> str:
     return "" if name == "." else name
 
 
-def write_report(folder: str | os.PathLike, report: RunReport | RunsReport) -> Path:
+def write_report(folder: str | os.PathLike, report: Report | RunsReport) -> Path:
     """``report`` as ``folder/report.json``, written atomically (whole or not at all): the --json document
     (``report.to_dict()``), plus ``traced_ms`` and ``ops_ms`` when the report carries them (``tables``).
     The trainer's end of run and the trace handler's cycle worker write it beside diagnosis.md; the tab
     reads it back (``read_report``) instead of analysing the run again."""
     doc = report.to_dict()
-    if isinstance(report, RunReport) and report.ops_ms is not None:
+    if isinstance(report, Report) and report.ops_ms is not None:
         doc = {**doc, "traced_ms": list(report.traced_ms), "ops_ms": report.ops_ms}
     path = Path(folder) / REPORT_FILE
     write_text_atomic(path, json_out.dumps(doc, indent=1) + "\n")

@@ -9,6 +9,13 @@ are joined into one job only when the traces' own ``distributedInfo`` says they 
 folder carries a rank and a world size, the world sizes are equal, the ranks of the folders are distinct,
 and their profiled windows overlap in time (ranks of one job profile the same steps). A joined job is named
 by its folders, joined with "+".
+
+    may_join([(0, 2), (1, 2)])         # False: these ranks fill their world; True for [(0, 4), (1, 4)]
+
+``may_join`` is the part of the rule that a trace's header decides (each trace names its rank and world
+size, one world, distinct ranks that do not fill it): a folder for which it is False is a job of its own
+whatever lies beside it. The stepscope tab (tensorboard/tab/runs.py) analyses the folders for which it is
+True together, through the door, so that the jobs it shows are the ones this rule makes.
 Torch-free.
 """
 
@@ -57,6 +64,20 @@ def group_jobs(loaded: list[Loaded]) -> list[Job]:
     return [Job(tuple(runs), tuple(item for run in runs for item in by_run[run])) for runs, _ in groups]
 
 
+def may_join(ranks: list[tuple[int | None, int | None]]) -> bool:
+    """Whether a run folder whose traces say they are these (rank, world size) may be joined with another
+    folder (module docstring): every trace names both, the world is one, and its ranks are distinct, within
+    it, and leave a rank of it to another folder."""
+    if not ranks or any(r is None or w is None for r, w in ranks):
+        return False
+    sizes = {w for _, w in ranks}
+    held = [r for r, _ in ranks]
+    if len(sizes) != 1 or len(set(held)) != len(held):
+        return False
+    (size,) = sizes
+    return all(0 <= r < size for r in held) and len(held) < size
+
+
 def _one_job(a: _Ranks, b: _Ranks) -> bool:
     return a.world_size == b.world_size and not (a.ranks & b.ranks) and a.start_us < b.end_us \
         and b.start_us < a.end_us
@@ -67,17 +88,12 @@ def _join(a: _Ranks, b: _Ranks) -> _Ranks:
 
 
 def _ranks(items: list[Loaded]) -> _Ranks | None:
-    """The folder's world size, ranks and profiled window; None unless every trace names its rank and world
-    size, all alike, with distinct ranks below the world size."""
+    """The folder's world size, ranks and profiled window; None unless every trace has steps and the folder
+    ``may_join`` others."""
     facts = [_facts(item) for item in items]
-    if not facts or any(f is None for f in facts):
+    if not facts or any(f is None for f in facts) or not may_join([(f[0], f[1]) for f in facts]):
         return None
-    sizes = {f[1] for f in facts}
-    ranks = [f[0] for f in facts]
-    (size,) = sizes if len(sizes) == 1 else (None,)
-    if size is None or len(set(ranks)) != len(ranks) or not all(0 <= r < size for r in ranks):
-        return None
-    return _Ranks(size, frozenset(ranks), min(f[2] for f in facts), max(f[3] for f in facts))
+    return _Ranks(facts[0][1], frozenset(f[0] for f in facts), min(f[2] for f in facts), max(f[3] for f in facts))
 
 
 def _facts(item: Loaded) -> tuple[int, int, float, float] | None:

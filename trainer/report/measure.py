@@ -4,7 +4,7 @@
     m = measured(stepscope.analyze(folder, traces=found, tables=True), folder)   # from a Report in hand
     m = measured_from_json(json.loads((folder / "report.json").read_text()), folder)   # from report.json
 
-``report`` is ``RunReport.to_dict()``, exactly what ``stepscope analyze --json`` prints for the same traces.
+``report`` is ``Report.to_dict()``, exactly what ``stepscope analyze --json`` prints for the same traces.
 ``step_ms`` is what a comparison of two runs draws its noise from: the unprofiled timed steps that the
 trainer keeps in run.json (``final.step_times_ms``, ``recorded_ms``) when the run has them, else each traced
 step's window (``traced_ms``; analysis/steps.py: the time between two step completions, profiled) of every
@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.report.front import analyze
 from stepscope.report.runs import RunsReport
 from stepscope.report.telemetry import RUN_RECORD
@@ -77,13 +77,15 @@ def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Mea
     return measured(analyze(path, workers=workers, tables=True), path)
 
 
-def measured(report: RunReport | RunsReport, path: Path) -> Measured:
-    """A run's Measured from its Report (made with ``tables``) and the run.json in ``path``."""
+def measured(report: Report | RunsReport, path: Path | None) -> Measured:
+    """A run's Measured from its Report (made with ``tables``) and the run.json in ``path`` (None: a job
+    joined from several run folders, which has no run.json of its own)."""
     if isinstance(report, RunsReport):
         raise TraceError(f"{path}: holds {len(report.runs)} runs ({', '.join(n for n, _ in report.runs)}); "
                          "give one run's folder")
-    return Measured(report.to_dict(), recorded_step_ms(path), list(report.traced_ms), dict(report.ops_ms or {}),
-                    run_setup(path), *recorded_sharing(path))
+    return Measured(report.to_dict(), recorded_step_ms(path) if path is not None else [], list(report.traced_ms),
+                    dict(report.ops_ms or {}), run_setup(path) if path is not None else {},
+                    *(recorded_sharing(path) if path is not None else (None, None)))
 
 
 def measured_from_json(doc: dict, path: Path) -> Measured:

@@ -4,7 +4,7 @@
     runs.to_dict()        # {"runs": [{"run": "exp1", "verdict": ..., "spans": [...], ...}, ...]}
     render_runs(runs)     # one console section per run
 
-A folder holding one job is reported as that job's RunReport alone (the single-run JSON shape); only a
+A folder holding one job is reported as that job's Report alone (the single-run JSON shape); only a
 folder of several jobs gets a RunsReport. The JSON shapes are documented in docs/json.md.
 Torch-free.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepscope.analysis import RunReport, render_console
+from stepscope.analysis import Report, render_console
 from stepscope.report.jobs import Job
 from stepscope.report.telemetry import RUN_RECORD, run_telemetry
 from stepscope.trace.files import CYCLES
@@ -23,8 +23,8 @@ from stepscope.trace.files import CYCLES
 @dataclass(frozen=True)
 class RunsReport:
     root: str
-    runs: tuple[tuple[str, RunReport], ...]  # (run folder relative to root, its report), sorted by folder
-    summary: str = field(default="", compare=False)  # as RunReport's: what was found and skipped
+    runs: tuple[tuple[str, Report], ...]  # (run folder relative to root, its report), sorted by folder
+    summary: str = field(default="", compare=False)  # as Report's: what was found and skipped
     traces: tuple = field(default=(), compare=False)  # the traces analysed, without their events
     skipped: tuple = field(default=(), compare=False)  # traces not analysed, with why (discover.Skipped)
 
@@ -39,10 +39,10 @@ def run_dir(root: Path, job: Job) -> Path | None:
     return root / job.folders[0] if job.folders[0] else root
 
 
-def telemetry_sources(root: Path, report: RunReport | RunsReport) -> list[tuple[Path, str]]:
+def telemetry_sources(root: Path, report: Report | RunsReport) -> list[tuple[Path, str]]:
     """Where each run's unprofiled figures come from, and what they are: (its run.json, the mean step) for a
     trainer run; (its cycles.jsonl, how many of its traces matched a cycle) for a trace handler's folder."""
-    runs = [(root, report)] if isinstance(report, RunReport) else [(root / name, r) for name, r in report.runs]
+    runs = [(root, report)] if isinstance(report, Report) else [(root / name, r) for name, r in report.runs]
     out = []
     for folder, r in runs:
         if (t := run_telemetry(folder)) is not None:
@@ -53,9 +53,9 @@ def telemetry_sources(root: Path, report: RunReport | RunsReport) -> list[tuple[
     return out
 
 
-def render_runs(report: RunReport | RunsReport) -> str:
-    """The console text: a RunReport's, or one section per run headed by its folder."""
-    if isinstance(report, RunReport):
+def render_runs(report: Report | RunsReport) -> str:
+    """The console text: a Report's, or one section per run headed by its folder."""
+    if isinstance(report, Report):
         return render_console(report)
     n = len(report.runs)
     parts = [f"{report.root}: {n} separate runs, each reported on its own"]

@@ -1,4 +1,4 @@
-"""A report's figures per profiling cycle and for the whole run, from ``RunReport.to_dict()``.
+"""A report's figures per profiling cycle and for the whole run, from ``Report.to_dict()``.
 
     cycles(report)   # [{"cycle": 0, "step_ms", "profiled_step_ms", "gpu_busy_pct", "breakdown_ms": {...}}, ...]
     run_figures(report)   # the last cycle's figures: what a run list shows

@@ -2,7 +2,7 @@
 Scalars.
 
     report = diagnose_run(run_dir, log, step)     # log: anything with .text(tag, md, step) and .scalars(d, step)
-    write_diagnosis(run_dir, report, log, step)   # the same outputs, silently, for a RunReport in hand
+    write_diagnosis(run_dir, report, log, step)   # the same outputs, silently, for a Report in hand
 
 Torch-free: it reads the traces on disk and writes text; `log` is the trainer's TensorBoard log or any
 object with the same two methods.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stepscope.analysis import (
-    RunReport,
+    Report,
     render_console,
     render_markdown,
     render_top,
@@ -41,7 +41,7 @@ def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None,
     return report.to_dict()
 
 
-def write_diagnosis(run_dir: Path, report: RunReport, log, step: int) -> None:
+def write_diagnosis(run_dir: Path, report: Report, log, step: int) -> None:
     """Write `report` as run_dir/diagnosis.md, Text `diagnosis` and `diagnosis/*` Scalars; print nothing."""
     md = render_markdown(report)
     write_text_atomic(Path(run_dir) / "diagnosis.md", md)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from stepscope.analysis import json_out
 from stepscope.analysis.render import md_text
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.plugin_copy import export_file
 from stepscope.report.front import REPORT_FILE, write_report
 from stepscope.report.telemetry import RUN_RECORD
@@ -94,7 +94,7 @@ def own_diagnosis(source: Path | None, traces: list[Found]) -> bool:
     return any(f.kind == STEPSCOPE for f in traces) and not (source / EXPORT_MARKER).exists()
 
 
-def publish_run(traces: list[tuple[Found, str]], report: RunReport | dict | None, logdir: Path, staging: Path,
+def publish_run(traces: list[tuple[Found, str]], report: Report | dict | None, logdir: Path, staging: Path,
                 base: str, source: Path | None = None, error: str = "") -> tuple[Path, str]:
     """Write ``traces`` ((found trace, its span) each) as a new run named after ``base`` (see free_name),
     with ``report``: the Report on them (``stepscope.analyze``), the JSON of the source's own fresh
@@ -112,18 +112,18 @@ def publish_run(traces: list[tuple[Found, str]], report: RunReport | dict | None
             record = source / name if source is not None else None
             if record is not None and record.is_file():
                 shutil.copyfile(record, work / name)
-        if isinstance(report, RunReport):
+        if isinstance(report, Report):
             report = replace(report, run_dir=base)  # diagnosis.md names the run as the tab lists it
         verdict = f"no diagnosis: {error}" if report is None else (
-            report.verdict if isinstance(report, RunReport) else report.get("verdict"))
+            report.verdict if isinstance(report, Report) else report.get("verdict"))
         if not own_diagnosis(source, [f for f, _ in traces]):
             with EventLog(work) as log:
-                if not isinstance(report, RunReport):
+                if not isinstance(report, Report):
                     write_text_atomic(work / "diagnosis.md", md_text(verdict) + "\n")  # names files: escaped
                     log.text("diagnosis", md_text(verdict), 0)
                 else:
                     write_diagnosis(work, report, log, 0)
-        if isinstance(report, RunReport):
+        if isinstance(report, Report):
             write_report(work, report)
         elif report is not None:
             write_text_atomic(work / REPORT_FILE, json_out.dumps(report, indent=1) + "\n")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stepscope.analysis import TraceError
-from stepscope.analysis.report import RunReport
+from stepscope.analysis.report import Report
 from stepscope.report.front import NothingAnalysed, Rejected, analyze, read_report
 from stepscope.report.loaded import assign_spans
 from stepscope.tensorboard.child import die_with_parent
@@ -136,7 +136,7 @@ def build_run(cfg: WatchConfig, name: str, source: Path, items: list[tuple[Found
     own = read_report(source, found) if own_diagnosis(source, found) else None
     lines, rejected, error = [], [], ""
     if own is not None:
-        report: RunReport | dict | None = own
+        report: Report | dict | None = own
         usable = found
     else:
         try:

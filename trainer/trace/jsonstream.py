@@ -7,6 +7,8 @@
     TraceStream(path, opener=bounded_read.open_trace)   # any binary opener, for a whole-file stream
     TraceStream(path, lenient=convert)       # pieces msgspec refuses: read by Python's json, then convert(list)
 
+    read_header(path)                        # only the keys before traceEvents (distributedInfo, ...)
+
     ranges = split_points(path, 2)           # byte ranges of whole events ...
     with TraceStream(path, span=ranges[1]) as ts:   # ... that separate processes decode independently
         ...
@@ -219,6 +221,17 @@ class TraceStream:
             return json.loads(bytes(text))
         except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
             raise msgspec.DecodeError(f"{type(e).__name__}: {e}") from None
+
+
+HEAD_BLOCK = 64 << 10  # what read_header reads at a time: a torch.profiler header is a few KB
+
+
+def read_header(path: Path) -> dict:
+    """The top-level keys before ``traceEvents`` (a torch.profiler trace's distributedInfo, deviceProperties,
+    ...), read no further than the array's start. Raises as TraceStream does on a file that is no trace."""
+    with TraceStream(path, HEAD_BLOCK) as ts:
+        ts._events_start()
+        return ts.header
 
 
 def _last_boundary(buf: bytearray, after: int) -> int | None:

@@ -29,6 +29,9 @@ logdir is never written: windows go to ``window_root(logdir)``, a folder of the 
 ($XDG_CACHE_HOME or ~/.cache, then stepscope/windows/<hash of the logdir>); the answer names the folder,
 and the tab still shows the window's summary and its traces for Perfetto.
 
+A run is a run folder, or the run folders that `stepscope analyze` makes one job of (the ranks of a job
+written into sibling folders, report/jobs.py), named by their names joined with "+": the folders that may
+be one job (runs.py) are analysed together, and listed as the jobs that analysis found (``listing``).
 A run that is not analysed yet answers {"state": "analysing"} at once and is analysed in the background
 (cache.py); the page asks again. Bad input answers 400 with {"error": "<one line>"}.
 """
@@ -49,7 +52,7 @@ from stepscope.report.diff import compare_runs
 from stepscope.report.measure import RUN_RECORD
 from stepscope.tensorboard.shadow_root import WINDOWS_HERE, source_of
 from stepscope.tensorboard.tab.cache import AnalysisCache, Failed, Pending, Ready
-from stepscope.tensorboard.tab.runs import Run, find_runs
+from stepscope.tensorboard.tab.runs import Run, find_runs, joined, may_join
 from stepscope.tensorboard.tab.views import ranks_view, run_row, run_view
 from stepscope.tensorboard.tab.window import WindowError, write_window
 from tensorboard.plugins import base_plugin
@@ -105,7 +108,10 @@ def vocabulary() -> dict:
 
 
 def verification_of(run: Run) -> dict | None:
-    """``stepscope verify``'s result, kept in the run's run.json; None when the run has none."""
+    """``stepscope verify``'s result, kept in the run's run.json; None when the run has none (a run of
+    several folders has no run.json of its own)."""
+    if run.folders:
+        return None
     try:
         v = json.loads((run.folder / RUN_RECORD).read_text()).get("verification")
     except (OSError, ValueError, AttributeError):
@@ -160,31 +166,65 @@ class StepscopePlugin(base_plugin.TBPlugin):
         return wrappers.Response((STATIC / name).read_bytes(), content_type=kind,
                                  headers={"Cache-Control": "max-age=3600", **NOSNIFF})
 
+    def listing(self, logdir: Path) -> dict[str, tuple[Run, Run]]:
+        """Each run under ``logdir`` by name, with the run whose analysis gives its state: itself; or, for
+        run folders that may be one job while they are analysed together, that analysis (module docstring)."""
+        runs = find_runs(logdir)
+        together = [run for run in runs.values() if may_join(run)]
+        if len(together) < 2:
+            return {name: (run, run) for name, run in runs.items()}
+        shown = {name: (run, run) for name, run in runs.items() if run not in together}
+        union = joined(logdir, together)
+        state = self.cache.get(union)
+        if not isinstance(state, Ready):
+            shown.update({run.name: (run, union) for run in together})
+            return dict(sorted(shown.items()))
+        by_folder = {run.traces[0].run: run for run in together}
+        for job in state.jobs:
+            members = [by_folder.pop(folder) for folder in job.folders]
+            run = members[0] if len(members) == 1 else joined(logdir, members)
+            self.cache.seed(run, job)
+            shown[run.name] = (run, run)
+        # a folder in no job: none of its traces could be analysed; alone, its analysis says why
+        shown.update({run.name: (run, run) for run in by_folder.values()})
+        return dict(sorted(shown.items()))
+
     def _find(self, name: str | None) -> Run:
         """The run ``name`` under the logdir, or else a window written outside it (window_root)."""
-        runs = find_runs(self.logdir)
+        return self._located(name)[0]
+
+    def _located(self, name: str | None) -> tuple[Run, Run]:
+        """``_find``'s run, with the run whose analysis gives its state (``listing``)."""
+        runs = self.listing(self.logdir)
         if name and name not in runs and self.windows != self.logdir.resolve():
-            runs = find_runs(self.windows)
+            runs = self.listing(self.windows)
         if not name or name not in runs:
             raise LookupError(f"no run {name!r} with traces under {self.logdir}")
         return runs[name]
 
-    def _state(self, run: Run):
-        """The run's Measured, or the response to give while it is analysed or when it failed."""
-        state = self.cache.wait(run, WAIT_S)
+    def _state(self, name: str):
+        """The run ``name`` and its Measured, or the response to give while it is analysed or when it failed;
+        LookupError for an unknown run."""
+        run, source = self._located(name)
+        state = self.cache.wait(source, WAIT_S)
+        if isinstance(state, Ready) and source is not run:  # its folders' analysis just ended: the run is a job
+            run, source = self._located(name)
+            state = self.cache.get(source) if source is run else Pending()
         if isinstance(state, Ready):
-            return state.measured, None
+            return run, state.measured, None
         if isinstance(state, Pending):
-            return None, _json({"name": run.name, "state": "analysing"}, 202)
+            return run, None, _json({"name": name, "state": "analysing"}, 202)
         assert isinstance(state, Failed)
-        return None, _json({"name": run.name, "state": "error", "error": state.message}, 422)
+        return run, None, _json({"name": name, "state": "error", "error": state.message}, 422)
 
     @wrappers.Request.application
     def _runs(self, request):
         rows = []
-        for name, run in find_runs(self.logdir).items():
-            state = self.cache.get(run)
-            if isinstance(state, Ready):
+        for name, (run, source) in self.listing(self.logdir).items():
+            state = self.cache.get(source)
+            if isinstance(state, Ready) and source is not run:  # listed a moment before its analysis ended
+                rows.append({"name": name, "state": "analysing"})
+            elif isinstance(state, Ready):
                 rows.append(run_row(name, state.measured))
             elif isinstance(state, Failed):
                 rows.append({"name": name, "state": "error", "error": state.message})
@@ -195,8 +235,9 @@ class StepscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _run(self, request):
+        # a run of several folders: no folder of its own to hold out-of-memory captures
         return self._ready(request, lambda run, measured: run_view(run.name, measured, verification_of(run),
-                                                                        run.folder))
+                                                                        None if run.folders else run.folder))
 
     @wrappers.Request.application
     def _ranks(self, request):
@@ -206,27 +247,28 @@ class StepscopePlugin(base_plugin.TBPlugin):
         """``view(run, analysis)`` of the run the request names, once its analysis is ready; 404 for an unknown
         run, and the state of an analysis still running or failed."""
         try:
-            run = self._find(request.args.get("run"))
+            run, measured, response = self._state(request.args.get("run"))
         except LookupError as e:
             return _error(str(e), 404)
-        measured, response = self._state(run)
         if response is not None:
             return response
         return _json({"state": "ready", **view(run, measured)})
 
     @wrappers.Request.application
     def _diff(self, request):
+        names = [request.args.get(side) for side in ("a", "b")]
+        measured = []
         try:
-            runs = [self._find(request.args.get(side)) for side in ("a", "b")]
+            for name in names:
+                self._find(name)  # both known before either is waited for
+            for name in names:
+                _, m, response = self._state(name)
+                if response is not None:
+                    return response
+                measured.append(m)
         except LookupError as e:
             return _error(str(e), 404)
-        measured = []
-        for run in runs:
-            m, response = self._state(run)
-            if response is not None:
-                return response
-            measured.append(m)
-        return _json({"state": "ready", **compare_runs(*measured, runs[0].name, runs[1].name)})
+        return _json({"state": "ready", **compare_runs(*measured, *names)})
 
     @wrappers.Request.application
     def _window(self, request):

@@ -2,33 +2,55 @@
 
     runs = find_runs(Path("logs"))      # {"exp1": Run(name="exp1", folder=..., traces=(Found, ...)), ...}
     run.fingerprint()                   # the traces' paths, sizes and mtimes, plus run.json's and cycles.jsonl's
+    may_join(run)                       # whether its traces' headers let it be one job with other folders
+    joined(logdir, [run_a, run_b])      # Run "a+b": several run folders as one run (a job of ranks)
 
 A run is a folder holding traces (discover.py's ``Found.run``); the logdir's own traces are the run ".".
 The fingerprint changes whenever a trace, the trainer's run record or a trace handler's cycles.jsonl (the
-unprofiled steps' telemetry of each cycle, telemetry.py) is written again.
+unprofiled steps' telemetry of each cycle, telemetry.py) is written again, in any of the run's folders.
+
+Several run folders are one run when `stepscope analyze` makes them one job (report/jobs.py: the ranks of
+a job written into sibling folders). Which folders that is, the rule decides from the parsed traces, so the
+tab analyses the folders that ``may_join`` others together through the door and shows the jobs the
+analysis made of them (plugin.py). ``may_join`` reads only each trace's header (jobs.py's ``may_join`` on
+the rank and world size its ``distributedInfo`` gives before ``traceEvents``, where torch writes it; a
+trace that gives them only after its events is taken as a run of its own), once per trace file version.
 """
 
 from __future__ import annotations
 
+import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+from stepscope.analysis.events import distributed_rank
+from stepscope.report import jobs
 from stepscope.trace.discover import Found, discover
 from stepscope.trace.files import CYCLES
+from stepscope.trace.jsonstream import read_header
 
 ROOT_RUN = "."
 RUN_RECORD = "run.json"
+JOIN = "+"  # a joined run's name: its folders' names joined with this, as `stepscope analyze` names the job
 
 
 @dataclass(frozen=True)
 class Run:
     name: str
-    folder: Path
+    folder: Path  # the run's folder; for a run joined from several folders, the logdir they lie under
     traces: tuple[Found, ...]
+    folders: tuple[Path, ...] = ()  # a joined run's folders, in the order of their names (empty otherwise)
+
+    @property
+    def run_folders(self) -> tuple[Path, ...]:
+        return self.folders or (self.folder,)
 
     def fingerprint(self) -> list:
         parts = []
-        for path in [*(t.path for t in self.traces), self.folder / RUN_RECORD, self.folder / CYCLES]:
+        for path in [*(t.path for t in self.traces),
+                     *(p for f in self.run_folders for p in (f / RUN_RECORD, f / CYCLES))]:
             try:
                 st = path.stat()
             except OSError:
@@ -38,7 +60,7 @@ class Run:
 
 
 def find_runs(logdir: Path) -> dict[str, Run]:
-    """Every run under ``logdir`` with at least one trace, by name."""
+    """Every run folder under ``logdir`` with at least one trace, by name."""
     logdir = Path(logdir)
     if not logdir.is_dir():
         return {}
@@ -47,3 +69,40 @@ def find_runs(logdir: Path) -> dict[str, Run]:
         by_run.setdefault(t.run or ROOT_RUN, []).append(t)
     return {name: Run(name, logdir if name == ROOT_RUN else logdir / name, tuple(traces))
             for name, traces in sorted(by_run.items())}
+
+
+def joined(logdir: Path, runs: list[Run]) -> Run:
+    """The run folders ``runs`` as one run, named by their names joined with "+"."""
+    runs = sorted(runs, key=lambda r: r.name)
+    return Run(JOIN.join(r.name for r in runs), Path(logdir), tuple(t for r in runs for t in r.traces),
+               tuple(r.folder for r in runs))
+
+
+_HEADERS: dict[tuple[str, int, int], tuple[int | None, int | None]] = {}
+_HEADERS_LOCK = threading.Lock()
+
+
+def _rank(path: Path) -> tuple[int | None, int | None]:
+    """(rank, world size) from the trace's header, once per version of the file; (None, None) when the
+    header gives none or cannot be read (the analysis then says what is wrong)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None, None
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    with _HEADERS_LOCK:
+        if key in _HEADERS:
+            return _HEADERS[key]
+    try:
+        rank = distributed_rank(read_header(path))
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, RecursionError, msgspec.DecodeError,
+            msgspec.ValidationError):
+        rank = None, None
+    with _HEADERS_LOCK:
+        _HEADERS[key] = rank
+    return rank
+
+
+def may_join(run: Run) -> bool:
+    """Whether the run folder may be one job with other folders (module docstring)."""
+    return jobs.may_join([_rank(t.path) for t in run.traces])
