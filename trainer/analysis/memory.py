@@ -28,6 +28,7 @@ back, each a host stall and ``cudaFree`` a device synchronisation). Capacity is 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -270,9 +271,10 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     optim = sorted([(starts[i], ends[i]) for i in inside if names[i] in opt]
                    + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
     out = []
-    for w in windows:
-        mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
-        ranges = [o for o in optim if w.host_start <= o[0] < w.host_end]
+    back_starts, optim_starts = [b[0] for b in backward], [o[0] for o in optim]
+    for w in windows:  # both lists sorted by start: a window's are one slice of each
+        mine = backward[bisect_left(back_starts, w.host_start):bisect_left(back_starts, w.host_end)]
+        ranges = optim[bisect_left(optim_starts, w.host_start):bisect_left(optim_starts, w.host_end)]
         out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
     return out
 
