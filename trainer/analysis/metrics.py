@@ -182,11 +182,14 @@ def top_level_ops(trace: ParsedTrace) -> dict:
     out = {}
     for key, code in threads.items():
         rows = order[bounds[code]:bounds[code + 1]]
-        starts, ends = start[rows], end[rows]
-        tops, i = [], 0
+        starts = start[rows]
+        # after taking op i, the next one taken: the first that starts at or after its end (at least i + 1)
+        after = np.maximum(np.arange(1, len(rows) + 1), starts.searchsorted(end[rows])).tolist()
+        taken, i = [], 0
         while i < len(rows):
-            tops.append(int(rows[i]))
-            i = max(i + 1, int(starts.searchsorted(ends[i])))
+            taken.append(i)
+            i = after[i]
+        tops = rows[taken].tolist()
         out[key] = ([ops[k].start for k in tops], [ops[k] for k in tops])
     return out
 
