@@ -263,13 +263,17 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     """Per step: (backward start, backward end, the optimizer's ranges) within its host range."""
     cols = op_columns(trace)
     lo, hi = windows[0].host_start, windows[-1].host_end
-    inside = np.flatnonzero((cols.start >= lo) & (cols.start < hi)).tolist()
-    names, starts, ends = cols.names, cols.start.tolist(), cols.end.tolist()
+    inside = (cols.start >= lo) & (cols.start < hi)
+    names = cols.names
     distinct = set(names)
     back, opt = ({n for n in distinct if n.startswith(BACKWARD_OP)}, {n for n in distinct if n.startswith(OPTIMIZER_RANGE)})
-    backward = sorted((starts[i], ends[i]) for i in inside if names[i] in back)
-    optim = sorted([(starts[i], ends[i]) for i in inside if names[i] in opt]
-                   + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
+
+    def spans(wanted: set) -> list[tuple[float, float]]:  # (start, end) of the ops inside named in ``wanted``
+        rows = np.flatnonzero(inside & np.fromiter(map(wanted.__contains__, names), bool, len(names)))
+        return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
+
+    backward = sorted(spans(back))
+    optim = sorted(spans(opt) + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
     out = []
     back_starts, optim_starts = [b[0] for b in backward], [o[0] for o in optim]
     for w in windows:  # both lists sorted by start: a window's are one slice of each
@@ -375,6 +379,7 @@ class _Owners:
     def __init__(self, trace: ParsedTrace) -> None:
         self.cols = op_columns(trace)
         self.by_tid: dict = {}
+        self._generic: np.ndarray | None = None  # per op: a generic allocation op, made when first needed
 
     def _thread(self, tid):
         """(op indices, starts, ends) of the thread's ops that are not generic allocation ops, by start; and the
@@ -386,8 +391,10 @@ class _Owners:
             else:
                 idx = np.flatnonzero(self.cols.thread == code)
                 idx = idx[np.argsort(self.cols.start[idx], kind="stable")]
-                names = self.cols.names
-                keep = np.fromiter((names[i] not in GENERIC_ALLOCATING_OPS for i in idx.tolist()), bool, len(idx))
+                if self._generic is None:
+                    names = self.cols.names
+                    self._generic = np.fromiter(map(GENERIC_ALLOCATING_OPS.__contains__, names), bool, len(names))
+                keep = ~self._generic[idx]
                 self.by_tid[tid] = tuple((ix, self.cols.start[ix], self.cols.end[ix]) for ix in (idx[keep], idx))
         return self.by_tid[tid]
 
