@@ -1,6 +1,7 @@
 """The analysis's column passes give exactly what the plain per-event loops give (the loops are written out
 here as the reference): the columns of the event tuples, each device activity's launch, the top-level ops,
-the kernel table and medians, and the memory phases. Real traces from tests/data, and seeded random events
+the kernel table and medians, the memory phases and allocator calls; and the stream's cut at the last
+event boundary of a buffer. Real traces from tests/data, and seeded random events
 for the ties, duplicates and empty cases a recording seldom holds.
 
     pytest tests/test_columns_exact.py -q
@@ -22,6 +23,7 @@ from stepscope.analysis.events import DeviceEvent, HostEvent, is_comm_kernel
 from stepscope.analysis.steps import launches_by_correlation, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.trace.jsonstream import BOUNDARY, _last_boundary
 
 DATA = Path(__file__).parent / "data"
 TRACES = [DATA / "eager_bs128" / "eager_bs128.1795259107760373831.pt.trace.json.gz",
@@ -180,3 +182,42 @@ def test_rows_of_makes_the_named_tuples():
     assert made == list(map(HostEvent, names, tids, starts, ends, [None, 7]))
     assert all(type(e) is HostEvent for e in made) and made[1].correlation == 7 and made[1].dur == 1.0
     assert list(rows_of(HostEvent, [], [], [], [], [])) == []
+
+
+def _allocator_calls_reference(trace, windows) -> tuple:
+    count, us, syncs, steps = 0, 0.0, 0, set()
+    for r in trace.runtime:
+        if r.name.startswith(memory.ALLOCATOR_CALLS):
+            i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
+            if i is not None:
+                count, us, syncs = count + 1, us + r.dur, syncs + (r.name in memory.SYNCING_ALLOCATOR_CALLS)
+                steps.add(i)
+    return count, us / 1e3, syncs, len(windows) >= memory.CHURN_MIN_STEPS and len(steps) == len(windows)
+
+
+def test_allocator_calls(traces):
+    rng, counted = random.Random(5), 0
+    for trace in traces:
+        windows = step_windows(trace)
+        # some of the runtime calls renamed to allocator calls, inside and outside the steps
+        runtime = tuple(r._replace(name=rng.choice(["cudaMalloc", "cudaFree", "cuMemMap"])) if rng.random() < 0.2
+                        else r for r in trace.runtime)
+        for t in (trace, replace(trace, runtime=runtime)):
+            expected = _allocator_calls_reference(t, windows)
+            assert memory._allocator_calls(t, windows) == expected
+            counted += expected[0]
+    assert counted > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_last_boundary_is_the_last_of_the_buffer(seed):
+    """jsonstream's cut: the last event boundary after ``after``, however far back it lies."""
+    rng = random.Random(seed)
+    events = [b'{"name": "%d", "args": {"x": [%s]}}' % (k, b", ".join([b"{}"] * rng.choice([0, 1, 3])))
+              for k in range(rng.randint(1, 200))]
+    seps = [rng.choice([b",", b", ", b" ,\n ", b",\t"]) for _ in events]
+    buf = bytearray(b"".join(e + s for e, s in zip(events, seps))[:-1])
+    buf += b"," + b'{"name": "big", "s": "' + b"}" * rng.choice([10, 70_000, 1_200_000]) + b'"}'  # no boundary in it
+    for after in (-1, 0, len(buf) // 3, len(buf) - 5):
+        found = [m.start() + 1 for m in BOUNDARY.finditer(buf, after + 1)]
+        assert _last_boundary(buf, after) == (found[-1] if found else None)

@@ -31,6 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -425,14 +426,17 @@ def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int
     """(count, ms, syncing ones, whether every step has one) of the allocator's device calls in the steps'
     host ranges."""
     count, us, syncs, steps = 0, 0.0, 0, set()
-    for r in trace.runtime:
-        if r.name.startswith(ALLOCATOR_CALLS):
-            i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
-            if i is not None:
-                count += 1
-                us += r.dur
-                syncs += r.name in SYNCING_ALLOCATOR_CALLS
-                steps.add(i)
+    runtime = trace.runtime
+    names = list(map(itemgetter(0), runtime))  # HostEvent.name
+    calls = {n for n in set(names) if n.startswith(ALLOCATOR_CALLS)}
+    for k in np.flatnonzero(np.fromiter(map(calls.__contains__, names), bool, len(names))).tolist():
+        r = runtime[k]
+        i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
+        if i is not None:
+            count += 1
+            us += r.dur
+            syncs += r.name in SYNCING_ALLOCATOR_CALLS
+            steps.add(i)
     return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and len(steps) == len(windows)
 
 
