@@ -26,6 +26,12 @@ baseline, through msgspec alone (``STEPSCOPE_PURE_PYTHON=1``), plus the tab's an
 inline (what the tab did before it used the worker policy); and checks that both readers print the same
 ``--json`` report.
 
+    python scripts/bench_analysis.py checkouts /tmp/before /tmp/bench/r1g --repeat 3   # against another commit
+
+``checkouts`` times ``analyze RUN --json`` of another checkout (a worktree with its compiled reader built in
+place; run through its own scripts/analyze.py, as same_reports.py does) and of this one, alternating run by
+run, after checking that both print the same report; it prints each run and the median CPU-s ratio of the pairs.
+
     python scripts/bench_analysis.py plugin /tmp/bench/x/out     # an exported run: time until it shows
 
 ``plugin`` starts TensorBoard with torch-tb-profiler on the exported run's parent folder and prints the
@@ -271,6 +277,40 @@ def readers(run: Path, repeat: int, export: bool) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def checkouts(base: Path, run: Path, repeat: int) -> None:
+    """``analyze RUN --json`` of another checkout (``base``, through its own scripts/analyze.py and trainer/
+    folder, as same_reports.py runs it) and of this one, alternating run by run; checks the two print the
+    same report first."""
+    from bench.same_reports import own_package
+
+    site = Path(tempfile.mkdtemp(prefix="bench-base-"))
+    try:
+        base_path = own_package(base, site)["PYTHONPATH"]
+        cmds = {"base": ["env", f"PYTHONPATH={base_path}", sys.executable, str(base / "scripts" / "analyze.py"),
+                         str(run), "--json"],
+                "this": [sys.executable, str(REPO / "scripts" / "analyze.py"), str(run), "--json"]}
+        outs = {k: subprocess.run(c, capture_output=True, text=True, check=True).stdout for k, c in cmds.items()}
+        print(f"{run}: reports identical: {outs['base'] == outs['this']}; {os.cpu_count()} CPUs")
+        runs: dict[str, list] = {"base": [], "this": []}
+        print("| run | checkout | wall s | CPU s | peak RSS MiB, largest process | peak memory MiB, tree (PSS) | "
+              "load avg (1 min) at start |")
+        print("|---|---|---|---|---|---|---|")
+        for i in range(repeat):
+            for k in ("base", "this"):
+                load = os.getloadavg()[0]
+                _settled()
+                r = measure_command(cmds[k])
+                runs[k].append(r)
+                print(f"| {i + 1} | {k} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:.0f} | {r[4]:.0f} | {load:.1f} |", flush=True)
+        for k, rs in runs.items():
+            print(f"{k}: median wall {statistics.median(r[0] for r in rs):.2f} s, CPU {statistics.median(r[1] for r in rs):.2f} s, "
+                  f"peak RSS {max(r[2] for r in rs):.0f} MiB, PSS {max(r[4] for r in rs):.0f} MiB")
+        ratio = [b[1] / t[1] for b, t in zip(runs["base"], runs["this"], strict=True)]
+        print(f"CPU s base/this per pair: {', '.join(f'{x:.2f}' for x in ratio)}; median {statistics.median(ratio):.2f}")
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_analysis.py", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -290,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("run", type=Path)
     r.add_argument("--repeat", type=int, default=3)
     r.add_argument("--no-export", action="store_true")
+    c = sub.add_parser("checkouts")
+    c.add_argument("base", type=Path, help="another checkout (a git worktree), its compiled reader built in place")
+    c.add_argument("run", type=Path)
+    c.add_argument("--repeat", type=int, default=3)
     t = sub.add_parser("plugin")
     t.add_argument("exported", type=Path, help="an OUT_DIR of analyze.py --export-tensorboard")
     t.add_argument("--timeout", type=float, default=600.0)
@@ -300,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         measure(a.run, a.repeat, not a.no_export)
     elif a.cmd == "readers":
         readers(a.run, a.repeat, not a.no_export)
+    elif a.cmd == "checkouts":
+        checkouts(a.base.resolve(), a.run, a.repeat)
     elif a.cmd == "plugin":
         plugin(a.exported, a.timeout)
     else:

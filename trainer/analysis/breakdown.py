@@ -37,11 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from stepscope.analysis.columns import device_columns, op_columns
+from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
 from stepscope.analysis.events import MODEL_ANNOTATION_PREFIXES, SYNC_CALLS, HostEvent, ParsedTrace, is_comm
 from stepscope.analysis.intervals import IntervalSet, pieces_by_priority, subtract
 from stepscope.analysis.per_trace import per_trace
-from stepscope.analysis.steps import StepWindow, launches_by_correlation
+from stepscope.analysis.steps import StepWindow
 from stepscope.analysis.vocabulary import (
     COMMUNICATION,
     CPU_BUCKETS,
@@ -120,12 +120,13 @@ def host_sets(trace: ParsedTrace) -> HostSets:
         other = np.fromiter((name not in comm_names for name in cols.names), dtype=bool, count=len(ops))
         starts, ends = starts[other], ends[other]
     compute_ops = subtract(IntervalSet.from_arrays(starts, ends), _spans(comm_ops))
-    runtime = trace.runtime
+    runtime = runtime_columns(trace)
     return HostSets(
         sync=_spans(sync_primitives(trace)),
         data=_spans(trace.data_spans),
-        busy=IntervalSet.from_arrays([*compute_ops.starts, *(r.start for r in runtime)],
-                                     [*compute_ops.ends, *(r.end for r in runtime)]).union(model_scope(trace)),
+        busy=IntervalSet.from_arrays(np.concatenate([np.asarray(compute_ops.starts, dtype=np.float64), runtime.start]),
+                                     np.concatenate([np.asarray(compute_ops.ends, dtype=np.float64), runtime.end]))
+        .union(model_scope(trace)),
         compute_ops=compute_ops,
         comm=_spans([*comm_ops, *(a for a in trace.annotations if is_comm(a.name))]))
 
@@ -208,11 +209,9 @@ def _queued_lookup(trace: ParsedTrace) -> Callable[[np.ndarray, np.ndarray], np.
     """For gaps (g0, g1): was any device activity that starts at g1 already launched (or launched before the
     trace) at g0? Per distinct start time, the earliest end of its activities' launch calls (-inf for an
     activity without a launch in the trace)."""
-    launch = launches_by_correlation(trace)
-    never = float("-inf")
     begin = device_columns(trace).start
-    launch_end = np.array([r.end if (r := launch.get(d.correlation)) is not None else never for d in trace.device],
-                          dtype=np.float64)
+    launch = launch_columns(trace)
+    launch_end = np.where(launch.found, launch.end, -np.inf)
     order = np.lexsort((launch_end, begin))  # by start, the earliest launch end first
     starts, first = np.unique(begin[order], return_index=True)
     launched = launch_end[order][first]

@@ -6,6 +6,8 @@
     cols.names                    # the ops' names, a tuple in the same order
     dev = device_columns(trace)   # the device activity: start, end, is_copy, is_comm (nccl) per entry
     dev.spans(dev.is_comm)        # the union of some of them, as an IntervalSet
+    runtime_columns(trace)        # the runtime calls' start, end
+    launch_columns(trace)         # per device activity, its launch call's start, end (NaN: none in the trace)
 
 A large trace holds about a million ops; reading one field of each from the event tuples costs more than
 the numpy work done with it, so it is done once. Torch-free.
@@ -13,12 +15,20 @@ the numpy work done with it, so it is done once. Torch-free.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
-from stepscope.analysis.events import ParsedTrace, is_comm_kernel
+from stepscope.analysis.events import DeviceEvent, HostEvent, ParsedTrace, is_comm_kernel
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.per_trace import per_trace
+
+# fields of the event tuples by position, read in C (events.HostEvent, events.DeviceEvent)
+_NAME, _TID, _START, _END, _CORRELATION = map(itemgetter, range(5))
+_DEVICE_KIND, _DEVICE_START, _DEVICE_END, _DEVICE_CORRELATION = map(itemgetter, (1, 4, 5, 6))
+assert HostEvent._fields[:5] == ("name", "tid", "start", "end", "correlation")
+assert DeviceEvent._fields[:7] == ("name", "kind", "device", "stream", "start", "end", "correlation")
 
 
 class OpColumns(NamedTuple):
@@ -35,11 +45,50 @@ def op_columns(trace: ParsedTrace) -> OpColumns:
         empty = np.empty(0)
         return OpColumns((), empty.astype(np.int64), {}, empty, empty)
     ops = trace.ops
-    names, tids = tuple([o.name for o in ops]), [o.tid for o in ops]
-    starts, ends = [o.start for o in ops], [o.end for o in ops]
+    names, tids = tuple(map(_NAME, ops)), list(map(_TID, ops))
     threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}  # in order of first appearance
     thread = np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
-    return OpColumns(names, thread, threads, np.array(starts, dtype=np.float64), np.array(ends, dtype=np.float64))
+    return OpColumns(names, thread, threads, *_times(ops, _START, _END))
+
+
+def _times(events, start, end) -> tuple[np.ndarray, np.ndarray]:
+    """The events' start and end fields (read by ``start``/``end``, item getters) as float64 columns."""
+    return (np.fromiter(map(start, events), dtype=np.float64, count=len(events)),
+            np.fromiter(map(end, events), dtype=np.float64, count=len(events)))
+
+
+class RuntimeColumns(NamedTuple):
+    start: np.ndarray
+    end: np.ndarray
+
+
+@per_trace
+def runtime_columns(trace: ParsedTrace) -> RuntimeColumns:
+    """The runtime calls' start and end, in trace.runtime's order."""
+    return RuntimeColumns(*_times(trace.runtime, _START, _END))
+
+
+class LaunchColumns(NamedTuple):
+    found: np.ndarray  # bool: the activity's launch is in the trace
+    start: np.ndarray  # its host start and end; NaN where not found
+    end: np.ndarray
+
+
+@per_trace
+def launch_columns(trace: ParsedTrace) -> LaunchColumns:
+    """Per device activity (trace.device's order), its launch: the runtime call with the same correlation id
+    (of several, the last, as steps.launches_by_correlation keeps)."""
+    runtime, device = trace.runtime, trace.device
+    row = dict(zip(map(_CORRELATION, runtime), range(len(runtime))))
+    row.pop(None, None)
+    rows = np.fromiter(map(row.get, map(_DEVICE_CORRELATION, device), repeat(-1)), dtype=np.int64, count=len(device))
+    found = rows >= 0
+    start = np.full(len(device), np.nan)
+    end = np.full(len(device), np.nan)
+    if np.any(found):
+        rt = runtime_columns(trace)
+        start[found], end[found] = rt.start[rows[found]], rt.end[rows[found]]
+    return LaunchColumns(found, start, end)
 
 
 class DeviceColumns(NamedTuple):
@@ -57,10 +106,9 @@ class DeviceColumns(NamedTuple):
 
 @per_trace
 def device_columns(trace: ParsedTrace) -> DeviceColumns:
-    device = trace.device
-    comm_names = {name for name in {d.name for d in device} if is_comm_kernel(name)}
-    return DeviceColumns(np.array([d.start for d in device], dtype=np.float64),
-                         np.array([d.end for d in device], dtype=np.float64),
-                         np.array([d.kind == "memcpy" for d in device], dtype=bool),
-                         np.array([d.name in comm_names for d in device], dtype=bool) if comm_names
-                         else np.zeros(len(device), dtype=bool))
+    device, n = trace.device, len(trace.device)
+    comm_names = {name for name in set(map(_NAME, device)) if is_comm_kernel(name)}
+    return DeviceColumns(*_times(device, _DEVICE_START, _DEVICE_END),
+                         np.fromiter(map("memcpy".__eq__, map(_DEVICE_KIND, device)), dtype=bool, count=n),
+                         np.fromiter(map(comm_names.__contains__, map(_NAME, device)), dtype=bool, count=n)
+                         if comm_names else np.zeros(n, dtype=bool))

@@ -31,9 +31,10 @@ device's ``totalGlobalMem`` from the trace's ``deviceProperties``. The findings'
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -297,17 +298,22 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     """Per step: (backward start, backward end, the optimizer's ranges) within its host range."""
     cols = op_columns(trace)
     lo, hi = windows[0].host_start, windows[-1].host_end
-    inside = np.flatnonzero((cols.start >= lo) & (cols.start < hi)).tolist()
-    names, starts, ends = cols.names, cols.start.tolist(), cols.end.tolist()
+    inside = (cols.start >= lo) & (cols.start < hi)
+    names = cols.names
     distinct = set(names)
     back, opt = ({n for n in distinct if n.startswith(BACKWARD_OP)}, {n for n in distinct if n.startswith(OPTIMIZER_RANGE)})
-    backward = sorted((starts[i], ends[i]) for i in inside if names[i] in back)
-    optim = sorted([(starts[i], ends[i]) for i in inside if names[i] in opt]
-                   + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
+
+    def spans(wanted: set) -> list[tuple[float, float]]:  # (start, end) of the ops inside named in ``wanted``
+        rows = np.flatnonzero(inside & np.fromiter(map(wanted.__contains__, names), bool, len(names)))
+        return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
+
+    backward = sorted(spans(back))
+    optim = sorted(spans(opt) + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
     out = []
-    for w in windows:
-        mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
-        ranges = [o for o in optim if w.host_start <= o[0] < w.host_end]
+    back_starts, optim_starts = [b[0] for b in backward], [o[0] for o in optim]
+    for w in windows:  # both lists sorted by start: a window's are one slice of each
+        mine = backward[bisect_left(back_starts, w.host_start):bisect_left(back_starts, w.host_end)]
+        ranges = optim[bisect_left(optim_starts, w.host_start):bisect_left(optim_starts, w.host_end)]
         out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
     return out
 
@@ -457,6 +463,7 @@ class _Owners:
     def __init__(self, trace: ParsedTrace) -> None:
         self.cols = op_columns(trace)
         self.by_tid: dict = {}
+        self._generic: np.ndarray | None = None  # per op: a generic allocation op, made when first needed
 
     def _thread(self, tid):
         """(op indices, starts, ends) of the thread's ops that are not generic allocation ops, by start; and the
@@ -468,8 +475,10 @@ class _Owners:
             else:
                 idx = np.flatnonzero(self.cols.thread == code)
                 idx = idx[np.argsort(self.cols.start[idx], kind="stable")]
-                names = self.cols.names
-                keep = np.fromiter((names[i] not in GENERIC_ALLOCATING_OPS for i in idx.tolist()), bool, len(idx))
+                if self._generic is None:
+                    names = self.cols.names
+                    self._generic = np.fromiter(map(GENERIC_ALLOCATING_OPS.__contains__, names), bool, len(names))
+                keep = ~self._generic[idx]
                 self.by_tid[tid] = tuple((ix, self.cols.start[ix], self.cols.end[ix]) for ix in (idx[keep], idx))
         return self.by_tid[tid]
 
@@ -500,14 +509,17 @@ def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int
     """(count, ms, syncing ones, whether every step has one) of the allocator's device calls in the steps'
     host ranges."""
     count, us, syncs, steps = 0, 0.0, 0, set()
-    for r in trace.runtime:
-        if r.name.startswith(ALLOCATOR_CALLS):
-            i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
-            if i is not None:
-                count += 1
-                us += r.dur
-                syncs += r.name in SYNCING_ALLOCATOR_CALLS
-                steps.add(i)
+    runtime = trace.runtime
+    names = list(map(itemgetter(0), runtime))  # HostEvent.name
+    calls = {n for n in set(names) if n.startswith(ALLOCATOR_CALLS)}
+    for k in np.flatnonzero(np.fromiter(map(calls.__contains__, names), bool, len(names))).tolist():
+        r = runtime[k]
+        i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
+        if i is not None:
+            count += 1
+            us += r.dur
+            syncs += r.name in SYNCING_ALLOCATOR_CALLS
+            steps.add(i)
     return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and len(steps) == len(windows)
 
 

@@ -7,11 +7,12 @@ warm-up steps that still runs in the first profiled step is not counted as that 
 
 from __future__ import annotations
 
-import statistics
+import itertools
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 from stepscope.analysis.breakdown import Breakdown, device_sets, host_sets, sync_primitives
@@ -112,14 +113,27 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
         kernels_per_step=len(kernels) / n,
         host_us_per_kernel=(common["host_step_ms"] - common["data_ms_per_step"]) * 1e3 * n / len(kernels)
         if kernels else None,
-        median_kernel_us=statistics.median(d.dur for d in kernels) if kernels else None,
-        median_launch_us=statistics.median(r.dur for r in launches) if launches else None,
+        median_kernel_us=_median_dur(kernels, 4) if kernels else None,
+        median_launch_us=_median_dur(launches, 2) if launches else None,
         syncs_per_step=len(episodes) / n,
         sync_ms_per_step=sum(e.blocked_us for e in episodes) / n / 1e3,
         memcpy_ms_per_step=IntervalSet((d.start, d.end) for d in memcpys).total() / n / 1e3,
         memcpy_per_step=len(memcpys) / n,
         top=tuple(_top_kernels(kernels, n)), sync_episodes=tuple(episodes),
         **_comm_compute(compute, comm, windows, n), **common)
+
+
+def _median_dur(events: list, start: int) -> float:
+    """``statistics.median`` of the events' ``dur`` (end - start, the fields at ``start`` and ``start + 1``),
+    read as columns: the same middle values and the same mean of the two for an even count."""
+    n = len(events)
+    dur = (np.fromiter(map(itemgetter(start + 1), events), np.float64, n)
+           - np.fromiter(map(itemgetter(start), events), np.float64, n))
+    k = n // 2
+    if n % 2:
+        return float(np.partition(dur, k)[k])
+    part = np.partition(dur, (k - 1, k))
+    return (float(part[k - 1]) + float(part[k])) / 2
 
 
 def _peak_allocated(memory) -> dict[int, int | None]:
@@ -182,11 +196,14 @@ def top_level_ops(trace: ParsedTrace) -> dict:
     out = {}
     for key, code in threads.items():
         rows = order[bounds[code]:bounds[code + 1]]
-        starts, ends = start[rows], end[rows]
-        tops, i = [], 0
+        starts = start[rows]
+        # after taking op i, the next one taken: the first that starts at or after its end (at least i + 1)
+        after = np.maximum(np.arange(1, len(rows) + 1), starts.searchsorted(end[rows])).tolist()
+        taken, i = [], 0
         while i < len(rows):
-            tops.append(int(rows[i]))
-            i = max(i + 1, int(starts.searchsorted(ends[i])))
+            taken.append(i)
+            i = after[i]
+        tops = rows[taken].tolist()
         out[key] = ([ops[k].start for k in tops], [ops[k] for k in tops])
     return out
 
@@ -212,11 +229,17 @@ def op_table(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
 
 
 def _top_kernels(kernels, n: int, rows: int | None = TOP_N) -> list[TopItem]:
-    total: dict[str, float] = defaultdict(float)
-    count: dict[str, int] = defaultdict(int)
-    for k in kernels:
-        total[k.name] += k.dur
-        count[k.name] += 1
+    # per name, in order of first appearance: the durations summed in the kernels' order (bincount adds
+    # them one by one, as a loop would) and the count
+    index: dict[str, int] = {}  # name -> the position of its first kernel
+    first = np.fromiter(map(index.setdefault, map(itemgetter(0), kernels), itertools.count()), np.int64,
+                        len(kernels))
+    codes = np.unique(first, return_inverse=True)[1].reshape(-1)  # 0, 1, ... in order of first appearance
+    names = list(index)
+    dur = (np.fromiter(map(itemgetter(5), kernels), np.float64, len(kernels))
+           - np.fromiter(map(itemgetter(4), kernels), np.float64, len(kernels)))
+    total = dict(zip(names, np.bincount(codes, weights=dur, minlength=len(names)).tolist()))
+    count = dict(zip(names, np.bincount(codes, minlength=len(names)).tolist()))
     grand = sum(total.values()) or 1.0
     best = sorted(total, key=total.get, reverse=True)[:rows]
     return [TopItem(name, total[name] / n / 1e3, count[name] / n, 100.0 * total[name] / grand)

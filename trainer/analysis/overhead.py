@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from stepscope.analysis.columns import op_columns
+from stepscope.analysis.columns import op_columns, runtime_columns
 from stepscope.analysis.events import MemoryColumns, ParsedTrace
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
@@ -102,7 +102,7 @@ def _kinds(trace: ParsedTrace) -> dict[str, np.ndarray]:
     """The start times of the recorded host events of each kind, sorted."""
     return {"op": np.sort(op_columns(trace).start), "frame": np.asarray(trace.python_calls, dtype=np.float64),
             "builtin": np.asarray(trace.python_builtins, dtype=np.float64),
-            "runtime": _sorted(r.start for r in trace.runtime), "memory": _sorted(MemoryColumns.of(trace.memory).field("ts"))}
+            "runtime": np.sort(runtime_columns(trace).start), "memory": _sorted(MemoryColumns.of(trace.memory).field("ts"))}
 
 
 def events_per_step(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from stepscope.analysis.columns import launch_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent, ParsedTrace
 from stepscope.analysis.per_trace import per_trace
 
@@ -88,11 +89,8 @@ def step_windows(trace: ParsedTrace) -> list[StepWindow]:
 def _device_by_step(trace: ParsedTrace) -> tuple[list[list[DeviceEvent]], list[DeviceEvent]]:
     """Per step, the device activity whose launch ran inside its host range (``step_finder``'s rule), in
     trace order; and the rest. Looked up for all activities at once."""
-    launch = launches_by_correlation(trace)
     device, steps = trace.device, trace.steps
-    nan = float("nan")
-    launched_at = np.array([r.start if (r := launch.get(d.correlation)) is not None else nan for d in device],
-                           dtype=np.float64)
+    launched_at = launch_columns(trace).start  # NaN: no launch
     step_ends = np.array([s.end for s in steps], dtype=np.float64)
     i = np.searchsorted(np.array([s.start for s in steps], dtype=np.float64), launched_at, side="right") - 1
     step_of = np.where((i >= 0) & (launched_at < step_ends[np.maximum(i, 0)]), i, -1)  # NaN: no launch, -1

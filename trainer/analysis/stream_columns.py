@@ -13,6 +13,7 @@ msgspec and collected event by event, which gives the same events or the same er
 from __future__ import annotations
 
 import math
+from itertools import repeat
 
 import numpy as np
 from stepscope.analysis.events import (
@@ -210,19 +211,26 @@ def _add(c, cols: Columns) -> bool:
                                t_all[module_rows].tolist()))
     if len(dev_rows):
         kinds = [DEVICE_KINDS[infos[k][0]] for k in cat[dev_rows].tolist()]
-        c.device.extend(map(DeviceEvent, names(dev_rows), kinds, device, stream, s_all[dev_rows].tolist(),
-                            t_all[dev_rows].tolist(), dev_corr))
+        c.device.extend(rows_of(DeviceEvent, names(dev_rows), kinds, device, stream, s_all[dev_rows].tolist(),
+                                t_all[dev_rows].tolist(), dev_corr))
     if len(rt_rows):
-        c.runtime.extend(map(HostEvent, names(rt_rows), rt_tid, s_all[rt_rows].tolist(), t_all[rt_rows].tolist(),
-                             rt_corr))
+        c.runtime.extend(rows_of(HostEvent, names(rt_rows), rt_tid, s_all[rt_rows].tolist(),
+                                 t_all[rt_rows].tolist(), rt_corr))
     for rows, tids, out in ((data_rows, data_tid, c.data_spans), (op_rows, op_tid, c.ops),
                             (ann_rows, ann_tid, c.annotations)):
         if len(rows):
-            out.extend(map(HostEvent, names(rows), tids, s_all[rows].tolist(), t_all[rows].tolist()))
+            out.extend(rows_of(HostEvent, names(rows), tids, s_all[rows].tolist(), t_all[rows].tolist(),
+                               repeat(None)))
     if len(op_rows) and not c.shapes:
         c.shapes = bool(np.any(args_object[op_rows] & (cols.type("input_dims")[op_rows] != T_MISSING)))
     c.count += n
     return True
+
+
+def rows_of(cls: type, *columns):
+    """``map(cls, *columns)`` for a named tuple ``cls`` given every field: the tuples made in C, without a
+    call of the class's Python ``__new__`` per event (half the cost, for millions of events)."""
+    return map(tuple.__new__, repeat(cls), zip(*columns))
 
 
 def _no_strings(cols: Columns, rows: np.ndarray, field: str) -> bool:

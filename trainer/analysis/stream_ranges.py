@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from stepscope.analysis.events import DeviceEvent, HostEvent
 from stepscope.analysis.stream_collect import Collector, from_objects, read
+from stepscope.analysis.stream_columns import rows_of
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
 from stepscope.trace.workers import fork_pool
@@ -117,11 +118,11 @@ def decode_into(c: Collector, part: dict) -> None:
     c.memory.add_columns([ts.tolist(), *fields])
     for name in HOST_LISTS:
         codes, tids, starts, ends, corr = part[name]
-        getattr(c, name).extend(map(HostEvent, [names[k] for k in codes.tolist()], tids, starts.tolist(),
-                                    ends.tolist(), corr))
+        getattr(c, name).extend(rows_of(HostEvent, list(map(names.__getitem__, codes.tolist())), tids,
+                                        starts.tolist(), ends.tolist(), corr))
     codes, kind, dev, stream, starts, ends, corr = part["device"]
-    c.device.extend(map(DeviceEvent, [names[k] for k in codes.tolist()], kind, dev, stream, starts.tolist(),
-                        ends.tolist(), corr))
+    c.device.extend(rows_of(DeviceEvent, list(map(names.__getitem__, codes.tolist())), kind, dev, stream,
+                            starts.tolist(), ends.tolist(), corr))
 
 
 @gc_paused()

@@ -41,7 +41,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+import numpy as np
 from stepscope.analysis.breakdown import Breakdown, host_sets
+from stepscope.analysis.columns import op_columns
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.overhead import Inflation
@@ -160,7 +162,7 @@ def _work_in_waits(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[float
     """Torch ops and Python frames per step inside the waits for data (DataLoader and ``data`` ranges)."""
     data = host_sets(trace).data
     n = len(windows)
-    ops = sum(1 for o in trace.ops if data.covers(o.start)) / n
+    ops = int(np.count_nonzero(data.covers_each(op_columns(trace).start))) / n
     starts = trace.python_calls
     frames = sum(bisect_left(starts, t1) - bisect_left(starts, t0) for t0, t1 in data) / n
     return ops, frames

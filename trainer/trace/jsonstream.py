@@ -237,14 +237,17 @@ def read_header(path: Path) -> dict:
 def _last_boundary(buf: bytearray, after: int) -> int | None:
     """Position of the ``}`` of the last event-closing brace in ``buf`` after ``after`` + 1 (the byte after
     it is then overwritten with ``]``): the position just after the ``}``, or None."""
-    start = max(after + 1, len(buf) - (1 << 20))
+    # Two boundaries never overlap (one starts at a "}", which the rest of the pattern cannot hold), so the
+    # last one found from any start is the last of the whole buffer: look in its tail first, widening it.
+    tail = 1 << 16
     while True:
+        start = max(after + 1, len(buf) - tail)
         last = None
         for m in BOUNDARY.finditer(buf, start):
             last = m.start() + 1
         if last is not None or start <= after + 1:
             return last
-        start = max(after + 1, start - (16 << 20))  # no boundary in the last MiB: look further back
+        tail <<= 4  # no boundary in the tail: look further back
 
 
 def split_points(path: Path, parts: int, decode: Callable[[bytes], list],

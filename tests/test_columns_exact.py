@@ -1,0 +1,223 @@
+"""The analysis's column passes give exactly what the plain per-event loops give (the loops are written out
+here as the reference): the columns of the event tuples, each device activity's launch, the top-level ops,
+the kernel table and medians, the memory phases and allocator calls; and the stream's cut at the last
+event boundary of a buffer. Real traces from tests/data, and seeded random events
+for the ties, duplicates and empty cases a recording seldom holds.
+
+    pytest tests/test_columns_exact.py -q
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from stepscope.analysis import memory, metrics
+from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
+from stepscope.analysis.events import DeviceEvent, HostEvent, is_comm_kernel
+from stepscope.analysis.steps import launches_by_correlation, step_windows
+from stepscope.analysis.stream_columns import rows_of
+from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.trace.jsonstream import BOUNDARY, _last_boundary
+
+DATA = Path(__file__).parent / "data"
+TRACES = [DATA / "eager_bs128" / "eager_bs128.1795259107760373831.pt.trace.json.gz",
+          DATA / "nccl_ddp" / "vm_600_rank0.1795261524036570560.pt.trace.json.gz",
+          DATA / "suite_ddp" / "comm" / "comm_rank0.1795382598441226153.pt.trace.json.gz"]
+
+
+def _parsed(path: Path):
+    return parse_trace_file(path, "w", "1")
+
+
+def _random_trace(seed: int):
+    """A real trace's header and steps with random ops, runtime calls and kernels: repeated names, equal
+    start times, nested and overlapping ops, duplicate and missing correlation ids."""
+    rng = random.Random(seed)
+    base = _parsed(TRACES[0])
+    lo, hi = base.steps[0].start, base.steps[-1].end
+    t = lambda: round(rng.uniform(lo, hi), rng.choice([0, 1, 3]))  # noqa: E731 (ties at coarse rounding)
+    ops = []
+    for _ in range(rng.randint(0, 400)):
+        s = t()
+        ops.append(HostEvent(rng.choice(["aten::add", "aten::empty", "autograd::engine::evaluate_function: X",
+                                         "Optimizer.step#SGD.step", "aten::mm"]),
+                             rng.choice([1, 2, "7"]), s, s + rng.choice([0.0, 1.0, rng.uniform(0, 5e3)])))
+    runtime = []
+    for _ in range(rng.randint(0, 300)):
+        s = t()
+        runtime.append(HostEvent("cudaLaunchKernel", 1, s, s + rng.uniform(0, 20), rng.choice([None, *range(50)])))
+    device = []
+    for _ in range(rng.randint(0, 300)):
+        s = t()
+        device.append(DeviceEvent(rng.choice(["k1", "k2", "ncclKernel_AllReduce", "Memcpy HtoD"]),
+                                  rng.choice(["kernel", "kernel", "memcpy"]), 0, 7, s, s + rng.choice([1e-3, 2.5, 40.0]),
+                                  rng.choice([None, *range(60)])))
+    return replace(base, ops=tuple(ops), runtime=tuple(runtime), device=tuple(sorted(device, key=lambda d: d.start)))
+
+
+def _traces():
+    return [_parsed(p) for p in TRACES] + [_random_trace(seed) for seed in range(12)]
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return _traces()
+
+
+def _same(a: np.ndarray, b: list) -> bool:
+    return a.tolist() == list(b) and len(a) == len(b)
+
+
+def test_columns_are_the_events_fields(traces):
+    for trace in traces:
+        ops = op_columns(trace)
+        assert ops.names == tuple(o.name for o in trace.ops)
+        assert _same(ops.start, [o.start for o in trace.ops]) and _same(ops.end, [o.end for o in trace.ops])
+        assert [list(ops.threads)[k] for k in ops.thread.tolist()] == [o.tid for o in trace.ops]
+        rt = runtime_columns(trace)
+        assert _same(rt.start, [r.start for r in trace.runtime]) and _same(rt.end, [r.end for r in trace.runtime])
+        dev = device_columns(trace)
+        assert _same(dev.start, [d.start for d in trace.device]) and _same(dev.end, [d.end for d in trace.device])
+        assert _same(dev.is_copy, [d.kind == "memcpy" for d in trace.device])
+        assert _same(dev.is_comm, [is_comm_kernel(d.name) for d in trace.device])
+
+
+def test_launch_columns_are_the_correlated_launches(traces):
+    found_some = False
+    for trace in traces:
+        launch = launches_by_correlation(trace)  # the dict the per-event rule looks each activity up in
+        cols = launch_columns(trace)
+        for d, found, start, end in zip(trace.device, cols.found.tolist(), cols.start.tolist(), cols.end.tolist(),
+                                        strict=True):
+            r = launch.get(d.correlation)
+            assert found == (r is not None)
+            if r is None:
+                assert np.isnan(start) and np.isnan(end)
+            else:
+                assert (start, end) == (r.start, r.end)
+                found_some = True
+    assert found_some
+
+
+def _top_level_reference(trace) -> dict:
+    """metrics.top_level_ops as a loop over each thread's ops in (start, -end) order."""
+    by_tid = defaultdict(list)
+    for k, o in enumerate(trace.ops):
+        by_tid[o.tid].append((o.start, -o.end, k))
+    out = {}
+    for tid, rows in by_tid.items():
+        rows.sort()
+        starts = [s for s, _, _ in rows]
+        tops, i = [], 0
+        while i < len(rows):
+            tops.append(rows[i][2])
+            end = trace.ops[rows[i][2]].end
+            i = max(i + 1, np.searchsorted(np.array(starts), end).item())
+        out[tid] = ([trace.ops[k].start for k in tops], [trace.ops[k] for k in tops])
+    return out
+
+
+def test_top_level_ops(traces):
+    for trace in traces:
+        assert metrics.top_level_ops(trace) == _top_level_reference(trace)
+
+
+def _top_kernels_reference(kernels, n: int) -> list:
+    total, count = defaultdict(float), defaultdict(int)
+    for k in kernels:
+        total[k.name] += k.dur
+        count[k.name] += 1
+    grand = sum(total.values()) or 1.0
+    best = sorted(total, key=total.get, reverse=True)
+    return [metrics.TopItem(name, total[name] / n / 1e3, count[name] / n, 100.0 * total[name] / grand)
+            for name in best]
+
+
+def test_kernel_table_and_medians(traces):
+    for trace in traces:
+        kernels = [d for d in trace.device if d.kind == "kernel"]
+        for n in (1, 3):
+            assert metrics._top_kernels(kernels, n, None) == _top_kernels_reference(kernels, n)
+        for events, start in ((kernels, 4), (list(trace.runtime), 2)):
+            for part in (events, events[:-1] or events):
+                if part:
+                    assert metrics._median_dur(part, start) == statistics.median(e.dur for e in part)
+
+
+def _phases_reference(trace, windows) -> list:
+    cols = op_columns(trace)
+    lo, hi = windows[0].host_start, windows[-1].host_end
+    spans = [(s, e, name) for s, e, name in zip(cols.start.tolist(), cols.end.tolist(), cols.names)
+             if lo <= s < hi]
+    backward = sorted((s, e) for s, e, name in spans if name.startswith(memory.BACKWARD_OP))
+    optim = sorted([(s, e) for s, e, name in spans if name.startswith(memory.OPTIMIZER_RANGE)]
+                   + [(a.start, a.end) for a in trace.annotations if a.name.startswith(memory.OPTIMIZER_RANGE)])
+    out = []
+    for w in windows:
+        mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
+        ranges = [o for o in optim if w.host_start <= o[0] < w.host_end]
+        out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
+    return out
+
+
+def test_memory_phases(traces):
+    some = False
+    for trace in traces:
+        windows = step_windows(trace)
+        expected = _phases_reference(trace, windows)
+        assert memory._phases(trace, windows) == expected
+        some = some or any(b is not None for b, _, _ in expected)
+    assert some  # a trace with a backward in its steps
+
+
+def test_rows_of_makes_the_named_tuples():
+    names, tids, starts, ends = ["a", "b"], [1, "2"], [0.0, 1.5], [1.0, 2.5]
+    made = list(rows_of(HostEvent, names, tids, starts, ends, [None, 7]))
+    assert made == list(map(HostEvent, names, tids, starts, ends, [None, 7]))
+    assert all(type(e) is HostEvent for e in made) and made[1].correlation == 7 and made[1].dur == 1.0
+    assert list(rows_of(HostEvent, [], [], [], [], [])) == []
+
+
+def _allocator_calls_reference(trace, windows) -> tuple:
+    count, us, syncs, steps = 0, 0.0, 0, set()
+    for r in trace.runtime:
+        if r.name.startswith(memory.ALLOCATOR_CALLS):
+            i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
+            if i is not None:
+                count, us, syncs = count + 1, us + r.dur, syncs + (r.name in memory.SYNCING_ALLOCATOR_CALLS)
+                steps.add(i)
+    return count, us / 1e3, syncs, len(windows) >= memory.CHURN_MIN_STEPS and len(steps) == len(windows)
+
+
+def test_allocator_calls(traces):
+    rng, counted = random.Random(5), 0
+    for trace in traces:
+        windows = step_windows(trace)
+        # some of the runtime calls renamed to allocator calls, inside and outside the steps
+        runtime = tuple(r._replace(name=rng.choice(["cudaMalloc", "cudaFree", "cuMemMap"])) if rng.random() < 0.2
+                        else r for r in trace.runtime)
+        for t in (trace, replace(trace, runtime=runtime)):
+            expected = _allocator_calls_reference(t, windows)
+            assert memory._allocator_calls(t, windows) == expected
+            counted += expected[0]
+    assert counted > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_last_boundary_is_the_last_of_the_buffer(seed):
+    """jsonstream's cut: the last event boundary after ``after``, however far back it lies."""
+    rng = random.Random(seed)
+    events = [b'{"name": "%d", "args": {"x": [%s]}}' % (k, b", ".join([b"{}"] * rng.choice([0, 1, 3])))
+              for k in range(rng.randint(1, 200))]
+    seps = [rng.choice([b",", b", ", b" ,\n ", b",\t"]) for _ in events]
+    buf = bytearray(b"".join(e + s for e, s in zip(events, seps))[:-1])
+    buf += b"," + b'{"name": "big", "s": "' + b"}" * rng.choice([10, 70_000, 1_200_000]) + b'"}'  # no boundary in it
+    for after in (-1, 0, len(buf) // 3, len(buf) - 5):
+        found = [m.start() + 1 for m in BOUNDARY.finditer(buf, after + 1)]
+        assert _last_boundary(buf, after) == (found[-1] if found else None)
