@@ -11,8 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from trainrun import FAST, PLAIN_RUN, REPO, TRAIN, run_json, run_train, shared_run
 
 # No test here depends on the model: LeNet's steps cost a fraction of ResNet-8's (the default architecture, which
-# the session's profiled shared runs train). A ResNet-8 run of 40 steps cost about 50 CPU-s; LeNet's 80 steps
-# below, on one OpenMP thread (a second one spins on a loaded 2-core machine), about 9.
+# the session's profiled shared runs train). On the 2-core machine with its cores busy (as under pytest-xdist), a
+# ResNet-8 run of 40 steps cost 50 to 65 CPU-s; LeNet's 80 steps below, on one OpenMP thread, about 10.
 LENET = ["--arch", "lenet"]
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
