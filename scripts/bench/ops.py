@@ -35,7 +35,6 @@ import datetime
 import functools
 import json
 import math
-import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -46,6 +45,8 @@ from stepscope import kernels
 from stepscope.cli.oneline import OneLineParser
 from stepscope.demo.step import capture_graph
 from stepscope.demo.timing import time_fn
+
+from bench.out_file import writable_file_error
 
 EAGER = {  # op -> (number of inputs, eager PyTorch)
     "add": (2, lambda a, b: a + b),
@@ -354,25 +355,6 @@ def print_summary(rows: list[dict], classic: list[dict], sweep: dict, checks: li
             print(f"sweep {key}: {sweep[key]:.4g}")
     for c in checks:
         print(f"target {'MET   ' if c['met'] else 'MISSED'} {c['target']}: {c['value']:.3f}")
-
-
-def writable_file_error(path: Path, flag: str) -> str | None:
-    """Why `path` cannot be written as a file, or None; creates missing parent folders, writes nothing."""
-    if path.is_dir():
-        return f"{flag} {path} is a folder; give a file name"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return f"{flag} {path}: cannot create its folder ({e.strerror})"
-    existed = path.exists()
-    try:
-        with open(path, "a"):
-            pass
-    except OSError as e:
-        return f"{flag} {path} is not writable ({e.strerror})"
-    if not existed:
-        os.remove(path)
-    return None
 
 
 def check_args(parser, args) -> int:

@@ -27,7 +27,7 @@ from stepscope.demo.config import ARCHS, COMPILE_MODES
 from stepscope.demo.launch import TrainFailed, checkout_train, run_train
 
 from bench import REPO
-from bench.ops import writable_file_error
+from bench.out_file import writable_file_error
 
 OPS = ("native", "custom")
 PHASES = ("step_ms", "dispatch_ms", "data_ms", "copy_host_ms", "cpu_ms")

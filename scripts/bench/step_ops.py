@@ -18,23 +18,28 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from stepscope import kernels
-from stepscope.capture.phases import Phases
 from stepscope.cli.oneline import OneLineParser
 from stepscope.demo.config import ARCHS, COMPILE_MODES, ModelConfig, OptimConfig
-from stepscope.demo.env import configure_process, make_env
-from stepscope.demo.models import build_model
-from stepscope.demo.optim import build_optimizer, loss_fn
-from stepscope.demo.step import CompiledStep, EagerStep
 
-from bench.ops import writable_file_error
+from bench.out_file import writable_file_error
+
+# torch, the kernels and the trainer's builders are imported by the functions that use them: a refused argument
+# costs no torch import (seconds of CPU)
+if TYPE_CHECKING:
+    import torch
 
 OPS = ("native", "custom")
 
 
 def build_steps(arch: str, batch_size: int, steps: int, compile_mode: str | None, env) -> dict:
+    import torch
+    from stepscope.capture.phases import Phases
+    from stepscope.demo.models import build_model
+    from stepscope.demo.optim import build_optimizer, loss_fn
+    from stepscope.demo.step import CompiledStep, EagerStep
+
     torch.manual_seed(0)
     models = {ops: build_model(ModelConfig(arch=arch, ops=ops)).to(env.device, memory_format=env.memory_format)
               for ops in OPS}
@@ -49,6 +54,8 @@ def build_steps(arch: str, batch_size: int, steps: int, compile_mode: str | None
 
 def check_same_step(steps: dict, x: torch.Tensor, y: torch.Tensor) -> None:
     """One step of each from the same weights: same loss and gradients, up to bf16 rounding."""
+    import torch
+
     grads = {}
     for ops, step in steps.items():
         with step.env.autocast():
@@ -64,6 +71,8 @@ def check_same_step(steps: dict, x: torch.Tensor, y: torch.Tensor) -> None:
 
 
 def timed(steps: dict, x: torch.Tensor, y: torch.Tensor, pairs: int, warmup: int) -> dict:
+    import torch
+
     for _ in range(warmup):
         for step in steps.values():
             step(x, y)
@@ -93,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--steps and --batch-size must be at least 1; got {a.steps} and {a.batch_size}")
     if a.out is not None and (problem := writable_file_error(a.out, "--out")):
         p.error(problem)
+    import torch
+    from stepscope import kernels
+    from stepscope.demo.env import configure_process, make_env
+
     if not torch.cuda.is_available():
         print("bench_step_ops.py: error: needs a CUDA GPU", file=sys.stderr)
         return 2
