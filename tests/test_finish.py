@@ -92,7 +92,7 @@ def test_run_json_is_written_when_the_diagnosis_meets_a_bad_trace(tmp_path, monk
     record.write(run)
     progress = SimpleNamespace(steps=3, train_loss=1.5, eval_accuracy=None, history=[(1, 2.0), (3, 1.5)])
     thr = SimpleNamespace(images_per_s=None, mean_ms=None, median_ms=None, steps=0, all_ms=[],
-                          telemetry=lambda: {})
+                          telemetry=lambda: {}, contention=lambda: None)
     parts = finish.RunParts(env=SimpleNamespace(is_main=True), group=SimpleNamespace(barrier=lambda: None),
                             stop=Stop(), log=SimpleNamespace(close=lambda: None),
                             handler=SimpleNamespace(cycles=1))
