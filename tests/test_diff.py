@@ -87,7 +87,7 @@ def test_the_drift_between_runs_widens_the_interval():
     assert low <= 1.0 <= high and ratio == pytest.approx(1.08, abs=0.02)
     assert ratio_interval(a, b, run_noise=0.0)[1] > 1.0
     # a step twice as long stands out of it
-    assert ratio_interval(a, list(rng.normal(200, 4, 90)))[1] > 1.5
+    assert ratio_interval(a, list(rng.normal(200, 4, 90)))[1] > 1.3
 
 
 @pytest.mark.alone  # two identical runs timed side by side: a neighbouring test slows one of them
