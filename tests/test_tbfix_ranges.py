@@ -179,3 +179,18 @@ def test_gc_paused_restores_what_it_found():
         assert not gc.isenabled()  # off before, off after
     finally:
         gc.enable()
+
+
+def test_a_copy_the_plugin_runs_out_of_memory_on_is_said_as_too_large(monkeypatch):
+    """The plugin holds a whole trace as Python objects: where that exhausts the memory the process may use, the
+    export's one line says the trace is too large for the memory here, as the analysis would (the export's check
+    may meet the limit first where the analysis' compiled reader needs less)."""
+    from stepscope.plugin_copy.plugin_check import plugin_problem
+    from torch_tb_profiler.profiler.data import RunProfileData
+
+    def parse(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(RunProfileData, "parse", staticmethod(parse))
+    trace = next((DATA / "cpu_resnet").glob("*.pt.trace.json*"))
+    assert plugin_problem(trace) == "MemoryError: too large to load into the memory available here"

@@ -57,6 +57,8 @@ def plugin_problem(path: Path, worker: str = "worker", span: str = "1",
             data = RunProfileData.parse(worker, span, str(path), cache)
             RunGenerator(worker, span, data).generate_run_profile()
             DistributedRunProfileData(data)
+    except MemoryError:  # the plugin holds the whole trace as Python objects, several times the file
+        return "MemoryError: too large to load into the memory available here"
     except Exception as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
     finally:
