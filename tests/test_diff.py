@@ -153,6 +153,8 @@ def test_a_run_slowed_by_other_processes_widens_the_interval(capsys, tmp_path):
     rc, d, err = diff(capsys, a, tmp_path / "plain", "--fail-above", "5%")
     assert rc == 1 and d["significant"] and d["ratio"] > 2, d["summary"]
     plain_low = d["low"]
+    rc, d, _ = diff(capsys, tmp_path / "plain", a)
+    plain_high = d["high"]
     rc, d, err = diff(capsys, a, tmp_path / "shared", "--fail-above", "5%")
     assert rc == 0 and not d["significant"] and "regression" not in err
     assert d["summary"].startswith("no significant change") and "48% of all CPUs" in d["summary"]
@@ -161,6 +163,12 @@ def test_a_run_slowed_by_other_processes_widens_the_interval(capsys, tmp_path):
     rc, d, err = diff(capsys, a, tmp_path / "some_wait", "--fail-above", "5%")
     assert rc == 1 and d["significant"] and d["low"] == pytest.approx(plain_low * 0.645), d["summary"]
     assert "allowing for that" in d["summary"]
+    # a thread that waited all the time it was ready (recorded as 100%): the widest interval, no crash
+    slow["final"].update(others_cpu_pct=90.0, waited_cpu_pct=100.0)
+    (tmp_path / "all_wait").mkdir()
+    (tmp_path / "all_wait" / "run.json").write_text(json.dumps(slow))
+    rc, d, err = diff(capsys, tmp_path / "all_wait", a, "--fail-above", "5%")
+    assert rc == 0 and not d["significant"] and d["high"] == pytest.approx(plain_high * 1000), d["summary"]
     # other jobs on a big machine that left the run's threads the CPUs they wanted: judged as usual
     rc, d, err = diff(capsys, a, tmp_path / "big_host", "--fail-above", "5%")
     assert rc == 1 and d["significant"], d["summary"]

@@ -55,6 +55,7 @@ RUN_NOISE = 0.12
 # them: the interval is widened by as much as that waiting could have slowed its steps
 OTHERS_MAX_PCT = 10.0
 WAITED_MAX_PCT = 10.0
+MIN_WAIT_FACTOR = 0.001  # a thread that waited all the time it was ready bounds nothing: 1000x at most
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -107,6 +108,12 @@ def slowed_by_others(m: Measured) -> bool:
     """The run's threads waited for CPUs that other processes held (both beyond their bounds, above)."""
     return (m.others_pct is not None and m.waited_pct is not None and m.others_pct > OTHERS_MAX_PCT
             and m.waited_pct > WAITED_MAX_PCT)
+
+
+def wait_factor(m: Measured) -> float:
+    """1 / the most that waiting for CPUs could have slowed the run's steps: 1 - waited for a run that other
+    processes slowed (a wait recorded as 99.9% or more counts as 99.9%: at most 1000x), else 1."""
+    return max(1 - m.waited_pct / 100, MIN_WAIT_FACTOR) if slowed_by_others(m) else 1.0
 
 
 def config_changes(a: dict, b: dict) -> list[dict]:
@@ -165,8 +172,8 @@ def compare_runs(a: Run, b: Run, name_a: str = "A", name_b: str = "B",
         loaded = [(n, m) for n, m in ((name_a, a), (name_b, b)) if slowed_by_others(m)]
         if loaded:
             # B's steps may be up to 1 / (1 - waited) slower than its work (the ratio lower), A's likewise
-            low *= 1 - b.waited_pct / 100 if slowed_by_others(b) else 1.0
-            high /= 1 - a.waited_pct / 100 if slowed_by_others(a) else 1.0
+            low *= wait_factor(b)
+            high /= wait_factor(a)
             significant = not low <= 1.0 <= high
             said = "; ".join(f"while {n} ran, other processes used {m.others_pct:.0f}% of all CPUs and one of its "
                              f"threads waited for a CPU {m.waited_pct:.0f}% of the time it was ready" for n, m in loaded)
