@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_verify.sh OUT_DIR [parts...]     parts: verdicts holdout loops after integrations gaps nvml verdicts_ddp verify
 #                                                     verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate
-#                                                     memory memory_extra memory_bisect memory_ddp capture
+#                                                     memory memory_extra memory_verify memory_bisect memory_predict memory_ddp capture
 #                                                     (default: compare overhead plugin tests)
 #
 # loops: the same scenarios (and the held-out families) as plain loops with stepscope.schedule +
@@ -44,6 +44,8 @@
 # OUT_DIR/memory_extra/churn_trace. memory_bisect: --parts bisect, per family the predicted largest batch against
 # the out-of-memory boundary found by bisection in fresh processes (to 2%), with every try's peaks
 # (MEMB_BUDGET seconds shared by the families, default 420; MEMB_ARGS, e.g. "--bisect-families resnet50 gpt").
+# memory_predict: --parts predict, the prediction alone against the boundaries bisected before on this GPU model
+# (MEMP_ARGS, e.g. "--families resnet50 gpt"). memory_verify: memory_extra's stepscope verify --memory alone.
 # memory_ddp (2 GPUs): --parts ddp_peaks, each rank's trace peaks of a DDP loop under torchrun against its own
 # max_memory_allocated (MEMD_ARGS, e.g. "--ddp-family gpt"). All write OUT_DIR/memory*/memory_truth.json and a log.
 # capture: the trainer's profiled run on the shared capture stack (two cycles, every export), its files and
@@ -61,8 +63,8 @@ OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra|memory_bisect|memory_ddp|capture) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra memory_bisect memory_ddp capture" >&2; exit 2;;
+  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra|memory_verify|memory_bisect|memory_predict|memory_ddp|capture) ;;
+    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra memory_verify memory_bisect memory_predict memory_ddp capture" >&2; exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -346,6 +348,9 @@ part_memory_extra() {
   timeout "${MEMX_TIMEOUT:-540}" python3 scripts/verify_memory.py --out "$OUT/memory_extra" --parts boundary causes \
     --reps "${MEM_REPS:-3}" ${MEMX_ARGS:-} > "$OUT/memory_extra.log" 2>&1; echo "exit $?"
   grep -E "^(boundary|causes)" "$OUT/memory_extra.log"
+  part_memory_verify
+}
+part_memory_verify() {
   stamp "stepscope verify --memory: a profiled resnet18 run re-run at its predicted batch and with expandable segments"
   timeout 150 python3 scripts/train.py --profile --arch resnet18 --batch-size 128 --steps 40 --log-every 10 \
     --device cuda --logdir "$L/mem" --run-name r > "$OUT/memory_verify_train.log" 2>&1; echo "exit $?"
@@ -358,6 +363,12 @@ part_memory_bisect() {
   timeout $(( ${MEMB_BUDGET:-420} + 60 )) python3 scripts/verify_memory.py --out "$OUT/memory_bisect" --parts bisect \
     --bisect-budget "${MEMB_BUDGET:-420}" ${MEMB_ARGS:-} > "$OUT/memory_bisect.log" 2>&1; echo "exit $?"
   grep -E "^bisect" "$OUT/memory_bisect.log"
+}
+part_memory_predict() {
+  stamp "verify_memory.py --parts predict: the prediction against the boundaries bisected before on this GPU model"
+  timeout "${MEMP_TIMEOUT:-300}" python3 scripts/verify_memory.py --out "$OUT/memory_predict" --parts predict \
+    ${MEMP_ARGS:-} > "$OUT/memory_predict.log" 2>&1; echo "exit $?"
+  grep -E "^predict" "$OUT/memory_predict.log"
 }
 part_memory_ddp() {
   stamp "verify_memory.py --parts ddp_peaks: each DDP rank's trace peaks vs its max_memory_allocated (2 GPUs)"

@@ -1,7 +1,7 @@
 """The device harness of the memory diagnosis (scripts/bench/memory_truth.py) on the CPU: the bisection of the
 out-of-memory boundary against a known boundary, the bisect part's rows and JSON with the device's tries
 replaced by a known boundary and a clock, the generated programs compile, and the command refuses a machine
-without CUDA in one line. What needs a GPU runs on one: scripts/gpu_verify.sh memory_bisect memory_ddp.
+without CUDA in one line. What needs a GPU runs on one: scripts/gpu_verify.sh memory_bisect memory_predict memory_ddp.
 
     python -m pytest -q -p no:xdist tests/test_memory_truth.py
 """
@@ -123,6 +123,26 @@ def test_the_bisect_part_writes_each_family_row_as_it_goes(tmp_path):
     mt.bisect(tmp_path, ["mlp_adamw"], late, save, budget_s=10, try_batch=try_batch, predict=predict, sizes=sizes,
               clock=clock)
     assert late == [{"family": "mlp_adamw", "base_batch": 256, "budget_s": 10.0, "error": "no time left"}]
+
+
+def test_predict_holds_the_prediction_to_the_boundary_bisected_before_on_that_gpu_model(tmp_path, capsys):
+    """The predict part: the families with a boundary for this GPU model get the prediction and its error
+    against the largest batch that fit there; the others are said and skipped, with nothing recorded."""
+    rows: list = []
+    saved = []
+
+    def predict(name, folder, b0, timeout):
+        return {"batch_scale_predicted": 15.0, "capacity_gib": 79.2}
+
+    mt.predict(tmp_path, ["resnet50", "mlp_adamw"], rows, lambda: saved.append(len(rows)), predict=predict,
+               device="NVIDIA H100 80GB HBM3")
+    fits, oom = mt.BOUNDARIES["NVIDIA H100 80GB HBM3"]["resnet50"]
+    assert [r["family"] for r in rows] == ["resnet50"] and saved == [1]
+    assert rows[0]["predicted_batch"] == 64 * 15.0 and (rows[0]["boundary_fits"], rows[0]["boundary_oom"]) == (fits, oom)
+    assert rows[0]["error_pct"] == pytest.approx(100 * (960 - fits) / fits, abs=0.01)
+    out = capsys.readouterr().out
+    assert f"predict resnet50: predicted 960.0 against {fits} fits / {oom} does not" in out
+    assert "predict mlp_adamw: no boundary bisected on NVIDIA H100 80GB HBM3" in out
 
 
 def test_the_generated_programs_compile_for_every_family():

@@ -25,6 +25,8 @@ bisect    per family, the predicted largest batch (batch_scale_predicted of the 
           the cache emptied between them; what fits there starts the bisection above it): the data to fit a
           better predictor. Each family has its share of --bisect-budget seconds (what the ones before it left);
           one that runs out reports the bracket it reached.
+predict   per family with a boundary bisected before on this GPU model (BOUNDARIES), the prediction alone against
+          it: the loop recorded at the base batch, no bisection (the boundary is the device's, not stepscope's).
 ddp_peaks each profiled step's peak allocated from the trace of each rank of a 2-GPU DDP loop (torchrun, NCCL)
           against that rank's torch.cuda.max_memory_allocated() for the step; pass within 1%.
 oom       a real out-of-memory error in a stepscope.profile loop (memory history on): the process ends with the
@@ -604,6 +606,40 @@ def _bisect_family(work: Path, name: str, row: dict, until: float, save, try_bat
           f"{found['oom']} does not{narrowed}, error {err}; {len(tries)} tries, {row['seconds']:.0f} s", flush=True)
 
 
+# the out-of-memory boundaries bisected before (largest batch that fits, first that does not), by GPU model:
+# torch 2.11.0+cu130, driver 580.159.04, 2026-11-27 (BENCHMARKS.md, "The predicted largest batch")
+BOUNDARIES = {
+    "NVIDIA H100 80GB HBM3": {"resnet50": (946, 963), "vit_b_16": (634, 646), "gpt": (165, 168), "hf_gpt2": (84, 85)},
+    "NVIDIA H200": {"vit_b_16": (1111, 1131), "gpt": (297, 302)},
+}
+
+
+def predict(work: Path, families: list[str], rows: list, save, predict=_predict, device: str | None = None
+            ) -> list[dict]:
+    """Per family with a boundary in BOUNDARIES for this GPU: the prediction and its error against it."""
+    if device is None:
+        import torch
+        device = torch.cuda.get_device_name(0)
+    known = BOUNDARIES.get(device, {})
+    for name in families:
+        if name not in known:
+            print(f"predict {name}: no boundary bisected on {device}", flush=True)
+            continue
+        b0, (fits, oom) = FAMILIES[name][0], known[name]
+        row = {"family": name, "base_batch": b0, "boundary_fits": fits, "boundary_oom": oom, "device": device}
+        rows.append(row)
+        row.update(predict(name, work / "predict" / name, b0, TRY_TIMEOUT_S))
+        scale = row.get("batch_scale_predicted")
+        if scale is not None:
+            row["predicted_batch"] = round(b0 * scale, 1)
+            row["error_pct"] = round(100.0 * (b0 * scale - fits) / fits, 2)
+        save()
+        err = f"{row['error_pct']:+.1f}%" if "error_pct" in row else f"n/a ({row.get('error', 'no prediction')})"
+        print(f"predict {name}: predicted {row.get('predicted_batch')} against {fits} fits / {oom} does not, "
+              f"error {err}", flush=True)
+    return rows
+
+
 def ddp_peaks(work: Path, rows: list, save, family: str = "resnet50") -> list[dict]:
     """Two ranks of a DDP loop under torchrun: each rank's trace peaks per step against its own counters."""
     import torch
@@ -735,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reps", type=int, default=3, help="runs with and without each injected cause")
     p.add_argument("--parts", nargs="+", default=["peaks", "boundary", "causes", "oom", "history"],
-                   choices=["peaks", "boundary", "causes", "oom", "history", "bisect", "ddp_peaks"])
+                   choices=["peaks", "boundary", "causes", "oom", "history", "bisect", "predict", "ddp_peaks"])
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--boundary-families", nargs="+", default=["resnet50", "vit_b_16", "gpt"], choices=list(FAMILIES))
     p.add_argument("--bisect-families", nargs="+", default=BISECT_FAMILIES, choices=list(FAMILIES))
@@ -769,6 +805,8 @@ def main(argv: list[str] | None = None) -> int:
             causes(work, a.reps, rows, save, keep=a.out / "churn_trace")
         elif part == "bisect":
             bisect(work, a.bisect_families, rows, save, a.bisect_budget)
+        elif part == "predict":
+            predict(work, a.families, rows, save)
         elif part == "ddp_peaks":
             ddp_peaks(work, rows, save, a.ddp_family)
         elif part == "history":

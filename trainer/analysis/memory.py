@@ -121,6 +121,11 @@ class StepMemory:
     modules: tuple | None = None
     outside_modules: int = 0
     largest_allocation: int = 0  # the largest single block the step asked the allocator for (bytes)
+    # what of the step's memory grows with its batch (_scaling): (fixed bytes, batch-scaled bytes) at each
+    # moment that can be its peak at a larger batch, and the largest single block that grows with the batch (not
+    # a gradient, not the optimizer's)
+    scaling: tuple = ()
+    largest_scaled: int = 0
 
     @property
     def fragmentation(self) -> int:
@@ -389,17 +394,12 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
         reserved_at_peak = int(dev.reserved[peak_i])
     else:
         reserved_at_peak = int(dev.reserved[lo - 1] if lo > 0 else dev.reserved[lo])
-    live: dict = {}  # address -> the sample that allocated it, up to the peak
-    for j, b in zip(range(lo, lo + end), dev.nbytes[lo:lo + end].tolist()):
-        if b > 0:
-            live[dev.addr[j]] = (j, b)
-        elif b < 0:
-            live.pop(dev.addr[j], None)
+    nbytes = dev.nbytes[lo:hi].tolist()
     tops: dict[str, int] = defaultdict(int)
     by_module: dict[str | None, int] = defaultdict(int)
     by_tid: dict = defaultdict(list)
-    for j, b in live.values():
-        by_tid[dev.tid[j]].append((j, b))
+    for j in _live(nbytes, dev.addr[lo:hi], end):  # the blocks the step allocated that are live at its peak
+        by_tid[dev.tid[lo + j]].append((lo + j, nbytes[j]))
     for tid, allocs in by_tid.items():
         ts = dev.ts[[j for j, _ in allocs]]
         for name, (_, b) in zip(owners.owners(tid, ts), allocs):
@@ -412,8 +412,73 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
     mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
     phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
     largest = max(int(dev.nbytes[lo:hi].max()), 0)
+    scaling, largest_scaled = _scaling(dev, lo, hi, codes, at_start, phases[2], growth["optimizer_state_new"])
     return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
-                      mods, outside if modules else 0, largest)
+                      mods, outside if modules else 0, largest, scaling, largest_scaled)
+
+
+def _scaling(dev: _Device, lo: int, hi: int, codes: np.ndarray, at_start: int, optim: list, state_new: int
+             ) -> tuple[tuple, int]:
+    """What of a step's memory grows with its batch: the (fixed, scaled) bytes of each moment of the step that
+    can be its peak at some larger batch (_envelope), and the largest single allocation that grows with it.
+
+    The gradients are the blocks that the backward allocated and that are still live when the optimizer (its
+    first range in ``optim``) begins: they have the parameters' sizes, not the batch's, and so do the
+    optimizer's own temporaries. Outside the optimizer, what the step holds above its start scales, less the
+    gradients live at that moment; inside it, at its largest, only what the forward allocated and still holds
+    scales. Without an optimizer range, all the growth scales. The
+    optimizer state a first step creates (``state_new``) is held from the start by the steps after it."""
+    total = dev.total[lo:hi]
+    nbytes = dev.nbytes[lo:hi].tolist()
+    addr = dev.addr[lo:hi]
+    inside = codes == 2
+    begins = int(np.searchsorted(dev.ts[lo:hi], optim[0][0], side="left")) if optim else len(nbytes)
+    grads = {j: nbytes[j] for j in _live(nbytes, addr, begins) if codes[j] == 1} if optim else {}
+    held = np.zeros(len(nbytes), dtype=np.int64)  # +bytes where a gradient is allocated, -bytes where freed
+    held[list(grads)] = list(grads.values())
+    freed = {addr[j]: b for j, b in grads.items()}
+    for j in range(begins, len(nbytes)):
+        if nbytes[j] < 0 and addr[j] in freed:
+            held[j] -= freed.pop(addr[j])
+    fixed = at_start + state_new + np.cumsum(held)
+    fixed, scaled = fixed[~inside], total[~inside] - fixed[~inside]
+    if inside.any():
+        o = int(np.flatnonzero(inside)[np.argmax(total[inside])])
+        forward = sum(nbytes[j] for j in _live(nbytes, addr, o + 1) if codes[j] == 0)
+        fixed, scaled = np.append(fixed, int(total[o]) - forward), np.append(scaled, forward)
+    largest = max((b for j, b in enumerate(nbytes) if b > 0 and j not in grads and codes[j] != 2), default=0)
+    return _envelope(fixed, scaled), largest
+
+
+def _envelope(fixed: np.ndarray, scaled: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The (fixed, scaled) pairs that are the largest fixed + s x scaled for some s >= 1: the upper hull of the
+    points (scaled, fixed), from the one largest at s = 1 (the peak) to the one with the most that scales."""
+    order = np.lexsort((-fixed, -scaled))  # most scaled first, then most fixed
+    f, sc = fixed[order], scaled[order]
+    keep = np.ones(len(f), dtype=bool)  # Pareto: no point with as much scaled holds more fixed
+    keep[1:] = f[1:] > np.maximum.accumulate(f)[:-1]
+    points = sorted(zip(sc[keep].tolist(), f[keep].tolist()))
+    hull: list = []
+    for x, y in points:  # the upper hull, left to right
+        while len(hull) >= 2 and ((hull[-1][0] - hull[-2][0]) * (y - hull[-2][1])
+                                  - (hull[-1][1] - hull[-2][1]) * (x - hull[-2][0])) >= 0:
+            hull.pop()
+        hull.append((x, y))
+    if not hull:
+        return ()
+    k = max(range(len(hull)), key=lambda i: (hull[i][0] + hull[i][1], hull[i][0]))
+    return tuple((int(y), int(x)) for x, y in hull[k:])
+
+
+def _live(nbytes: list, addr: list, n: int) -> list[int]:
+    """The samples among the first ``n`` whose allocation is still live after them."""
+    live: dict = {}  # address -> the sample that allocated it
+    for j in range(n):
+        if nbytes[j] > 0:
+            live[addr[j]] = j
+        elif nbytes[j] < 0:
+            live.pop(addr[j], None)
+    return list(live.values())
 
 
 class _Modules:
@@ -571,20 +636,30 @@ def _creep(steps: tuple[StepMemory, ...]) -> float | None:
 
 
 def batch_scale(d: DeviceMemory) -> float | None:
-    """How many times the batch could grow before the step no longer fits the device (prediction): persistent
-    bytes stay, what the step adds above them at its peak scales with the batch, and so does its largest single
-    allocation, for which the allocator must find one contiguous free block on top of the peak: where cached
-    free memory is split into smaller pieces (a caching allocator's segments), that block needs fresh memory of
-    its own. CONTEXT_BYTES of the device stay outside the allocator. None for the CPU or a step that adds
-    nothing."""
+    """How many times the batch could grow before the step no longer fits the device (prediction), from the
+    peak step's scaling (_scaling): at each moment that can be its peak, the fixed bytes stay and the scaled
+    bytes grow with the batch, and so does its largest single allocation that scales, for which the allocator
+    must find one contiguous free block on top of the peak (where cached free memory is split into smaller
+    pieces, a caching allocator's segments, that block needs fresh memory of its own). CONTEXT_BYTES of the
+    device stay outside the allocator. None for the CPU or a step that adds too little that scales."""
     if d.capacity is None:
         return None
     p = d.peak
-    kept = p.composition["persistent"] + p.composition["optimizer_state_new"]
-    per_batch = p.peak_allocated - kept
-    if per_batch < SCALE_MIN_BYTES:
+    if max((scaled for _, scaled in p.scaling), default=0) < SCALE_MIN_BYTES:
         return None
-    return max((d.capacity - CONTEXT_BYTES - kept) / (per_batch + p.largest_allocation), 0.0)
+    room = d.capacity - CONTEXT_BYTES
+    return max(min((room - fixed) / (scaled + p.largest_scaled) for fixed, scaled in p.scaling if scaled > 0), 0.0)
+
+
+def scaling_peaks(p: StepMemory) -> tuple[tuple[int, int], ...]:
+    """The step's (fixed, scaled) bytes at each moment that can be its peak at a larger batch (_scaling)."""
+    return p.scaling
+
+
+def peak_at(d: DeviceMemory, scale: float) -> float:
+    """The peak allocated that the prediction expects at ``scale`` times the recorded batch: the largest of the
+    peak step's peaks with their scaled bytes grown (_peaks)."""
+    return max((fixed + scale * scaled for fixed, scaled in scaling_peaks(d.peak)), default=float(d.peak.peak_allocated))
 
 
 def _scale(x: float) -> str:

@@ -3,9 +3,9 @@ segments, and compare what the device measured (``stepscope verify --memory RUN`
 
     stepscope verify logs/<run> --memory [--steps 60]
 
-From the run's memory section (analysis/memory.py: persistent bytes stay, what the step adds above them scales
-with the batch), the largest batch that fits is the run's batch times ``batch_scale``, and the peak at a batch B
-is persistent + (peak − persistent) × B / batch. Three unprofiled runs of the same config, under RUN/verify/:
+From the run's memory section (analysis/memory.py: at each of the step's peaks, the fixed bytes stay and what
+grows with the batch scales), the largest batch that fits is the run's batch times ``batch_scale``, and the peak
+at a batch B is the largest of fixed + scaled × B / batch over those peaks (``peak_at``). Three unprofiled runs of the same config, under RUN/verify/:
 
 - ``baseline``: as it was;
 - ``headroom``: at the predicted batch. **confirmed** when it completes (no out-of-memory error) and its
@@ -30,7 +30,7 @@ import os
 import statistics
 from pathlib import Path
 
-from stepscope.analysis.memory import GIB, MIB
+from stepscope.analysis.memory import GIB, MIB, peak_at, scaling_peaks
 from stepscope.demo.config import CHECKPOINTED_ARCHS
 from stepscope.demo.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.report.diff import t_quantile
@@ -109,14 +109,13 @@ def prediction(run_dir: Path, batch: int) -> dict:
                             "the default)")
     if dev.batch_scale is None:
         raise HeadroomError(f"{run_dir}: its step adds too little above its persistent memory to predict a batch")
-    p = dev.peak
-    persistent = p.composition["persistent"] + p.composition["optimizer_state_new"]
-    per_batch = (p.peak_allocated - persistent) / batch
     largest = max(int(batch * dev.batch_scale), batch)
+    scale = largest / batch
+    fixed, scaled = max(scaling_peaks(dev.peak), key=lambda part: part[0] + scale * part[1])  # the one that binds
     return {"device": dev.device, "capacity": dev.capacity, "batch": batch, "batch_scale": dev.batch_scale,
-            "predicted_batch": largest, "persistent": persistent, "per_sample": per_batch,
-            "predicted_peak": persistent + per_batch * largest, "traced_peak": p.peak_allocated,
-            "largest_allocation_per_sample": p.largest_allocation / batch}
+            "predicted_batch": largest, "persistent": fixed, "per_sample": scaled / batch,
+            "predicted_peak": peak_at(dev, scale), "traced_peak": dev.peak.peak_allocated,
+            "largest_allocation_per_sample": dev.peak.largest_scaled / batch}
 
 
 def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int, device: str,
