@@ -45,7 +45,7 @@
 # the out-of-memory boundary found by bisection in fresh processes (to 2%), with every try's peaks
 # (MEMB_BUDGET seconds shared by the families, default 420; MEMB_ARGS, e.g. "--bisect-families resnet50 gpt").
 # memory_predict: --parts predict, the prediction alone against the boundaries bisected before on this GPU model
-# (MEMP_ARGS, e.g. "--families resnet50 gpt"). memory_verify: memory_extra's stepscope verify --memory alone.
+# (MEMP_ARGS, e.g. "--families resnet50 gpt"; MEMP_KEEP=1: the recorded traces in OUT_DIR/predict_traces.tgz). memory_verify: memory_extra's stepscope verify --memory alone.
 # memory_ddp (2 GPUs): --parts ddp_peaks, each rank's trace peaks of a DDP loop under torchrun against its own
 # max_memory_allocated (MEMD_ARGS, e.g. "--ddp-family gpt"). All write OUT_DIR/memory*/memory_truth.json and a log.
 # capture: the trainer's profiled run on the shared capture stack (two cycles, every export), its files and
@@ -367,8 +367,9 @@ part_memory_bisect() {
 part_memory_predict() {
   stamp "verify_memory.py --parts predict: the prediction against the boundaries bisected before on this GPU model"
   timeout "${MEMP_TIMEOUT:-300}" python3 scripts/verify_memory.py --out "$OUT/memory_predict" --parts predict \
-    ${MEMP_ARGS:-} > "$OUT/memory_predict.log" 2>&1; echo "exit $?"
+    ${MEMP_KEEP:+--keep "$L/predict_traces"} ${MEMP_ARGS:-} > "$OUT/memory_predict.log" 2>&1; echo "exit $?"
   grep -E "^predict" "$OUT/memory_predict.log"
+  if [ -n "${MEMP_KEEP:-}" ]; then tar czf "$OUT/predict_traces.tgz" -C "$L" predict_traces && ls -la "$OUT/predict_traces.tgz"; fi
 }
 part_memory_ddp() {
   stamp "verify_memory.py --parts ddp_peaks: each DDP rank's trace peaks vs its max_memory_allocated (2 GPUs)"

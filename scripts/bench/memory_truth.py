@@ -609,14 +609,17 @@ def _bisect_family(work: Path, name: str, row: dict, until: float, save, try_bat
 # the out-of-memory boundaries bisected before (largest batch that fits, first that does not), by GPU model:
 # torch 2.11.0+cu130, driver 580.159.04, 2026-11-27 (BENCHMARKS.md, "The predicted largest batch")
 BOUNDARIES = {
-    "NVIDIA H100 80GB HBM3": {"resnet50": (946, 963), "vit_b_16": (634, 646), "gpt": (165, 168), "hf_gpt2": (84, 85)},
+    "NVIDIA H100 80GB HBM3": {"resnet50": (946, 963), "vit_b_16": (634, 646), "gpt": (165, 168), "hf_gpt2": (84, 85),
+                              # 2026-11-28; resnet18_compiled: a try above 3,759 timed out (compiling), none failed
+                              "mlp_adamw": (241938, 244416), "resnet18_compiled": (3759, None)},
     "NVIDIA H200": {"vit_b_16": (1111, 1131), "gpt": (297, 302)},
 }
 
 
-def predict(work: Path, families: list[str], rows: list, save, predict=_predict, device: str | None = None
-            ) -> list[dict]:
-    """Per family with a boundary in BOUNDARIES for this GPU: the prediction and its error against it."""
+def predict(work: Path, families: list[str], rows: list, save, predict=_predict, device: str | None = None,
+            keep: Path | None = None) -> list[dict]:
+    """Per family with a boundary in BOUNDARIES for this GPU: the prediction and its error against it; with
+    ``keep``, each recorded loop's folder copied under it (the traces, to study the predictor on)."""
     if device is None:
         import torch
         device = torch.cuda.get_device_name(0)
@@ -629,13 +632,16 @@ def predict(work: Path, families: list[str], rows: list, save, predict=_predict,
         row = {"family": name, "base_batch": b0, "boundary_fits": fits, "boundary_oom": oom, "device": device}
         rows.append(row)
         row.update(predict(name, work / "predict" / name, b0, TRY_TIMEOUT_S))
+        if keep is not None and (work / "predict" / name).is_dir():
+            shutil.copytree(work / "predict" / name, keep / name, dirs_exist_ok=True)
         scale = row.get("batch_scale_predicted")
         if scale is not None:
             row["predicted_batch"] = round(b0 * scale, 1)
             row["error_pct"] = round(100.0 * (b0 * scale - fits) / fits, 2)
         save()
         err = f"{row['error_pct']:+.1f}%" if "error_pct" in row else f"n/a ({row.get('error', 'no prediction')})"
-        print(f"predict {name}: predicted {row.get('predicted_batch')} against {fits} fits / {oom} does not, "
+        above = f"{oom} does not" if oom else "no larger try failed"
+        print(f"predict {name}: predicted {row.get('predicted_batch')} against {fits} fits / {above}, "
               f"error {err}", flush=True)
     return rows
 
@@ -778,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bisect-budget", type=float, default=BISECT_BUDGET_S,
                    help="seconds for the whole bisect part, shared by its families")
     p.add_argument("--ddp-family", default="resnet50", choices=list(FAMILIES))
+    p.add_argument("--keep", type=Path, help="predict: copy each family's recorded loop (its traces) under this folder")
     a = p.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
@@ -806,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         elif part == "bisect":
             bisect(work, a.bisect_families, rows, save, a.bisect_budget)
         elif part == "predict":
-            predict(work, a.families, rows, save)
+            predict(work, a.families, rows, save, keep=a.keep)
         elif part == "ddp_peaks":
             ddp_peaks(work, rows, save, a.ddp_family)
         elif part == "history":
