@@ -134,15 +134,15 @@ def test_predict_holds_the_prediction_to_the_boundary_bisected_before_on_that_gp
     def predict(name, folder, b0, timeout):
         return {"batch_scale_predicted": 15.0, "capacity_gib": 79.2}
 
-    mt.predict(tmp_path, ["resnet50", "mlp_adamw"], rows, lambda: saved.append(len(rows)), predict=predict,
-               device="NVIDIA H100 80GB HBM3")
-    fits, oom = mt.BOUNDARIES["NVIDIA H100 80GB HBM3"]["resnet50"]
-    assert [r["family"] for r in rows] == ["resnet50"] and saved == [1]
-    assert rows[0]["predicted_batch"] == 64 * 15.0 and (rows[0]["boundary_fits"], rows[0]["boundary_oom"]) == (fits, oom)
-    assert rows[0]["error_pct"] == pytest.approx(100 * (960 - fits) / fits, abs=0.01)
+    mt.predict(tmp_path, ["gpt", "resnet50"], rows, lambda: saved.append(len(rows)), predict=predict,
+               device="NVIDIA H200")
+    fits, oom = mt.BOUNDARIES["NVIDIA H200"]["gpt"]
+    assert [r["family"] for r in rows] == ["gpt"] and saved == [1]
+    assert rows[0]["predicted_batch"] == 16 * 15.0 and (rows[0]["boundary_fits"], rows[0]["boundary_oom"]) == (fits, oom)
+    assert rows[0]["error_pct"] == pytest.approx(100 * (240 - fits) / fits, abs=0.01)
     out = capsys.readouterr().out
-    assert f"predict resnet50: predicted 960.0 against {fits} fits / {oom} does not" in out
-    assert "predict mlp_adamw: no boundary bisected on NVIDIA H100 80GB HBM3" in out
+    assert f"predict gpt: predicted 240.0 against {fits} fits / {oom} does not" in out
+    assert "predict resnet50: no boundary bisected on NVIDIA H200" in out
 
 
 def test_the_generated_programs_compile_for_every_family():
