@@ -243,22 +243,24 @@ def test_window_counters_are_none_on_a_cpu_and_the_slope_is_least_squares():
 
 
 def test_the_headroom_prediction_fills_the_device_less_its_context():
-    """verify --memory's prediction from a recorded H100 step: persistent stays, the rest scales with the batch."""
+    """verify --memory's prediction from a recorded H100 step: the largest batch whose room (the expected peak
+    and the fresh memory of each moment's own new block) fits the device less its context."""
     from stepscope.analysis.memory import CONTEXT_BYTES
     from stepscope.demo.verify_headroom import images_interval, prediction
     p = prediction(DATA / "holdout/vit_tiny_bs256", 256)
     trace = _trace("holdout/vit_tiny_bs256")
     capacity = trace["deviceProperties"][0]["totalGlobalMem"]
     assert p["capacity"] == capacity and p["predicted_batch"] > 256
-    # room for the peak and, beside it, one more of the step's largest allocation, both scaled to the batch
-    block = p["largest_allocation_per_sample"] * p["predicted_batch"]
+    d = next(d for s in analyze(DATA / "holdout/vit_tiny_bs256").spans for d in s.memory.devices)
+    from stepscope.analysis.memory import peak_at, room_at
+    assert p["room_needed"] == room_at(d, p["predicted_batch"] / 256) <= capacity - CONTEXT_BYTES
+    assert room_at(d, (p["predicted_batch"] + 1) / 256) > capacity - CONTEXT_BYTES  # the largest that fits
+    assert p["traced_peak"] <= p["predicted_peak"] <= p["room_needed"]
+    assert peak_at(d, 1.0) == pytest.approx(p["traced_peak"])  # at the recorded batch, the recorded peak
     biggest = max(e["args"]["Bytes"] for e in trace["traceEvents"]
                   if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1 and e["args"]["Bytes"] > 0)
-    assert 0 < p["largest_allocation_per_sample"] * 256 <= biggest
-    assert p["predicted_peak"] + block <= capacity - CONTEXT_BYTES
-    assert (p["predicted_peak"] + p["per_sample"] + block * (p["predicted_batch"] + 1) / p["predicted_batch"]
-            > capacity - CONTEXT_BYTES)  # the largest that fits
-    assert p["persistent"] + p["per_sample"] * 256 == pytest.approx(p["traced_peak"])
+    scale = p["predicted_batch"] / 256
+    assert p["room_needed"] - p["predicted_peak"] <= scale * biggest  # at most one block more, grown
     mid, low, high = images_interval([10.0, 10.0, 12.0, 8.0], 128)
     assert mid == pytest.approx(12800.0) and low < mid < high
     assert images_interval([10.0], 128) == [None, None, None]
@@ -339,18 +341,18 @@ def test_the_compiled_reader_reads_every_field_of_the_memory_events(monkeypatch)
     assert reserved > 0 and max(compiled.field("total_reserved")) == reserved
 
 
-def test_the_batch_prediction_leaves_room_for_the_steps_largest_block():
-    """The step's largest single allocation that scales with the batch needs a contiguous block of its own
-    beside the peak: the same step without it would be predicted a larger batch. Without a gradient or an
-    optimizer block among them, that is the largest Bytes of the step's [memory] events in the raw trace."""
+def test_the_batch_prediction_leaves_room_for_each_moments_new_block():
+    """A block must be found in one piece when it is asked for: the prediction leaves room for each moment's new
+    block beside what is live then, so the same step without that room would be predicted a larger batch; the
+    room is at most one block beside the peak, the largest Bytes of the step's [memory] events in the raw
+    trace, grown with the batch."""
     from dataclasses import replace
 
-    from stepscope.analysis.memory import batch_scale
+    from stepscope.analysis.memory import CONTEXT_BYTES, batch_scale, peak_at, room_at
     report = _analyzed("big_batch")
     d = report.spans[0].memory.devices[0]
     p = d.peak
-    assert 0 < p.largest_scaled <= p.largest_allocation
-    unblocked = replace(d, steps=tuple(replace(s, largest_scaled=0) for s in d.steps))
+    unblocked = replace(d, steps=tuple(replace(s, room=s.scaling) for s in d.steps))
     assert batch_scale(unblocked) > d.batch_scale
     trace = _trace("big_batch")
     steps = {e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
@@ -359,6 +361,9 @@ def test_the_batch_prediction_leaves_room_for_the_steps_largest_block():
     in_step = [e["args"]["Bytes"] for e in trace["traceEvents"] if e.get("name") == "[memory]"
                and e["args"].get("Device Type") == 1 and lo <= e["ts"] <= hi]
     assert p.largest_allocation == max(in_step)
+    s = d.batch_scale
+    assert room_at(d, s) == pytest.approx(d.capacity - CONTEXT_BYTES)
+    assert peak_at(d, s) < room_at(d, s) <= peak_at(d, s) + s * max(in_step)
 
 
 # an MLP whose weights outweigh its activations, trained with AdamW: its gradients and the optimizer's
@@ -388,7 +393,7 @@ def test_what_grows_with_the_batch_is_told_from_gradients_and_optimizer_temporar
     batch is the larger run's measured peak within 5%, where letting everything above the step's start grow
     with the batch (the gradients and AdamW's temporaries too) overshoots it by more than half. The gradients
     the backward allocated are found among the fixed bytes: at least the weights' own size."""
-    from stepscope.analysis.memory import peak_at, scaling_peaks
+    from stepscope.analysis.memory import peak_at, room_at, scaling_peaks
     for batch in (MLP_BATCH, 4 * MLP_BATCH):
         _record_mlp(tmp_path / str(batch), batch)
     small, large = (analyze(tmp_path / str(b)).spans[0].memory.devices[0] for b in (MLP_BATCH, 4 * MLP_BATCH))
@@ -400,7 +405,10 @@ def test_what_grows_with_the_batch_is_told_from_gradients_and_optimizer_temporar
     weights = MLP_LAYERS * (MLP_WIDTH * MLP_WIDTH + MLP_WIDTH) * 4
     fixed_grown = max(fixed for fixed, _ in scaling_peaks(p)) - p.composition["persistent"]
     assert fixed_grown >= weights  # the gradients (and the optimizer's temporaries) stay as the batch grows
-    assert p.largest_scaled < MLP_WIDTH * MLP_WIDTH * 4  # a weight-sized block is no activation
+    # the room beside the peak is an activation's block grown (batch x width floats), not a weight-sized one (a
+    # gradient or an optimizer temporary, which would count 4x its size)
+    activation, weight = MLP_BATCH * MLP_WIDTH * 4, MLP_WIDTH * MLP_WIDTH * 4
+    assert 0 < room_at(small, 4.0) - peak_at(small, 4.0) <= 4 * activation < 4 * weight
 
 
 # a CPU model whose one large kept activation is known from its structure: Tanh saves its output for its
@@ -536,3 +544,22 @@ def test_allocator_calls_that_queued_work_hides_or_that_miss_a_step_are_no_time_
     s = analyze_trace(once, "w", "1")
     assert "allocator_stalls" not in [f.id for f in s.findings]
     assert "allocator_churn" not in [f.id for f in s.memory.findings]
+
+
+# ---------------------------------------------------------------- the prediction against the real boundary
+BOUNDARY_RUNS = sorted(p.name for p in (DATA / "memory_boundary").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("family", BOUNDARY_RUNS)
+def test_the_predicted_largest_batch_is_within_10_percent_of_the_bisected_boundary(family):
+    """Six families recorded on an H100 at a small batch (tests/data/memory_boundary, each with its truth.json:
+    the largest batch that trained in a fresh process and the first that ran out of memory, found by bisection
+    on the same GPU model without the profiler): the batch the trace predicts is within 10% of the largest that
+    fit, and where a larger try ran out of memory, below 1.1 times it."""
+    folder = DATA / "memory_boundary" / family
+    truth = json.loads((folder / "truth.json").read_text())
+    d = next(d for s in analyze(folder).spans if s.memory for d in s.memory.devices if d.capacity)
+    predicted = truth["base_batch"] * d.batch_scale
+    assert abs(predicted / truth["boundary_fits"] - 1) <= 0.10, (predicted, truth["boundary_fits"])
+    if truth["boundary_oom"] is not None:
+        assert predicted < 1.1 * truth["boundary_oom"]

@@ -122,10 +122,10 @@ class StepMemory:
     outside_modules: int = 0
     largest_allocation: int = 0  # the largest single block the step asked the allocator for (bytes)
     # what of the step's memory grows with its batch (_scaling): (fixed bytes, batch-scaled bytes) at each
-    # moment that can be its peak at a larger batch, and the largest single block that grows with the batch (not
-    # a gradient, not the optimizer's)
+    # moment that can be its peak at a larger batch; and the same with the room each moment needs for its own
+    # new block beside its peak
     scaling: tuple = ()
-    largest_scaled: int = 0
+    room: tuple = ()
 
     @property
     def fragmentation(self) -> int:
@@ -412,22 +412,28 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
     mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
     phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
     largest = max(int(dev.nbytes[lo:hi].max()), 0)
-    scaling, largest_scaled = _scaling(dev, lo, hi, codes, at_start, phases[2], growth["optimizer_state_new"])
+    scaling, room = _scaling(dev, lo, hi, codes, at_start, phases[2], growth["optimizer_state_new"])
     return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
-                      mods, outside if modules else 0, largest, scaling, largest_scaled)
+                      mods, outside if modules else 0, largest, scaling, room)
 
 
 def _scaling(dev: _Device, lo: int, hi: int, codes: np.ndarray, at_start: int, optim: list, state_new: int
-             ) -> tuple[tuple, int]:
+             ) -> tuple[tuple, tuple]:
     """What of a step's memory grows with its batch: the (fixed, scaled) bytes of each moment of the step that
-    can be its peak at some larger batch (_envelope), and the largest single allocation that grows with it.
+    can be its peak at some larger batch (_envelope), and the same with the room each moment needs beside its
+    peak, its own new block counted again where that block grows with the batch.
 
     The gradients are the blocks that the backward allocated and that are still live when the optimizer (its
     first range in ``optim``) begins: they have the parameters' sizes, not the batch's, and so do the
     optimizer's own temporaries. Outside the optimizer, what the step holds above its start scales, less the
     gradients live at that moment; inside it, at its largest, only what the forward allocated and still holds
-    scales. Without an optimizer range, all the growth scales. The
-    optimizer state a first step creates (``state_new``) is held from the start by the steps after it."""
+    scales. Without an optimizer range, all the growth scales. The optimizer state a first step creates
+    (``state_new``) is held from the start by the steps after it.
+
+    The room: a block is asked for at one moment and must be one contiguous piece. Where the allocator's cached
+    free memory is split into smaller pieces (a caching allocator's segments, freed by blocks of about the same
+    size before), the block needs fresh memory of its own beside what is live then: a block allocated near the
+    peak needs room for itself twice, one allocated while little is live does not."""
     total = dev.total[lo:hi]
     nbytes = dev.nbytes[lo:hi].tolist()
     addr = dev.addr[lo:hi]
@@ -440,14 +446,16 @@ def _scaling(dev: _Device, lo: int, hi: int, codes: np.ndarray, at_start: int, o
     for j in range(begins, len(nbytes)):
         if nbytes[j] < 0 and addr[j] in freed:
             held[j] -= freed.pop(addr[j])
+    block = np.maximum(dev.nbytes[lo:hi], 0)  # each moment's new block, where it grows with the batch
+    block[list(grads)] = 0
     fixed = at_start + state_new + np.cumsum(held)
-    fixed, scaled = fixed[~inside], total[~inside] - fixed[~inside]
+    fixed, scaled, block = fixed[~inside], total[~inside] - fixed[~inside], block[~inside]
     if inside.any():
         o = int(np.flatnonzero(inside)[np.argmax(total[inside])])
         forward = sum(nbytes[j] for j in _live(nbytes, addr, o + 1) if codes[j] == 0)
-        fixed, scaled = np.append(fixed, int(total[o]) - forward), np.append(scaled, forward)
-    largest = max((b for j, b in enumerate(nbytes) if b > 0 and j not in grads and codes[j] != 2), default=0)
-    return _envelope(fixed, scaled), largest
+        fixed, scaled, block = (np.append(fixed, int(total[o]) - forward), np.append(scaled, forward),
+                                np.append(block, 0))
+    return _envelope(fixed, scaled), _envelope(fixed, scaled + block)
 
 
 def _envelope(fixed: np.ndarray, scaled: np.ndarray) -> tuple[tuple[int, int], ...]:
@@ -637,18 +645,17 @@ def _creep(steps: tuple[StepMemory, ...]) -> float | None:
 
 def batch_scale(d: DeviceMemory) -> float | None:
     """How many times the batch could grow before the step no longer fits the device (prediction), from the
-    peak step's scaling (_scaling): at each moment that can be its peak, the fixed bytes stay and the scaled
-    bytes grow with the batch, and so does its largest single allocation that scales, for which the allocator
-    must find one contiguous free block on top of the peak (where cached free memory is split into smaller
-    pieces, a caching allocator's segments, that block needs fresh memory of its own). CONTEXT_BYTES of the
-    device stay outside the allocator. None for the CPU or a step that adds too little that scales."""
+    peak step's room (_scaling): at each moment that can be its peak, the fixed bytes stay and the scaled bytes
+    grow with the batch, with the moment's new block counted again where it grows too (the fresh memory it may
+    need beside what is live then). CONTEXT_BYTES of the device stay outside the allocator. None for the CPU or
+    a step that adds too little that scales."""
     if d.capacity is None:
         return None
     p = d.peak
     if max((scaled for _, scaled in p.scaling), default=0) < SCALE_MIN_BYTES:
         return None
     room = d.capacity - CONTEXT_BYTES
-    return max(min((room - fixed) / (scaled + p.largest_scaled) for fixed, scaled in p.scaling if scaled > 0), 0.0)
+    return max(min((room - fixed) / need for fixed, need in p.room if need > 0), 0.0)
 
 
 def scaling_peaks(p: StepMemory) -> tuple[tuple[int, int], ...]:
@@ -658,8 +665,15 @@ def scaling_peaks(p: StepMemory) -> tuple[tuple[int, int], ...]:
 
 def peak_at(d: DeviceMemory, scale: float) -> float:
     """The peak allocated that the prediction expects at ``scale`` times the recorded batch: the largest of the
-    peak step's peaks with their scaled bytes grown (_peaks)."""
-    return max((fixed + scale * scaled for fixed, scaled in scaling_peaks(d.peak)), default=float(d.peak.peak_allocated))
+    peak step's moments with their scaled bytes grown (_scaling)."""
+    return max((fixed + scale * scaled for fixed, scaled in d.peak.scaling), default=float(d.peak.peak_allocated))
+
+
+def room_at(d: DeviceMemory, scale: float) -> float:
+    """The device memory the prediction needs at ``scale`` times the recorded batch, outside CONTEXT_BYTES: the
+    expected peak with, at each moment, its own new block's fresh memory (_scaling); batch_scale is the largest
+    scale whose room fits the device."""
+    return max((fixed + scale * need for fixed, need in d.peak.room), default=float(d.peak.peak_allocated))
 
 
 def _scale(x: float) -> str:

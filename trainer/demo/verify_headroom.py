@@ -30,7 +30,7 @@ import os
 import statistics
 from pathlib import Path
 
-from stepscope.analysis.memory import GIB, MIB, peak_at, scaling_peaks
+from stepscope.analysis.memory import GIB, MIB, peak_at, room_at, scaling_peaks
 from stepscope.demo.config import CHECKPOINTED_ARCHS
 from stepscope.demo.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.report.diff import t_quantile
@@ -115,7 +115,7 @@ def prediction(run_dir: Path, batch: int) -> dict:
     return {"device": dev.device, "capacity": dev.capacity, "batch": batch, "batch_scale": dev.batch_scale,
             "predicted_batch": largest, "persistent": fixed, "per_sample": scaled / batch,
             "predicted_peak": peak_at(dev, scale), "traced_peak": dev.peak.peak_allocated,
-            "largest_allocation_per_sample": dev.peak.largest_scaled / batch}
+            "room_needed": room_at(dev, scale)}
 
 
 def verify_headroom(run_dir: Path, steps: int, base_args: list[str], batch: int, device: str,
