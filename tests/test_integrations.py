@@ -36,6 +36,10 @@ def assert_diagnosed(folder: Path, steps: int = ACTIVE) -> dict:
     cold = [f for f in span["findings"] if f["id"] == "cold_start"]
     assert d["verdict"] in VERDICTS and (0 < span["metrics"]["steps"] <= steps if cold else
                                          span["metrics"]["steps"] == steps)
+    # memory is recorded unless the user turns it off: the memory section sits beside the verdict
+    (device,) = span["memory"]["devices"]
+    assert device["device"] == "cpu" and len(device["steps"]) == span["metrics"]["steps"]
+    assert "\n- memory cpu: peak " in md
     return d
 
 

@@ -352,7 +352,7 @@ def test_the_batch_prediction_leaves_room_for_each_moments_new_block():
     report = _analyzed("big_batch")
     d = report.spans[0].memory.devices[0]
     p = d.peak
-    unblocked = replace(d, steps=tuple(replace(s, room=s.scaling) for s in d.steps))
+    unblocked = replace(d, room=d.scaling)
     assert batch_scale(unblocked) > d.batch_scale
     trace = _trace("big_batch")
     steps = {e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
@@ -403,7 +403,7 @@ def test_what_grows_with_the_batch_is_told_from_gradients_and_optimizer_temporar
     kept = p.composition["persistent"] + p.composition["optimizer_state_new"]
     assert kept + 4 * (p.peak_allocated - kept) > 1.5 * measured
     weights = MLP_LAYERS * (MLP_WIDTH * MLP_WIDTH + MLP_WIDTH) * 4
-    fixed_grown = max(fixed for fixed, _ in scaling_peaks(p)) - p.composition["persistent"]
+    fixed_grown = max(fixed for fixed, _ in scaling_peaks(small)) - p.composition["persistent"]
     assert fixed_grown >= weights  # the gradients (and the optimizer's temporaries) stay as the batch grows
     # the room beside the peak is an activation's block grown (batch x width floats), not a weight-sized one (a
     # gradient or an optimizer temporary, which would count 4x its size)

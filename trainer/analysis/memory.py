@@ -121,11 +121,6 @@ class StepMemory:
     modules: tuple | None = None
     outside_modules: int = 0
     largest_allocation: int = 0  # the largest single block the step asked the allocator for (bytes)
-    # what of the step's memory grows with its batch (_scaling): (fixed bytes, batch-scaled bytes) at each
-    # moment that can be its peak at a larger batch; and the same with the room each moment needs for its own
-    # new block beside its peak
-    scaling: tuple = ()
-    room: tuple = ()
 
     @property
     def fragmentation(self) -> int:
@@ -155,6 +150,11 @@ class DeviceMemory:
     allocator_syncs_per_step: float
     allocator_every_step: bool = False  # allocator calls in each of the steps
     batch_scale: float | None = None  # how many times the batch could grow (prediction), GPU only
+    # what of the peak step's memory grows with its batch (_scaling): (fixed bytes, batch-scaled bytes) at each
+    # moment that can be its peak at a larger batch; and the same with the room each moment needs for its own
+    # new block beside what is live then
+    scaling: tuple = ()
+    room: tuple = ()
 
     @property
     def peak(self) -> StepMemory:
@@ -283,6 +283,9 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
                       if s is not None)
         if not steps:
             continue
+        top = max(steps, key=lambda s: s.peak_allocated)  # DeviceMemory.peak
+        i = next(i for i, w in enumerate(windows) if w.number == top.step)
+        scaling, room = _scaling(dev, windows[i], phases[i], top)
         gpu = kind != 0
         capacity = capacities.get(dev_id) if gpu else None
         if gpu and capacity is None and len(capacities) == 1:
@@ -290,7 +293,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
         n = len(windows)
         count, ms, syncs, every = calls if gpu else (0, 0.0, 0, False)
         d = DeviceMemory(f"cuda:{dev_id}" if gpu else "cpu", capacity, steps, _creep(steps),
-                         count / n, ms / n, syncs / n, every)
+                         count / n, ms / n, syncs / n, every, scaling=scaling, room=room)
         d = DeviceMemory(**{**d.__dict__, "batch_scale": batch_scale(d)})
         devices.append(d)
     if not devices and not measured:
@@ -412,28 +415,31 @@ def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
     mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
     phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
     largest = max(int(dev.nbytes[lo:hi].max()), 0)
-    scaling, room = _scaling(dev, lo, hi, codes, at_start, phases[2], growth["optimizer_state_new"])
     return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
-                      mods, outside if modules else 0, largest, scaling, room)
+                      mods, outside if modules else 0, largest)
 
 
-def _scaling(dev: _Device, lo: int, hi: int, codes: np.ndarray, at_start: int, optim: list, state_new: int
-             ) -> tuple[tuple, tuple]:
+def _scaling(dev: _Device, w: StepWindow, phases: tuple, p: StepMemory) -> tuple[tuple, tuple]:
     """What of a step's memory grows with its batch: the (fixed, scaled) bytes of each moment of the step that
     can be its peak at some larger batch (_envelope), and the same with the room each moment needs beside its
     peak, its own new block counted again where that block grows with the batch.
 
     The gradients are the blocks that the backward allocated and that are still live when the optimizer (its
-    first range in ``optim``) begins: they have the parameters' sizes, not the batch's, and so do the
+    first range) begins: they have the parameters' sizes, not the batch's, and so do the
     optimizer's own temporaries. Outside the optimizer, what the step holds above its start scales, less the
     gradients live at that moment; inside it, at its largest, only what the forward allocated and still holds
-    scales. Without an optimizer range, all the growth scales. The optimizer state a first step creates
-    (``state_new``) is held from the start by the steps after it.
+    scales. Without an optimizer range, all the growth scales. The optimizer state a first step creates is held
+    from the start by the steps after it.
 
     The room: a block is asked for at one moment and must be one contiguous piece. Where the allocator's cached
     free memory is split into smaller pieces (a caching allocator's segments, freed by blocks of about the same
     size before), the block needs fresh memory of its own beside what is live then: a block allocated near the
-    peak needs room for itself twice, one allocated while little is live does not."""
+    peak needs room for itself twice, one allocated while little is live does not. Worked out for the device's
+    peak step only (``p``, in window ``w`` with its ``phases``): the prediction reads no other."""
+    lo = int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right"))
+    hi = int(np.searchsorted(dev.ts, w.host_end, side="right"))
+    codes, optim = _phase_codes(dev.ts[lo:hi], phases), phases[2]
+    at_start, state_new = p.at_start, p.composition["optimizer_state_new"]
     total = dev.total[lo:hi]
     nbytes = dev.nbytes[lo:hi].tolist()
     addr = dev.addr[lo:hi]
@@ -651,29 +657,28 @@ def batch_scale(d: DeviceMemory) -> float | None:
     a step that adds too little that scales."""
     if d.capacity is None:
         return None
-    p = d.peak
-    if max((scaled for _, scaled in p.scaling), default=0) < SCALE_MIN_BYTES:
+    if max((scaled for _, scaled in d.scaling), default=0) < SCALE_MIN_BYTES:
         return None
     room = d.capacity - CONTEXT_BYTES
-    return max(min((room - fixed) / need for fixed, need in p.room if need > 0), 0.0)
+    return max(min((room - fixed) / need for fixed, need in d.room if need > 0), 0.0)
 
 
-def scaling_peaks(p: StepMemory) -> tuple[tuple[int, int], ...]:
-    """The step's (fixed, scaled) bytes at each moment that can be its peak at a larger batch (_scaling)."""
-    return p.scaling
+def scaling_peaks(d: DeviceMemory) -> tuple[tuple[int, int], ...]:
+    """The peak step's (fixed, scaled) bytes at each moment that can be its peak at a larger batch (_scaling)."""
+    return d.scaling
 
 
 def peak_at(d: DeviceMemory, scale: float) -> float:
     """The peak allocated that the prediction expects at ``scale`` times the recorded batch: the largest of the
     peak step's moments with their scaled bytes grown (_scaling)."""
-    return max((fixed + scale * scaled for fixed, scaled in d.peak.scaling), default=float(d.peak.peak_allocated))
+    return max((fixed + scale * scaled for fixed, scaled in d.scaling), default=float(d.peak.peak_allocated))
 
 
 def room_at(d: DeviceMemory, scale: float) -> float:
     """The device memory the prediction needs at ``scale`` times the recorded batch, outside CONTEXT_BYTES: the
     expected peak with, at each moment, its own new block's fresh memory (_scaling); batch_scale is the largest
     scale whose room fits the device."""
-    return max((fixed + scale * need for fixed, need in d.peak.room), default=float(d.peak.peak_allocated))
+    return max((fixed + scale * need for fixed, need in d.room), default=float(d.peak.peak_allocated))
 
 
 def _scale(x: float) -> str:

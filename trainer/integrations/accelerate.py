@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 from accelerate.utils import ProfileKwargs
-from stepscope.integrations.session import ScheduleArgs, close_handler, make_handler, make_schedule
+from stepscope.integrations.session import MEMORY_ON, ScheduleArgs, close_handler, make_handler, make_schedule
 
 
 def _build(kwargs: ProfileKwargs) -> torch.profiler.profile:
@@ -45,7 +45,7 @@ def profile_kwargs(dir_name: str | os.PathLike, *, wait: int = 1, warmup: int = 
     that waits for the handler's background work."""
     handler = make_handler(dir_name, worker_name, use_gzip)
     kwargs = ProfileKwargs(schedule_option=ScheduleArgs(wait, warmup, active, repeat, skip_first).kwargs(),
-                           on_trace_ready=handler, **profile_options)
+                           on_trace_ready=handler, **{**MEMORY_ON, **profile_options})
     kwargs.build = partial(_build, kwargs)
     kwargs.close = partial(close_handler, handler, close_timeout)
     return kwargs

@@ -26,7 +26,8 @@ except ImportError:  # the older standalone package
 
 class StepscopeCallback(Callback):
     """Profile training: ``wait``/``warmup``/``active``/``repeat``/``skip_first`` as torch.profiler.schedule;
-    ``profile_options`` go to torch.profiler.profile (record_shapes=..., with_stack=...)."""
+    ``profile_options`` go to torch.profiler.profile (record_shapes=..., with_stack=...;
+    profile_memory is on unless given)."""
 
     def __init__(self, dir_name: str | os.PathLike, *, wait: int = 1, warmup: int = 1, active: int = 3,
                  repeat: int = 1, skip_first: int = 0, worker_name: str | None = None, use_gzip: bool = True,

@@ -68,6 +68,11 @@ def close_handler(handler, timeout: float) -> None:
         close(timeout)
 
 
+# memory is recorded unless the user says otherwise, as stepscope.profile and the trainer do: the memory diagnosis
+# beside the time verdict needs the allocator's [memory] events
+MEMORY_ON = {"profile_memory": True}
+
+
 @dataclass
 class ProfilingSession:
     dir_name: str | os.PathLike
@@ -88,7 +93,7 @@ class ProfilingSession:
         self.handler = make_handler(self.dir_name, self.worker_name, self.use_gzip)
         self.schedule = make_schedule(self.schedule_args)
         self.prof = torch.profiler.profile(activities=activities(), schedule=self.schedule,
-                                           on_trace_ready=self.handler, **self.profile_options)
+                                           on_trace_ready=self.handler, **{**MEMORY_ON, **self.profile_options})
         self.prof.start()
 
     def step(self) -> None:
