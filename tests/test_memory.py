@@ -393,7 +393,7 @@ def test_what_grows_with_the_batch_is_told_from_gradients_and_optimizer_temporar
     batch is the larger run's measured peak within 5%, where letting everything above the step's start grow
     with the batch (the gradients and AdamW's temporaries too) overshoots it by more than half. The gradients
     the backward allocated are found among the fixed bytes: at least the weights' own size."""
-    from stepscope.analysis.memory import peak_at, room_at, scaling_peaks
+    from stepscope.analysis.memory import peak_at, room_at
     for batch in (MLP_BATCH, 4 * MLP_BATCH):
         _record_mlp(tmp_path / str(batch), batch)
     small, large = (analyze(tmp_path / str(b)).spans[0].memory.devices[0] for b in (MLP_BATCH, 4 * MLP_BATCH))
@@ -403,7 +403,7 @@ def test_what_grows_with_the_batch_is_told_from_gradients_and_optimizer_temporar
     kept = p.composition["persistent"] + p.composition["optimizer_state_new"]
     assert kept + 4 * (p.peak_allocated - kept) > 1.5 * measured
     weights = MLP_LAYERS * (MLP_WIDTH * MLP_WIDTH + MLP_WIDTH) * 4
-    fixed_grown = max(fixed for fixed, _ in scaling_peaks(small)) - p.composition["persistent"]
+    fixed_grown = max(fixed for fixed, _ in small.scaling) - p.composition["persistent"]
     assert fixed_grown >= weights  # the gradients (and the optimizer's temporaries) stay as the batch grows
     # the room beside the peak is an activation's block grown (batch x width floats), not a weight-sized one (a
     # gradient or an optimizer temporary, which would count 4x its size)

@@ -663,11 +663,6 @@ def batch_scale(d: DeviceMemory) -> float | None:
     return max(min((room - fixed) / need for fixed, need in d.room if need > 0), 0.0)
 
 
-def scaling_peaks(d: DeviceMemory) -> tuple[tuple[int, int], ...]:
-    """The peak step's (fixed, scaled) bytes at each moment that can be its peak at a larger batch (_scaling)."""
-    return d.scaling
-
-
 def peak_at(d: DeviceMemory, scale: float) -> float:
     """The peak allocated that the prediction expects at ``scale`` times the recorded batch: the largest of the
     peak step's moments with their scaled bytes grown (_scaling)."""

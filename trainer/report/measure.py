@@ -71,28 +71,38 @@ def measure_path(path: str | os.PathLike, workers: Workers | None = None) -> Mea
     analysed through the door (front.py) where ``workers`` says (trace/workers.py; default: in this
     process)."""
     path = Path(path)
-    recorded = recorded_step_ms(path)
-    if recorded and not discover(path).traces:  # the trainer without --profile: its timed steps alone
-        return Measured({"verdict": None, "spans": []}, recorded, [], {}, run_setup(path), *recorded_sharing(path))
-    return measured(analyze(path, workers=workers, tables=True), path)
+    record = recorded(path)
+    if record[0] and not discover(path).traces:  # the trainer without --profile: its timed steps alone
+        return Measured({"verdict": None, "spans": []}, record[0], [], {}, *record[1:])
+    return measured(analyze(path, workers=workers, tables=True), path, record)
 
 
-def measured(report: Report | RunsReport, path: Path | None) -> Measured:
+def measured(report: Report | RunsReport, path: Path | None, record: tuple | None = None) -> Measured:
     """A run's Measured from its Report (made with ``tables``) and the run.json in ``path`` (None: a job
-    joined from several run folders, which has no run.json of its own)."""
+    joined from several run folders, which has no run.json of its own; ``record``: that run.json already read,
+    ``recorded(path)``)."""
     if isinstance(report, RunsReport):
         raise TraceError(f"{path}: holds {len(report.runs)} runs ({', '.join(n for n, _ in report.runs)}); "
                          "give one run's folder")
-    return Measured(report.to_dict(), recorded_step_ms(path) if path is not None else [], list(report.traced_ms),
-                    dict(report.ops_ms or {}), run_setup(path) if path is not None else {},
-                    *(recorded_sharing(path) if path is not None else (None, None)))
+    steps, setup, others, waited = record or recorded(path)
+    return Measured(report.to_dict(), steps, list(report.traced_ms), dict(report.ops_ms or {}), setup, others,
+                    waited)
 
 
 def measured_from_json(doc: dict, path: Path) -> Measured:
     """A run's Measured from its report.json (front.write_report) and the run.json in ``path``."""
     report = {k: v for k, v in doc.items() if k not in ("traced_ms", "ops_ms")}
-    return Measured(report, recorded_step_ms(path), [float(x) for x in doc.get("traced_ms") or []],
-                    dict(doc.get("ops_ms") or {}), run_setup(path), *recorded_sharing(path))
+    steps, setup, others, waited = recorded(path)
+    return Measured(report, steps, [float(x) for x in doc.get("traced_ms") or []], dict(doc.get("ops_ms") or {}),
+                    setup, others, waited)
+
+
+def recorded(path: Path | None) -> tuple[list[float], dict, float | None, float | None]:
+    """What a run folder's run.json says, read once: its unprofiled step times (``recorded_step_ms``), its
+    setup (``run_setup``) and what it shared its CPUs with (``recorded_sharing``); nothing for None or a folder
+    without one."""
+    doc = _record(path) if path is not None else {}
+    return (recorded_step_ms(doc), run_setup(doc), *recorded_sharing(doc))
 
 
 def _record(path: Path) -> dict:
@@ -110,9 +120,9 @@ def _record(path: Path) -> dict:
 SETUP_SKIP = {"run.logdir", "run.run_name"}  # where a run was written, not how it ran
 
 
-def run_setup(path: Path) -> dict:
-    """run.json's config flattened to dotted keys (``data.batch_size``), plus ``world_size`` and ``torch``."""
-    doc = _record(path)
+def run_setup(doc: dict) -> dict:
+    """run.json's config (``doc``) flattened to dotted keys (``data.batch_size``), plus ``world_size`` and
+    ``torch``."""
     out: dict = {}
 
     def walk(prefix: str, value) -> None:
@@ -131,10 +141,11 @@ def run_setup(path: Path) -> dict:
     return out
 
 
-def recorded_step_ms(path: Path) -> list[float]:
-    """run.json's ``final.step_times_ms`` (the trainer's unprofiled timed steps); [] when there is none."""
+def recorded_step_ms(doc: dict) -> list[float]:
+    """run.json's (``doc``) ``final.step_times_ms`` (the trainer's unprofiled timed steps); [] when there is
+    none."""
     try:
-        times = (_record(path).get("final") or {}).get("step_times_ms")
+        times = (doc.get("final") or {}).get("step_times_ms")
     except AttributeError:
         return []
     if not isinstance(times, list):
@@ -142,10 +153,10 @@ def recorded_step_ms(path: Path) -> list[float]:
     return [float(t) for t in times if isinstance(t, (int, float)) and 0 < t < float("inf")]
 
 
-def recorded_sharing(path: Path) -> tuple[float | None, float | None]:
-    """run.json's ``final.others_cpu_pct`` and ``final.waited_cpu_pct`` (capture/machine_load.py); None each
-    where the run did not measure it."""
-    final = _record(path).get("final")
+def recorded_sharing(doc: dict) -> tuple[float | None, float | None]:
+    """run.json's (``doc``) ``final.others_cpu_pct`` and ``final.waited_cpu_pct`` (capture/machine_load.py);
+    None each where the run did not measure it."""
+    final = doc.get("final")
     final = final if isinstance(final, dict) else {}
     return tuple(float(v) if isinstance(v := final.get(k), (int, float)) and 0 <= v <= 100 else None
                  for k in ("others_cpu_pct", "waited_cpu_pct"))
