@@ -145,6 +145,17 @@ def test_predict_holds_the_prediction_to_the_boundary_bisected_before_on_that_gp
     assert "predict resnet50: no boundary bisected on NVIDIA H200" in out
 
 
+def test_the_boundaries_table_and_the_committed_truths_agree():
+    """tests/data/memory_boundary holds the traces and truths that test_memory.py holds the prediction to; the
+    predict part's table says the same boundaries for the same GPU model."""
+    data = Path(__file__).parent / "data" / "memory_boundary"
+    truths = [json.loads(f.read_text()) for f in sorted(data.glob("*/truth.json"))]
+    assert len(truths) == 6
+    for t in truths:
+        assert mt.BOUNDARIES[t["device"]][t["family"]] == (t["boundary_fits"], t["boundary_oom"])
+        assert t["base_batch"] == mt.FAMILIES[t["family"]][0]
+
+
 def test_the_generated_programs_compile_for_every_family():
     for name in mt.FAMILIES:
         for code in (mt.BISECT_TRY, mt.SIZES_LOOP, mt.DDP_PEAK_LOOP, mt.PEAK_LOOP, mt.TRY_LOOP):

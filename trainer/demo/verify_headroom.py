@@ -3,9 +3,10 @@ segments, and compare what the device measured (``stepscope verify --memory RUN`
 
     stepscope verify logs/<run> --memory [--steps 60]
 
-From the run's memory section (analysis/memory.py: at each of the step's peaks, the fixed bytes stay and what
-grows with the batch scales), the largest batch that fits is the run's batch times ``batch_scale``, and the peak
-at a batch B is the largest of fixed + scaled × B / batch over those peaks (``peak_at``). Three unprofiled runs of the same config, under RUN/verify/:
+From the run's memory section (analysis/memory.py: at each moment of the step that can be its peak, the fixed
+bytes stay and what grows with the batch scales), the largest batch that fits is the run's batch times
+``batch_scale``, and the peak at a batch B is the largest of fixed + scaled × B / batch over those moments
+(``peak_at``). Three unprofiled runs of the same config, under RUN/verify/:
 
 - ``baseline``: as it was;
 - ``headroom``: at the predicted batch. **confirmed** when it completes (no out-of-memory error) and its
