@@ -43,6 +43,7 @@ from stepscope.analysis.columns import op_columns
 from stepscope.analysis.events import MODULE_FRAME_PREFIX, MemoryColumns, ParsedTrace
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.intervals import IntervalSet, subtract
+from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
 from stepscope.analysis.vocabulary import (
     ALLOC_RETRIES,
@@ -367,10 +368,15 @@ class _Device(NamedTuple):
                    list(map(cols.field("addr").__getitem__, listed)), list(map(cols.field("tid").__getitem__, listed)))
 
 
+def _rows(dev: _Device, w: StepWindow) -> tuple[int, int]:
+    """The device's samples in step ``w``'s host range, as the slice [lo, hi)."""
+    return (int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right")),
+            int(np.searchsorted(dev.ts, w.host_end, side="right")))
+
+
 def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
                  modules: _Modules) -> StepMemory | None:
-    lo = int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right"))
-    hi = int(np.searchsorted(dev.ts, w.host_end, side="right"))
+    lo, hi = _rows(dev, w)
     if lo >= hi:
         return None
     total = dev.total[lo:hi]
@@ -436,8 +442,7 @@ def _scaling(dev: _Device, w: StepWindow, phases: tuple, p: StepMemory) -> tuple
     size before), the block needs fresh memory of its own beside what is live then: a block allocated near the
     peak needs room for itself twice, one allocated while little is live does not. Worked out for the device's
     peak step only (``p``, in window ``w`` with its ``phases``): the prediction reads no other."""
-    lo = int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right"))
-    hi = int(np.searchsorted(dev.ts, w.host_end, side="right"))
+    lo, hi = _rows(dev, w)
     codes, optim = _phase_codes(dev.ts[lo:hi], phases), phases[2]
     at_start, state_new = p.at_start, p.composition["optimizer_state_new"]
     total = dev.total[lo:hi]
@@ -584,22 +589,35 @@ class _Owners:
         return "(no op)"
 
 
-def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int, float, int, bool]:
-    """(count, ms, syncing ones, whether every step has one) of the allocator's device calls in the steps'
-    host ranges."""
-    count, us, syncs, steps = 0, 0.0, 0, set()
+@per_trace
+def _allocator_events(trace: ParsedTrace) -> tuple[list, list[float]]:
+    """The allocator's device calls (ALLOCATOR_CALLS) among the trace's runtime calls, sorted by start, and
+    their starts: one pass over the runtime calls for both memory_report and allocator_stalls."""
     runtime = trace.runtime
     names = list(map(itemgetter(0), runtime))  # HostEvent.name
     calls = {n for n in set(names) if n.startswith(ALLOCATOR_CALLS)}
-    for k in np.flatnonzero(np.fromiter(map(calls.__contains__, names), bool, len(names))).tolist():
-        r = runtime[k]
-        i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
-        if i is not None:
-            count += 1
-            us += r.dur
-            syncs += r.name in SYNCING_ALLOCATOR_CALLS
-            steps.add(i)
-    return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and len(steps) == len(windows)
+    rows = np.flatnonzero(np.fromiter(map(calls.__contains__, names), bool, len(names))).tolist()
+    events = sorted((runtime[k] for k in rows), key=lambda r: r.start)
+    return events, [r.start for r in events]
+
+
+def _in_window(trace: ParsedTrace, w: StepWindow) -> list:
+    """The allocator's device calls that start in ``w``'s host range, by start."""
+    events, starts = _allocator_events(trace)
+    return events[bisect_left(starts, w.host_start):bisect_left(starts, w.host_end)]
+
+
+def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int, float, int, bool]:
+    """(count, ms, syncing ones, whether every step has one) of the allocator's device calls in the steps'
+    host ranges."""
+    count, us, syncs, steps = 0, 0.0, 0, 0
+    for w in windows:
+        mine = _in_window(trace, w)
+        count += len(mine)
+        us += sum(r.dur for r in mine)
+        syncs += sum(r.name in SYNCING_ALLOCATOR_CALLS for r in mine)
+        steps += bool(mine)
+    return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and steps == len(windows)
 
 
 def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: float) -> Finding | None:
@@ -616,10 +634,9 @@ def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: flo
     if not every:
         return None
     busy = device_sets(trace)[0]
-    calls = sorted((r for r in trace.runtime if r.name.startswith(ALLOCATOR_CALLS)), key=lambda r: r.start)
     idle_us = 0.0
     for w in windows:
-        mine = [r for r in calls if w.host_start <= r.start < w.host_end]
+        mine = _in_window(trace, w)
         held = [(r.start, min(r.end, w.host_end)) for r in mine]
         for r in mine:
             if r.name in SYNCING_ALLOCATOR_CALLS and r.end < w.host_end:
