@@ -437,19 +437,22 @@ function memoryDevice(d) {
     el('tr', {}, ['part', 'GiB'].map((h) => el('th', {text: h}))),
     ...Object.entries(d.composition_gib).map(([k, x]) => el('tr', {'data-part': k}, [el('td', {text: k}),
       el('td', {class: 'num', text: fmt(x, 4)})]))]));
-  sec.appendChild(el('table', {class: 'top mem-allocators'}, [
-    el('tr', {}, ['top allocator at the peak', 'GiB live'].map((h) => el('th', {text: h}))),
-    ...d.top_allocators.map((a) => el('tr', {}, [el('td', {class: 'name', title: a.name, text: a.name}),
-      el('td', {class: 'num', text: fmt(a.gib, 4)})]))]));
+  sec.appendChild(liveTable('mem-allocators', 'top allocator at the peak', d.top_allocators));
   if (d.top_modules) {  // only for a trace with module frames (with_stack)
-    sec.appendChild(el('table', {class: 'top mem-modules'}, [
-      el('tr', {}, ['top module at the peak', 'GiB live'].map((h) => el('th', {text: h}))),
-      ...d.top_modules.map((a) => el('tr', {}, [el('td', {class: 'name', title: a.name, text: a.name}),
-        el('td', {class: 'num', text: fmt(a.gib, 4)})])),
-      el('tr', {class: 'muted'}, [el('td', {text: '(outside any module)'}),
+    sec.appendChild(liveTable('mem-modules', 'top module at the peak', d.top_modules,
+      [el('tr', {class: 'muted'}, [el('td', {text: '(outside any module)'}),
         el('td', {class: 'num', text: fmt(d.outside_modules_gib, 4)})])]));
   }
   return sec;
+}
+
+// a table of the bytes live at the peak by owner ({name, gib} rows), with any rows after them
+function liveTable(cls, heading, rows, after = []) {
+  return el('table', {class: `top ${cls}`}, [
+    el('tr', {}, [heading, 'GiB live'].map((h) => el('th', {text: h}))),
+    ...rows.map((a) => el('tr', {}, [el('td', {class: 'name', title: a.name, text: a.name}),
+      el('td', {class: 'num', text: fmt(a.gib, 4)})])),
+    ...after]);
 }
 
 function memoryCard(m) {
