@@ -185,6 +185,8 @@ def test_console_output_names_both_runs_and_the_breakdown(runs, capsys):
     (["tests/data/no_such_run", "tests/data/cpu_resnet"], "not a directory or a trace file"),
     (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "--fail-above", "five"], "--fail-above"),
     (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "--confidence", "100%"], "--confidence"),
+    (["tests/data/cpu_resnet", "tests/data/cpu_resnet", "tests/data/cpu_resnet"], "--vs"),
+    (["tests/data/cpu_resnet", "--vs", "tests/data/no_such_run"], "not a directory or a trace file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message):
     r = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "diff", *argv], cwd=REPO, capture_output=True,
@@ -244,3 +246,73 @@ def test_operators_come_from_full_tables_not_top_fives(capsys):
     assert outside, "expected an operator of eager_bs32 outside its top 5 among the changed ones"
     assert diff_main([str(data / "eager_bs32"), str(data / "eager_bs128")]) == 0
     assert "n/a (" not in capsys.readouterr().out
+
+
+def test_several_runs_a_side_measure_the_drift_between_runs():
+    """Runs whose levels drift by 8% (sd) from run to run, four a side: of 2,000 same-config pairs about one
+    in twenty is called different at 95% (the interval is calibrated on the runs' own spread), while a 1.25x
+    change, inside what one run a side can tell from that drift, is found in most pairs."""
+    from stepscope.report.diff import levels_interval
+    rng = np.random.default_rng(3)
+
+    def side(shift: float, n: int = 4) -> list[float]:
+        return list(np.log(100.0 * shift) + rng.normal(0, 0.08, n))
+
+    same = [levels_interval(side(1.0), side(1.0)) for _ in range(2000)]
+    false = sum(not lo <= 1.0 <= hi for _, lo, hi in same) / len(same)
+    assert 0.03 < false < 0.07, false
+    found = sum(lo > 1.0 for _, lo, _ in (levels_interval(side(1.0), side(1.25)) for _ in range(300))) / 300
+    assert found > 0.8, found
+    # one run a side, by the floor of 12% a run: the same 1.25x change is rarely found
+    one = [ratio_interval([100.0] * 40, [125.0 * s for s in np.exp(rng.normal(0, 0.08, 1))] * 40)
+           for _ in range(50)]
+    assert sum(lo > 1.0 for _, lo, _ in one) < 25
+    # a side of a single run drifts as the other side's runs do (Student's, their degrees of freedom)
+    ratio, low, high = levels_interval([np.log(100.0)], side(1.0, 5))
+    assert low < ratio < high and high / low < 2.0
+    with pytest.raises(ValueError):
+        levels_interval([1.0], [1.0])
+
+
+def _runs(tmp_path, name: str, factors: list[float], **config) -> list:
+    """One run.json per factor: the recorded steps of a real run of the trainer, each scaled by its factor."""
+    base = run_json(NOISE / "same01a")
+    out = []
+    for i, f in enumerate(factors):
+        doc = json.loads(json.dumps(base))
+        doc["final"]["step_times_ms"] = [10.0 * f * (1 + 0.02 * ((7 * k) % 5)) for k in range(40)]
+        for key, value in config.items():
+            doc["config"]["data"][key] = value[i] if isinstance(value, list) else value
+        (tmp_path / f"{name}{i}").mkdir()
+        (tmp_path / f"{name}{i}" / "run.json").write_text(json.dumps(doc))
+        out.append(tmp_path / f"{name}{i}")
+    return out
+
+
+def test_diff_vs_compares_sides_of_several_runs(capsys, tmp_path):
+    """`stepscope diff A1 A2 A3 --vs B1 B2 B3`: a 1.3x slower side beyond runs that drift by about 6% is a
+    regression; the same sides swapped are faster; one side's drift alone, however large its steps' own
+    agreement, is no change."""
+    a = _runs(tmp_path, "a", [1.0, 1.06, 0.95], batch_size=64, seed=[1, 2, 3])
+    b = _runs(tmp_path, "b", [1.31, 1.25, 1.36], batch_size=64, seed=[1, 2, 3])
+    c = _runs(tmp_path, "c", [1.07, 0.93, 1.02], batch_size=128, seed=[4, 5, 6])
+    rc, d, err = diff(capsys, *a, "--vs", *b, "--fail-above", "5%")
+    assert rc == 1 and d["significant"] and d["low"] > 1.05 and "regression" in err, d["summary"]
+    assert d["noise"] == "runs" and d["run_noise"] is None and "3 vs 3 runs" in d["summary"]
+    assert d["ratio"] == pytest.approx(np.exp(np.mean(np.log([1.31, 1.25, 1.36])) - np.mean(np.log([1.0, 1.06, 0.95]))),
+                                       rel=1e-6)
+    assert d["a"]["runs"] == [str(p) for p in a] and d["a"]["steps"] == 120
+    assert d["config_changes"] == []  # the seeds differ run by run, alike on both sides
+    rc, d, _ = diff(capsys, *b, "--vs", *a, "--fail-above", "5%")
+    assert rc == 0 and d["significant"] and d["high"] < 1.0 and "faster" in d["summary"]
+    rc, d, _ = diff(capsys, *a, "--vs", *c, "--fail-above", "5%")
+    assert rc == 0 and not d["significant"] and d["summary"].startswith("no significant change"), d["summary"]
+    assert d["config_changes"] == [{"key": "data.batch_size", "a": 64, "b": 128},
+                                   {"key": "data.seed", "a": [1, 2, 3], "b": [4, 5, 6]}]
+    # one run against a side of three: the single run is taken to drift as the three do
+    rc, d, _ = diff(capsys, a[0], "--vs", *b)
+    assert d["significant"] and d["a"]["runs"] == [str(a[0])] and "1 vs 3 runs" in d["summary"]
+    # the console lists each side's runs
+    assert diff_main([*map(str, a), "--vs", *map(str, b)]) == 0
+    out = capsys.readouterr().out
+    assert f"a0 +2: {a[0]}, {a[1]}, {a[2]}" in out and "3 vs 3 runs" in out.splitlines()[0]

@@ -5,9 +5,13 @@
     stepscope diff logs/a logs/b --json                       # the comparison as one JSON document
     stepscope diff logs/a logs/b --confidence 99%             # a wider interval: fewer false alarms
     stepscope diff logs/a logs/b --run-noise 3%               # a quiet machine: runs drift less
+    stepscope diff logs/main_1 logs/main_2 logs/main_3 --vs logs/pr_1 logs/pr_2 logs/pr_3   # repeated runs
 
 RUN_A and RUN_B are what `stepscope analyze` takes (a run folder, any folder of traces, a trace file), or a
-run of `stepscope train` made without --profile (its run.json's timed steps). The verdict line is the
+run of `stepscope train` made without --profile (its run.json's timed steps). With ``--vs``, every run before
+it is side A and every run after it side B: repeated runs of each side (alternated on one machine), whose
+spread measures the drift between runs instead of ``--run-noise``; on a machine whose runs drift by 8%, one run
+a side cannot tell a 20% change from that drift, and four a side can (BENCHMARKS.md). The verdict line is the
 step-time ratio B/A with its 95% (``--confidence``) confidence interval (report/diff.py: Welch on blocks of
 each run's steps, widened by the drift between runs, ``--run-noise``), on the trainer's unprofiled timed steps
 from run.json when both runs have them, else the traced steps; "no significant change" when the interval holds
@@ -25,7 +29,7 @@ import sys
 from pathlib import Path
 
 from stepscope.cli.oneline import OneLineParser
-from stepscope.report.diff import RUN_NOISE, compare_runs
+from stepscope.report.diff import RUN_NOISE, compare_sides
 from stepscope.trace.errors import TraceError, print_error
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.workers import Workers
@@ -66,6 +70,9 @@ def render(d: dict) -> str:
         step = side["step_ms"] if side["step_ms"] is not None else side["mean_step_ms"]
         lines.append(f"  {side['run']:<{width}}  {side['verdict'] or '-':<20} {_ms(step):>9} "
                      f"{_ms(side['profiled_step_ms']):>9} {_pct(side['gpu_busy_pct']):>9} {side['steps']:>6}")
+    for side in (a, b):
+        if len(side["runs"]) > 1:
+            lines.append(f"  {side['run']}: {', '.join(side['runs'])}")
     lines += ["", f"  per-step time source: {d['source']}"]
     if not d["breakdown"]:
         lines.append("  breakdown and operators: only where both runs were profiled")
@@ -92,8 +99,11 @@ def render(d: dict) -> str:
 
 def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     p = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
-    p.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline run")
-    p.add_argument("run_b", type=Path, metavar="RUN_B", help="the run compared with it")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN",
+                   help="RUN_A RUN_B: the baseline run and the run compared with it; with --vs, the baseline's runs")
+    p.add_argument("--vs", type=Path, nargs="+", metavar="RUN_B", default=None,
+                   help="the compared side's runs, each against all the RUNs before --vs (repeated runs of each "
+                        "side: their spread is the noise)")
     p.add_argument("--fail-above", metavar="P%", default=None,
                    help="exit 1 when RUN_B's step is slower than RUN_A's by more than P%% beyond the noise")
     p.add_argument("--confidence", metavar="C%", default="95%",
@@ -102,9 +112,13 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     p.add_argument("--run-noise", metavar="P%", default=f"{RUN_NOISE:.0%}",
                    help="the drift of one run's mean step between runs of one configuration, as a standard "
                         f"deviation (default {RUN_NOISE * 100:.0f}%%, measured on a shared 2-core machine; 0%% "
-                        "trusts the steps' own spread alone)")
+                        "trusts the steps' own spread alone; unused with several runs a side)")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     a = p.parse_args(argv)
+    if a.vs is None and len(a.runs) != 2:
+        p.error(f"give RUN_A RUN_B, or the runs of each side as RUN_A1 RUN_A2 ... --vs RUN_B1 RUN_B2 ... "
+                f"({len(a.runs)} runs and no --vs)")
+    side_a, side_b = (a.runs, a.vs) if a.vs is not None else ([a.runs[0]], [a.runs[1]])
     try:
         limit = None if a.fail_above is None else percent(a.fail_above)
     except ValueError as e:
@@ -123,7 +137,8 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
         p.error(f"--run-noise: {e}")
     try:
         with gc_paused():  # two paths through the door; a command may fork
-            d = compare_runs(a.run_a, a.run_b, str(a.run_a), str(a.run_b), confidence, run_noise, Workers.local())
+            d = compare_sides(side_a, side_b, [str(r) for r in side_a], [str(r) for r in side_b], confidence,
+                              run_noise, Workers.local())
     except TraceError as e:
         print_error(f"{prog}: error: {e}")
         return 2
@@ -132,7 +147,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope diff") -> int:
     d["regression"] = regression
     print(json.dumps(d, indent=1) if a.json else render(d))
     if regression:
-        print(f"{prog}: regression: {a.run_b} is slower than {a.run_a} by more than {limit:.0%} "
+        print(f"{prog}: regression: {d['b']['run']} is slower than {d['a']['run']} by more than {limit:.0%} "
               f"(step ratio at least {d['low']:.3f}x)", file=sys.stderr)
         return 1
     return 0

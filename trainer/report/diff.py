@@ -2,6 +2,7 @@
 
     d = compare_runs("logs/before", "logs/after", "before", "after")     # two paths (analysed through the door)
     d = compare_runs(report_a, report_b)      # two Reports in hand (made with tables=True to compare operators)
+    d = compare_sides(["logs/a1", "logs/a2", "logs/a3"], ["logs/b1", "logs/b2", "logs/b3"])   # repeated runs
     d["summary"]    # "after is 1.93x the step of before, slower (95% CI ...)" / "no significant change ..."
 
 The step-time ratio is B's mean log step over A's, with an interval that holds two kinds of noise:
@@ -18,7 +19,16 @@ The step-time ratio is B's mean log step over A's, with an interval that holds t
   true alarms".
 
 The interval is Welch's on the blocks' log medians, widened by each run's level term (it adds no degrees of
-freedom). When it holds 1.0 the runs do not differ beyond their noise. The per-step times
+freedom). When it holds 1.0 the runs do not differ beyond their noise.
+
+With several runs of a side (``compare_sides``; ``stepscope diff A1 A2 A3 --vs B1 B2 B3``) the drift between
+runs is measured instead of assumed: each run counts once, by its level (the mean of its blocks' log
+medians), and the interval is Welch's on the two sides' levels (``levels_interval``; a side of one run takes
+the other side's spread, Student's with that side's degrees of freedom). ``run_noise`` and the widening for
+other processes' load are then not used: the runs' own spread holds both, as long as the two sides' runs
+were made alike (alternated on one machine). On the 2-core VM, runs of one configuration drifted by about 8%
+(sd of the level) however long they were, so one run a side cannot tell a 20% change from that drift;
+four a side can (BENCHMARKS.md, "Several runs a side"). The per-step times
 are Measured.step_ms (measure.py): the unprofiled timed steps of run.json when both runs have them, else each
 run's traced steps. The rest (verdicts, busy, breakdown, operators from both runs' full tables, and the
 configurations' differences) is the two runs side by side.
@@ -104,6 +114,35 @@ def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENC
     return math.exp(diff), math.exp(diff - q * se), math.exp(diff + q * se)
 
 
+def level(steps: list[float]) -> float:
+    """A run's level: the mean of its blocks' log medians (``blocks``), what a side of several runs
+    averages."""
+    return float(blocks(steps).mean())
+
+
+def levels_interval(la: list[float], lb: list[float], confidence: float = CONFIDENCE
+                    ) -> tuple[float, float, float]:
+    """(ratio, low, high) from each run's level on the two sides (``level``), each run one sample: Welch's
+    interval when both sides have two runs or more; when one side has a single run, it is taken to drift as
+    much as the other side's runs do (Student's, with that side's degrees of freedom). Needs three runs in all,
+    two of them on one side."""
+    a, b = np.asarray(la, float), np.asarray(lb, float)
+    if max(len(a), len(b)) < 2:
+        raise ValueError("levels_interval needs two runs on one side at least")
+    diff = b.mean() - a.mean()
+    if len(a) >= 2 and len(b) >= 2:
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+        spread = va * va / (len(a) - 1) + vb * vb / (len(b) - 1)
+        se2, df = va + vb, ((va + vb) ** 2 / spread if spread > 0 else math.inf)
+    else:
+        many = a if len(a) >= 2 else b
+        se2, df = many.var(ddof=1) * (1 / len(a) + 1 / len(b)), len(many) - 1
+    if se2 == 0.0:
+        return math.exp(diff), math.exp(diff), math.exp(diff)
+    q = t_quantile(0.5 + confidence / 2, min(df, 1e6)) * math.sqrt(se2)
+    return math.exp(diff), math.exp(diff - q), math.exp(diff + q)
+
+
 def slowed_by_others(m: Measured) -> bool:
     """The run's threads waited for CPUs that other processes held (both beyond their bounds, above)."""
     return (m.others_pct is not None and m.waited_pct is not None and m.others_pct > OTHERS_MAX_PCT
@@ -116,25 +155,63 @@ def wait_factor(m: Measured) -> float:
     return max(1 - m.waited_pct / 100, MIN_WAIT_FACTOR) if slowed_by_others(m) else 1.0
 
 
-def config_changes(a: dict, b: dict) -> list[dict]:
-    """The keys of two runs' setups (Measured.setup) whose values differ, in A's order then B's."""
-    keys = list(dict.fromkeys([*a, *b]))
-    return [{"key": k, "a": a.get(k), "b": b.get(k)} for k in keys if a.get(k) != b.get(k)] if a and b else []
+def config_changes(a: list[dict], b: list[dict]) -> list[dict]:
+    """The keys of the two sides' setups (Measured.setup, one per run) whose values differ, in A's order then
+    B's: each side's value, or its runs' values in order where they differ among themselves (seeds 1, 2, 3 on
+    both sides are no change). Nothing when any run has no setup."""
+    if not all(a) or not all(b):
+        return []
+
+    def value(side: list[dict], k: str):
+        values = [s.get(k) for s in side]
+        return values[0] if all(v == values[0] for v in values) else values
+
+    keys = list(dict.fromkeys(k for s in (*a, *b) for k in s))
+    return [{"key": k, "a": value(a, k), "b": value(b, k)} for k in keys if value(a, k) != value(b, k)]
 
 
-def same_source(a: Measured, b: Measured) -> tuple[list[float], list[float], str]:
-    """The two runs' step times measured alike: unprofiled when both have them, else traced."""
-    if a.source == b.source == UNPROFILED:
-        return a.step_ms, b.step_ms, UNPROFILED
-    return a.traced_ms, b.traced_ms, TRACED
+def same_source(a: list[Measured], b: list[Measured]) -> tuple[list[list[float]], list[list[float]], str]:
+    """Each run's step times, measured alike on both sides: unprofiled when every run has them, else traced."""
+    if all(m.source == UNPROFILED for m in (*a, *b)):
+        return [m.step_ms for m in a], [m.step_ms for m in b], UNPROFILED
+    return [m.traced_ms for m in a], [m.traced_ms for m in b], TRACED
 
 
-def _side(m: Measured, name: str, steps: list[float]) -> dict:
-    fig = run_figures(m.report)
-    return {"run": name, "verdict": fig["verdict"], "step_ms": fig["step_ms"],
-            "profiled_step_ms": fig["profiled_step_ms"], "gpu_busy_pct": fig["gpu_busy_pct"],
-            "breakdown_ms": fig["breakdown_ms"], "steps": len(steps),
-            "mean_step_ms": float(np.mean(steps)) if steps else None}
+def _mean(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
+def _side(runs: list[Measured], names: list[str], steps: list[list[float]]) -> dict:
+    """One side's figures: a single run's, or the mean over its runs (a bucket or figure a run lacks counts
+    for the runs that have it); the verdict where they all agree, else each run's joined by ' / '."""
+    figs = [run_figures(m.report) for m in runs]
+    verdicts = list(dict.fromkeys(f["verdict"] or "-" for f in figs))
+    buckets = list(dict.fromkeys(k for f in figs for k in f["breakdown_ms"]))
+    with_breakdown = [f["breakdown_ms"] for f in figs if f["breakdown_ms"]]
+    flat = [t for s in steps for t in s]
+    return {"run": names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1}", "runs": names,
+            "verdict": figs[0]["verdict"] if len(verdicts) == 1 else " / ".join(verdicts),
+            "step_ms": _mean([f["step_ms"] for f in figs]),
+            "profiled_step_ms": _mean([f["profiled_step_ms"] for f in figs]),
+            "gpu_busy_pct": _mean([f["gpu_busy_pct"] for f in figs]),
+            "breakdown_ms": {k: float(np.mean([b.get(k, 0.0) for b in with_breakdown])) for k in buckets},
+            "steps": len(flat), "mean_step_ms": float(np.mean(flat)) if flat else None}
+
+
+def _ops(runs: list[Measured]) -> dict:
+    """A side's operators, ms per step, averaged over its runs (0 in a run that never ran one); {} when a run
+    has no table."""
+    if not all(m.ops_ms for m in runs):
+        return {}
+    names = {n for m in runs for n in m.ops_ms}
+    return {n: float(np.mean([m.ops_ms.get(n, 0.0) for m in runs])) for n in names}
+
+
+def _sharing(runs: list[Measured]) -> dict:
+    """What a side's runs shared their CPUs with: a single run's record; of several, the one that waited most."""
+    m = max(runs, key=lambda r: -1.0 if r.waited_pct is None else r.waited_pct)
+    return {"others_cpu_pct": m.others_pct, "waited_cpu_pct": m.waited_pct, "slowed_by_others": slowed_by_others(m)}
 
 
 Run = Measured | Report | str | os.PathLike
@@ -154,59 +231,86 @@ def compare_runs(a: Run, b: Run, name_a: str = "A", name_b: str = "B",
                  confidence: float = CONFIDENCE, run_noise: float = RUN_NOISE, workers: Workers | None = None
                  ) -> dict:
     """B against A (module docstring); each a Report, a path or a Measured (``as_measured``)."""
-    a, b = as_measured(a, workers), as_measured(b, workers)
+    return compare_sides([a], [b], [name_a], [name_b], confidence, run_noise, workers)
+
+
+def compare_sides(runs_a: list[Run], runs_b: list[Run], names_a: list[str] | None = None,
+                  names_b: list[str] | None = None, confidence: float = CONFIDENCE, run_noise: float = RUN_NOISE,
+                  workers: Workers | None = None) -> dict:
+    """Side B's runs against side A's (module docstring): one run each, by their steps' blocks and the
+    run-to-run noise; several on a side, by each run's level (``levels_interval``)."""
+    if not runs_a or not runs_b:
+        raise ValueError("compare_sides needs a run on each side")
+    names_a = names_a or [f"A{i + 1}" if len(runs_a) > 1 else "A" for i in range(len(runs_a))]
+    names_b = names_b or [f"B{i + 1}" if len(runs_b) > 1 else "B" for i in range(len(runs_b))]
+    a = [as_measured(r, workers) for r in runs_a]
+    b = [as_measured(r, workers) for r in runs_b]
     steps_a, steps_b, source = same_source(a, b)
-    out = {"a": _side(a, name_a, steps_a), "b": _side(b, name_b, steps_b), "source": source,
-           "confidence": confidence, "run_noise": run_noise,
-           "config_changes": config_changes(a.setup, b.setup),
-           "cpu_sharing": {side: {"others_cpu_pct": m.others_pct, "waited_cpu_pct": m.waited_pct,
-                                  "slowed_by_others": slowed_by_others(m)} for side, m in (("a", a), ("b", b))}}
-    if len(steps_a) < 2 or len(steps_b) < 2:
-        out.update(ratio=None, low=None, high=None, significant=False,
-                   summary=f"too few steps to compare ({len(steps_a)} and {len(steps_b)}; 2 each at least)")
-    else:
-        ratio, low, high = ratio_interval(steps_a, steps_b, confidence, run_noise)
+    name_a, name_b = (names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+                      for names in (names_a, names_b))
+    repeated = len(a) + len(b) > 2
+    out = {"a": _side(a, names_a, steps_a), "b": _side(b, names_b, steps_b), "source": source,
+           "confidence": confidence, "noise": "runs" if repeated else "steps",
+           "run_noise": None if repeated else run_noise,
+           "config_changes": config_changes([m.setup for m in a], [m.setup for m in b]),
+           "cpu_sharing": {"a": _sharing(a), "b": _sharing(b)}}
+    short = [len(s) for s in (*steps_a, *steps_b) if len(s) < 2]
+    if short:
+        counts = " and ".join(str(len(s)) for s in (*steps_a, *steps_b))
+        out.update(ratio=None, low=None, high=None, significant=False, slowed_by_others=False,
+                   summary=f"too few steps to compare ({counts}; 2 each at least)")
+    elif repeated:
+        ratio, low, high = levels_interval([level(s) for s in steps_a], [level(s) for s in steps_b], confidence)
         significant = not low <= 1.0 <= high
-        ci = (f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(steps_a)} vs {len(steps_b)} steps, "
+        ci = (f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(a)} vs {len(b)} runs, "
+              "drift between runs measured from them")
+        out.update(ratio=ratio, low=low, high=high, significant=significant, slowed_by_others=False,
+                   summary=_summary(ratio, significant, name_a, name_b, ci))
+    else:
+        (one_a,), (one_b,), (ma,), (mb,) = steps_a, steps_b, a, b
+        ratio, low, high = ratio_interval(one_a, one_b, confidence, run_noise)
+        significant = not low <= 1.0 <= high
+        ci = (f"{confidence * 100:g}% CI {low:.3f}x-{high:.3f}x, {len(one_a)} vs {len(one_b)} steps, "
               f"run-to-run noise {run_noise:.0%}")
-        loaded = [(n, m) for n, m in ((name_a, a), (name_b, b)) if slowed_by_others(m)]
+        loaded = [(n, m) for n, m in ((name_a, ma), (name_b, mb)) if slowed_by_others(m)]
         if loaded:
             # B's steps may be up to 1 / (1 - waited) slower than its work (the ratio lower), A's likewise
-            low *= wait_factor(b)
-            high /= wait_factor(a)
+            low *= wait_factor(mb)
+            high /= wait_factor(ma)
             significant = not low <= 1.0 <= high
             said = "; ".join(f"while {n} ran, other processes used {m.others_pct:.0f}% of all CPUs and one of its "
                              f"threads waited for a CPU {m.waited_pct:.0f}% of the time it was ready" for n, m in loaded)
             ci += f"; {said}: allowing for that, {low:.3f}x-{high:.3f}x"
-        if not significant:
-            summary = f"no significant change: the step of {name_b} over {name_a} is {ratio:.3f}x ({ci})"
-        else:
-            way = "slower" if ratio > 1 else "faster"
-            summary = f"{name_b} is {ratio:.3f}x the step of {name_a}, {way} ({ci})"
-        out.update(ratio=ratio, low=low, high=high, significant=significant, summary=summary,
-                   slowed_by_others=bool(loaded))
+        out.update(ratio=ratio, low=low, high=high, significant=significant,
+                   summary=_summary(ratio, significant, name_a, name_b, ci), slowed_by_others=bool(loaded))
     buckets = list(dict.fromkeys([*out["a"]["breakdown_ms"], *out["b"]["breakdown_ms"]]))
     both = out["a"]["breakdown_ms"] and out["b"]["breakdown_ms"]  # a run without a trace has none
     out["breakdown"] = [{"bucket": k, "a_ms": out["a"]["breakdown_ms"].get(k, 0.0),
                          "b_ms": out["b"]["breakdown_ms"].get(k, 0.0)} for k in buckets] if both else []
     # full tables: a name missing from one is an operator that run never ran (0 ms), not one outside a top 5;
     # a run without a trace (or a Measured from before the tables) has none, and then nothing is compared
-    ops_a, ops_b = a.ops_ms, b.ops_ms
+    ops_a, ops_b = _ops(a), _ops(b)
     changed = ([{"name": n, "a_ms": ops_a.get(n, 0.0), "b_ms": ops_b.get(n, 0.0),
                  "delta_ms": ops_b.get(n, 0.0) - ops_a.get(n, 0.0)} for n in {*ops_a, *ops_b}]
                if ops_a and ops_b else [])
     changed.sort(key=lambda r: (-abs(r["delta_ms"]), r["name"]))
     out["ops"] = changed[:TOP_CHANGED]
-    memory = memory_delta(a.report, b.report)
+    memory = memory_delta([m.report for m in a], [m.report for m in b])
     if memory is not None:
         out["memory"] = memory
     return out
 
 
-def _memory_side(report: dict) -> dict | None:
-    """A run's largest peaks and smallest headroom over its traces' GPUs (its CPU on a CPU run), and the
-    spread of its profiled steps' peaks (the noise a difference must exceed)."""
-    devs = [d for s in report.get("spans", []) if s.get("memory") for d in s["memory"]["devices"]]
+def _summary(ratio: float, significant: bool, name_a: str, name_b: str, ci: str) -> str:
+    if not significant:
+        return f"no significant change: the step of {name_b} over {name_a} is {ratio:.3f}x ({ci})"
+    return f"{name_b} is {ratio:.3f}x the step of {name_a}, {'slower' if ratio > 1 else 'faster'} ({ci})"
+
+
+def _memory_side(reports: list[dict]) -> dict | None:
+    """A side's largest peaks and smallest headroom over its runs' traces' GPUs (their CPU on a CPU run), and
+    the spread of its profiled steps' peaks (the noise a difference must exceed)."""
+    devs = [d for r in reports for s in r.get("spans", []) if s.get("memory") for d in s["memory"]["devices"]]
     devs = [d for d in devs if d["device"] != "cpu"] or devs
     if not devs:
         return None
@@ -217,11 +321,11 @@ def _memory_side(report: dict) -> dict | None:
             "headroom_pct": min(headroom) if headroom else None, "step_spread_gib": max(peaks) - min(peaks)}
 
 
-def memory_delta(report_a: dict, report_b: dict) -> dict | None:
-    """B's memory against A's: the peak allocated and reserved and the headroom, each B minus A; the noise is
-    the larger spread of either run's step peaks, and the peak's change is significant beyond it. None unless
-    both runs have a memory section."""
-    a, b = _memory_side(report_a), _memory_side(report_b)
+def memory_delta(reports_a: list[dict], reports_b: list[dict]) -> dict | None:
+    """Side B's memory against A's (each a list of Report dicts, one per run): the peak allocated and reserved
+    and the headroom, each B minus A; the noise is the larger spread of either side's step peaks, and the peak's
+    change is significant beyond it. None unless both sides have a memory section."""
+    a, b = _memory_side(reports_a), _memory_side(reports_b)
     if a is None or b is None:
         return None
     delta = b["peak_allocated_gib"] - a["peak_allocated_gib"]
