@@ -10,7 +10,7 @@
 RUN_A and RUN_B are what `stepscope analyze` takes (a run folder, any folder of traces, a trace file), or a
 run of `stepscope train` made without --profile (its run.json's timed steps). With ``--vs``, every run before
 it is side A and every run after it side B: repeated runs of each side (alternated on one machine), whose
-spread measures the drift between runs instead of ``--run-noise``; on a machine whose runs drift by 8%, one run
+spread measures the drift between runs instead of ``--run-noise``; on a machine whose runs drift by 10%, one run
 a side cannot tell a 20% change from that drift, and four a side can (BENCHMARKS.md). The verdict line is the
 step-time ratio B/A with its 95% (``--confidence``) confidence interval (report/diff.py: Welch on blocks of
 each run's steps, widened by the drift between runs, ``--run-noise``), on the trainer's unprofiled timed steps

@@ -26,7 +26,7 @@ runs is measured instead of assumed: each run counts once, by its level (the mea
 medians), and the interval is Welch's on the two sides' levels (``levels_interval``; a side of one run takes
 the other side's spread, Student's with that side's degrees of freedom). ``run_noise`` and the widening for
 other processes' load are then not used: the runs' own spread holds both, as long as the two sides' runs
-were made alike (alternated on one machine). On the 2-core VM, runs of one configuration drifted by about 8%
+were made alike (alternated on one machine). On the 2-core VM, runs of one configuration drifted by about 10%
 (sd of the level) however long they were, so one run a side cannot tell a 20% change from that drift;
 four a side can (BENCHMARKS.md, "Several runs a side"). The per-step times
 are Measured.step_ms (measure.py): the unprofiled timed steps of run.json when both runs have them, else each
