@@ -69,20 +69,21 @@ MIN_WAIT_FACTOR = 0.001  # a thread that waited all the time it was ready bounds
 
 
 def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile (p > 0.5) for ``df`` degrees of freedom, by bisection on its CDF, which is
-    integrated numerically (numpy only; exact to about 1e-6 for df >= 1)."""
-    def cdf(x: float) -> float:
-        grid = np.linspace(0.0, x, 4001)
-        log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    """Student's t quantile (p > 0.5) for ``df`` degrees of freedom: the density integrated once on a fine
+    grid (trapezoids) up to a bound past the quantile, and the CDF inverted by interpolation (numpy only;
+    exact to about 1e-6 for df >= 1)."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(grid: np.ndarray) -> np.ndarray:  # at every point of ``grid`` (0 first, evenly spaced)
         density = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
-        return 0.5 + float(np.trapezoid(density, grid))
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
+        steps = (density[1:] + density[:-1]) * (grid[1] - grid[0]) / 2
+        return 0.5 + np.concatenate(([0.0], np.cumsum(steps)))
+
+    hi = 1.0
+    while cdf(np.linspace(0.0, hi, 2001))[-1] < p:
         hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
+    grid = np.linspace(0.0, hi, 20_001)
+    return float(np.interp(p, cdf(grid), grid))
 
 
 def blocks(steps: list[float]) -> np.ndarray:
