@@ -191,11 +191,28 @@ def test_the_copy_reads_columns_as_it_reads_events():
 
 
 def test_the_copy_reads_real_traces_as_columns(monkeypatch):
-    from stepscope.plugin_copy import one_pass
+    """The handler's one read (read_both) and the export's plan read (read_columns) both take every piece of a
+    real trace as the compiled reader's columns, and the export's columns are those msgspec's events give."""
+    from stepscope.plugin_copy import plan_columns
     if not fastread.available():
         pytest.skip(fastread.why_not())
     taken = []  # whether each piece was read from its columns (not decoded again by msgspec)
-    real = one_pass.read_column_piece
-    monkeypatch.setattr(one_pass, "read_column_piece", lambda *args: taken.append(real(*args)) or taken[-1])
+    real = plan_columns.read_column_piece
+    monkeypatch.setattr(plan_columns, "read_column_piece", lambda *args: taken.append(real(*args)) or taken[-1])
     assert read_both(TRACES[0], "w", "1").parsed is not None
     assert taken and all(taken)
+    taken.clear()
+    by_columns = plan_columns.read_columns(TRACES[0])
+    assert taken and all(taken)
+    taken.clear()
+    monkeypatch.setattr(plan_columns, "_COLUMNS", _NoColumns())
+    by_events = plan_columns.read_columns(TRACES[0])
+    assert not taken and by_events.count == by_columns.count > 0
+    assert _as_lists(by_columns) == _as_lists(by_events)
+
+
+class _NoColumns:
+    """A compiled reader that takes no piece: every piece is decoded by msgspec."""
+
+    def read(self, text):
+        return None

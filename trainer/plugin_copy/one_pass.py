@@ -25,10 +25,9 @@ from pathlib import Path
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.stream_collect import Collector
 from stepscope.analysis.stream_parse import parsed_trace
-from stepscope.plugin_copy.plan_columns import Columns, from_objects, read_column_piece, read_events
+from stepscope.plugin_copy.plan_columns import Columns, add_piece, from_objects, read_piece
 from stepscope.plugin_copy.stream_plan import EditPlan, plan_of
 from stepscope.trace import schema
-from stepscope.trace.fastread import ColumnReader
 from stepscope.trace.fastread import Columns as FastColumns
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
@@ -53,11 +52,7 @@ def read_both(path: Path, worker: str, span: str) -> Both:
     pending: list[list] = []  # pieces before the first with a time (the collector's base)
     with TraceStream(path, lenient=from_objects) as stream:
         for events in stream.decode_events(_read):
-            if type(events) is not FastColumns:
-                read_events(c, events, cats, threads)
-            elif not read_column_piece(c, events, cats, threads):
-                read_events(c, schema.decode_each(events.text), cats, threads)
-            c.count += len(events)
+            add_piece(c, events, cats, threads)
             if collector is not None:
                 try:
                     _collect(collector, pending, events)
@@ -79,14 +74,9 @@ def read_both(path: Path, worker: str, span: str) -> Both:
     return Both(plan, header, parsed)
 
 
-_COLUMNS = ColumnReader(schema.Event)
-
-
 def _read(text) -> list | FastColumns:
-    """The piece as columns of schema.Event's fields where the compiled reader is built and takes it, else
-    decoded by msgspec (an entry that is no event kept as its msgspec.Raw)."""
-    cols = _COLUMNS.read(text)
-    return schema.decode_each(text) if cols is None else cols
+    """``read_piece`` whose msgspec fallback decodes whole events: the analysis' collector reads them too."""
+    return read_piece(text, schema.decode_each)
 
 
 def _collect(collector: Collector, pending: list[list], events: list) -> None:

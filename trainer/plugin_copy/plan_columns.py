@@ -2,7 +2,8 @@
 
     c = read_columns(path)     # Columns: per complete event, its position, category, name, thread, times, ids
 
-One streamed pass decodes each event into a view of the one event schema (trace/schema.py) and appends the
+One streamed pass reads each piece of events into the one event schema's fields (trace/schema.py: as numpy
+columns by the compiled reader where it is built, ``read_piece``, else as msgspec structs) and appends the
 fields the rules read to columns: times in typed arrays, repeated values (categories, threads) as shared
 objects; a 1 GB trace has millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
 byte ranges at once, the second by a forked helper, and the two sets of columns joined: the same columns
@@ -21,7 +22,17 @@ from typing import Any
 import msgspec
 import numpy as np
 from stepscope.trace import schema
-from stepscope.trace.fastread import T_FALSE, T_INT, T_MISSING, T_NULL, T_OTHER, T_REAL, T_STR, T_TRUE
+from stepscope.trace.fastread import (
+    T_FALSE,
+    T_INT,
+    T_MISSING,
+    T_NULL,
+    T_OTHER,
+    T_REAL,
+    T_STR,
+    T_TRUE,
+    ColumnReader,
+)
 from stepscope.trace.fastread import Columns as FastColumns
 from stepscope.trace.jsonstream import TraceStream, split_points
 from stepscope.trace.vocabulary import STEP_PREFIX
@@ -98,11 +109,31 @@ def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Column
     cats: dict[Any, str] = {}
     threads: dict[tuple, tuple] = {}
     with TraceStream(path, span=byte_range, lenient=from_objects) as stream:
-        for events in stream.decode_events(_decode):
-            read_events(c, events, cats, threads)
-            c.count += len(events)
+        for events in stream.decode_events(read_piece):
+            add_piece(c, events, cats, threads)
         c.header = stream.header
     return c
+
+
+_COLUMNS = ColumnReader(schema.Event)
+
+
+def read_piece(text, decode=None) -> list | FastColumns:
+    """A piece of ``traceEvents`` as columns of schema.Event's fields where the compiled reader is built and
+    takes it, else decoded by msgspec with ``decode`` (default: the view of the fields the rules read; an
+    entry that is no event kept as its msgspec.Raw)."""
+    cols = _COLUMNS.read(text)
+    return (decode or _decode)(text) if cols is None else cols
+
+
+def add_piece(c: Columns, events: list | FastColumns, cats: dict, threads: dict) -> None:
+    """A piece that ``read_piece`` (or Python's json, ``from_objects``) read, appended to ``c``: by numpy
+    where the compiled reader read it and its values allow (``read_column_piece``), else event by event."""
+    if type(events) is not FastColumns:
+        read_events(c, events, cats, threads)
+    elif not read_column_piece(c, events, cats, threads):
+        read_events(c, schema.decode_each(events.text), cats, threads)
+    c.count += len(events)
 
 
 def _append(c: Columns, more: Columns) -> None:
@@ -193,7 +224,7 @@ def _big(cols: FastColumns, t: np.ndarray, field: str) -> bool:
 def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) -> bool:
     """``read_events`` of a piece read by the compiled reader (trace/fastread.py, with schema.Event's fields),
     with numpy over the piece; False (nothing appended) where a value is of a type whose Python conversion
-    the per-event rules must make (then: ``read_events(c, _decode(cols.text), ...)``)."""
+    the per-event rules must make (then: ``read_events(c, schema.decode_each(cols.text), ...)``)."""
     strings = cols.strings
     ts_t, dur_t, name_t, ph_t, cat_t = (cols.type(f) for f in ("ts", "dur", "name", "ph", "cat"))
     timed = (ts_t == T_INT) | (ts_t == T_REAL)
