@@ -62,10 +62,11 @@ set -uo pipefail
 OUT=${1:?usage: gpu_verify.sh OUT_DIR [parts...]}
 shift
 PARTS=${*:-compare overhead plugin tests}
+ALL_PARTS="verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra memory_verify memory_bisect memory_predict memory_ddp capture"
 for part in $PARTS; do
-  case $part in verdicts|holdout|loops|after|integrations|gaps|nvml|verdicts_ddp|verify|verify_extra|ddp|compare|overhead|plugin|tests|bench|ops|ops_processes|calibrate|memory|memory_extra|memory_verify|memory_bisect|memory_predict|memory_ddp|capture) ;;
-    *) echo "gpu_verify.sh: error: unknown part '$part'; parts are verdicts holdout loops after integrations gaps nvml verdicts_ddp verify verify_extra ddp compare overhead plugin tests bench ops ops_processes calibrate memory memory_extra memory_verify memory_bisect memory_predict memory_ddp capture" >&2; exit 2;;
-  esac
+  if [[ " $ALL_PARTS " != *" $part "* ]]; then
+    echo "gpu_verify.sh: error: unknown part '$part'; parts are $ALL_PARTS" >&2; exit 2
+  fi
 done
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

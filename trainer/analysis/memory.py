@@ -680,10 +680,17 @@ def batch_scale(d: DeviceMemory) -> float | None:
     return max(min((room - fixed) / need for fixed, need in d.room if need > 0), 0.0)
 
 
+def peak_line(d: DeviceMemory, scale: float) -> tuple[int, int] | None:
+    """The (fixed, scaled) bytes of the peak step's moment that is its peak at ``scale`` times the recorded
+    batch (_scaling); None without a scaling."""
+    return max(d.scaling, key=lambda line: line[0] + scale * line[1], default=None)
+
+
 def peak_at(d: DeviceMemory, scale: float) -> float:
     """The peak allocated that the prediction expects at ``scale`` times the recorded batch: the largest of the
-    peak step's moments with their scaled bytes grown (_scaling)."""
-    return max((fixed + scale * scaled for fixed, scaled in d.scaling), default=float(d.peak.peak_allocated))
+    peak step's moments with their scaled bytes grown (``peak_line``)."""
+    line = peak_line(d, scale)
+    return float(d.peak.peak_allocated) if line is None else line[0] + scale * line[1]
 
 
 def room_at(d: DeviceMemory, scale: float) -> float:

@@ -31,7 +31,7 @@ import os
 import statistics
 from pathlib import Path
 
-from stepscope.analysis.memory import GIB, MIB, peak_at, room_at
+from stepscope.analysis.memory import GIB, MIB, peak_at, peak_line, room_at
 from stepscope.demo.config import CHECKPOINTED_ARCHS
 from stepscope.demo.launch import INSTALLED_TRAIN, TrainFailed, run_train
 from stepscope.report.diff import t_quantile
@@ -112,7 +112,7 @@ def prediction(run_dir: Path, batch: int) -> dict:
         raise HeadroomError(f"{run_dir}: its step adds too little above its persistent memory to predict a batch")
     largest = max(int(batch * dev.batch_scale), batch)
     scale = largest / batch
-    fixed, scaled = max(dev.scaling, key=lambda part: part[0] + scale * part[1])  # the one that binds
+    fixed, scaled = peak_line(dev, scale)  # the moment that binds (a batch_scale implies a scaling)
     return {"device": dev.device, "capacity": dev.capacity, "batch": batch, "batch_scale": dev.batch_scale,
             "predicted_batch": largest, "persistent": fixed, "per_sample": scaled / batch,
             "predicted_peak": peak_at(dev, scale), "traced_peak": dev.peak.peak_allocated,
