@@ -1,6 +1,7 @@
 """The stepscope tab's runs are `stepscope analyze`'s jobs: the ranks of one job written into sibling folders
 show as one run, with its cross-rank section and the verdict the command prints, through a real TensorBoard on
-loopback; each trace is analysed once ($STEPSCOPE_ANALYSIS_LOG), not once per folder and again as a job.
+loopback; each trace is analysed once ($STEPSCOPE_ANALYSIS_LOG), not once per folder and again as a job. The
+`stepscope tensorboard` watcher publishes the same jobs, each as one run whose report the tab reads.
 
     python -m pytest -q -p no:xdist tests/test_tab_jobs.py      # about a minute on 2 busy cores
 """
@@ -17,7 +18,11 @@ from pathlib import Path
 import pytest
 import stepscope
 from stepscope.report import engine
+from stepscope.report.front import read_report
 from stepscope.report.jobs import may_join
+from stepscope.tensorboard import watch
+from stepscope.tensorboard.tab import runs as tab_runs
+from stepscope.tensorboard.tab.cache import diagnosed
 from stepscope.tensorboard.tbserver import TensorBoard
 from stepscope.trace.discover import discover
 
@@ -95,3 +100,49 @@ def test_may_join_is_what_a_header_can_say_of_a_folder():
     assert not may_join([(0, 2), (1, 2)])  # the folder holds its whole world
     assert not may_join([(0, 1)]) and not may_join([]) and not may_join([(0, 2), (None, 2)])
     assert not may_join([(0, 4), (0, 4)]) and not may_join([(0, 4), (1, 2)]) and not may_join([(4, 4)])
+
+
+def test_the_watcher_publishes_a_job_of_sibling_folders_as_one_run(logdir, tmp_path, monkeypatch):
+    ledger = tmp_path / "analyses.log"
+    monkeypatch.setenv(engine.ANALYSIS_LOG, str(ledger))
+    shadow = tmp_path / "shadow" / "logdir"
+    watcher = watch.Watcher(watch.WatchConfig(logdir, shadow, tmp_path / "shadow" / "staging"))
+    try:
+        assert watcher.poll(wait_s=None) == []  # first sight: nothing is stable yet
+        lines = watcher.poll(wait_s=None)
+    finally:
+        watcher.close()
+    assert sorted(p.name for p in watcher.runs) == ["both", "lone", "rank0+rank1", "single"], lines
+    analysed = sorted(Path(line) for line in ledger.read_text().splitlines())
+    monkeypatch.delenv(engine.ANALYSIS_LOG)
+    assert analysed == sorted(t.path for t in discover(logdir).traces)  # each trace once
+    published = tab_runs.find_runs(shadow)
+    job = published["rank0+rank1"]
+    assert len(job.traces) == 2 and not tab_runs.may_join(job)  # the tab shows it as it is: one run
+    report = read_report(job.folder, job.traces)
+    assert report is not None and diagnosed(job) is not None  # what the tab reads instead of analysing
+    joined = stepscope.analyze([logdir / "rank0", logdir / "rank1"]).to_dict()
+    assert report["verdict"] == joined["verdict"] and report["distributed"] == joined["distributed"]
+    assert sorted(s["rank"] for s in report["spans"]) == [0, 1]
+    lone = read_report(published["lone"].folder, published["lone"].traces)
+    assert lone["verdict"] == stepscope.analyze(logdir / "lone").verdict and not lone.get("distributed")
+
+
+def test_the_watcher_holds_a_rank_folder_for_its_job_then_publishes_it_alone(tmp_path, monkeypatch):
+    logs = tmp_path / "logs"
+    (logs / "rank0").mkdir(parents=True)
+    trace = sorted((DATA / "ddp_gloo").glob("*.pt.trace.json.gz"))[0]
+    shutil.copy(trace, logs / "rank0" / trace.name)
+    watcher = watch.Watcher(watch.WatchConfig(logs, tmp_path / "logdir", tmp_path / "staging"))
+    try:
+        monkeypatch.setattr(watch, "HOLD_S", 3600.0)
+        for _ in range(3):
+            assert watcher.poll(wait_s=None) == []  # rank 1 of its world of 2 may still come
+        assert list(watcher.held) == ["rank0"] and watcher.runs == []
+        monkeypatch.setattr(watch, "HOLD_S", 0.0)
+        lines = watcher.poll(wait_s=None)
+    finally:
+        watcher.close()
+    assert [p.name for p in watcher.runs] == ["rank0"] and watcher.held == {}, lines
+    assert read_report(watcher.runs[0], discover(watcher.runs[0]).traces)["verdict"] == \
+        stepscope.analyze(logs / "rank0").verdict

@@ -11,20 +11,32 @@ and their profiled windows overlap in time (ranks of one job profile the same st
 by its folders, joined with "+".
 
     may_join([(0, 2), (1, 2)])         # False: these ranks fill their world; True for [(0, 4), (1, 4)]
+    files_may_join([path, ...])        # may_join on the (rank, world size) each trace file's header gives
+    header_rank(path)                  # (rank, world size) from its header, once per version of the file
 
 ``may_join`` is the part of the rule that a trace's header decides (each trace names its rank and world
 size, one world, distinct ranks that do not fill it): a folder for which it is False is a job of its own
-whatever lies beside it. The stepscope tab (tensorboard/tab/runs.py) analyses the folders for which it is
-True together, through the door, so that the jobs it shows are the ones this rule makes.
+whatever lies beside it. The stepscope tab (tensorboard/tab/runs.py) and the `stepscope tensorboard` watcher
+(tensorboard/watch.py) analyse the folders for which it is True together, through the door, so that the jobs
+they show are the ones this rule makes. A header gives the rank and world size its ``distributedInfo`` holds
+before ``traceEvents``, where torch writes it; a trace that gives them only after its events is taken as a
+run of its own.
 Torch-free.
 """
 
 from __future__ import annotations
 
+import threading
+import zlib
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
+import msgspec
+from stepscope.analysis.events import distributed_rank
 from stepscope.report.loaded import Loaded
+from stepscope.trace.jsonstream import read_header
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,36 @@ def may_join(ranks: list[tuple[int | None, int | None]]) -> bool:
         return False
     (size,) = sizes
     return all(0 <= r < size for r in held) and len(held) < size
+
+
+_HEADERS: dict[tuple[str, int, int], tuple[int | None, int | None]] = {}
+_HEADERS_LOCK = threading.Lock()
+
+
+def header_rank(path: Path) -> tuple[int | None, int | None]:
+    """(rank, world size) from the trace's header, once per version of the file; (None, None) when the
+    header gives none or cannot be read (the analysis then says what is wrong)."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None, None
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    with _HEADERS_LOCK:
+        if key in _HEADERS:
+            return _HEADERS[key]
+    try:
+        rank = distributed_rank(read_header(path))
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, RecursionError, msgspec.DecodeError,
+            msgspec.ValidationError):
+        rank = None, None
+    with _HEADERS_LOCK:
+        _HEADERS[key] = rank
+    return rank
+
+
+def files_may_join(paths: Iterable[Path]) -> bool:
+    """``may_join`` for a run folder holding the trace files ``paths``, from their headers."""
+    return may_join([header_rank(p) for p in paths])
 
 
 def _one_job(a: _Ranks, b: _Ranks) -> bool:

@@ -19,7 +19,18 @@ trace, as the stepscope tab's analysis (tab/cache.py), or exactly $STEPSCOPE_TB_
 set. Past it the child is killed, the run is reported in one line ("! run NAME: ... stopped ...") and
 retried only when one of its files changes; `stepscope analyze` on it has no time limit. ``poll(wait_s)``
 waits up to ``wait_s`` seconds for the runs it started (None: until each has ended or passed its bound);
-what is still running is reported by a later poll. A file that changes after it was published (accelerate rewrites
+what is still running is reported by a later poll.
+
+The ranks of one job written into sibling folders are one run, as `stepscope analyze` and the tab make them
+(report/jobs.py): a folder whose trace headers say it may join others (``files_may_join``) is held until the
+held folders of its world size hold every rank of it, or for ``HOLD_S`` seconds at most, and they are then
+analysed together, in one child, as one call of the door. Each job that analysis makes is published as one
+run named by its folders joined with "+" (``rank0+rank1``), carrying the job's report with its cross-rank
+section; a held folder that is no rank of the others' job is published under its own name. The tab reads the
+published report: each trace is analysed once. A folder that may join others is analysed even when it holds
+its own report.json (that is one rank's; the job's cross-rank section needs every rank).
+
+A file that changes after it was published (accelerate rewrites
 `profile_<rank>.json` each time) is published again, as a new run. Event files under the source (a trainer
 run's loss, learning rate, ...) are mirrored into the run of the same name (mirror.py). The source
 directory is only read.
@@ -35,19 +46,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stepscope.analysis import TraceError
-from stepscope.analysis.report import Report
-from stepscope.report.front import NothingAnalysed, Rejected, analyze, read_report
+from stepscope.report.front import NothingAnalysed, Rejected, RunsReport, analyze, read_report
+from stepscope.report.jobs import files_may_join, header_rank
 from stepscope.report.loaded import assign_spans
 from stepscope.tensorboard.child import die_with_parent
 from stepscope.tensorboard.mirror import EventsMirror
 from stepscope.tensorboard.shadow import own_diagnosis, publish_run
 from stepscope.tensorboard.tab.cache import TIME_BASE_S, TIME_PER_GB_S
+from stepscope.tensorboard.tab.runs import JOIN
 from stepscope.trace.discover import Found, discover
 from stepscope.trace.workers import Apart, default_budget, json_size, peak_bytes
 
 Signature = tuple[int, int]  # (size, mtime_ns)
 BOUND_ENV = "STEPSCOPE_TB_BOUND_S"
 MAX_AT_ONCE = max(2, os.cpu_count() or 1)  # runs analysed at once (within the memory budget)
+HOLD_S = 30.0  # the longest a folder that may join others waits for the rest of its job's ranks
 
 
 @dataclass(frozen=True)
@@ -67,11 +80,13 @@ class _State:
 
 @dataclass
 class _Batch:
-    """One run's new traces, analysed together in a child process."""
+    """One run's new traces, analysed together in a child process; or (``joint``) the traces of the held
+    folders that may be one job, ``run`` then naming them all joined with "+"."""
 
     run: str
     items: list[tuple[Found, Signature]]
     size: int  # bytes of JSON
+    joint: bool = False
     apart: Apart | None = None
     bound: float = 0.0
     deadline: float = 0.0
@@ -84,7 +99,12 @@ class Built:
     published: list[tuple[Path, Signature]]
     rejected: list[tuple[Path, Signature]]
     unsettled: list[Path]  # rewritten while read: looked at again once stable
-    path: Path | None  # the published run
+    paths: list[Path]  # the published runs (one, or one per job of a joint batch)
+
+    @property
+    def path(self) -> Path | None:
+        """The first published run, or None."""
+        return self.paths[0] if self.paths else None
 
 
 def signature(path: Path) -> Signature | None:
@@ -131,37 +151,74 @@ def build_run(cfg: WatchConfig, name: str, source: Path, items: list[tuple[Found
     analysed again), and publish the usable ones as the shadow run ``name`` (shadow.py); in the run's child
     process."""
     found = [f for f, _ in items]
+    if own_diagnosis(source, found):
+        own = read_report(source, found)
+        if own is not None:
+            return _publish(cfg, [(name, source, found, own, "")], [], {f.path: s for f, s in items},
+                            assign_spans(found))
+    return _analysed(cfg, cfg.source if source is None else source, items,
+                     lambda runs: (name, source))
+
+
+def build_joint(cfg: WatchConfig, items: list[tuple[Found, Signature]]) -> Built:
+    """Analyse the traces of several source folders that may be one job (``items``) in one call of the door,
+    and publish each job it makes as one shadow run: a job of several folders under their names joined with
+    "+", a folder on its own under its name (module docstring); in the batch's child process."""
+    def where(runs: list[str]) -> tuple[str, Path | None]:
+        if len(runs) == 1:
+            return runs[0] or cfg.source.resolve().name, cfg.source / runs[0] if runs[0] else cfg.source
+        return JOIN.join(runs), None
+    return _analysed(cfg, cfg.source, items, where)
+
+
+def _analysed(cfg: WatchConfig, root: Path, items: list[tuple[Found, Signature]], where) -> Built:
+    """``items`` analysed through the door as traces under ``root``, and each job of the report published
+    as the shadow run ``where(its run folders)`` gives: (name, source folder or None)."""
+    found = [f for f, _ in items]
     sig = {f.path: s for f, s in items}
-    spans = assign_spans(found)
-    own = read_report(source, found) if own_diagnosis(source, found) else None
     lines, rejected, error = [], [], ""
-    if own is not None:
-        report: Report | dict | None = own
-        usable = found
-    else:
-        try:
-            report = analyze(source, traces=found, keep_going=True, tables=True)
-            skipped = list(report.skipped)
-        except NothingAnalysed as e:
-            report, skipped = None, list(e.skipped)
-        except TraceError as e:  # the traces parse, and their analysis fails: published without a diagnosis
-            report, skipped, error = None, [], str(e)
-        for item in skipped:
-            lines.append(f"! {item.reason}" if isinstance(item, Rejected) else f"! {item.path}: skipped ({item.reason})")
-            rejected.append((item.path, sig[item.path]))
-        usable = [f for f in found if f.path not in {item.path for item in skipped}]
-        if report is None and not error:
-            usable = []
-    if any(signature(f.path) != sig[f.path] for f in usable):  # rewritten while we read it: all again, once stable
-        return Built([], [], [], [f.path for f in found], None)
-    if not usable:
-        return Built(lines, [], rejected, [], None)
-    path, verdict = publish_run([(f, spans[f.path]) for f in usable], report, cfg.logdir, cfg.staging, name, source,
-                                error)
-    kinds = ", ".join(sorted({f.kind for f in usable}))
-    n = len(usable)
-    lines.append(f"+ run {path.relative_to(cfg.logdir)}: {n} trace{'s' if n != 1 else ''} ({kinds}): {verdict}")
-    return Built(lines, [(f.path, sig[f.path]) for f in usable], rejected, [], path)
+    try:
+        report = analyze(root, traces=found, keep_going=True, tables=True)
+        skipped = list(report.skipped)
+    except NothingAnalysed as e:
+        report, skipped = None, list(e.skipped)
+    except TraceError as e:  # the traces parse, and their analysis fails: published without a diagnosis
+        report, skipped, error = None, [], str(e)
+    for item in skipped:
+        lines.append(f"! {item.reason}" if isinstance(item, Rejected) else f"! {item.path}: skipped ({item.reason})")
+        rejected.append((item.path, sig[item.path]))
+    gone = {item.path for item in skipped}
+    usable = [f for f in found if f.path not in gone]
+    if report is None and not error:
+        usable = []
+    if isinstance(report, RunsReport):
+        jobs = [([item.found for item in r.traces], r) for _, r in report.runs]
+    elif report is not None:
+        jobs = [([item.found for item in report.traces], report)]
+    else:  # no analysis to group them into jobs: each folder as itself
+        jobs = [([f for f in usable if f.run == run], None) for run in sorted({f.run for f in usable})]
+    runs = [(*where(sorted({f.run for f in job})), job, job_report, error) for job, job_report in jobs]
+    return _publish(cfg, runs, lines, sig, assign_spans(found), rejected, found)
+
+
+def _publish(cfg: WatchConfig, runs: list, lines: list[str], sig: dict, spans: dict, rejected: list | None = None,
+             found: list[Found] | None = None) -> Built:
+    """Publish each (name, source, traces, report, error) of ``runs`` (shadow.py), each trace under its span
+    in ``spans``, unless a trace was rewritten while it was read: then nothing, and every trace is looked at
+    again once stable."""
+    rejected = rejected or []
+    every = [f for _, _, job, _, _ in runs for f in job]
+    if any(signature(f.path) != sig[f.path] for f in every):
+        return Built([], [], [], [f.path for f in (found or every)], [])
+    paths = []
+    for name, source, job, report, error in runs:
+        path, verdict = publish_run([(f, spans[f.path]) for f in job], report, cfg.logdir, cfg.staging, name,
+                                    source, error)
+        kinds = ", ".join(sorted({f.kind for f in job}))
+        n = len(job)
+        lines.append(f"+ run {path.relative_to(cfg.logdir)}: {n} trace{'s' if n != 1 else ''} ({kinds}): {verdict}")
+        paths.append(path)
+    return Built(lines, [(f.path, sig[f.path]) for f in every], rejected, [], paths)
 
 
 class Watcher:
@@ -172,6 +229,8 @@ class Watcher:
         self.mirror = EventsMirror(cfg.source, cfg.logdir)
         self.queued: list[_Batch] = []
         self.running: list[_Batch] = []
+        # folders that may be one job with others, waiting for the rest of its ranks: run -> (items, since)
+        self.held: dict[str, tuple[list[tuple[Found, Signature]], float]] = {}
         self.budget = default_budget()
 
     def run_name(self, run: str) -> str:
@@ -198,13 +257,35 @@ class Watcher:
                 self.state.pending[found.path] = sig  # first sight, or it changed: look again next poll
                 continue
             stable[found.run].append((found, sig))
+        now = time.monotonic()
         for run, items in stable.items():
-            self.queued.append(_Batch(run, items, _size(items)))
             self.state.busy.update(f.path for f, _ in items)
+            if files_may_join([f.path for f, _ in items]):
+                before, since = self.held.get(run, ([], now))
+                self.held[run] = (before + items, since)
+            else:
+                self.queued.append(_Batch(run, items, _size(items)))
+        self._release(now)
         self.queued.sort(key=lambda job: (job.size, job.run))  # the smallest runs first
         lines = self._collect(wait_s)
         self.mirror.poll(self.run_name)  # the source's own Scalars and Text, e.g. a trainer run's loss
         return lines
+
+    def _release(self, now: float) -> None:
+        """Queue the held folders of each world size as one joint batch once they hold every rank of it, or
+        once one of them has waited HOLD_S seconds."""
+        worlds: dict[int, list[str]] = defaultdict(list)
+        for run, (items, _) in self.held.items():
+            worlds[header_rank(items[0][0].path)[1]].append(run)
+        for size, runs in worlds.items():
+            ranks = {header_rank(f.path)[0] for run in runs for f, _ in self.held[run][0]}
+            if ranks < set(range(size)) and now - min(self.held[run][1] for run in runs) < HOLD_S:
+                continue
+            items = [item for run in sorted(runs) for item in self.held.pop(run)[0]]
+            if len(runs) == 1:
+                self.queued.append(_Batch(runs[0], items, _size(items)))
+            else:
+                self.queued.append(_Batch(JOIN.join(sorted(runs)), items, _size(items), joint=True))
 
     def _start(self) -> None:
         while self.queued and len(self.running) < MAX_AT_ONCE:
@@ -215,8 +296,9 @@ class Watcher:
             self.queued.pop(0)
             source = self.cfg.source / job.run if job.run else self.cfg.source
             job.bound = time_bound(job.size)
-            job.apart = Apart(build_run, (self.cfg, self.run_name(job.run), source, job.items),
-                              setup=die_with_parent(os.getpid()))
+            work, args = (build_joint, (self.cfg, job.items)) if job.joint else (
+                build_run, (self.cfg, self.run_name(job.run), source, job.items))
+            job.apart = Apart(work, args, setup=die_with_parent(os.getpid()))
             job.deadline = time.monotonic() + job.bound
             self.running.append(job)
 
@@ -253,8 +335,7 @@ class Watcher:
             self.state.pending.pop(path, None)
         for path in built.unsettled:
             self.state.pending.pop(path, None)
-        if built.path is not None:
-            self.runs.append(built.path)
+        self.runs += built.paths
         return built.lines
 
     def _stopped(self, job: _Batch) -> str:
@@ -278,3 +359,4 @@ class Watcher:
             job.apart.stop()
         self.running.clear()
         self.queued.clear()
+        self.held.clear()

@@ -12,24 +12,18 @@ unprofiled steps' telemetry of each cycle, telemetry.py) is written again, in an
 Several run folders are one run when `stepscope analyze` makes them one job (report/jobs.py: the ranks of
 a job written into sibling folders). Which folders that is, the rule decides from the parsed traces, so the
 tab analyses the folders that ``may_join`` others together through the door and shows the jobs the
-analysis made of them (plugin.py). ``may_join`` reads only each trace's header (jobs.py's ``may_join`` on
-the rank and world size its ``distributedInfo`` gives before ``traceEvents``, where torch writes it; a
-trace that gives them only after its events is taken as a run of its own), once per trace file version.
+analysis made of them (plugin.py). ``may_join`` reads only each trace's header (jobs.py's
+``files_may_join``), once per trace file version.
 """
 
 from __future__ import annotations
 
-import threading
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-from stepscope.analysis.events import distributed_rank
 from stepscope.report import jobs
 from stepscope.trace.discover import Found, discover
 from stepscope.trace.files import CYCLES
-from stepscope.trace.jsonstream import read_header
 
 ROOT_RUN = "."
 RUN_RECORD = "run.json"
@@ -78,31 +72,6 @@ def joined(logdir: Path, runs: list[Run]) -> Run:
                tuple(r.folder for r in runs))
 
 
-_HEADERS: dict[tuple[str, int, int], tuple[int | None, int | None]] = {}
-_HEADERS_LOCK = threading.Lock()
-
-
-def _rank(path: Path) -> tuple[int | None, int | None]:
-    """(rank, world size) from the trace's header, once per version of the file; (None, None) when the
-    header gives none or cannot be read (the analysis then says what is wrong)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None, None
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    with _HEADERS_LOCK:
-        if key in _HEADERS:
-            return _HEADERS[key]
-    try:
-        rank = distributed_rank(read_header(path))
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, RecursionError, msgspec.DecodeError,
-            msgspec.ValidationError):
-        rank = None, None
-    with _HEADERS_LOCK:
-        _HEADERS[key] = rank
-    return rank
-
-
 def may_join(run: Run) -> bool:
     """Whether the run folder may be one job with other folders (module docstring)."""
-    return jobs.may_join([_rank(t.path) for t in run.traces])
+    return jobs.files_may_join([t.path for t in run.traces])
