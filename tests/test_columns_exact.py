@@ -221,3 +221,14 @@ def test_last_boundary_is_the_last_of_the_buffer(seed):
     for after in (-1, 0, len(buf) // 3, len(buf) - 5):
         found = [m.start() + 1 for m in BOUNDARY.finditer(buf, after + 1)]
         assert _last_boundary(buf, after) == (found[-1] if found else None)
+
+
+def test_each_window_ends_at_its_steps_end_or_its_latest_activity(traces):
+    """step_windows takes each step's latest device end from the columns at once; the rule, event by event."""
+    owned = 0
+    for trace in traces:
+        for w in step_windows(trace):
+            if trace.has_gpu:
+                assert w.end == max([w.host_end] + [d.end for d in w.device])
+            owned += len(w.device)
+    assert owned > 0  # GPU traces with activity in their steps

@@ -225,9 +225,11 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
     assert last.startswith("confirmed: ") and f"{v['measured_speedup']:.2f}x measured" in last, r.stdout
     assert v["cores"] == len(cpus) and 1.0 <= v["parallel_cores"] <= len(cpus) and v["cause"] == "data_loading"
     # predicted from the baseline's own unprofiled figures: the measured speed-up falls in the range (within
-    # 25%), whose low end is the cores' bound (2.2x measured against 1.7x..10x on the machine this was made on)
+    # 25%), whose low end is the cores' bound (2.2x measured against 1.7x..10x on the machine this was made on;
+    # 0.92x at the low end in a CI run whose baseline spent as much CPU a step as two cores give: its middle
+    # still predicts the gain)
     low, high = v["predicted_speedup_range"]
-    assert 1.0 < low <= v["predicted_speedup"] <= high
+    assert 0 < low <= v["predicted_speedup"] <= high and v["predicted_speedup"] > 1.0, v
     assert 0.75 * low <= v["measured_speedup"] <= 1.25 * high, v
     u = v["unprofiled"]  # the baseline's own telemetry: a CPU step that waits for its batch
     assert u["device_ms"] == 0 and u["data_ms"] > 0 and u["cpu_ms"] > 0 and u["cores"] == v["parallel_cores"]

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from stepscope.analysis.columns import launch_columns
+from stepscope.analysis.columns import device_columns, launch_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent, ParsedTrace
 from stepscope.analysis.per_trace import per_trace
 
@@ -66,7 +66,7 @@ def step_windows(trace: ParsedTrace) -> list[StepWindow]:
     """One window per ProfilerStep, in order. On a CPU-only trace, the windows are the host ranges."""
     if not trace.has_gpu:
         return [StepWindow(s.number, s.start, s.end, s.start, s.end, ()) for s in trace.steps]
-    own, unattributed = _device_by_step(trace)
+    own, unattributed, last_end = _device_by_step(trace)
 
     first = trace.steps[0]
     first_own = min((d.start for d in own[0]), default=first.end)
@@ -76,8 +76,8 @@ def step_windows(trace: ParsedTrace) -> list[StepWindow]:
 
     windows = []
     prev_end = prior_end
-    for step, mine in zip(trace.steps, own, strict=True):
-        end = max([step.end] + [d.end for d in mine])
+    for step, mine, latest in zip(trace.steps, own, last_end, strict=True):
+        end = max(step.end, latest)
         start = max(step.start, prev_end)
         if start >= end:  # the GPU finished this step's work before the previous window closed
             start = step.start
@@ -86,9 +86,10 @@ def step_windows(trace: ParsedTrace) -> list[StepWindow]:
     return windows
 
 
-def _device_by_step(trace: ParsedTrace) -> tuple[list[list[DeviceEvent]], list[DeviceEvent]]:
+def _device_by_step(trace: ParsedTrace) -> tuple[list[list[DeviceEvent]], list[DeviceEvent], list[float]]:
     """Per step, the device activity whose launch ran inside its host range (``step_finder``'s rule), in
-    trace order; and the rest. Looked up for all activities at once."""
+    trace order; the rest; and per step the latest end of its activity (-inf for none). Looked up for all
+    activities at once."""
     device, steps = trace.device, trace.steps
     launched_at = launch_columns(trace).start  # NaN: no launch
     step_ends = np.array([s.end for s in steps], dtype=np.float64)
@@ -97,4 +98,12 @@ def _device_by_step(trace: ParsedTrace) -> tuple[list[list[DeviceEvent]], list[D
     order = np.argsort(step_of, kind="stable")
     bounds = np.searchsorted(step_of[order], np.arange(-1, len(steps) + 1)).tolist()
     groups = [[device[k] for k in order[a:b].tolist()] for a, b in zip(bounds, bounds[1:])]
-    return groups[1:], groups[0]
+    # each step's latest end at once: a step's activity is one run of ``order``, and the steps without any
+    # lie between runs, so each run of a step that has some ends where the next such step's begins
+    ends = device_columns(trace).end[order]
+    lo, hi = np.asarray(bounds[1:-1]), np.asarray(bounds[2:])
+    latest = np.full(len(steps), -np.inf)
+    owns = hi > lo
+    if owns.any():
+        latest[owns] = np.maximum.reduceat(ends, lo[owns])
+    return groups[1:], groups[0], latest.tolist()
