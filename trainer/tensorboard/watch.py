@@ -155,9 +155,8 @@ def build_run(cfg: WatchConfig, name: str, source: Path, items: list[tuple[Found
         own = read_report(source, found)
         if own is not None:
             return _publish(cfg, [(name, source, found, own, "")], [], {f.path: s for f, s in items},
-                            assign_spans(found))
-    return _analysed(cfg, cfg.source if source is None else source, items,
-                     lambda runs: (name, source))
+                            assign_spans(found), [], found)
+    return _analysed(cfg, source, items, lambda runs: (name, source))
 
 
 def build_joint(cfg: WatchConfig, items: list[tuple[Found, Signature]]) -> Built:
@@ -201,15 +200,14 @@ def _analysed(cfg: WatchConfig, root: Path, items: list[tuple[Found, Signature]]
     return _publish(cfg, runs, lines, sig, assign_spans(found), rejected, found)
 
 
-def _publish(cfg: WatchConfig, runs: list, lines: list[str], sig: dict, spans: dict, rejected: list | None = None,
-             found: list[Found] | None = None) -> Built:
+def _publish(cfg: WatchConfig, runs: list, lines: list[str], sig: dict, spans: dict, rejected: list,
+             found: list[Found]) -> Built:
     """Publish each (name, source, traces, report, error) of ``runs`` (shadow.py), each trace under its span
-    in ``spans``, unless a trace was rewritten while it was read: then nothing, and every trace is looked at
-    again once stable."""
-    rejected = rejected or []
+    in ``spans``, unless a trace was rewritten while it was read: then nothing, and every trace of ``found``
+    (the batch) is looked at again once stable."""
     every = [f for _, _, job, _, _ in runs for f in job]
     if any(signature(f.path) != sig[f.path] for f in every):
-        return Built([], [], [], [f.path for f in (found or every)], [])
+        return Built([], [], [], [f.path for f in found], [])
     paths = []
     for name, source, job, report, error in runs:
         path, verdict = publish_run([(f, spans[f.path]) for f in job], report, cfg.logdir, cfg.staging, name,
