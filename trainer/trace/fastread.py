@@ -6,7 +6,7 @@ object per event. Torch-free.
     cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), its value as float64
     cols.int("tid"), cols.text("name")       # ... as int64; the strings table (cols.strings[cols.int(f)])
 
-The extension (csrc/fastread.c, parsing with the vendored yyjson) is built by ``pip install -e .``
+The extension (csrc/fastread.cpp, parsing with the vendored simdjson) is built by ``pip install -e .``
 (setup.py); where it is missing, or ``STEPSCOPE_PURE_PYTHON=1`` is set, ``available()`` is False,
 ``why_not()`` says why, and the callers read with msgspec alone (the same results, slower). The fields read
 are those of the msgspec structs the slow path decodes into (``Event`` and the struct of its ``args``), by
@@ -23,7 +23,7 @@ import numpy as np
 
 PURE_ENV = "STEPSCOPE_PURE_PYTHON"
 
-# the value types of csrc/fastread.c
+# the value types of csrc/fastread.cpp
 T_MISSING, T_NULL, T_INT, T_REAL, T_STR, T_TRUE, T_FALSE, T_ARRAY, T_OBJECT, T_OTHER = range(10)
 
 try:
@@ -49,7 +49,7 @@ def why_not() -> str | None:
 
 def describe() -> str:
     """One line: which reader reads traces."""
-    return why_not() or f"traces are read by the compiled reader (yyjson {_fastread.YYJSON_VERSION})"
+    return why_not() or f"traces are read by the compiled reader (simdjson {_fastread.SIMDJSON_VERSION})"
 
 
 class Columns:

@@ -1,4 +1,4 @@
-/* stepscope.trace._fastread: a piece of a trace's traceEvents array, parsed by yyjson, as columns.
+/* stepscope.trace._fastread: a piece of a trace's traceEvents array, parsed by simdjson, as columns.
 
     columns(text, event_keys, args_keys) -> None | (strings, types, ints, reals, n)
 
@@ -12,20 +12,30 @@ after them. For n events and S slots, the result holds three S x n arrays, slot-
     reals  float64 the value of a T_REAL; the (rounded) value of a T_INT
 
 ``strings``: the distinct string values met, as str, in order of first appearance. A key given twice in one
-object takes its last value. T_OTHER: an integer outside int64 or a real outside a double (read raw).
+object takes its last value. T_OTHER: an integer above int64's range that fits in 64 bits unsigned.
 
-None, rather than columns, for anything the caller's own decoder must judge: text that yyjson does not read
-as one strict JSON array (RFC 8259: no NaN, no comments, valid UTF-8), an entry that is not an object, an
-``args`` that is neither an object nor null, a value nested more than MAX_DEPTH deep, or a string that is
-not valid for Python. The caller then decodes the same text the slow way, which gives its result or its
-error. No Python object is made per event: only one per distinct string.
+None, rather than columns, for anything the caller's own decoder must judge: text that simdjson's validating
+DOM parser does not read as one strict JSON array (RFC 8259: no NaN, no comments, valid UTF-8; also a number
+that no 64-bit integer or double holds, nesting deeper than simdjson's limit, and a leading byte-order mark,
+which simdjson would skip), an entry that is not an object, an ``args`` that is neither an object nor null, a
+value nested more than MAX_DEPTH deep, or a string that is not valid for Python. The caller then decodes the
+same text the slow way, which gives its result or its error. No Python object is made per event: only one per
+distinct string.
+
+Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
+its buffers instead of faulting in new ones.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "yyjson/yyjson.h"
+#include <new>
+
+#include "simdjson/simdjson.h"
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
 
 enum { T_MISSING, T_NULL, T_INT, T_REAL, T_STR, T_TRUE, T_FALSE, T_ARRAY, T_OBJECT, T_OTHER };
 
@@ -37,7 +47,7 @@ typedef struct {
     size_t len;
 } key_t_;
 
-/* distinct strings: open addressing on (pointer, length) of yyjson's string bytes */
+/* distinct strings: open addressing on (pointer, length) of the parser's string bytes */
 typedef struct {
     const char **ptr;
     size_t *len;
@@ -63,11 +73,11 @@ static uint64_t hash_bytes(const char *p, size_t n) {
 static int strtab_init(strtab *t, size_t cap) {
     memset(t, 0, sizeof(*t));
     t->cap = cap;
-    t->ptr = PyMem_RawCalloc(cap, sizeof(char *));
-    t->len = PyMem_RawCalloc(cap, sizeof(size_t));
-    t->slot = PyMem_RawCalloc(cap, sizeof(int64_t));
-    t->order_ptr = PyMem_RawCalloc(cap / 2 + 1, sizeof(char *));
-    t->order_len = PyMem_RawCalloc(cap / 2 + 1, sizeof(size_t));
+    t->ptr = (const char **)PyMem_RawCalloc(cap, sizeof(char *));
+    t->len = (size_t *)PyMem_RawCalloc(cap, sizeof(size_t));
+    t->slot = (int64_t *)PyMem_RawCalloc(cap, sizeof(int64_t));
+    t->order_ptr = (const char **)PyMem_RawCalloc(cap / 2 + 1, sizeof(char *));
+    t->order_len = (size_t *)PyMem_RawCalloc(cap / 2 + 1, sizeof(size_t));
     return t->ptr && t->len && t->slot && t->order_ptr && t->order_len ? 0 : -1;
 }
 
@@ -117,59 +127,49 @@ static int64_t strtab_code(strtab *t, const char *p, size_t n) {
     return (int64_t)t->count++;
 }
 
-/* whether v holds containers nested no more than `left` deep (iteratively bounded recursion) */
-static int depth_ok(yyjson_val *v, int left) {
-    if (!yyjson_is_ctn(v)) return 1;
+static bool is_container(element_type t) { return t == element_type::ARRAY || t == element_type::OBJECT; }
+
+/* whether v holds containers nested no more than `left` deep (bounded recursion) */
+static int depth_ok(element v, int left) {
+    element_type t = v.type();
+    if (!is_container(t)) return 1;
     if (left <= 0) return 0;
-    size_t idx, max;
-    yyjson_val *k, *x;
-    if (yyjson_is_arr(v)) {
-        yyjson_arr_foreach(v, idx, max, x) {
-            if (yyjson_is_ctn(x) && !depth_ok(x, left - 1)) return 0;
+    if (t == element_type::ARRAY) {
+        for (element x : simdjson::dom::array(v.get_array().value_unsafe())) {
+            if (is_container(x.type()) && !depth_ok(x, left - 1)) return 0;
         }
     } else {
-        yyjson_obj_foreach(v, idx, max, k, x) {
-            if (yyjson_is_ctn(x) && !depth_ok(x, left - 1)) return 0;
+        for (simdjson::dom::key_value_pair kv : simdjson::dom::object(v.get_object().value_unsafe())) {
+            if (is_container(kv.value.type()) && !depth_ok(kv.value, left - 1)) return 0;
         }
     }
     return 1;
 }
 
 /* one value into slot (s, i); 0, or -1 for "let the caller decode it" / out of memory (*oom set) */
-static int put(yyjson_val *v, size_t at, uint8_t *types, int64_t *ints, double *reals, strtab *tab,
-               int *oom) {
-    switch (yyjson_get_type(v)) {
-    case YYJSON_TYPE_NULL:
+static int put(element v, size_t at, uint8_t *types, int64_t *ints, double *reals, strtab *tab, int *oom) {
+    switch (v.type()) {
+    case element_type::NULL_VALUE:
         types[at] = T_NULL;
         return 0;
-    case YYJSON_TYPE_BOOL:
-        types[at] = yyjson_get_bool(v) ? T_TRUE : T_FALSE;
+    case element_type::BOOL:
+        types[at] = v.get_bool().value_unsafe() ? T_TRUE : T_FALSE;
         return 0;
-    case YYJSON_TYPE_NUM:
-        switch (yyjson_get_subtype(v)) {
-        case YYJSON_SUBTYPE_UINT: {
-            uint64_t u = yyjson_get_uint(v);
-            if (u > (uint64_t)INT64_MAX) {
-                types[at] = T_OTHER;
-                return 0;
-            }
-            types[at] = T_INT;
-            ints[at] = (int64_t)u;
-            reals[at] = (double)(int64_t)u;
-            return 0;
-        }
-        case YYJSON_SUBTYPE_SINT:
-            types[at] = T_INT;
-            ints[at] = yyjson_get_sint(v);
-            reals[at] = (double)ints[at];
-            return 0;
-        default:
-            types[at] = T_REAL;
-            reals[at] = yyjson_get_real(v);
-            return 0;
-        }
-    case YYJSON_TYPE_STR: {
-        int64_t code = strtab_code(tab, yyjson_get_str(v), yyjson_get_len(v));
+    case element_type::INT64:
+        types[at] = T_INT;
+        ints[at] = v.get_int64().value_unsafe();
+        reals[at] = (double)ints[at];
+        return 0;
+    case element_type::UINT64: /* only above int64's range */
+        types[at] = T_OTHER;
+        return 0;
+    case element_type::DOUBLE:
+        types[at] = T_REAL;
+        reals[at] = v.get_double().value_unsafe();
+        return 0;
+    case element_type::STRING: {
+        std::string_view str = v.get_string().value_unsafe();
+        int64_t code = strtab_code(tab, str.data(), str.size());
         if (code < 0) {
             *oom = 1;
             return -1;
@@ -178,18 +178,16 @@ static int put(yyjson_val *v, size_t at, uint8_t *types, int64_t *ints, double *
         ints[at] = code;
         return 0;
     }
-    case YYJSON_TYPE_ARR:
+    case element_type::ARRAY:
         if (!depth_ok(v, MAX_DEPTH)) return -1;
         types[at] = T_ARRAY;
         return 0;
-    case YYJSON_TYPE_OBJ:
+    case element_type::OBJECT:
         if (!depth_ok(v, MAX_DEPTH)) return -1;
         types[at] = T_OBJECT;
         return 0;
-    default: /* YYJSON_TYPE_RAW: a number too large for int64/double */
-        types[at] = T_OTHER;
-        return 0;
     }
+    return -1;
 }
 
 static int read_keys(PyObject *seq, key_t_ *keys, Py_ssize_t *count, Py_ssize_t room) {
@@ -221,6 +219,56 @@ static Py_ssize_t find_key(const key_t_ *keys, Py_ssize_t count, const char *p, 
     return -1;
 }
 
+/* the thread's parser, made on first use; NULL when out of memory */
+static simdjson::dom::parser *thread_parser(void) {
+    static thread_local simdjson::dom::parser *parser = nullptr;
+    if (parser == nullptr) parser = new (std::nothrow) simdjson::dom::parser();
+    return parser;
+}
+
+enum { READ_OK, READ_REFUSED, READ_OOM };
+
+/* the events of `root` into the columns (all set to T_MISSING); READ_REFUSED: let the caller decode it */
+static int read_events(simdjson::dom::array root, size_t n, const key_t_ *keys, Py_ssize_t n_event,
+                       Py_ssize_t n_args, uint8_t *types, int64_t *ints, double *reals, strtab *tab) {
+    const Py_ssize_t args_slot = n_event - 1, slots = n_event + n_args;
+    int oom = 0;
+    size_t i = 0;
+    for (element event : root) {
+        if (event.type() != element_type::OBJECT) return READ_REFUSED;
+        for (simdjson::dom::key_value_pair kv : simdjson::dom::object(event.get_object().value_unsafe())) {
+            element v = kv.value;
+            Py_ssize_t s = find_key(keys, n_event, kv.key.data(), kv.key.size());
+            if (s == args_slot) {
+                /* a later "args" replaces an earlier one: forget what that one gave */
+                for (Py_ssize_t a = n_event; a < slots; a++) types[(size_t)a * n + i] = T_MISSING;
+                element_type t = v.type();
+                if (t == element_type::NULL_VALUE) {
+                    types[(size_t)s * n + i] = T_NULL;
+                    continue;
+                }
+                if (t != element_type::OBJECT) return READ_REFUSED;
+                types[(size_t)s * n + i] = T_OBJECT;
+                for (simdjson::dom::key_value_pair akv : simdjson::dom::object(v.get_object().value_unsafe())) {
+                    Py_ssize_t a = find_key(keys + n_event, n_args, akv.key.data(), akv.key.size());
+                    if (a < 0) {
+                        if (is_container(akv.value.type()) && !depth_ok(akv.value, MAX_DEPTH - 2)) return READ_REFUSED;
+                        continue;
+                    }
+                    if (put(akv.value, (size_t)(n_event + a) * n + i, types, ints, reals, tab, &oom) < 0)
+                        return oom ? READ_OOM : READ_REFUSED;
+                }
+            } else if (s >= 0) {
+                if (put(v, (size_t)s * n + i, types, ints, reals, tab, &oom) < 0) return oom ? READ_OOM : READ_REFUSED;
+            } else if (is_container(v.type()) && !depth_ok(v, MAX_DEPTH - 1)) {
+                return READ_REFUSED;
+            }
+        }
+        i++;
+    }
+    return READ_OK;
+}
+
 static PyObject *columns(PyObject *self, PyObject *args) {
     Py_buffer text;
     PyObject *event_seq, *args_seq;
@@ -229,9 +277,17 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*O!O!", &text, &PyTuple_Type, &event_seq, &PyTuple_Type, &args_seq))
         return NULL;
     PyObject *result = NULL, *strings = NULL, *types_b = NULL, *ints_b = NULL, *reals_b = NULL;
-    yyjson_doc *doc = NULL;
     strtab tab;
-    int tab_ready = 0, oom = 0;
+    int tab_ready = 0, outcome = READ_OK;
+    simdjson::error_code error = simdjson::SUCCESS;
+    simdjson::dom::array root;
+    simdjson::dom::parser *parser = NULL;
+    size_t n = 0;
+    Py_ssize_t slots = 0;
+    uint8_t *types = NULL;
+    int64_t *ints = NULL;
+    double *reals = NULL;
+    const char *bytes = (const char *)text.buf;
     if (read_keys(event_seq, keys, &n_event, MAX_SLOTS) < 0 ||
         read_keys(args_seq, keys + n_event, &n_args, MAX_SLOTS - n_event) < 0)
         goto done;
@@ -239,25 +295,30 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "event_keys must end with the key of the arguments");
         goto done;
     }
-    const Py_ssize_t args_slot = n_event - 1, slots = n_event + n_args;
-    yyjson_read_err err;
+    slots = n_event + n_args;
+    if (text.len >= 3 && memcmp(bytes, "\xEF\xBB\xBF", 3) == 0) { /* simdjson skips a byte-order mark */
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    parser = thread_parser();
+    if (parser == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
-    doc = yyjson_read_opts((char *)text.buf, (size_t)text.len, YYJSON_READ_BIGNUM_AS_RAW, NULL, &err);
+    element doc;
+    error = parser->parse(bytes, (size_t)text.len, true).get(doc);
+    if (!error) error = doc.get_array().get(root);
     Py_END_ALLOW_THREADS
-    if (doc == NULL) {
-        if (err.code == YYJSON_READ_ERROR_MEMORY_ALLOCATION) {
-            PyErr_NoMemory();
-            goto done;
-        }
+    if (error == simdjson::MEMALLOC) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (error) { /* not strict JSON, not an array, or beyond what simdjson holds: the caller's decoder says */
         result = Py_NewRef(Py_None);
         goto done;
     }
-    yyjson_val *root = yyjson_doc_get_root(doc);
-    if (!yyjson_is_arr(root)) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    const size_t n = yyjson_arr_size(root);
+    n = root.size();
     if (n > (size_t)PY_SSIZE_T_MAX / 32 / (size_t)(slots ? slots : 1)) {
         PyErr_NoMemory();
         goto done;
@@ -266,76 +327,26 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     ints_b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * slots * sizeof(int64_t)));
     reals_b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * slots * sizeof(double)));
     if (!types_b || !ints_b || !reals_b) goto done;
-    uint8_t *types = (uint8_t *)PyBytes_AS_STRING(types_b);
-    int64_t *ints = (int64_t *)PyBytes_AS_STRING(ints_b);
-    double *reals = (double *)PyBytes_AS_STRING(reals_b);
+    types = (uint8_t *)PyBytes_AS_STRING(types_b);
+    ints = (int64_t *)PyBytes_AS_STRING(ints_b);
+    reals = (double *)PyBytes_AS_STRING(reals_b);
     memset(types, T_MISSING, n * slots);
     memset(ints, 0, n * slots * sizeof(int64_t));
     memset(reals, 0, n * slots * sizeof(double));
-    size_t cap = 1024;
-    if (strtab_init(&tab, cap) < 0) {
+    if (strtab_init(&tab, 1024) < 0) {
         tab_ready = 1;
         PyErr_NoMemory();
         goto done;
     }
     tab_ready = 1;
-    int refused = 0;
     Py_BEGIN_ALLOW_THREADS
-    size_t i, max, j, jmax;
-    yyjson_val *event, *k, *v, *ak, *av;
-    yyjson_arr_foreach(root, i, max, event) {
-        if (!yyjson_is_obj(event)) {
-            refused = 1;
-            break;
-        }
-        yyjson_obj_foreach(event, j, jmax, k, v) {
-            Py_ssize_t s = find_key(keys, n_event, yyjson_get_str(k), yyjson_get_len(k));
-            if (s == args_slot) {
-                /* a later "args" replaces an earlier one: forget what that one gave */
-                for (Py_ssize_t a = n_event; a < slots; a++) types[(size_t)a * n + i] = T_MISSING;
-                if (yyjson_is_null(v)) {
-                    types[(size_t)s * n + i] = T_NULL;
-                    continue;
-                }
-                if (!yyjson_is_obj(v)) {
-                    refused = 1;
-                    break;
-                }
-                types[(size_t)s * n + i] = T_OBJECT;
-                size_t q, qmax;
-                yyjson_obj_foreach(v, q, qmax, ak, av) {
-                    Py_ssize_t a = find_key(keys + n_event, n_args, yyjson_get_str(ak), yyjson_get_len(ak));
-                    if (a < 0) {
-                        if (yyjson_is_ctn(av) && !depth_ok(av, MAX_DEPTH - 2)) {
-                            refused = 1;
-                            break;
-                        }
-                        continue;
-                    }
-                    if (put(av, (size_t)(n_event + a) * n + i, types, ints, reals, &tab, &oom) < 0) {
-                        refused = 1;
-                        break;
-                    }
-                }
-                if (refused) break;
-            } else if (s >= 0) {
-                if (put(v, (size_t)s * n + i, types, ints, reals, &tab, &oom) < 0) {
-                    refused = 1;
-                    break;
-                }
-            } else if (yyjson_is_ctn(v) && !depth_ok(v, MAX_DEPTH - 1)) {
-                refused = 1;
-                break;
-            }
-        }
-        if (refused) break;
-    }
+    outcome = read_events(root, n, keys, n_event, n_args, types, ints, reals, &tab);
     Py_END_ALLOW_THREADS
-    if (oom) {
+    if (outcome == READ_OOM) {
         PyErr_NoMemory();
         goto done;
     }
-    if (refused) {
+    if (outcome == READ_REFUSED) {
         result = Py_NewRef(Py_None);
         goto done;
     }
@@ -354,7 +365,6 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     result = Py_BuildValue("(OOOOn)", strings, types_b, ints_b, reals_b, (Py_ssize_t)n);
 done:
     if (tab_ready) strtab_free(&tab);
-    if (doc) yyjson_doc_free(doc);
     Py_XDECREF(strings);
     Py_XDECREF(types_b);
     Py_XDECREF(ints_b);
@@ -369,13 +379,13 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_fastread", "Trace events as columns, parsed by yyjson " YYJSON_VERSION_STRING ".",
+    PyModuleDef_HEAD_INIT, "_fastread", "Trace events as columns, parsed by simdjson " SIMDJSON_VERSION ".",
     -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastread(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddStringConstant(m, "YYJSON_VERSION", YYJSON_VERSION_STRING) < 0) {
+    if (m && PyModule_AddStringConstant(m, "SIMDJSON_VERSION", SIMDJSON_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;
     }
