@@ -134,6 +134,43 @@ def test_byte_ranges_parse_the_same(pure, tmp_path):
     assert fast == ref == parse_trace_file(plain, "w", "1")
 
 
+def test_a_helper_sends_its_pieces_as_columns_without_event_tuples(tmp_path):
+    """A helper process of the ranged parse encodes each piece of columns straight from them
+    (stream_columns.encoded), and what the parsing process rebuilds from that equals what the event tuples of
+    msgspec's events give, collected and encoded; a piece the column path leaves to the per-event rules is
+    no encoded piece."""
+    from stepscope.analysis import stream_columns
+    from stepscope.analysis.stream_ranges import HOST_LISTS, decode_into, encode, first_base
+    from stepscope.trace.jsonstream import TraceStream
+
+    plain = tmp_path / "t.json"
+    plain.write_bytes(_real_trace())
+    base = first_base(plain, 1 << 16)
+    pieces = 0
+    with TraceStream(plain, 1 << 16) as ts:
+        for cols in ts.decode_events(read):
+            assert type(cols) is fastread.Columns
+            ref, fast = Collector(), Collector()
+            ref.base = fast.base = base
+            ref.add(decode(cols.text))
+            ref_part = encode(ref)
+            part = stream_columns.encoded(fast, cols)
+            assert part is not None
+            rebuilt = [Collector(), Collector()]
+            for c, p in zip(rebuilt, (ref_part, part)):
+                decode_into(c, p)
+            for field in (*HOST_LISTS, "device", "steps", "python_calls", "python_builtins", "long_frames",
+                          "model_spans", "shapes"):
+                assert getattr(rebuilt[1], field) == getattr(rebuilt[0], field), field
+            assert rebuilt[1].memory.columns == rebuilt[0].memory.columns
+            pieces += 1
+    assert pieces > 3
+    odd = json.dumps([{"name": "x", "cat": "cpu_op", "ph": "X", "ts": 1, "dur": 1, "tid": 1.5}]).encode()
+    c = Collector()
+    c.base = 0.0
+    assert stream_columns.encoded(c, read(odd)) is None  # a float tid: msgspec's events say what it is
+
+
 # -- generated pieces: every JSON type in every field the reader maps ------------------------------------------
 
 _SCALARS = st.one_of(

@@ -79,13 +79,34 @@ def _objects(cols: Columns, rows: np.ndarray, field: str, default):
 def add(c, cols: Columns, decode) -> None:
     """Collector.add of a piece of columns; ``decode(text)``: the msgspec decoder, for a piece this path
     leaves to the per-event rules."""
-    if not _add(c, cols):
+    plan = _plan(c, cols)
+    if plan is None:
         c.add(decode(cols.text))
+    else:
+        _collect(c, plan)
 
 
-def _add(c, cols: Columns) -> bool:
-    """Collect the piece as Collector.add would; False (and nothing collected) when it must be done event by
-    event."""
+def encoded(c, cols: Columns) -> dict | None:
+    """What ``stream_ranges.encode`` makes of a collector that took this piece alone, made from the columns
+    without an event tuple; None when the piece must be collected event by event. ``c``: an empty collector
+    with the file's base."""
+    plan = _plan(c, cols)
+    return None if plan is None else _encode(plan)
+
+
+class _Plan:
+    """A piece's events sorted into the collector's lists, as rows of its columns (``_plan``)."""
+
+    __slots__ = ("cols", "base", "name", "cat", "infos", "flags", "s_all", "t_all", "steps", "memory", "memory_tid",
+                 "calls", "builtins", "long_rows", "model", "module_rows", "module_tid", "dev_rows", "device",
+                 "stream", "dev_corr", "rt_rows", "rt_tid", "rt_corr", "host", "shapes")
+
+    def names(self, rows: np.ndarray) -> list:
+        return list(map(self.cols.strings.__getitem__, self.name[rows].tolist()))
+
+
+def _plan(c, cols: Columns) -> _Plan | None:
+    """The piece's events as Collector.add would sort them; None when it must be done event by event."""
     n = cols.n
     strings = cols.strings
     m = len(strings)
@@ -95,10 +116,10 @@ def _add(c, cols: Columns) -> bool:
             and np.all((ph_t == T_MISSING) | (ph_t == T_NULL) | (ph_t == T_STR))
             and np.all(_timed(ts_t) | (ts_t == T_MISSING) | (ts_t == T_NULL))
             and np.all(_timed(dur_t) | (dur_t == T_MISSING) | (dur_t == T_NULL))):
-        return False
+        return None
     ts, dur = cols.real("ts"), cols.real("dur")
     if not (_in_range(ts_t, ts, cols.int("ts")) and _in_range(dur_t, dur, cols.int("dur"))):
-        return False
+        return None
     # what each distinct string is, as a category and as a name; index m: missing
     cat = np.where(cat_t == T_STR, cols.int("cat"), m)
     infos: list = [None] * (m + 1)
@@ -138,19 +159,21 @@ def _add(c, cols: Columns) -> bool:
     memory = named & ~steps & ~is_x & is_i & flags[5, name]
     kept = named & ~steps & is_x & ((kind != _K_OTHER) | flags[2, name])
     if not (np.all(has_time[unnamed_calls]) and np.all(has_time[kept])):
-        return False  # no numeric ts/dur where one is needed
+        return None  # no numeric ts/dur where one is needed
     if not np.all(is_x[steps] & has_time[steps] & (dur[steps] > 0)):
-        return False  # a ProfilerStep#N that is no complete event
-    args_object = cols.type("args") == T_OBJECT
-    if np.any(memory):
-        rows = np.flatnonzero(memory)
+        return None  # a ProfilerStep#N that is no complete event
+    p = _Plan()
+    p.memory = np.flatnonzero(memory)
+    p.memory_tid = None
+    if len(p.memory):
+        rows = p.memory
         if not np.all(_timed(ts_t[rows])):
-            return False
+            return None
         if not all(np.all((t == T_INT) | (t == T_MISSING)) for t in (cols.type(k)[rows] for k in MEMORY_FIELDS)):
-            return False  # every MEMORY_ARGS field an int or missing (0), as the per-event rules read them
-        memory_tid = _objects(cols, rows, "tid", None)
-        if memory_tid is None:
-            return False
+            return None  # every MEMORY_ARGS field an int or missing (0), as the per-event rules read them
+        p.memory_tid = _objects(cols, rows, "tid", None)
+        if p.memory_tid is None:
+            return None
     base = c.base
     s_all = ts - base
     t_all = np.where(dur > 0, s_all + dur, s_all)
@@ -163,68 +186,114 @@ def _add(c, cols: Columns) -> bool:
     ann_rows = np.flatnonzero(rest & ~flags[2, name] & (kind == _K_ANNOTATION))
 
     # values that are Python objects in the events: rebuilt only where this path can be exact
-    device = stream = dev_corr = rt_corr = rt_tid = op_tid = ann_tid = data_tid = None
+    p.device = p.stream = p.dev_corr = p.rt_corr = p.rt_tid = None
     if len(dev_rows):
-        device = _device_numbers(cols, dev_rows, "device", "pid", 0)
-        stream = _device_numbers(cols, dev_rows, "stream", "tid", None)
-        dev_corr = _objects(cols, dev_rows, "correlation", None)
-        if device is None or stream is None or dev_corr is None or not _no_strings(cols, dev_rows, "correlation"):
-            return False
+        p.device = _device_numbers(cols, dev_rows, "device", "pid", 0)
+        p.stream = _device_numbers(cols, dev_rows, "stream", "tid", None)
+        p.dev_corr = _objects(cols, dev_rows, "correlation", None)
+        if (p.device is None or p.stream is None or p.dev_corr is None
+                or not _no_strings(cols, dev_rows, "correlation")):
+            return None
     if len(rt_rows):
-        rt_corr = _objects(cols, rt_rows, "correlation", None)
-        rt_tid = _objects(cols, rt_rows, "tid", None)
-        if rt_corr is None or rt_tid is None or not _no_strings(cols, rt_rows, "correlation"):
-            return False
-    for rows, out in ((op_rows, "op"), (ann_rows, "ann"), (data_rows, "data")):
+        p.rt_corr = _objects(cols, rt_rows, "correlation", None)
+        p.rt_tid = _objects(cols, rt_rows, "tid", None)
+        if p.rt_corr is None or p.rt_tid is None or not _no_strings(cols, rt_rows, "correlation"):
+            return None
+    p.host = {}  # collector list -> (rows, tids), in file order
+    for rows, out in ((data_rows, "data_spans"), (op_rows, "ops"), (ann_rows, "annotations")):
+        tids = _objects(cols, rows, "tid", None) if len(rows) else []
+        if tids is None:
+            return None
+        p.host[out] = (rows, tids)
+    p.module_rows = np.flatnonzero(py & flags[6, name])
+    p.module_tid = _objects(cols, p.module_rows, "tid", None) if len(p.module_rows) else []
+    if p.module_tid is None:
+        return None
+    p.cols, p.base, p.name, p.cat, p.infos, p.flags = cols, base, name, cat, infos, flags
+    p.s_all, p.t_all, p.dev_rows, p.rt_rows = s_all, t_all, dev_rows, rt_rows
+    p.steps = np.flatnonzero(steps)
+    p.calls = np.flatnonzero(unnamed_calls | (py & ~flags[1, name]))
+    p.builtins = np.flatnonzero(py & flags[1, name])
+    p.long_rows = np.flatnonzero(py & ~flags[1, name] & (dur >= LONG_FRAME_US))
+    p.model = np.flatnonzero(py & flags[3, name])
+    args_object = cols.type("args") == T_OBJECT
+    p.shapes = bool(len(op_rows) and np.any(args_object[op_rows] & (cols.type("input_dims")[op_rows] != T_MISSING)))
+    return p
+
+
+def _steps(p: _Plan) -> list:
+    strings, ts, dur = p.cols.strings, p.cols.real("ts"), p.cols.real("dur")
+    out = []
+    for r in p.steps.tolist():
+        s = float(ts[r]) - p.base
+        out.append(Step(int(PROFILER_STEP.match(strings[p.name[r]]).group(1)), s, s + float(dur[r])))
+    return out
+
+
+def _memory_columns(p: _Plan) -> list:
+    """The piece's [memory] samples as MemorySample's columns: ts (a float64 array), the MEMORY_ARGS, the tid."""
+    cols, rows = p.cols, p.memory
+    return [p.cols.real("ts")[rows] - p.base,
+            *(np.where(cols.type(k)[rows] == T_INT, cols.int(k)[rows], 0).tolist() for k in MEMORY_FIELDS),
+            p.memory_tid if p.memory_tid is not None else []]
+
+
+def _device_kinds(p: _Plan) -> list:
+    return [DEVICE_KINDS[p.infos[k][0]] for k in p.cat[p.dev_rows].tolist()]
+
+
+def _collect(c, p: _Plan) -> None:
+    """The planned piece appended to the collector's lists as event tuples, in file order within each list."""
+    s_all, t_all, names, strings = p.s_all, p.t_all, p.names, p.cols.strings
+    c.steps.extend(_steps(p))
+    if len(p.memory):
+        ts, *rest = _memory_columns(p)
+        c.memory.add_columns([ts.tolist(), *rest])
+    c.python_calls.extend(s_all[p.calls].tolist())
+    c.python_builtins.extend(s_all[p.builtins].tolist())
+    c.long_frames.update(strings[k] for k in set(p.name[p.long_rows].tolist()))
+    c.model_spans.extend(zip(s_all[p.model].tolist(), t_all[p.model].tolist()))
+    rows = p.module_rows
+    c.module_frames.extend(map(HostEvent, names(rows), p.module_tid, s_all[rows].tolist(), t_all[rows].tolist()))
+    rows = p.dev_rows
+    if len(rows):
+        c.device.extend(rows_of(DeviceEvent, names(rows), _device_kinds(p), p.device, p.stream,
+                                s_all[rows].tolist(), t_all[rows].tolist(), p.dev_corr))
+    rows = p.rt_rows
+    if len(rows):
+        c.runtime.extend(rows_of(HostEvent, names(rows), p.rt_tid, s_all[rows].tolist(), t_all[rows].tolist(),
+                                 p.rt_corr))
+    for out in ("data_spans", "ops", "annotations"):
+        rows, tids = p.host[out]
         if len(rows):
-            tids = _objects(cols, rows, "tid", None)
-            if tids is None:
-                return False
-            op_tid, ann_tid, data_tid = ((tids, ann_tid, data_tid) if out == "op" else
-                                         (op_tid, tids, data_tid) if out == "ann" else (op_tid, ann_tid, tids))
+            getattr(c, out).extend(rows_of(HostEvent, names(rows), tids, s_all[rows].tolist(),
+                                           t_all[rows].tolist(), repeat(None)))
+    c.shapes = c.shapes or p.shapes
+    c.count += p.cols.n
 
-    module_rows = np.flatnonzero(py & flags[6, name])
-    module_tid = _objects(cols, module_rows, "tid", None) if len(module_rows) else []
-    if module_tid is None:
-        return False
 
-    # all checks passed: collect, in file order within each list
-    def names(rows):
-        return list(map(strings.__getitem__, name[rows].tolist()))
+def _encode(p: _Plan) -> dict:
+    """The planned piece in stream_ranges.encode's form; its names' codes index the piece's own strings."""
+    s_all, t_all, strings = p.s_all, p.t_all, p.cols.strings
 
-    for r in np.flatnonzero(steps).tolist():
-        s = float(ts[r]) - base
-        c.steps.append(Step(int(PROFILER_STEP.match(strings[name[r]]).group(1)), s, s + float(dur[r])))
-    if np.any(memory):
-        rows = np.flatnonzero(memory)
-        c.memory.add_columns([(ts[rows] - base).tolist(),
-                              *(np.where(cols.type(k)[rows] == T_INT, cols.int(k)[rows], 0).tolist()
-                                for k in MEMORY_FIELDS), memory_tid])
-    calls = np.flatnonzero(unnamed_calls | (py & ~flags[1, name]))
-    c.python_calls.extend(s_all[calls].tolist())
-    c.python_builtins.extend(s_all[py & flags[1, name]].tolist())
-    long_rows = np.flatnonzero(py & ~flags[1, name] & (dur >= LONG_FRAME_US))
-    c.long_frames.update(strings[k] for k in set(name[long_rows].tolist()))
-    model = np.flatnonzero(py & flags[3, name])
-    c.model_spans.extend(zip(s_all[model].tolist(), t_all[model].tolist()))
-    c.module_frames.extend(map(HostEvent, names(module_rows), module_tid, s_all[module_rows].tolist(),
-                               t_all[module_rows].tolist()))
-    if len(dev_rows):
-        kinds = [DEVICE_KINDS[infos[k][0]] for k in cat[dev_rows].tolist()]
-        c.device.extend(rows_of(DeviceEvent, names(dev_rows), kinds, device, stream, s_all[dev_rows].tolist(),
-                                t_all[dev_rows].tolist(), dev_corr))
-    if len(rt_rows):
-        c.runtime.extend(rows_of(HostEvent, names(rt_rows), rt_tid, s_all[rt_rows].tolist(),
-                                 t_all[rt_rows].tolist(), rt_corr))
-    for rows, tids, out in ((data_rows, data_tid, c.data_spans), (op_rows, op_tid, c.ops),
-                            (ann_rows, ann_tid, c.annotations)):
-        if len(rows):
-            out.extend(rows_of(HostEvent, names(rows), tids, s_all[rows].tolist(), t_all[rows].tolist(),
-                               repeat(None)))
-    if len(op_rows) and not c.shapes:
-        c.shapes = bool(np.any(args_object[op_rows] & (cols.type("input_dims")[op_rows] != T_MISSING)))
-    c.count += n
-    return True
+    def host(rows, tids, corr=None) -> tuple:
+        return (p.name[rows], tids, s_all[rows], t_all[rows], corr if corr is not None else [None] * len(rows))
+
+    out: dict = {"steps": _steps(p), "shapes": p.shapes, "header": {},
+                 "python_calls": s_all[p.calls], "python_builtins": s_all[p.builtins],
+                 "long_frames": list({strings[k] for k in set(p.name[p.long_rows].tolist())}),
+                 "model_spans": np.column_stack((s_all[p.model], t_all[p.model])).reshape(-1, 2),
+                 "memory": tuple(_memory_columns(p)) if len(p.memory) else
+                 (np.empty(0), *([] for _ in MEMORY_FIELDS), []),
+                 "module_frames": host(p.module_rows, p.module_tid),
+                 "runtime": host(p.rt_rows, p.rt_tid or [], p.rt_corr),
+                 "names": strings}
+    for name in ("data_spans", "ops", "annotations"):
+        out[name] = host(*p.host[name])
+    rows = p.dev_rows
+    out["device"] = (p.name[rows], _device_kinds(p), p.device or [], p.stream or [], s_all[rows], t_all[rows],
+                     p.dev_corr or [])
+    return out
 
 
 def rows_of(cls: type, *columns):

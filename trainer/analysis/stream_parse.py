@@ -35,9 +35,10 @@ from stepscope.trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import json_size
 
-# This process parses the first byte range and then rebuilds the helpers' events from their columns (about
-# a quarter of what parsing them cost), so its range is this much longer than theirs: measured on 1 GB.
-FIRST_RANGE_WEIGHT = 1.15
+# This process makes the event tuples of the first byte range and then of the helpers' ranges from the columns
+# they send (a helper makes none), so its range is this much of theirs: 0.9 against 1.15 was 10% faster on
+# the 1 GB replica on two cores (BENCHMARKS.md).
+FIRST_RANGE_WEIGHT = 0.9
 # A gzipped file's first process has also decompressed the file up to the cut once, to find it (gzindex.py):
 # 0.9 evened the two processes' CPU time on the 1 GB replica stored as .json.gz.
 FIRST_RANGE_WEIGHT_GZ = 0.9

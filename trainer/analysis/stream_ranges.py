@@ -17,8 +17,10 @@ from pathlib import Path
 
 import numpy as np
 from stepscope.analysis.events import DeviceEvent, HostEvent
+from stepscope.analysis import stream_columns
 from stepscope.analysis.stream_collect import Collector, from_objects, read
 from stepscope.analysis.stream_columns import rows_of
+from stepscope.trace.fastread import Columns
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
 from stepscope.trace.workers import fork_pool
@@ -132,8 +134,11 @@ def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float
 
     def take(events) -> None:
         piece = _collector(base)
-        piece.add(events)
-        out.append(encode(piece))
+        part = stream_columns.encoded(piece, events) if type(events) is Columns else None
+        if part is None:  # msgspec's events, or columns that must be collected event by event
+            piece.add(events)
+            part = encode(piece)
+        out.append(part)
 
     tail = _collector(base)
     tail.header = _stream_range(path, byte_range, block, take)
