@@ -107,7 +107,6 @@ class _Plan:
 
 def _plan(c, cols: Columns) -> _Plan | None:
     """The piece's events as Collector.add would sort them; None when it must be done event by event."""
-    n = cols.n
     strings = cols.strings
     m = len(strings)
     name_t, cat_t, ph_t = cols.type("name"), cols.type("cat"), cols.type("ph")

@@ -16,8 +16,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from stepscope.analysis.events import DeviceEvent, HostEvent
 from stepscope.analysis import stream_columns
+from stepscope.analysis.events import DeviceEvent, HostEvent
 from stepscope.analysis.stream_collect import Collector, from_objects, read
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.trace.fastread import Columns
