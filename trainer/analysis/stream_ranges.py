@@ -6,7 +6,9 @@
 
 This process collects the first range while forked processes (trace/workers.py) collect the others. Each
 sends its events back as columns (numpy arrays of times, names as codes into a table of distinct names),
-encoded piece by piece as it goes, so that it never holds more than one piece's event tuples: pickling the tuples themselves
+piece by piece as it goes. A piece that the compiled reader read is encoded straight from its columns
+(stream_columns.encoded), without an event tuple; one read by msgspec is collected as tuples and encoded
+(``encode``), so that a helper never holds more than one piece's tuples: pickling the tuples themselves
 would cost about as much as parsing them, and holding them would double the parse's memory.
 """
 
