@@ -134,6 +134,28 @@ def test_byte_ranges_parse_the_same(pure, tmp_path):
     assert fast == ref == parse_trace_file(plain, "w", "1")
 
 
+def test_a_whole_trace_read_frees_the_threads_parser_and_a_later_read_makes_a_new_one(monkeypatch):
+    """The parser's buffers (tens of MB) are kept between pieces, not through the analysis that follows."""
+    from stepscope.trace import _fastread
+
+    reader = fastread.ColumnReader(Event)
+    events = [{"name": "a", "ts": 1}, {"name": "b", "ts": 2.5}]
+    before = reader.read(json.dumps(events).encode())
+    fastread.release()
+    fastread.release()  # twice: nothing left to free
+    after = reader.read(json.dumps(events).encode())  # a new parser
+    assert after.strings == before.strings == ["a", "b"] and after.real("ts").tolist() == [1.0, 2.5]
+    calls = []
+    real = _fastread.release
+    monkeypatch.setattr(_fastread, "release", lambda: calls.append(1) or real())
+    (path,) = [p for p in TRACES if p.is_relative_to(SMALL)]
+    parse_trace_file(path, "w", "1")
+    assert calls == [1]
+    with pytest.raises(TraceError):
+        parse_trace_file(Path(__file__), "w", "1")  # not a trace: freed all the same
+    assert calls == [1, 1]
+
+
 def test_a_helper_sends_its_pieces_as_columns_without_event_tuples(tmp_path):
     """A helper process of the ranged parse encodes each piece of columns straight from them
     (stream_columns.encoded), and what the parsing process rebuilds from that equals what the event tuples of

@@ -29,6 +29,7 @@ from stepscope.analysis.validate import STEP_NAME, check_document, steps_missing
 from stepscope.trace import schema
 from stepscope.trace.bounded_read import TraceTooLarge, open_trace, read_limit
 from stepscope.trace.errors import TraceError
+from stepscope.trace.fastread import releasing
 from stepscope.trace.files import load_trace
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream, split_points
@@ -63,6 +64,7 @@ class NoSteps(TraceError):
         return self.args[1]
 
 
+@releasing
 @gc_paused()
 def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = None,
                      block: int = BLOCK, parts: int = 1) -> ParsedTrace:

@@ -29,6 +29,7 @@ from stepscope.plugin_copy.plan_columns import Columns, add_piece, from_objects,
 from stepscope.plugin_copy.stream_plan import EditPlan, plan_of
 from stepscope.trace import schema
 from stepscope.trace.fastread import Columns as FastColumns
+from stepscope.trace.fastread import releasing
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
 
@@ -40,6 +41,7 @@ class Both:
     parsed: ParsedTrace | None  # None: parse_path says why there is none (module docstring)
 
 
+@releasing
 @gc_paused()
 def read_both(path: Path, worker: str, span: str) -> Both:
     """The plan of the copy and the parse of the analysis of the trace in ``path``, from one streamed read

@@ -32,6 +32,7 @@ from stepscope.trace.fastread import (
     T_STR,
     T_TRUE,
     ColumnReader,
+    releasing,
 )
 from stepscope.trace.fastread import Columns as FastColumns
 from stepscope.trace.jsonstream import TraceStream, split_points
@@ -86,6 +87,7 @@ def export_ranges(path: Path, workers: Workers) -> list[tuple[int, int | None]] 
     return split_points(path, 2, _decode) if workers.halves(path) else None
 
 
+@releasing
 def read_columns(path: Path, workers: Workers | None = None) -> Columns:
     """The columns of the trace in ``path``; where ``workers`` allows (default: this process only), a large
     one is read in two byte ranges at once, the second by a forked helper (the columns are the same)."""

@@ -5,6 +5,7 @@ object per event. Torch-free.
     cols = reader.read(text)                 # None: the extension is off, or the text needs msgspec's verdict
     cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), its value as float64
     cols.int("tid"), cols.text("name")       # ... as int64; the strings table (cols.strings[cols.int(f)])
+    release()                                # this thread's parser freed, once a trace has been read
 
 The extension (csrc/fastread.cpp, parsing with the vendored simdjson) is built by ``pip install -e .``
 (setup.py); where it is missing, or ``STEPSCOPE_PURE_PYTHON=1`` is set, ``available()`` is False,
@@ -15,6 +16,7 @@ their JSON names: a field added to the schema is read by both readers.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -108,6 +110,24 @@ class ColumnReader:
         cols = Columns(raw, self.slot)
         cols.text = bytes(text)
         return cols
+
+
+def release() -> None:
+    """Free this thread's parser and its buffers (tens of MB), kept between pieces: called once a trace has
+    been read, so that they are not held through its analysis."""
+    if _fastread is not None:
+        _fastread.release()
+
+
+def releasing(fn):
+    """``fn`` that calls ``release()`` when it returns or raises: for a function that reads a whole trace."""
+    @functools.wraps(fn)
+    def read_then_release(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            release()
+    return read_then_release
 
 
 def _struct_of(annotation: Any) -> type:

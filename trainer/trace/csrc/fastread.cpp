@@ -23,7 +23,7 @@ same text the slow way, which gives its result or its error. No Python object is
 distinct string.
 
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
-its buffers instead of faulting in new ones.
+its buffers instead of faulting in new ones; release() frees it once a trace has been read.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -219,11 +219,20 @@ static Py_ssize_t find_key(const key_t_ *keys, Py_ssize_t count, const char *p, 
     return -1;
 }
 
+static thread_local simdjson::dom::parser *the_parser = nullptr;
+
 /* the thread's parser, made on first use; NULL when out of memory */
 static simdjson::dom::parser *thread_parser(void) {
-    static thread_local simdjson::dom::parser *parser = nullptr;
-    if (parser == nullptr) parser = new (std::nothrow) simdjson::dom::parser();
-    return parser;
+    if (the_parser == nullptr) the_parser = new (std::nothrow) simdjson::dom::parser();
+    return the_parser;
+}
+
+/* release(): the calling thread's parser and its buffers (tens of MB for pieces of a few MB) freed, once a
+   trace has been read; the next columns() makes a new one */
+static PyObject *release(PyObject *self, PyObject *unused) {
+    delete the_parser;
+    the_parser = nullptr;
+    Py_RETURN_NONE;
 }
 
 enum { READ_OK, READ_REFUSED, READ_OOM };
@@ -375,6 +384,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
+    {"release", release, METH_NOARGS, "Free the calling thread's parser and its buffers."},
     {NULL, NULL, 0, NULL},
 };
 
