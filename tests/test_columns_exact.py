@@ -9,6 +9,7 @@ for the ties, duplicates and empty cases a recording seldom holds.
 
 from __future__ import annotations
 
+import pickle
 import random
 import statistics
 from collections import defaultdict
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 from stepscope.analysis import memory, metrics
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
-from stepscope.analysis.events import DeviceEvent, HostEvent, is_comm_kernel
+from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, HostEventsBuilder, is_comm_kernel
 from stepscope.analysis.steps import launches_by_correlation, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
@@ -62,7 +63,10 @@ def _random_trace(seed: int):
 
 
 def _traces():
-    return [_parsed(p) for p in TRACES] + [_random_trace(seed) for seed in range(12)]
+    randoms = [_random_trace(seed) for seed in range(12)]
+    # the parse gives its ops as HostEvents (columns); a trace built by hand, a tuple: both are read alike
+    return ([_parsed(p) for p in TRACES] + randoms
+            + [replace(t, ops=HostEvents.of(t.ops)) for t in randoms[:6]])
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +90,41 @@ def test_columns_are_the_events_fields(traces):
         assert _same(dev.start, [d.start for d in trace.device]) and _same(dev.end, [d.end for d in trace.device])
         assert _same(dev.is_copy, [d.kind == "memcpy" for d in trace.device])
         assert _same(dev.is_comm, [is_comm_kernel(d.name) for d in trace.device])
+
+
+def test_the_parse_gives_its_ops_as_columns(traces):
+    assert all(isinstance(_parsed(p).ops, HostEvents) for p in TRACES)
+
+
+def test_host_events_are_the_sequence_of_tuples_they_stand_for():
+    rng = random.Random(3)
+    events = [HostEvent(rng.choice(["a", "b", "c"]), rng.choice([1, "7"]), float(k), k + rng.uniform(0, 3),
+                        rng.choice([None, 4])) for k in range(50)]
+    cols = HostEvents.of(events)
+    assert list(cols) == events and cols == tuple(events) and cols == events and len(cols) == 50 and cols
+    assert all(type(e) is HostEvent for e in cols) and cols[7] == events[7] and type(cols[7].start) is float
+    assert list(cols[10:20:3]) == events[10:20:3]
+    assert cols.at([3, 1, 3]) == [events[3], events[1], events[3]]
+    mask = np.array([e.start > 20 for e in events])
+    assert list(cols.take(mask)) == [e for e in events if e.start > 20]
+    assert pickle.loads(pickle.dumps(cols)) == cols and hash(cols) == hash(tuple(events))
+    with pytest.raises(ValueError):
+        cols.start[0] = 1.0  # read-only: a trace's columns are shared by everything read from it
+    no_corr = [e._replace(correlation=None) for e in events]
+    assert HostEvents.of(no_corr).correlation is None and list(HostEvents.of(no_corr)) == no_corr
+    assert not HostEvents.of([]) and list(HostEvents.of([])) == []
+    # a builder keeps file order across events added one by one and pieces added as columns
+    b = HostEventsBuilder()
+    b.append(events[0])
+    b.extend(events[1:5])
+    piece = HostEvents.of(events[5:30])
+    b.extend_columns(piece.names, piece.tids, piece.start, piece.end, piece.correlation)
+    b.append(events[30])
+    b.extend_columns([], [], [], [])
+    b.extend(events[31:])
+    assert len(b) == 50 and list(b) == events and b == events
+    built = b.build()
+    assert built == cols and isinstance(built, HostEvents) and b.build() == cols
 
 
 def test_launch_columns_are_the_correlated_launches(traces):
@@ -185,14 +224,17 @@ def test_rows_of_makes_the_named_tuples():
 
 
 def _allocator_calls_reference(trace, windows) -> tuple:
-    count, us, syncs, steps = 0, 0.0, 0, set()
+    count, syncs, per_step = 0, 0, defaultdict(list)
     for r in trace.runtime:
         if r.name.startswith(memory.ALLOCATOR_CALLS):
             i = next((i for i, w in enumerate(windows) if w.host_start <= r.start < w.host_end), None)
             if i is not None:
-                count, us, syncs = count + 1, us + r.dur, syncs + (r.name in memory.SYNCING_ALLOCATOR_CALLS)
-                steps.add(i)
-    return count, us / 1e3, syncs, len(windows) >= memory.CHURN_MIN_STEPS and len(steps) == len(windows)
+                count, syncs = count + 1, syncs + (r.name in memory.SYNCING_ALLOCATOR_CALLS)
+                per_step[i].append(r.dur)
+    us = 0.0  # summed step by step, as the analysis adds them (float addition is not associative)
+    for i in sorted(per_step):
+        us += sum(per_step[i])
+    return count, us / 1e3, syncs, len(windows) >= memory.CHURN_MIN_STEPS and len(per_step) == len(windows)
 
 
 def test_allocator_calls(traces):

@@ -114,7 +114,7 @@ def host_sets(trace: ParsedTrace) -> HostSets:
     # communicating, not computing, for as long as that call lasts.
     ops, cols = trace.ops, op_columns(trace)
     comm_names = {name for name in set(cols.names) if is_comm(name)}
-    comm_ops = [o for o in ops if o.name in comm_names] if comm_names else []
+    comm_ops = [ops[i] for i, name in enumerate(cols.names) if name in comm_names] if comm_names else []
     starts, ends = cols.start, cols.end
     if comm_ops:
         other = np.fromiter((name not in comm_names for name in cols.names), dtype=bool, count=len(ops))

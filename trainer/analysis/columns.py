@@ -20,7 +20,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
-from stepscope.analysis.events import DeviceEvent, HostEvent, ParsedTrace, is_comm_kernel
+from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, ParsedTrace, is_comm_kernel
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.per_trace import per_trace
 
@@ -45,10 +45,13 @@ def op_columns(trace: ParsedTrace) -> OpColumns:
         empty = np.empty(0)
         return OpColumns((), empty.astype(np.int64), {}, empty, empty)
     ops = trace.ops
-    names, tids = tuple(map(_NAME, ops)), list(map(_TID, ops))
+    if isinstance(ops, HostEvents):  # the streamed parse's: columns already
+        names, tids, times = tuple(ops.names), ops.tids, (ops.start, ops.end)
+    else:
+        names, tids, times = tuple(map(_NAME, ops)), list(map(_TID, ops)), _times(ops, _START, _END)
     threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}  # in order of first appearance
     thread = np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
-    return OpColumns(names, thread, threads, *_times(ops, _START, _END))
+    return OpColumns(names, thread, threads, *times)
 
 
 def _times(events, start, end) -> tuple[np.ndarray, np.ndarray]:

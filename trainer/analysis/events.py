@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain, repeat
 from typing import NamedTuple
 
+import numpy as np
 from stepscope.trace.vocabulary import DATA_RANGE, OPERATOR_CATEGORIES
 from stepscope.trace.vocabulary import STEPS_FROM_PROFILER as FROM_PROFILER
 
@@ -165,6 +167,143 @@ class MemoryColumns:
         return f"MemoryColumns({len(self)} samples)"
 
 
+class HostEvents:
+    """Host events as columns: their names (a list of str), threads (a list), start and end (float64 arrays,
+    read-only) and correlation ids (a list; None: every one None). What the streamed parse makes of a trace's
+    ops (a million in a large trace: no tuple per event, and the analysis reads the columns,
+    columns.op_columns). A sequence of HostEvent to everything else (len, iteration, indexing, equality with a
+    tuple of them), each made when asked for and not kept; ``of`` makes one from such a sequence."""
+
+    __slots__ = ("names", "tids", "start", "end", "correlation")
+
+    def __init__(self, names: list, tids: list, start, end, correlation: list | None = None) -> None:
+        self.names, self.tids, self.correlation = names, tids, correlation
+        self.start = _frozen(start)
+        self.end = _frozen(end)
+        assert len(names) == len(tids) == len(self.start) == len(self.end)
+        assert correlation is None or len(correlation) == len(names)
+
+    @classmethod
+    def of(cls, events) -> HostEvents:
+        if isinstance(events, cls):
+            return events
+        events = list(events)
+        if not events:
+            return cls([], [], (), ())
+        names, tids, start, end, corr = map(list, zip(*events))
+        return cls(names, tids, start, end, None if all(c is None for c in corr) else corr)
+
+    def take(self, rows) -> HostEvents:
+        """The events at ``rows`` (indices or a boolean mask over the events), in their order."""
+        rows = np.asarray(rows)
+        rows = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64)
+        listed = rows.tolist()
+        pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
+        return HostEvents(pick(self.names), pick(self.tids), self.start[rows], self.end[rows],
+                          None if self.correlation is None else pick(self.correlation))
+
+    def at(self, rows) -> list[HostEvent]:
+        """The events at ``rows`` (a sequence of indices), as a list of HostEvent."""
+        rows = np.asarray(rows, dtype=np.int64)
+        listed = rows.tolist()
+        corr = (repeat(None) if self.correlation is None else map(self.correlation.__getitem__, listed))
+        return list(map(tuple.__new__, repeat(HostEvent),
+                        zip(map(self.names.__getitem__, listed), map(self.tids.__getitem__, listed),
+                            self.start[rows].tolist(), self.end[rows].tolist(), corr)))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self):
+        corr = repeat(None) if self.correlation is None else self.correlation
+        return map(tuple.__new__, repeat(HostEvent),
+                   zip(self.names, self.tids, self.start.tolist(), self.end.tolist(), corr))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(range(len(self))[i])
+        return HostEvent(self.names[i], self.tids[i], float(self.start[i]), float(self.end[i]),
+                         None if self.correlation is None else self.correlation[i])
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, HostEvents):
+            return (self.names == other.names and self.tids == other.tids
+                    and self.start.tolist() == other.start.tolist() and self.end.tolist() == other.end.tolist()
+                    and (self.correlation or [None] * len(self)) == (other.correlation or [None] * len(other)))
+        if isinstance(other, (tuple, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __reduce__(self):
+        return HostEvents, (self.names, self.tids, self.start, self.end, self.correlation)
+
+    def __repr__(self) -> str:
+        return f"HostEvents({len(self)} events)"
+
+
+def _frozen(values) -> np.ndarray:
+    out = np.asarray(values, dtype=np.float64)
+    if out.flags.writeable:
+        out = out.copy() if out.base is not None else out
+        out.flags.writeable = False
+    return out
+
+
+class HostEventsBuilder:
+    """Host events collected in file order, piece by piece: one at a time (``append``, ``extend``: the
+    per-event rules) or as columns (``extend_columns``: a piece read as columns); ``build()`` makes them one
+    HostEvents. A sequence of HostEvent meanwhile (len, iteration), for what reads them before the end."""
+
+    __slots__ = ("_chunks", "_pending", "append")
+
+    def __init__(self) -> None:
+        self._chunks: list[HostEvents] = []
+        self._pending: list[HostEvent] = []
+        self.append = self._pending.append
+
+    def extend(self, events) -> None:
+        self._pending.extend(events)
+
+    def extend_columns(self, names: list, tids: list, start, end, correlation: list | None = None) -> None:
+        self._flush()
+        if len(names):
+            self._chunks.append(HostEvents(names, tids, start, end, correlation))
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._chunks.append(HostEvents.of(self._pending))
+            self._pending.clear()  # the same list: ``append`` stays bound to it
+
+    def __len__(self) -> int:
+        return sum(map(len, self._chunks)) + len(self._pending)
+
+    def __iter__(self):
+        return chain(*self._chunks, self._pending)
+
+    def __eq__(self, other) -> bool:  # as the list of events it stands for
+        if isinstance(other, (HostEventsBuilder, HostEvents, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def build(self) -> HostEvents:
+        self._flush()
+        chunks = self._chunks
+        if len(chunks) == 1:
+            return chunks[0]
+        if not chunks:
+            return HostEvents([], [], (), ())
+        corr = (None if all(c.correlation is None for c in chunks)
+                else [x for c in chunks for x in (c.correlation or [None] * len(c))])
+        return HostEvents(list(chain.from_iterable(c.names for c in chunks)),
+                          list(chain.from_iterable(c.tids for c in chunks)),
+                          np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]), corr)
+
+
 @dataclass(frozen=True)
 class ParsedTrace:
     worker: str
@@ -174,7 +313,7 @@ class ParsedTrace:
     world_size: int | None
     device_name: str | None
     steps: tuple[Step, ...]
-    ops: tuple[HostEvent, ...]  # cpu_op
+    ops: tuple[HostEvent, ...] | HostEvents  # cpu_op; the streamed parse's: HostEvents
     annotations: tuple[HostEvent, ...]  # user_annotation, except ProfilerStep#N
     runtime: tuple[HostEvent, ...]  # cuda_runtime / cuda_driver / runtime
     device: tuple[DeviceEvent, ...]  # sorted by start

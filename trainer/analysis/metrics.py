@@ -17,7 +17,7 @@ from operator import itemgetter
 import numpy as np
 from stepscope.analysis.breakdown import Breakdown, device_sets, host_sets, sync_primitives
 from stepscope.analysis.columns import device_columns, op_columns
-from stepscope.analysis.events import HostEvent, MemoryColumns, ParsedTrace, is_comm
+from stepscope.analysis.events import HostEvent, HostEvents, MemoryColumns, ParsedTrace, is_comm
 from stepscope.analysis.intervals import IntervalSet, intersect
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
@@ -203,8 +203,9 @@ def top_level_ops(trace: ParsedTrace) -> dict:
         while i < len(rows):
             taken.append(i)
             i = after[i]
-        tops = rows[taken].tolist()
-        out[key] = ([ops[k].start for k in tops], [ops[k] for k in tops])
+        tops = rows[taken]
+        out[key] = (start[tops].tolist(), ops.at(tops) if isinstance(ops, HostEvents) else
+                    [ops[k] for k in tops.tolist()])
     return out
 
 

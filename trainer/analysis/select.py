@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 
-from stepscope.analysis.events import MemoryColumns, ParsedTrace
+from stepscope.analysis.events import HostEvents, MemoryColumns, ParsedTrace
 from stepscope.analysis.steps import launches_by_correlation, step_finder
 from stepscope.trace.errors import TraceError
 
@@ -71,6 +71,8 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
             hi = max(hi, d.end)
 
     def between(events):
+        if isinstance(events, HostEvents):
+            return events.take((events.end >= lo) & (events.start <= hi))
         return tuple(e for e in events if e.end >= lo and e.start <= hi)
 
     def starts_between(times):

@@ -30,6 +30,7 @@ from stepscope.analysis.events import (
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
+    HostEventsBuilder,
     MemoryColumns,
     MemorySample,
     Step,
@@ -105,7 +106,8 @@ class Collector:
         self.where = where
         self.base: float | None = None
         self.count = 0  # events added so far: the index in traceEvents of the next one
-        self.steps, self.ops, self.annotations, self.runtime = [], [], [], []
+        self.steps, self.annotations, self.runtime = [], [], []
+        self.ops = HostEventsBuilder()  # no tuple per op where a piece is read as columns
         self.device, self.data_spans = [], []
         self.memory = MemoryColumns()  # a list per MemorySample field: no tuple per [memory] event
         self.python_calls: list[float] = []

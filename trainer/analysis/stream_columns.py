@@ -262,7 +262,9 @@ def _collect(c, p: _Plan) -> None:
     if len(rows):
         c.runtime.extend(rows_of(HostEvent, names(rows), p.rt_tid, s_all[rows].tolist(), t_all[rows].tolist(),
                                  p.rt_corr))
-    for out in ("data_spans", "ops", "annotations"):
+    rows, tids = p.host["ops"]
+    c.ops.extend_columns(names(rows), tids, s_all[rows], t_all[rows])
+    for out in ("data_spans", "annotations"):
         rows, tids = p.host[out]
         if len(rows):
             getattr(c, out).extend(rows_of(HostEvent, names(rows), tids, s_all[rows].tolist(),

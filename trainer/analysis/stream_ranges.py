@@ -120,7 +120,12 @@ def decode_into(c: Collector, part: dict) -> None:
     c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
     ts, *fields = part["memory"]
     c.memory.add_columns([ts.tolist(), *fields])
+    codes, tids, starts, ends, corr = part["ops"]
+    c.ops.extend_columns(list(map(names.__getitem__, codes.tolist())), tids, starts, ends,
+                         None if all(x is None for x in corr) else corr)
     for name in HOST_LISTS:
+        if name == "ops":
+            continue
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend(rows_of(HostEvent, list(map(names.__getitem__, codes.tolist())), tids,
                                         starts.tolist(), ends.tolist(), corr))
