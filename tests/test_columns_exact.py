@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from stepscope.analysis import memory, metrics
+from stepscope.analysis import memory, metrics, trust
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, HostEventsBuilder, is_comm_kernel
 from stepscope.analysis.steps import launches_by_correlation, step_windows
@@ -64,9 +64,10 @@ def _random_trace(seed: int):
 
 def _traces():
     randoms = [_random_trace(seed) for seed in range(12)]
-    # the parse gives its ops as HostEvents (columns); a trace built by hand, a tuple: both are read alike
+    # the parse gives its ops and runtime calls as HostEvents (columns); a trace built by hand, tuples: both
+    # are read alike
     return ([_parsed(p) for p in TRACES] + randoms
-            + [replace(t, ops=HostEvents.of(t.ops)) for t in randoms[:6]])
+            + [replace(t, ops=HostEvents.of(t.ops), runtime=HostEvents.of(t.runtime)) for t in randoms[:6]])
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +93,8 @@ def test_columns_are_the_events_fields(traces):
         assert _same(dev.is_comm, [is_comm_kernel(d.name) for d in trace.device])
 
 
-def test_the_parse_gives_its_ops_as_columns(traces):
-    assert all(isinstance(_parsed(p).ops, HostEvents) for p in TRACES)
+def test_the_parse_gives_its_ops_and_runtime_calls_as_columns(traces):
+    assert all(isinstance(_parsed(p).ops, HostEvents) and isinstance(_parsed(p).runtime, HostEvents) for p in TRACES)
 
 
 def test_host_events_are_the_sequence_of_tuples_they_stand_for():
@@ -248,6 +249,22 @@ def test_allocator_calls(traces):
             expected = _allocator_calls_reference(t, windows)
             assert memory._allocator_calls(t, windows) == expected
             counted += expected[0]
+    assert counted > 0
+
+
+def test_module_loads_within_a_step(traces):
+    """trust's count of CUDA module loads in a step's host range, against the per-event rule."""
+    rng, counted = random.Random(9), 0
+    for trace in traces:
+        windows = step_windows(trace)
+        runtime = [r._replace(name=rng.choice(trust.MODULE_LOADS) + "Data") if rng.random() < 0.1 else r
+                   for r in trace.runtime]
+        for t in (replace(trace, runtime=tuple(runtime)), replace(trace, runtime=HostEvents.of(runtime))):
+            for w in windows:
+                expected = sum(1 for r in runtime if r.name.startswith(trust.MODULE_LOADS)
+                               and w.host_start <= r.start < w.host_end)
+                assert trust._loads_within(t, w) == expected
+                counted += expected
     assert counted > 0
 
 

@@ -38,7 +38,16 @@ from dataclasses import dataclass
 
 import numpy as np
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
-from stepscope.analysis.events import MODEL_ANNOTATION_PREFIXES, SYNC_CALLS, HostEvent, ParsedTrace, is_comm
+from stepscope.analysis.events import (
+    MODEL_ANNOTATION_PREFIXES,
+    SYNC_CALLS,
+    HostEvent,
+    ParsedTrace,
+    correlations_of,
+    events_at,
+    is_comm,
+    names_of,
+)
 from stepscope.analysis.intervals import IntervalSet, pieces_by_priority, subtract
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
@@ -99,8 +108,10 @@ def sync_primitives(trace: ParsedTrace) -> list[HostEvent]:
     # Only a runtime call makes the host wait for the device: `.item()` of a GPU tensor shows one under it
     # (a device-to-host copy and a stream synchronize), `.item()` of a CPU tensor (an optimizer's step
     # counter, say) shows none and is no sync.
-    out = [r for r in trace.runtime if r.name in SYNC_CALLS or (r.correlation in blocking_copies)]
-    return sorted(out, key=lambda e: e.start)
+    runtime = trace.runtime
+    rows = [k for k, (name, corr) in enumerate(zip(names_of(runtime), correlations_of(runtime)))
+            if name in SYNC_CALLS or corr in blocking_copies]
+    return sorted(events_at(runtime, rows), key=lambda e: e.start)
 
 
 def _spans(events) -> IntervalSet:

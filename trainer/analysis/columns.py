@@ -20,7 +20,14 @@ from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
-from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, ParsedTrace, is_comm_kernel
+from stepscope.analysis.events import (
+    DeviceEvent,
+    HostEvent,
+    HostEvents,
+    ParsedTrace,
+    correlations_of,
+    is_comm_kernel,
+)
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.per_trace import per_trace
 
@@ -68,7 +75,10 @@ class RuntimeColumns(NamedTuple):
 @per_trace
 def runtime_columns(trace: ParsedTrace) -> RuntimeColumns:
     """The runtime calls' start and end, in trace.runtime's order."""
-    return RuntimeColumns(*_times(trace.runtime, _START, _END))
+    runtime = trace.runtime
+    if isinstance(runtime, HostEvents):
+        return RuntimeColumns(runtime.start, runtime.end)
+    return RuntimeColumns(*_times(runtime, _START, _END))
 
 
 class LaunchColumns(NamedTuple):
@@ -82,7 +92,7 @@ def launch_columns(trace: ParsedTrace) -> LaunchColumns:
     """Per device activity (trace.device's order), its launch: the runtime call with the same correlation id
     (of several, the last, as steps.launches_by_correlation keeps)."""
     runtime, device = trace.runtime, trace.device
-    row = dict(zip(map(_CORRELATION, runtime), range(len(runtime))))
+    row = dict(zip(correlations_of(runtime), range(len(runtime))))
     row.pop(None, None)
     rows = np.fromiter(map(row.get, map(_DEVICE_CORRELATION, device), repeat(-1)), dtype=np.int64, count=len(device))
     found = rows >= 0

@@ -244,6 +244,23 @@ class HostEvents:
         return f"HostEvents({len(self)} events)"
 
 
+def names_of(events) -> list:
+    """The names of host events, a HostEvents or a sequence of HostEvent, in their order."""
+    return events.names if isinstance(events, HostEvents) else [e[0] for e in events]
+
+
+def correlations_of(events) -> list:
+    """Their correlation ids (None where an event has none), in their order."""
+    if isinstance(events, HostEvents):
+        return events.correlation if events.correlation is not None else [None] * len(events)
+    return [e[4] for e in events]
+
+
+def events_at(events, rows) -> list[HostEvent]:
+    """The events at ``rows`` (indices), as a list of HostEvent."""
+    return events.at(rows) if isinstance(events, HostEvents) else [events[k] for k in rows]
+
+
 def _frozen(values) -> np.ndarray:
     out = np.asarray(values, dtype=np.float64)
     if out.flags.writeable:
@@ -315,7 +332,7 @@ class ParsedTrace:
     steps: tuple[Step, ...]
     ops: tuple[HostEvent, ...] | HostEvents  # cpu_op; the streamed parse's: HostEvents
     annotations: tuple[HostEvent, ...]  # user_annotation, except ProfilerStep#N
-    runtime: tuple[HostEvent, ...]  # cuda_runtime / cuda_driver / runtime
+    runtime: tuple[HostEvent, ...] | HostEvents  # cuda_runtime / cuda_driver / runtime; the parse's: HostEvents
     device: tuple[DeviceEvent, ...]  # sorted by start
     data_spans: tuple[HostEvent, ...]  # DataLoader iteration and `data` ranges, any category
     memory: tuple[MemorySample, ...] | MemoryColumns  # the streamed parse's: MemoryColumns

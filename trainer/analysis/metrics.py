@@ -17,7 +17,15 @@ from operator import itemgetter
 import numpy as np
 from stepscope.analysis.breakdown import Breakdown, device_sets, host_sets, sync_primitives
 from stepscope.analysis.columns import device_columns, op_columns
-from stepscope.analysis.events import HostEvent, HostEvents, MemoryColumns, ParsedTrace, is_comm
+from stepscope.analysis.events import (
+    HostEvent,
+    HostEvents,
+    MemoryColumns,
+    ParsedTrace,
+    events_at,
+    is_comm,
+    names_of,
+)
 from stepscope.analysis.intervals import IntervalSet, intersect
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
@@ -101,7 +109,7 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     memcpys = [d for d in own if d.kind == "memcpy"]
     step_ranges = _step_ranges(windows)
     in_steps = step_ranges.covers
-    named = [r for r in trace.runtime if r.name in KERNEL_LAUNCHES]
+    named = events_at(trace.runtime, [k for k, name in enumerate(names_of(trace.runtime)) if name in KERNEL_LAUNCHES])
     launches = [r for r, inside in zip(named, step_ranges.covers_each([r.start for r in named]).tolist()) if inside]
     episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
     _, compute, _ = device_sets(trace)

@@ -106,8 +106,9 @@ class Collector:
         self.where = where
         self.base: float | None = None
         self.count = 0  # events added so far: the index in traceEvents of the next one
-        self.steps, self.annotations, self.runtime = [], [], []
-        self.ops = HostEventsBuilder()  # no tuple per op where a piece is read as columns
+        self.steps, self.annotations = [], []
+        # no tuple per op or runtime call where a piece is read as columns
+        self.ops, self.runtime = HostEventsBuilder(), HostEventsBuilder()
         self.device, self.data_spans = [], []
         self.memory = MemoryColumns()  # a list per MemorySample field: no tuple per [memory] event
         self.python_calls: list[float] = []

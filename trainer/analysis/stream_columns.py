@@ -260,8 +260,7 @@ def _collect(c, p: _Plan) -> None:
                                 s_all[rows].tolist(), t_all[rows].tolist(), p.dev_corr))
     rows = p.rt_rows
     if len(rows):
-        c.runtime.extend(rows_of(HostEvent, names(rows), p.rt_tid, s_all[rows].tolist(), t_all[rows].tolist(),
-                                 p.rt_corr))
+        c.runtime.extend_columns(names(rows), p.rt_tid, s_all[rows], t_all[rows], p.rt_corr)
     rows, tids = p.host["ops"]
     c.ops.extend_columns(names(rows), tids, s_all[rows], t_all[rows])
     for out in ("data_spans", "annotations"):

@@ -151,7 +151,7 @@ def parsed_trace(path: Path, where: str, worker: str, span: str, c: Collector, h
         rank=rank, world_size=world_size,
         device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
         steps=tuple(sorted(steps, key=lambda s: s.start)),
-        ops=c.ops.build(), annotations=tuple(c.annotations), runtime=tuple(c.runtime),
+        ops=c.ops.build(), annotations=tuple(c.annotations), runtime=c.runtime.build(),
         device=tuple(sorted(c.device, key=lambda d: d.start)),
         data_spans=tuple(c.data_spans), memory=c.memory, python_calls=tuple(sorted(c.python_calls)),
         python_builtins=tuple(sorted(c.python_builtins)), long_frames=tuple(sorted(c.long_frames)),

@@ -28,6 +28,7 @@ from stepscope.trace.jsonstream import TraceStream
 from stepscope.trace.workers import fork_pool
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans", "module_frames")
+COLUMN_LISTS = ("ops", "runtime")  # the Collector's lists kept as columns (events.HostEventsBuilder)
 
 # What reading a file in byte ranges meets that the one-process parse then says properly, naming the file or
 # the event by its index in the whole file (which a range does not know), or does not meet at all: a bad
@@ -120,11 +121,12 @@ def decode_into(c: Collector, part: dict) -> None:
     c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
     ts, *fields = part["memory"]
     c.memory.add_columns([ts.tolist(), *fields])
-    codes, tids, starts, ends, corr = part["ops"]
-    c.ops.extend_columns(list(map(names.__getitem__, codes.tolist())), tids, starts, ends,
-                         None if all(x is None for x in corr) else corr)
+    for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
+        codes, tids, starts, ends, corr = part[name]
+        getattr(c, name).extend_columns(list(map(names.__getitem__, codes.tolist())), tids, starts, ends,
+                                        None if all(x is None for x in corr) else corr)
     for name in HOST_LISTS:
-        if name == "ops":
+        if name in COLUMN_LISTS:
             continue
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend(rows_of(HostEvent, list(map(names.__getitem__, codes.tolist())), tids,

@@ -18,7 +18,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from stepscope.analysis.events import ParsedTrace
+import numpy as np
+from stepscope.analysis.columns import runtime_columns
+from stepscope.analysis.events import ParsedTrace, names_of
+from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
 
 COLD_RATIO = 3.0
@@ -35,8 +38,17 @@ class ColdStart:
     whole_window: bool  # every step looked cold: nothing was left out
 
 
+@per_trace
+def _load_starts(trace: ParsedTrace) -> np.ndarray:
+    """The starts of the trace's CUDA module loads, sorted."""
+    runtime = trace.runtime
+    rows = [k for k, name in enumerate(names_of(runtime)) if name.startswith(MODULE_LOADS)]
+    return np.sort(runtime_columns(trace).start[rows])
+
+
 def _loads_within(trace: ParsedTrace, w: StepWindow) -> int:
-    return sum(1 for r in trace.runtime if r.name.startswith(MODULE_LOADS) and w.host_start <= r.start < w.host_end)
+    starts = _load_starts(trace)
+    return int(np.searchsorted(starts, w.host_end, side="left") - np.searchsorted(starts, w.host_start, side="left"))
 
 
 def representative_steps(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[list[StepWindow], ColdStart | None]:
