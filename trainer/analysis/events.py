@@ -49,8 +49,9 @@ LONG_FRAME_US = 100.0
 
 
 class HostEvent(NamedTuple):
-    """A span on a host thread: an op, an annotation or a runtime call. (Events are named tuples: a large
-    trace holds millions, made and passed between processes cheaply.)"""
+    """A span on a host thread: an op, an annotation or a runtime call. (Events are named tuples, cheap to
+    make; the parse keeps a trace's ops and runtime calls, most of its events, as columns instead:
+    HostEvents, which hands out these tuples when asked.)"""
 
     name: str
     tid: int | str
