@@ -171,8 +171,8 @@ class MemoryColumns:
 class HostEvents:
     """Host events as columns: their names (a list of str), threads (a list), start and end (float64 arrays,
     read-only) and correlation ids (a list; None: every one None). What the streamed parse makes of a trace's
-    ops (a million in a large trace: no tuple per event, and the analysis reads the columns,
-    columns.op_columns). A sequence of HostEvent to everything else (len, iteration, indexing, equality with a
+    ops and runtime calls (over a million in a large trace: no tuple per event, and the analysis reads the
+    columns, columns.py, or makes tuples of the few rows it picks, ``events_at``). A sequence of HostEvent to everything else (len, iteration, indexing, equality with a
     tuple of them), each made when asked for and not kept; ``of`` makes one from such a sequence."""
 
     __slots__ = ("names", "tids", "start", "end", "correlation")

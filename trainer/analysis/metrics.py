@@ -19,7 +19,6 @@ from stepscope.analysis.breakdown import Breakdown, device_sets, host_sets, sync
 from stepscope.analysis.columns import device_columns, op_columns
 from stepscope.analysis.events import (
     HostEvent,
-    HostEvents,
     MemoryColumns,
     ParsedTrace,
     events_at,
@@ -212,8 +211,7 @@ def top_level_ops(trace: ParsedTrace) -> dict:
             taken.append(i)
             i = after[i]
         tops = rows[taken]
-        out[key] = (start[tops].tolist(), ops.at(tops) if isinstance(ops, HostEvents) else
-                    [ops[k] for k in tops.tolist()])
+        out[key] = (start[tops].tolist(), events_at(ops, tops.tolist()))
     return out
 
 
