@@ -145,6 +145,17 @@ def test_a_whole_trace_read_frees_the_threads_parser_and_a_later_read_makes_a_ne
     fastread.release()  # twice: nothing left to free
     after = reader.read(json.dumps(events).encode())  # a new parser
     assert after.strings == before.strings == ["a", "b"] and after.real("ts").tolist() == [1.0, 2.5]
+    # each thread has its own parser, freed when the thread ends
+    import threading
+
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(reader.read(json.dumps(events).encode()).n))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [2, 2, 2, 2]
     calls = []
     real = _fastread.release
     monkeypatch.setattr(_fastread, "release", lambda: calls.append(1) or real())

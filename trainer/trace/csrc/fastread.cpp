@@ -30,6 +30,7 @@ its buffers instead of faulting in new ones; release() frees it once a trace has
 #include <stdint.h>
 #include <string.h>
 
+#include <memory>
 #include <new>
 
 #include "simdjson/simdjson.h"
@@ -219,19 +220,19 @@ static Py_ssize_t find_key(const key_t_ *keys, Py_ssize_t count, const char *p, 
     return -1;
 }
 
-static thread_local simdjson::dom::parser *the_parser = nullptr;
+/* the thread's parser: freed by release(), or when the thread ends */
+static thread_local std::unique_ptr<simdjson::dom::parser> the_parser;
 
 /* the thread's parser, made on first use; NULL when out of memory */
 static simdjson::dom::parser *thread_parser(void) {
-    if (the_parser == nullptr) the_parser = new (std::nothrow) simdjson::dom::parser();
-    return the_parser;
+    if (!the_parser) the_parser.reset(new (std::nothrow) simdjson::dom::parser());
+    return the_parser.get();
 }
 
 /* release(): the calling thread's parser and its buffers (tens of MB for pieces of a few MB) freed, once a
    trace has been read; the next columns() makes a new one */
 static PyObject *release(PyObject *self, PyObject *unused) {
-    delete the_parser;
-    the_parser = nullptr;
+    the_parser.reset();
     Py_RETURN_NONE;
 }
 
