@@ -257,6 +257,16 @@ def correlations_of(events) -> list:
     return [e[4] for e in events]
 
 
+def rows_named(events, keep) -> list[int]:
+    """The indices of the host events whose name ``keep(name)`` accepts, in their order; ``keep`` is asked once
+    per distinct name (a trace has few), not once per event."""
+    names = names_of(events)
+    kept = {name for name in set(names) if keep(name)}
+    if not kept:
+        return []
+    return np.flatnonzero(np.fromiter(map(kept.__contains__, names), dtype=bool, count=len(names))).tolist()
+
+
 def events_at(events, rows) -> list[HostEvent]:
     """The events at ``rows`` (indices), as a list of HostEvent."""
     return events.at(rows) if isinstance(events, HostEvents) else [events[k] for k in rows]

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 from stepscope.analysis.breakdown import device_sets
 from stepscope.analysis.columns import op_columns
-from stepscope.analysis.events import MODULE_FRAME_PREFIX, MemoryColumns, ParsedTrace, events_at, names_of
+from stepscope.analysis.events import MODULE_FRAME_PREFIX, MemoryColumns, ParsedTrace, events_at, rows_named
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.intervals import IntervalSet, subtract
 from stepscope.analysis.per_trace import per_trace
@@ -592,11 +592,8 @@ class _Owners:
 def _allocator_events(trace: ParsedTrace) -> tuple[list, list[float]]:
     """The allocator's device calls (ALLOCATOR_CALLS) among the trace's runtime calls, sorted by start, and
     their starts: one pass over the runtime calls for both memory_report and allocator_stalls."""
-    runtime = trace.runtime
-    names = names_of(runtime)
-    calls = {n for n in set(names) if n.startswith(ALLOCATOR_CALLS)}
-    rows = np.flatnonzero(np.fromiter(map(calls.__contains__, names), bool, len(names))).tolist()
-    events = sorted(events_at(runtime, rows), key=lambda r: r.start)
+    rows = rows_named(trace.runtime, lambda name: name.startswith(ALLOCATOR_CALLS))
+    events = sorted(events_at(trace.runtime, rows), key=lambda r: r.start)
     return events, [r.start for r in events]
 
 

@@ -23,7 +23,7 @@ from stepscope.analysis.events import (
     ParsedTrace,
     events_at,
     is_comm,
-    names_of,
+    rows_named,
 )
 from stepscope.analysis.intervals import IntervalSet, intersect
 from stepscope.analysis.per_trace import per_trace
@@ -108,7 +108,7 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     memcpys = [d for d in own if d.kind == "memcpy"]
     step_ranges = _step_ranges(windows)
     in_steps = step_ranges.covers
-    named = events_at(trace.runtime, [k for k, name in enumerate(names_of(trace.runtime)) if name in KERNEL_LAUNCHES])
+    named = events_at(trace.runtime, rows_named(trace.runtime, KERNEL_LAUNCHES.__contains__))
     launches = [r for r, inside in zip(named, step_ranges.covers_each([r.start for r in named]).tolist()) if inside]
     episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
     _, compute, _ = device_sets(trace)

@@ -232,9 +232,9 @@ def _steps(p: _Plan) -> list:
 def _memory_columns(p: _Plan) -> list:
     """The piece's [memory] samples as MemorySample's columns: ts (a float64 array), the MEMORY_ARGS, the tid."""
     cols, rows = p.cols, p.memory
-    return [p.cols.real("ts")[rows] - p.base,
+    return [cols.real("ts")[rows] - p.base,
             *(np.where(cols.type(k)[rows] == T_INT, cols.int(k)[rows], 0).tolist() for k in MEMORY_FIELDS),
-            p.memory_tid if p.memory_tid is not None else []]
+            p.memory_tid]
 
 
 def _device_kinds(p: _Plan) -> list:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from stepscope.analysis.columns import runtime_columns
-from stepscope.analysis.events import ParsedTrace, names_of
+from stepscope.analysis.events import ParsedTrace, rows_named
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
 
@@ -41,8 +41,7 @@ class ColdStart:
 @per_trace
 def _load_starts(trace: ParsedTrace) -> np.ndarray:
     """The starts of the trace's CUDA module loads, sorted."""
-    runtime = trace.runtime
-    rows = [k for k, name in enumerate(names_of(runtime)) if name.startswith(MODULE_LOADS)]
+    rows = rows_named(trace.runtime, lambda name: name.startswith(MODULE_LOADS))
     return np.sort(runtime_columns(trace).start[rows])
 
 
