@@ -335,3 +335,29 @@ def test_a_field_that_is_no_number_in_a_later_byte_range_gets_the_one_process_er
     met = _ranges_met(monkeypatch)
     assert _error(parse_path, path, "w", "1", 2) == want
     assert len(met) == 1 and isinstance(met[0], TypeError)
+
+
+def test_a_pieces_text_is_never_changed_after_it_decoded(tmp_path):
+    """What a piece's decode makes may keep its text instead of copying it (the compiled reader's columns,
+    msgspec.Raw): the stream must not change that text afterwards, also where a cut fell inside a string and
+    was retried with more text."""
+    import msgspec
+    from stepscope.trace.jsonstream import TraceStream
+
+    # names holding what looks like a boundary between two events: some cuts fail and are retried
+    events = [{"name": f'op{i} }}, {{"x": {i}}}' if i % 7 == 0 else f"op{i}", "ph": "X", "ts": i, "dur": 1}
+              for i in range(3000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    kept = []  # (the text decode was given, its bytes then)
+
+    def decode(text):
+        out = msgspec.json.decode(text)
+        kept.append((text, bytes(text)))
+        return out
+
+    with TraceStream(path, block=1 << 12) as ts:
+        decoded = [e for piece in ts.decode_events(decode) for e in piece]
+    assert decoded == events
+    assert len(kept) > 10
+    assert all(bytes(text) == then for text, then in kept)

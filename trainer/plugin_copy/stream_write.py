@@ -181,7 +181,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
     wrote = False
     n = first
     with TraceStream(src, span=byte_range, lenient=_raws) as stream:
-        for raws in stream.decode_events(lambda view: _RAW.decode(bytes(view))):  # Raw keeps its buffer
+        for raws in stream.decode_events(_RAW.decode):  # each Raw holds the piece's text, which stays as it is
             a, b = np.searchsorted(special, (n, n + len(raws)))
             parts: list = []  # msgspec.Raw objects are bytes-like: joined without a copy each
             rewritten: dict[int, bytes] = {}

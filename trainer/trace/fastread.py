@@ -108,7 +108,7 @@ class ColumnReader:
         if raw is None:
             return None
         cols = Columns(raw, self.slot)
-        cols.text = bytes(text)
+        cols.text = text  # kept, not copied: a TraceStream never changes a piece's text once decoded
         return cols
 
 

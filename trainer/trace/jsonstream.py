@@ -147,7 +147,8 @@ class TraceStream:
     def decode_events(self, decode: Callable[[memoryview], list]) -> Iterator[list]:
         """Decoded lists of events, in file order. ``decode(array_text)`` raises msgspec.DecodeError (or
         ValidationError) on a bad piece; a piece that fails is retried with more text until the end of the
-        array, where a failure is final."""
+        array, where a failure is final. The text of a piece that decoded is not changed afterwards: its
+        result may hold on to it."""
         # buf[0] is a byte of ours that a piece overwrites with '[', buf[1:] the text from an event's '{'
         buf = self._events_start() if self.span is None or self.span[0] == 0 else bytearray(b" ") + self._read()
         failed_at = -1  # a cut that did not decode: only cuts after it are tried
@@ -173,7 +174,9 @@ class TraceStream:
                 failed_at = cut
                 continue
             failed_at = -1
-            del buf[:buf.index(b"{", cut) - 1]
+            # the rest goes on in a new buffer: the piece's text is never changed after ``decode`` saw it, so
+            # what ``decode`` made may keep it (a reader's columns, msgspec.Raw) instead of copying it
+            buf = buf[buf.index(b"{", cut) - 1:]
             yield events
         if self.span is not None and self.span[1] is not None:
             # a middle range: whole events followed by ',' (and whitespace)

@@ -82,8 +82,7 @@ _RAW = msgspec.json.Decoder(list[msgspec.Raw])
 def decoder(struct: type | None = None):
     """``decode(text)``: the events of a piece (a JSON array) as ``struct`` (default: Event; else a ``view``).
     A struct with ``Input Dims`` decodes from an immutable copy of ``text``: the msgspec.Raw it leaves keeps
-    a reference to the text it came from, which must not be a stream's own buffer (it is reused for the next
-    piece). Raises msgspec.DecodeError, or ValidationError for an entry that is no object or an ``args``
+    a reference to the text it came from, which the caller may change or reuse afterwards. Raises msgspec.DecodeError, or ValidationError for an entry that is no object or an ``args``
     that is neither an object nor null."""
     struct = struct or Event
     events, copy = msgspec.json.Decoder(list[struct]), _holds_raw(struct)
