@@ -170,6 +170,9 @@ ODD = [  # values of every kind the copy's rules read, where the compiled reader
     {"ph": "X", "cat": "", "name": "ProfilerStep#3", "pid": "p", "ts": 2, "dur": 7.25,
      "args": {"Python module id": 0, "correlation": None}},
     {"ph": "i", "name": "ProfilerStep#9", "ts": 4},
+    # an empty name and the name "None" beside a missing and a null one: the same names as theirs
+    {"ph": "X", "name": "", "pid": 1, "tid": 2, "ts": 3, "dur": 1, "args": {"External id": None}},
+    {"ph": "X", "name": "None", "pid": 1, "tid": 2, "ts": 3, "dur": 1, "args": {"external id": None}},
     {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "x"}},
     {"cat": "cpu_op"},
 ]

@@ -66,14 +66,8 @@ def _in_range(t: np.ndarray, reals: np.ndarray, ints: np.ndarray) -> bool:
 def _objects(cols: Columns, rows: np.ndarray, field: str, default):
     """The Python values of a column's rows as msgspec gives them (missing: ``default``); None when a row holds
     a type this path does not rebuild."""
-    t, ints = cols.type(field)[rows], cols.int(field)[rows]
-    if np.all(t == T_INT):
-        return ints.tolist()
-    if not np.all((t == T_INT) | (t == T_STR) | (t == T_MISSING) | (t == T_NULL)):
-        return None
-    strings = cols.strings
-    return [v if k == T_INT else strings[v] if k == T_STR else None if k == T_NULL else default
-            for k, v in zip(t.tolist(), ints.tolist())]
+    values = cols.objects(field, rows, default)
+    return None if values is None else values.tolist()
 
 
 def add(c, cols: Columns, decode) -> None:

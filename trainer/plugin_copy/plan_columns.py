@@ -216,7 +216,6 @@ def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
 
 
 _EXACT = 2**53  # integers up to this are exact as float64; past it, the per-event rules convert them
-_PLAIN = (T_INT, T_STR, T_NULL, T_MISSING)  # value types rebuilt as Python objects here
 
 
 def _big(cols: FastColumns, t: np.ndarray, field: str) -> bool:
@@ -242,11 +241,9 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     values = {}
     for f, default in (("pid", 0), ("tid", None), ("correlation", None), ("ext_lower", UNSET),
                        ("ext_upper", UNSET)):
-        t = cols.type(f)[rows]
-        if not np.all(np.isin(t, _PLAIN)):
+        values[f] = cols.objects(f, rows, default)
+        if values[f] is None:  # a type the per-event rules convert
             return False
-        values[f] = [v if k == T_INT else strings[v] if k == T_STR else None if k == T_NULL else default
-                     for k, v in zip(t.tolist(), cols.int(f)[rows].tolist())]
     # every entry: its numeric ts (else NaN), whether it names a step, whether it has a name
     first = c.count
     ts = cols.real("ts")
@@ -269,19 +266,22 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     c.cat += [lowered[k] for k in np.where(cat_str, cols.int("cat")[rows], -1).tolist()]
     names = c.names
     nt = name_t[rows]
-    text = [strings[k] if t == T_STR else "" if t == T_MISSING else "None"
-            for t, k in zip(nt.tolist(), name_id[rows].tolist())]
-    c.name_id.extend([names.setdefault(s, len(names)) for s in text])
+    code = np.where(nt == T_STR, name_id[rows], np.where(nt == T_MISSING, -1, -2)).tolist()  # -1: "", -2: null
+    ids = {k: names.setdefault(strings[k] if k >= 0 else "" if k == -1 else "None", len(names))
+           for k in dict.fromkeys(code)}  # in order of first appearance, as one setdefault per event gives them
+    c.name_id.extend(map(ids.__getitem__, code))
     start = np.where(timed[rows], ts[rows], 0.0)
     dur = cols.real("dur")[rows]
     dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
     c.index.extend((rows + first).tolist())
-    c.thread += [threads.setdefault(t, t) for t in zip(values["pid"], values["tid"])]
+    c.thread += [threads.setdefault(t, t) for t in zip(values["pid"].tolist(), values["tid"].tolist())]
     c.start.extend(start.tolist())
     c.end.extend((start + dur).tolist())
-    c.corr += values["correlation"]
-    c.ext += [up if (low is UNSET or low is None) and up is not UNSET else None if low is UNSET or low is None
-              else low for low, up in zip(values["ext_lower"], values["ext_upper"])]
+    c.corr += values["correlation"].tolist()
+    # the lower External id, else (missing or null) the upper one where there is one, else None
+    lower_t, upper_t = cols.type("ext_lower")[rows], cols.type("ext_upper")[rows]
+    c.ext += np.where((lower_t == T_MISSING) | (lower_t == T_NULL),
+                      np.where(upper_t != T_MISSING, values["ext_upper"], None), values["ext_lower"]).tolist()
     module_t, stack_t = cols.type("module")[rows], cols.type("call_stack")[rows]
     c.module += ((module_t != T_MISSING) & (module_t != T_NULL)).tolist()
     c.has_stack += (stack_t != T_MISSING).tolist()

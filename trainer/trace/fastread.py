@@ -57,7 +57,7 @@ def describe() -> str:
 class Columns:
     """One piece's events as columns (the module docstring); ``n`` events."""
 
-    __slots__ = ("strings", "n", "text", "_slot", "_types", "_ints", "_reals")
+    __slots__ = ("strings", "n", "text", "_slot", "_types", "_ints", "_reals", "_string_array")
 
     def __init__(self, raw: tuple, slot: dict[str, int]) -> None:
         strings, types, ints, reals, n = raw
@@ -67,6 +67,7 @@ class Columns:
         self._types = np.frombuffer(types, dtype=np.uint8).reshape(rows, n)
         self._ints = np.frombuffer(ints, dtype=np.int64).reshape(rows, n)
         self._reals = np.frombuffer(reals, dtype=np.float64).reshape(rows, n)
+        self._string_array = None  # the strings as an array of objects, made when first asked for
 
     def __len__(self) -> int:
         return self.n
@@ -79,6 +80,26 @@ class Columns:
 
     def real(self, field: str) -> np.ndarray:
         return self._reals[self._slot[field]]
+
+    def objects(self, field: str, rows: np.ndarray, default=None) -> np.ndarray | None:
+        """The values of ``field`` at ``rows`` as msgspec decodes them, as an array of Python objects (its
+        ``tolist()`` is the list): the integer, the string, None for null, ``default`` where the event has
+        no such key. None where a row holds another type (a real, a boolean, an array, an object ...), whose
+        conversion is the per-event rules'."""
+        t, v = self._types[self._slot[field]][rows], self._ints[self._slot[field]][rows]
+        is_int, is_str, is_missing = t == T_INT, t == T_STR, t == T_MISSING
+        if not np.all(is_int | is_str | is_missing | (t == T_NULL)):
+            return None
+        out = np.empty(len(t), dtype=object)  # None where nothing else is put: the nulls
+        out[is_int] = v[is_int]  # as Python ints
+        if is_str.any():
+            if self._string_array is None:
+                self._string_array = np.empty(len(self.strings), dtype=object)
+                self._string_array[:] = self.strings
+            out[is_str] = self._string_array[v[is_str]]
+        if default is not None:
+            out[is_missing] = default
+        return out
 
 
 class ColumnReader:
