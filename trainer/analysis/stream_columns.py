@@ -63,13 +63,6 @@ def _in_range(t: np.ndarray, reals: np.ndarray, ints: np.ndarray) -> bool:
     return bool(np.all((ints_ >= -(2**53)) & (ints_ <= 2**53)))
 
 
-def _objects(cols: Columns, rows: np.ndarray, field: str, default):
-    """The Python values of a column's rows as msgspec gives them (missing: ``default``); None when a row holds
-    a type this path does not rebuild."""
-    values = cols.objects(field, rows, default)
-    return None if values is None else values.tolist()
-
-
 def add(c, cols: Columns, decode) -> None:
     """Collector.add of a piece of columns; ``decode(text)``: the msgspec decoder, for a piece this path
     leaves to the per-event rules."""
@@ -164,7 +157,7 @@ def _plan(c, cols: Columns) -> _Plan | None:
             return None
         if not all(np.all((t == T_INT) | (t == T_MISSING)) for t in (cols.type(k)[rows] for k in MEMORY_FIELDS)):
             return None  # every MEMORY_ARGS field an int or missing (0), as the per-event rules read them
-        p.memory_tid = _objects(cols, rows, "tid", None)
+        p.memory_tid = cols.values("tid", rows)
         if p.memory_tid is None:
             return None
     base = c.base
@@ -183,23 +176,23 @@ def _plan(c, cols: Columns) -> _Plan | None:
     if len(dev_rows):
         p.device = _device_numbers(cols, dev_rows, "device", "pid", 0)
         p.stream = _device_numbers(cols, dev_rows, "stream", "tid", None)
-        p.dev_corr = _objects(cols, dev_rows, "correlation", None)
+        p.dev_corr = cols.values("correlation", dev_rows)
         if (p.device is None or p.stream is None or p.dev_corr is None
                 or not _no_strings(cols, dev_rows, "correlation")):
             return None
     if len(rt_rows):
-        p.rt_corr = _objects(cols, rt_rows, "correlation", None)
-        p.rt_tid = _objects(cols, rt_rows, "tid", None)
+        p.rt_corr = cols.values("correlation", rt_rows)
+        p.rt_tid = cols.values("tid", rt_rows)
         if p.rt_corr is None or p.rt_tid is None or not _no_strings(cols, rt_rows, "correlation"):
             return None
     p.host = {}  # collector list -> (rows, tids), in file order
     for rows, out in ((data_rows, "data_spans"), (op_rows, "ops"), (ann_rows, "annotations")):
-        tids = _objects(cols, rows, "tid", None) if len(rows) else []
+        tids = cols.values("tid", rows) if len(rows) else []
         if tids is None:
             return None
         p.host[out] = (rows, tids)
     p.module_rows = np.flatnonzero(py & flags[6, name])
-    p.module_tid = _objects(cols, p.module_rows, "tid", None) if len(p.module_rows) else []
+    p.module_tid = cols.values("tid", p.module_rows) if len(p.module_rows) else []
     if p.module_tid is None:
         return None
     p.cols, p.base, p.name, p.cat, p.infos, p.flags = cols, base, name, cat, infos, flags

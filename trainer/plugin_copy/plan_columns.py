@@ -238,10 +238,10 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     num = (T_INT, T_REAL, T_NULL, T_MISSING)
     if not (np.all(np.isin(ts_t[rows], num)) and np.all(np.isin(dur_t[rows], num))):
         return False
-    values = {}
-    for f, default in (("pid", 0), ("tid", None), ("correlation", None), ("ext_lower", UNSET),
-                       ("ext_upper", UNSET)):
-        values[f] = cols.objects(f, rows, default)
+    values = {}  # lists, and the External ids as arrays (picked between below)
+    for f, default, read in (("pid", 0, cols.values), ("tid", None, cols.values), ("correlation", None, cols.values),
+                             ("ext_lower", UNSET, cols.objects), ("ext_upper", UNSET, cols.objects)):
+        values[f] = read(f, rows, default)
         if values[f] is None:  # a type the per-event rules convert
             return False
     # every entry: its numeric ts (else NaN), whether it names a step, whether it has a name
@@ -274,10 +274,10 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     dur = cols.real("dur")[rows]
     dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
     c.index.extend((rows + first).tolist())
-    c.thread += [threads.setdefault(t, t) for t in zip(values["pid"].tolist(), values["tid"].tolist())]
+    c.thread += [threads.setdefault(t, t) for t in zip(values["pid"], values["tid"])]
     c.start.extend(start.tolist())
     c.end.extend((start + dur).tolist())
-    c.corr += values["correlation"].tolist()
+    c.corr += values["correlation"]
     # the lower External id, else (missing or null) the upper one where there is one, else None
     lower_t, upper_t = cols.type("ext_lower")[rows], cols.type("ext_upper")[rows]
     c.ext += np.where((lower_t == T_MISSING) | (lower_t == T_NULL),

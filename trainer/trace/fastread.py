@@ -101,6 +101,14 @@ class Columns:
             out[is_missing] = default
         return out
 
+    def values(self, field: str, rows: np.ndarray, default=None) -> list | None:
+        """``objects(field, rows, default)`` as a list; a column of integers only, straight from its int64s."""
+        k = self._slot[field]
+        if np.all(self._types[k][rows] == T_INT):
+            return self._ints[k][rows].tolist()
+        out = self.objects(field, rows, default)
+        return None if out is None else out.tolist()
+
 
 class ColumnReader:
     """Reads the fields of ``event`` (a msgspec Struct whose field ``args_field`` is an optional Struct of the
