@@ -300,6 +300,13 @@ class HostEventsBuilder:
         if len(names):
             self._chunks.append(HostEvents(names, tids, start, end, correlation))
 
+    def extend_builder(self, later: HostEventsBuilder) -> None:
+        """Append the events of ``later`` (which stays as it is)."""
+        self._flush()
+        self._chunks.extend(later._chunks)
+        if later._pending:
+            self._chunks.append(HostEvents.of(later._pending))
+
     def _flush(self) -> None:
         if self._pending:
             self._chunks.append(HostEvents.of(self._pending))

@@ -39,6 +39,7 @@ from stepscope.analysis.unprofiled import in_process, loader_paced, unprofiled_v
 from stepscope.analysis.verdicts import DATA_BOUND, TRANSFER_BOUND
 from stepscope.analysis.vocabulary import COMMUNICATION, DATA, DEVICE_IDLE, GPU_BUSY, TRANSFER
 from stepscope.trace.errors import TraceError
+from stepscope.trace.workers import Workers
 
 WORKERS_UNSEEN = ("a DataLoader feeds these steps from worker processes, which the trace does not show: a short "
                   "profiled window can run on batches they had prefetched, so whether they keep up without the "
@@ -158,16 +159,23 @@ def busy_pct(bd: Breakdown) -> float:
     return sum(bd.pct(b) for b in (GPU_BUSY, TRANSFER, COMMUNICATION, DEVICE_IDLE))
 
 
-def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanReport:
-    gpu = trace.has_gpu
+def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None, helpers: int = 1) -> SpanReport:
+    """The report of a parsed trace; ``helpers`` > 1: the worker policy lets this process fork a helper, which
+    makes the memory section meanwhile."""
     every = step_windows(trace)
     kept, cold = representative_steps(trace, every)
+    workers = Workers.local(helpers) if helpers > 1 and trace.memory else Workers.inline()
+    with workers.beside(memory_report, trace, kept, telemetry) as memory:
+        return _analyze_kept(trace, telemetry, every, kept, cold, memory)
+
+
+def _analyze_kept(trace: ParsedTrace, telemetry: dict | None, every: list, kept: list, cold, memory) -> SpanReport:
+    gpu = trace.has_gpu
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
     serial = not gpu or in_process(trace, kept)
     paced = not serial and loader_paced(trace, kept)
-    measured = telemetry  # the allocator's counters hold whatever the step's timing says
     changed = _load_changed(telemetry, m_prof, gpu) if telemetry else None
     if changed is not None and gpu:  # a CPU trace's shares do not depend on the step's length
         telemetry = None
@@ -212,7 +220,7 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None) -> SpanRep
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
                       steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0],
-                      memory=memory_report(trace, kept, measured))
+                      memory=memory.result())
 
 
 def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:
@@ -281,17 +289,18 @@ def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdi
 
 
 def analyze_selected(trace: ParsedTrace, telemetry: dict | None = None,
-                     selection: StepSelection | None = None) -> SpanReport:
+                     selection: StepSelection | None = None, helpers: int = 1) -> SpanReport:
     """The report of a parsed trace (stream_parse.py), on the steps ``selection`` keeps (select.py). Raises
     TraceError (one line) on a trace without training steps in the selection, or one that is corrupt. Errors
     that no input check foresaw become a TraceError naming the exception, so that a corrupt trace never ends
     in a traceback."""
-    return _guarded(lambda: trace, trace.worker, trace.span, telemetry, selection)
+    return _guarded(lambda: trace, trace.worker, trace.span, telemetry, selection, helpers)
 
 
-def _guarded(parse, worker: str, span: str, telemetry: dict | None, selection: StepSelection | None) -> SpanReport:
+def _guarded(parse, worker: str, span: str, telemetry: dict | None, selection: StepSelection | None,
+             helpers: int = 1) -> SpanReport:
     try:
-        return analyze_parsed(select(parse(), selection or StepSelection()), telemetry)
+        return analyze_parsed(select(parse(), selection or StepSelection()), telemetry, helpers)
     except TraceError:
         raise
     except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:

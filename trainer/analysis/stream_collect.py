@@ -120,6 +120,24 @@ class Collector:
         self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
         self._kinds: dict[str, tuple[str, int, bool]] = {}  # category -> _kind(category)
 
+    def extend(self, later: Collector) -> None:
+        """Append the events of ``later``, collected from the bytes after this collector's, as if this one had
+        collected them (stream_ranges.py); its header keys update this one's."""
+        self.steps.extend(later.steps)
+        self.annotations.extend(later.annotations)
+        self.ops.extend_builder(later.ops)
+        self.runtime.extend_builder(later.runtime)
+        self.device.extend(later.device)
+        self.data_spans.extend(later.data_spans)
+        self.memory.add_columns(later.memory.columns)
+        self.python_calls.extend(later.python_calls)
+        self.python_builtins.extend(later.python_builtins)
+        self.long_frames.update(later.long_frames)
+        self.model_spans.extend(later.model_spans)
+        self.module_frames.extend(later.module_frames)
+        self.shapes = self.shapes or later.shapes
+        self.header.update(later.header)
+
     def find_base(self, events: list[Event]) -> bool:
         """``events._base`` over the events seen so far; False while none has a finite numeric ts."""
         if type(events) is Columns:

@@ -263,8 +263,8 @@ def _encode(p: _Plan) -> dict:
     """The planned piece in stream_ranges.encode's form; its names' codes index the piece's own strings."""
     s_all, t_all, strings = p.s_all, p.t_all, p.cols.strings
 
-    def host(rows, tids, corr=None) -> tuple:
-        return (p.name[rows], tids, s_all[rows], t_all[rows], corr if corr is not None else [None] * len(rows))
+    def host(rows, tids, corr=None) -> tuple:  # corr None: every row's correlation is None
+        return (p.name[rows], tids, s_all[rows], t_all[rows], corr)
 
     out: dict = {"steps": _steps(p), "shapes": p.shapes, "header": {},
                  "python_calls": s_all[p.calls], "python_builtins": s_all[p.builtins],

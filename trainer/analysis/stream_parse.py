@@ -36,10 +36,11 @@ from stepscope.trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import json_size
 
-# This process makes the event tuples of the first byte range and then of the helpers' ranges from the columns
-# they send (a helper makes none), so its range is this much of theirs: 0.9 against 1.15 was 10% faster on
-# the 1 GB replica on two cores (BENCHMARKS.md).
-FIRST_RANGE_WEIGHT = 0.9
+# This process makes the event tuples of the first byte range and, between its own pieces, of the helpers'
+# pieces from the columns they send (a helper makes none), so its range is this much of theirs. On the 1 GB
+# replica on two cores, 0.5 to 0.8 parsed in the same time (BENCHMARKS.md); 0.9 against 1.15 was 10% faster
+# when the helpers sent their pieces only at their end.
+FIRST_RANGE_WEIGHT = 0.7
 # A gzipped file's first process has also decompressed the file up to the cut once, to find it (gzindex.py):
 # 0.9 evened the two processes' CPU time on the 1 GB replica stored as .json.gz.
 FIRST_RANGE_WEIGHT_GZ = 0.9

@@ -15,6 +15,8 @@ would cost about as much as parsing them, and holding them would double the pars
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +27,7 @@ from stepscope.analysis.stream_columns import rows_of
 from stepscope.trace.fastread import Columns
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
-from stepscope.trace.workers import fork_pool
+from stepscope.trace.workers import sending
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans", "module_frames")
 COLUMN_LISTS = ("ops", "runtime")  # the Collector's lists kept as columns (events.HostEventsBuilder)
@@ -96,7 +98,7 @@ def encode(c: Collector) -> dict:
                  "model_spans": np.asarray(c.model_spans, dtype=np.float64).reshape(-1, 2),
                  # MemorySample: ts, then stream_collect.MEMORY_ARGS' fields and the tid, by position
                  "memory": (np.asarray(c.memory.columns[0], dtype=np.float64), *c.memory.columns[1:])}
-    for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation
+    for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation (None: all None)
         ev = getattr(c, name)
         out[name] = (_codes([e[0] for e in ev], table), [e[1] for e in ev],
                      np.array([e[2] for e in ev], dtype=np.float64),
@@ -124,44 +126,63 @@ def decode_into(c: Collector, part: dict) -> None:
     for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend_columns(list(map(names.__getitem__, codes.tolist())), tids, starts, ends,
-                                        None if all(x is None for x in corr) else corr)
+                                        None if corr is None or all(x is None for x in corr) else corr)
     for name in HOST_LISTS:
         if name in COLUMN_LISTS:
             continue
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend(rows_of(HostEvent, list(map(names.__getitem__, codes.tolist())), tids,
-                                        starts.tolist(), ends.tolist(), corr))
+                                        starts.tolist(), ends.tolist(), repeat(None) if corr is None else corr))
     codes, kind, dev, stream, starts, ends, corr = part["device"]
     c.device.extend(rows_of(DeviceEvent, list(map(names.__getitem__, codes.tolist())), kind, dev, stream,
                             starts.tolist(), ends.tolist(), corr))
 
 
-@gc_paused()
-def _collect_encoded(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> list[dict]:
-    """``collect_range``, each decoded piece's events collected apart, encoded and dropped at once."""
-    out = []
+def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> Iterator[dict]:
+    """``collect_range`` as a helper does it: each decoded piece's events collected apart, encoded and
+    yielded at once; then the range's header keys, as a piece without events."""
+    with gc_paused():
+        parts: list = []
 
-    def take(events) -> None:
-        piece = _collector(base)
-        part = stream_columns.encoded(piece, events) if type(events) is Columns else None
-        if part is None:  # msgspec's events, or columns that must be collected event by event
-            piece.add(events)
-            part = encode(piece)
-        out.append(part)
+        def take(events) -> None:
+            piece = _collector(base)
+            part = stream_columns.encoded(piece, events) if type(events) is Columns else None
+            if part is None:  # msgspec's events, or columns that must be collected event by event
+                piece.add(events)
+                part = encode(piece)
+            parts.append(part)
 
-    tail = _collector(base)
-    tail.header = _stream_range(path, byte_range, block, take)
-    out.append(encode(tail))  # no events: the range's header keys
-    return out
+        with TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
+            for events in ts.decode_events(read):
+                take(events)
+                yield from parts
+                parts.clear()
+            header = ts.header
+        tail = _collector(base)
+        tail.header = header
+        yield encode(tail)
 
 
 def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[Collector, dict]:
     """The ranges' events in file order, and the file's header keys. The caller's worker policy granted the
-    helper processes (``parts`` > 1, trace/workers.py)."""
-    with fork_pool(len(ranges) - 1) as pool:
-        rest = [pool.submit(_collect_encoded, path, r, base, block) for r in ranges[1:]]
-        c = collect_range(path, ranges[0], base, block)
-        for f in rest:
-            for part in f.result():
-                decode_into(c, part)
+    helper processes (``parts`` > 1, trace/workers.py). Each helper sends its pieces as it goes; this process
+    rebuilds them between pieces of its own range, each helper's range in a collector of its own, which
+    follow this process's range at the end."""
+    jobs = [(path, r, base, block) for r in ranges[1:]]
+    with sending(_encoded_pieces, jobs) as inboxes:
+        later = [_collector(base) for _ in inboxes]
+
+        def take(events) -> None:
+            c.add(events)
+            for inbox, d in zip(inboxes, later):
+                for part in inbox.take():
+                    decode_into(d, part)
+
+        c = _collector(base)
+        c.header = _stream_range(path, ranges[0], block, take)
+        for inbox, d in zip(inboxes, later):
+            for part in inbox.rest():
+                decode_into(d, part)
+    for d in later:
+        c.extend(d)
     return c, c.header

@@ -90,7 +90,7 @@ def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = 
     if isinstance(item, Skipped):
         return item
     _log(path)
-    report = analyze_parsed_file(item.parsed, item.found.path, telemetry, selection)
+    report = analyze_parsed_file(item.parsed, item.found.path, telemetry, selection, parts)
     if not tables:
         return Analysed(light(item), report)
     windows = step_windows(item.parsed)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import struct
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -176,6 +177,83 @@ _INHERITED: list = []  # [function, arguments] of the call the child about to be
 def _run_inherited():
     fn, args = _INHERITED
     return fn(*args)
+
+
+class Inbox:
+    """What one helper of ``sending`` has sent so far, in order."""
+
+    def __init__(self, queue, future: Future) -> None:
+        self._queue, self._future, self._ended = queue, future, False
+
+    def take(self) -> Iterator:
+        """The values that have arrived, never waiting for more."""
+        while not self._ended:
+            try:
+                value = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if _is_end(value):
+                self._ended = True
+                return
+            yield value
+
+    def rest(self, poll_s: float = 0.05) -> Iterator:
+        """The values still to come, as they arrive, up to the helper's last; then raises what the helper
+        raised, or BrokenProcessPool (a RuntimeError) when it died."""
+        while not self._ended:
+            try:
+                value = self._queue.get(timeout=poll_s)
+            except queue.Empty:
+                if self._future.done() and self._future.exception() is not None:
+                    self._future.result()
+                continue
+            if _is_end(value):
+                self._ended = True
+            else:
+                yield value
+        self._future.result()
+
+
+_END = "stepscope: the helper's last value was sent"
+
+
+def _is_end(value) -> bool:
+    return type(value) is str and value == _END
+_SENDING: list = []  # [generator function, one queue per job] for the helpers about to be forked
+
+
+def _send_each(i: int, *job) -> None:
+    fn, queues = _SENDING
+    out = queues[i]
+    out.cancel_join_thread()  # a helper never waits at its exit for a reader that has stopped reading
+    try:
+        for value in fn(*job):
+            out.put(value)
+    finally:
+        out.put(_END)
+
+
+@contextmanager
+def sending(fn: Callable, jobs: list[tuple]) -> Iterator[list[Inbox]]:
+    """``fn(*job)``, a generator, for each job in a forked helper of its own; each value it yields comes
+    back as soon as it is made (pickled, through a pipe that a thread of the helper writes, so that the
+    helper goes on while this process is busy). Yields one Inbox per job: this process takes what has
+    arrived whenever it likes (``take``) and then waits for the rest (``rest``). Callers hold a policy that
+    allows forking, as for ``fork_pool``."""
+    ctx = multiprocessing.get_context("fork")
+    queues = [ctx.Queue() for _ in jobs]
+    with fork_pool(len(jobs)) as pool:
+        _SENDING[:] = [fn, queues]
+        try:
+            futures = [pool.submit(_send_each, i, *job) for i, job in enumerate(jobs)]
+        finally:
+            _SENDING.clear()
+        try:
+            yield [Inbox(q, f) for q, f in zip(queues, futures)]
+        finally:
+            for q in queues:  # what a helper sent that nobody read is dropped
+                q.cancel_join_thread()
+                q.close()
 
 
 class Apart:
