@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from stepscope.analysis.breakdown import Breakdown, breakdown, host_sets
 from stepscope.analysis.by_name import NameTimes, name_times
+from stepscope.analysis.columns import op_columns
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.findings import (
     Finding,
@@ -165,6 +166,8 @@ def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None, helpers: i
     every = step_windows(trace)
     kept, cold = representative_steps(trace, every)
     workers = Workers.local(helpers) if helpers > 1 and trace.memory else Workers.inline()
+    if workers.forks:
+        op_columns(trace)  # both processes read it: made once, before the fork, and inherited
     with workers.beside(memory_report, trace, kept, telemetry) as memory:
         return _analyze_kept(trace, telemetry, every, kept, cold, memory)
 
