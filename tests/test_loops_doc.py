@@ -39,9 +39,11 @@ def test_the_example_captures_the_stall_and_diagnoses_it_data_bound(tmp_path):
     assert stall and stall[0]["verdict"] == "data_bound" and stall[0]["basis"] == "telemetry", rows
     # the stall's steps wait 20 ms for their batch: the wait is most of each measured step. On a loaded machine
     # the capture's window also takes in fast steps after the stall (load makes 0.15 ms steps look slow, so the
-    # slowdown runs on), which lowers both means alike (data_ms 9.65 ms once, in a CI run)
+    # slowdown runs on), which lowers both means alike (data_ms 9.65 ms once, in a CI run); the rest of each
+    # step (a tiny model's work) grows with the load too: 73% of the step was the wait once, beside the
+    # whole test suite, against about 90% idle
     tel = stall[0]["telemetry"]
-    assert tel["data_ms"] > 0.8 * tel["step_ms"] and tel["data_ms"] > 5, tel
+    assert tel["data_ms"] > 0.6 * tel["step_ms"] and tel["data_ms"] > 5, tel
     assert fixed[0]["verdict"] != "data_bound" and fixed[0]["telemetry"]["data_ms"] < 0.5
     # the example prints each cycle's trigger and verdict, the stall's among them
     assert any(line.endswith("data_bound") and "loader wait:" in line for line in p.stdout.splitlines()), p.stdout

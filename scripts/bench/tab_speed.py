@@ -45,11 +45,17 @@ def client(logdir: Path) -> Client:
 
 
 def until_ready(c: Client, route: str, **params) -> dict:
+    """The route's answer once it is no 202, asked every POLL_S: often enough to see the moment the analysis
+    is ready, seldom enough to leave the cores to it (asking in a tight loop took one of the two)."""
     while True:
         r = c.get(route, query_string=params)
         if r.status_code != 202:
             assert r.status_code == 200, r.get_data()[:500]
             return json.loads(r.get_data())
+        time.sleep(POLL_S)
+
+
+POLL_S = 0.02
 
 
 def main() -> int:

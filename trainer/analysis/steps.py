@@ -64,6 +64,16 @@ def step_finder(trace: ParsedTrace) -> Callable[[float], int | None]:
 
 def step_windows(trace: ParsedTrace) -> list[StepWindow]:
     """One window per ProfilerStep, in order. On a CPU-only trace, the windows are the host ranges."""
+    return list(_windows(trace))
+
+
+@per_trace
+def _windows(trace: ParsedTrace) -> tuple[StepWindow, ...]:
+    """step_windows' windows, made once per trace: the analysis and the tab's step table both ask."""
+    return tuple(_make_windows(trace))
+
+
+def _make_windows(trace: ParsedTrace) -> list[StepWindow]:
     if not trace.has_gpu:
         return [StepWindow(s.number, s.start, s.end, s.start, s.end, ()) for s in trace.steps]
     own, unattributed, last_end = _device_by_step(trace)

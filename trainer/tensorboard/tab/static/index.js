@@ -10,7 +10,10 @@
 const MAX_BARS = 64;
 // the window tool's POST carries this: plugin.py writes its process's token here as it serves this file
 const WINDOW_TOKEN = '%STEPSCOPE_TOKEN%';
-const POLL_MS = 1500;
+const POLL_MS = 1500;  // the runs table, redrawn while any run is analysed
+// a run asked for and being analysed: asked again this often, so that it shows within a fraction of a second of
+// being ready (an answer of 202 costs the plugin a lookup)
+const ANSWER_POLL_MS = 250;
 
 let root;
 // The names the page shows and their colours: buckets, phases, findings and verdicts, as the plugin's
@@ -61,7 +64,7 @@ async function getJSON(route, params = {}) {
     const r = await fetch('./' + route + '?' + new URLSearchParams(params));
     const body = await r.json();
     if (r.status === 202) {
-      await new Promise((ok) => setTimeout(ok, POLL_MS));
+      await new Promise((ok) => setTimeout(ok, ANSWER_POLL_MS));
       continue;
     }
     if (!r.ok) throw new Error(body.error || `${route}: HTTP ${r.status}`);
