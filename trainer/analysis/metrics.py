@@ -16,9 +16,10 @@ from operator import itemgetter
 
 import numpy as np
 from stepscope.analysis.breakdown import Breakdown, device_sets, host_sets, sync_primitives
-from stepscope.analysis.columns import device_columns, op_columns
+from stepscope.analysis.columns import device_columns, op_columns, runtime_columns
 from stepscope.analysis.events import (
     HostEvent,
+    HostEvents,
     MemoryColumns,
     ParsedTrace,
     events_at,
@@ -108,8 +109,13 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     memcpys = [d for d in own if d.kind == "memcpy"]
     step_ranges = _step_ranges(windows)
     in_steps = step_ranges.covers
-    named = events_at(trace.runtime, rows_named(trace.runtime, KERNEL_LAUNCHES.__contains__))
-    launches = [r for r, inside in zip(named, step_ranges.covers_each([r.start for r in named]).tolist()) if inside]
+    # the kernel launches that start inside the steps, as columns: no tuple per launch (a large trace has
+    # hundreds of thousands)
+    launch = rows_named(trace.runtime, KERNEL_LAUNCHES.__contains__)
+    runtime = runtime_columns(trace)
+    starts, ends = runtime.start[launch], runtime.end[launch]
+    inside = step_ranges.covers_each(starts)
+    launch_us = ends[inside] - starts[inside]
     episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
     _, compute, _ = device_sets(trace)
     dev = device_columns(trace)
@@ -121,7 +127,7 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
         host_us_per_kernel=(common["host_step_ms"] - common["data_ms_per_step"]) * 1e3 * n / len(kernels)
         if kernels else None,
         median_kernel_us=_median_dur(kernels, 4) if kernels else None,
-        median_launch_us=_median_dur(launches, 2) if launches else None,
+        median_launch_us=_median(launch_us) if launch_us.size else None,
         syncs_per_step=len(episodes) / n,
         sync_ms_per_step=sum(e.blocked_us for e in episodes) / n / 1e3,
         memcpy_ms_per_step=IntervalSet((d.start, d.end) for d in memcpys).total() / n / 1e3,
@@ -134,8 +140,13 @@ def _median_dur(events: list, start: int) -> float:
     """``statistics.median`` of the events' ``dur`` (end - start, the fields at ``start`` and ``start + 1``),
     read as columns: the same middle values and the same mean of the two for an even count."""
     n = len(events)
-    dur = (np.fromiter(map(itemgetter(start + 1), events), np.float64, n)
-           - np.fromiter(map(itemgetter(start), events), np.float64, n))
+    return _median(np.fromiter(map(itemgetter(start + 1), events), np.float64, n)
+                   - np.fromiter(map(itemgetter(start), events), np.float64, n))
+
+
+def _median(dur: np.ndarray) -> float:
+    """``statistics.median`` of the values in ``dur`` (at least one)."""
+    n = len(dur)
     k = n // 2
     if n % 2:
         return float(np.partition(dur, k)[k])
@@ -191,8 +202,9 @@ def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
 
 @per_trace
 def top_level_ops(trace: ParsedTrace) -> dict:
-    """Per thread: (starts, ops) of the ops not nested in another op, in time order: in (start, -end) order,
-    the first op, then the first one that starts at or after the end of the last one taken."""
+    """Per thread: (starts, ops: a HostEvents or a list of HostEvent) of the ops not nested in another op, in
+    time order: in (start, -end) order, the first op, then the first one that starts at or after the end of the
+    last one taken."""
     ops = trace.ops
     if not ops:
         return {}
@@ -211,7 +223,8 @@ def top_level_ops(trace: ParsedTrace) -> dict:
             taken.append(i)
             i = after[i]
         tops = rows[taken]
-        out[key] = (start[tops].tolist(), events_at(ops, tops.tolist()))
+        # as columns where the trace keeps its ops so (no tuple per op: a large trace has a hundred thousand)
+        out[key] = (start[tops].tolist(), ops.take(tops) if isinstance(ops, HostEvents) else events_at(ops, tops.tolist()))
     return out
 
 
