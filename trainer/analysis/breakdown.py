@@ -103,15 +103,18 @@ class HostSets:
 @per_trace
 def sync_primitives(trace: ParsedTrace) -> list[HostEvent]:
     """Host calls that block until the GPU catches up (see module doc), in time order."""
-    blocking_copies = {d.correlation for d in trace.device
-                       if d.kind == "memcpy" and "DtoH" in d.name and "Pageable" in d.name}
+    copies = map(trace.device.__getitem__, np.flatnonzero(device_columns(trace).is_copy).tolist())
+    blocking_copies = {d.correlation for d in copies if "DtoH" in d.name and "Pageable" in d.name}
     # Only a runtime call makes the host wait for the device: `.item()` of a GPU tensor shows one under it
     # (a device-to-host copy and a stream synchronize), `.item()` of a CPU tensor (an optimizer's step
     # counter, say) shows none and is no sync.
     runtime = trace.runtime
-    rows = [k for k, (name, corr) in enumerate(zip(names_of(runtime), correlations_of(runtime)))
-            if name in SYNC_CALLS or corr in blocking_copies]
-    return sorted(events_at(runtime, rows), key=lambda e: e.start)
+    names = names_of(runtime)
+    named = {name for name in set(names) if name in SYNC_CALLS}  # asked once per distinct name
+    rows = np.fromiter(map(named.__contains__, names), dtype=bool, count=len(names))
+    if blocking_copies:
+        rows |= np.fromiter(map(blocking_copies.__contains__, correlations_of(runtime)), dtype=bool, count=len(names))
+    return sorted(events_at(runtime, np.flatnonzero(rows).tolist()), key=lambda e: e.start)
 
 
 def _spans(events) -> IntervalSet:
