@@ -4,6 +4,7 @@ pieces), and the memory section made in a helper beside the rest of a large trac
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -130,7 +131,41 @@ def test_the_memory_section_is_made_beside_the_rest_of_the_analysis(monkeypatch,
 
     monkeypatch.setattr(span, "memory_report", spy)
     alone = analyze_parsed_file(parsed, path)
-    beside = analyze_parsed_file(parsed, path, helpers=2)
+    beside = analyze_parsed_file(parsed, path, processes=2)
     pids = [int(x) for x in where.read_text().split()]
     assert pids[0] == os.getpid() and pids[1] != os.getpid()
     assert beside.memory is not None and beside.to_dict() == alone.to_dict()
+
+
+def _unpicklable():
+    yield 1
+    yield lambda: None  # a value that cannot be sent
+
+
+def test_a_value_that_cannot_be_sent_is_the_helpers_error():
+    """Sending pickles in the helper itself: a value that cannot be pickled fails the helper (this process
+    raises), never a value silently missing from what arrives."""
+    with sending(_unpicklable, [()]) as (inbox,):
+        got = []
+        with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
+            for v in inbox.rest():
+                got.append(v)
+    assert got == [1]
+
+
+def test_a_memory_helper_that_dies_leaves_the_section_to_this_process(monkeypatch):
+    """The memory section's helper killed (as by the kernel's OOM killer): the section is made here, and the
+    report is the one made in one process."""
+    (path,) = (DATA / "holdout" / "vit_tiny_bs256").glob("*.pt.trace.json*")
+    parsed = parse_path(path, "w", "s")
+    alone = analyze_parsed_file(parsed, path)
+    real, parent = span.memory_report, os.getpid()
+
+    def dies_in_a_helper(*args):
+        if os.getpid() != parent:
+            os._exit(9)
+        return real(*args)
+
+    monkeypatch.setattr(span, "memory_report", dies_in_a_helper)
+    again = analyze_parsed_file(parsed, path, processes=2)
+    assert again.memory is not None and again.to_dict() == alone.to_dict()

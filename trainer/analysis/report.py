@@ -86,11 +86,11 @@ def parse_path(path: Path, worker: str, span: str, parts: int = 1) -> ParsedTrac
 
 
 def analyze_parsed_file(parsed: ParsedTrace, path: Path, telemetry: dict | None = None,
-                        selection: StepSelection | None = None, helpers: int = 1) -> SpanReport:
-    """The report of a trace parsed from ``path``; its one-line TraceError, and running out of memory,
-    name the file."""
+                        selection: StepSelection | None = None, processes: int = 1) -> SpanReport:
+    """The report of a trace parsed from ``path`` (in ``processes`` at most: span.analyze_parsed); its one-line
+    TraceError, and running out of memory, name the file."""
     try:
-        return analyze_selected(parsed, telemetry, selection, helpers)
+        return analyze_selected(parsed, telemetry, selection, processes)
     except TraceError as e:
         raise TraceError(f"{path}: {e}") from None
     except MemoryError:

@@ -13,6 +13,8 @@ labelled as such.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 
 from stepscope.analysis.breakdown import Breakdown, breakdown, host_sets
@@ -160,19 +162,27 @@ def busy_pct(bd: Breakdown) -> float:
     return sum(bd.pct(b) for b in (GPU_BUSY, TRANSFER, COMMUNICATION, DEVICE_IDLE))
 
 
-def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None, helpers: int = 1) -> SpanReport:
-    """The report of a parsed trace; ``helpers`` > 1: the worker policy lets this process fork a helper, which
-    makes the memory section meanwhile."""
+def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None, processes: int = 1) -> SpanReport:
+    """The report of a parsed trace. ``processes``: how many the worker policy lets this analysis use (the
+    parse's ``parts``); with more than one, a forked helper makes the memory section meanwhile."""
     every = step_windows(trace)
     kept, cold = representative_steps(trace, every)
-    workers = Workers.local(helpers) if helpers > 1 and trace.memory else Workers.inline()
+    workers = Workers.local(processes) if processes > 1 and trace.memory else Workers.inline()
     if workers.forks:
         op_columns(trace)  # both processes read it: made once, before the fork, and inherited
-    with workers.beside(memory_report, trace, kept, telemetry) as memory:
+    with workers.beside(memory_report, trace, kept, telemetry) as later:
+        def memory() -> MemoryReport | None:
+            try:
+                return later.result()
+            except BrokenProcessPool:  # the helper died (killed, out of memory): made here instead
+                return memory_report(trace, kept, telemetry)
+
         return _analyze_kept(trace, telemetry, every, kept, cold, memory)
 
 
-def _analyze_kept(trace: ParsedTrace, telemetry: dict | None, every: list, kept: list, cold, memory) -> SpanReport:
+def _analyze_kept(trace: ParsedTrace, telemetry: dict | None, every: list, kept: list, cold,
+                  memory: Callable[[], MemoryReport | None]) -> SpanReport:
+    """analyze_parsed on the steps ``kept``; ``memory()`` gives the memory section, asked for last."""
     gpu = trace.has_gpu
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
@@ -223,7 +233,7 @@ def _analyze_kept(trace: ParsedTrace, telemetry: dict | None, every: list, kept:
                       recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
                       loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
                       steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0],
-                      memory=memory.result())
+                      memory=memory())
 
 
 def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:
@@ -292,18 +302,18 @@ def _model_line(m_prof: SpanMetrics, m: SpanMetrics, inflation: Inflation, verdi
 
 
 def analyze_selected(trace: ParsedTrace, telemetry: dict | None = None,
-                     selection: StepSelection | None = None, helpers: int = 1) -> SpanReport:
+                     selection: StepSelection | None = None, processes: int = 1) -> SpanReport:
     """The report of a parsed trace (stream_parse.py), on the steps ``selection`` keeps (select.py). Raises
     TraceError (one line) on a trace without training steps in the selection, or one that is corrupt. Errors
     that no input check foresaw become a TraceError naming the exception, so that a corrupt trace never ends
     in a traceback."""
-    return _guarded(lambda: trace, trace.worker, trace.span, telemetry, selection, helpers)
+    return _guarded(lambda: trace, trace.worker, trace.span, telemetry, selection, processes)
 
 
 def _guarded(parse, worker: str, span: str, telemetry: dict | None, selection: StepSelection | None,
-             helpers: int = 1) -> SpanReport:
+             processes: int = 1) -> SpanReport:
     try:
-        return analyze_parsed(select(parse(), selection or StepSelection()), telemetry, helpers)
+        return analyze_parsed(select(parse(), selection or StepSelection()), telemetry, processes)
     except TraceError:
         raise
     except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:

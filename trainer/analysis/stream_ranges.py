@@ -141,26 +141,17 @@ def decode_into(c: Collector, part: dict) -> None:
 def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> Iterator[dict]:
     """``collect_range`` as a helper does it: each decoded piece's events collected apart, encoded and
     yielded at once; then the range's header keys, as a piece without events."""
-    with gc_paused():
-        parts: list = []
-
-        def take(events) -> None:
+    with gc_paused(), TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
+        for events in ts.decode_events(read):
             piece = _collector(base)
             part = stream_columns.encoded(piece, events) if type(events) is Columns else None
             if part is None:  # msgspec's events, or columns that must be collected event by event
                 piece.add(events)
                 part = encode(piece)
-            parts.append(part)
-
-        with TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
-            for events in ts.decode_events(read):
-                take(events)
-                yield from parts
-                parts.clear()
-            header = ts.header
+            yield part
         tail = _collector(base)
-        tail.header = header
-        yield encode(tail)
+        tail.header = ts.header
+    yield encode(tail)  # no events: the range's header keys
 
 
 def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[Collector, dict]:
@@ -170,6 +161,7 @@ def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[C
     follow this process's range at the end."""
     jobs = [(path, r, base, block) for r in ranges[1:]]
     with sending(_encoded_pieces, jobs) as inboxes:
+        c = _collector(base)
         later = [_collector(base) for _ in inboxes]
 
         def take(events) -> None:
@@ -178,7 +170,6 @@ def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[C
                 for part in inbox.take():
                     decode_into(d, part)
 
-        c = _collector(base)
         c.header = _stream_range(path, ranges[0], block, take)
         for inbox, d in zip(inboxes, later):
             for part in inbox.rest():

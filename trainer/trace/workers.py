@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import queue
 import struct
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -189,63 +191,66 @@ class Inbox:
         """The values that have arrived, never waiting for more."""
         while not self._ended:
             try:
-                value = self._queue.get_nowait()
+                sent = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if _is_end(value):
+            if sent is None:
                 self._ended = True
                 return
-            yield value
+            yield pickle.loads(sent)
 
     def rest(self, poll_s: float = 0.05) -> Iterator:
         """The values still to come, as they arrive, up to the helper's last; then raises what the helper
         raised, or BrokenProcessPool (a RuntimeError) when it died."""
+        quiet_since = None  # when the helper was first seen finished with nothing more arriving
         while not self._ended:
             try:
-                value = self._queue.get(timeout=poll_s)
+                sent = self._queue.get(timeout=poll_s)
             except queue.Empty:
-                if self._future.done() and self._future.exception() is not None:
-                    self._future.result()
+                if self._future.done():
+                    if self._future.exception() is not None:
+                        self._future.result()
+                    quiet_since = quiet_since or time.monotonic()
+                    if time.monotonic() - quiet_since > _LAST_VALUE_S:  # its sender thread died with it
+                        raise RuntimeError("a helper finished, but its last values never arrived") from None
                 continue
-            if _is_end(value):
+            if sent is None:
                 self._ended = True
             else:
-                yield value
+                yield pickle.loads(sent)
         self._future.result()
 
 
-_END = "stepscope: the helper's last value was sent"
+_LAST_VALUE_S = 30.0  # how long values may take to arrive after their helper finished
+_SENDING: list = []  # [generator function, its jobs, one queue per job] for the helpers about to be forked
 
 
-def _is_end(value) -> bool:
-    return type(value) is str and value == _END
-_SENDING: list = []  # [generator function, one queue per job] for the helpers about to be forked
-
-
-def _send_each(i: int, *job) -> None:
-    fn, queues = _SENDING
+def _send_each(i: int) -> None:
+    fn, jobs, queues = _SENDING
     out = queues[i]
     out.cancel_join_thread()  # a helper never waits at its exit for a reader that has stopped reading
     try:
-        for value in fn(*job):
-            out.put(value)
+        for value in fn(*jobs[i]):
+            # pickled here, so that a value that cannot be is the helper's error, not one its sender thread
+            # would print and drop
+            out.put(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
     finally:
-        out.put(_END)
+        out.put(None)  # the end: after the last value, also when fn raised (the future says what)
 
 
 @contextmanager
 def sending(fn: Callable, jobs: list[tuple]) -> Iterator[list[Inbox]]:
-    """``fn(*job)``, a generator, for each job in a forked helper of its own; each value it yields comes
-    back as soon as it is made (pickled, through a pipe that a thread of the helper writes, so that the
-    helper goes on while this process is busy). Yields one Inbox per job: this process takes what has
-    arrived whenever it likes (``take``) and then waits for the rest (``rest``). Callers hold a policy that
-    allows forking, as for ``fork_pool``."""
+    """``fn(*job)``, a generator, for each job in a forked helper of its own, which inherits the job (not
+    pickled); each value it yields comes back as soon as it is made (pickled, through a pipe that a thread of
+    the helper writes, so that the helper goes on while this process is busy). Yields one Inbox per job:
+    this process takes what has arrived whenever it likes (``take``) and then waits for the rest (``rest``).
+    Callers hold a policy that allows forking, as for ``fork_pool``."""
     ctx = multiprocessing.get_context("fork")
     queues = [ctx.Queue() for _ in jobs]
     with fork_pool(len(jobs)) as pool:
-        _SENDING[:] = [fn, queues]
-        try:
-            futures = [pool.submit(_send_each, i, *job) for i, job in enumerate(jobs)]
+        _SENDING[:] = [fn, jobs, queues]
+        try:  # a fork context starts every process within the first submit
+            futures = [pool.submit(_send_each, i) for i in range(len(jobs))]
         finally:
             _SENDING.clear()
         try:
