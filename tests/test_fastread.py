@@ -107,6 +107,25 @@ def test_a_schema_with_more_fields_is_read_whole():
     assert cols.int("bytes_").tolist() == [-512] and cols.int("addr").tolist() == [94000000000]
 
 
+@pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+def test_keys_are_told_apart_by_every_byte():
+    """The reader compares a key's first eight bytes as one word, then the rest: keys that share those eight
+    bytes, that are a prefix of another, empty, of exactly eight bytes or not ASCII are each found, and only
+    where the whole key matches (the object keys simdjson hands the reader are in its padded string buffer)."""
+    keys = (b"", b"a", b"ab", b"abcdefg", b"abcdefgh", b"abcdefghi", b"abcdefghij", b"Total Allocated",
+            b"Total Allocatee", b"Total Reserved", b"\xc3\xa9t\xc3\xa9", b"args")
+    event = {k.decode(): i for i, k in enumerate(keys[:-1])}
+    event.update({"abcdefgX": 99, "abcdefghiX": 98, "Total": 97, "\u00e9": 96})  # near misses: not read
+    raw = fastread._fastread.columns(json.dumps([event, {"ab": 5}]).encode(), keys, ())
+    assert raw is not None
+    _strings, types, ints, _reals, n = raw
+    ints = np.frombuffer(ints, dtype=np.int64).reshape(len(keys), n)
+    types = np.frombuffer(types, dtype=np.uint8).reshape(len(keys), n)
+    assert ints[:-1, 0].tolist() == list(range(len(keys) - 1))
+    assert types[:-1, 1].tolist() == [fastread.T_MISSING] * 2 + [fastread.T_INT] + [fastread.T_MISSING] * 8
+    assert ints[2, 1] == 5
+
+
 @pytest.mark.parametrize("path", TRACES, ids=[str(p.relative_to(DATA)) for p in TRACES])
 def test_every_trace_of_tests_data_parses_the_same(path, pure):
     ref, fast = both(pure, lambda: parse_trace_file(path, "w", "1"))

@@ -46,7 +46,22 @@ enum { T_MISSING, T_NULL, T_INT, T_REAL, T_STR, T_TRUE, T_FALSE, T_ARRAY, T_OBJE
 typedef struct {
     const char *ptr;
     size_t len;
+    uint64_t head; /* the key's first eight bytes (zeros past its end): most keys differ there */
 } key_t_;
+
+/* eight bytes of 0xff then eight of 0: the eight bytes from 8 - n on mask the first n bytes of a word, in
+   memory order, whatever the machine's byte order */
+static const unsigned char FIRST_BYTES[16] = {255, 255, 255, 255, 255, 255, 255, 255, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* the first eight bytes of the n bytes at p, zeros past n; p must be readable for eight bytes, as every key
+   simdjson hands out is (its string buffer holds a NUL after each string and is padded at its end) */
+static inline uint64_t head_of(const char *p, size_t n) {
+    uint64_t w, mask;
+    memcpy(&w, p, 8);
+    if (n >= 8) return w;
+    memcpy(&mask, FIRST_BYTES + 8 - n, 8);
+    return w & mask;
+}
 
 /* distinct strings: open addressing on (pointer, length) of the parser's string bytes */
 typedef struct {
@@ -209,13 +224,17 @@ static int read_keys(PyObject *seq, key_t_ *keys, Py_ssize_t *count, Py_ssize_t 
         }
         keys[i].ptr = PyBytes_AS_STRING(k);
         keys[i].len = (size_t)PyBytes_GET_SIZE(k);
+        keys[i].head = 0;
+        memcpy(&keys[i].head, keys[i].ptr, keys[i].len < 8 ? keys[i].len : 8);
     }
     return 0;
 }
 
 static Py_ssize_t find_key(const key_t_ *keys, Py_ssize_t count, const char *p, size_t n) {
+    const uint64_t head = head_of(p, n);
     for (Py_ssize_t k = count - 1; k >= 0; k--) {
-        if (keys[k].len == n && memcmp(keys[k].ptr, p, n) == 0) return k;
+        if (keys[k].head == head && keys[k].len == n && (n <= 8 || memcmp(keys[k].ptr + 8, p + 8, n - 8) == 0))
+            return k;
     }
     return -1;
 }
