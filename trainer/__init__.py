@@ -11,19 +11,13 @@
 
     stepscope.integrations.lightning.StepscopeCallback("logs/run")   # and .hf, .accelerate (docs/integrations.md)
 
-The names load on first use, so `import stepscope` stays quick and imports no torch. This package is the
-repository's trainer/ folder; its `kernels` subpackage is the repository's kernels/ folder.
+The names load on first use (``__version__`` too), so `import stepscope` stays quick and imports no torch.
+This package is the repository's trainer/ folder; its `kernels` subpackage is the repository's kernels/ folder.
 """
 
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("stepscope")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0.0.0+unknown"
 
 _PUBLIC = {  # name -> (module, attribute): each public call is one line into the engine
     "analyze": ("stepscope.report.front", "analyze"),
@@ -40,6 +34,9 @@ __all__ = ["__version__", *_PUBLIC, *_SUBPACKAGES]
 
 
 def __getattr__(name: str):
+    if name == "__version__":  # read on first use: importing importlib.metadata costs every process 30 ms
+        globals()[name] = _version()
+        return globals()[name]
     if name in _SUBPACKAGES:
         return importlib.import_module(f"stepscope.{name}")  # the import sets it as an attribute here
     if name not in _PUBLIC:
@@ -51,4 +48,13 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC, *_SUBPACKAGES])
+    return sorted({*globals(), "__version__", *_PUBLIC, *_SUBPACKAGES})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stepscope")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0.0.0+unknown"
