@@ -9,6 +9,8 @@
         value = later.result()                     # inline: fn runs here, now
     job = Apart(fn, args)                          # fn(*args) in a forked child that may be killed (command line)
     job.ready(); job.result(); job.stop()          # poll without waiting; its value or exception; kill it
+    with sending(gen, jobs) as inboxes:            # gen(*job), a generator, in a forked helper per job:
+        inboxes[0].take(); inboxes[0].rest()       # its values as they come, without waiting; then the rest
 
 A training process (the trainer's end-of-run diagnosis, the users' trace handler) never forks: the child
 would copy its threads, CUDA context and process group. The command line may. A Dask cluster runs each
