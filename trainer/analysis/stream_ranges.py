@@ -74,13 +74,6 @@ def _collector(base: float) -> Collector:
     return c
 
 
-def collect_range(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> Collector:
-    """The events of one byte range, collected with the file's base; its header keys in ``c.header``."""
-    c = _collector(base)
-    c.header = _stream_range(path, byte_range, block, c.add)
-    return c
-
-
 def _codes(names: list[str], table: dict[str, int]) -> np.ndarray:
     for name in dict.fromkeys(names):  # a piece repeats a few hundred names
         if name not in table:
@@ -139,8 +132,8 @@ def decode_into(c: Collector, part: dict) -> None:
 
 
 def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> Iterator[dict]:
-    """``collect_range`` as a helper does it: each decoded piece's events collected apart, encoded and
-    yielded at once; then the range's header keys, as a piece without events."""
+    """The events of one byte range as a helper sends them: each decoded piece's events collected apart (with
+    the file's base), encoded and yielded at once; then the range's header keys, as a piece without events."""
     with gc_paused(), TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
         for events in ts.decode_events(read):
             piece = _collector(base)
