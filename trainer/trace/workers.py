@@ -175,12 +175,13 @@ class _Later(Future):
         return super().result(timeout)
 
 
-_INHERITED: list = []  # [function, arguments] of the call the child about to be forked runs
+_INHERITED: list = []  # [function, arguments] of the call the children about to be forked run
 
 
-def _run_inherited():
+def _run_inherited(*more):
+    """The inherited call, with ``more`` (small, pickled: e.g. which of several jobs) after its arguments."""
     fn, args = _INHERITED
-    return fn(*args)
+    return fn(*args, *more)
 
 
 class Inbox:
@@ -224,11 +225,10 @@ class Inbox:
 
 
 _LAST_VALUE_S = 30.0  # how long values may take to arrive after their helper finished
-_SENDING: list = []  # [generator function, its jobs, one queue per job] for the helpers about to be forked
 
 
-def _send_each(i: int) -> None:
-    fn, jobs, queues = _SENDING
+def _send_each(fn: Callable, jobs: list[tuple], queues: list, i: int) -> None:
+    """Job ``i`` of ``sending``, in its helper: each value ``fn`` yields put on queue ``i``, then the end."""
     out = queues[i]
     out.cancel_join_thread()  # a helper never waits at its exit for a reader that has stopped reading
     try:
@@ -250,11 +250,11 @@ def sending(fn: Callable, jobs: list[tuple]) -> Iterator[list[Inbox]]:
     ctx = multiprocessing.get_context("fork")
     queues = [ctx.Queue() for _ in jobs]
     with fork_pool(len(jobs)) as pool:
-        _SENDING[:] = [fn, jobs, queues]
+        _INHERITED[:] = [_send_each, (fn, jobs, queues)]
         try:  # a fork context starts every process within the first submit
-            futures = [pool.submit(_send_each, i) for i in range(len(jobs))]
+            futures = [pool.submit(_run_inherited, i) for i in range(len(jobs))]
         finally:
-            _SENDING.clear()
+            _INHERITED.clear()
         try:
             yield [Inbox(q, f) for q, f in zip(queues, futures)]
         finally:
