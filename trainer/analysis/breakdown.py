@@ -46,7 +46,7 @@ from stepscope.analysis.events import (
     correlations_of,
     events_at,
     is_comm,
-    names_of,
+    rows_named,
 )
 from stepscope.analysis.intervals import IntervalSet, pieces_by_priority, subtract
 from stepscope.analysis.per_trace import per_trace
@@ -109,12 +109,12 @@ def sync_primitives(trace: ParsedTrace) -> list[HostEvent]:
     # (a device-to-host copy and a stream synchronize), `.item()` of a CPU tensor (an optimizer's step
     # counter, say) shows none and is no sync.
     runtime = trace.runtime
-    names = names_of(runtime)
-    named = {name for name in set(names) if name in SYNC_CALLS}  # asked once per distinct name
-    rows = np.fromiter(map(named.__contains__, names), dtype=bool, count=len(names))
+    rows = rows_named(runtime, SYNC_CALLS.__contains__)
     if blocking_copies:
-        rows |= np.fromiter(map(blocking_copies.__contains__, correlations_of(runtime)), dtype=bool, count=len(names))
-    return sorted(events_at(runtime, np.flatnonzero(rows).tolist()), key=lambda e: e.start)
+        copies = np.fromiter(map(blocking_copies.__contains__, correlations_of(runtime)), dtype=bool,
+                             count=len(runtime))
+        rows = np.union1d(np.asarray(rows, dtype=np.int64), np.flatnonzero(copies)).tolist()  # in file order
+    return sorted(events_at(runtime, rows), key=lambda e: e.start)
 
 
 def _spans(events) -> IntervalSet:
