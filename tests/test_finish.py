@@ -93,9 +93,9 @@ def test_run_json_is_written_when_the_diagnosis_meets_a_bad_trace(tmp_path, monk
     progress = SimpleNamespace(steps=3, train_loss=1.5, eval_accuracy=None, history=[(1, 2.0), (3, 1.5)])
     thr = SimpleNamespace(images_per_s=None, mean_ms=None, median_ms=None, steps=0, all_ms=[],
                           telemetry=lambda: {}, contention=lambda: None)
-    parts = finish.RunParts(env=SimpleNamespace(is_main=True), group=SimpleNamespace(barrier=lambda: None),
+    parts = finish.RunParts(env=SimpleNamespace(is_main=True), group=SimpleNamespace(gather=lambda obj: [obj]),
                             stop=Stop(), log=SimpleNamespace(close=lambda: None),
-                            handler=SimpleNamespace(cycles=1))
+                            handler=SimpleNamespace(cycles=1, memo=None))
     code = finish.finish_run(status, progress, thr, record, parts)
     d = json.loads((run / "run.json").read_text())
     assert (d["status"], d.get("signal"), "diagnosis" in d) == (

@@ -47,7 +47,8 @@ STRANGER = DATA / "eager_bs32"  # one tensorboard_trace_handler trace, nobody's 
 FRONT = PACKAGE / "report" / "front.py"
 # what makes a report out of a trace: only the engine behind the door (report/engine.py) calls these
 ENGINE_NAMES = {"analyze_parsed_file", "analyze_selected", "analyze_parsed", "parse_path", "parse_trace_file",
-                "run_report", "cross_rank"}
+                "run_report", "cross_rank", "evidence_of_file", "report_of_file", "evidence_selected",
+                "report_guarded", "span_evidence", "span_report"}
 
 
 class Doorkeeper:
@@ -173,8 +174,8 @@ def test_only_the_door_imports_the_engine_and_only_the_engine_makes_reports():
                                                         and n.startswith("stepscope."))
               for p, names in modules.items() if "analysis" not in p.relative_to(PACKAGE).parts[:1]}
     assert {p: n for p, n in makers.items() if n} == {
-        "report/engine.py": ["stepscope.analysis.report.analyze_parsed_file", "stepscope.analysis.report.parse_path",
-                             "stepscope.analysis.report.run_report"]}
+        "report/engine.py": ["stepscope.analysis.report.evidence_of_file", "stepscope.analysis.report.parse_path",
+                             "stepscope.analysis.report.report_of_file", "stepscope.analysis.report.run_report"]}
 
 
 def test_a_stale_or_partial_report_json_is_not_read(tmp_path):
@@ -261,20 +262,29 @@ def test_stepscope_tensorboard_reads_a_trainer_run_and_analyses_a_strangers_fold
                       "--run-name", "ddp"], env={engine.ANALYSIS_LOG: str(ledger)})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     trained, ddp = src / "trained", src / "ddp"
-    # the trainer's own analyses: each cycle in its handler (each rank's), then each trace again at the end of
-    # the run with the whole run's telemetry (rank 0, every rank's traces); what follows must add none
+    # the trainer's own analyses: each cycle's trace once, in its rank's handler; the end of run reports them
+    # again with the whole run's telemetry from their evidence (rank 0 gathers every rank's), reading none of
+    # them again; what follows must add none
     assert len(discover(ddp).traces) == 2
-    assert len(ledger.read_text().splitlines()) == 2 * len(discover(trained).traces) + 2 * 2
-    assert read_report(trained, discover(trained).traces) is not None
+    read = ledger.read_text().splitlines()
+    assert len(read) == len(set(read)) == len(discover(trained).traces) + 2, read
+    mine = read_report(trained, discover(trained).traces)
+    assert mine is not None
     own = read_report(ddp, discover(ddp).traces)  # the job's report: both ranks and their cross-rank section
     assert own is not None and own["distributed"] and sorted(s["rank"] for s in own["spans"]) == [0, 1]
+    # and what they wrote is the report on those traces read again now, with the run's own telemetry
+    for folder, written in ((trained, mine), (ddp, own)):
+        assert {k: v for k, v in written.items() if k not in ("traced_ms", "ops_ms")} == \
+            stepscope.analyze(folder).to_dict()
+    ledger.unlink()
     assert diagnosed(find_runs(src)["ddp"]) is not None  # what a plain `tensorboard`'s tab reads, not analyses
     cli = subprocess.run([sys.executable, "-m", "stepscope.cli.main", "analyze", str(ddp), "--json"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["verdict"] == own["verdict"]
     shutil.copytree(STRANGER, src / "stranger")
-    ledger.unlink()
+    if ledger.exists():
+        ledger.unlink()
 
     port = free_port()
     out = tmp_path / "stepscope-tensorboard.log"

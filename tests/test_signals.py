@@ -41,11 +41,11 @@ WAIT_S = 240  # for a moment to come; the machine may be shared and slow
 class Child:
     """A trainer process with stdout/stderr in files (readable while it runs), killed with its group on exit."""
 
-    def __init__(self, cmd: list[str], tmp: Path) -> None:
+    def __init__(self, cmd: list[str], tmp: Path, env: dict | None = None) -> None:
         self.out, self.err = tmp / "stdout.txt", tmp / "stderr.txt"
         with open(self.out, "w") as o, open(self.err, "w") as e:
             self.p = subprocess.Popen(cmd, cwd=REPO, stdout=o, stderr=e, start_new_session=True,
-                                      env={**os.environ, **ONE_THREAD, "PYTHONUNBUFFERED": "1"})
+                                      env={**os.environ, **ONE_THREAD, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def __enter__(self) -> Child:
         return self
@@ -95,6 +95,22 @@ def logged_steps(run: Path) -> int:
             if any(v.tag == "train/loss" for v in ev.summary.value):
                 last = max(last, ev.step)
     return last
+
+
+# loaded by the trainer's process (sitecustomize): its end-of-run diagnosis starts 5 s late
+SLOW_DIAGNOSIS = """
+import time
+from stepscope.demo import finish
+real = finish.diagnose_run
+
+
+def slow(*args, **kwargs):
+    time.sleep(5)
+    return real(*args, **kwargs)
+
+
+finish.diagnose_run = slow
+"""
 
 
 def train_cmd(tmp: Path, *args: str) -> list[str]:
@@ -178,11 +194,17 @@ def test_signal_during_the_trace_export(tmp_path, sig):
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_during_the_diagnosis(tmp_path, sig):
-    """The run's last step completes the only cycle; once the analysis has started, the diagnosis runs."""
+    """The run's last step completes the only cycle; once the analysis has started, the diagnosis runs. The
+    end of run reports the handler's cycle again from its evidence in milliseconds, so here it is held for a
+    few seconds first (as a long one is: the traces of ranks whose evidence did not reach rank 0 are read
+    again), for the signal to land inside it."""
     cmd = train_cmd(tmp_path, "--steps", "9", "--profile", "--skip-first", "0", "--wait", "0", "--warmup", "1",
                     "--active", "8", "--repeat", "1")
     run = tmp_path / "logs" / "r"
-    with Child(cmd, tmp_path) as c:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_DIAGNOSIS)
+    with Child(cmd, tmp_path, {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}) as c:
         c.wait_for_the_loop(run)
         code, out, err = c.signal_when(
             "the analysis", lambda: "analysing the profiled steps" in c.out.read_text(errors="replace"), sig,

@@ -121,7 +121,7 @@ def test_the_memory_section_is_made_beside_the_rest_of_the_analysis(monkeypatch,
     (path,) = (DATA / "holdout" / "vit_tiny_bs256").glob("*.pt.trace.json*")
     parsed = parse_path(path, "w", "s")
     assert len(parsed.memory) > 0
-    real = span.memory_report
+    real = span.memory_devices
     where = tmp_path / "pids"
 
     def spy(*args):
@@ -129,7 +129,7 @@ def test_the_memory_section_is_made_beside_the_rest_of_the_analysis(monkeypatch,
             f.write(f"{os.getpid()}\n")
         return real(*args)
 
-    monkeypatch.setattr(span, "memory_report", spy)
+    monkeypatch.setattr(span, "memory_devices", spy)
     alone = analyze_parsed_file(parsed, path)
     beside = analyze_parsed_file(parsed, path, processes=2)
     pids = [int(x) for x in where.read_text().split()]
@@ -159,13 +159,13 @@ def test_a_memory_helper_that_dies_leaves_the_section_to_this_process(monkeypatc
     (path,) = (DATA / "holdout" / "vit_tiny_bs256").glob("*.pt.trace.json*")
     parsed = parse_path(path, "w", "s")
     alone = analyze_parsed_file(parsed, path)
-    real, parent = span.memory_report, os.getpid()
+    real, parent = span.memory_devices, os.getpid()
 
     def dies_in_a_helper(*args):
         if os.getpid() != parent:
             os._exit(9)
         return real(*args)
 
-    monkeypatch.setattr(span, "memory_report", dies_in_a_helper)
+    monkeypatch.setattr(span, "memory_devices", dies_in_a_helper)
     again = analyze_parsed_file(parsed, path, processes=2)
     assert again.memory is not None and again.to_dict() == alone.to_dict()

@@ -256,13 +256,37 @@ def _round(v):
     return round(v, 4) if isinstance(v, float) else v
 
 
-@gc_paused()  # it makes columns of every [memory] event: no collector passes over the trace's millions of events
+@dataclass(frozen=True)
+class MemoryDevices:
+    """What the memory section takes from a trace (memory_devices): each device's steps, and the devices'
+    capacities; the run's own counters are added by memory_section."""
+    devices: tuple[DeviceMemory, ...]
+    capacities: tuple[tuple[int, int], ...]  # trace.device_memory: (device id, bytes)
+
+
 def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict | None = None) -> MemoryReport | None:
     """The memory of the steps ``windows`` (the kept ones), per device, with the run's own counters from
     ``telemetry`` (its ``mem_*`` keys); None with neither [memory] events nor such counters."""
+    return memory_section(memory_devices(trace, windows), telemetry)
+
+
+def memory_section(found: MemoryDevices, telemetry: dict | None) -> MemoryReport | None:
+    """memory_report from the trace's devices (memory_devices) and the run's own counters in ``telemetry``."""
     measured = {k: v for k, v in (telemetry or {}).items() if k.startswith("mem_")}
+    devices = list(found.devices)
+    if not devices and not measured:
+        return None
+    return MemoryReport(found.devices, tuple(memory_findings(devices) + measured_findings(measured, devices,
+                                                                                          found.capacities)),
+                        measured)
+
+
+@gc_paused()  # it makes columns of every [memory] event: no collector passes over the trace's millions of events
+def memory_devices(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryDevices:
+    """The memory of the steps ``windows`` (the kept ones) per device, from the trace's [memory] events."""
+    capacities = tuple(trace.device_memory)
     if not trace.memory or not windows:
-        return MemoryReport((), tuple(measured_findings(measured, [], trace)), measured) if measured else None
+        return MemoryDevices((), capacities)
     cols = MemoryColumns.of(trace.memory)
     kind = np.array(cols.field("device_type"), dtype=np.int64)
     dev_id = np.where(kind != 0, np.array(cols.field("device_id"), dtype=np.int64), -1)
@@ -272,7 +296,7 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
     phases = _phases(trace, windows)
     owners = _Owners(trace)
     modules = _Modules(trace)
-    capacities = dict(trace.device_memory)
+    by_id = dict(capacities)
     calls = _allocator_calls(trace, windows)
     devices = []
     if any(kind != 0 for kind, _ in by_device):  # a GPU run: its CPU samples are pinned buffers and scalars
@@ -287,19 +311,16 @@ def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict
         i = next(i for i, w in enumerate(windows) if w.number == top.step)
         scaling, room = _scaling(dev, windows[i], phases[i], top)
         gpu = kind != 0
-        capacity = capacities.get(dev_id) if gpu else None
-        if gpu and capacity is None and len(capacities) == 1:
-            capacity = next(iter(capacities.values()))
+        capacity = by_id.get(dev_id) if gpu else None
+        if gpu and capacity is None and len(by_id) == 1:
+            capacity = next(iter(by_id.values()))
         n = len(windows)
         count, ms, syncs, every = calls if gpu else (0, 0.0, 0, False)
         d = DeviceMemory(f"cuda:{dev_id}" if gpu else "cpu", capacity, steps, _creep(steps),
                          count / n, ms / n, syncs / n, every, scaling=scaling, room=room)
         d = DeviceMemory(**{**d.__dict__, "batch_scale": batch_scale(d)})
         devices.append(d)
-    if not devices and not measured:
-        return None
-    return MemoryReport(tuple(devices), tuple(memory_findings(devices) + measured_findings(measured, devices, trace)),
-                        measured)
+    return MemoryDevices(tuple(devices), capacities)
 
 
 def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
@@ -616,6 +637,16 @@ def _allocator_calls(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[int
     return count, us / 1e3, syncs, len(windows) >= CHURN_MIN_STEPS and steps == len(windows)
 
 
+class StallFigures(NamedTuple):
+    """The allocator calls of the analysed steps (stall_figures): their count, host ms and cudaFree count,
+    the GPU's idle inside and after them in µs, over ``steps`` steps."""
+    count: int
+    host_ms: float
+    syncs: int
+    idle_us: float
+    steps: int
+
+
 def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: float) -> Finding | None:
     """The time finding of allocator churn (allocator calls in every analysed step, as allocator_churn): what
     the calls cost the step, where they cost it at least ALLOCATOR_STALL_PCT of ``step_ms`` (the step the
@@ -624,6 +655,11 @@ def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: flo
     device's next work begins. The breakdown counts that idle in its host buckets (a runtime call is the
     host dispatching), so this names part of them; calls the GPU's queued work hides cost nothing. None on
     a CPU trace, without churn, or below the share."""
+    return stall_finding(stall_figures(trace, windows), step_ms)
+
+
+def stall_figures(trace: ParsedTrace, windows: list[StepWindow]) -> StallFigures | None:
+    """What allocator_stalls measures in the trace; None on a CPU trace or without calls in every step."""
     if not trace.has_gpu or not windows:
         return None
     count, host_ms, syncs, every = _allocator_calls(trace, windows)
@@ -639,14 +675,21 @@ def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: flo
                 k = bisect_right(busy.ends, r.end)  # the first device work not over yet
                 held.append((r.end, min(busy.starts[k], w.host_end) if k < len(busy) else w.host_end))
         idle_us += subtract(IntervalSet(held), busy).total()
-    n = len(windows)
-    cost = min(idle_us / n / 1e3, step_ms)
+    return StallFigures(count, host_ms, syncs, idle_us, len(windows))
+
+
+def stall_finding(f: StallFigures | None, step_ms: float) -> Finding | None:
+    """allocator_stalls' finding from its figures, for a step of ``step_ms``."""
+    if f is None:
+        return None
+    n = f.steps
+    cost = min(f.idle_us / n / 1e3, step_ms)
     pct = 100.0 * cost / step_ms if step_ms > 0 else 0.0
     if pct < ALLOCATOR_STALL_PCT:
         return None
     return Finding(ALLOCATOR_STALLS, (
-        f"the step waits {cost:.2f} ms ({pct:.0f}%) on the caching allocator's device calls: {count / n:g} "
-        f"cudaMalloc/cudaFree/cuMem* calls a step ({host_ms / n:.2f} ms of host time; {syncs / n:g} of them "
+        f"the step waits {cost:.2f} ms ({pct:.0f}%) on the caching allocator's device calls: {f.count / n:g} "
+        f"cudaMalloc/cudaFree/cuMem* calls a step ({f.host_ms / n:.2f} ms of host time; {f.syncs / n:g} of them "
         "cudaFree, each a device synchronisation): the GPU idles inside them and, after a cudaFree, until the "
         "host queues work again (part of the GPU idle counted above)"), cost, CHURN_REMEDIES)
 
@@ -757,7 +800,7 @@ def memory_findings(devices: list[DeviceMemory]) -> list[Finding]:
     return out
 
 
-def measured_findings(m: dict, devices: list[DeviceMemory], trace: ParsedTrace) -> list[Finding]:
+def measured_findings(m: dict, devices: list[DeviceMemory], capacities: tuple[tuple[int, int], ...]) -> list[Finding]:
     """From the run's own counters over its unprofiled steps: allocation retries and out-of-memory errors (the
     allocator ran short and emptied its cache, a step stalls and synchronises for it), and creep of allocated
     across the windows, where the trace's few steps did not already say so."""
@@ -773,7 +816,7 @@ def measured_findings(m: dict, devices: list[DeviceMemory], trace: ParsedTrace) 
     creep = m.get("mem_creep_mib_per_step", 0.0)
     if creep * MIB >= CREEP_MIN_BYTES_PER_STEP and not any(f.id == MEMORY_CREEP
                                                           for f in memory_findings(devices)):
-        capacity = next((c for _, c in trace.device_memory), None)
+        capacity = next((c for _, c in capacities), None)
         reach = ""
         if capacity is not None and "mem_peak_reserved_mib" in m:
             left = (capacity - CONTEXT_BYTES - m["mem_peak_reserved_mib"] * MIB) / (creep * MIB)

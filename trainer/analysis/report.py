@@ -27,7 +27,7 @@ from pathlib import Path
 from stepscope.analysis.cross_rank import CrossRankReport, cross_rank
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.select import StepSelection
-from stepscope.analysis.span import SpanReport, analyze_selected
+from stepscope.analysis.span import SpanEvidence, SpanReport, evidence_selected, report_guarded
 from stepscope.analysis.stream_parse import NoSteps, Unreadable, parse_trace_file
 from stepscope.trace.bounded_read import TraceTooLarge
 from stepscope.trace.errors import TraceError
@@ -89,8 +89,23 @@ def analyze_parsed_file(parsed: ParsedTrace, path: Path, telemetry: dict | None 
                         selection: StepSelection | None = None, processes: int = 1) -> SpanReport:
     """The report of a trace parsed from ``path`` (in ``processes`` at most: span.analyze_parsed); its one-line
     TraceError, and running out of memory, name the file."""
+    return report_of_file(evidence_of_file(parsed, path, selection, processes), path, telemetry)
+
+
+def evidence_of_file(parsed: ParsedTrace, path: Path, selection: StepSelection | None = None,
+                     processes: int = 1) -> SpanEvidence:
+    """analyze_parsed_file's first half: what the report takes from the trace's events (span.SpanEvidence)."""
+    return _naming(path, lambda: evidence_selected(parsed, selection, processes))
+
+
+def report_of_file(evidence: SpanEvidence, path: Path, telemetry: dict | None = None) -> SpanReport:
+    """analyze_parsed_file's second half: the report from the trace's evidence and the run's telemetry."""
+    return _naming(path, lambda: report_guarded(evidence, telemetry))
+
+
+def _naming(path: Path, make):
     try:
-        return analyze_selected(parsed, telemetry, selection, processes)
+        return make()
     except TraceError as e:
         raise TraceError(f"{path}: {e}") from None
     except MemoryError:

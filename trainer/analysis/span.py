@@ -31,11 +31,19 @@ from stepscope.analysis.findings import (
     verdict,
 )
 from stepscope.analysis.inferred_steps import FROM_PROFILER, NOTES
-from stepscope.analysis.memory import MemoryReport, allocator_stalls, memory_report
+from stepscope.analysis.memory import (
+    MemoryDevices,
+    MemoryReport,
+    StallFigures,
+    memory_devices,
+    memory_section,
+    stall_figures,
+    stall_finding,
+)
 from stepscope.analysis.metrics import SpanMetrics, span_metrics
 from stepscope.analysis.overhead import Inflation, Recording, host_inflation, recording
 from stepscope.analysis.select import StepSelection, select
-from stepscope.analysis.step_range import StepRange, error_band, step_range
+from stepscope.analysis.step_range import Band, StepRange, error_band, step_range
 from stepscope.analysis.steps import step_windows
 from stepscope.analysis.trust import representative_steps
 from stepscope.analysis.unprofiled import in_process, loader_paced, unprofiled_view, worker_fed
@@ -162,37 +170,83 @@ def busy_pct(bd: Breakdown) -> float:
     return sum(bd.pct(b) for b in (GPU_BUSY, TRANSFER, COMMUNICATION, DEVICE_IDLE))
 
 
+@dataclass(frozen=True)
+class SpanEvidence:
+    """Everything a trace's report takes from its events (span_evidence), before the run's telemetry enters:
+    span_report(evidence, telemetry) finishes the report from it alone. So a trace analysed once can be
+    reported again with other telemetry without being read again (report/engine.py's Memo)."""
+    worker: str
+    span: str
+    rank: int | None
+    device: str  # GPU name, or "cpu"
+    gpu: bool
+    windows: int  # the trace's step windows, before the trust gate
+    breakdown: Breakdown  # of the kept profiled steps
+    metrics: SpanMetrics  # of the kept profiled steps
+    inflation: Inflation
+    serial: bool  # no GPU, or the batches loaded in the training process (unprofiled.in_process)
+    paced: bool  # unprofiled.loader_paced
+    fed: bool  # a worker-fed DataLoader (unprofiled.worker_fed), where it does not pace the step
+    recording: Recording
+    band: Band  # the overhead model's error band (step_range.error_band)
+    pageable: bool  # pageable input copies, where the transfers are a share the verdict counts
+    stalls: StallFigures | None  # the allocator calls' cost (memory.stall_figures)
+    cold: object  # the trust gate's cold steps (trust.representative_steps), or None
+    names: NameTimes | None
+    steps_from: str
+    memory: MemoryDevices
+
+
 def analyze_parsed(trace: ParsedTrace, telemetry: dict | None = None, processes: int = 1) -> SpanReport:
     """The report of a parsed trace. ``processes``: how many the worker policy lets this analysis use (the
     parse's ``parts``); with more than one, a forked helper makes the memory section meanwhile."""
+    return span_report(span_evidence(trace, processes), telemetry)
+
+
+def span_evidence(trace: ParsedTrace, processes: int = 1) -> SpanEvidence:
+    """What the report of ``trace`` takes from its events (SpanEvidence). ``processes``: as analyze_parsed."""
     every = step_windows(trace)
     kept, cold = representative_steps(trace, every)
     workers = Workers.local(processes) if processes > 1 and trace.memory else Workers.inline()
     if workers.forks:
         op_columns(trace)  # both processes read it: made once, before the fork, and inherited
-    with workers.beside(memory_report, trace, kept, telemetry) as later:
-        def memory() -> MemoryReport | None:
+    with workers.beside(memory_devices, trace, kept) as later:
+        def memory() -> MemoryDevices:
             try:
                 return later.result()
             except BrokenProcessPool:  # the helper died (killed, out of memory): made here instead
-                return memory_report(trace, kept, telemetry)
+                return memory_devices(trace, kept)
 
-        return _analyze_kept(trace, telemetry, every, kept, cold, memory)
+        return _evidence_kept(trace, every, kept, cold, memory)
 
 
-def _analyze_kept(trace: ParsedTrace, telemetry: dict | None, every: list, kept: list, cold,
-                  memory: Callable[[], MemoryReport | None]) -> SpanReport:
-    """analyze_parsed on the steps ``kept``; ``memory()`` gives the memory section, asked for last."""
+def _evidence_kept(trace: ParsedTrace, every: list, kept: list, cold,
+                   memory: Callable[[], MemoryDevices]) -> SpanEvidence:
+    """span_evidence on the steps ``kept``; ``memory()`` gives the memory section's devices, asked for last."""
     gpu = trace.has_gpu
     bd_prof = breakdown(trace, kept)
     m_prof = span_metrics(trace, kept, bd_prof)
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
     serial = not gpu or in_process(trace, kept)
     paced = not serial and loader_paced(trace, kept)
+    rec = recording(trace)
+    pageable = (gpu and bd_prof.pct(TRANSFER) >= TRANSFER_BOUND.causes[0].threshold_pct
+                and any(d.kind == "memcpy" and "Pageable" in d.name for d in trace.device))
+    return SpanEvidence(trace.worker, trace.span, trace.rank, (trace.device_name or "gpu") if gpu else "cpu", gpu,
+                        len(every), bd_prof, m_prof, inflation, serial, paced,
+                        not paced and worker_fed(trace, kept), rec, error_band(trace, rec), pageable,
+                        stall_figures(trace, kept), cold, _names(trace, kept, m_prof), trace.steps_from, memory())
+
+
+def span_report(e: SpanEvidence, telemetry: dict | None = None) -> SpanReport:
+    """The report of a trace from its evidence (span_evidence) and the run's telemetry (None: the overhead
+    model stands in for the unprofiled steps)."""
+    gpu, bd_prof, m_prof, inflation = e.gpu, e.breakdown, e.metrics, e.inflation
+    measured = telemetry  # the allocator's counters stand whatever the step's figures say
     changed = _load_changed(telemetry, m_prof, gpu) if telemetry else None
     if changed is not None and gpu:  # a CPU trace's shares do not depend on the step's length
         telemetry = None
-    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, paced, telemetry, serial)
+    view = unprofiled_view(bd_prof, m_prof.step_ms, m_prof.data_ms_per_step, inflation, e.paced, telemetry, e.serial)
     bd = view.breakdown
     m = replace(m_prof, step_ms=bd.total_us / bd.steps / 1e3, gpu_busy_pct=busy_pct(bd) if gpu else None)
     v = verdict(bd, gpu, view.loader_paced)
@@ -203,9 +257,9 @@ def _analyze_kept(trace: ParsedTrace, telemetry: dict | None, every: list, kept:
         ev.insert(1, tie[1])
     uncertainty = rng = None
     if view.low is not None:
-        rng = step_range(bd_prof, bd, error_band(trace, recording(trace)), gpu, view.loader_paced)
+        rng = step_range(bd_prof, bd, e.band, gpu, view.loader_paced)
         verdicts = sorted({verdict(b, gpu, view.loader_paced) for b in (view.low, bd, view.high)})
-        unseen_workers = not paced and v != DATA_BOUND.name and worker_fed(trace, kept)
+        unseen_workers = v != DATA_BOUND.name and e.fed
         if unseen_workers:
             verdicts = sorted({*verdicts, DATA_BOUND.name})
         uncertainty = {"gpu_busy_pct": [round(busy_pct(view.low), 2), round(busy_pct(view.high), 2)] if gpu
@@ -213,27 +267,27 @@ def _analyze_kept(trace: ParsedTrace, telemetry: dict | None, every: list, kept:
         ev.insert(1, _model_line(m_prof, m, inflation, verdicts, v))
         if unseen_workers:
             ev.insert(2, WORKERS_UNSEEN)
-    stalls = allocator_stalls(trace, kept, m.step_ms)  # allocator churn, where it costs the step
+    stalls = stall_finding(e.stalls, m.step_ms)  # allocator churn, where it costs the step
     if stalls is not None:
         found = sorted([*found, stalls], key=lambda f: f.cost_ms_per_step, reverse=True)
+    cold = e.cold
     if cold is not None:
         found = sorted([*found, cold_start_finding(cold.steps, cold.cold_ms, cold.warm_ms, cold.module_loads,
-                                                   cold.whole_window, len(every), m.step_ms)],
+                                                   cold.whole_window, e.windows, m.step_ms)],
                        key=lambda f: f.cost_ms_per_step, reverse=True)
-    device = (trace.device_name or "gpu") if gpu else "cpu"
     if changed is not None:
         ev.insert(1, changed)
     at = 2 if tie is not None else 1  # the near tie stays the second line
-    ev[at:at] = _telemetry_lines(trace, telemetry, view.data_measured, bd_prof, m_prof) if view.basis == "telemetry" else []
+    ev[at:at] = _telemetry_lines(e.pageable, telemetry, view.data_measured, bd_prof, m_prof) if view.basis == "telemetry" else []
     if view.loader_paced and v == DATA_BOUND.name:
         ev.insert(1, LOADER_PACES.format(data=bd.ms_per_step(DATA), basis="the run's unprofiled steps"
                                          if view.basis == "telemetry" else "every profiled step"))
-    return SpanReport(trace.worker, trace.span, trace.rank, device, v, m, bd, tuple(ev), tuple(found),
+    return SpanReport(e.worker, e.span, e.rank, e.device, v, m, bd, tuple(ev), tuple(found),
                       tuple(remedies(found)), profiled=m_prof, breakdown_profiled=bd_prof, basis=view.basis,
-                      recording=recording(trace), inflation=inflation, uncertainty=uncertainty,
-                      loader_paced=view.loader_paced, names=_names(trace, kept, m_prof),
-                      steps_from=trace.steps_from, step_range=rng, tie=tie and tie[0],
-                      memory=memory())
+                      recording=e.recording, inflation=inflation, uncertainty=uncertainty,
+                      loader_paced=view.loader_paced, names=e.names,
+                      steps_from=e.steps_from, step_range=rng, tie=tie and tie[0],
+                      memory=memory_section(e.memory, measured))
 
 
 def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None:
@@ -258,7 +312,7 @@ def _load_changed(telemetry: dict, m_prof: SpanMetrics, gpu: bool) -> str | None
                                                                                  else LOAD_CHANGED_CPU)
 
 
-def _telemetry_lines(trace: ParsedTrace, telemetry: dict, data_measured: bool, bd_prof: Breakdown,
+def _telemetry_lines(pageable: bool, telemetry: dict, data_measured: bool, bd_prof: Breakdown,
                      m_prof: SpanMetrics) -> list[str]:
     """What the run's measured steps leave to the trace, and where the two disagree: a wait for data or a
     pageable input copy that the trace shows on the step's critical path but the schedule did not time
@@ -271,10 +325,8 @@ def _telemetry_lines(trace: ParsedTrace, telemetry: dict, data_measured: bool, b
         measured, traced = telemetry["data_ms"], m_prof.data_ms_per_step
         if abs(measured - traced) >= max(DISAGREE_MS, DISAGREE_SHARE * telemetry["step_ms"]):
             lines.append(DATA_DISAGREES.format(measured=measured, traced=traced))
-    transfer_pct = bd_prof.pct(TRANSFER) if trace.has_gpu else 0.0
-    if ("copy_ms" not in telemetry and transfer_pct >= TRANSFER_BOUND.causes[0].threshold_pct
-            and any(d.kind == "memcpy" and "Pageable" in d.name for d in trace.device)):
-        lines.append(COPY_UNTIMED.format(copy=bd_prof.ms_per_step(TRANSFER), pct=transfer_pct))
+    if "copy_ms" not in telemetry and pageable:  # pageable: SpanEvidence's, a share the verdict counts
+        lines.append(COPY_UNTIMED.format(copy=bd_prof.ms_per_step(TRANSFER), pct=bd_prof.pct(TRANSFER)))
     return lines
 
 
@@ -307,13 +359,25 @@ def analyze_selected(trace: ParsedTrace, telemetry: dict | None = None,
     TraceError (one line) on a trace without training steps in the selection, or one that is corrupt. Errors
     that no input check foresaw become a TraceError naming the exception, so that a corrupt trace never ends
     in a traceback."""
-    return _guarded(lambda: trace, trace.worker, trace.span, telemetry, selection, processes)
+    return report_guarded(evidence_selected(trace, selection, processes), telemetry)
 
 
-def _guarded(parse, worker: str, span: str, telemetry: dict | None, selection: StepSelection | None,
-             processes: int = 1) -> SpanReport:
+def evidence_selected(trace: ParsedTrace, selection: StepSelection | None = None,
+                      processes: int = 1) -> SpanEvidence:
+    """analyze_selected's first half: the trace's SpanEvidence on the steps ``selection`` keeps, its errors
+    as analyze_selected's."""
+    return _guarded(trace.worker, trace.span,
+                    lambda: span_evidence(select(trace, selection or StepSelection()), processes))
+
+
+def report_guarded(e: SpanEvidence, telemetry: dict | None = None) -> SpanReport:
+    """analyze_selected's second half: span_report, its errors as analyze_selected's."""
+    return _guarded(e.worker, e.span, lambda: span_report(e, telemetry))
+
+
+def _guarded(worker: str, span: str, make: Callable):
     try:
-        return analyze_parsed(select(parse(), selection or StepSelection()), telemetry, processes)
+        return make()
     except TraceError:
         raise
     except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError) as e:

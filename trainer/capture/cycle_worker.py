@@ -38,7 +38,7 @@ from stepscope.capture.cycle_summary import CycleSummary, merged_report, render_
 from stepscope.capture.schedule import StepscopeSchedule
 from stepscope.plugin_copy.one_pass import read_both
 from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
-from stepscope.report.front import analyze, write_report
+from stepscope.report.front import Memo, analyze, write_report
 from stepscope.report.telemetry import as_dict
 from stepscope.tensorboard.tb_events import EventLog
 from stepscope.trace import files as trace_files
@@ -95,6 +95,9 @@ class CycleWorker:
         self._log: EventLog | None = log  # the caller's event writer, else one of its own at the first cycle
         self._count = 0  # cycles submitted
         self.one_rank = True  # the job is this process alone: its report is this worker's to write
+        # each cycle's evidence: a later analysis of the run in this process (the trainer's end of run, with
+        # the whole run's telemetry) reports the cycles again without reading their traces (engine.Memo)
+        self.memo = Memo()
 
     def submit(self, job: CycleTrace) -> None:
         index = self._count
@@ -171,11 +174,11 @@ class CycleWorker:
         telemetry = job.cycle.telemetry() if job.cycle is not None else None
         report, error = None, None
         try:
-            report = analyze_cycle(job.raw, self.worker, job.span, as_dict(telemetry), parsed)
+            report = analyze_cycle(job.raw, self.worker, job.span, as_dict(telemetry), parsed, self.memo)
         except TraceError as e:
             error = str(e)
         if self.use_gzip:
-            gzip_raw(self.dir, self.worker, job.span, job.raw)
+            self.memo.moved(job.raw, gzip_raw(self.dir, self.worker, job.span, job.raw))
         if not waited:
             notes.append(f"the steps after the cycle were still being timed after {self.settle_s:g} s")
         self._record(CycleSummary(index, job.span, _trigger(job), _steps(job), telemetry,
@@ -218,13 +221,14 @@ class CycleWorker:
 
 
 def analyze_cycle(raw: Path, worker: str, span: str, telemetry: dict | None,
-                  parsed: ParsedTrace | None = None) -> Report:
+                  parsed: ParsedTrace | None = None, memo: Memo | None = None) -> Report:
     """One cycle's raw trace through the door, with the telemetry of the unprofiled steps around it (None:
     the analysis models the profiler's cost), in this thread (a training process never forks). ``parsed``:
-    the parse the copy's read made of it (None: the door reads the trace, and says why it cannot)."""
+    the parse the copy's read made of it (None: the door reads the trace, and says why it cannot). ``memo``
+    keeps the trace's evidence (engine.Memo)."""
     found = Found(Path(raw), STEPSCOPE, worker, span, "")
     report = analyze(raw, traces=[found], telemetry=telemetry, tables=True,
-                     parsed={Path(raw): parsed} if parsed is not None else None)
+                     parsed={Path(raw): parsed} if parsed is not None else None, memo=memo)
     assert isinstance(report, Report)  # one trace is one job
     return report
 

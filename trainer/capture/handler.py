@@ -127,6 +127,12 @@ class StepscopeTraceHandler:
         return self.work.report()
 
     @property
+    def memo(self):
+        """The evidence of the cycles' traces (engine.Memo): ``stepscope.analyze(dir_name, telemetry=...,
+        memo=handler.memo)`` reports them again with other telemetry without reading them."""
+        return self.work.memo
+
+    @property
     def summaries(self):
         return list(self.work.summaries)
 

@@ -81,6 +81,10 @@ class SingleProcess:
     def barrier(self) -> None:
         pass
 
+    def gather(self, obj) -> list:
+        """Every rank's ``obj``, on rank 0 (this process)."""
+        return [obj]
+
     def shutdown(self, clean: bool) -> None:
         pass
 
@@ -137,6 +141,14 @@ class Distributed:
 
     def barrier(self) -> None:
         dist.barrier()
+
+    def gather(self, obj) -> list | None:
+        """Every rank's ``obj`` (pickled), in rank order on rank 0; None on the others. Ends with a barrier: no
+        rank goes on (and tears its process group down) before rank 0 has received everything."""
+        out: list | None = [None] * self.world_size if self.env.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        dist.barrier()
+        return out
 
     def abort(self) -> None:
         """End in-flight NCCL collectives now (thread-safe), so that no CUDA sync waits for a stopped peer."""

@@ -112,9 +112,16 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
     """Write run.json (and on a profiled run the diagnosis); return the process's exit code."""
     env, group, stop, log, handler = parts.env, parts.group, parts.stop, parts.log, parts.handler
     final = final_numbers(progress, thr)
+    memo = handler.memo if handler is not None else None
     if status == "completed":
         try:
-            group.barrier()  # every rank has written its traces before rank 0 analyses them
+            # every rank has written its traces before rank 0 analyses them, and hands rank 0 what its trace
+            # handler's cycles took from them: rank 0 reports every rank's cycles again with the whole run's
+            # telemetry, reading none of their traces again (engine.Memo)
+            ranks = group.gather(memo.entries() if memo is not None else [])
+            if memo is not None and ranks is not None and env.is_main:
+                for entries in ranks[1:]:
+                    memo.add(entries)
         except BaseException as e:
             if not stop.explains(e):
                 raise
@@ -128,7 +135,7 @@ def finish_run(status: str, progress, thr, record: RunRecord, parts: RunParts) -
             print("stepscope: analysing the profiled steps ...", flush=True)
             # rank 0 of a training job: its threads, CUDA context and process group must never be forked
             diagnosis = diagnose_run(run_dir, log, progress.steps, telemetry=final["telemetry"],
-                                     workers=Workers.inline())
+                                     workers=Workers.inline(), memo=memo)
     except KeyboardInterrupt:  # the first signal of a completed run (StopSignal ignores repeats)
         status = "interrupted"
         print(f"\n{stop.signal_name} during the diagnosis: skipped (run scripts/analyze.py "

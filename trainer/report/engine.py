@@ -12,6 +12,11 @@ Three stages, each trace passing through each once:
 3. The traces grouped into jobs (jobs.py), and each job's spans joined by the cross-rank analysis into one
    Report; several jobs make a RunsReport.
 
+A ``Memo`` given by the caller keeps each trace's evidence (span.SpanEvidence: all the report takes from the
+trace's events) after its analysis in this process: a later analysis of the same file, with other telemetry,
+reads none of it again and only finishes the report (the trainer's end of run, after its trace handler's
+cycles: each trace is analysed once).
+
 When $STEPSCOPE_ANALYSIS_LOG names a file, each trace analysed appends one line to it (its path): a count
 of real analyses, across processes, that a test or a user can read.
 Torch-free.
@@ -21,16 +26,16 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.metrics import op_table
-from stepscope.analysis.report import Report, analyze_parsed_file, parse_path, run_report
+from stepscope.analysis.report import Report, evidence_of_file, parse_path, report_of_file, run_report
 from stepscope.analysis.select import StepSelection
-from stepscope.analysis.span import SpanReport
+from stepscope.analysis.span import SpanEvidence, SpanReport
 from stepscope.analysis.steps import step_windows
 from stepscope.report.jobs import Job, group_jobs
 from stepscope.report.loaded import Loaded, assign_spans, light, load_one
@@ -46,11 +51,75 @@ ANALYSIS_LOG = "STEPSCOPE_ANALYSIS_LOG"
 @dataclass(frozen=True)
 class Analysed:
     """What one trace's analysis brings back: the trace without its events, its report and, when asked,
-    its profiled step windows (ms) and its full operator table (name -> ms per step)."""
+    its profiled step windows (ms), its full operator table (name -> ms per step) and its evidence (for a
+    Memo)."""
     loaded: Loaded
     report: SpanReport
     traced_ms: tuple[float, ...] = ()
     ops_ms: dict | None = None
+    evidence: SpanEvidence | None = None
+
+
+class Memo:
+    """The evidence of the traces analysed through it, by file: ``analyze(..., memo=memo)`` reports such a
+    trace again from its evidence, with the telemetry of that call, without reading it. A file is the same
+    while its size and mtime are; one rewritten in another form (the trace handler gzips a cycle's raw trace
+    once it is analysed) is renamed with ``moved``. Holds the newest ``limit`` traces; ``entries`` and ``add``
+    carry them to another process (the ranks of a training job, to the rank that diagnoses the job)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._by: OrderedDict[tuple, tuple[tuple[int, int], Analysed]] = OrderedDict()
+
+    @staticmethod
+    def _key(path: Path, span: str, selection: StepSelection | None) -> tuple:
+        return str(Path(path).resolve()), span, selection or StepSelection()
+
+    @staticmethod
+    def _stat(path: Path) -> tuple[int, int] | None:
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def get(self, path: Path, span: str, selection: StepSelection | None, tables: bool) -> Analysed | None:
+        """What the analysis of ``path`` as ``span`` on ``selection`` left, if the file is unchanged since
+        (and its tables were kept, when ``tables``)."""
+        got = self._by.get(self._key(path, span, selection))
+        if got is None or got[0] != self._stat(path) or (tables and got[1].ops_ms is None):
+            return None
+        return got[1]
+
+    def put(self, path: Path, span: str, selection: StepSelection | None, analysed: Analysed) -> None:
+        stat = self._stat(path)
+        if stat is None or analysed.evidence is None:
+            return
+        key = self._key(path, span, selection)
+        self._by.pop(key, None)
+        self._by[key] = (stat, analysed)
+        while len(self._by) > self.limit:
+            self._by.popitem(last=False)
+
+    def moved(self, old: Path, new: Path) -> None:
+        """The trace at ``old`` is now the file ``new`` (the same events, e.g. gzipped)."""
+        old_name = str(Path(old).resolve())
+        for key in [k for k in self._by if k[0] == old_name]:
+            _, analysed = self._by.pop(key)
+            self.put(new, key[1], key[2], analysed)
+
+    def entries(self) -> list[tuple]:
+        """Everything held, to hand to ``add`` in another process (picklable)."""
+        return [(key, stat, analysed) for key, (stat, analysed) in self._by.items()]
+
+    def add(self, entries: list[tuple]) -> None:
+        for key, stat, analysed in entries:
+            self._by[key] = (stat, analysed)
+        while len(self._by) > self.limit:
+            self._by.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._by)
 
 
 @dataclass(frozen=True)
@@ -75,10 +144,11 @@ def resolve_telemetry(found: list[Found], root: Path, telemetry: dict | None = N
 
 def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = None,
                   selection: StepSelection | None = None, tables: bool = False, keep_going: bool = False,
-                  parsed: ParsedTrace | None = None, parts: int = 1) -> Analysed | Skipped:
+                  parsed: ParsedTrace | None = None, keep: bool = False, parts: int = 1) -> Analysed | Skipped:
     """One found trace parsed (in ``parts`` byte ranges; or ``parsed``, its parse already made by the read
     that wrote its plugin copy) and analysed with its telemetry; or why it is skipped. A trace that cannot be
-    read raises its one-line TraceError, or with ``keep_going`` is skipped with it as the reason."""
+    read raises its one-line TraceError, or with ``keep_going`` is skipped with it as the reason. ``keep``:
+    the result carries the trace's evidence, for a Memo."""
     try:
         if parsed is None:
             parsed = parse_path(path, found.worker, span, parts)
@@ -90,12 +160,27 @@ def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = 
     if isinstance(item, Skipped):
         return item
     _log(path)
-    report = analyze_parsed_file(item.parsed, item.found.path, telemetry, selection, parts)
+    evidence = evidence_of_file(item.parsed, item.found.path, selection, parts)
+    report = report_of_file(evidence, item.found.path, telemetry)
+    kept = evidence if keep else None
     if not tables:
-        return Analysed(light(item), report)
+        return Analysed(light(item), report, evidence=kept)
     windows = step_windows(item.parsed)
     return Analysed(light(item), report, tuple((w.end - w.start) / 1e3 for w in windows),
-                    op_table(item.parsed, windows))
+                    op_table(item.parsed, windows), kept)
+
+
+def reported_again(was: Analysed, found: Found, span: str, telemetry: dict | None, tables: bool,
+                   keep_going: bool) -> Analysed | Skipped:
+    """A trace a Memo holds, reported from its evidence with ``telemetry``: analyze_trace without the read."""
+    try:
+        report = report_of_file(was.evidence, found.path, telemetry)
+    except TraceError as e:
+        if not keep_going:
+            raise
+        return Rejected(found.path, str(e))
+    loaded = replace(was.loaded, found=found, span=span)
+    return Analysed(loaded, report, was.traced_ms if tables else (), was.ops_ms if tables else None)
 
 
 def _log(path: Path) -> None:
@@ -108,18 +193,29 @@ def _log(path: Path) -> None:
 def analyze_traces(found: list[Found], root: Path, selection: StepSelection | None = None,
                    telemetry: dict | None = None, workers: Workers | None = None, tables: bool = False,
                    keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None,
-                   ) -> tuple[Report | RunsReport | None, list[Loaded], list[Skipped]]:
+                   memo: Memo | None = None) -> tuple[Report | RunsReport | None, list[Loaded], list[Skipped]]:
     """The Report on ``found`` (traces discovered under ``root``; None when none was analysed), the traces
     analysed (without their events) and those skipped. Each trace is analysed once (module docstring)."""
     found = list(found)
     spans = assign_spans(found)
     each = resolve_telemetry(found, root, telemetry)
     parsed = parsed or {}
-    jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going, parsed.get(f.path))
-            for f in found]
+    results: list[Analysed | Skipped | None] = [None] * len(found)
+    for i, f in enumerate(found):
+        was = memo.get(f.path, spans[f.path], selection, tables) if memo is not None else None
+        if was is not None:
+            results[i] = reported_again(was, f, spans[f.path], each[f.path], tables, keep_going)
+    read = [i for i, r in enumerate(results) if r is None]
+    jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going, parsed.get(f.path),
+             memo is not None) for f in (found[i] for i in read)]
+    for i, result in zip(read, (workers or Workers.inline()).map(analyze_trace, jobs), strict=True):
+        if memo is not None and isinstance(result, Analysed):
+            memo.put(found[i].path, spans[found[i].path], selection, result)
+            result = replace(result, evidence=None)
+        results[i] = result
     done: list[Analysed] = []
     skipped: list[Skipped] = []
-    for result in (workers or Workers.inline()).map(analyze_trace, jobs):
+    for result in results:
         (skipped if isinstance(result, Skipped) else done).append(result)
     if not done:
         return None, [], skipped

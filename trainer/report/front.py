@@ -7,6 +7,7 @@ handler's cycle worker, the `stepscope tensorboard` watcher and the tab) is a ca
     runs = analyze("logs")          # a folder of several runs: RunsReport, one Report per run (runs.py)
     report = analyze("logs/job", workers=Workers.dask("tcp://host:8786"))   # each rank's work on a cluster
     report = analyze(folder, traces=found)   # traces a caller already discovered, as the run in ``folder``
+    report = analyze(run, telemetry=t, memo=memo)   # traces analysed before through ``memo``: not read again
     report.summary, report.traces            # "found 2 traces ...", the traces analysed (without events)
     write_report(folder, report)             # report.json beside diagnosis.md, read back by ``read_report``
 
@@ -30,7 +31,7 @@ from stepscope.analysis import json_out
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.report import Report  # one job's report; a folder of several runs gives a RunsReport
 from stepscope.analysis.select import StepSelection
-from stepscope.report.engine import Rejected, analyze_traces
+from stepscope.report.engine import Memo, Rejected, analyze_traces
 from stepscope.report.runs import RunsReport
 from stepscope.report.telemetry import as_dict
 from stepscope.trace.atomic import write_text_atomic
@@ -38,7 +39,7 @@ from stepscope.trace.discover import Discovery, Found, discover, summary_line
 from stepscope.trace.errors import TraceError
 from stepscope.trace.workers import Workers
 
-__all__ = ["REPORT_FILE", "NothingAnalysed", "Rejected", "Report", "RunsReport", "analyze", "read_report",
+__all__ = ["REPORT_FILE", "Memo", "NothingAnalysed", "Rejected", "Report", "RunsReport", "analyze", "read_report",
            "write_report"]
 REPORT_FILE = "report.json"  # a run's Report as JSON, beside its diagnosis.md (write_report)
 
@@ -71,7 +72,8 @@ def _summary(path: Path, skipped_found: list, loaded: list, skipped: list) -> st
 def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry: Mapping | None = None,
             selection: StepSelection | None = None, max_memory: int | None = None,
             workers: Workers | None = None, traces: Sequence[Found] | None = None, tables: bool = False,
-            keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None) -> Report | RunsReport:
+            keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None,
+            memo: Memo | None = None) -> Report | RunsReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file; or
     a list of them): a Report when they form one job, a RunsReport (one Report per run) when they form
     several. ``traces``: the traces a caller already discovered (discover.py), as the run in folder ``path``
@@ -84,7 +86,9 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
     skipped with its one-line error as the reason (``report.skipped``) instead of failing the whole; when
     none is left, NothingAnalysed carries the reasons. ``parsed``: traces (by path) the caller has already
     parsed, as the trace handler's cycle has from the one read that also wrote the plugin copy
-    (plugin_copy/one_pass.py); they are analysed without being read again."""
+    (plugin_copy/one_pass.py); they are analysed without being read again. ``memo`` (engine.Memo): the
+    evidence of traces analysed before through the same memo is reported again with this call's telemetry
+    instead of reading the trace again, and the traces read now are added to it."""
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
     telemetry = as_dict(telemetry)
@@ -107,7 +111,7 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
                   for folder, f in zip(folders, found, strict=True) for t in f.traces]
         skipped_found = [s for f in found for s in f.skipped]
     report, loaded, skipped = analyze_traces(list(traces), root, selection, telemetry, workers, tables,
-                                             keep_going, parsed)
+                                             keep_going, parsed, memo)
     line = _summary(root, skipped_found, loaded, skipped)
     return replace(report, summary=line, traces=tuple(loaded), skipped=tuple([*skipped_found, *skipped]))
 

@@ -19,21 +19,23 @@ from stepscope.analysis import (
     render_top,
     summary_scalars,
 )
-from stepscope.report.front import analyze, write_report
+from stepscope.report.front import Memo, analyze, write_report
 from stepscope.trace.atomic import write_text_atomic
 from stepscope.trace.workers import Workers
 
 
 def diagnose_run(run_dir: Path, log, step: int, telemetry: dict | None = None,
-                 workers: Workers | None = None) -> dict:
+                 workers: Workers | None = None, memo: Memo | None = None) -> dict:
     """Analyse the run's traces (``stepscope.analyze``); print the verdict and evidence; write report.json
     (front.write_report: what the tab then reads instead of analysing the run again), diagnosis.md, Text and
     Scalars.
     `telemetry` is the run's own unprofiled step timing (trainer/demo/timing.py), which makes the figures those of
     the run without the profiler. `workers`: where the traces are parsed (trace/workers.py); by default in
     this process alone, as a training process must (a fork would copy a live CUDA context and process
-    group). Returns the report's JSON form."""
-    report = analyze(run_dir, telemetry=telemetry or {}, workers=workers or Workers.inline(), tables=True)
+    group). `memo`: the trace handler's (engine.Memo): the traces its cycles analysed are reported again with
+    `telemetry`, not read again. Returns the report's JSON form."""
+    report = analyze(run_dir, telemetry=telemetry or {}, workers=workers or Workers.inline(), tables=True,
+                     memo=memo)
     print(render_top(report))
     print(render_console(report))
     write_diagnosis(run_dir, report, log, step)
