@@ -89,14 +89,14 @@ def test_local_processes_send_back_reports_and_this_process_only_joins_them(tmp_
     job = DATA / "suite_ddp" / "straggler"
     alone = dumps(analyze(job, workers=Workers.inline()).to_dict())
     log = tmp_path / "pids"
-    report = engine.analyze_parsed_file
+    report = engine.evidence_of_file
 
     def logged(*args, **kwargs):
         with open(log, "a") as f:
             f.write(f"{os.getpid()}\n")
         return report(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "analyze_parsed_file", logged)
+    monkeypatch.setattr(engine, "evidence_of_file", logged)
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)  # even these small traces go to children
     assert dumps(analyze(job, workers=Workers.local(cpus=2)).to_dict()) == alone
     pids = log.read_text().split()
