@@ -11,6 +11,8 @@ cycle to be timed), the raw trace gzipped when asked, then the run's report merg
 (cycle_summary.py): report.json (front.write_report; only while ``one_rank``: a rank of a job of several
 covers only its own traces, and the job's report is written once, by the trainer's rank 0 at the end of the
 run), diagnosis.md, cycles.jsonl, TensorBoard Text `diagnosis` and Scalars `diagnosis/*` at step = cycle number.
+Each cycle's evidence stays in ``memo`` (report/engine.py's Memo, about 30 KB a cycle), so that a later
+analysis of the run in this process (the trainer's end of run) reads none of its traces again.
 
 It is a thread of the training process: it never forks and starts no process (the rewrite and the parse are
 asked for no helpers). Python runs one thread at a time, so its work still takes turns with the loop's host
