@@ -38,7 +38,10 @@ temporary folder beside OUT_DIR that is renamed into place only once complete.
 ``--steps A:B`` and ``--time-range T0:T1`` (ms after the trace's first event; a step counts when its host
 range starts inside) restrict the analysis of every trace to those steps; either side may be left empty.
 The export always copies whole traces, streamed: the original byte for byte under raw/, the plugin copy
-event by event (plugin_copy/stream_plan.py, stream_write.py). Traces are parsed streaming, never loaded whole;
+event by event (plugin_copy/stream_plan.py, stream_write.py), from the plan that the analysis' read of the
+trace also made (plugin_copy/one_pass.py: one read feeds both); a trace large enough to be read in two halves at
+once by two processes is read for each apart, which measured faster and far lighter than one pass
+(BENCHMARKS.md). Traces are parsed streaming, never loaded whole;
 several large traces (ranks) are parsed in parallel processes, as many as the CPUs and ``--max-memory``
 (default: a quarter of RAM) allow. ``--cluster`` runs each trace's parse and report as a task of a Dask
 cluster (trace/cluster.py) whose workers read the traces from a shared filesystem; the cross-rank analysis
@@ -98,9 +101,10 @@ def check_out_dir(out_dir: Path) -> None:
                          "directory")
 
 
-def export(loaded: list[Loaded], out_dir: Path, workers: Workers) -> list[Path]:
+def export(loaded: list[Loaded], out_dir: Path, workers: Workers, plans: dict | None = None) -> list[Path]:
     """plugin_copy.export_tensorboard of the analysed traces (streamed, through a temporary sibling folder renamed
-    to ``out_dir`` only when complete), its errors as one line; returns the adapted copies' paths."""
+    to ``out_dir`` only when complete), its errors as one line; returns the adapted copies' paths. ``plans``:
+    the copies the analysis' read already planned (``analyze(..., copies=...)``)."""
     try:
         from stepscope.plugin_copy import export_tensorboard
         from stepscope.plugin_copy.plugin_check import PluginMissing
@@ -109,7 +113,7 @@ def export(loaded: list[Loaded], out_dir: Path, workers: Workers) -> list[Path]:
                          f"import: {e}") from None
     try:
         return export_tensorboard([(item.found.path, item.worker, item.span) for item in loaded], out_dir,
-                                  workers=workers)
+                                  workers=workers, plans=plans)
     except (ValueError, PluginMissing) as e:
         raise UsageError(f"--export-tensorboard: {e}") from None
     except (ArithmeticError, LookupError, TypeError, AttributeError, RecursionError) as e:
@@ -146,10 +150,12 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
         with gc_paused(), open_cluster(a.cluster) as address:
             # each trace's report made where it is read (here, a local process, a Dask task), and only the
-            # report kept: every trace is validated before anything is written; the export reads them again
+            # report kept: every trace is validated before anything is written; with the export, the same
+            # read plans each trace's copy, which is then written from the plan
+            copies = {} if a.export_tensorboard is not None else None
             report = analyze(a.run_dir, selection=selection,
-                             workers=workers if address is None else Workers.dask(address))
-            written = (export(list(report.traces), a.export_tensorboard, workers)
+                             workers=workers if address is None else Workers.dask(address), copies=copies)
+            written = (export(list(report.traces), a.export_tensorboard, workers, copies)
                        if a.export_tensorboard is not None else None)
     except (TraceError, UsageError, ClusterError) as e:
         print_error(f"error: {e}")

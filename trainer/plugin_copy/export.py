@@ -63,7 +63,8 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
 
 
 def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None,
-                excerpt: Path | None = None, workers: Workers | None = None) -> tuple[Path, Path]:
+                excerpt: Path | None = None, workers: Workers | None = None,
+                planned: tuple | None = None) -> tuple[Path, Path]:
     """``write_adapted_pair`` for a trace file, streamed: the original is copied byte for byte under
     ``raw/`` (gzipped on the way when ``gz`` asks for it and ``src`` is plain), the plugin copy written event by
     event (``stream_plan.py``, ``stream_write.py``), so the trace is never in memory. ``gz`` (default: as
@@ -76,12 +77,13 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     instead of making it from the copy; no file there: there is none, the copy is small or short).
     ``workers``: the worker policy (trace/workers.py; default: this process only); where it allows, a large
     trace is planned and written with a forked helper (stream_plan.py). A command's own process may fork, a
-    training process must not."""
+    training process must not. ``planned``: (plan, header keys) of ``src`` from the read that also parsed it
+    for the analysis (one_pass.read_both); else the copy plans it here."""
     _check_names(worker, span)
     src = Path(src)
     gz = src.name.endswith(".gz") if gz is None else gz
     workers = workers or Workers.inline()
-    plan, header = plan_edits(src, workers)
+    plan, header = planned if planned is not None else plan_edits(src, workers)
     raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
     adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     copy_file_atomic(src, raw)
@@ -97,7 +99,7 @@ def written_excerpt(path: Path) -> Path | None:
 
 
 def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Path,
-                       workers: Workers | None = None) -> list[Path]:
+                       workers: Workers | None = None, plans: dict | None = None) -> list[Path]:
     """Write the corrected copy of some traces to ``out_dir``; return the adapted copies' paths.
 
     ``sources``: (trace file, worker, span) triples, or a folder whose traces trace/discover.py finds
@@ -107,7 +109,8 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
     (PluginMissing, also a ValueError, when the plugin is not installed). The export is written to a
     temporary folder beside ``out_dir`` and renamed to ``out_dir`` only once complete: on any error nothing
     appears there. The folder holds discover.EXPORT_MARKER, naming the traces it copies. ``workers``: as
-    ``export_file``."""
+    ``export_file``. ``plans``: trace path -> (plan, header keys), the copies already planned by the read
+    that analysed them (``stepscope.analyze(..., copies=plans)``); a trace missing there is planned here."""
     out_dir = Path(out_dir)
     traces = _sources(sources)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -119,7 +122,8 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
         written = []
         for n, (path, worker, span) in enumerate(traces):
             part = staging / f"excerpt-{n}.pt.trace.json"  # for the plugin check of a large copy
-            adapted, _raw = export_file(target, worker, span, path, excerpt=part, workers=workers)
+            adapted, _raw = export_file(target, worker, span, path, excerpt=part, workers=workers,
+                                        planned=(plans or {}).pop(Path(path), None))
             # a copy TensorBoard would drop is no export
             if problem := plugin_problem(adapted, excerpt_path=written_excerpt(part)):
                 raise ValueError(f"{path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")

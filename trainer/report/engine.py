@@ -58,6 +58,7 @@ class Analysed:
     traced_ms: tuple[float, ...] = ()
     ops_ms: dict | None = None
     evidence: SpanEvidence | None = None
+    copy: tuple | None = None  # (the plugin copy's plan, the trace's header keys) from the same read
 
 
 class Memo:
@@ -144,12 +145,19 @@ def resolve_telemetry(found: list[Found], root: Path, telemetry: dict | None = N
 
 def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = None,
                   selection: StepSelection | None = None, tables: bool = False, keep_going: bool = False,
-                  parsed: ParsedTrace | None = None, keep: bool = False, parts: int = 1) -> Analysed | Skipped:
+                  parsed: ParsedTrace | None = None, keep: bool = False, copy: bool = False,
+                  parts: int = 1) -> Analysed | Skipped:
     """One found trace parsed (in ``parts`` byte ranges; or ``parsed``, its parse already made by the read
     that wrote its plugin copy) and analysed with its telemetry; or why it is skipped. A trace that cannot be
     read raises its one-line TraceError, or with ``keep_going`` is skipped with it as the reason. ``keep``:
-    the result carries the trace's evidence, for a Memo."""
+    the result carries the trace's evidence, for a Memo. ``copy``: the same read also plans the trace's
+    plugin copy (plugin_copy/one_pass.py), which the result carries (None where that read fails: the
+    analysis then reads the trace itself, and says why it cannot)."""
+    planned = None
     try:
+        if parsed is None and copy:
+            planned = _read_both(path, found.worker, span, parts)
+            parsed = planned.parsed if planned is not None else None
         if parsed is None:
             parsed = parse_path(path, found.worker, span, parts)
         item = load_one(found, span, parsed)
@@ -163,11 +171,27 @@ def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = 
     evidence = evidence_of_file(item.parsed, item.found.path, selection, parts)
     report = report_of_file(evidence, item.found.path, telemetry)
     kept = evidence if keep else None
+    copied = (planned.plan, planned.header) if planned is not None else None
     if not tables:
-        return Analysed(light(item), report, evidence=kept)
+        return Analysed(light(item), report, evidence=kept, copy=copied)
     windows = step_windows(item.parsed)
     return Analysed(light(item), report, tuple((w.end - w.start) / 1e3 for w in windows),
-                    op_table(item.parsed, windows), kept)
+                    op_table(item.parsed, windows), kept, copied)
+
+
+def _read_both(path: Path, worker: str, span: str, parts: int):
+    """The copy's plan and the analysis' parse from one read (one_pass.read_both), for a file the export reads
+    in one range; None for one it reads in halves at once (``Workers.halves``: there the two reads, each in
+    two processes, took less time and far less memory than one pass, BENCHMARKS.md), and where the one read
+    fails: the analysis' own read then says why, and the copy plans the file itself."""
+    if Workers.local(parts).halves(path):
+        return None
+    from stepscope.plugin_copy.one_pass import read_both  # only a caller that writes copies needs it
+
+    try:
+        return read_both(path, worker, span)
+    except Exception:  # the analysis' read of the same file names what is wrong, in its words
+        return None
 
 
 def reported_again(was: Analysed, found: Found, span: str, telemetry: dict | None, tables: bool,
@@ -193,7 +217,8 @@ def _log(path: Path) -> None:
 def analyze_traces(found: list[Found], root: Path, selection: StepSelection | None = None,
                    telemetry: dict | None = None, workers: Workers | None = None, tables: bool = False,
                    keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None,
-                   memo: Memo | None = None) -> tuple[Report | RunsReport | None, list[Loaded], list[Skipped]]:
+                   memo: Memo | None = None, copies: dict | None = None,
+                   ) -> tuple[Report | RunsReport | None, list[Loaded], list[Skipped]]:
     """The Report on ``found`` (traces discovered under ``root``; None when none was analysed), the traces
     analysed (without their events) and those skipped. Each trace is analysed once (module docstring)."""
     found = list(found)
@@ -207,11 +232,14 @@ def analyze_traces(found: list[Found], root: Path, selection: StepSelection | No
             results[i] = reported_again(was, f, spans[f.path], each[f.path], tables, keep_going)
     read = [i for i, r in enumerate(results) if r is None]
     jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going, parsed.get(f.path),
-             memo is not None) for f in (found[i] for i in read)]
+             memo is not None, copies is not None) for f in (found[i] for i in read)]
     for i, result in zip(read, (workers or Workers.inline()).map(analyze_trace, jobs), strict=True):
         if memo is not None and isinstance(result, Analysed):
             memo.put(found[i].path, spans[found[i].path], selection, result)
             result = replace(result, evidence=None)
+        if copies is not None and isinstance(result, Analysed) and result.copy is not None:
+            copies[found[i].path] = result.copy
+            result = replace(result, copy=None)
         results[i] = result
     done: list[Analysed] = []
     skipped: list[Skipped] = []

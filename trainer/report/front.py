@@ -73,7 +73,7 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
             selection: StepSelection | None = None, max_memory: int | None = None,
             workers: Workers | None = None, traces: Sequence[Found] | None = None, tables: bool = False,
             keep_going: bool = False, parsed: Mapping[Path, ParsedTrace] | None = None,
-            memo: Memo | None = None) -> Report | RunsReport:
+            memo: Memo | None = None, copies: dict | None = None) -> Report | RunsReport:
     """The report on every trace under ``path`` (a run folder, any folder of traces, or one trace file; or
     a list of them): a Report when they form one job, a RunsReport (one Report per run) when they form
     several. ``traces``: the traces a caller already discovered (discover.py), as the run in folder ``path``
@@ -88,7 +88,11 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
     parsed, as the trace handler's cycle has from the one read that also wrote the plugin copy
     (plugin_copy/one_pass.py); they are analysed without being read again. ``memo`` (engine.Memo): the
     evidence of traces analysed before through the same memo is reported again with this call's telemetry
-    instead of reading the trace again, and the traces read now are added to it."""
+    instead of reading the trace again, and the traces read now are added to it. ``copies``: a dict the
+    door fills, for a caller that writes the traces' plugin copies next (``--export-tensorboard``): each trace
+    read in one range is planned for its copy in the same pass (plugin_copy/one_pass.py), and its (plan,
+    header keys) stored under its path; one read in halves at once, or whose one pass failed, is missing:
+    the copy then plans it itself (engine._read_both says why)."""
     if workers is None:
         workers = Workers.inline() if max_memory is None else Workers.local(max_memory=max_memory)
     telemetry = as_dict(telemetry)
@@ -111,7 +115,7 @@ def analyze(path: str | os.PathLike | Sequence[str | os.PathLike], *, telemetry:
                   for folder, f in zip(folders, found, strict=True) for t in f.traces]
         skipped_found = [s for f in found for s in f.skipped]
     report, loaded, skipped = analyze_traces(list(traces), root, selection, telemetry, workers, tables,
-                                             keep_going, parsed, memo)
+                                             keep_going, parsed, memo, copies)
     line = _summary(root, skipped_found, loaded, skipped)
     return replace(report, summary=line, traces=tuple(loaded), skipped=tuple([*skipped_found, *skipped]))
 
