@@ -18,7 +18,7 @@ from stepscope.report import engine
 from stepscope.trace import workers as policy
 
 DATA = Path(__file__).resolve().parent / "data"
-RUNS = ["nccl_ddp", "host_bound", "holdout/vit_tiny_bs256"]
+RUNS = ["nccl_ddp", "holdout/vit_tiny_bs256"]  # two ranks; a memory trace
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -64,12 +64,12 @@ def test_a_trace_read_in_halves_is_read_for_each_apart(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(export_module, "plan_edits", counted)
     got = tmp_path / "got"
-    assert analyze_main([str(DATA / "host_bound"), "--json", "--export-tensorboard", str(got)]) == 0
+    assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(got)]) == 0
     capsys.readouterr()
-    assert planned == list((DATA / "host_bound").glob("*.pt.trace.json.gz"))
+    assert planned == list((DATA / "eager_bs32").glob("*.pt.trace.json.gz"))
     monkeypatch.setattr(policy, "SPLIT_FROM", 64 << 20)
     want = tmp_path / "want"
-    assert analyze_main([str(DATA / "host_bound"), "--json", "--export-tensorboard", str(want)]) == 0
+    assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(want)]) == 0
     assert len(planned) == 1  # the one pass planned it this time
     assert _files(got).keys() == _files(want).keys()
     assert [v for k, v in sorted(_files(got).items()) if not k.endswith("export")] == \
