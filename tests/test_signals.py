@@ -97,7 +97,7 @@ def logged_steps(run: Path) -> int:
     return last
 
 
-# loaded by the trainer's process (sitecustomize): its end-of-run diagnosis starts 5 s late
+# loaded by the trainer's process (sitecustomize): its end-of-run diagnosis starts 2 s late
 SLOW_DIAGNOSIS = """
 import time
 from stepscope.demo import finish
@@ -105,7 +105,7 @@ real = finish.diagnose_run
 
 
 def slow(*args, **kwargs):
-    time.sleep(5)
+    time.sleep(2)
     return real(*args, **kwargs)
 
 

@@ -3,7 +3,7 @@ take minutes is stopped at its bound and reported in one line, while a good run 
 first, without waiting for it.
 
 The slow input is real: a gzipped trace of many identical gzip members (22 MB on disk, 6 GB of events once
-decompressed), whose parse takes minutes. The bound is set to 15 s through $STEPSCOPE_TB_BOUND_S, far above
+decompressed), whose parse takes minutes. The bound is set to 8 s through $STEPSCOPE_TB_BOUND_S, far above
 what the small good run takes and far below what the slow one would."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from stepscope.tensorboard.watch import BOUND_ENV, WatchConfig, Watcher
 
 DATA = Path(__file__).resolve().parent / "data"
-BOUND_S = 15
+BOUND_S = 8
 
 
 def slow_trace(path: Path) -> None:
