@@ -1,6 +1,6 @@
 """Memory per profiled step, from the same trace and the same parse as the time verdict.
 
-    mem = memory_report(trace, kept)        # a MemoryReport, or None for a trace without [memory] events
+    mem = memory_section(memory_devices(trace, kept), telemetry)   # MemoryReport; None: no events, no counters
     mem.devices[0].steps[0].composition     # {"persistent": ..., "forward": ..., ...}: sums to the step's peak
     mem.findings, mem.to_dict(), mem.lines()
 
@@ -24,7 +24,7 @@ event's Total Allocated is the previous one's plus its Bytes, so for each profil
 Across the steps: memory creep (allocated at the start of each step rising on every step) and allocator calls
 inside the steps (``cudaMalloc``/``cudaFree``/``cuMem*``: the caching allocator growing or giving memory
 back, each a host stall and ``cudaFree`` a device synchronisation). Churn that holds the GPU idle is also a
-time finding (allocator_stalls()), costed in the step's time beside the verdict's findings. Capacity is the
+time finding (stall_finding(stall_figures(...))), costed in the step's time beside the verdict's findings. Capacity is the
 device's ``totalGlobalMem`` from the trace's ``deviceProperties``. The findings' thresholds are the constants below
 (docs/memory.md). Torch-free, pure functions of the ParsedTrace.
 """
@@ -84,7 +84,7 @@ ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemUn
                    "cuMemAddressReserve", "cuMemAddressFree", "cuMemSetAccess", "cudaMallocAsync", "cudaFreeAsync")
 SYNCING_ALLOCATOR_CALLS = ("cudaFree",)
 # churn whose calls hold the GPU idle for at least this share of the step is a time finding too
-# (allocator_stalls): a starting point, as host_sync's "any sync inside the step", less the noise of a call that
+# (stall_finding): a starting point, as host_sync's "any sync inside the step", less the noise of a call that
 # happens to fall in a gap the step has anyway
 ALLOCATOR_STALL_PCT = 1.0
 CHURN_REMEDIES = (
@@ -264,14 +264,10 @@ class MemoryDevices:
     capacities: tuple[tuple[int, int], ...]  # trace.device_memory: (device id, bytes)
 
 
-def memory_report(trace: ParsedTrace, windows: list[StepWindow], telemetry: dict | None = None) -> MemoryReport | None:
-    """The memory of the steps ``windows`` (the kept ones), per device, with the run's own counters from
-    ``telemetry`` (its ``mem_*`` keys); None with neither [memory] events nor such counters."""
-    return memory_section(memory_devices(trace, windows), telemetry)
-
-
 def memory_section(found: MemoryDevices, telemetry: dict | None) -> MemoryReport | None:
-    """memory_report from the trace's devices (memory_devices) and the run's own counters in ``telemetry``."""
+    """The memory section: the trace's devices (memory_devices) with the run's own counters from ``telemetry``
+    (its ``mem_*`` keys), and their findings; None with neither [memory] events nor such counters. The
+    counters are the run's, so a trace's devices are made once (span.SpanEvidence) for any telemetry."""
     measured = {k: v for k, v in (telemetry or {}).items() if k.startswith("mem_")}
     devices = list(found.devices)
     if not devices and not measured:
@@ -612,7 +608,7 @@ class _Owners:
 @per_trace
 def _allocator_events(trace: ParsedTrace) -> tuple[list, list[float]]:
     """The allocator's device calls (ALLOCATOR_CALLS) among the trace's runtime calls, sorted by start, and
-    their starts: one pass over the runtime calls for both memory_report and allocator_stalls."""
+    their starts: one pass over the runtime calls for both memory_devices and stall_figures."""
     rows = rows_named(trace.runtime, lambda name: name.startswith(ALLOCATOR_CALLS))
     events = sorted(events_at(trace.runtime, rows), key=lambda r: r.start)
     return events, [r.start for r in events]
@@ -647,19 +643,13 @@ class StallFigures(NamedTuple):
     steps: int
 
 
-def allocator_stalls(trace: ParsedTrace, windows: list[StepWindow], step_ms: float) -> Finding | None:
-    """The time finding of allocator churn (allocator calls in every analysed step, as allocator_churn): what
-    the calls cost the step, where they cost it at least ALLOCATOR_STALL_PCT of ``step_ms`` (the step the
-    verdict describes). The cost is the GPU's idle while the host is inside a call (the host cannot queue
-    work meanwhile), and after each cudaFree, which waits for the device to drain its queue, until the
-    device's next work begins. The breakdown counts that idle in its host buckets (a runtime call is the
-    host dispatching), so this names part of them; calls the GPU's queued work hides cost nothing. None on
-    a CPU trace, without churn, or below the share."""
-    return stall_finding(stall_figures(trace, windows), step_ms)
-
-
 def stall_figures(trace: ParsedTrace, windows: list[StepWindow]) -> StallFigures | None:
-    """What allocator_stalls measures in the trace; None on a CPU trace or without calls in every step."""
+    """What the allocator churn costs the steps ``windows`` (allocator calls in every analysed step, as
+    allocator_churn): the GPU's idle while the host is inside a call (the host cannot queue work meanwhile),
+    and after each cudaFree, which waits for the device to drain its queue, until the device's next work
+    begins. The breakdown counts that idle in its host buckets (a runtime call is the host dispatching), so
+    this names part of them; calls the GPU's queued work hides cost nothing. None on a CPU trace or without
+    calls in every step."""
     if not trace.has_gpu or not windows:
         return None
     count, host_ms, syncs, every = _allocator_calls(trace, windows)
@@ -679,7 +669,8 @@ def stall_figures(trace: ParsedTrace, windows: list[StepWindow]) -> StallFigures
 
 
 def stall_finding(f: StallFigures | None, step_ms: float) -> Finding | None:
-    """allocator_stalls' finding from its figures, for a step of ``step_ms``."""
+    """The time finding of the figures (stall_figures), where the calls cost at least ALLOCATOR_STALL_PCT of
+    ``step_ms`` (the step the verdict describes); None below that share, or without figures."""
     if f is None:
         return None
     n = f.steps

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 
+import numpy as np
 from stepscope.analysis.breakdown import Breakdown, breakdown, host_sets
 from stepscope.analysis.by_name import NameTimes, name_times
-from stepscope.analysis.columns import op_columns
+from stepscope.analysis.columns import device_columns, op_columns
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.findings import (
     Finding,
@@ -231,7 +232,8 @@ def _evidence_kept(trace: ParsedTrace, every: list, kept: list, cold,
     paced = not serial and loader_paced(trace, kept)
     rec = recording(trace)
     pageable = (gpu and bd_prof.pct(TRANSFER) >= TRANSFER_BOUND.causes[0].threshold_pct
-                and any(d.kind == "memcpy" and "Pageable" in d.name for d in trace.device))
+                and any("Pageable" in trace.device[i].name
+                        for i in np.flatnonzero(device_columns(trace).is_copy).tolist()))
     return SpanEvidence(trace.worker, trace.span, trace.rank, (trace.device_name or "gpu") if gpu else "cpu", gpu,
                         len(every), bd_prof, m_prof, inflation, serial, paced,
                         not paced and worker_fed(trace, kept), rec, error_band(trace, rec), pageable,

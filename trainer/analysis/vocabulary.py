@@ -160,7 +160,7 @@ FINDINGS = (
     FindingKind(HEADROOM, "memory left unused", "memory"),
     FindingKind(FRAGMENTATION, "reserved memory not allocated", "memory"),
     FindingKind(ALLOCATOR_CHURN, "allocator calls inside the step", "memory"),
-    # the same calls as a time finding: the step's time they take (memory.allocator_stalls)
+    # the same calls as a time finding: the step's time they take (memory.stall_finding)
     FindingKind(ALLOCATOR_STALLS, "the step waiting on the allocator's device calls", "memory"),
     FindingKind(MEMORY_CREEP, "memory that grows step after step", "memory"),
     FindingKind(ALLOC_RETRIES, "allocator retries", "memory"),
