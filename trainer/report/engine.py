@@ -99,8 +99,7 @@ class Memo:
         key = self._key(path, span, selection)
         self._by.pop(key, None)
         self._by[key] = (stat, analysed)
-        while len(self._by) > self.limit:
-            self._by.popitem(last=False)
+        self._trim()
 
     def moved(self, old: Path, new: Path) -> None:
         """The trace at ``old`` is now the file ``new`` (the same events, e.g. gzipped)."""
@@ -116,7 +115,10 @@ class Memo:
     def add(self, entries: list[tuple]) -> None:
         for key, stat, analysed in entries:
             self._by[key] = (stat, analysed)
-        while len(self._by) > self.limit:
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self._by) > self.limit:  # the oldest go first
             self._by.popitem(last=False)
 
     def __len__(self) -> int:
@@ -234,12 +236,12 @@ def analyze_traces(found: list[Found], root: Path, selection: StepSelection | No
     jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going, parsed.get(f.path),
              memo is not None, copies is not None) for f in (found[i] for i in read)]
     for i, result in zip(read, (workers or Workers.inline()).map(analyze_trace, jobs), strict=True):
+        if copies is not None and isinstance(result, Analysed) and result.copy is not None:
+            copies[found[i].path] = result.copy
+            result = replace(result, copy=None)  # first: a memo keeps no copy's plan
         if memo is not None and isinstance(result, Analysed):
             memo.put(found[i].path, spans[found[i].path], selection, result)
             result = replace(result, evidence=None)
-        if copies is not None and isinstance(result, Analysed) and result.copy is not None:
-            copies[found[i].path] = result.copy
-            result = replace(result, copy=None)
         results[i] = result
     done: list[Analysed] = []
     skipped: list[Skipped] = []
