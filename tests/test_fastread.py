@@ -118,12 +118,41 @@ def test_keys_are_told_apart_by_every_byte():
     event.update({"abcdefgX": 99, "abcdefghiX": 98, "Total": 97, "\u00e9": 96})  # near misses: not read
     raw = fastread._fastread.columns(json.dumps([event, {"ab": 5}]).encode(), keys, ())
     assert raw is not None
-    _strings, types, ints, _reals, n = raw
+    _strings, types, ints, n = raw
     ints = np.frombuffer(ints, dtype=np.int64).reshape(len(keys), n)
     types = np.frombuffer(types, dtype=np.uint8).reshape(len(keys), n)
     assert ints[:-1, 0].tolist() == list(range(len(keys) - 1))
     assert types[:-1, 1].tolist() == [fastread.T_MISSING] * 2 + [fastread.T_INT] + [fastread.T_MISSING] * 8
     assert ints[2, 1] == 5
+
+
+@pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+def test_as_many_keys_as_the_reader_takes_are_each_found():
+    """The keys are looked up by hash, so keys that share a bucket must each be found by probing: 63 keys
+    (and ``args``: the most the reader takes) of every length up to 40, each read from its own position."""
+    keys = tuple(f"k{i}{'x' * (i % 40)}".encode() for i in range(63)) + (b"args",)
+    event = {k.decode(): i for i, k in enumerate(keys[:-1])}
+    event.update({f"k{i}{'x' * (i % 40)}y": -1 for i in range(63)})  # one byte longer: never read
+    raw = fastread._fastread.columns(json.dumps([event]).encode(), keys, ())
+    assert raw is not None
+    _strings, _types, ints, n = raw
+    assert np.frombuffer(ints, dtype=np.int64).reshape(len(keys), n)[:-1, 0].tolist() == list(range(63))
+
+
+@pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+def test_a_number_reads_as_float64_whichever_json_type_it_is():
+    """One int64 word holds an integer, a string's index or a real's bits; ``real`` gives the numbers as
+    float64 (an integer rounded as Python's float() rounds it) and 0 where the value is no number."""
+    from stepscope.trace.schema import Event
+
+    cols = fastread.ColumnReader(Event).read(
+        b'[{"ts": 1.5, "dur": 9007199254740993}, {"ts": "x", "dur": true}, {"ts": -0.0, "dur": null}, {},'
+        b' {"ts": 1e300, "dur": -7}]')
+    ts, dur = cols.real("ts"), cols.real("dur")
+    assert ts.tolist() == [1.5, 0.0, 0.0, 0.0, 1e300] and np.signbit(ts[2]) and not np.signbit(ts[1])
+    assert dur.tolist() == [float(9007199254740993), 0.0, 0.0, 0.0, -7.0]
+    assert cols.int("dur")[0] == 9007199254740993 and cols.strings[cols.int("ts")[1]] == "x"
+    assert not ts.flags.writeable and cols.real("ts") is ts  # made once per field
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[str(p.relative_to(DATA)) for p in TRACES])

@@ -3,8 +3,8 @@ object per event. Torch-free.
 
     reader = ColumnReader(Event)             # the fields of a msgspec schema: the one table of what is read
     cols = reader.read(text)                 # None: the extension is off, or the text needs msgspec's verdict
-    cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), its value as float64
-    cols.int("tid"), cols.text("name")       # ... as int64; the strings table (cols.strings[cols.int(f)])
+    cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), a number as float64 (else 0)
+    cols.int("tid"), cols.strings            # ... an integer as int64, a string as its index in the strings
     release()                                # this thread's parser freed, once a trace has been read
 
 The extension (csrc/fastread.cpp, parsing with the vendored simdjson) is built by ``pip install -e .``
@@ -60,13 +60,13 @@ class Columns:
     __slots__ = ("strings", "n", "text", "_slot", "_types", "_ints", "_reals", "_string_array")
 
     def __init__(self, raw: tuple, slot: dict[str, int]) -> None:
-        strings, types, ints, reals, n = raw
+        strings, types, ints, n = raw
         rows = len(slot)
         self.strings, self.n, self._slot = strings, n, slot
         self.text = b""  # the JSON it was read from, for a reader that must go back to it
         self._types = np.frombuffer(types, dtype=np.uint8).reshape(rows, n)
-        self._ints = np.frombuffer(ints, dtype=np.int64).reshape(rows, n)
-        self._reals = np.frombuffer(reals, dtype=np.float64).reshape(rows, n)
+        self._ints = np.frombuffer(ints, dtype=np.int64).reshape(rows, n)  # a T_REAL's slot: its float64's bits
+        self._reals: dict[int, np.ndarray] = {}  # real(): made per field when first asked for
         self._string_array = None  # the strings as an array of objects, made when first asked for
 
     def __len__(self) -> int:
@@ -76,10 +76,22 @@ class Columns:
         return self._types[self._slot[field]]
 
     def int(self, field: str) -> np.ndarray:
+        """The field's integers (T_INT) and strings' indices (T_STR); meaningless at rows of another type."""
         return self._ints[self._slot[field]]
 
     def real(self, field: str) -> np.ndarray:
-        return self._reals[self._slot[field]]
+        """The field's numbers as float64 (a T_INT rounded to the nearest, as C's cast does); 0 elsewhere."""
+        k = self._slot[field]
+        out = self._reals.get(k)
+        if out is None:
+            t, v = self._types[k], self._ints[k]
+            out = np.zeros(self.n)
+            is_int, is_real = t == T_INT, t == T_REAL
+            out[is_int] = v[is_int]
+            out[is_real] = v[is_real].view(np.float64)
+            out.flags.writeable = False
+            self._reals[k] = out
+        return out
 
     def objects(self, field: str, rows: np.ndarray, default=None) -> np.ndarray | None:
         """The values of ``field`` at ``rows`` as msgspec decodes them, as an array of Python objects (its

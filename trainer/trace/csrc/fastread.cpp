@@ -1,15 +1,15 @@
 /* stepscope.trace._fastread: a piece of a trace's traceEvents array, parsed by simdjson, as columns.
 
-    columns(text, event_keys, args_keys) -> None | (strings, types, ints, reals, n)
+    columns(text, event_keys, args_keys) -> None | (strings, types, ints, n)
 
 ``text``: any bytes-like object holding a JSON array of events (what jsonstream.TraceStream hands its decode
 function). ``event_keys``: the keys read from each event, a tuple of bytes, the last of which is the object of
 arguments (b"args"); ``args_keys``: the keys read from that object. Slot k is event_keys[k], then args_keys
-after them. For n events and S slots, the result holds three S x n arrays, slot-major, as bytes:
+after them. For n events and S slots, the result holds two S x n arrays, slot-major, as bytes:
 
     types  uint8   T_MISSING, T_NULL, T_INT, T_REAL, T_STR, T_TRUE, T_FALSE, T_ARRAY, T_OBJECT, T_OTHER
-    ints   int64   the value of a T_INT; the index into ``strings`` of a T_STR
-    reals  float64 the value of a T_REAL; the (rounded) value of a T_INT
+    ints   int64   the value of a T_INT; the index into ``strings`` of a T_STR; the bits of a T_REAL's
+                   float64 (one word per value: half the memory written of a separate column of reals)
 
 ``strings``: the distinct string values met, as str, in order of first appearance. A key given twice in one
 object takes its last value. T_OTHER: an integer above int64's range that fits in 64 bits unsigned.
@@ -73,16 +73,15 @@ typedef struct {
     size_t *order_len;
 } strtab;
 
-static uint64_t hash_bytes(const char *p, size_t n) {
+/* p must be readable for eight bytes past its end rounded down to eight, as head_of's */
+static inline uint64_t hash_bytes(const char *p, size_t n) {
     uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL, w; /* eight bytes at a time */
     for (; n >= 8; p += 8, n -= 8) {
         memcpy(&w, p, 8);
         h = (h ^ w) * 0xff51afd7ed558ccdULL;
         h ^= h >> 32;
     }
-    w = 0;
-    memcpy(&w, p, n);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h = (h ^ head_of(p, n)) * 0xc4ceb9fe1a85ec53ULL; /* the last 0 to 7 bytes */
     return h ^ (h >> 29);
 }
 
@@ -163,7 +162,7 @@ static int depth_ok(element v, int left) {
 }
 
 /* one value into slot (s, i); 0, or -1 for "let the caller decode it" / out of memory (*oom set) */
-static int put(element v, size_t at, uint8_t *types, int64_t *ints, double *reals, strtab *tab, int *oom) {
+static inline int put(element v, size_t at, uint8_t *types, int64_t *ints, strtab *tab, int *oom) {
     switch (v.type()) {
     case element_type::NULL_VALUE:
         types[at] = T_NULL;
@@ -174,14 +173,16 @@ static int put(element v, size_t at, uint8_t *types, int64_t *ints, double *real
     case element_type::INT64:
         types[at] = T_INT;
         ints[at] = v.get_int64().value_unsafe();
-        reals[at] = (double)ints[at];
         return 0;
     case element_type::UINT64: /* only above int64's range */
         types[at] = T_OTHER;
         return 0;
     case element_type::DOUBLE:
         types[at] = T_REAL;
-        reals[at] = v.get_double().value_unsafe();
+        {
+            double d = v.get_double().value_unsafe();
+            memcpy(&ints[at], &d, sizeof(d));
+        }
         return 0;
     case element_type::STRING: {
         std::string_view str = v.get_string().value_unsafe();
@@ -230,13 +231,42 @@ static int read_keys(PyObject *seq, key_t_ *keys, Py_ssize_t *count, Py_ssize_t 
     return 0;
 }
 
-static Py_ssize_t find_key(const key_t_ *keys, Py_ssize_t count, const char *p, size_t n) {
-    const uint64_t head = head_of(p, n);
-    for (Py_ssize_t k = count - 1; k >= 0; k--) {
-        if (keys[k].head == head && keys[k].len == n && (n <= 8 || memcmp(keys[k].ptr + 8, p + 8, n - 8) == 0))
-            return k;
+/* The keys read, by bucket: a key is looked up once per value of every event, and most keys an event holds
+   are not read, so a lookup is one hash and, for nearly all keys not read, one empty bucket. */
+#define KEY_BUCKETS 256 /* a power of two, four times MAX_SLOTS */
+
+typedef struct {
+    const key_t_ *keys;
+    int8_t slot[KEY_BUCKETS]; /* the index into keys; -1: empty */
+} keymap;
+
+static inline size_t key_bucket(uint64_t head, size_t n) {
+    return (size_t)(((head ^ ((uint64_t)n << 56)) * 0x9E3779B97F4A7C15ULL) >> 56) & (KEY_BUCKETS - 1);
+}
+
+static int same_key(const key_t_ *k, uint64_t head, const char *p, size_t n) {
+    return k->head == head && k->len == n && (n <= 8 || memcmp(k->ptr + 8, p + 8, n - 8) == 0);
+}
+
+/* a key given twice is found as its last */
+static void keymap_build(keymap *m, const key_t_ *keys, Py_ssize_t count) {
+    m->keys = keys;
+    memset(m->slot, -1, sizeof(m->slot));
+    for (Py_ssize_t k = 0; k < count; k++) {
+        size_t j = key_bucket(keys[k].head, keys[k].len);
+        while (m->slot[j] >= 0 && !same_key(&keys[m->slot[j]], keys[k].head, keys[k].ptr, keys[k].len))
+            j = (j + 1) & (KEY_BUCKETS - 1);
+        m->slot[j] = (int8_t)k;
     }
-    return -1;
+}
+
+static inline Py_ssize_t find_key(const keymap *m, const char *p, size_t n) {
+    const uint64_t head = head_of(p, n);
+    for (size_t j = key_bucket(head, n);; j = (j + 1) & (KEY_BUCKETS - 1)) {
+        const int k = m->slot[j];
+        if (k < 0) return -1;
+        if (same_key(&m->keys[k], head, p, n)) return k;
+    }
 }
 
 /* the thread's parser: freed by release(), or when the thread ends */
@@ -259,15 +289,18 @@ enum { READ_OK, READ_REFUSED, READ_OOM };
 
 /* the events of `root` into the columns (all set to T_MISSING); READ_REFUSED: let the caller decode it */
 static int read_events(simdjson::dom::array root, size_t n, const key_t_ *keys, Py_ssize_t n_event,
-                       Py_ssize_t n_args, uint8_t *types, int64_t *ints, double *reals, strtab *tab) {
+                       Py_ssize_t n_args, uint8_t *types, int64_t *ints, strtab *tab) {
     const Py_ssize_t args_slot = n_event - 1, slots = n_event + n_args;
+    keymap event_map, args_map;
+    keymap_build(&event_map, keys, n_event);
+    keymap_build(&args_map, keys + n_event, n_args);
     int oom = 0;
     size_t i = 0;
     for (element event : root) {
         if (event.type() != element_type::OBJECT) return READ_REFUSED;
         for (simdjson::dom::key_value_pair kv : simdjson::dom::object(event.get_object().value_unsafe())) {
             element v = kv.value;
-            Py_ssize_t s = find_key(keys, n_event, kv.key.data(), kv.key.size());
+            Py_ssize_t s = find_key(&event_map, kv.key.data(), kv.key.size());
             if (s == args_slot) {
                 /* a later "args" replaces an earlier one: forget what that one gave */
                 for (Py_ssize_t a = n_event; a < slots; a++) types[(size_t)a * n + i] = T_MISSING;
@@ -279,16 +312,16 @@ static int read_events(simdjson::dom::array root, size_t n, const key_t_ *keys, 
                 if (t != element_type::OBJECT) return READ_REFUSED;
                 types[(size_t)s * n + i] = T_OBJECT;
                 for (simdjson::dom::key_value_pair akv : simdjson::dom::object(v.get_object().value_unsafe())) {
-                    Py_ssize_t a = find_key(keys + n_event, n_args, akv.key.data(), akv.key.size());
+                    Py_ssize_t a = find_key(&args_map, akv.key.data(), akv.key.size());
                     if (a < 0) {
                         if (is_container(akv.value.type()) && !depth_ok(akv.value, MAX_DEPTH - 2)) return READ_REFUSED;
                         continue;
                     }
-                    if (put(akv.value, (size_t)(n_event + a) * n + i, types, ints, reals, tab, &oom) < 0)
+                    if (put(akv.value, (size_t)(n_event + a) * n + i, types, ints, tab, &oom) < 0)
                         return oom ? READ_OOM : READ_REFUSED;
                 }
             } else if (s >= 0) {
-                if (put(v, (size_t)s * n + i, types, ints, reals, tab, &oom) < 0) return oom ? READ_OOM : READ_REFUSED;
+                if (put(v, (size_t)s * n + i, types, ints, tab, &oom) < 0) return oom ? READ_OOM : READ_REFUSED;
             } else if (is_container(v.type()) && !depth_ok(v, MAX_DEPTH - 1)) {
                 return READ_REFUSED;
             }
@@ -305,7 +338,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     Py_ssize_t n_event = 0, n_args = 0;
     if (!PyArg_ParseTuple(args, "y*O!O!", &text, &PyTuple_Type, &event_seq, &PyTuple_Type, &args_seq))
         return NULL;
-    PyObject *result = NULL, *strings = NULL, *types_b = NULL, *ints_b = NULL, *reals_b = NULL;
+    PyObject *result = NULL, *strings = NULL, *types_b = NULL, *ints_b = NULL;
     strtab tab;
     int tab_ready = 0, outcome = READ_OK;
     simdjson::error_code error = simdjson::SUCCESS;
@@ -315,7 +348,6 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     Py_ssize_t slots = 0;
     uint8_t *types = NULL;
     int64_t *ints = NULL;
-    double *reals = NULL;
     const char *bytes = (const char *)text.buf;
     if (read_keys(event_seq, keys, &n_event, MAX_SLOTS) < 0 ||
         read_keys(args_seq, keys + n_event, &n_args, MAX_SLOTS - n_event) < 0)
@@ -354,14 +386,11 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     }
     types_b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * slots));
     ints_b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * slots * sizeof(int64_t)));
-    reals_b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * slots * sizeof(double)));
-    if (!types_b || !ints_b || !reals_b) goto done;
+    if (!types_b || !ints_b) goto done;
     types = (uint8_t *)PyBytes_AS_STRING(types_b);
     ints = (int64_t *)PyBytes_AS_STRING(ints_b);
-    reals = (double *)PyBytes_AS_STRING(reals_b);
     memset(types, T_MISSING, n * slots);
     memset(ints, 0, n * slots * sizeof(int64_t));
-    memset(reals, 0, n * slots * sizeof(double));
     if (strtab_init(&tab, 1024) < 0) {
         tab_ready = 1;
         PyErr_NoMemory();
@@ -369,7 +398,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     }
     tab_ready = 1;
     Py_BEGIN_ALLOW_THREADS
-    outcome = read_events(root, n, keys, n_event, n_args, types, ints, reals, &tab);
+    outcome = read_events(root, n, keys, n_event, n_args, types, ints, &tab);
     Py_END_ALLOW_THREADS
     if (outcome == READ_OOM) {
         PyErr_NoMemory();
@@ -391,13 +420,12 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         }
         PyList_SET_ITEM(strings, (Py_ssize_t)c, s);
     }
-    result = Py_BuildValue("(OOOOn)", strings, types_b, ints_b, reals_b, (Py_ssize_t)n);
+    result = Py_BuildValue("(OOOn)", strings, types_b, ints_b, (Py_ssize_t)n);
 done:
     if (tab_ready) strtab_free(&tab);
     Py_XDECREF(strings);
     Py_XDECREF(types_b);
     Py_XDECREF(ints_b);
-    Py_XDECREF(reals_b);
     PyBuffer_Release(&text);
     return result;
 }
