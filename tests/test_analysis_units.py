@@ -6,6 +6,7 @@ and the interval arithmetic against brute force.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -196,3 +197,27 @@ def test_the_modelled_inflation_never_takes_the_whole_step():
     step = view.breakdown.total_us / steps / 1e3
     assert step == pytest.approx(0.2 * (1 - MAX_INFLATION_SHARE))
     assert view.low.total_us > 0 and view.high.total_us > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64)), st.floats(-1e6, 1e6),
+       st.floats(-1e6, 1e6))
+def test_times_are_the_sorted_tuple_they_stand_for(values, lo, hi):
+    """A trace's Python-frame starts are kept as a float64 array (events.Times): sorted as Python's sorted()
+    sorts them (NaN included), equal to that tuple, and cut as bisect cuts it."""
+    from bisect import bisect_left, bisect_right
+
+    from stepscope.analysis.events import Times, TimesBuilder
+
+    times, ref = Times.sorted(values), tuple(sorted(values))
+    assert len(times) == len(ref) and bool(times) == bool(ref)
+    assert [repr(t) for t in times] == [repr(t) for t in ref]  # -0.0 and 0.0, NaN: each where sorted() put it
+    if not any(v != v for v in values):
+        assert times == ref and times == Times.sorted(ref)
+        assert times.between(lo, hi) == ref[bisect_left(ref, lo):bisect_right(ref, hi)]
+        assert times.count_between(lo, hi) == bisect_left(ref, hi) - bisect_left(ref, lo)
+    built = TimesBuilder()  # one at a time and as arrays, in any mix: the same times
+    half = len(values) // 2
+    built.extend(values[:half])
+    built.extend_array(np.array(values[half:], dtype=np.float64))
+    assert [repr(t) for t in built.build()] == [repr(t) for t in ref]

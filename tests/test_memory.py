@@ -321,7 +321,12 @@ def test_the_parse_collects_memory_samples_as_columns_that_read_as_samples():
     again = MemoryColumns()  # a reader that makes samples one by one fills the same columns
     again.extend(samples[:-1])
     again.append(samples[-1])
-    assert again.columns == cols.columns
+    assert again == cols
+    # kept as arrays (a few bytes a sample, not a Python int per field), read back as Python numbers
+    assert [c.dtype.name for c in cols.columns[:-1]] == ["float64"] + ["int64"] * (len(MemorySample._fields) - 2)
+    assert [type(v) for v in samples[7]][:3] == [float, int, int]
+    beyond = MemoryColumns([[1.0], [1], [2**64 - 1], [0], [0], [0], [0], [None]])  # past int64: kept exactly
+    assert tuple(beyond)[0].total_allocated == 2**64 - 1
 
 
 def test_the_compiled_reader_reads_every_field_of_the_memory_events(monkeypatch):

@@ -102,17 +102,21 @@ class MemorySample(NamedTuple):
 
 
 class MemoryColumns:
-    """``[memory]`` samples as columns, one list per MemorySample field in its order: what the streamed parse
-    collects (no tuple per event) and what the memory analysis reads. A sequence of MemorySample to everything
-    else (len, iteration, indexing, equality with a tuple of them); ``of`` makes one from such a sequence, as
-    the other readers of traces give it."""
+    """``[memory]`` samples as columns, one per MemorySample field in its order: what the streamed parse
+    collects (no tuple per event) and what the memory analysis reads. The times are a float64 array, the
+    counters and threads int64 arrays (a column holding an integer beyond int64, or a thread that is no
+    integer, stays a list): a large trace's half a million samples in a few tens of MB, where Python ints
+    took four times that. A sequence of MemorySample (of Python numbers) to everything else (len, iteration,
+    indexing, equality with a tuple of them); ``of`` makes one from such a sequence, as the other readers of
+    traces give it. Columns are added piece by piece (``add_columns``) and joined when first read."""
 
-    __slots__ = ("columns",)
+    __slots__ = ("_columns", "_parts")
 
     def __init__(self, columns=None) -> None:
-        self.columns = tuple(list(c) for c in columns) if columns is not None else \
-            tuple([] for _ in MemorySample._fields)
-        assert len(self.columns) == len(MemorySample._fields)
+        self._columns: tuple | None = None
+        self._parts: list[tuple] = []  # columns added since they were last joined
+        if columns is not None:
+            self.add_columns(columns)
 
     @classmethod
     def of(cls, memory) -> MemoryColumns:
@@ -121,17 +125,43 @@ class MemoryColumns:
         memory = list(memory)
         return cls(zip(*memory)) if memory else cls()
 
-    def field(self, name: str) -> list:
+    @property
+    def columns(self) -> tuple:
+        """The columns (see the class docstring): read-only arrays, or lists."""
+        if self._columns is None or self._parts:
+            parts = ([self._columns] if self._columns is not None else []) + self._parts
+            self._columns = tuple(_join(k, [p[k] for p in parts]) for k in range(len(MemorySample._fields)))
+            self._parts = []
+        return self._columns
+
+    def field(self, name: str):
+        """The column of ``name``: an array, or a list (see the class docstring)."""
         return self.columns[MemorySample._fields.index(name)]
+
+    def values(self, name: str, rows=None) -> list:
+        """The column of ``name`` (at ``rows``, indices) as a list of Python values."""
+        c = self.field(name)
+        if rows is None:
+            return c.tolist() if isinstance(c, np.ndarray) else list(c)
+        if isinstance(c, np.ndarray):
+            return c[np.asarray(rows, dtype=np.int64)].tolist()
+        return list(map(c.__getitem__, np.asarray(rows, dtype=np.int64).tolist()))
 
     def take(self, indices) -> MemoryColumns:
         """The samples at ``indices`` (in their order)."""
-        return MemoryColumns([c[i] for i in indices] for c in self.columns)
+        rows = np.asarray(indices, dtype=np.int64)
+        return MemoryColumns(c[rows] if isinstance(c, np.ndarray) else list(map(c.__getitem__, rows.tolist()))
+                             for c in self.columns)
 
     def add_columns(self, columns) -> None:
         """Append samples given as columns (one sequence per MemorySample field, in its order)."""
-        for mine, more in zip(self.columns, columns, strict=True):
-            mine.extend(more)
+        part = tuple(_column(k, c) for k, c in enumerate(columns))
+        if len(part) != len(MemorySample._fields):
+            raise ValueError(f"{len(part)} columns, not one per MemorySample field")
+        if len({len(c) for c in part}) != 1:
+            raise ValueError("columns of different lengths")
+        if len(part[0]):
+            self._parts.append(part)
 
     def extend(self, samples) -> None:
         """Append MemorySamples (a reader that makes them one by one; add_columns is the cheap way)."""
@@ -140,23 +170,22 @@ class MemoryColumns:
             self.add_columns(zip(*samples))
 
     def append(self, sample: MemorySample) -> None:
-        for mine, value in zip(self.columns, sample, strict=True):
-            mine.append(value)
+        self.add_columns([v] for v in sample)
 
     def __len__(self) -> int:
         return len(self.columns[0])
 
     def __iter__(self):
-        return map(MemorySample, *self.columns)
+        return map(MemorySample, *(self.values(name) for name in MemorySample._fields))
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return MemoryColumns(c[i] for c in self.columns)
-        return MemorySample(*(c[i] for c in self.columns))
+            return self.take(range(len(self))[i])
+        return MemorySample(*(c[i].item() if isinstance(c, np.ndarray) else c[i] for c in self.columns))
 
     def __eq__(self, other) -> bool:
         if isinstance(other, MemoryColumns):
-            return self.columns == other.columns
+            return all(_as_list(a) == _as_list(b) for a, b in zip(self.columns, other.columns))
         if isinstance(other, (tuple, list)):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented
@@ -166,6 +195,41 @@ class MemoryColumns:
 
     def __repr__(self) -> str:
         return f"MemoryColumns({len(self)} samples)"
+
+
+_MEMORY_TID = len(MemorySample._fields) - 1  # the threads' column; 0 is the times', the rest counters'
+
+
+def _column(k: int, values):
+    """One added column as it is kept: the times as float64, counters as int64 (a list past int64), threads
+    as int64 where every one is an integer (else a list: a thread may be named, or None)."""
+    if k == _MEMORY_TID and not isinstance(values, np.ndarray):
+        values = list(values)
+        if not all(type(v) is int for v in values):
+            return values
+    if isinstance(values, np.ndarray) and values.dtype == (np.float64 if k == 0 else np.int64):
+        return values
+    values = values if isinstance(values, (list, tuple, np.ndarray)) else list(values)
+    try:
+        return np.asarray(values, dtype=np.float64 if k == 0 else np.int64)
+    except OverflowError:  # an integer beyond int64
+        return list(values)
+
+
+def _join(k: int, parts: list):
+    if not parts:
+        return [] if k == _MEMORY_TID else np.empty(0, dtype=np.float64 if k == 0 else np.int64)
+    if all(isinstance(p, np.ndarray) for p in parts):
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if out.flags.writeable:
+            out = out.copy() if out.base is not None else out
+            out.flags.writeable = False
+        return out
+    return [v for p in parts for v in _as_list(p)]
+
+
+def _as_list(c) -> list:
+    return c.tolist() if isinstance(c, np.ndarray) else list(c)
 
 
 class HostEvents:
@@ -339,6 +403,115 @@ class HostEventsBuilder:
                           np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]), corr)
 
 
+class Times:
+    """Times (µs) in ascending order as a read-only float64 array, ``array``: where each Python frame of a trace
+    starts (a million or more in a large trace, a few MB here where a tuple of floats took 32 bytes each). A
+    sequence of floats to everything else (len, truth, iteration, indexing, equality with a tuple of them);
+    ``np.asarray`` gives the array. ``Times.sorted(values)`` sorts as Python's ``sorted`` does."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, ordered=()) -> None:
+        """``ordered``: times already in ascending order."""
+        self.array = _frozen(ordered)
+
+    @classmethod
+    def sorted(cls, values) -> Times:
+        a = np.asarray(values, dtype=np.float64)
+        if np.isnan(a).any():  # no order of its own: as Python's sort leaves them
+            return cls(sorted(a.tolist()))
+        return cls(np.sort(a, kind="stable"))
+
+    def between(self, lo: float, hi: float) -> Times:
+        """The times t with lo <= t <= hi."""
+        a = self.array
+        return Times(a[np.searchsorted(a, lo, side="left"):np.searchsorted(a, hi, side="right")])
+
+    def count_between(self, lo: float, hi: float) -> int:
+        """How many times t have lo <= t < hi (negative when hi < lo, as the two bisections give it)."""
+        a = self.array
+        return int(np.searchsorted(a, hi, side="left") - np.searchsorted(a, lo, side="left"))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __iter__(self):
+        return iter(self.array.tolist())
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Times(self.array[i]) if (i.step or 1) > 0 else tuple(self)[i]
+        return float(self.array[i])
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Times):
+            return self.array.tolist() == other.array.tolist()
+        if isinstance(other, (tuple, list)):
+            return self.array.tolist() == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.array.tolist()))
+
+    def __repr__(self) -> str:
+        return f"Times({len(self)} times)"
+
+
+class TimesBuilder:
+    """Times collected piece by piece, one at a time (``append``, ``extend``) or as arrays (``extend_array``);
+    ``build()`` sorts them into Times."""
+
+    __slots__ = ("_chunks", "_pending", "append")
+
+    def __init__(self) -> None:
+        self._chunks: list[np.ndarray] = []
+        self._pending: list[float] = []
+        self.append = self._pending.append
+
+    def extend(self, times) -> None:
+        if isinstance(times, TimesBuilder):
+            self._flush()
+            self._chunks.extend(times._chunks)
+            self._pending.extend(times._pending)
+        else:
+            self._pending.extend(times)
+
+    def extend_array(self, times: np.ndarray) -> None:
+        self._flush()
+        if len(times):
+            self._chunks.append(np.asarray(times, dtype=np.float64))
+
+    def array(self) -> np.ndarray:
+        """The times in the order they came, as one array."""
+        self._flush()
+        if not self._chunks:
+            return np.empty(0)
+        return self._chunks[0] if len(self._chunks) == 1 else np.concatenate(self._chunks)
+
+    def build(self) -> Times:
+        return Times.sorted(self.array())
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._chunks.append(np.array(self._pending, dtype=np.float64))
+            self._pending.clear()  # the same list: ``append`` stays bound to it
+
+    def __len__(self) -> int:
+        return sum(map(len, self._chunks)) + len(self._pending)
+
+    def __eq__(self, other) -> bool:  # as the list of times in the order they came
+        if isinstance(other, TimesBuilder):
+            return self.array().tolist() == other.array().tolist()
+        if isinstance(other, (list, tuple)):
+            return self.array().tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+
 @dataclass(frozen=True)
 class ParsedTrace:
     worker: str
@@ -354,8 +527,8 @@ class ParsedTrace:
     device: tuple[DeviceEvent, ...]  # sorted by start
     data_spans: tuple[HostEvent, ...]  # DataLoader iteration and `data` ranges, any category
     memory: tuple[MemorySample, ...] | MemoryColumns  # the streamed parse's: MemoryColumns
-    python_calls: tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
-    python_builtins: tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
+    python_calls: Times | tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted
+    python_builtins: Times | tuple[float, ...] = ()  # ... and of every call of a built-in ("<built-in ...>"), sorted
     long_frames: tuple[str, ...] = ()  # the distinct names of frames of LONG_FRAME_US or more, sorted
     model_spans: tuple[tuple[float, float], ...] = ()  # (start, end) of each MODEL_FRAME_PREFIXES frame
     module_frames: tuple[HostEvent, ...] = ()  # each nn.Module call's frame, named and on its thread

@@ -284,8 +284,8 @@ def memory_devices(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryDevic
     if not trace.memory or not windows:
         return MemoryDevices((), capacities)
     cols = MemoryColumns.of(trace.memory)
-    kind = np.array(cols.field("device_type"), dtype=np.int64)
-    dev_id = np.where(kind != 0, np.array(cols.field("device_id"), dtype=np.int64), -1)
+    kind = np.asarray(cols.field("device_type"), dtype=np.int64)
+    dev_id = np.where(kind != 0, np.asarray(cols.field("device_id"), dtype=np.int64), -1)
     kind = np.where(kind != 0, kind, 0)
     by_device = {(int(k), int(d)): np.flatnonzero((kind == k) & (dev_id == d))
                  for k, d in set(zip(kind.tolist(), dev_id.tolist()))}
@@ -376,12 +376,11 @@ class _Device(NamedTuple):
     @classmethod
     def of(cls, cols: MemoryColumns, rows: np.ndarray) -> _Device:
         """The device's samples (``rows`` of ``cols``), sorted by time."""
-        t = np.array(cols.field("ts"), dtype=np.float64)[rows]
+        t = np.asarray(cols.field("ts"), dtype=np.float64)[rows]
         order = rows[np.argsort(t, kind="stable")]
-        num = lambda name: np.array(cols.field(name), dtype=np.int64)[order]  # noqa: E731
-        listed = order.tolist()
+        num = lambda name: np.asarray(cols.field(name), dtype=np.int64)[order]  # noqa: E731
         return cls(np.sort(t, kind="stable"), num("total_allocated"), num("total_reserved"), num("bytes"),
-                   list(map(cols.field("addr").__getitem__, listed)), list(map(cols.field("tid").__getitem__, listed)))
+                   cols.values("addr", order), cols.values("tid", order))
 
 
 def _rows(dev: _Device, w: StepWindow) -> tuple[int, int]:

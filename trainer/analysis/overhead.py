@@ -94,7 +94,7 @@ def _count_within(sorted_starts: np.ndarray, ranges: list[tuple[float, float]]) 
 
 
 def _sorted(values) -> np.ndarray:
-    return np.sort(np.fromiter(values, dtype=np.float64))
+    return np.sort(values if isinstance(values, np.ndarray) else np.fromiter(values, dtype=np.float64))
 
 
 @per_trace

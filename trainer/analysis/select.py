@@ -15,10 +15,10 @@ starts are kept within the same range. Raises TraceError when no step is left. P
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 
-from stepscope.analysis.events import HostEvents, MemoryColumns, ParsedTrace
+import numpy as np
+from stepscope.analysis.events import HostEvents, MemoryColumns, ParsedTrace, Times
 from stepscope.analysis.steps import launches_by_correlation, step_finder
 from stepscope.trace.errors import TraceError
 
@@ -76,7 +76,7 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
         return tuple(e for e in events if e.end >= lo and e.start <= hi)
 
     def starts_between(times):
-        return times[bisect_left(times, lo):bisect_right(times, hi)]
+        return Times(times).between(lo, hi)
 
     return replace(
         trace, steps=steps, ops=between(trace.ops), annotations=between(trace.annotations),
@@ -89,4 +89,5 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
 
 def _memory_between(memory, lo: float, hi: float) -> MemoryColumns:
     cols = MemoryColumns.of(memory)
-    return cols.take([i for i, t in enumerate(cols.columns[0]) if lo <= t <= hi])
+    ts = cols.field("ts")
+    return cols.take(np.flatnonzero((ts >= lo) & (ts <= hi)))

@@ -34,6 +34,7 @@ from stepscope.analysis.events import (
     MemoryColumns,
     MemorySample,
     Step,
+    TimesBuilder,
 )
 from stepscope.analysis.validate import MAX_TIME_US, STEP_CATEGORIES, STEP_NAME, check_event
 from stepscope.trace import schema
@@ -111,8 +112,7 @@ class Collector:
         self.ops, self.runtime = HostEventsBuilder(), HostEventsBuilder()
         self.device, self.data_spans = [], []
         self.memory = MemoryColumns()  # a list per MemorySample field: no tuple per [memory] event
-        self.python_calls: list[float] = []
-        self.python_builtins: list[float] = []
+        self.python_calls, self.python_builtins = TimesBuilder(), TimesBuilder()
         self.long_frames: set[str] = set()  # names of Python frames of at least LONG_FRAME_US
         self.model_spans: list[tuple[float, float]] = []  # frames of the model's own work (events.py)
         self.module_frames: list[HostEvent] = []  # nn.Module calls, named, on their threads

@@ -24,6 +24,7 @@ from stepscope.analysis.events import (
     PROFILER_STEP,
     DeviceEvent,
     HostEvent,
+    MemoryColumns,
     MemorySample,
     Step,
 )
@@ -217,10 +218,10 @@ def _steps(p: _Plan) -> list:
 
 
 def _memory_columns(p: _Plan) -> list:
-    """The piece's [memory] samples as MemorySample's columns: ts (a float64 array), the MEMORY_ARGS, the tid."""
+    """The piece's [memory] samples as MemorySample's columns: ts (float64), the MEMORY_ARGS (int64), the tid."""
     cols, rows = p.cols, p.memory
     return [cols.real("ts")[rows] - p.base,
-            *(np.where(cols.type(k)[rows] == T_INT, cols.int(k)[rows], 0).tolist() for k in MEMORY_FIELDS),
+            *(np.where(cols.type(k)[rows] == T_INT, cols.int(k)[rows], 0) for k in MEMORY_FIELDS),
             p.memory_tid]
 
 
@@ -233,10 +234,9 @@ def _collect(c, p: _Plan) -> None:
     s_all, t_all, names, strings = p.s_all, p.t_all, p.names, p.cols.strings
     c.steps.extend(_steps(p))
     if len(p.memory):
-        ts, *rest = _memory_columns(p)
-        c.memory.add_columns([ts.tolist(), *rest])
-    c.python_calls.extend(s_all[p.calls].tolist())
-    c.python_builtins.extend(s_all[p.builtins].tolist())
+        c.memory.add_columns(_memory_columns(p))
+    c.python_calls.extend_array(s_all[p.calls])
+    c.python_builtins.extend_array(s_all[p.builtins])
     c.long_frames.update(strings[k] for k in set(p.name[p.long_rows].tolist()))
     c.model_spans.extend(zip(s_all[p.model].tolist(), t_all[p.model].tolist()))
     rows = p.module_rows
@@ -270,8 +270,7 @@ def _encode(p: _Plan) -> dict:
                  "python_calls": s_all[p.calls], "python_builtins": s_all[p.builtins],
                  "long_frames": list({strings[k] for k in set(p.name[p.long_rows].tolist())}),
                  "model_spans": np.column_stack((s_all[p.model], t_all[p.model])).reshape(-1, 2),
-                 "memory": tuple(_memory_columns(p)) if len(p.memory) else
-                 (np.empty(0), *([] for _ in MEMORY_FIELDS), []),
+                 "memory": tuple(_memory_columns(p)) if len(p.memory) else MemoryColumns().columns,
                  "module_frames": host(p.module_rows, p.module_tid),
                  "runtime": host(p.rt_rows, p.rt_tid or [], p.rt_corr),
                  "names": strings}

@@ -154,8 +154,8 @@ def parsed_trace(path: Path, where: str, worker: str, span: str, c: Collector, h
         steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=c.ops.build(), annotations=tuple(c.annotations), runtime=c.runtime.build(),
         device=tuple(sorted(c.device, key=lambda d: d.start)),
-        data_spans=tuple(c.data_spans), memory=c.memory, python_calls=tuple(sorted(c.python_calls)),
-        python_builtins=tuple(sorted(c.python_builtins)), long_frames=tuple(sorted(c.long_frames)),
+        data_spans=tuple(c.data_spans), memory=c.memory, python_calls=c.python_calls.build(),
+        python_builtins=c.python_builtins.build(), long_frames=tuple(sorted(c.long_frames)),
         model_spans=tuple(sorted(c.model_spans)), module_frames=tuple(c.module_frames), recorded_shapes=c.shapes, steps_from=steps_from,
         device_memory=device_memory(props))
 

@@ -85,12 +85,10 @@ def encode(c: Collector) -> dict:
     """A range's events as columns, for the trip back to the parsing process."""
     table: dict[str, int] = {}
     out: dict = {"steps": c.steps, "shapes": c.shapes, "header": c.header,
-                 "python_calls": np.asarray(c.python_calls, dtype=np.float64),
-                 "python_builtins": np.asarray(c.python_builtins, dtype=np.float64),
+                 "python_calls": c.python_calls.array(), "python_builtins": c.python_builtins.array(),
                  "long_frames": list(c.long_frames),
                  "model_spans": np.asarray(c.model_spans, dtype=np.float64).reshape(-1, 2),
-                 # MemorySample: ts, then stream_collect.MEMORY_ARGS' fields and the tid, by position
-                 "memory": (np.asarray(c.memory.columns[0], dtype=np.float64), *c.memory.columns[1:])}
+                 "memory": c.memory.columns}  # MemoryColumns' columns: arrays, and the threads' list
     for name in HOST_LISTS:  # HostEvent fields by position: name, tid, start, end, correlation (None: all None)
         ev = getattr(c, name)
         out[name] = (_codes([e[0] for e in ev], table), [e[1] for e in ev],
@@ -110,12 +108,11 @@ def decode_into(c: Collector, part: dict) -> None:
     c.steps.extend(part["steps"])
     c.shapes = c.shapes or part["shapes"]
     c.header.update(part["header"])
-    c.python_calls.extend(part["python_calls"].tolist())
-    c.python_builtins.extend(part["python_builtins"].tolist())
+    c.python_calls.extend_array(part["python_calls"])
+    c.python_builtins.extend_array(part["python_builtins"])
     c.long_frames.update(part["long_frames"])
     c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
-    ts, *fields = part["memory"]
-    c.memory.add_columns([ts.tolist(), *fields])
+    c.memory.add_columns(part["memory"])
     for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend_columns(list(map(names.__getitem__, codes.tolist())), tids, starts, ends,

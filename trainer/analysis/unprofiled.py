@@ -38,13 +38,12 @@ most all of it) and then launch, sync and other host work in the proportions the
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
 from stepscope.analysis.breakdown import Breakdown, host_sets
 from stepscope.analysis.columns import op_columns
-from stepscope.analysis.events import ParsedTrace
+from stepscope.analysis.events import ParsedTrace, Times
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.overhead import Inflation
 from stepscope.analysis.steps import StepWindow
@@ -163,8 +162,8 @@ def _work_in_waits(trace: ParsedTrace, windows: list[StepWindow]) -> tuple[float
     data = host_sets(trace).data
     n = len(windows)
     ops = int(np.count_nonzero(data.covers_each(op_columns(trace).start))) / n
-    starts = trace.python_calls
-    frames = sum(bisect_left(starts, t1) - bisect_left(starts, t0) for t0, t1 in data) / n
+    starts = Times(trace.python_calls)
+    frames = sum(starts.count_between(t0, t1) for t0, t1 in data) / n
     return ops, frames
 
 
