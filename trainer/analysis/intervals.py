@@ -19,7 +19,7 @@ import numpy as np
 class IntervalSet:
     """A union of intervals, merged on construction. Immutable by convention."""
 
-    __slots__ = ("starts", "ends", "_prefix", "_s", "_e", "_p")
+    __slots__ = ("_lists", "_s", "_e", "_p")
 
     def __init__(self, intervals: Iterable[tuple[float, float]]) -> None:
         # the pairs' numbers in one pass in C: a million spans in a quarter of the time of a list of pairs
@@ -36,8 +36,8 @@ class IntervalSet:
     def _merge(self, starts: np.ndarray, ends: np.ndarray) -> None:
         keep = ends > starts
         starts, ends = starts[keep], ends[keep]
+        self._lists = None  # starts, ends and prefix as lists, for the one-range questions: made when asked
         if starts.size == 0:
-            self.starts, self.ends, self._prefix = [], [], [0.0]
             self._s, self._e, self._p = starts, ends, np.zeros(1)
             return
         order = np.argsort(starts, kind="stable")
@@ -48,11 +48,26 @@ class IntervalSet:
         first = np.flatnonzero(opens)
         merged_starts = starts[first]
         merged_ends = reach[np.concatenate((first[1:] - 1, [reach.size - 1]))]
-        self.starts, self.ends = merged_starts.tolist(), merged_ends.tolist()
         # running sum in order, as a Python loop would add them
         self._p = np.concatenate(([0.0], np.add.accumulate(merged_ends - merged_starts)))
-        self._prefix = self._p.tolist()
         self._s, self._e = merged_starts, merged_ends
+
+    @property
+    def starts(self) -> list[float]:
+        return self._listed()[0]
+
+    @property
+    def ends(self) -> list[float]:
+        return self._listed()[1]
+
+    @property
+    def _prefix(self) -> list[float]:
+        return self._listed()[2]
+
+    def _listed(self) -> tuple[list, list, list]:
+        if self._lists is None:
+            self._lists = (self._s.tolist(), self._e.tolist(), self._p.tolist())
+        return self._lists
 
     def union(self, other: IntervalSet) -> IntervalSet:
         return IntervalSet.from_arrays(np.concatenate((self._s, other._s)), np.concatenate((self._e, other._e)))
@@ -71,7 +86,7 @@ class IntervalSet:
     def lengths_within(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """``length_within`` of each range ``[lo[k], hi[k])``."""
         out = np.zeros(lo.shape)
-        if not self.starts or lo.size == 0:
+        if self._s.size == 0 or lo.size == 0:
             return out
         i = np.searchsorted(self._e, lo, side="right")  # first interval that ends after lo
         j = np.searchsorted(self._s, hi, side="left")  # intervals [i, j) start before hi
@@ -84,13 +99,13 @@ class IntervalSet:
         return out
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return self._s.size
 
     def __iter__(self):
         return iter(zip(self.starts, self.ends, strict=True))
 
     def total(self) -> float:
-        return self._prefix[-1]
+        return float(self._p[-1])
 
     def covers(self, t: float) -> bool:
         i = bisect_right(self.starts, t) - 1
@@ -99,14 +114,14 @@ class IntervalSet:
     def covers_each(self, times) -> np.ndarray:
         """``covers`` of each of ``times`` (a sequence or an array), as a bool array."""
         t = np.asarray(times, dtype=np.float64)
-        if not self.starts:
+        if self._s.size == 0:
             return np.zeros(t.shape, dtype=bool)
         i = np.searchsorted(self._s, t, side="right") - 1
         return (i >= 0) & (t < self._e[np.maximum(i, 0)])
 
     def length_within(self, lo: float, hi: float) -> float:
         """Length of the part of this set inside ``[lo, hi)``."""
-        if hi <= lo or not self.starts:
+        if hi <= lo or self._s.size == 0:
             return 0.0
         i = bisect_right(self.ends, lo)  # first interval that ends after lo
         j = bisect_left(self.starts, hi)  # intervals [i, j) start before hi

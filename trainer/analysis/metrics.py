@@ -158,6 +158,12 @@ def _peak_allocated(memory) -> dict[int, int | None]:
     """The largest Total Allocated of the CPU (0) and the GPU (1) samples; None where there is none."""
     peak: dict[int, int | None] = {0: None, 1: None}
     cols = MemoryColumns.of(memory)
+    kinds, totals = cols.field("device_type"), cols.field("total_allocated")
+    if isinstance(kinds, np.ndarray) and isinstance(totals, np.ndarray):  # int64 columns: one pass in numpy
+        for kind in peak:
+            mine = totals[kinds == kind]
+            peak[kind] = int(mine.max()) if mine.size else None
+        return peak
     for kind, total in set(zip(cols.values("device_type"), cols.values("total_allocated"))):
         if kind in peak and (peak[kind] is None or total > peak[kind]):
             peak[kind] = total
