@@ -158,7 +158,8 @@ def _plan(c, cols: Columns) -> _Plan | None:
             return None
         if not all(np.all((t == T_INT) | (t == T_MISSING)) for t in (cols.type(k)[rows] for k in MEMORY_FIELDS)):
             return None  # every MEMORY_ARGS field an int or missing (0), as the per-event rules read them
-        p.memory_tid = cols.values("tid", rows)
+        # the threads as int64 where each is an integer (as MemoryColumns keeps them), else their values
+        p.memory_tid = cols.int("tid")[rows] if np.all(cols.type("tid")[rows] == T_INT) else cols.values("tid", rows)
         if p.memory_tid is None:
             return None
     base = c.base
