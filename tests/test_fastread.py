@@ -578,3 +578,27 @@ def test_gzip_is_decompressed_by_isal_with_the_standard_librarys_bytes_and_error
                 outcomes.append(type(e).__name__ if not isinstance(e, OSError) else "OSError")
         assert outcomes[1] == outcomes[0], case
     assert outcomes[0] == "OSError"  # BadGzipFile
+
+
+@pytest.mark.parametrize("library", ["fast", "zlib"])
+def test_a_gz_file_is_read_from_any_offset(tmp_path, monkeypatch, library):
+    """What a helper parsing a .gz trace's second byte range reads: the decompressed bytes from its offset,
+    forward, back (from the file's start again) and to the end; an offset past the end is an EOFError."""
+    from stepscope.trace import gzopen
+    if library == "zlib":  # no ISA-L, no zlib-ng: Python's gzip, the same way
+        monkeypatch.setattr(gzopen, "_fast", None)
+    monkeypatch.setattr(gzopen, "SKIP_BLOCK", 1000)  # many blocks on the way to an offset
+    text = _real_trace()[:300_000]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text))
+    for at in (0, 1, 999, 1000, 123_457, len(text)):
+        with gzopen.open_gz(path, at=at) as f:
+            assert f.tell() == at and f.read() == text[at:]
+    with gzopen.open_gz(path, at=5000) as f:
+        assert f.read(10) == text[5000:5010]
+        assert f.seek(200_000) == 200_000 and f.read(7) == text[200_000:200_007]
+        assert f.seek(17) == 17 and f.read(5) == text[17:22]  # backward
+        assert f.seek(0, os.SEEK_END) == len(text) and f.read(5) == b""
+    with pytest.raises(EOFError):
+        gzopen.open_gz(path, at=len(text) + 1)
+    assert gzopen.uncompressed_size(path) == len(text)

@@ -71,7 +71,7 @@ def eager_junk(tmp_path_factory) -> tuple[Path, bytes]:
                                                keep=["cuda_graph", "nccl_ddp"]))
 def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
     src, trace = _plain(tmp_path, run, junk=run == "cuda_graph")
-    if run == "nccl_ddp":  # a gzipped original: read in two ranges through its index (gzindex.py)
+    if run == "nccl_ddp":  # a gzipped original: the second range decompresses the bytes before it (gzopen.py)
         src = src.rename(src.with_name(src.name + ".gz"))
         src.write_bytes(gzip.compress(src.read_bytes()))
     assert plan_columns.export_ranges(src, LOCAL) is None  # small: one range unless told otherwise

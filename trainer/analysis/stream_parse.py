@@ -41,8 +41,9 @@ from stepscope.trace.workers import json_size
 # replica on two cores, 0.5 to 0.8 parsed in the same time (BENCHMARKS.md); 0.9 against 1.15 was 10% faster
 # when the helpers sent their pieces only at their end.
 FIRST_RANGE_WEIGHT = 0.7
-# A gzipped file's first process has also decompressed the file up to the cut once, to find it (gzindex.py):
-# 0.9 evened the two processes' CPU time on the 1 GB replica stored as .json.gz.
+# A gzipped file's first process has also decompressed the file up to the cut once, to find it, and the
+# helper decompresses it up to the cut to start there (gzopen.py): 0.9 evened the two processes' CPU time on
+# the 1 GB replica stored as .json.gz.
 FIRST_RANGE_WEIGHT_GZ = 0.9
 
 

@@ -35,7 +35,7 @@ COLUMN_LISTS = ("ops", "runtime")  # the Collector's lists kept as columns (even
 # What reading a file in byte ranges meets that the one-process parse then says properly, naming the file or
 # the event by its index in the whole file (which a range does not know), or does not meet at all: a bad
 # event (TraceError, the ValueError of int() of a field that is no number), a file that cannot be read
-# (OSError, EOFError, zlib.error; decode errors are ValueErrors; rapidgzip says RuntimeError of a corrupt .gz),
+# (OSError, EOFError, zlib.error; decode errors are ValueErrors),
 # JSON nested too deeply (RecursionError, a RuntimeError), a helper that could not start or died (OSError,
 # concurrent.futures.BrokenExecutor, a RuntimeError), and running out of memory (the one-process parse holds
 # no helper's columns). Anything else (TypeError, AttributeError, NameError, KeyError ...) is a defect, or

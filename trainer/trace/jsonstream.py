@@ -17,9 +17,9 @@ The file is read in blocks of ``BLOCK`` bytes (decompressed on the fly for .gz).
 last ``}`` that is followed by ``,`` and ``{`` (the boundary between two events, whitespace allowed), and
 the events before the cut become one piece, given to the caller's decode function. A cut is only a
 candidate: a piece that does not decode (the cut fell inside a string or a nested object) is retried with
-the next block appended, cut after the failed position. A byte range of a .gz file is read through its
-index of decompression points (gzindex.py), built when split_points first looks at the file's middle, and
-yields at most bounded_read's ceiling (its trailer's size may not be the whole of its JSON). The keys before ``"traceEvents"`` and those after
+the next block appended, cut after the failed position. A byte range of a .gz file is read by
+decompressing the bytes before it and dropping them (gzopen.py), and yields at most bounded_read's ceiling
+(its trailer's size may not be the whole of its JSON). The keys before ``"traceEvents"`` and those after
 its closing ``]`` are decoded once each, so the header costs nothing on large files. Raises
 ``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
 on unreadable files.
@@ -47,9 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from stepscope.trace import gzindex
 from stepscope.trace.bounded_read import bounded
-from stepscope.trace.gzopen import open_gz
+from stepscope.trace.gzopen import open_gz, uncompressed_size
 
 BLOCK = 8 << 20
 KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -90,14 +89,8 @@ class TraceStream:
         gz = self.path.name.endswith(".gz")
         if self.opener is not None and self.span is None:
             self._f = self.opener(self.path)
-        elif gz and self.span is not None:
-            f = gzindex.open_at(self.path)
-            try:
-                f.seek(self.span[0])
-            except BaseException:
-                f.close()
-                raise
-            self._f = bounded(f, self.path)
+        elif gz and self.span is not None:  # the bytes before the range decompressed and dropped (gzopen.py)
+            self._f = bounded(open_gz(self.path, at=self.span[0]), self.path)
         else:
             self._f = open_gz(self.path) if gz else open(self.path, "rb")
             if self.span is not None:
@@ -258,25 +251,23 @@ def split_points(path: Path, parts: int, decode: Callable[[bytes], list],
     """Byte ranges that split the traceEvents array of a file into ``parts`` runs of whole events, for
     ``TraceStream(span=...)``; the first range starts at 0 (the header is read with it) and is
     ``first_weight`` times as long as each of the others (the process that reads it does more besides).
-    Offsets of a .gz file are of its decompressed bytes; finding them indexes the file (gzindex.py). None
-    when the file is too small to split, or gzipped and gzindex.py's reader is missing."""
+    Offsets of a .gz file are of its decompressed bytes: finding them decompresses the file up to the last
+    one (gzopen.py). None when the file is too small to split."""
     path = Path(path)
     gz = path.name.endswith(".gz")
-    if parts < 2 or (gz and not gzindex.available()):
+    if parts < 2:
         return None
-    size = gzindex.uncompressed_size(path) if gz else path.stat().st_size
+    size = uncompressed_size(path) if gz else path.stat().st_size
     starts = [0]
     total = first_weight + parts - 1
-    with gzindex.open_at(path) if gz else open(path, "rb") as f:
-        if size is None:  # a trailer that cannot tell: decompressed to the end once (and indexed)
+    with open_gz(path) if gz else open(path, "rb") as f:
+        if size is None:  # a trailer that cannot tell: decompressed to the end once
             size = f.seek(0, os.SEEK_END)
         for k in range(1, parts):
             at = _event_start_near(f, int(size * (first_weight + k - 1) / total), decode)
             if at is None or at <= starts[-1]:
                 return None
             starts.append(at)
-        if gz:
-            gzindex.remember(path, f)  # for the readers of the ranges, here and in the helpers forked next
     return [(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))]
 
 

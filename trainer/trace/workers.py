@@ -25,7 +25,7 @@ budget; 1 means "in this process". Runs with less JSON than ``SPLIT_FROM`` in al
 starting processes would cost more than it saves. Traces parsed in this process that are at least
 ``SPLIT_FROM`` long are cut into ``parts_for(path, plan)`` byte ranges, parsed at once by this process and
 forked helpers (stream_ranges.py); the helpers hold only columns, so the budget is the same.
-Gzipped traces are cut too, through an index of decompression points (gzindex.py).
+Gzipped traces are cut too: a helper decompresses the bytes before its range and drops them (gzopen.py).
 
 This module is the only one that makes process pools (and the stoppable children of ``Apart``); each forks this process (its memory is inherited,
 never pickled: columns of millions of entries go to a helper for free).
@@ -44,8 +44,6 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-from stepscope.trace import gzindex
 
 BASE_BYTES = 80 << 20  # interpreter, msgspec, decode buffers and one decoded piece
 EVENT_BYTES_PER_FILE_BYTE = 1.0
@@ -115,7 +113,7 @@ class Workers:
     def halves(self, path: Path) -> bool:
         """Whether the export should read and write ``path`` in two byte ranges, the second by a helper."""
         path = Path(path)
-        return self.forks and json_size(path) >= SPLIT_FROM and splittable(path)
+        return self.forks and json_size(path) >= SPLIT_FROM
 
     @contextmanager
     def beside(self, fn: Callable, *args) -> Iterator[Future]:
@@ -347,11 +345,6 @@ def json_size(path: Path) -> int:
     return isize if isize >= size else size * GZ_RATIO_GUESS
 
 
-def splittable(path: Path) -> bool:
-    """Whether ``path`` can be read from the middle: uncompressed, or gzipped and indexable (gzindex.py)."""
-    return not Path(path).name.endswith(".gz") or gzindex.available()
-
-
 def peak_bytes(json_bytes: int) -> int:
     return BASE_BYTES + int(EVENT_BYTES_PER_FILE_BYTE * json_bytes)
 
@@ -375,6 +368,6 @@ def plan_sizes(sizes: list[int], budget_bytes: int, cpus: int | None = None) -> 
 def parts_for(path: Path, plan: Plan) -> int:
     """Byte ranges to parse ``path`` in, in this process (module docstring)."""
     path = Path(path)
-    if plan.parts < 2 or json_size(path) < SPLIT_FROM or not splittable(path):
+    if plan.parts < 2 or json_size(path) < SPLIT_FROM:
         return 1
     return plan.parts
