@@ -221,3 +221,17 @@ def test_times_are_the_sorted_tuple_they_stand_for(values, lo, hi):
     built.extend(values[:half])
     built.extend_array(np.array(values[half:], dtype=np.float64))
     assert [repr(t) for t in built.build()] == [repr(t) for t in ref]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0, 1e4, allow_nan=False), min_size=2, max_size=30), st.data())
+def test_a_steps_median_of_the_others_is_statistics_median(durs, data):
+    """The cold-step rule compares each step with the median of the others (trust.py): taken from the sorted
+    durations, the same float as statistics.median of the others."""
+    import statistics
+
+    from stepscope.analysis.trust import _median_without
+
+    i = data.draw(st.integers(0, len(durs) - 1))
+    others = statistics.median(d for j, d in enumerate(durs) if j != i)
+    assert repr(_median_without(sorted(durs), durs[i])) == repr(others)
