@@ -169,3 +169,14 @@ def test_a_memory_helper_that_dies_leaves_the_section_to_this_process(monkeypatc
     monkeypatch.setattr(span, "memory_devices", dies_in_a_helper)
     again = analyze_parsed_file(parsed, path, processes=2)
     assert again.memory is not None and again.to_dict() == alone.to_dict()
+
+
+def test_the_helper_makes_the_memory_section_and_the_host_syncs_as_this_process_would():
+    """With a helper (the command line on a large trace), the memory section and the host syncs are made
+    there while this process makes the rest: the report is the one made in one process, syncs included."""
+    (path,) = (DATA / "item_per_layer").glob("*.pt.trace.json*")
+    parsed = parse_path(path, "w", "s")
+    alone = analyze_parsed_file(parsed, path).to_dict()
+    helped = analyze_parsed_file(parse_path(path, "w", "s"), path, processes=2).to_dict()
+    assert alone["metrics"]["syncs_per_step"] > 0 and alone["memory"] is not None
+    assert helped == alone

@@ -86,7 +86,10 @@ def _round(v):
     return round(v, 4) if isinstance(v, float) else v
 
 
-def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -> SpanMetrics:
+def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown,
+                 episodes: list[SyncEpisode] | None = None) -> SpanMetrics:
+    """The steps' metrics. ``episodes``: the trace's ``sync_episodes`` where the caller has them (an empty
+    list: the caller sets the sync figures later, with ``sync_figures``); None: made here."""
     n = len(windows)
     hs = host_sets(trace)
     data_us = sum(hs.data.length_within(w.host_start, w.host_end) for w in windows)
@@ -108,7 +111,6 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     kernels = [d for d in own if d.kind == "kernel"]
     memcpys = [d for d in own if d.kind == "memcpy"]
     step_ranges = _step_ranges(windows)
-    in_steps = step_ranges.covers
     # the kernel launches that start inside the steps, as columns: no tuple per launch (a large trace has
     # hundreds of thousands)
     launch = rows_named(trace.runtime, KERNEL_LAUNCHES.__contains__)
@@ -116,7 +118,6 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
     starts, ends = runtime.start[launch], runtime.end[launch]
     inside = step_ranges.covers_each(starts)
     launch_us = ends[inside] - starts[inside]
-    episodes = [e for e in sync_episodes(trace) if in_steps(e.start)]
     _, compute, _ = device_sets(trace)
     dev = device_columns(trace)
     comm = dev.spans(dev.is_comm)
@@ -128,12 +129,19 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown) -
         if kernels else None,
         median_kernel_us=_median_dur(kernels, 4) if kernels else None,
         median_launch_us=_median(launch_us) if launch_us.size else None,
-        syncs_per_step=len(episodes) / n,
-        sync_ms_per_step=sum(e.blocked_us for e in episodes) / n / 1e3,
         memcpy_ms_per_step=IntervalSet((d.start, d.end) for d in memcpys).total() / n / 1e3,
-        memcpy_per_step=len(memcpys) / n,
-        top=tuple(_top_kernels(kernels, n)), sync_episodes=tuple(episodes),
+        memcpy_per_step=len(memcpys) / n, top=tuple(_top_kernels(kernels, n)),
+        **sync_figures(windows, sync_episodes(trace) if episodes is None else episodes),
         **_comm_compute(compute, comm, windows, n), **common)
+
+
+def sync_figures(windows: list[StepWindow], episodes: list[SyncEpisode]) -> dict:
+    """SpanMetrics' sync fields from a GPU trace's ``sync_episodes``: those that start inside the steps."""
+    in_steps = _step_ranges(windows).covers
+    mine = [e for e in episodes if in_steps(e.start)]
+    n = len(windows)
+    return dict(syncs_per_step=len(mine) / n, sync_ms_per_step=sum(e.blocked_us for e in mine) / n / 1e3,
+                sync_episodes=tuple(mine))
 
 
 def _median_dur(events: list, start: int) -> float:

@@ -41,7 +41,7 @@ from stepscope.analysis.memory import (
     stall_figures,
     stall_finding,
 )
-from stepscope.analysis.metrics import SpanMetrics, span_metrics
+from stepscope.analysis.metrics import SpanMetrics, span_metrics, sync_episodes, sync_figures
 from stepscope.analysis.overhead import Inflation, Recording, host_inflation, recording
 from stepscope.analysis.select import StepSelection, select
 from stepscope.analysis.step_range import Band, StepRange, error_band, step_range
@@ -211,22 +211,29 @@ def span_evidence(trace: ParsedTrace, processes: int = 1) -> SpanEvidence:
     workers = Workers.local(processes) if processes > 1 and trace.memory else Workers.inline()
     if workers.forks:
         op_columns(trace)  # both processes read it: made once, before the fork, and inherited
-    with workers.beside(memory_devices, trace, kept) as later:
-        def memory() -> MemoryDevices:
+    with workers.beside(_beside, trace, kept) as later:
+        def helped() -> tuple[MemoryDevices, list]:
             try:
                 return later.result()
             except BrokenProcessPool:  # the helper died (killed, out of memory): made here instead
-                return memory_devices(trace, kept)
+                return _beside(trace, kept)
 
-        return _evidence_kept(trace, every, kept, cold, memory)
+        return _evidence_kept(trace, every, kept, cold, helped)
+
+
+def _beside(trace: ParsedTrace, kept: list) -> tuple[MemoryDevices, list]:
+    """What a helper makes while this process makes the rest of the evidence (or this process, last, where
+    there is no helper): the memory section's devices, and a GPU trace's host syncs (``sync_episodes``, a
+    fifth of the rest on a large trace). Each is a pass over the trace that nothing else waits for."""
+    return memory_devices(trace, kept), (sync_episodes(trace) if trace.has_gpu else [])
 
 
 def _evidence_kept(trace: ParsedTrace, every: list, kept: list, cold,
-                   memory: Callable[[], MemoryDevices]) -> SpanEvidence:
-    """span_evidence on the steps ``kept``; ``memory()`` gives the memory section's devices, asked for last."""
+                   helped: Callable[[], tuple[MemoryDevices, list]]) -> SpanEvidence:
+    """span_evidence on the steps ``kept``; ``helped()`` gives ``_beside``'s, asked for last."""
     gpu = trace.has_gpu
     bd_prof = breakdown(trace, kept)
-    m_prof = span_metrics(trace, kept, bd_prof)
+    m_prof = span_metrics(trace, kept, bd_prof, episodes=[])  # its sync figures set below
     inflation = host_inflation(trace, kept, m_prof.median_launch_us, list(host_sets(trace).data))
     serial = not gpu or in_process(trace, kept)
     paced = not serial and loader_paced(trace, kept)
@@ -234,10 +241,13 @@ def _evidence_kept(trace: ParsedTrace, every: list, kept: list, cold,
     pageable = (gpu and bd_prof.pct(TRANSFER) >= TRANSFER_BOUND.causes[0].threshold_pct
                 and any("Pageable" in trace.device[i].name
                         for i in np.flatnonzero(device_columns(trace).is_copy).tolist()))
+    fed, band, stalls = not paced and worker_fed(trace, kept), error_band(trace, rec), stall_figures(trace, kept)
+    memory, episodes = helped()
+    if gpu:
+        m_prof = replace(m_prof, **sync_figures(kept, episodes))
     return SpanEvidence(trace.worker, trace.span, trace.rank, (trace.device_name or "gpu") if gpu else "cpu", gpu,
-                        len(every), bd_prof, m_prof, inflation, serial, paced,
-                        not paced and worker_fed(trace, kept), rec, error_band(trace, rec), pageable,
-                        stall_figures(trace, kept), cold, _names(trace, kept, m_prof), trace.steps_from, memory())
+                        len(every), bd_prof, m_prof, inflation, serial, paced, fed, rec, band, pageable, stalls,
+                        cold, _names(trace, kept, m_prof), trace.steps_from, memory)
 
 
 def span_report(e: SpanEvidence, telemetry: dict | None = None) -> SpanReport:
