@@ -13,6 +13,7 @@ msgspec and collected event by event, which gives the same events or the same er
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from itertools import repeat
 
 import numpy as np
@@ -110,19 +111,13 @@ def _plan(c, cols: Columns) -> _Plan | None:
     # what each distinct string is, as a category and as a name; index m: missing
     cat = np.where(cat_t == T_STR, cols.int("cat"), m)
     infos: list = [None] * (m + 1)
-    for k in np.unique(cat).tolist():
+    for k in np.flatnonzero(np.bincount(cat, minlength=m + 1)).tolist():  # the codes used, in order
         infos[k] = c._kind(c_unset()) if k == m else c._kinds.get(strings[k]) or c._kind(strings[k])
     kind_of = np.array([-1 if i is None else i[1] for i in infos], dtype=np.int8)
     step_cat = np.array([i is not None and i[2] for i in infos], dtype=bool)
     flags = np.zeros((7, m + 1), dtype=bool)
-    for k, s in enumerate(strings):
-        flags[0, k] = s.startswith(STEP_PREFIX) and STEP_NAME.match(s) is not None
-        flags[1, k] = s.startswith("<built-in")
-        flags[2, k] = s.startswith(DATALOADER_PREFIX)
-        flags[3, k] = s.startswith(MODEL_FRAME_PREFIXES)
-        flags[4, k] = s in DATA_ANNOTATIONS
-        flags[5, k] = s == MEMORY_EVENT
-        flags[6, k] = s.startswith(MODULE_FRAME_PREFIX)
+    if m:
+        flags[:, :m] = np.array(list(map(_name_flags, strings)), dtype=bool).T
     named = name_t == T_STR
     name = np.where(named, cols.int("name"), m)
     kind = kind_of[cat]
@@ -207,6 +202,14 @@ def _plan(c, cols: Columns) -> _Plan | None:
     args_object = cols.type("args") == T_OBJECT
     p.shapes = bool(len(op_rows) and np.any(args_object[op_rows] & (cols.type("input_dims")[op_rows] != T_MISSING)))
     return p
+
+
+@lru_cache(maxsize=1 << 16)  # a piece's few hundred distinct strings are mostly those of the piece before
+def _name_flags(s: str) -> tuple[bool, ...]:
+    """What a string is as an event's name, in _plan's order of ``flags``."""
+    return (s.startswith(STEP_PREFIX) and STEP_NAME.match(s) is not None, s.startswith("<built-in"),
+            s.startswith(DATALOADER_PREFIX), s.startswith(MODEL_FRAME_PREFIXES), s in DATA_ANNOTATIONS,
+            s == MEMORY_EVENT, s.startswith(MODULE_FRAME_PREFIX))
 
 
 def _steps(p: _Plan) -> list:
