@@ -12,6 +12,7 @@ import glob
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from in_process import run_main
 from on_disk import analyze_trace
@@ -327,6 +328,8 @@ def test_the_parse_collects_memory_samples_as_columns_that_read_as_samples():
     assert [type(v) for v in samples[7]][:3] == [float, int, int]
     beyond = MemoryColumns([[1.0], [1], [2**64 - 1], [0], [0], [0], [0], [None]])  # past int64: kept exactly
     assert tuple(beyond)[0].total_allocated == 2**64 - 1
+    odd = MemoryColumns([[1.0, 2.0], [1, 1], [5, 7.5], [0, 0], [0, 0], [0, 0], [0, 0], [3, 4]])  # never converted
+    assert [s.total_allocated for s in odd] == [5, 7.5] and isinstance(odd.field("tid"), np.ndarray)
 
 
 def test_the_compiled_reader_reads_every_field_of_the_memory_events(monkeypatch):

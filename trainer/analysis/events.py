@@ -201,19 +201,19 @@ _MEMORY_TID = len(MemorySample._fields) - 1  # the threads' column; 0 is the tim
 
 
 def _column(k: int, values):
-    """One added column as it is kept: the times as float64, counters as int64 (a list past int64), threads
-    as int64 where every one is an integer (else a list: a thread may be named, or None)."""
-    if k == _MEMORY_TID and not isinstance(values, np.ndarray):
-        values = list(values)
-        if not all(type(v) is int for v in values):
-            return values
-    if isinstance(values, np.ndarray) and values.dtype == (np.float64 if k == 0 else np.int64):
+    """One added column as it is kept: the times as float64 and the counters and threads as int64 where
+    every value is of that Python type and fits, else the list of values as they came (a thread may be
+    named, or None; a counter may be beyond int64): never a value converted."""
+    want = np.float64 if k == 0 else np.int64
+    if isinstance(values, np.ndarray) and values.dtype == want:
         return values
-    values = values if isinstance(values, (list, tuple, np.ndarray)) else list(values)
+    values = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if not all(type(v) is (float if k == 0 else int) for v in values):
+        return values
     try:
-        return np.asarray(values, dtype=np.float64 if k == 0 else np.int64)
+        return np.array(values, dtype=want)
     except OverflowError:  # an integer beyond int64
-        return list(values)
+        return values
 
 
 def _join(k: int, parts: list):

@@ -89,5 +89,5 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
 
 def _memory_between(memory, lo: float, hi: float) -> MemoryColumns:
     cols = MemoryColumns.of(memory)
-    ts = cols.field("ts")
+    ts = np.asarray(cols.field("ts"), dtype=np.float64)
     return cols.take(np.flatnonzero((ts >= lo) & (ts <= hi)))
