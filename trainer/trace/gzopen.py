@@ -14,7 +14,7 @@ A gzip stream can only be decompressed from its start, so reading from the middl
 range that a helper process parses, jsonstream.split_points) decompresses the bytes before it once more.
 With ISA-L that costs 0.55 s per GB here, less than keeping an index of restart points (rapidgzip's: 0.41 s
 to index half a GB and 0.38 s to hand the index on, then 1.77 s per GB to decompress on one thread;
-BENCHMARKS.md, "A gzipped trace's ranges ...").
+BENCHMARKS.md, "A gigabyte's parse without Python numbers per sample, `.json.gz` ranges without an index ...").
 """
 
 from __future__ import annotations
