@@ -37,13 +37,14 @@ import multiprocessing
 import os
 import pickle
 import queue
-import struct
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from stepscope.trace.gzopen import uncompressed_size
 
 BASE_BYTES = 80 << 20  # interpreter, msgspec, decode buffers and one decoded piece
 EVENT_BYTES_PER_FILE_BYTE = 1.0
@@ -339,10 +340,8 @@ def json_size(path: Path) -> int:
     size = path.stat().st_size
     if not path.name.endswith(".gz") or size < 18:
         return size
-    with open(path, "rb") as f:
-        f.seek(-4, os.SEEK_END)
-        (isize,) = struct.unpack("<I", f.read(4))
-    return isize if isize >= size else size * GZ_RATIO_GUESS
+    isize = uncompressed_size(path)
+    return isize if isize is not None else size * GZ_RATIO_GUESS
 
 
 def peak_bytes(json_bytes: int) -> int:
