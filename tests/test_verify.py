@@ -158,6 +158,7 @@ def test_the_data_bound_prediction_is_a_range_bounded_by_the_cores():
     assert prediction(cause, gpu, 100.0)["step_ms"] == pytest.approx([8.0, 9.0])
 
 
+@pytest.mark.alone  # times processes against one alone: a neighbouring test on the same CPU skews the ratio
 def test_two_logical_cpus_that_share_one_core_deliver_one_core():
     """verify bounds the workers' speed-up by the parallel throughput the CPUs deliver, measured, not by how
     many there are: two processes pinned to one CPU (as two hyper-threads of one core, or two vCPUs of a busy
