@@ -24,7 +24,7 @@ from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, HostEv
 from stepscope.analysis.steps import launches_by_correlation, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
-from stepscope.trace.jsonstream import BOUNDARY, _last_boundary
+from stepscope.trace.jsonstream import BOUNDARY, PADDING, _last_boundary
 
 DATA = Path(__file__).parent / "data"
 TRACES = [DATA / "eager_bs128" / "eager_bs128.1795259107760373831.pt.trace.json.gz",
@@ -280,6 +280,10 @@ def test_last_boundary_is_the_last_of_the_buffer(seed):
     for after in (-1, 0, len(buf) // 3, len(buf) - 5):
         found = [m.start() + 1 for m in BOUNDARY.finditer(buf, after + 1)]
         assert _last_boundary(buf, after) == (found[-1] if found else None)
+        # the last below a bound (the padding a piece leaves after it), however close the bound
+        for before in {len(buf) - PADDING, *(found[-3:]), *(f + 1 for f in found[-3:])}:
+            below = [f for f in found if f < before]
+            assert _last_boundary(buf, after, before) == (below[-1] if below else None)
 
 
 def test_each_window_ends_at_its_steps_end_or_its_latest_activity(traces):

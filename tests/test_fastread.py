@@ -344,6 +344,68 @@ def test_deep_nesting_and_huge_numbers_are_left_to_msgspec():
     assert reader.read(b'\xef\xbb\xbf[{"ts": 1}]') is None and reader.read(b'[{"ts": 1}]') is not None
 
 
+@pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+def test_nesting_is_bounded_by_the_parser_at_the_same_depth_read_or_not():
+    """simdjson's own depth limit bounds every value, read or skipped: a value of an event holding 200
+    nested containers is read, one of 201 is left to msgspec (within ``args``, one level less)."""
+    reader = fastread.ColumnReader(Event)
+
+    def nested(k: int) -> bytes:
+        return b"[" * k + b"]" * k
+
+    for key in (b"name", b"x"):  # a field read, a field not read
+        assert reader.read(b'[{"%s": %s}]' % (key, nested(200))) is not None
+        assert reader.read(b'[{"%s": %s}]' % (key, nested(201))) is None
+    for key in (b"Input Dims", b"y"):
+        assert reader.read(b'[{"args": {"%s": %s}}]' % (key, nested(199))) is not None
+        assert reader.read(b'[{"args": {"%s": %s}}]' % (key, nested(200))) is None
+    assert decode(b'[{"x": ' + nested(201) + b"}]")  # what msgspec then reads
+
+
+@pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+def test_pieces_are_parsed_where_they_lie():
+    """jsonstream leaves the reader's padding after each piece it cuts, so that the piece is parsed in its
+    buffer instead of being copied first; the columns are those of the piece copied."""
+    from stepscope.trace import _fastread
+    from stepscope.trace.jsonstream import PADDING, TraceStream
+
+    assert _fastread.PADDING <= PADDING
+    reader = fastread.ColumnReader(Event)
+    seen = []
+
+    def check(text):
+        seen.append(_fastread.in_place(text))
+        cols, copied = reader.read(text), reader.read(bytes(text))
+        assert cols.strings == copied.strings and cols.n == copied.n
+        assert np.array_equal(cols._types, copied._types) and np.array_equal(cols._ints, copied._ints)
+        return []
+
+    (path,) = [p for p in TRACES if p.is_relative_to(SMALL)]
+    with TraceStream(path, block=1 << 16) as ts:
+        for _ in ts.decode_events(check):
+            pass
+    assert len(seen) > 10 and all(seen[:-1]) and not seen[-1]  # the last: the array's tail, decoded apart
+    # whatever the bytes after it, a piece parsed in place gives what its copy gives, or is refused alike
+    rng = np.random.default_rng(0)
+    piece = _real_trace()
+    piece = piece[piece.index(b"[", piece.index(b"traceEvents")):][:20_000]
+    for k in range(300):
+        text = bytearray(piece[:int(rng.integers(1, len(piece)))])
+        for at in rng.integers(0, len(text), int(rng.integers(0, 3))):
+            text[at] = rng.choice(list(b'{}[]",:0123456789.eE-+\\\x00'))
+        text += rng.choice([b"", b"]", b"}]"])
+        for pad in (b"0" * 64, b'"\\' * 32, rng.bytes(64), b"}]" * 32):
+            view = memoryview(bytearray(bytes(text) + pad))[:len(text)]
+            assert _fastread.in_place(view)
+            got, copied = _fastread.columns(view, reader.event_keys, reader.args_keys), \
+                _fastread.columns(bytes(text), reader.event_keys, reader.args_keys)
+            assert got == copied, (k, pad)
+    buf = bytearray(b'[{"ts": 1}]' + b" " * 64)
+    view = memoryview(buf)
+    assert _fastread.in_place(view[:11]) and not _fastread.in_place(view[:12])
+    assert not _fastread.in_place(bytes(buf)) and not _fastread.in_place(view[1:])
+
+
 # -- bad files: the same one line and exit code 2 through both readers ------------------------------------------
 
 def _cli(run: Path, pure_python: bool, *args) -> subprocess.CompletedProcess:
@@ -520,6 +582,10 @@ for k, text in enumerate(inputs):
     r = _fastread.columns(text, keys, args)
     read += r is not None
     r = _fastread.columns(memoryview(bytearray(text)), keys, args)
+    for pad in (b" " * 64, b'9"' * 32, bytes(rng.randrange(256) for _ in range(64))):  # parsed in place
+        view = memoryview(bytearray(text + pad))[:len(text)]
+        assert _fastread.in_place(view)
+        r = _fastread.columns(view, keys, args)
     if k % 97 == 0:
         _fastread.release()  # the parser freed now and then, and made anew by the next call
 _fastread.release()

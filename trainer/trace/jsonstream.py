@@ -57,6 +57,9 @@ HEADER_LIMIT = 64 << 20  # a header larger than this is not a torch.profiler tra
 PIECE_LIMIT = 64 << 20  # nor is this much text without a boundary between two events that decodes
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which Python's json (the lenient reader) accepts
 PROBE = 4 << 20  # bytes decoded to confirm that a split point starts an event
+# bytes of the buffer left after each piece's text: the compiled reader parses a piece where it lies when
+# simdjson may read that far past its end (fastread.py), instead of copying it into a padded buffer first
+PADDING = 64
 DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 
 
@@ -154,7 +157,7 @@ class TraceStream:
                 raise msgspec.DecodeError(f"no boundary between two events that decodes in the "
                                           f"{PIECE_LIMIT >> 20} MiB before offset {self._pos}: not a trace's "
                                           "array of events")
-            cut = _last_boundary(buf, failed_at)
+            cut = _last_boundary(buf, failed_at, len(buf) - PADDING)
             if cut is None:
                 continue
             closing = buf[cut]
@@ -230,16 +233,20 @@ def read_header(path: Path) -> dict:
         return ts.header
 
 
-def _last_boundary(buf: bytearray, after: int) -> int | None:
+def _last_boundary(buf: bytearray, after: int, before: int | None = None) -> int | None:
     """Position of the ``}`` of the last event-closing brace in ``buf`` after ``after`` + 1 (the byte after
-    it is then overwritten with ``]``): the position just after the ``}``, or None."""
+    it is then overwritten with ``]``): the position just after the ``}``, or None. With ``before``, the last
+    such position below it: ``len(buf) - PADDING`` leaves ``PADDING`` bytes or more after the piece."""
     # Two boundaries never overlap (one starts at a "}", which the rest of the pattern cannot hold), so the
     # last one found from any start is the last of the whole buffer: look in its tail first, widening it.
+    end = len(buf) if before is None else before
     tail = 1 << 16
     while True:
-        start = max(after + 1, len(buf) - tail)
+        start = max(after + 1, end - tail)
         last = None
         for m in BOUNDARY.finditer(buf, start):
+            if m.start() + 1 >= end:
+                break
             last = m.start() + 1
         if last is not None or start <= after + 1:
             return last

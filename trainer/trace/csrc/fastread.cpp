@@ -23,7 +23,9 @@ same text the slow way, which gives its result or its error. No Python object is
 distinct string.
 
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
-its buffers instead of faulting in new ones; release() frees it once a trace has been read.
+its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
+memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
+without that copy: in_place(text) says whether a text is.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -42,6 +44,11 @@ enum { T_MISSING, T_NULL, T_INT, T_REAL, T_STR, T_TRUE, T_FALSE, T_ARRAY, T_OBJE
 
 #define MAX_SLOTS 64
 #define MAX_DEPTH 200 /* below the nesting at which the Python decoders give up (about 500 to 1000) */
+/* simdjson's own limit, so that no value is walked to check its depth: it refuses a piece in which a
+   container lies PARSER_DEPTH or more levels below the array of events. An event is one level, so a value of
+   an event that holds MAX_DEPTH nested containers is read, and one that holds more is left to the caller
+   (within args, one level less) */
+#define PARSER_DEPTH (MAX_DEPTH + 2)
 
 typedef struct {
     const char *ptr;
@@ -142,25 +149,6 @@ static int64_t strtab_code(strtab *t, const char *p, size_t n) {
     return (int64_t)t->count++;
 }
 
-static bool is_container(element_type t) { return t == element_type::ARRAY || t == element_type::OBJECT; }
-
-/* whether v holds containers nested no more than `left` deep (bounded recursion) */
-static int depth_ok(element v, int left) {
-    element_type t = v.type();
-    if (!is_container(t)) return 1;
-    if (left <= 0) return 0;
-    if (t == element_type::ARRAY) {
-        for (element x : simdjson::dom::array(v.get_array().value_unsafe())) {
-            if (is_container(x.type()) && !depth_ok(x, left - 1)) return 0;
-        }
-    } else {
-        for (simdjson::dom::key_value_pair kv : simdjson::dom::object(v.get_object().value_unsafe())) {
-            if (is_container(kv.value.type()) && !depth_ok(kv.value, left - 1)) return 0;
-        }
-    }
-    return 1;
-}
-
 /* one value into slot (s, i); 0, or -1 for "let the caller decode it" / out of memory (*oom set) */
 static inline int put(element v, size_t at, uint8_t *types, int64_t *ints, strtab *tab, int *oom) {
     switch (v.type()) {
@@ -196,11 +184,9 @@ static inline int put(element v, size_t at, uint8_t *types, int64_t *ints, strta
         return 0;
     }
     case element_type::ARRAY:
-        if (!depth_ok(v, MAX_DEPTH)) return -1;
         types[at] = T_ARRAY;
         return 0;
     case element_type::OBJECT:
-        if (!depth_ok(v, MAX_DEPTH)) return -1;
         types[at] = T_OBJECT;
         return 0;
     }
@@ -274,7 +260,12 @@ static thread_local std::unique_ptr<simdjson::dom::parser> the_parser;
 
 /* the thread's parser, made on first use; NULL when out of memory */
 static simdjson::dom::parser *thread_parser(void) {
-    if (!the_parser) the_parser.reset(new (std::nothrow) simdjson::dom::parser());
+    if (!the_parser) {
+        the_parser.reset(new (std::nothrow) simdjson::dom::parser());
+        /* the depth is kept when the parser grows for a larger piece */
+        if (the_parser && the_parser->allocate(simdjson::dom::MINIMAL_DOCUMENT_CAPACITY, PARSER_DEPTH))
+            the_parser.reset();
+    }
     return the_parser.get();
 }
 
@@ -313,22 +304,39 @@ static int read_events(simdjson::dom::array root, size_t n, const key_t_ *keys, 
                 types[(size_t)s * n + i] = T_OBJECT;
                 for (simdjson::dom::key_value_pair akv : simdjson::dom::object(v.get_object().value_unsafe())) {
                     Py_ssize_t a = find_key(&args_map, akv.key.data(), akv.key.size());
-                    if (a < 0) {
-                        if (is_container(akv.value.type()) && !depth_ok(akv.value, MAX_DEPTH - 2)) return READ_REFUSED;
-                        continue;
-                    }
+                    if (a < 0) continue;
                     if (put(akv.value, (size_t)(n_event + a) * n + i, types, ints, tab, &oom) < 0)
                         return oom ? READ_OOM : READ_REFUSED;
                 }
             } else if (s >= 0) {
                 if (put(v, (size_t)s * n + i, types, ints, tab, &oom) < 0) return oom ? READ_OOM : READ_REFUSED;
-            } else if (is_container(v.type()) && !depth_ok(v, MAX_DEPTH - 1)) {
-                return READ_REFUSED;
             }
         }
         i++;
     }
     return READ_OK;
+}
+
+/* whether simdjson may read SIMDJSON_PADDING bytes past the n bytes at p, which a Py_buffer of `obj`
+   holds: true where `obj` is a memoryview of part of a bytearray that holds them (jsonstream.py leaves them
+   after each piece it cuts), so that the piece is parsed where it lies instead of being copied first. The
+   buffer export held on `obj` keeps the bytearray from being resized meanwhile. */
+static int padded_in_place(PyObject *obj, const char *p, Py_ssize_t n) {
+    if (obj == NULL || !PyMemoryView_Check(obj)) return 0;
+    PyObject *base = PyMemoryView_GET_BASE(obj);
+    if (base == NULL || !PyByteArray_Check(base)) return 0;
+    const char *start = PyByteArray_AS_STRING(base);
+    const size_t size = (size_t)PyByteArray_GET_SIZE(base);
+    return p >= start && (size_t)(p - start) <= size && (size_t)n + simdjson::SIMDJSON_PADDING <= size - (size_t)(p - start);
+}
+
+/* in_place(text): whether columns() parses `text` where it lies (padded_in_place), for the tests */
+static PyObject *in_place(PyObject *self, PyObject *arg) {
+    Py_buffer text;
+    if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
+    int yes = padded_in_place(text.obj, (const char *)text.buf, text.len);
+    PyBuffer_Release(&text);
+    return PyBool_FromLong(yes);
 }
 
 static PyObject *columns(PyObject *self, PyObject *args) {
@@ -340,7 +348,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL, *strings = NULL, *types_b = NULL, *ints_b = NULL;
     strtab tab;
-    int tab_ready = 0, outcome = READ_OK;
+    int tab_ready = 0, outcome = READ_OK, in_place_ok = 0;
     simdjson::error_code error = simdjson::SUCCESS;
     simdjson::dom::array root;
     simdjson::dom::parser *parser = NULL;
@@ -366,9 +374,10 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    in_place_ok = padded_in_place(text.obj, bytes, text.len);
     Py_BEGIN_ALLOW_THREADS
     element doc;
-    error = parser->parse(bytes, (size_t)text.len, true).get(doc);
+    error = parser->parse(bytes, (size_t)text.len, !in_place_ok).get(doc);
     if (!error) error = doc.get_array().get(root);
     Py_END_ALLOW_THREADS
     if (error == simdjson::MEMALLOC) {
@@ -433,6 +442,7 @@ done:
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
     {"release", release, METH_NOARGS, "Free the calling thread's parser and its buffers."},
+    {"in_place", in_place, METH_O, "Whether columns() parses this text where it lies, without copying it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -443,7 +453,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastread(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddStringConstant(m, "SIMDJSON_VERSION", SIMDJSON_VERSION) < 0) {
+    if (m && (PyModule_AddStringConstant(m, "SIMDJSON_VERSION", SIMDJSON_VERSION) < 0 ||
+              PyModule_AddIntConstant(m, "PADDING", (long)simdjson::SIMDJSON_PADDING) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
