@@ -10,8 +10,11 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from few_by_default import few_by_default
+from hypothesis import given
+from hypothesis import strategies as st
 from reference.dict_rewrite import adapt_trace
 from stepscope.plugin_copy import export_tensorboard
 from stepscope.plugin_copy.export import export_file
@@ -97,3 +100,11 @@ def test_a_plain_kineto_file_is_exported_gzipped_when_asked(tmp_path):
     assert adapted.name == "w.1795259109156023363.pt.trace.json.gz" and raw.name == "w.trace.json.gz"
     assert gzip.decompress(raw.read_bytes()) == plain.read_bytes()
     assert load_trace(adapted) == json.loads(json.dumps(adapt_trace(load_trace(plain))))
+
+
+@given(st.lists(st.integers(0, 300)), st.lists(st.integers(0, 300)))
+def test_the_positions_written_apart_are_numpys_union(a, b):
+    """The writer's entries not copied as they are (edited, left out): np.union1d's, by one sort."""
+    from stepscope.plugin_copy.stream_write import _sorted_union
+    a, b = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
+    assert _sorted_union(a, b).tolist() == np.union1d(a, b).tolist()

@@ -57,11 +57,11 @@ def from_objects(entries: list) -> list:
 @dataclass
 class Columns:
     """The complete (``ph`` X) events, one entry each per column, and the entries the rules touch otherwise.
-    Times are kept in typed arrays and repeated values (categories, threads) as shared objects: a 1 GB trace
-    has millions of complete events."""
+    Times are kept in typed arrays, names and categories as ids, and repeated values (threads) as shared
+    objects: a 1 GB trace has millions of complete events."""
 
     index: array = field(default_factory=lambda: array("q"))  # position in traceEvents
-    cat: list[str] = field(default_factory=list)  # lower-cased category
+    cat_id: array = field(default_factory=lambda: array("q"))  # the lower-cased category's id in categories
     name_id: array = field(default_factory=lambda: array("q"))
     thread: list[tuple] = field(default_factory=list)  # (pid, tid)
     start: array = field(default_factory=lambda: array("d"))
@@ -71,6 +71,7 @@ class Columns:
     module: list[bool] = field(default_factory=list)
     has_stack: list[bool] = field(default_factory=list)
     names: dict[str, int] = field(default_factory=dict)
+    categories: dict[str, int] = field(default_factory=dict)  # lower-cased category ("" for none) -> its id
     missing_name: list[int] = field(default_factory=list)  # positions of entries without "name"
     missing_cat: set[int] = field(default_factory=set)  # positions of complete events without a str "cat"
     not_objects: list[int] = field(default_factory=list)
@@ -142,9 +143,12 @@ def _append(c: Columns, more: Columns) -> None:
     """``more`` (the columns of the entries after ``c``'s) appended to ``c``."""
     shift = c.count
     c.index.extend([i + shift for i in more.index])
-    ids = [c.names.setdefault(name, len(c.names)) for name in more.names]  # more's name ids -> c's
-    c.name_id.extend([ids[k] for k in more.name_id])
-    for mine, theirs in ((c.cat, more.cat), (c.thread, more.thread), (c.corr, more.corr), (c.ext, more.ext),
+    for ids, more_ids, table, more_table in ((c.name_id, more.name_id, c.names, more.names),
+                                            (c.cat_id, more.cat_id, c.categories, more.categories)):
+        to_c = np.array([table.setdefault(value, len(table)) for value in more_table], dtype=np.int64)
+        if len(more_ids):  # more's ids as c's
+            ids.frombytes(to_c[np.frombuffer(more_ids, dtype=np.int64)].tobytes())
+    for mine, theirs in ((c.thread, more.thread), (c.corr, more.corr), (c.ext, more.ext),
                          (c.module, more.module), (c.has_stack, more.has_stack)):
         mine += theirs
     c.start.extend(more.start)
@@ -203,8 +207,11 @@ def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         corr = a.correlation  # None where absent
         module = a.module
         thread = (e.pid, e.tid)
+        cid = c.categories.get(lc)
+        if cid is None:
+            cid = c.categories[lc] = len(c.categories)
         c.index.append(i)
-        c.cat.append(lc)
+        c.cat_id.append(cid)
         c.name_id.append(nid)
         c.thread.append(threads.setdefault(thread, thread))
         c.start.append(ts)
@@ -247,7 +254,7 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     # every entry: its numeric ts (else NaN), whether it names a step, whether it has a name
     first = c.count
     ts = cols.real("ts")
-    c.ts_all.extend(np.where(timed, ts, np.nan).tolist())
+    c.ts_all.frombytes(np.where(timed, ts, np.nan).tobytes())  # float64s as they are: no Python float each
     name_id = cols.int("name")
     stepped = np.zeros(len(strings) + 1, dtype=bool)
     stepped[:len(strings)] = [s.startswith(STEP_PREFIX) for s in strings]
@@ -259,11 +266,14 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     # the complete events
     cat_str = cat_t[rows] == T_STR
     c.missing_cat.update((rows[~cat_str] + first).tolist())
-    lowered = [""] * (len(strings) + 1)
-    for k in set(cols.int("cat")[rows][cat_str].tolist()):
-        s = strings[k]
-        lowered[k] = cats.get(s) or cats.setdefault(s, s.lower())
-    c.cat += [lowered[k] for k in np.where(cat_str, cols.int("cat")[rows], -1).tolist()]
+    # each string used as a category, lower-cased, as its id; code len(strings): no str category, ""
+    cat_code = np.where(cat_str, cols.int("cat")[rows], len(strings))
+    categories = c.categories
+    cat_ids = np.zeros(len(strings) + 1, dtype=np.int64)
+    for k in np.flatnonzero(np.bincount(cat_code, minlength=len(strings) + 1)).tolist():
+        lc = "" if k == len(strings) else cats.get(strings[k]) or cats.setdefault(strings[k], strings[k].lower())
+        cat_ids[k] = categories.setdefault(lc, len(categories))
+    c.cat_id.frombytes(cat_ids[cat_code].tobytes())
     names = c.names
     nt = name_t[rows]
     code = np.where(nt == T_STR, name_id[rows], np.where(nt == T_MISSING, -1, -2)).tolist()  # -1: "", -2: null
@@ -273,10 +283,10 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     start = np.where(timed[rows], ts[rows], 0.0)
     dur = cols.real("dur")[rows]
     dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
-    c.index.extend((rows + first).tolist())
+    c.index.frombytes((rows + first).astype(np.int64).tobytes())
     c.thread += [threads.setdefault(t, t) for t in zip(values["pid"], values["tid"])]
-    c.start.extend(start.tolist())
-    c.end.extend((start + dur).tolist())
+    c.start.frombytes(start.tobytes())
+    c.end.frombytes((start + dur).tobytes())
     c.corr += values["correlation"]
     # the lower External id, else (missing or null) the upper one where there is one, else None
     lower_t, upper_t = cols.type("ext_lower")[rows], cols.type("ext_upper")[rows]

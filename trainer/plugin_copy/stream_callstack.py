@@ -1,7 +1,7 @@
 """Operators' ``Call stack`` strings, the argument torch-tb-profiler 0.4.3 expects, from columns of a trace's
 complete events.
 
-    stacks = call_stacks_of(cat, name, thread, start, stop, has_stack)   # {row: "a.py(3): f;b.py(9): main"}
+    stacks = call_stacks_of(is_frame, is_op, name, thread, start, stop, has_stack)   # {row: "a.py(3): f;..."}
 
 An operator's stack is the chain of ``python_function`` frames open at its start on the same (pid, tid),
 innermost first, real Python frames only (``PYTHON_FRAME``). Consecutive operators under the same
@@ -30,15 +30,14 @@ PYTHON_FRAME = re.compile(r"^.+\(\d+\): .+$")
 STACK_SEPARATOR = ";"
 
 
-def call_stacks_of(cat_arr: np.ndarray, name_of: list[str], thread: list, start: np.ndarray,
+def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_of: list[str], thread: list, start: np.ndarray,
                    stop: np.ndarray, has_stack: list[bool]) -> dict[int, str]:
     """callstack.call_stacks on columns: {row of an operator without a Call stack: its enclosing Python
-    frames, innermost first}."""
+    frames, innermost first}. ``is_frame``, ``is_op``: whether each row is a ``python_function`` frame, and
+    an operator (``cpu_op``, ``operator``)."""
     out: dict[int, str] = {}
     frames_by_thread: dict = defaultdict(list)
     ops_by_thread: dict = defaultdict(list)
-    is_frame = cat_arr == "python_function"
-    is_op = np.isin(cat_arr, ["cpu_op", "operator"])
     real: dict[str, bool] = {}
     rows = np.flatnonzero(is_frame)
     for k, a, b in zip(rows.tolist(), start[rows].tolist(), stop[rows].tolist()):

@@ -34,7 +34,7 @@ from stepscope.plugin_copy.rules import (
 from stepscope.plugin_copy.step_guard import HOST_CATEGORIES, Launch, unlink_with
 from stepscope.plugin_copy.stream_callstack import call_stacks_of
 from stepscope.trace.gc_paused import gc_paused
-from stepscope.trace.vocabulary import DEVICE_CATEGORIES, STEP_PREFIX
+from stepscope.trace.vocabulary import DEVICE_CATEGORIES, PYTHON_FUNCTION, STEP_PREFIX
 from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
 from stepscope.trace.workers import Workers
 
@@ -70,6 +70,22 @@ class EditPlan:
         if e is None:
             e = self.edits[i] = Edit()
         return e
+
+
+class Categories:
+    """The complete events' lower-cased categories as ids (plan_columns.Columns): ``among(*names)`` is the mask
+    of the events in any of them, by one lookup per event instead of a comparison of strings."""
+
+    def __init__(self, ids: np.ndarray, categories: dict[str, int]) -> None:
+        self.ids, self.categories = ids, dict(categories)
+
+    def among(self, *names: str) -> np.ndarray:
+        table = np.zeros(len(self.categories), dtype=bool)
+        table[[self.categories[n] for n in names if n in self.categories]] = True
+        return table[self.ids]
+
+    def set(self, row: int, name: str) -> None:
+        self.ids[row] = self.categories.setdefault(name, len(self.categories))
 
 
 def _straddles_any(a: float, b: float, c: np.ndarray, d: np.ndarray) -> bool:
@@ -111,11 +127,10 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     idx = np.frombuffer(c.index, dtype=np.int64)
     names = list(c.names)
     start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
-    cat_arr = np.array(c.cat, dtype=object)
-    c.cat = []
+    cat = Categories(np.frombuffer(c.cat_id, dtype=np.int64).copy(), c.categories)  # changed below: a copy
     name_of = [names[k] for k in c.name_id]
 
-    for k in np.flatnonzero(cat_arr == "gpu_user_annotation"):
+    for k in np.flatnonzero(cat.among("gpu_user_annotation")):
         if name_of[k].startswith(STEP_PREFIX):
             plan.edit(int(idx[k])).name = DEVICE_STEP_PREFIX + name_of[k]
 
@@ -124,12 +139,12 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     step_or_coll = step_named | np.array([n in COLLECTIVES for n in names], dtype=bool)[name_id]
 
     def tree_nodes() -> np.ndarray:
-        return (np.isin(cat_arr, ["cpu_op", "operator", "python"])
-                | ((cat_arr == "user_annotation") & step_or_coll)
-                | ((cat_arr == "python_function") & np.array(module, dtype=bool)))
+        return (cat.among("cpu_op", "operator", "python")
+                | (cat.among("user_annotation") & step_or_coll)
+                | (cat.among("python_function") & np.array(module, dtype=bool)))
 
     # DataLoader spans that nest cleanly on their thread become operators.
-    cand = [k for k in np.flatnonzero(cat_arr == "user_annotation") if is_dataloader_span(name_of[k])]
+    cand = [k for k in np.flatnonzero(cat.among("user_annotation")) if is_dataloader_span(name_of[k])]
     if cand:
         threads: dict = {}
         tid = np.array([threads.setdefault(t, len(threads)) for t in thread], dtype=np.int64)
@@ -141,14 +156,15 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
             clean += [k for k in cand if tid[k] == t and not _straddles_any(start[k], stop[k], start[rows],
                                                                               stop[rows])]
         for k in sorted(clean):
-            cat_arr[k] = PLUGIN_OPERATOR
+            cat.set(k, PLUGIN_OPERATOR)
             e = plan.edit(int(idx[k]))
             e.cat, e.touch_args = PLUGIN_OPERATOR, True
 
-    stack_args = (cat_arr, name_of, thread, start, stop, has_stack)
+    stack_args = (cat.among(PYTHON_FUNCTION), cat.among("cpu_op", "operator"), name_of, thread, start, stop,
+                  has_stack)
     helper = workers if len(idx) >= SPLIT_EVENTS else Workers.inline()
     with helper.beside(call_stacks_of, *stack_args) as later:
-        _rewrite_runtimes(plan, idx, cat_arr, step_named, start, stop, corr, ext, tree_nodes())
+        _rewrite_runtimes(plan, idx, cat, step_named, start, stop, corr, ext, tree_nodes())
         try:
             stacks = later.result()
         except (OSError, BrokenProcessPool):  # the helper died: here
@@ -158,29 +174,30 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
 
 
 
-def _host_steps(cat_arr, step_named, start, stop) -> list[tuple[float, float]]:
-    """The host steps (ProfilerStep# spans, else the span of all host events) from the columns (``step_named``: whether each one's name is ProfilerStep#...)."""
-    rows = np.flatnonzero(np.isin(cat_arr, ["user_annotation", "cpu_op", "operator"]) & step_named)
+def _host_steps(cat: Categories, step_named, start, stop) -> list[tuple[float, float]]:
+    """The host steps (ProfilerStep# spans, else the span of all host events) from the columns (``step_named``:
+    whether each one's name is ProfilerStep#...)."""
+    rows = np.flatnonzero(cat.among("user_annotation", "cpu_op", "operator") & step_named)
     steps = sorted(zip(start[rows].tolist(), stop[rows].tolist()))
     if steps:
         return steps
-    h = np.isin(cat_arr, list(HOST_CATEGORIES))
+    h = cat.among(*HOST_CATEGORIES)
     lo = min(float(sys.maxsize), float(start[h].min())) if h.any() else float(sys.maxsize)
     hi = max(float(-sys.maxsize - 1), float(stop[h].max())) if h.any() else float(-sys.maxsize - 1)
     return [(lo, hi)]
 
 
-def _rewrite_runtimes(plan: EditPlan, idx, cat_arr, step_named, start, stop, corr, ext, nodes) -> None:
+def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, stop, corr, ext, nodes) -> None:
     """Launches become ``runtime`` (rules.py, item 2), then the step guard's unlinking, on the columns."""
     node_ids = {ext[k] for k in np.flatnonzero(nodes)}
     node_ids.discard(None)
-    device = np.flatnonzero(np.isin(cat_arr, list(DEVICE_CATEGORIES)))
+    device = np.flatnonzero(cat.among(*DEVICE_CATEGORIES))
     launched = {corr[k] for k in device}
-    steps = _host_steps(cat_arr, step_named, start, stop)
+    steps = _host_steps(cat, step_named, start, stop)
     s_lo = np.array([a for a, _ in steps])
     s_reach = np.maximum.accumulate(np.array([b for _, b in steps]))
     runtime, rooted = [], set()
-    candidates = np.flatnonzero(np.isin(cat_arr, list(RUNTIME_CATEGORIES)))
+    candidates = np.flatnonzero(cat.among(*RUNTIME_CATEGORIES))
     j = np.searchsorted(s_lo, start[candidates], side="right") - 1
     in_a_step = ((j >= 0) & (s_reach[np.maximum(j, 0)] >= stop[candidates])).tolist()
     for k, inside in zip(candidates.tolist(), in_a_step):

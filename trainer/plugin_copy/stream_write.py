@@ -136,7 +136,8 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
                           for k, v in header.items()) + b'"traceEvents": [\n'
     ranges = ranges or [(None, 0)]
     # the entries not copied as they are, in order: edited or left out
-    special = np.union1d(np.fromiter(plan.edits, dtype=np.int64, count=len(plan.edits)), np.flatnonzero(~plan.keep))
+    special = _sorted_union(np.fromiter(plan.edits, dtype=np.int64, count=len(plan.edits)),
+                            np.flatnonzero(~plan.keep))
     rest = None
     if len(ranges) > 1:
         fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
@@ -163,6 +164,14 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
         if rest is not None:
             Path(rest).unlink(missing_ok=True)
     return parts
+
+
+def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.union1d(a, b)`` by one sort: numpy 2's union1d hashes first, and took 17 times as long on the
+    positions of a gigabyte's edits."""
+    both = np.concatenate((a, b))
+    both.sort()
+    return both[np.concatenate(([True], both[1:] != both[:-1]))] if len(both) else both
 
 
 def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, special, byte_range, in_excerpt) -> tuple:
