@@ -189,26 +189,29 @@ def _host_steps(cat: Categories, step_named, start, stop) -> list[tuple[float, f
 
 def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, stop, corr, ext, nodes) -> None:
     """Launches become ``runtime`` (rules.py, item 2), then the step guard's unlinking, on the columns."""
-    node_ids = {ext[k] for k in np.flatnonzero(nodes)}
+    node_ids = {ext[k] for k in np.flatnonzero(nodes).tolist()}
     node_ids.discard(None)
-    device = np.flatnonzero(cat.among(*DEVICE_CATEGORIES))
+    device = np.flatnonzero(cat.among(*DEVICE_CATEGORIES)).tolist()
     launched = {corr[k] for k in device}
     steps = _host_steps(cat, step_named, start, stop)
     s_lo = np.array([a for a, _ in steps])
     s_reach = np.maximum.accumulate(np.array([b for _, b in steps]))
-    runtime, rooted = [], set()
     candidates = np.flatnonzero(cat.among(*RUNTIME_CATEGORIES))
     j = np.searchsorted(s_lo, start[candidates], side="right") - 1
     in_a_step = ((j >= 0) & (s_reach[np.maximum(j, 0)] >= stop[candidates])).tolist()
-    for k, inside in zip(candidates.tolist(), in_a_step):
-        if not inside and corr[k] not in launched:  # outside every step (see rules.py)
-            continue
-        runtime.append(k)
-        e = plan.edit(int(idx[k]))
-        e.cat = PLUGIN_RUNTIME
-        if ext[k] not in node_ids:
-            e.external_id = ROOT_EXTERNAL_ID
-            rooted.add(corr[k])
+    # those outside every step are left as they are, unless they launched device work (see rules.py)
+    runtime = [k for k, inside in zip(candidates.tolist(), in_a_step) if inside or corr[k] in launched]
+    roots = [ext[k] not in node_ids for k in runtime]  # launched by no operator the plugin sees: from the root
+    edits = plan.edits
+    for i, root in zip(idx[np.array(runtime, dtype=np.int64)].tolist(), roots):
+        e = edits.get(i)
+        if e is None:  # nearly all: one Edit made whole
+            edits[i] = Edit(cat=PLUGIN_RUNTIME, external_id=ROOT_EXTERNAL_ID if root else UNSET)
+        else:
+            e.cat = PLUGIN_RUNTIME
+            if root:
+                e.external_id = ROOT_EXTERNAL_ID
+    rooted = {corr[k] for k, root in zip(runtime, roots) if root}
     rooted.discard(None)
     if rooted:
         for k in device:
@@ -216,12 +219,14 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, s
                 plan.edit(int(idx[k])).external_id = ROOT_EXTERNAL_ID
 
     spans_by_corr: dict = defaultdict(list)
-    for c, a, b in zip([corr[k] for k in device.tolist()], start[device].tolist(), stop[device].tolist()):
+    for c, a, b in zip([corr[k] for k in device], start[device].tolist(), stop[device].tolist()):
         spans_by_corr[c].append((a, b))
 
     def launches_of(linked: set[int]):
         out, linked_corrs = [], set()
-        for k in sorted(linked):
+        rows = sorted(linked)
+        at = np.array(rows, dtype=np.int64)
+        for k, begin, end in zip(rows, start[at].tolist(), stop[at].tolist()):
             spans = spans_by_corr.get(corr[k])
             if spans:
                 linked_corrs.add(corr[k])
@@ -229,7 +234,7 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, s
                     (first, last), = spans
                 else:
                     first, last = min(a for a, _ in spans), max(b for _, b in spans)
-                out.append(Launch(k, float(start[k]), float(stop[k]), first, last, len(spans)))
+                out.append(Launch(k, begin, end, first, last, len(spans)))
         orphans = [sp for c, spans in spans_by_corr.items() if c not in linked_corrs for sp in spans]
         return sorted(out, key=lambda r: r.start), orphans
 
