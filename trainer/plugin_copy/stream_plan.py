@@ -169,8 +169,13 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
             stacks = later.result()
         except (OSError, BrokenProcessPool):  # the helper died: here
             stacks = call_stacks_of(*stack_args)
-    for k, stack in stacks.items():
-        plan.edit(int(idx[k])).call_stack = stack
+    edits = plan.edits
+    for i, stack in zip(idx[np.fromiter(stacks, dtype=np.int64, count=len(stacks))].tolist(), stacks.values()):
+        e = edits.get(i)
+        if e is None:
+            edits[i] = Edit(call_stack=stack)
+        else:
+            e.call_stack = stack
 
 
 
