@@ -105,7 +105,7 @@ def plan_edits(path: Path, workers: Workers | None = None) -> tuple[EditPlan, di
 
 def plan_of(c: Columns, workers: Workers | None = None) -> EditPlan:
     """The edits of the trace whose columns are ``c`` (plan_columns.py), as ``plan_edits``; ``c`` is used up
-    (its category column is dropped on the way)."""
+    (its categories are changed on the way: dataloader spans become operators)."""
     workers = workers or Workers.inline()
     plan = EditPlan(keep=np.ones(c.count, dtype=bool), ts=np.frombuffer(c.ts_all, dtype=np.float64),
                     ranges=c.ranges)
@@ -127,7 +127,7 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     idx = np.frombuffer(c.index, dtype=np.int64)
     names = list(c.names)
     start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
-    cat = Categories(np.frombuffer(c.cat_id, dtype=np.int64).copy(), c.categories)  # changed below: a copy
+    cat = Categories(np.frombuffer(c.cat_id, dtype=np.int64), c.categories)  # c's own ids, changed below
     name_of = [names[k] for k in c.name_id]
 
     for k in np.flatnonzero(cat.among("gpu_user_annotation")):
