@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,34 @@ def test_this_process_alone_holds_one_trace_at_a_time(monkeypatch):
     monkeypatch.setattr(reporting, "parse_trace_file", tracked)
     report = analyze(DATA / "suite_ddp" / "straggler", workers=Workers.inline())
     assert len(report.spans) == 2 and most == [0, 0]
+
+
+TRIM_CHILD = """
+import os, sys
+from stepscope.trace import workers
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+blocks = [bytearray(100_000) for _ in range(1000)]  # 100 MB of the heap (each below mmap's threshold)
+pin = bytearray(100_000)  # above them: free() alone cannot give them back from the heap's top
+del blocks
+before = resident()
+pool = workers.fork_pool(1)
+child = pool.submit(resident).result()
+pool.shutdown()
+print(before - resident(), before - child)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc")
+def test_a_fork_hands_the_heaps_free_pages_back_first():
+    """A helper shares its parent's resident pages, free ones too: fork_pool gives the heap's free pages back
+    to the system first (glibc's malloc_trim), so neither process holds the 100 MB freed before it."""
+    from stepscope.trace import workers
+    workers._trim_heap()
+    if not workers._MALLOC_TRIM:
+        pytest.skip("no malloc_trim in this C library")
+    out = subprocess.run([sys.executable, "-c", TRIM_CHILD], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    parent_drop, child_below = map(int, out.stdout.split())
+    assert parent_drop > 80e6 and child_below > 80e6, (parent_drop, child_below)

@@ -33,6 +33,8 @@ never pickled: columns of millions of entries go to a helper for free).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
 import os
 import pickle
@@ -323,7 +325,25 @@ def _apart(send, setup: Callable | None, fn: Callable, args: tuple) -> None:
 def fork_pool(processes: int) -> Executor:
     """A pool of ``processes`` children forked from this process: the only place one is made. Callers hold
     a policy that allows it (``Workers.forks``, or ``parts`` > 1 from ``Workers.map``)."""
+    _trim_heap()
     return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+
+
+def _trim_heap() -> None:
+    """Hand the heap's free pages back to the system before a fork (glibc's ``malloc_trim``; elsewhere
+    nothing): a child shares its parent's resident pages, free ones included, and a large trace's pieces
+    leave tens of MB of them behind."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError, TypeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
 
 
 def default_budget() -> int:
