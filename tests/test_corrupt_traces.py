@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 from few_by_default import few_by_default
+from hypothesis import given
+from hypothesis import strategies as st
 from in_process import run_main
 from stepscope.analysis import TraceError
 from stepscope.plugin_copy import export_tensorboard
@@ -237,6 +239,22 @@ def test_json_output_has_null_where_a_number_is_not_finite():
 
     text = dumps({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")})
     assert strict_json(text) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
+
+
+_JSON_SCALARS = (st.none() | st.booleans() | st.integers() | st.floats() | st.text())
+_JSON_VALUES = st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=4)
+                            | st.dictionaries(st.text(max_size=5), inner, max_size=4), max_leaves=30)
+
+
+@given(_JSON_VALUES, st.booleans())
+def test_json_output_is_jsons_own_text(value, sort_keys):
+    """What every report prints and writes: json.dumps's text of the value with null for each non-finite
+    number, byte for byte (escapes, floats' exponents, empty containers), indented or not."""
+    from stepscope.analysis.json_out import dumps, finite
+
+    for indent in (None, 1, 2):
+        assert dumps(value, indent=indent, sort_keys=sort_keys) == json.dumps(finite(value), indent=indent,
+                                                                              sort_keys=sort_keys)
 
 
 def test_export_without_the_plugin_says_so_in_one_line(tmp_path):
