@@ -34,7 +34,6 @@ never pickled: columns of millions of entries go to a helper for free).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import multiprocessing
 import os
 import pickle
@@ -336,7 +335,7 @@ def _trim_heap() -> None:
     global _MALLOC_TRIM
     if _MALLOC_TRIM is None:
         try:
-            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # the C library this process runs on
         except (OSError, AttributeError, TypeError):
             _MALLOC_TRIM = False
     if _MALLOC_TRIM:
