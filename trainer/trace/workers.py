@@ -273,6 +273,7 @@ class Apart:
         ctx = multiprocessing.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)
         self.process = ctx.Process(target=_apart, args=(send, setup, fn, args), name="stepscope-apart")
+        _trim_heap()  # as fork_pool
         self.process.start()
         send.close()
         self._outcome: tuple[bool, object] | None = None
