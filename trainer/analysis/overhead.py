@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from stepscope.analysis.columns import op_columns, runtime_columns
-from stepscope.analysis.events import MemoryColumns, ParsedTrace
+from stepscope.analysis.events import MemoryColumns, ParsedTrace, sorted_times
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
 
@@ -93,19 +93,12 @@ def _count_within(sorted_starts: np.ndarray, ranges: list[tuple[float, float]]) 
     return int((past - first).sum())
 
 
-def _sorted(values) -> np.ndarray:
-    """``values`` as a sorted float64 array; merge sort, which takes times nearly in order (a trace's, by
-    thread) about twenty times faster than numpy's default sort."""
-    values = values if isinstance(values, np.ndarray) else np.fromiter(values, dtype=np.float64)
-    return np.sort(values, kind="stable")
-
-
 @per_trace
 def _kinds(trace: ParsedTrace) -> dict[str, np.ndarray]:
     """The start times of the recorded host events of each kind, sorted."""
-    return {"op": _sorted(op_columns(trace).start), "frame": np.asarray(trace.python_calls, dtype=np.float64),
+    return {"op": sorted_times(op_columns(trace).start), "frame": np.asarray(trace.python_calls, dtype=np.float64),
             "builtin": np.asarray(trace.python_builtins, dtype=np.float64),
-            "runtime": _sorted(runtime_columns(trace).start), "memory": _sorted(MemoryColumns.of(trace.memory).field("ts"))}
+            "runtime": sorted_times(runtime_columns(trace).start), "memory": sorted_times(MemoryColumns.of(trace.memory).field("ts"))}
 
 
 def events_per_step(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from stepscope.analysis.columns import runtime_columns
-from stepscope.analysis.events import ParsedTrace, rows_named
+from stepscope.analysis.events import ParsedTrace, rows_named, sorted_times
 from stepscope.analysis.per_trace import per_trace
 from stepscope.analysis.steps import StepWindow
 
@@ -43,7 +43,7 @@ class ColdStart:
 def _load_starts(trace: ParsedTrace) -> np.ndarray:
     """The starts of the trace's CUDA module loads, sorted."""
     rows = rows_named(trace.runtime, lambda name: name.startswith(MODULE_LOADS))
-    return np.sort(runtime_columns(trace).start[rows], kind="stable")  # nearly in order: merge sort is fast
+    return sorted_times(runtime_columns(trace).start[rows])
 
 
 def _loads_within(trace: ParsedTrace, w: StepWindow) -> int:
