@@ -30,11 +30,12 @@ from stepscope.analysis import (
 from stepscope.analysis.select import select
 from stepscope.analysis.stream_collect import decode
 from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.analysis.stream_ranges import collect_ranges, first_base
 from stepscope.report.front import analyze
 from stepscope.trace import workers as parallel
 from stepscope.trace.discover import discover
 from stepscope.trace.files import load_trace
-from stepscope.trace.jsonstream import split_points
+from stepscope.trace.jsonstream import BLOCK, split_near, split_points
 from stepscope.trace.workers import Workers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +86,10 @@ def test_streamed_parse_equals_the_in_memory_one(replica, replica_parsed):
 @pytest.mark.parametrize("parts", [2, 3])
 def test_a_trace_parsed_in_byte_ranges_by_several_processes_is_the_same(replica, replica_parsed, parts):
     (tf,) = discover(replica).traces
-    ranges = split_points(tf.path, parts, decode)
-    assert ranges is not None and len(ranges) == parts  # the file really is cut, at event boundaries
+    near = split_near(tf.path, parts, decode)
+    assert near is not None and len(near.ranges) == parts  # the file really is cut
+    c, _ = collect_ranges(tf.path, near, first_base(tf.path), BLOCK)  # by the ranges: raises if they fail
+    assert len(c.ops) == len(replica_parsed.ops)
     assert parse_trace_file(tf.path, tf.worker, tf.span, parts=parts) == replica_parsed
 
 
@@ -96,6 +99,10 @@ def test_a_gzipped_trace_is_parsed_in_byte_ranges_too(replica, replica_parsed, t
     gz.write_bytes(gzip.compress(tf.path.read_bytes(), compresslevel=1))
     ranges = split_points(gz, 2, decode)
     assert ranges is not None and ranges == split_points(tf.path, 2, decode)  # decompressed offsets
+    near = split_near(gz, 2, decode)
+    assert near is not None and near == split_near(tf.path, 2, decode)  # the trailer's size: the same cut
+    c, _ = collect_ranges(gz, near, first_base(gz), BLOCK)
+    assert len(c.device) == len(replica_parsed.device)
     assert parse_trace_file(gz, tf.worker, tf.span, parts=2) == replica_parsed
 
 

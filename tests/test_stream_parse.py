@@ -13,6 +13,7 @@ import json
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+import msgspec
 import pytest
 from few_by_default import few_by_default
 from reference.dict_parse import parse_file, parse_trace
@@ -190,7 +191,7 @@ def test_byte_ranges_parse_without_falling_back(tmp_path, gz):
     from stepscope.analysis import stream_parse
     from stepscope.analysis.stream_collect import decode
     from stepscope.analysis.stream_ranges import collect_ranges, first_base
-    from stepscope.trace.jsonstream import BLOCK, split_points
+    from stepscope.trace.jsonstream import BLOCK, split_near
 
     src = next((Path(__file__).resolve().parent / "data" / "eager_bs128").glob("*.json.gz"))
     path = tmp_path / "trace.json"
@@ -199,9 +200,9 @@ def test_byte_ranges_parse_without_falling_back(tmp_path, gz):
     if gz:
         path = path.rename(path.with_name("trace.json.gz"))
         path.write_bytes(gzip.compress(path.read_bytes(), compresslevel=1))
-    ranges = split_points(path, 2, decode, 1.0)
-    assert len(ranges) == 2
-    collector, _header = collect_ranges(path, ranges, first_base(path, BLOCK), BLOCK)  # raises if broken
+    near = split_near(path, 2, decode, 1.0)
+    assert len(near.ranges) == 2
+    collector, _header = collect_ranges(path, near, first_base(path), BLOCK)  # raises if broken
     one = stream_parse.parse_trace_file(path, "w", "1")
     assert len(collector.ops) == len(one.ops) and len(collector.device) == len(one.device)
     assert stream_parse.parse_trace_file(path, "w", "1", parts=2) == one
@@ -234,20 +235,66 @@ def _ranges_met(monkeypatch) -> list:
     return met
 
 
-def test_a_range_cut_inside_an_event_falls_back_to_the_same_parse(plain_trace, monkeypatch):
-    """Byte ranges cut in the middle of an event cannot be decoded: the file is parsed again in one process,
-    with the result of parts=1."""
+def test_a_range_whose_cut_finds_no_event_falls_back_to_the_same_parse(plain_trace, monkeypatch):
+    """Each process finds its range's ends where they lie (jsonstream.Near): where no event start is confirmed
+    after a cut's offset, the ranges fail (NoCut) and the file is parsed again in one process, with the result
+    of parts=1."""
+    from stepscope.trace import jsonstream
+
     one = parse_trace_file(plain_trace, "w", "1")
-    real_split = stream_parse.split_points
+    real = stream_parse.split_near
 
-    def cut_inside(*args, **kwargs):
-        (a, cut), (_, end) = real_split(*args, **kwargs)
-        return [(a, cut + 7), (cut + 7, end)]
+    def nothing_decodes(text):
+        raise msgspec.DecodeError("refused")
 
-    monkeypatch.setattr(stream_parse, "split_points", cut_inside)
+    monkeypatch.setattr(stream_parse, "split_near", lambda *a, **k: real(*a, **k)._replace(decode=nothing_decodes))
     met = _ranges_met(monkeypatch)
     assert parse_trace_file(plain_trace, "w", "1", parts=2) == one
-    assert len(met) == 1 and isinstance(met[0], stream_ranges.RANGE_FAILURES)
+    assert len(met) == 1 and isinstance(met[0], jsonstream.NoCut)
+    assert isinstance(met[0], stream_ranges.RANGE_FAILURES)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+@pytest.mark.parametrize("parts,weight", [(2, 0.7), (3, 1.0), (4, 0.5)])
+def test_ranges_read_apart_meet_at_the_events_each_reader_finds(plain_trace, gz, parts, weight):
+    """The readers of neighbouring ranges find the same event at their shared cut, whatever their blocks: the
+    ranges hold every event once, in order, and the ends found are event starts as split_points finds them."""
+    from stepscope.analysis.stream_collect import decode
+    from stepscope.trace.jsonstream import TraceStream, _event_start_near, split_near
+
+    path = plain_trace
+    if gz:
+        path = path.with_name(path.name + ".gz")
+        path.write_bytes(gzip.compress(plain_trace.read_bytes(), compresslevel=1))
+    near = split_near(path, parts, decode, weight, window=1 << 18)
+    assert near is not None and len(near.ranges) == parts and near.window == 1 << 18
+    with TraceStream(path) as ts:
+        want = [e for piece in ts.decode_events(decode) for e in piece]
+    got, found = [], []
+    for k, span in enumerate(near.ranges):
+        with TraceStream(path, block=[1 << 16, 3 << 20, 100_003, 1 << 20][k], span=span, near=near) as ts:
+            got.extend(e for piece in ts.decode_events(decode) for e in piece)
+            found.append((ts.start, ts.end))
+    assert got == want
+    starts = [s for s, _ in found]
+    assert [e for _, e in found] == starts[1:] + [None]  # each range ends where the next one starts
+    with open(plain_trace, "rb") as f:
+        for (target, _), start in zip(near.ranges[1:], starts[1:]):
+            assert target <= start < target + near.window
+            assert start == _event_start_near(f, target, decode)
+
+
+def test_a_file_too_small_for_its_windows_is_not_cut(plain_trace):
+    from stepscope.analysis.stream_collect import decode
+    from stepscope.trace.jsonstream import MIN_WINDOW, split_near
+
+    size = plain_trace.stat().st_size
+    assert split_near(plain_trace, size // (2 * MIN_WINDOW), decode) is not None
+    assert split_near(plain_trace, size // (2 * MIN_WINDOW) + 1, decode) is None
+    assert split_near(plain_trace, 1, decode) is None
+    sparse = plain_trace.with_name("big.json.gz")
+    sparse.write_bytes(b"\x1f\x8b" + bytes(30))  # a trailer that cannot be the size: smaller than the file
+    assert split_near(sparse, 2, decode) is None
 
 
 def test_a_corrupt_gz_range_gets_the_one_process_error(plain_trace):

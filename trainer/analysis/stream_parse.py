@@ -33,7 +33,7 @@ from stepscope.trace.errors import TraceError
 from stepscope.trace.fastread import releasing
 from stepscope.trace.files import load_trace
 from stepscope.trace.gc_paused import gc_paused
-from stepscope.trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream, split_points
+from stepscope.trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream, split_near
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import json_size
 
@@ -42,9 +42,8 @@ from stepscope.trace.workers import json_size
 # replica on two cores, 0.5 to 0.8 parsed in the same time (BENCHMARKS.md); 0.9 against 1.15 was 10% faster
 # when the helpers sent their pieces only at their end.
 FIRST_RANGE_WEIGHT = 0.7
-# A gzipped file's first process has also decompressed the file up to the cut once, to find it, and the
-# helper decompresses it up to the cut to start there (gzopen.py): 0.9 evened the two processes' CPU time on
-# the 1 GB replica stored as .json.gz.
+# A gzipped file's helper decompresses the file up to the cut to start there (gzopen.py): 0.9 evened the two
+# processes' CPU time on the 1 GB replica stored as .json.gz (0.75 took the same time within noise).
 FIRST_RANGE_WEIGHT_GZ = 0.9
 
 
@@ -125,9 +124,9 @@ def _in_ranges(path: Path, parts: int, block: int, bound: int | None) -> tuple[C
         if bound is not None and json_size(path) > bound:
             return None
         weight = FIRST_RANGE_WEIGHT_GZ if path.name.endswith(".gz") else FIRST_RANGE_WEIGHT
-        ranges = split_points(path, parts, decode, weight)
-        base = first_base(path, block) if ranges else None
-        return collect_ranges(path, ranges, base, block) if base is not None else None
+        near = split_near(path, parts, decode, weight)
+        base = first_base(path) if near else None
+        return collect_ranges(path, near, base, block) if base is not None else None
     except RANGE_FAILURES:  # a bad event, an unreadable range or .gz, a helper that could not start or died
         return None
 

@@ -1,10 +1,12 @@
 """One large uncompressed trace parsed in byte ranges by several processes at once (stream_parse.py's
 ``parse_trace_file(..., parts=N)``), with the same result as the one-process parse. Torch-free.
 
-    ranges = jsonstream.split_points(path, 2, decode)       # byte ranges of whole events
-    collector, header = collect_ranges(path, ranges, first_base(path, BLOCK), BLOCK)
+    near = jsonstream.split_near(path, 2, decode)          # where to cut, without reading the file
+    collector, header = collect_ranges(path, near, first_base(path), BLOCK)
 
-This process collects the first range while forked processes (trace/workers.py) collect the others. Each
+This process collects the first range while forked processes (trace/workers.py) collect the others; each
+process finds the event boundaries that end its range where they lie (jsonstream.Near), so nothing is read
+before they start (a .gz file: decompressed up to the cut once less). Each
 sends its events back as columns (numpy arrays of times, names as codes into a table of distinct names),
 piece by piece as it goes. A piece that the compiled reader read is encoded straight from its columns
 (stream_columns.encoded), without an event tuple; one read by msgspec is collected as tuples and encoded
@@ -26,7 +28,7 @@ from stepscope.analysis.stream_collect import Collector, from_objects, read
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.trace.fastread import Columns
 from stepscope.trace.gc_paused import gc_paused
-from stepscope.trace.jsonstream import TraceStream
+from stepscope.trace.jsonstream import Near, TraceStream
 from stepscope.trace.workers import sending
 
 HOST_LISTS = ("ops", "annotations", "runtime", "data_spans", "module_frames")
@@ -44,7 +46,10 @@ COLUMN_LISTS = ("ops", "runtime")  # the Collector's lists kept as columns (even
 RANGE_FAILURES = (ValueError, OSError, EOFError, zlib.error, RuntimeError, MemoryError)
 
 
-def first_base(path: Path, block: int) -> float | None:
+BASE_BLOCK = 64 << 10  # the first event with a time is at the array's start: 8 MiB blocks took 0.07-0.14 s
+
+
+def first_base(path: Path, block: int = BASE_BLOCK) -> float | None:
     """The base (``events._base``) of the file's events, from its first pieces; None if none has a time or
     the file cannot be read (``RANGE_FAILURES``: the one-process parse then says why)."""
     c = Collector()
@@ -58,11 +63,11 @@ def first_base(path: Path, block: int) -> float | None:
     return None
 
 
-def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take) -> dict:
+def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take, near: Near | None) -> dict:
     """``take(events)`` for each decoded piece of one byte range, in order; returns the range's header keys.
     Raises what reading or collecting them raises: the caller then parses the file in one process, which
     says where the trouble is (an event's index in the whole file is not known here)."""
-    with TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
+    with TraceStream(path, block, span=byte_range, lenient=from_objects, near=near) as ts:
         for events in ts.decode_events(read):
             take(events)
         return ts.header
@@ -128,10 +133,11 @@ def decode_into(c: Collector, part: dict) -> None:
                             starts.tolist(), ends.tolist(), corr))
 
 
-def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int) -> Iterator[dict]:
+def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int,
+                    near: Near | None) -> Iterator[dict]:
     """The events of one byte range as a helper sends them: each decoded piece's events collected apart (with
     the file's base), encoded and yielded at once; then the range's header keys, as a piece without events."""
-    with gc_paused(), TraceStream(path, block, span=byte_range, lenient=from_objects) as ts:
+    with gc_paused(), TraceStream(path, block, span=byte_range, lenient=from_objects, near=near) as ts:
         for events in ts.decode_events(read):
             piece = _collector(base)
             part = stream_columns.encoded(piece, events) if type(events) is Columns else None
@@ -144,12 +150,15 @@ def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float,
     yield encode(tail)  # no events: the range's header keys
 
 
-def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[Collector, dict]:
-    """The ranges' events in file order, and the file's header keys. The caller's worker policy granted the
-    helper processes (``parts`` > 1, trace/workers.py). Each helper sends its pieces as it goes; this process
-    rebuilds them between pieces of its own range, each helper's range in a collector of its own, which
-    follow this process's range at the end."""
-    jobs = [(path, r, base, block) for r in ranges[1:]]
+def collect_ranges(path: Path, ranges: list | Near, base: float, block: int) -> tuple[Collector, dict]:
+    """The ranges' events in file order, and the file's header keys; ``ranges``: byte ranges of whole events
+    (jsonstream.split_points), or the offsets each range's reader finds its ends near (jsonstream.split_near).
+    The caller's worker policy granted the helper processes (``parts`` > 1, trace/workers.py). Each helper
+    sends its pieces as it goes; this process rebuilds them between pieces of its own range, each helper's
+    range in a collector of its own, which follow this process's range at the end."""
+    near = ranges if isinstance(ranges, Near) else None
+    ranges = near.ranges if near is not None else ranges
+    jobs = [(path, r, base, block, near) for r in ranges[1:]]
     with sending(_encoded_pieces, jobs) as inboxes:
         c = _collector(base)
         later = [_collector(base) for _ in inboxes]
@@ -160,7 +169,7 @@ def collect_ranges(path: Path, ranges: list, base: float, block: int) -> tuple[C
                 for part in inbox.take():
                     decode_into(d, part)
 
-        c.header = _stream_range(path, ranges[0], block, take)
+        c.header = _stream_range(path, ranges[0], block, take, near)
         for inbox, d in zip(inboxes, later):
             for part in inbox.rest():
                 decode_into(d, part)

@@ -12,6 +12,9 @@
     ranges = split_points(path, 2)           # byte ranges of whole events ...
     with TraceStream(path, span=ranges[1]) as ts:   # ... that separate processes decode independently
         ...
+    near = split_near(path, 2)               # the offsets such ranges start near, without reading the file
+    with TraceStream(path, span=near.ranges[1], near=near) as ts:   # each reader finds its range's ends
+        ...
 
 The file is read in blocks of ``BLOCK`` bytes (decompressed on the fly for .gz). Each block is cut after the
 last ``}`` that is followed by ``,`` and ``{`` (the boundary between two events, whitespace allowed), and
@@ -44,7 +47,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from stepscope.trace.bounded_read import bounded
@@ -57,6 +60,7 @@ HEADER_LIMIT = 64 << 20  # a header larger than this is not a torch.profiler tra
 PIECE_LIMIT = 64 << 20  # nor is this much text without a boundary between two events that decodes
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which Python's json (the lenient reader) accepts
 PROBE = 4 << 20  # bytes decoded to confirm that a split point starts an event
+MIN_WINDOW = 4 << 10  # split_near's least: a few events (ranges of larger files search PROBE bytes)
 # bytes of the buffer left after each piece's text: the compiled reader parses a piece where it lies when
 # simdjson may read that far past its end (fastread.py), instead of copying it into a padded buffer first
 PADDING = 64
@@ -73,20 +77,31 @@ class TraceStream:
     ``span=(start, end)``: only the events from byte ``start`` (the ``{`` of an event) up to byte ``end``
     (the ``{`` of the first event not wanted; None: to the end of the array). ``header`` then stays empty,
     except for the keys after the array when ``end`` is None.
+
+    ``near`` (a ``Near``, from ``split_near``): ``span``'s offsets are those the range's ends are near. This
+    stream finds each end itself, as the first event start after the offset that ``Near.find`` confirms;
+    ``start`` and ``end`` then say where they were. A process that reads a range up to an offset and one that
+    reads the next range from it find the same event, so ranges read apart meet without a gap or an overlap,
+    and nobody reads the file in advance to cut it (a .gz file: decompressed up to each cut once less).
+    ``NoCut`` (a ValueError) when no event start is confirmed there.
     """
 
     def __init__(self, path: Path, block: int = BLOCK, span: tuple[int, int | None] | None = None,
                  opener: Callable[[Path], Any] | None = None,
-                 lenient: Callable[[list], list] | None = None) -> None:
+                 lenient: Callable[[list], list] | None = None, near: Near | None = None) -> None:
         self.path = Path(path)
         self.lenient = lenient
         self.opener = opener  # e.g. bounded_read.open_trace; default: gzopen.open_gz/open by the name
         self.block = block
         self.span = span
+        self.near = near
         self.header: dict[str, Any] = {}
+        self.start, self.end = (None, None) if span is None else span
         self._f = None
-        self._left: int | None = None  # bytes left to read in the span
-        self._pos = 0  # offset (of the decompressed text) of the next byte read
+        self._left: int | None = None  # bytes left to read in the span (with ``near``: up to its end's offset)
+        self._pos = 0  # offset (of the decompressed text) of the next byte ``_read`` returns
+        self._pending = b""  # bytes read from the file that ``_read`` returns before reading more
+        self._end_found = near is None or span is None or span[1] is None
 
     def __enter__(self) -> TraceStream:
         gz = self.path.name.endswith(".gz")
@@ -101,14 +116,44 @@ class TraceStream:
         if self.span is not None:
             self._left = None if self.span[1] is None else self.span[1] - self.span[0]
             self._pos = self.span[0]
+            if self.near is not None and self.span[0] > 0:
+                try:
+                    self._find_start()
+                except BaseException:
+                    self._f.close()
+                    raise
         return self
+
+    def _find_start(self) -> None:
+        """The range's first event, found in the window after its offset (``near``)."""
+        window = _read_exactly(self._f, self.near.window)
+        at = self.near.find(window, self.span[0])
+        self.start = self._pos = self.span[0] + at
+        self._pending = window[at:]
+        if self._left is not None:
+            self._left -= len(window)
+            if self._left < 0:
+                raise NoCut(f"the range from {self.span[0]} to {self.span[1]} is shorter than its window")
+
+    def _found_end(self) -> bytes:
+        """The bytes from the end's offset to the first event of the next range (``near``), found as the
+        reader of that range finds it."""
+        self._end_found = True
+        window = _read_exactly(self._f, self.near.window)
+        at = self.near.find(window, self.span[1])
+        self.end = self.span[1] + at
+        return window[:at]
 
     def __exit__(self, *exc) -> None:
         self._f.close()
 
     def _read(self) -> bytes:
-        if self._left is None:
+        if self._pending:
+            data, self._pending = self._pending, b""
+        elif self._left is None:
             data = self._f.read(self.block)
+        elif self._left == 0 and not self._end_found:
+            data = self._found_end()
         else:
             data = self._f.read(min(self.block, self._left))
             self._left -= len(data)
@@ -278,11 +323,69 @@ def split_points(path: Path, parts: int, decode: Callable[[bytes], list],
     return [(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))]
 
 
+class NoCut(ValueError):
+    """No event start confirmed in the window after an offset where a byte range was to start or end."""
+
+
+class Near(NamedTuple):
+    """Byte ranges as the offsets their ends are near (``split_near``), for ``TraceStream(near=)``: each end
+    is the first event start that ``decode`` confirms in the ``window`` bytes from its offset."""
+    ranges: list[tuple[int, int | None]]
+    decode: Callable[[bytes], list]
+    window: int
+
+    def find(self, window: bytes, offset: int) -> int:
+        """Where the first confirmed event start of ``window`` (the bytes from ``offset``) is in it."""
+        at = _event_start_in(window, self.decode)
+        if at is None:
+            raise NoCut(f"no event start confirmed in the {len(window)} bytes from offset {offset}")
+        return at
+
+
+def split_near(path: Path, parts: int, decode: Callable[[bytes], list], first_weight: float = 1.0,
+               window: int = PROBE) -> Near | None:
+    """``split_points``' ranges as ``Near`` offsets, found without reading the file (its size only: a .gz
+    file's trailer), at the same fractions of it: the readers of the ranges find their ends themselves
+    (``TraceStream(near=)``). ``window``: at most this many bytes searched after each offset, and less than
+    the shortest range. None when the file is too small to split, or a .gz trailer cannot tell its size."""
+    path = Path(path)
+    if parts < 2:
+        return None
+    size = uncompressed_size(path) if path.name.endswith(".gz") else path.stat().st_size
+    if size is None:
+        return None
+    total = first_weight + parts - 1
+    starts = [0] + [int(size * (first_weight + k - 1) / total) for k in range(1, parts)]
+    shortest = min(b - a for a, b in zip(starts, starts[1:] + [size]))
+    window = min(window, shortest // 2)
+    if window < MIN_WINDOW:
+        return None
+    return Near([(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))],
+                decode, window)
+
+
+def _read_exactly(f, n: int) -> bytes:
+    """``n`` bytes of ``f`` (fewer at its end): the same bytes whoever reads them, however the reads fall."""
+    data = f.read(n)
+    while len(data) < n:
+        more = f.read(n - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
 def _event_start_near(f, offset: int, decode: Callable[[bytes], list]) -> int | None:
     """The offset of the first ``{`` at or after ``offset`` that starts an event of the array (checked by
     decoding the events that follow it), or None."""
     f.seek(offset)
-    window = f.read(PROBE)
+    at = _event_start_in(_read_exactly(f, PROBE), decode)
+    return None if at is None else offset + at
+
+
+def _event_start_in(window: bytes, decode: Callable[[bytes], list]) -> int | None:
+    """Where the first ``{`` of ``window`` that starts an event of the array is (checked by decoding the
+    events that follow it, up to one of the window's last three boundaries), or None."""
     pos = 0
     while True:
         m = BOUNDARY.search(window, pos)
@@ -293,7 +396,7 @@ def _event_start_near(f, offset: int, decode: Callable[[bytes], list]) -> int | 
         for end in reversed(ends[-3:]):  # the probe's last complete events
             try:
                 decode(b"[" + window[begin:end] + b"]")
-                return offset + begin
+                return begin
             except DECODE_ERRORS:
                 continue
         pos = begin
