@@ -76,7 +76,7 @@ def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
         src.write_bytes(gzip.compress(src.read_bytes()))
     assert plan_columns.export_ranges(src, LOCAL) is None  # small: one range unless told otherwise
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)
-    assert len(plan_columns.export_ranges(src, LOCAL)) == 2
+    assert len(plan_columns.export_ranges(src, LOCAL).ranges) == 2
     assert plan_columns.export_ranges(src, Workers.inline()) is None  # a training process: never in halves
     one, _ = _export(src, tmp_path / "one", False, monkeypatch)
     two, _ = _export(src, tmp_path / "two", True, monkeypatch)
@@ -84,7 +84,7 @@ def test_two_ranges_write_the_same_copy_as_one(run, tmp_path, monkeypatch):
     assert load_trace(two) == json.loads(json.dumps(adapt_trace(trace)))
     zipped, _ = _export(src, tmp_path / "gz", True, monkeypatch, gz=True)  # two gzip members, one stream
     assert gzip.decompress(zipped.read_bytes()) == one.read_bytes()
-    assert len(plan_columns.export_ranges(zipped, LOCAL)) == 2  # two gzip members, read through an index
+    assert len(plan_columns.export_ranges(zipped, LOCAL).ranges) == 2  # two gzip members, read through an index
     again, _ = _export(zipped, tmp_path / "again", True, monkeypatch)
     assert again.read_bytes() == _export(zipped, tmp_path / "again1", False, monkeypatch)[0].read_bytes()
 
@@ -96,6 +96,10 @@ def test_the_plan_of_two_ranges_is_the_plan_of_one(eager_junk, monkeypatch):
     one, _ = stream_plan.plan_edits(src)  # a training process's call: no helpers, whatever the size
     two, _ = stream_plan.plan_edits(src, LOCAL)
     assert one.ranges is None and [index for _, index in two.ranges][0] == 0 and len(two.ranges) == 2
+    (first, _), (second, _) = two.ranges  # as each half's reader found the cut: the same event for both
+    assert first[0] == 0 and first[1] == second[0] and second[1] is None
+    with open(src, "rb") as f:
+        assert f.read()[second[0] - 3:second[0] + 1].replace(b" ", b"").endswith(b"},{")
     assert two.edits == one.edits and two.step_starts == one.step_starts
     assert (two.keep == one.keep).all() and ((two.ts == one.ts) | (two.ts != two.ts)).all()
 

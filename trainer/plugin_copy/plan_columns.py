@@ -35,7 +35,7 @@ from stepscope.trace.fastread import (
     releasing,
 )
 from stepscope.trace.fastread import Columns as FastColumns
-from stepscope.trace.jsonstream import TraceStream, split_points
+from stepscope.trace.jsonstream import Near, NoCut, TraceStream, split_near
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import Workers
 
@@ -79,42 +79,48 @@ class Columns:
     step_rows: list[int] = field(default_factory=list)  # entries named ProfilerStep#... with a numeric ts
     count: int = 0
     ranges: list | None = None  # EditPlan.ranges
+    span: tuple | None = None  # the byte range read (TraceStream.start, .end), None for one pass
     header: dict = field(default_factory=dict)
 
 
-def export_ranges(path: Path, workers: Workers) -> list[tuple[int, int | None]] | None:
-    """Two byte ranges of whole events near the middle of ``path``, when ``workers`` has the export read and
-    write it in halves (the second by a helper); else None: one range, here."""
-    return split_points(path, 2, _decode) if workers.halves(path) else None
+def export_ranges(path: Path, workers: Workers) -> Near | None:
+    """Where ``path`` is cut in two near its middle (each half's reader finds the event boundary there,
+    jsonstream.split_near), when ``workers`` has the export read and write it in halves (the second by a
+    helper); else None: one range, here."""
+    return split_near(path, 2, _decode) if workers.halves(path) else None
 
 
 @releasing
 def read_columns(path: Path, workers: Workers | None = None) -> Columns:
     """The columns of the trace in ``path``; where ``workers`` allows (default: this process only), a large
-    one is read in two byte ranges at once, the second by a forked helper (the columns are the same)."""
+    one is read in two byte ranges at once, the second by a forked helper (the columns are the same).
+    ``ranges`` then holds the byte ranges as their readers found them."""
     workers = workers or Workers.inline()
-    ranges = export_ranges(path, workers)
-    if ranges is not None:
+    near = export_ranges(path, workers)
+    if near is not None:
         try:
-            with workers.beside(_read_range, path, ranges[1]) as rest:
-                c = _read_range(path, ranges[0])
+            with workers.beside(_read_range, path, near.ranges[1], near) as rest:
+                c = _read_range(path, near.ranges[0], near)
                 first_of_rest = c.count
-                _append(c, rest.result())
-            c.ranges = [(ranges[0], 0), (ranges[1], first_of_rest)]
-            return c
-        except (OSError, RuntimeError, BrokenProcessPool):  # no helper: one pass below
+                later = rest.result()
+                _append(c, later)
+            if c.span[1] == later.span[0]:  # the same event found by both: always, unless a defect
+                c.ranges = [((0, c.span[1]), 0), ((later.span[0], None), first_of_rest)]
+                return c
+        except (OSError, RuntimeError, BrokenProcessPool, NoCut):  # no helper, or no cut: one pass below
             pass
     return _read_range(path, None)
 
 
-def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Columns:
+def _read_range(path: Path, byte_range: tuple[int, int | None] | None, near: Near | None = None) -> Columns:
     c = Columns()
     cats: dict[Any, str] = {}
     threads: dict[tuple, tuple] = {}
-    with TraceStream(path, span=byte_range, lenient=from_objects) as stream:
+    with TraceStream(path, span=byte_range, lenient=from_objects, near=near) as stream:
         for events in stream.decode_events(read_piece):
             add_piece(c, events, cats, threads)
         c.header = stream.header
+        c.span = (stream.start, stream.end)
     return c
 
 

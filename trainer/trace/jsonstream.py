@@ -347,13 +347,15 @@ def split_near(path: Path, parts: int, decode: Callable[[bytes], list], first_we
     """``split_points``' ranges as ``Near`` offsets, found without reading the file (its size only: a .gz
     file's trailer), at the same fractions of it: the readers of the ranges find their ends themselves
     (``TraceStream(near=)``). ``window``: at most this many bytes searched after each offset, and less than
-    the shortest range. None when the file is too small to split, or a .gz trailer cannot tell its size."""
+    the shortest range. None when the file is too small to split."""
     path = Path(path)
     if parts < 2:
         return None
-    size = uncompressed_size(path) if path.name.endswith(".gz") else path.stat().st_size
-    if size is None:
-        return None
+    gz = path.name.endswith(".gz")
+    size = uncompressed_size(path) if gz else path.stat().st_size
+    if size is None:  # a trailer that cannot tell (several gzip members): decompressed to the end once
+        with open_gz(path) as f:
+            size = f.seek(0, os.SEEK_END)
     total = first_weight + parts - 1
     starts = [0] + [int(size * (first_weight + k - 1) / total) for k in range(1, parts)]
     shortest = min(b - a for a, b in zip(starts, starts[1:] + [size]))
