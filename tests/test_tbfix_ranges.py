@@ -166,6 +166,61 @@ def test_a_helper_runs_a_call_on_what_this_process_holds(workers):
         assert result.result() == sum(columns)
     with workers.beside(int, "not a number") as result, pytest.raises(ValueError):
         result.result()
+    calls = []
+    with Workers.inline().beside(calls.append, 1) as later:  # no helper: the call is made when asked about
+        assert calls == []
+        assert later.done() and calls == [1]
+        later.result()
+        assert calls == [1]
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+@pytest.mark.parametrize("empty", ["first", "second", None])
+def test_a_copy_written_in_two_ranges_joins_them_as_one_pass(eager_junk, tmp_path, monkeypatch, gz, empty):
+    """The helper's range is appended as it grows, after its own ",\n" (left out where the first range wrote
+    no event, and not written where the helper wrote none): the bytes of one pass, and the caller's other work
+    done once, while the helper writes, before the copy appears."""
+    from stepscope.plugin_copy import stream_write
+
+    src, _ = eager_junk
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
+    monkeypatch.setattr(stream_write, "GROWING_POLL_S", 0.0005)  # many appends of a part of the file
+    plan, header = stream_plan.plan_edits(src, LOCAL)
+    (_, _), (_, second) = plan.ranges
+    if empty == "first":
+        plan.keep[:second] = False
+    elif empty == "second":
+        plan.keep[second:] = False
+    name = "copy.json" + (".gz" if gz else "")
+    stream_write.write_adapted_stream(src, tmp_path / "one" / name, plan, header)  # one pass, here
+    seen = []
+    dst = tmp_path / "two" / name
+    stream_write.write_adapted_stream(src, dst, plan, header, workers=LOCAL,
+                                      meanwhile=lambda: seen.append(dst.exists()))
+    assert seen == [False]
+    read = gzip.decompress if gz else bytes
+    assert read(dst.read_bytes()) == read((tmp_path / "one" / name).read_bytes())
+    assert json.loads(read(dst.read_bytes()))["traceEvents"] or empty
+    assert [p.name for p in dst.parent.iterdir()] == [name]  # the helper's file is gone
+
+
+def test_other_work_that_fails_fails_the_copy(eager_junk, tmp_path, monkeypatch):
+    from stepscope.plugin_copy import stream_write
+
+    src, _ = eager_junk
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
+    plan, header = stream_plan.plan_edits(src, LOCAL)
+
+    def full_disk():
+        raise OSError(28, "No space left on device")
+
+    for workers in (LOCAL, Workers.inline()):
+        with pytest.raises(OSError, match="No space left"):
+            stream_write.write_adapted_stream(src, tmp_path / "out" / "copy.json", plan, header, workers=workers,
+                                              meanwhile=full_disk)
+        assert not list((tmp_path / "out").iterdir())
 
 
 def test_gc_paused_restores_what_it_found():
@@ -198,3 +253,31 @@ def test_a_copy_the_plugin_runs_out_of_memory_on_is_said_as_too_large(monkeypatc
     monkeypatch.setattr(RunProfileData, "parse", staticmethod(parse))
     trace = next((DATA / "cpu_resnet").glob("*.pt.trace.json*"))
     assert plugin_problem(trace) == "MemoryError: too large to load into the memory available here"
+
+
+def test_a_growing_file_is_appended_whole(tmp_path):
+    """What a helper writes while this process appends its file arrives whole and in order, the end included."""
+    import threading
+
+    from stepscope.plugin_copy import stream_write
+
+    grown = tmp_path / "grown"
+    grown.write_bytes(b"")
+    chunks = [bytes([65 + k % 26]) * (1000 + 7919 * k) for k in range(40)]
+    finished = threading.Event()
+
+    def write() -> None:
+        with open(grown, "ab", buffering=0) as f:
+            for chunk in chunks:
+                f.write(chunk)
+                finished.wait(0.002)
+        finished.set()
+
+    writer = threading.Thread(target=write)
+    with open(tmp_path / "out", "wb") as out:
+        out.write(b"head")
+        writer.start()
+        stream_write._append_growing(str(grown), out, finished.is_set)
+        out.write(b"tail")
+    writer.join()
+    assert (tmp_path / "out").read_bytes() == b"head" + b"".join(chunks) + b"tail"

@@ -86,10 +86,11 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     plan, header = planned if planned is not None else plan_edits(src, workers)
     raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
     adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
-    copy_file_atomic(src, raw)
     wanted = excerpt is not None and json_size(src) > plugin_check.WHOLE_UP_TO // 2
+    # the original is copied while a helper writes the copy's second half (one core would wait), and before
+    # the copy appears: the plugin never lists a copy whose original is missing
     write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None,
-                         workers)
+                         workers, meanwhile=lambda: copy_file_atomic(src, raw))
     return adapted_path, raw
 
 

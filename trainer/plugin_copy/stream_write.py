@@ -8,8 +8,8 @@ Unchanged events are copied as their original bytes (never re-serialised: runs o
 they are); an edited event is decoded, changed by the plan's edit (rules.py), and re-encoded (compact,
 UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
 written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
-own, appended to the copy once this process has written the first (gzipped copies: one gzip member each, a
-valid stream).
+own, which this process appends to the copy as it grows once it has written the first (gzipped copies: one
+gzip member each, a valid stream).
 The excerpt for the plugin check (excerpt.py's rule: the events before step N+1 begins and those without a
 time, the copy's bytes and top-level keys) is collected on the way, so no further pass reads the copy.
 The top-level keys keep json's default separators, which Holistic Trace Analysis's ``"rank":\s+`` regex
@@ -24,6 +24,8 @@ import json
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -82,27 +84,44 @@ def apply_edit(e: dict, edit: Edit) -> dict:
 
 @gc_paused()
 def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
-                         excerpt: tuple[Path, int] | None = None, workers: Workers | None = None) -> Path | None:
+                         excerpt: tuple[Path, int] | None = None, workers: Workers | None = None,
+                         meanwhile: Callable[[], None] | None = None) -> Path | None:
     """Write the copy to ``dst``. ``excerpt=(path, steps)``: also write excerpt.py's excerpt of the copy's
     first ``steps`` steps to ``path`` (plain JSON) in the same pass, and return ``path``; None when the copy
     has ``steps`` steps or fewer (it is its own excerpt), as excerpt.py. A plan read in byte ranges is
-    written in them, the second by a forked helper into a file of its own that is then appended, where
-    ``workers`` allows (default: this process only; then in one pass)."""
+    written in them, the second by a forked helper into a file of its own, which this process appends as it
+    grows once it has written the first, where ``workers`` allows (default: this process only; then in one
+    pass). ``meanwhile()``: other work of the caller's, done once before ``dst`` appears: by this process
+    while the helper still writes (after the first range), else before the copy is written."""
     workers = workers or Workers.inline()
     ranges = plan.ranges if workers.forks else None
     gz = Path(dst).name.endswith(".gz")
     steps = excerpt[1] if excerpt is not None and len(plan.step_starts) > excerpt[1] else None
     in_excerpt = _excerpt_rows(plan, steps) if steps is not None else None
+    pending = [meanwhile] if meanwhile is not None else []
+    failed: list[BaseException] = []
+
+    def once() -> None:
+        if pending:
+            try:
+                pending[0]()
+            except BaseException as e:
+                failed.append(e)
+                raise
+            pending.clear()
 
     def fill(raw_out) -> None:
         try:
-            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, ranges, workers)
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, ranges, workers,
+                                  once)
         except (OSError, RuntimeError):  # e.g. the helper could not start or died (BrokenProcessPool)
-            if not ranges:
+            if not ranges or failed:  # the caller's own work failed: its error
                 raise
             raw_out.seek(0)
             raw_out.truncate()
-            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None, workers)
+            parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None, workers,
+                                  once)
+        once()
         if steps is not None:
             write_excerpt(excerpt[0], parts, header)
 
@@ -129,9 +148,10 @@ class _Unclosed:
 
 
 def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in_excerpt, folder: Path,
-                  ranges: list | None, workers: Workers) -> list:
+                  ranges: list | None, workers: Workers, meanwhile: Callable[[], None]) -> list:
     """The copy to ``raw_out``: top-level keys, events (in ``ranges``, else in one pass here), closing;
-    returns the excerpt's events."""
+    returns the excerpt's events. ``meanwhile()`` is called once the first range is written (with no second
+    range: before any)."""
     head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
                           for k, v in header.items()) + b'"traceEvents": [\n'
     ranges = ranges or [(None, 0)]
@@ -142,6 +162,8 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
     if len(ranges) > 1:
         fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
         os.close(fd)
+    else:
+        meanwhile()
     try:
         helper = workers.beside(_write_range_file, src, rest, gz, plan, special, ranges[1], in_excerpt) \
             if rest else nullcontext()
@@ -149,15 +171,16 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
             with _member(raw_out, gz) as out:
                 out.write(head)
                 wrote, parts = _write_events(src, out, plan, special, *ranges[0], in_excerpt)
-                if later is not None:
-                    wrote_rest, parts_rest = later.result()
-                    if wrote and wrote_rest:
-                        out.write(b",\n")
-                    parts += parts_rest
-        if rest is not None:
-            with open(rest, "rb") as f:
-                raw_out.flush()
-                copy_rest(f, raw_out)
+            if later is not None:
+                meanwhile()
+                # the helper's events, each after ",\n": appended as they are written, where this range
+                # wrote any (else without its first separator, once it is done)
+                if wrote:
+                    _append_growing(rest, raw_out, later.done)
+                _, parts_rest, lead = later.result()
+                if not wrote:
+                    _append_without(rest, raw_out, lead)
+                parts += parts_rest
         with _member(raw_out, gz) as out:
             out.write(b"\n]}\n")
     finally:
@@ -175,9 +198,63 @@ def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, special, byte_range, in_excerpt) -> tuple:
-    """In the forked helper: one range's events to ``path``, a file (gzip member) of its own."""
-    with open(path, "wb") as raw, _member(raw, gz) as out:
-        return _write_events(src, out, plan, special, *byte_range, in_excerpt)
+    """In the forked helper: one range's events to ``path``, a file of its own (``_Continuation``). Returns
+    (whether any was written, the excerpt's events among them, ``_Continuation.lead``)."""
+    with open(path, "wb") as raw:
+        out = _Continuation(raw, gz)
+        try:
+            wrote, parts = _write_events(src, out, plan, special, *byte_range, in_excerpt)
+        finally:
+            out.close()
+        return wrote, parts, out.lead
+
+
+class _Continuation:
+    """A helper's file of events that follow the first range's as they are: ``",\n"`` before its first
+    bytes, in a gzip member of its own where the copy is gzipped (the events in the next), so that it can be
+    left out (``lead``: its length in the file); nothing at all while nothing is written."""
+
+    def __init__(self, raw, gz: bool) -> None:
+        self.raw, self.gz = raw, gz
+        self.out = None
+        self.lead = 0
+
+    def write(self, data: bytes) -> None:
+        if self.out is None:
+            with _member(self.raw, self.gz) as first:
+                first.write(b",\n")
+            self.lead = self.raw.tell()
+            self.out = _member(self.raw, self.gz)
+        self.out.write(data)
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.__exit__(None, None, None)
+
+
+def _append_growing(path: str, raw_out, done: Callable[[], bool]) -> None:
+    """The file at ``path``, which a helper is writing, appended to ``raw_out`` as it grows, until ``done()``
+    says the helper has finished (then to its end)."""
+    raw_out.flush()
+    with open(path, "rb") as f:
+        while True:
+            finished = done()  # asked first: what the helper wrote before it finished is then all there
+            copy_rest(f, raw_out)
+            if finished:
+                return
+            time.sleep(GROWING_POLL_S)
+
+
+GROWING_POLL_S = 0.01
+
+
+def _append_without(path: str, raw_out, lead: int) -> None:
+    """The helper's file appended to ``raw_out`` without its first separator (``lead`` bytes: a plain file's
+    ",\n", or the gzip member that holds it), where the first range wrote no event."""
+    raw_out.flush()
+    with open(path, "rb") as f:
+        f.seek(lead)
+        copy_rest(f, raw_out)
 
 
 def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_range, first: int,

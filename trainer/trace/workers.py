@@ -120,7 +120,7 @@ class Workers:
     @contextmanager
     def beside(self, fn: Callable, *args) -> Iterator[Future]:
         """``fn(*args)`` beside this process: in a forked child that inherits the arguments (not pickled)
-        when the policy allows and a child can start, else here when the result is asked for. The block's
+        when the policy allows and a child can start, else here when the result (or ``done()``) is asked for. The block's
         exit waits for the child. ``result()`` raises what the call raised, or BrokenProcessPool (a
         RuntimeError) when the child died."""
         pool = None
@@ -158,13 +158,13 @@ def in_pool(processes: int, fn: Callable, jobs: list[tuple], sizes: list[int]) -
 
 
 class _Later(Future):
-    """A call made in this process when its result is first asked for."""
+    """A call made in this process when its result, or whether it is done, is first asked for."""
 
     def __init__(self, fn: Callable, args: tuple) -> None:
         super().__init__()
         self._call = (fn, args)
 
-    def result(self, timeout=None):
+    def _run(self) -> None:
         if self._call is not None:
             fn, args = self._call
             self._call = None
@@ -172,6 +172,13 @@ class _Later(Future):
                 self.set_result(fn(*args))
             except BaseException as e:
                 self.set_exception(e)
+
+    def done(self) -> bool:
+        self._run()
+        return True
+
+    def result(self, timeout=None):
+        self._run()
         return super().result(timeout)
 
 
