@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +36,10 @@ from stepscope.trace.fastread import (
     releasing,
 )
 from stepscope.trace.fastread import Columns as FastColumns
+from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import Near, NoCut, TraceStream, split_near
 from stepscope.trace.vocabulary import STEP_PREFIX
-from stepscope.trace.workers import Workers
+from stepscope.trace.workers import Workers, sending
 
 UNSET = schema.UNSET
 NAN = float("nan")
@@ -99,26 +101,60 @@ def read_columns(path: Path, workers: Workers | None = None) -> Columns:
     near = export_ranges(path, workers)
     if near is not None:
         try:
-            with workers.beside(_read_range, path, near.ranges[1], near) as rest:
-                c = _read_range(path, near.ranges[0], near)
-                first_of_rest = c.count
-                later = rest.result()
-                _append(c, later)
-            if c.span[1] == later.span[0]:  # the same event found by both: always, unless a defect
-                c.ranges = [((0, c.span[1]), 0), ((later.span[0], None), first_of_rest)]
+            c = _read_halves(path, near)
+            if c is not None:
                 return c
         except (OSError, RuntimeError, BrokenProcessPool, NoCut):  # no helper, or no cut: one pass below
             pass
     return _read_range(path, None)
 
 
-def _read_range(path: Path, byte_range: tuple[int, int | None] | None, near: Near | None = None) -> Columns:
+def _read_halves(path: Path, near: Near) -> Columns | None:
+    """The columns of ``path`` read in ``near``'s two ranges, the second by a forked helper that sends its
+    columns piece by piece as it goes (joined between this process's own pieces, not all at its end)."""
+    later = Columns()
+
+    def take() -> None:
+        for part in inbox.take():
+            _append(later, part)
+
+    with sending(_range_pieces, [(path, near.ranges[1], near)]) as (inbox,):
+        c = _read_range(path, near.ranges[0], near, take)
+        for part in inbox.rest():
+            _append(later, part)
+    first_of_rest = c.count
+    _append(c, later)
+    if c.span[1] != later.span[0]:  # the same event found by both: always, unless a defect
+        return None
+    c.ranges = [((0, c.span[1]), 0), ((later.span[0], None), first_of_rest)]
+    return c
+
+
+def _range_pieces(path: Path, byte_range: tuple[int, int | None], near: Near) -> Iterator[Columns]:
+    """In the helper: the columns of one byte range, each piece's on its own (entries counted from 0), then
+    the range's header keys and span as columns without entries."""
+    cats: dict[Any, str] = {}
+    threads: dict[tuple, tuple] = {}
+    with gc_paused(), TraceStream(path, span=byte_range, lenient=from_objects, near=near) as stream:
+        for events in stream.decode_events(read_piece):
+            c = Columns()
+            add_piece(c, events, cats, threads)
+            yield c
+        tail = Columns(header=stream.header, span=(stream.start, stream.end))
+    yield tail
+
+
+def _read_range(path: Path, byte_range: tuple[int, int | None] | None, near: Near | None = None,
+                between=None) -> Columns:
+    """The columns of one byte range (None: the whole file); ``between()`` after each piece."""
     c = Columns()
     cats: dict[Any, str] = {}
     threads: dict[tuple, tuple] = {}
     with TraceStream(path, span=byte_range, lenient=from_objects, near=near) as stream:
         for events in stream.decode_events(read_piece):
             add_piece(c, events, cats, threads)
+            if between is not None:
+                between()
         c.header = stream.header
         c.span = (stream.start, stream.end)
     return c
@@ -148,7 +184,8 @@ def add_piece(c: Columns, events: list | FastColumns, cats: dict, threads: dict)
 def _append(c: Columns, more: Columns) -> None:
     """``more`` (the columns of the entries after ``c``'s) appended to ``c``."""
     shift = c.count
-    c.index.extend([i + shift for i in more.index])
+    if more.index:
+        c.index.frombytes((np.frombuffer(more.index, dtype=np.int64) + shift).tobytes())
     for ids, more_ids, table, more_table in ((c.name_id, more.name_id, c.names, more.names),
                                             (c.cat_id, more.cat_id, c.categories, more.categories)):
         to_c = np.array([table.setdefault(value, len(table)) for value in more_table], dtype=np.int64)
@@ -166,6 +203,7 @@ def _append(c: Columns, more: Columns) -> None:
     c.missing_cat |= {i + shift for i in more.missing_cat}
     c.count += more.count
     c.header.update(more.header)
+    c.span = more.span if c.span is None else c.span
 
 
 _NUMBER = (int, float)
