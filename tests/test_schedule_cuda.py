@@ -85,6 +85,11 @@ def test_input_copy_times_the_copy_on_the_unprofiled_steps_and_the_diagnosis_use
                        timeout=240)
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    copy = got["telemetry"]["copy_ms"]
+    copy, step = got["telemetry"]["copy_ms"], got["telemetry"]["step_ms"]
     assert 0.5 * got["alone_ms"] < copy < 2 * got["alone_ms"], got  # the same 64 MB copy, timed apart
-    assert got["transfer_ms"] == pytest.approx(copy, rel=0.01), got  # the measured copy is the step's transfer
+    # the measured copy is the step's transfer, within the measured step: the copy is nearly all of this step,
+    # and where its mean passes the step's median, the GPU's work is scaled to that step (unprofiled.rebuild)
+    if copy < 0.97 * step:
+        assert got["transfer_ms"] == pytest.approx(copy, rel=0.01), got
+    else:
+        assert 0.95 * step < got["transfer_ms"] <= step, got
