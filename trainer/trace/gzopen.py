@@ -11,7 +11,8 @@ one ``EOFError``, a file that is no gzip ``gzip.BadGzipFile``), whichever librar
 decompresses a GB of Kineto JSON in about a third of the CPU time of zlib.
 
 A gzip stream can only be decompressed from its start, so reading from the middle of a .gz trace (a byte
-range that a helper process parses, jsonstream.split_points) decompresses the bytes before it once more.
+range that a helper process parses, jsonstream.split_near) decompresses the bytes before it once more, in the
+helper, which finds where its range starts on the way.
 With ISA-L that costs 0.55 s per GB here, less than keeping an index of restart points (rapidgzip's: 0.41 s
 to index half a GB and 0.38 s to hand the index on, then 1.77 s per GB to decompress on one thread;
 BENCHMARKS.md, "A gigabyte's parse without Python numbers per sample, `.json.gz` ranges without an index ...").
