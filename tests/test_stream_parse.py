@@ -411,3 +411,31 @@ def test_a_pieces_text_is_never_changed_after_it_decoded(tmp_path):
     assert decoded == events
     assert len(kept) > 10
     assert all(bytes(text) == then for text, then in kept)
+
+
+def test_a_gzipped_trace_is_not_decompressed_to_its_cut_before_the_ranges_start(plain_trace, monkeypatch):
+    """Each range's reader finds its own cut (jsonstream.split_near): this process decompresses its own range
+    and the window after its end, once, and no more (finding the cut first decompressed the file up to it
+    once more, before any helper started); the helper decompresses up to its start itself."""
+    from stepscope.trace import gzopen, jsonstream
+
+    path = plain_trace.with_name(plain_trace.name + ".gz")
+    path.write_bytes(gzip.compress(plain_trace.read_bytes(), compresslevel=1))
+    one = parse_trace_file(path, "w", "1")
+    here = []
+    real_read = gzopen._Gz.read
+    parent = __import__("os").getpid()
+
+    def counted(self, n=-1):
+        data = real_read(self, n)
+        if __import__("os").getpid() == parent:
+            here.append(len(data))
+        return data
+
+    monkeypatch.setattr(gzopen._Gz, "read", counted)
+    met = _ranges_met(monkeypatch)
+    assert parse_trace_file(path, "w", "1", parts=2) == one
+    assert met == [None]  # parsed by the ranges
+    near = jsonstream.split_near(path, 2, stream_parse.decode, stream_parse.FIRST_RANGE_WEIGHT_GZ)
+    first_base_read = stream_ranges.BASE_BLOCK * 4  # the base, from the file's first few blocks
+    assert sum(here) <= near.ranges[0][1] + near.window + first_base_read
