@@ -439,3 +439,37 @@ def test_a_gzipped_trace_is_not_decompressed_to_its_cut_before_the_ranges_start(
     near = jsonstream.split_near(path, 2, stream_parse.decode, stream_parse.FIRST_RANGE_WEIGHT_GZ)
     first_base_read = stream_ranges.BASE_BLOCK * 4  # the base, from the file's first few blocks
     assert sum(here) <= near.ranges[0][1] + near.window + first_base_read
+
+
+def _traces_of_tests_data() -> list[Path]:
+    from stepscope.trace.discover import discover
+
+    out = []
+    for d in sorted(p for p in DATA.rglob("*") if p.is_dir()):
+        try:
+            out += [tf.path for tf in discover(d).traces if tf.path.parent == d]
+        except Exception:  # a folder that is no run (the reference outputs ...)
+            continue
+    return out
+
+
+_EVERY_TRACE = _traces_of_tests_data()
+
+
+_TRACE_IDS = [f"{p.parent.relative_to(DATA).as_posix()}-{k}" for k, p in enumerate(_EVERY_TRACE)]
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+@pytest.mark.parametrize("src", few_by_default(
+    _EVERY_TRACE, ids=_TRACE_IDS, keep=[i for i in _TRACE_IDS if i.rsplit("-", 1)[0] in ("nccl_ddp", "cuda_graph")]))
+def test_every_trace_of_tests_data_parses_in_ranges_as_in_one(src, gz, tmp_path, monkeypatch):
+    """Each range's reader finds its cut in real traces of every shape (GPU and CPU, NCCL, CUDA graphs,
+    memory, Lightning, Hugging Face ...), plain and gzipped: the ranges are used, not the one-process parse
+    they fall back to, and give its result."""
+    text = gzip.decompress(src.read_bytes()) if src.name.endswith(".gz") else src.read_bytes()
+    path = tmp_path / ("t.pt.trace.json" + (".gz" if gz else ""))
+    path.write_bytes(gzip.compress(text, compresslevel=1) if gz else text)
+    one = parse_trace_file(path, "w", "1")
+    met = _ranges_met(monkeypatch)
+    assert parse_trace_file(path, "w", "1", parts=2) == one
+    assert met == [None]
