@@ -70,7 +70,7 @@ from stepscope.trace import fastread
 from stepscope.trace.cluster import ClusterError, check_spec, open_cluster
 from stepscope.trace.errors import print_error
 from stepscope.trace.gc_paused import gc_paused
-from stepscope.trace.workers import Workers
+from stepscope.trace.workers import Workers, keep_heap
 
 
 class UsageError(ValueError):
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
             check_out_dir(a.export_tensorboard)
         selection = StepSelection(steps=a.steps, time_ms=a.time_range)
         workers = Workers.local(max_memory=a.max_memory)  # a short-lived command: local processes may help
+        keep_heap()  # this process only reads traces: their pieces' memory is reused, not faulted in afresh
         # A short-lived process holding millions of events that form no cycles: the cyclic collector would
         # only walk them again and again (gc_paused.py); reference counting still frees what is dropped.
         with gc_paused(), open_cluster(a.cluster) as address:

@@ -352,6 +352,24 @@ def _trim_heap() -> None:
 
 _MALLOC_TRIM = None
 
+# glibc's mallopt parameters (malloc.h) and the values keep_heap sets
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+KEPT_BLOCK = 32 << 20  # blocks up to this size come from the heap, not from a mapping of their own
+KEPT_TOP = 128 << 20  # free bytes at the heap's top that are kept rather than handed back
+
+
+def keep_heap() -> bool:
+    """For a process that only reads traces (the command line, the tab's analysis; never a training process,
+    whose allocator stays as its user set it): glibc keeps the blocks that each piece of a trace allocates
+    and frees (several MB each) in its heap, instead of handing them back to the system and faulting fresh
+    zeroed pages in for the next piece. Before a fork the heap is still trimmed (``_trim_heap``). Whether the
+    allocator took it: False where it is not glibc's."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, KEPT_BLOCK)) and bool(mallopt(_M_TRIM_THRESHOLD, KEPT_TOP))
+
 
 def default_budget() -> int:
     """A quarter of the machine's RAM."""

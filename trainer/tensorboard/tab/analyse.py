@@ -30,7 +30,7 @@ from stepscope.report.front import analyze
 from stepscope.report.measure import measured
 from stepscope.trace.discover import Found
 from stepscope.trace.errors import TraceError, print_error
-from stepscope.trace.workers import Workers
+from stepscope.trace.workers import Workers, keep_heap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     given = json.load(sys.stdin)
     traces = [Found(Path(t["path"]), t["kind"], t["worker"], t["span"], t["run"]) for t in given]
     folder_of = {t["run"]: Path(t["folder"]) for t in given}
+    keep_heap()  # this process only reads traces: their pieces' memory is reused, not faulted in afresh
     try:
         report = analyze(root, traces=traces, workers=Workers.local(), tables=True)
         jobs = [report] if isinstance(report, Report) else [r for _, r in report.runs]
