@@ -306,21 +306,33 @@ def split_points(path: Path, parts: int, decode: Callable[[bytes], list],
     Offsets of a .gz file are of its decompressed bytes: finding them decompresses the file up to the last
     one (gzopen.py). None when the file is too small to split."""
     path = Path(path)
-    gz = path.name.endswith(".gz")
     if parts < 2:
         return None
-    size = uncompressed_size(path) if gz else path.stat().st_size
+    _, offsets = _cut_offsets(path, parts, first_weight)
     starts = [0]
-    total = first_weight + parts - 1
-    with open_gz(path) if gz else open(path, "rb") as f:
-        if size is None:  # a trailer that cannot tell: decompressed to the end once
-            size = f.seek(0, os.SEEK_END)
-        for k in range(1, parts):
-            at = _event_start_near(f, int(size * (first_weight + k - 1) / total), decode)
+    with open_gz(path) if path.name.endswith(".gz") else open(path, "rb") as f:
+        for offset in offsets[1:]:
+            at = _event_start_near(f, offset, decode)
             if at is None or at <= starts[-1]:
                 return None
             starts.append(at)
-    return [(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))]
+    return _spans(starts)
+
+
+def _cut_offsets(path: Path, parts: int, first_weight: float) -> tuple[int, list[int]]:
+    """The size of the file's text (of a .gz file: decompressed) and the offsets near which it is cut into
+    ``parts`` ranges, the first one 0 and ``first_weight`` times as long as each of the others."""
+    size = uncompressed_size(path) if path.name.endswith(".gz") else path.stat().st_size
+    if size is None:  # a trailer that cannot tell (several gzip members): decompressed to the end once
+        with open_gz(path) as f:
+            size = f.seek(0, os.SEEK_END)
+    total = first_weight + parts - 1
+    return size, [0] + [int(size * (first_weight + k - 1) / total) for k in range(1, parts)]
+
+
+def _spans(starts: list[int]) -> list[tuple[int, int | None]]:
+    """Consecutive ranges from these starts, the last to the end."""
+    return [(a, b) for a, b in zip(starts, starts[1:])] + [(starts[-1], None)]
 
 
 class NoCut(ValueError):
@@ -351,19 +363,12 @@ def split_near(path: Path, parts: int, decode: Callable[[bytes], list], first_we
     path = Path(path)
     if parts < 2:
         return None
-    gz = path.name.endswith(".gz")
-    size = uncompressed_size(path) if gz else path.stat().st_size
-    if size is None:  # a trailer that cannot tell (several gzip members): decompressed to the end once
-        with open_gz(path) as f:
-            size = f.seek(0, os.SEEK_END)
-    total = first_weight + parts - 1
-    starts = [0] + [int(size * (first_weight + k - 1) / total) for k in range(1, parts)]
+    size, starts = _cut_offsets(path, parts, first_weight)
     shortest = min(b - a for a, b in zip(starts, starts[1:] + [size]))
     window = min(window, shortest // 2)
     if window < MIN_WINDOW:
         return None
-    return Near([(a, b if i + 1 < len(starts) else None) for i, (a, b) in enumerate(zip(starts, starts[1:] + [0]))],
-                decode, window)
+    return Near(_spans(starts), decode, window)
 
 
 def _read_exactly(f, n: int) -> bytes:
