@@ -25,7 +25,7 @@ from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.analysis.stream_ranges import collect_ranges, first_base
 from stepscope.report.front import analyze
 from stepscope.trace.discover import discover
-from stepscope.trace.jsonstream import split_points
+from stepscope.trace.jsonstream import split_near
 from stepscope.trace.sources import HF_TRAINER, by_kind
 
 DATA = Path(__file__).parent / "data"
@@ -174,9 +174,9 @@ def test_the_parse_in_byte_ranges_keeps_the_same_long_frames(tmp_path):
     path = tmp_path / "plain.pt.trace.json"
     path.write_bytes(gzip.decompress(tf.path.read_bytes()))
     whole = parse_trace_file(path, "w", "1")
-    ranges = split_points(path, 3, decode, 1.0)
-    assert len(ranges) == 3
-    c, _ = collect_ranges(path, ranges, first_base(path, 1 << 16), 1 << 16)
+    near = split_near(path, 3, decode, 1.0)
+    assert len(near.ranges) == 3
+    c, _ = collect_ranges(path, near, first_base(path, 1 << 16), 1 << 16)
     assert tuple(sorted(c.long_frames)) == whole.long_frames != ()
 
 

@@ -63,7 +63,7 @@ def first_base(path: Path, block: int = BASE_BLOCK) -> float | None:
     return None
 
 
-def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take, near: Near | None) -> dict:
+def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take, near: Near) -> dict:
     """``take(events)`` for each decoded piece of one byte range, in order; returns the range's header keys.
     Raises what reading or collecting them raises: the caller then parses the file in one process, which
     says where the trouble is (an event's index in the whole file is not known here)."""
@@ -134,7 +134,7 @@ def decode_into(c: Collector, part: dict) -> None:
 
 
 def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int,
-                    near: Near | None) -> Iterator[dict]:
+                    near: Near) -> Iterator[dict]:
     """The events of one byte range as a helper sends them: each decoded piece's events collected apart (with
     the file's base), encoded and yielded at once; then the range's header keys, as a piece without events."""
     with gc_paused(), TraceStream(path, block, span=byte_range, lenient=from_objects, near=near) as ts:
@@ -150,14 +150,13 @@ def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float,
     yield encode(tail)  # no events: the range's header keys
 
 
-def collect_ranges(path: Path, ranges: list | Near, base: float, block: int) -> tuple[Collector, dict]:
-    """The ranges' events in file order, and the file's header keys; ``ranges``: byte ranges of whole events
-    (jsonstream.split_points), or the offsets each range's reader finds its ends near (jsonstream.split_near).
-    The caller's worker policy granted the helper processes (``parts`` > 1, trace/workers.py). Each helper
-    sends its pieces as it goes; this process rebuilds them between pieces of its own range, each helper's
-    range in a collector of its own, which follow this process's range at the end."""
-    near = ranges if isinstance(ranges, Near) else None
-    ranges = near.ranges if near is not None else ranges
+def collect_ranges(path: Path, near: Near, base: float, block: int) -> tuple[Collector, dict]:
+    """The events of ``near``'s ranges (jsonstream.split_near: each range's reader finds its ends) in file
+    order, and the file's header keys. The caller's worker policy granted the helper processes (``parts`` >
+    1, trace/workers.py). Each helper sends its pieces as it goes; this process rebuilds them between pieces
+    of its own range, each helper's range in a collector of its own, which follow this process's range at the
+    end."""
+    ranges = near.ranges
     jobs = [(path, r, base, block, near) for r in ranges[1:]]
     with sending(_encoded_pieces, jobs) as inboxes:
         c = _collector(base)
