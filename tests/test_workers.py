@@ -140,8 +140,7 @@ def test_a_fork_hands_the_heaps_free_pages_back_first():
     """A helper shares its parent's resident pages, free ones too: fork_pool gives the heap's free pages back
     to the system first (glibc's malloc_trim), so neither process holds the 100 MB freed before it."""
     from stepscope.trace import workers
-    workers._trim_heap()
-    if not workers._MALLOC_TRIM:
+    if workers._libc("malloc_trim") is None:
         pytest.skip("no malloc_trim in this C library")
     out = subprocess.run([sys.executable, "-c", TRIM_CHILD], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

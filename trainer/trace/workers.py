@@ -34,6 +34,7 @@ never pickled: columns of millions of entries go to a helper for free).
 from __future__ import annotations
 
 import ctypes
+import functools
 import multiprocessing
 import os
 import pickle
@@ -340,17 +341,18 @@ def _trim_heap() -> None:
     """Hand the heap's free pages back to the system before a fork (glibc's ``malloc_trim``; elsewhere
     nothing): a child shares its parent's resident pages, free ones included, and a large trace's pieces
     leave tens of MB of them behind."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim  # the C library this process runs on
-        except (OSError, AttributeError, TypeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
+    malloc_trim = _libc("malloc_trim")
+    if malloc_trim is not None:
+        malloc_trim(0)
 
 
-_MALLOC_TRIM = None
+@functools.cache
+def _libc(name: str):
+    """The function ``name`` of the C library this process runs on, or None where it has none (not glibc)."""
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError, TypeError):
+        return None
 
 # glibc's mallopt parameters (malloc.h) and the values keep_heap sets
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -364,11 +366,9 @@ def keep_heap() -> bool:
     and frees (several MB each) in its heap, instead of handing them back to the system and faulting fresh
     zeroed pages in for the next piece. Before a fork the heap is still trimmed (``_trim_heap``). Whether the
     allocator took it: False where it is not glibc's."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, KEPT_BLOCK)) and bool(mallopt(_M_TRIM_THRESHOLD, KEPT_TOP))
+    mallopt = _libc("mallopt")
+    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, KEPT_BLOCK)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, KEPT_TOP))
 
 
 def default_budget() -> int:
