@@ -102,9 +102,56 @@ def test_a_plain_kineto_file_is_exported_gzipped_when_asked(tmp_path):
     assert load_trace(adapted) == json.loads(json.dumps(adapt_trace(load_trace(plain))))
 
 
+@pytest.mark.parametrize("separators", [None, (",", ":"), (", ", ": "), (" ,\n\t", " :")],
+                         ids=["kineto", "compact", "json", "odd"])
+@pytest.mark.parametrize("block", [None, 64 << 10], ids=["whole", "pieces"])
+def test_stretches_of_the_original_copy_what_msgspecs_split_of_each_entry_does(separators, block, tmp_path,
+                                                                               monkeypatch):
+    """The writer finds where each entry lies without decoding it (fastread.spans) and copies consecutive
+    entries it does not change as one stretch of the original's text, where the original separates them by
+    ",\n" as the copy does. The copy and its excerpt are byte for byte those made from msgspec's split of
+    every entry, whatever the original's separators, with entries that are no objects left out."""
+    from stepscope.plugin_copy.stream_plan import plan_edits
+    from stepscope.plugin_copy.stream_write import write_adapted_stream
+    from stepscope.trace import fastread, jsonstream
+
+    if block is not None:
+        defaults = jsonstream.TraceStream.__init__.__defaults__
+        monkeypatch.setattr(jsonstream.TraceStream.__init__, "__defaults__", (block, *defaults[1:]))
+    (tf,) = discover(DATA / "cuda_graph").traces
+    if separators is None:
+        text = gzip.decompress(tf.path.read_bytes())  # as Kineto writes it: "},\n{" between events
+    else:
+        trace = load_trace(tf.path)
+        trace["traceEvents"][5:5] = ["junk", 7, None, [1, {"x": "},{"}]]
+        text = json.dumps(trace, separators=separators).encode()
+    src = tmp_path / "w.1795259109156023363.pt.trace.json"
+    src.write_bytes(text)
+    plan, header = plan_edits(src)
+    assert plan.edits and len(plan.step_starts) > 1
+    found, real = [], fastread.spans
+
+    def finding(piece):
+        got = real(piece)
+        found.append(got is not None)
+        return got
+
+    copies = []
+    for spans in (finding, lambda piece: None):
+        monkeypatch.setattr(fastread, "spans", spans)
+        out = tmp_path / str(len(copies))
+        excerpt = write_adapted_stream(src, out / "copy.json", plan, header, (out / "excerpt.json", 1))
+        copies.append(((out / "copy.json").read_bytes(), excerpt.read_bytes()))
+    # found for every piece but those cut inside the junk's "},{" (msgspec refuses them too: the stream retries)
+    assert sum(found) >= (1 if block is None else 10) and found.count(False) <= (separators is not None)
+    assert copies[0] == copies[1]
+    assert load_trace(out / "copy.json") == json.loads(json.dumps(adapt_trace(json.loads(text))))
+
+
 @given(st.lists(st.integers(0, 300)), st.lists(st.integers(0, 300)))
 def test_the_positions_written_apart_are_numpys_union(a, b):
     """The writer's entries not copied as they are (edited, left out): np.union1d's, by one sort."""
     from stepscope.plugin_copy.stream_write import _sorted_union
     a, b = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
     assert _sorted_union(a, b).tolist() == np.union1d(a, b).tolist()
+

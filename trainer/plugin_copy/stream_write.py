@@ -34,6 +34,7 @@ import numpy as np
 from stepscope.plugin_copy.excerpt import write_excerpt
 from stepscope.plugin_copy.rules import UNLINKED_KEY
 from stepscope.plugin_copy.stream_plan import UNSET, Edit, EditPlan
+from stepscope.trace import fastread
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
 from stepscope.trace.workers import Workers
@@ -257,38 +258,84 @@ def _append_without(path: str, raw_out, lead: int) -> None:
         copy_rest(f, raw_out)
 
 
+class _Entries:
+    """A piece of the events array: its text, and where each entry lies in it (``starts``, ``ends``)."""
+
+    __slots__ = ("text", "starts", "ends")
+
+    def __init__(self, text, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.text, self.starts, self.ends = text, starts, ends
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @classmethod
+    def joined(cls, raws: list) -> _Entries:
+        """Entries that msgspec (or Python's json, ``_raws``) split apart, joined by ",\n" as the copy joins them."""
+        sizes = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+        ends = np.cumsum(sizes + 2) - 2
+        return cls(b",\n".join(raws), ends - sizes, ends)
+
+
+def _entries(text) -> _Entries:
+    """The writer's ``decode``: where each entry of the piece lies, found by the compiled reader without
+    decoding any (``fastread.spans``: the plan has already read the same file through a validating reader);
+    else msgspec's split of the piece, which raises on a cut that fell inside a value (the stream then
+    retries with more text)."""
+    found = fastread.spans(text)
+    return _Entries.joined(_RAW.decode(text)) if found is None else _Entries(text, *found)
+
+
+def _lenient_entries(entries: list) -> _Entries:
+    return _Entries.joined(_raws(entries))
+
+
+_COMMA, _NEWLINE = ord(","), ord("\n")
+
+
 def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_range, first: int,
                   in_excerpt) -> tuple[bool, list]:
     """The copy's events of one byte range of ``src`` (whose first entry is entry ``first``), joined by
     ``",\n"``; ``special``: the sorted positions of the entries not copied as they are. Returns (whether any
-    was written, the excerpt's events among them)."""
+    was written, the excerpt's events among them). Consecutive entries copied as they are, that the original
+    already separates by ``",\n"``, are written as the one stretch of its text that holds them."""
     keep, edits = plan.keep, plan.edits
     excerpt_parts: list = []
     wrote = False
     n = first
-    with TraceStream(src, span=byte_range, lenient=_raws) as stream:
-        for raws in stream.decode_events(_RAW.decode):  # each Raw holds the piece's text, which stays as it is
-            a, b = np.searchsorted(special, (n, n + len(raws)))
-            parts: list = []  # msgspec.Raw objects are bytes-like: joined without a copy each
+    with TraceStream(src, span=byte_range, lenient=_lenient_entries) as stream:
+        for piece in stream.decode_events(_entries):  # the piece's text stays as it is: slices of it are kept
+            text, starts, ends = piece.text, piece.starts, piece.ends
+            m = len(piece)
+            a, b = np.searchsorted(special, (n, n + m))
+            here = special[a:b] - n
+            # a stretch ends at each special entry, and where the original's separator is not ",\n"
+            last = ends[:-1]
+            u8 = np.frombuffer(text, dtype=np.uint8)
+            apart = np.flatnonzero((starts[1:] - last != 2) | (u8[last] != _COMMA) | (u8[last + 1] != _NEWLINE))
+            bounds = _sorted_union(np.concatenate((here, here + 1, apart + 1)), np.array([0, m], dtype=np.int64))
+            lo, hi = bounds[:-1], bounds[1:]
+            lo, hi = lo[hi > lo], hi[hi > lo]
+            lone = np.zeros(m + 1, dtype=bool)
+            lone[here] = True
+            parts: list = []  # slices of the piece's text (bytes-like): joined without a copy each
             rewritten: dict[int, bytes] = {}
-            prev = 0
-            for i in special[a:b].tolist():
-                j = i - n
-                parts += raws[prev:j]
-                if keep[i]:
-                    edit = edits.get(i)
-                    part = raws[j] if edit is None else _edited(raws[j], edit)
+            for j, is_special, begin, stop in zip(lo.tolist(), lone[lo].tolist(), starts[lo].tolist(),
+                                                  ends[hi - 1].tolist()):
+                if not is_special:
+                    parts.append(text[begin:stop])
+                elif keep[n + j]:
+                    edit = edits.get(n + j)
+                    part = text[begin:stop] if edit is None else _edited(text[begin:stop], edit)
                     parts.append(part)
                     rewritten[j] = part
-                prev = j + 1
-            parts += raws[prev:]
             if parts:
                 out.write((b",\n" if wrote else b"") + b",\n".join(parts))
                 wrote = True
             if in_excerpt is not None:
-                excerpt_parts += [bytes(rewritten.get(j, raws[j]))
-                                  for j in np.flatnonzero(in_excerpt[n:n + len(raws)]).tolist()]
-            n += len(raws)
+                excerpt_parts += [bytes(rewritten[j]) if j in rewritten else bytes(text[starts[j]:ends[j]])
+                                  for j in np.flatnonzero(in_excerpt[n:n + m]).tolist()]
+            n += m
     return wrote, excerpt_parts
 
 

@@ -5,7 +5,8 @@ object per event. Torch-free.
     cols = reader.read(text)                 # None: the extension is off, or the text needs msgspec's verdict
     cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), a number as float64 (else 0)
     cols.int("tid"), cols.strings            # ... an integer as int64, a string as its index in the strings
-    release()                                # this thread's parser freed, once a trace has been read
+    starts, ends = spans(text)               # where each entry of the array lies, none decoded
+    release()                                # this thread's parsers freed, once a trace has been read
 
 The extension (csrc/fastread.cpp, parsing with the vendored simdjson) is built by ``pip install -e .``
 (setup.py); where it is missing, or ``STEPSCOPE_PURE_PYTHON=1`` is set, ``available()`` is False,
@@ -153,8 +154,24 @@ class ColumnReader:
         return cols
 
 
+def spans(text) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where each entry of ``text`` (a JSON array) lies: int64 arrays ``starts`` and ``ends``, entry k being
+    ``text[starts[k]:ends[k]]``, found without decoding any entry. None: no compiled reader, or the array's
+    structure is broken (a cut inside a string or a nested value), for the caller's decoder to judge. It
+    does not check the values inside an entry (csrc/fastread.cpp): for text that a validating read has
+    already accepted, such as a trace whose copy was planned from the same file."""
+    if not available():
+        return None
+    got = _fastread.spans(text)
+    if got is None:
+        return None
+    offsets, n = got
+    both = np.frombuffer(offsets, dtype=np.int64)
+    return both[:n], both[n:]
+
+
 def release() -> None:
-    """Free this thread's parser and its buffers (tens of MB), kept between pieces: called once a trace has
+    """Free this thread's parsers and their buffers (tens of MB), kept between pieces: called once a trace has
     been read, so that they are not held through its analysis."""
     if _fastread is not None:
         _fastread.release()

@@ -22,6 +22,16 @@ value nested more than MAX_DEPTH deep, or a string that is not valid for Python.
 same text the slow way, which gives its result or its error. No Python object is made per event: only one per
 distinct string.
 
+    spans(text) -> None | (offsets, n)
+
+Where each entry of a JSON array lies in ``text``, found by simdjson's On Demand iteration without decoding
+any entry: ``offsets`` holds 2n int64 as bytes, the n entries' starts then their ends, so that entry k is
+``text[starts[k]:ends[k]]`` (without the whitespace around it). On Demand checks the array's structure
+(balanced brackets, closed strings, commas between entries, valid UTF-8, nothing after the array) but not
+the atoms inside an entry, so ``spans`` is for text already read whole by a validating reader (the copy's
+writer reads a file that its plan has read). None where the iteration meets an error: the caller decodes
+the text itself, which gives its error (a cut inside a string or a nested value) or its entries.
+
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
 its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
 memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
@@ -255,6 +265,9 @@ static inline Py_ssize_t find_key(const keymap *m, const char *p, size_t n) {
     }
 }
 
+/* the thread's On Demand parser, for spans(): freed by release(), or when the thread ends */
+static thread_local std::unique_ptr<simdjson::ondemand::parser> the_iterator;
+
 /* the thread's parser: freed by release(), or when the thread ends */
 static thread_local std::unique_ptr<simdjson::dom::parser> the_parser;
 
@@ -273,6 +286,7 @@ static simdjson::dom::parser *thread_parser(void) {
    trace has been read; the next columns() makes a new one */
 static PyObject *release(PyObject *self, PyObject *unused) {
     the_parser.reset();
+    the_iterator.reset();
     Py_RETURN_NONE;
 }
 
@@ -439,8 +453,100 @@ done:
     return result;
 }
 
+
+static inline int is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* the entries of the array in `view` into a growing buffer of (start, end) pairs; READ_REFUSED on any
+   error of the iteration, READ_OOM when the buffer cannot grow. Runs without the GIL. */
+static int entry_spans(simdjson::ondemand::parser *parser, simdjson::padded_string_view view, const char *base,
+                       int64_t **pairs, size_t *cap, size_t *n) {
+    simdjson::ondemand::document doc;
+    simdjson::ondemand::array array;
+    if (parser->iterate(view).get(doc) || doc.get_array().get(array)) return READ_REFUSED;
+    for (auto entry : array) {
+        simdjson::ondemand::value value;
+        std::string_view raw;
+        if (entry.get(value) || value.raw_json().get(raw)) return READ_REFUSED;
+        size_t len = raw.size();
+        while (len && is_space(raw[len - 1])) len--; /* a scalar's token holds the spaces after it */
+        if (*n == *cap) {
+            size_t bigger = *cap ? *cap * 2 : 4096;
+            int64_t *grown = (int64_t *)PyMem_RawRealloc(*pairs, bigger * 2 * sizeof(int64_t));
+            if (grown == NULL) return READ_OOM;
+            *pairs = grown;
+            *cap = bigger;
+        }
+        (*pairs)[2 * *n] = raw.data() - base;
+        (*pairs)[2 * *n + 1] = raw.data() - base + (int64_t)len;
+        (*n)++;
+    }
+    /* an error of the array's structure is met as an entry (above); what follows the array is checked here */
+    return doc.at_end() ? READ_OK : READ_REFUSED;
+}
+
+/* spans(text): see the module comment */
+static PyObject *spans(PyObject *self, PyObject *arg) {
+    Py_buffer text;
+    if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL;
+    const char *bytes = (const char *)text.buf;
+    const size_t len = (size_t)text.len;
+    int64_t *pairs = NULL;
+    size_t cap = 0, n = 0;
+    int outcome = READ_OK;
+    simdjson::padded_string copy;
+    simdjson::padded_string_view view;
+    if (len >= 3 && memcmp(bytes, "\xEF\xBB\xBF", 3) == 0) { /* simdjson skips a byte-order mark */
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (!the_iterator) {
+        the_iterator.reset(new (std::nothrow) simdjson::ondemand::parser());
+        if (!the_iterator) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if (padded_in_place(text.obj, bytes, text.len)) {
+        view = simdjson::padded_string_view(bytes, len, len + simdjson::SIMDJSON_PADDING);
+    } else {
+        copy = simdjson::padded_string(bytes, len);
+        if (len && copy.data() == nullptr) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        view = simdjson::padded_string_view(copy.data(), len, len + simdjson::SIMDJSON_PADDING);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    outcome = entry_spans(the_iterator.get(), view, view.data(), &pairs, &cap, &n);
+    Py_END_ALLOW_THREADS
+    if (outcome == READ_OOM) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (outcome == READ_REFUSED) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    {
+        PyObject *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(2 * n * sizeof(int64_t)));
+        if (!offsets) goto done;
+        int64_t *out = (int64_t *)PyBytes_AS_STRING(offsets);
+        for (size_t k = 0; k < n; k++) {
+            out[k] = pairs[2 * k];
+            out[n + k] = pairs[2 * k + 1];
+        }
+        result = Py_BuildValue("(Nn)", offsets, (Py_ssize_t)n);
+    }
+done:
+    PyMem_RawFree(pairs);
+    PyBuffer_Release(&text);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
+    {"spans", spans, METH_O, "Where each entry of a JSON array lies in the text (see the module source)."},
     {"release", release, METH_NOARGS, "Free the calling thread's parser and its buffers."},
     {"in_place", in_place, METH_O, "Whether columns() parses this text where it lies, without copying it."},
     {NULL, NULL, 0, NULL},
