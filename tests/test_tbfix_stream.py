@@ -155,3 +155,29 @@ def test_the_positions_written_apart_are_numpys_union(a, b):
     a, b = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
     assert _sorted_union(a, b).tolist() == np.union1d(a, b).tolist()
 
+
+def test_the_original_is_kept_as_a_hard_link_where_the_file_system_allows_else_copied(tmp_path, monkeypatch):
+    """The export's original under raw/: another name of the same file (no second gigabyte written), the same
+    bytes; where no link can be made (another file system), or the copy is gzipped, a copy; never a
+    leftover temporary file."""
+    import errno
+    import os
+
+    (tf,) = discover(DATA / "cuda_graph").traces
+    src = tmp_path / "w.1795259109156023363.pt.trace.json"
+    src.write_bytes(gzip.decompress(tf.path.read_bytes()))
+    adapted, raw = export_file(tmp_path / "linked", "w", "1795259109156023363", src)
+    assert raw.read_bytes() == src.read_bytes() and os.path.samefile(raw, src) and src.stat().st_nlink == 2
+    assert sorted(p.name for p in raw.parent.iterdir()) == [raw.name]
+
+    def no_link(a, b):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(os, "link", no_link)
+    adapted2, raw2 = export_file(tmp_path / "copied", "w", "1795259109156023363", src)
+    assert raw2.read_bytes() == src.read_bytes() and not os.path.samefile(raw2, src)
+    assert adapted2.read_bytes() == adapted.read_bytes()
+    assert sorted(p.name for p in raw2.parent.iterdir()) == [raw2.name]
+    monkeypatch.undo()
+    adapted3, raw3 = export_file(tmp_path / "gz", "w", "1795259109156023363", src, gz=True)
+    assert raw3.name.endswith(".gz") and gzip.decompress(raw3.read_bytes()) == src.read_bytes()

@@ -6,9 +6,9 @@
     adapted, raw = write_adapted_pair(Path("logs/run"), "host_1234", "1795259107760373831", trace)   # a dict
 
 ``export_tensorboard`` streams each trace file (``export_file``): a 1 GB trace is rewritten in a few hundred
-MB, its original copied byte for byte. The layout is ``trainer/trace/files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the
-plugin lists, ``raw/<span>/<worker>.trace.json.gz`` the original (for Perfetto and HTA), which the plugin
-does not list.
+MB, its original kept byte for byte (a hard link where the file system allows, else a copy). The layout is
+``trainer/trace/files.py``'s: ``<worker>.<span>.pt.trace.json.gz`` is the adapted copy the plugin lists,
+``raw/<span>/<worker>.trace.json.gz`` the original (for Perfetto and HTA), which the plugin does not list.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from stepscope.plugin_copy import plugin_check
 from stepscope.plugin_copy.plugin_check import plugin_problem
 from stepscope.plugin_copy.stream_plan import plan_edits
-from stepscope.plugin_copy.stream_write import copy_file_atomic, write_adapted_stream
+from stepscope.plugin_copy.stream_write import link_or_copy_atomic, write_adapted_stream
 from stepscope.trace import files as trace_files
 from stepscope.trace.discover import EXPORT_MARKER, discover, export_marker
 from stepscope.trace.workers import Workers, json_size
@@ -65,12 +65,12 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
 def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None,
                 excerpt: Path | None = None, workers: Workers | None = None,
                 planned: tuple | None = None) -> tuple[Path, Path]:
-    """``write_adapted_pair`` for a trace file, streamed: the original is copied byte for byte under
-    ``raw/`` (gzipped on the way when ``gz`` asks for it and ``src`` is plain), the plugin copy written event by
-    event (``stream_plan.py``, ``stream_write.py``), so the trace is never in memory. ``gz`` (default: as
-    ``src``) says whether both copies are gzipped. A piece of the file that msgspec refuses but Python's json
-    reads (NaN or Infinity literals) is normalised on the way (jsonstream.py's ``lenient``). Raises what
-    reading the file raises (OSError, EOFError, zlib.error, msgspec.DecodeError); nothing is written then.
+    """``write_adapted_pair`` for a trace file, streamed: the original is kept byte for byte under ``raw/``
+    (a hard link to ``src`` where the file system allows, else a copy; gzipped on the way when ``gz`` asks for
+    it and ``src`` is plain), the plugin copy written event by event (``stream_plan.py``, ``stream_write.py``),
+    so the trace is never in memory. ``gz`` (default: as ``src``) says whether both copies are gzipped. A piece
+    of the file that msgspec refuses but Python's json reads (NaN or Infinity literals) is normalised on the
+    way (jsonstream.py's ``lenient``). Raises what reading the file raises (OSError, EOFError, zlib.error, msgspec.DecodeError); nothing is written then.
 
     ``excerpt``: a path for the copy's excerpt of its first ``plugin_check.EXCERPT_STEPS`` steps, written in the
     same pass when ``src`` is larger than half of ``plugin_check.WHOLE_UP_TO`` (plugin_problem then loads it
@@ -87,10 +87,10 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
     adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     wanted = excerpt is not None and json_size(src) > plugin_check.WHOLE_UP_TO // 2
-    # the original is copied while a helper writes the copy's second half (one core would wait), and before
-    # the copy appears: the plugin never lists a copy whose original is missing
+    # the original is kept (linked or copied) while a helper writes the copy's second half (one core would
+    # wait), and before the copy appears: the plugin never lists a copy whose original is missing
     write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None,
-                         workers, meanwhile=lambda: copy_file_atomic(src, raw))
+                         workers, meanwhile=lambda: link_or_copy_atomic(src, raw))
     return adapted_path, raw
 
 

@@ -355,6 +355,30 @@ def copy_file_atomic(src: Path, dst: Path) -> None:
         _atomic(dst, fill)
 
 
+def link_or_copy_atomic(src: Path, dst: Path) -> None:
+    """``dst`` as another name of the file ``src`` (a hard link: the same bytes, none written again) where
+    both are on one file system that allows it and no gzipping is asked for; else ``copy_file_atomic``. For
+    an original that is kept as it is beside its copy (a trace is written once and never changed in place:
+    the tools that rewrite one, gzip or an editor, write a new file, which the link does not follow)."""
+    compress = Path(dst).name.endswith(".gz") and not Path(src).name.endswith(".gz")
+    if not compress and Path(src).is_file():
+        dst = Path(dst)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.parent / f".tmp-{os.getpid()}-{time.monotonic_ns()}.partial"
+        try:
+            os.link(src, tmp)
+        except OSError:  # another file system, or one without hard links: copied instead
+            pass
+        else:
+            try:
+                os.replace(tmp, dst)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            return
+    copy_file_atomic(src, dst)
+
+
 def copy_rest(f, out) -> None:
     """The rest of ``f`` appended to ``out`` by copy_file_range(2), without passing through this process
     (a gigabyte in about a second); by reading and writing where the system cannot."""
