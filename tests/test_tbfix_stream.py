@@ -181,3 +181,25 @@ def test_the_original_is_kept_as_a_hard_link_where_the_file_system_allows_else_c
     monkeypatch.undo()
     adapted3, raw3 = export_file(tmp_path / "gz", "w", "1795259109156023363", src, gz=True)
     assert raw3.name.endswith(".gz") and gzip.decompress(raw3.read_bytes()) == src.read_bytes()
+
+
+def test_an_edit_shared_by_many_entries_is_copied_before_one_of_them_changes():
+    """The plan gives hundreds of thousands of launches (and operators of one call stack) one Edit object
+    each kind; changing one entry's edit afterwards (a launch the step guard unlinks) changes that entry
+    only, and an entry that already had an edit keeps it, with the shared fields set on it."""
+    from stepscope.plugin_copy.stream_plan import Edit, EditPlan
+
+    plan = EditPlan(keep=np.ones(6, dtype=bool))
+    plan.edit(4).guard_name = True
+    launch = Edit(cat="runtime", shared=True)
+    root = Edit(cat="runtime", external_id=0, shared=True)
+    plan.share([1, 2, 3, 4], [launch, launch, root, root])
+    assert plan.edits[1] is plan.edits[2] is launch and plan.edits[3] is root
+    assert plan.edits[4] == Edit(guard_name=True, cat="runtime", external_id=0) and not plan.edits[4].shared
+    plan.edit(2).unlink = True
+    assert plan.edits[2] == Edit(cat="runtime", unlink=True) and plan.edits[2] is not launch
+    assert plan.edits[1] is launch and launch == Edit(cat="runtime") and not launch.unlink
+    plan.share([5], [Edit(call_stack="a.py(3): f", shared=True)])
+    plan.edit(5).external_id = 0
+    assert plan.edits[5] == Edit(call_stack="a.py(3): f", external_id=0)
+    assert plan.edits[4] is plan.edit(4)  # an entry's own edit is changed where it is

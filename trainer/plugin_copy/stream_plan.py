@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +51,12 @@ class Edit:
     external_id: Any = UNSET  # set the plugin's External id key to this
     unlink: bool = False
     call_stack: str | None = None
+    # one object that many entries hold (EditPlan.share): EditPlan.edit gives an entry its own copy before a change
+    shared: bool = field(default=False, compare=False, repr=False)
 
 
 _NO_EDIT = Edit()
+_SHARED_FIELDS = ("guard_name", "guard_cat", "name", "cat", "touch_args", "external_id", "unlink", "call_stack")
 
 
 @dataclass
@@ -67,19 +69,33 @@ class EditPlan:
     ranges: list | None = None
 
     def edit(self, i: int) -> Edit:
+        """Entry ``i``'s own edit, to change: made where it has none, copied where it holds a shared one."""
         e = self.edits.get(i)
         if e is None:
             e = self.edits[i] = Edit()
+        elif e.shared:
+            e = self.edits[i] = replace(e, shared=False)
         return e
 
-    def edits_at(self, positions: list[int]) -> Iterator[Edit]:
-        """``edit(i)`` for each position, in one loop (a plan makes hundreds of thousands)."""
+    def share(self, positions: list[int], shared: list[Edit]) -> None:
+        """Entry ``positions[k]`` edited as ``shared[k]`` says, for hundreds of thousands of entries that need
+        the same few edits (a launch's category, an operator's call stack): each ``Edit(..., shared=True)`` is
+        held as it is by the entries without an edit yet, not made once per entry; an entry that has one gets
+        the shared edit's fields (those not at their defaults) set on its own."""
         edits = self.edits
-        for i in positions:
-            e = edits.get(i)
-            if e is None:
-                e = edits[i] = Edit()
-            yield e
+        have = edits.keys() & positions
+        if not have:
+            edits.update(zip(positions, shared))
+            return
+        for i, s in zip(positions, shared):
+            if i not in have:
+                edits[i] = s
+                continue
+            e = self.edit(i)
+            for name in _SHARED_FIELDS:
+                value = getattr(s, name)
+                if value is not getattr(_NO_EDIT, name):
+                    setattr(e, name, value)
 
 
 class Categories:
@@ -180,8 +196,9 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
         except (OSError, BrokenProcessPool):  # the helper died: here
             stacks = call_stacks_of(*stack_args)
     rows = np.fromiter(stacks, dtype=np.int64, count=len(stacks))
-    for e, stack in zip(plan.edits_at(idx[rows].tolist()), stacks.values()):
-        e.call_stack = stack
+    by_stack: dict[str, Edit] = {}  # operators of one line of Python share its stack: one edit each
+    plan.share(idx[rows].tolist(), [by_stack.get(s) or by_stack.setdefault(s, Edit(call_stack=s, shared=True))
+                                    for s in stacks.values()])
 
 
 
@@ -213,10 +230,9 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, s
     # those outside every step are left as they are, unless they launched device work (see rules.py)
     runtime = [k for k, inside in zip(candidates.tolist(), in_a_step) if inside or corr[k] in launched]
     roots = [ext[k] not in node_ids for k in runtime]  # launched by no operator the plugin sees: from the root
-    for e, root in zip(plan.edits_at(idx[np.array(runtime, dtype=np.int64)].tolist()), roots):
-        e.cat = PLUGIN_RUNTIME
-        if root:
-            e.external_id = ROOT_EXTERNAL_ID
+    launch = (Edit(cat=PLUGIN_RUNTIME, shared=True),
+              Edit(cat=PLUGIN_RUNTIME, external_id=ROOT_EXTERNAL_ID, shared=True))
+    plan.share(idx[np.array(runtime, dtype=np.int64)].tolist(), [launch[root] for root in roots])
     rooted = {corr[k] for k, root in zip(runtime, roots) if root}
     rooted.discard(None)
     if rooted:
