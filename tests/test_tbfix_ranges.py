@@ -281,3 +281,57 @@ def test_a_growing_file_is_appended_whole(tmp_path):
         out.write(b"tail")
     writer.join()
     assert (tmp_path / "out").read_bytes() == b"head" + b"".join(chunks) + b"tail"
+
+
+@pytest.mark.parametrize("where", ["first", "second"])
+def test_the_excerpt_is_handed_over_while_the_helper_writes_where_it_lies_in_the_first_range(
+        where, eager_junk, tmp_path, monkeypatch):
+    """``excerpt_done`` (the export's plugin check) gets the excerpt as soon as the first range is written
+    where every entry of the excerpt lies in it: the helper's file of the second range is still there, and
+    the copy is not. An entry of the excerpt in the second range (here: one without a time) waits for the
+    end. The excerpt is the one-pass export's either way, and handed over once."""
+    from stepscope.plugin_copy import stream_write
+
+    src, _ = eager_junk
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
+    plan, header = stream_plan.plan_edits(src, LOCAL)
+    (_, _), (_, second) = plan.ranges
+    # the second range's entries after the first step: the excerpt of one step lies in the first range
+    plan.ts[second:] = plan.step_starts[1] + 1.0
+    if where == "second":
+        plan.ts[second + 5] = float("nan")  # an entry without a time: in every excerpt
+    stream_write.write_adapted_stream(src, tmp_path / "one" / "copy.json", plan, header,
+                                      (tmp_path / "one.json", 1))  # one pass, here: the oracle
+    dst = tmp_path / "out" / "copy.json"
+    seen = []
+
+    def done(path: Path) -> None:
+        partial = [p.name for p in dst.parent.iterdir() if p.name.endswith(".partial")]
+        seen.append((path.read_bytes(), dst.exists(), len(partial)))
+
+    written = stream_write.write_adapted_stream(src, dst, plan, header, (tmp_path / "excerpt.json", 1),
+                                                workers=LOCAL, excerpt_done=done)
+    assert written == tmp_path / "excerpt.json" and len(seen) == 1
+    got, copy_there, partial = seen[0]
+    assert not copy_there and partial == (2 if where == "first" else 1)  # the copy's own, and the helper's
+    assert got == (tmp_path / "one.json").read_bytes() == written.read_bytes()
+    assert dst.read_bytes() == (tmp_path / "one" / "copy.json").read_bytes()
+
+
+def test_an_excerpt_check_that_fails_fails_the_copy(eager_junk, tmp_path, monkeypatch):
+    from stepscope.plugin_copy import stream_write
+
+    src, _ = eager_junk
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
+    plan, header = stream_plan.plan_edits(src, LOCAL)
+
+    def missing(path: Path) -> None:
+        raise plugin_check.PluginMissing("cannot check the export: torch_tb_profiler failed to import")
+
+    for workers in (LOCAL, Workers.inline()):
+        with pytest.raises(plugin_check.PluginMissing):
+            stream_write.write_adapted_stream(src, tmp_path / "out" / "copy.json", plan, header,
+                                              (tmp_path / "excerpt.json", 1), workers=workers, excerpt_done=missing)
+        assert not list((tmp_path / "out").iterdir())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from stepscope.plugin_copy import plugin_check
@@ -64,7 +65,8 @@ def write_adapted_pair(run_dir: Path, worker: str, span: str, trace: dict, gz: b
 
 def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | None = None,
                 excerpt: Path | None = None, workers: Workers | None = None,
-                planned: tuple | None = None) -> tuple[Path, Path]:
+                planned: tuple | None = None,
+                excerpt_done: Callable[[Path], None] | None = None) -> tuple[Path, Path]:
     """``write_adapted_pair`` for a trace file, streamed: the original is kept byte for byte under ``raw/``
     (a hard link to ``src`` where the file system allows, else a copy; gzipped on the way when ``gz`` asks for
     it and ``src`` is plain), the plugin copy written event by event (``stream_plan.py``, ``stream_write.py``),
@@ -78,7 +80,9 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     ``workers``: the worker policy (trace/workers.py; default: this process only); where it allows, a large
     trace is planned and written with a forked helper (stream_plan.py). A command's own process may fork, a
     training process must not. ``planned``: (plan, header keys) of ``src`` from the read that also parsed it
-    for the analysis (one_pass.read_both); else the copy plans it here."""
+    for the analysis (one_pass.read_both); else the copy plans it here. ``excerpt_done(path)``: called with
+    the excerpt once it is written, before the copy appears (write_adapted_stream: while a helper still
+    writes the copy, where it can)."""
     _check_names(worker, span)
     src = Path(src)
     gz = src.name.endswith(".gz") if gz is None else gz
@@ -90,13 +94,18 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     # the original is kept (linked or copied) while a helper writes the copy's second half (one core would
     # wait), and before the copy appears: the plugin never lists a copy whose original is missing
     write_adapted_stream(src, adapted_path, plan, header, (excerpt, plugin_check.EXCERPT_STEPS) if wanted else None,
-                         workers, meanwhile=lambda: link_or_copy_atomic(src, raw))
+                         workers, meanwhile=lambda: link_or_copy_atomic(src, raw), excerpt_done=excerpt_done)
     return adapted_path, raw
 
 
 def written_excerpt(path: Path) -> Path | None:
     """``path`` if export_file wrote an excerpt there, else None: the argument plugin_problem takes."""
     return path if path.is_file() else None
+
+
+def _checking_into(problems: list) -> Callable[[Path], None]:
+    """``excerpt_done`` for export_file: the plugin's check of the copy's excerpt, its finding kept."""
+    return lambda excerpt: problems.append(plugin_problem(excerpt))
 
 
 def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Path,
@@ -123,10 +132,14 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
         written = []
         for n, (path, worker, span) in enumerate(traces):
             part = staging / f"excerpt-{n}.pt.trace.json"  # for the plugin check of a large copy
+            # the copy of a trace too large for the plugin to load whole is checked by its excerpt, as soon as
+            # that is written (while the copy's second half still is, where the excerpt lies in the first)
+            checked: list[str | None] = []
+            early = _checking_into(checked) if json_size(path) > plugin_check.WHOLE_UP_TO else None
             adapted, _raw = export_file(target, worker, span, path, excerpt=part, workers=workers,
-                                        planned=(plans or {}).pop(Path(path), None))
+                                        planned=(plans or {}).pop(Path(path), None), excerpt_done=early)
             # a copy TensorBoard would drop is no export
-            if problem := plugin_problem(adapted, excerpt_path=written_excerpt(part)):
+            if problem := (checked[0] if checked else plugin_problem(adapted, excerpt_path=written_excerpt(part))):
                 raise ValueError(f"{path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")
             written.append(out_dir / adapted.name)
         # marks the folder as copies, so that analysing a folder above it does not count them twice

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -86,20 +87,27 @@ def apply_edit(e: dict, edit: Edit) -> dict:
 @gc_paused()
 def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
                          excerpt: tuple[Path, int] | None = None, workers: Workers | None = None,
-                         meanwhile: Callable[[], None] | None = None) -> Path | None:
+                         meanwhile: Callable[[], None] | None = None,
+                         excerpt_done: Callable[[Path], None] | None = None) -> Path | None:
     """Write the copy to ``dst``. ``excerpt=(path, steps)``: also write excerpt.py's excerpt of the copy's
     first ``steps`` steps to ``path`` (plain JSON) in the same pass, and return ``path``; None when the copy
     has ``steps`` steps or fewer (it is its own excerpt), as excerpt.py. A plan read in byte ranges is
     written in them, the second by a forked helper into a file of its own, which this process appends as it
     grows once it has written the first, where ``workers`` allows (default: this process only; then in one
     pass). ``meanwhile()``: other work of the caller's, done once before ``dst`` appears: by this process
-    while the helper still writes (after the first range), else before the copy is written."""
+    while the helper still writes (after the first range), else before the copy is written.
+    ``excerpt_done(path)``: the caller's work on the excerpt (the plugin's check), done once before ``dst``
+    appears: as soon as the first range is written where the excerpt's entries all lie in it (while the
+    helper writes the rest, and this process appends it from a thread: the kernel's copy), else at the end."""
     workers = workers or Workers.inline()
     ranges = plan.ranges if workers.forks else None
     gz = Path(dst).name.endswith(".gz")
     steps = excerpt[1] if excerpt is not None and len(plan.step_starts) > excerpt[1] else None
     in_excerpt = _excerpt_rows(plan, steps) if steps is not None else None
+    # the excerpt made from the first range alone: none of its entries lies in the second
+    early = steps is not None and ranges is not None and len(ranges) > 1 and not in_excerpt[ranges[1][1]:].any()
     pending = [meanwhile] if meanwhile is not None else []
+    excerpted: list[bool] = []
     failed: list[BaseException] = []
 
     def once() -> None:
@@ -111,20 +119,35 @@ def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
                 raise
             pending.clear()
 
+    def excerpt_of(parts: list) -> None:
+        if steps is None or excerpted:
+            return
+        write_excerpt(excerpt[0], parts, header)
+        excerpted.append(True)
+        if excerpt_done is not None:
+            try:
+                excerpt_done(excerpt[0])
+            except BaseException as e:
+                failed.append(e)
+                raise
+
+    def first_written(parts: list) -> None:
+        if early:
+            excerpt_of(parts)
+
     def fill(raw_out) -> None:
         try:
             parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, ranges, workers,
-                                  once)
+                                  once, first_written)
         except (OSError, RuntimeError):  # e.g. the helper could not start or died (BrokenProcessPool)
             if not ranges or failed:  # the caller's own work failed: its error
                 raise
             raw_out.seek(0)
             raw_out.truncate()
             parts = _write_ranges(src, raw_out, gz, plan, header, in_excerpt, Path(dst).parent, None, workers,
-                                  once)
+                                  once, first_written)
         once()
-        if steps is not None:
-            write_excerpt(excerpt[0], parts, header)
+        excerpt_of(parts)
 
     _atomic(dst, fill)
     return excerpt[0] if steps is not None else None
@@ -149,10 +172,12 @@ class _Unclosed:
 
 
 def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in_excerpt, folder: Path,
-                  ranges: list | None, workers: Workers, meanwhile: Callable[[], None]) -> list:
+                  ranges: list | None, workers: Workers, meanwhile: Callable[[], None],
+                  first_written: Callable[[list], None]) -> list:
     """The copy to ``raw_out``: top-level keys, events (in ``ranges``, else in one pass here), closing;
     returns the excerpt's events. ``meanwhile()`` is called once the first range is written (with no second
-    range: before any)."""
+    range: before any); then ``first_written(the excerpt's events in the first range)``, while the second
+    range's events are appended (by a thread of this process, as the helper writes them)."""
     head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
                           for k, v in header.items()) + b'"traceEvents": [\n'
     ranges = ranges or [(None, 0)]
@@ -176,8 +201,12 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
                 meanwhile()
                 # the helper's events, each after ",\n": appended as they are written, where this range
                 # wrote any (else without its first separator, once it is done)
-                if wrote:
-                    _append_growing(rest, raw_out, later.done)
+                appending = _Appending(rest, raw_out, later.done) if wrote else None
+                try:
+                    first_written(parts)
+                finally:
+                    if appending is not None:
+                        appending.finish()
                 _, parts_rest, lead = later.result()
                 if not wrote:
                     _append_without(rest, raw_out, lead)
@@ -247,6 +276,28 @@ def _append_growing(path: str, raw_out, done: Callable[[], bool]) -> None:
 
 
 GROWING_POLL_S = 0.01
+
+
+class _Appending(threading.Thread):
+    """``_append_growing`` in a thread, while this process does other work (the copy itself is the kernel's:
+    the thread holds the interpreter only between its calls); ``finish()`` waits for it and raises its error."""
+
+    def __init__(self, path: str, raw_out, done: Callable[[], bool]) -> None:
+        super().__init__(name="stepscope-append", daemon=True)
+        self.args_ = (path, raw_out, done)
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            _append_growing(*self.args_)
+        except BaseException as e:  # raised in the caller's thread by finish()
+            self.error = e
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _append_without(path: str, raw_out, lead: int) -> None:
