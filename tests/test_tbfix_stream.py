@@ -148,6 +148,21 @@ def test_stretches_of_the_original_copy_what_msgspecs_split_of_each_entry_does(s
     assert load_trace(out / "copy.json") == json.loads(json.dumps(adapt_trace(json.loads(text))))
 
 
+def test_the_writers_parsers_are_freed_once_it_has_written(tmp_path, monkeypatch):
+    """The compiled reader's parsers of the writing thread (tens of MB for pieces of 8 MiB) are not kept
+    once a copy is written, as a read's are not (a training process writes its cycles' copies)."""
+    from stepscope.plugin_copy.stream_plan import plan_edits
+    from stepscope.plugin_copy.stream_write import write_adapted_stream
+    from stepscope.trace import _fastread
+
+    (tf,) = discover(DATA / "cuda_graph").traces
+    plan, header = plan_edits(tf.path)
+    calls = []
+    monkeypatch.setattr(_fastread, "release", lambda: calls.append(1))
+    write_adapted_stream(tf.path, tmp_path / "copy.json.gz", plan, header)
+    assert calls == [1]
+
+
 @given(st.lists(st.integers(0, 300)), st.lists(st.integers(0, 300)))
 def test_the_positions_written_apart_are_numpys_union(a, b):
     """The writer's entries not copied as they are (edited, left out): np.union1d's, by one sort."""

@@ -13,7 +13,8 @@ The plugin holds about 7 bytes per byte of trace while it loads (7.5 GB for a 1 
 2 cores). A file with more than ``WHOLE_UP_TO`` bytes of JSON is therefore checked through an excerpt of its
 first ``EXCERPT_STEPS`` steps (excerpt.py), the same events byte for byte: every kind of event and edit the
 copy holds, in a file the plugin loads in seconds. The export writes that excerpt while it writes the copy
-(stream_write.py) and passes it in; otherwise it is made here from the copy, in two more passes.
+(stream_write.py) and checks it as soon as it is written, while the copy's second half may still be written
+(``plugin_problem(excerpt)``), or passes it in; otherwise it is made here from the copy, in two more passes.
 """
 
 from __future__ import annotations

@@ -344,6 +344,7 @@ def _lenient_entries(entries: list) -> _Entries:
 _COMMA, _NEWLINE = ord(","), ord("\n")
 
 
+@fastread.releasing  # the thread's parsers (tens of MB) not kept once a range is written
 def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_range, first: int,
                   in_excerpt) -> tuple[bool, list]:
     """The copy's events of one byte range of ``src`` (whose first entry is entry ``first``), joined by
