@@ -335,3 +335,28 @@ def test_an_excerpt_check_that_fails_fails_the_copy(eager_junk, tmp_path, monkey
             stream_write.write_adapted_stream(src, tmp_path / "out" / "copy.json", plan, header,
                                               (tmp_path / "excerpt.json", 1), workers=workers, excerpt_done=missing)
         assert not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("run", ["eager_bs128", "hf_trainer", "ddp_gloo"])
+def test_the_call_stacks_made_in_two_parts_are_those_made_whole(run, tmp_path):
+    """The copy's plan has the helper make the operators' call stacks up to a time and this process the rest
+    (stream_plan.HELPER_STACKS): each part takes only the frames that can enclose its operators. At any split
+    (before every operator, between, at an operator's own start, after all), the two parts are the whole."""
+    import numpy as np
+    from stepscope.plugin_copy.stream_callstack import call_stacks_of
+
+    src, _ = _plain(tmp_path, run)
+    c = plan_columns.read_columns(src)
+    names = list(c.names)
+    cat = stream_plan.Categories(np.frombuffer(c.cat_id, dtype=np.int64), c.categories)
+    start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
+    args = (cat.among("python_function"), cat.among("cpu_op", "operator"), [names[k] for k in c.name_id],
+            c.thread, start, stop, c.has_stack)
+    whole = call_stacks_of(*args)
+    assert len(whole) > 10
+    op_starts = np.sort(start[args[1]])
+    for split in (op_starts[0] - 1, *np.quantile(op_starts, [0.1, 0.5, 0.85]), op_starts[len(op_starts) // 3],
+                  op_starts[-1] + 1):
+        first, second = call_stacks_of(*args, -np.inf, float(split)), call_stacks_of(*args, float(split))
+        assert not first.keys() & second.keys()
+        assert {**first, **second} == whole, split

@@ -31,18 +31,22 @@ STACK_SEPARATOR = ";"
 
 
 def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_of: list[str], thread: list, start: np.ndarray,
-                   stop: np.ndarray, has_stack: list[bool]) -> dict[int, str]:
+                   stop: np.ndarray, has_stack: list[bool], since: float = -np.inf,
+                   until: float = np.inf) -> dict[int, str]:
     """callstack.call_stacks on columns: {row of an operator without a Call stack: its enclosing Python
     frames, innermost first}. ``is_frame``, ``is_op``: whether each row is a ``python_function`` frame, and
-    an operator (``cpu_op``, ``operator``)."""
+    an operator (``cpu_op``, ``operator``). ``since``, ``until``: only the operators that start in
+    [since, until), from the frames that can enclose them (those that start before ``until`` and end at or
+    after ``since``): two processes can each make a part. An operator's stack is its enclosing frames
+    whatever the others, so the parts together are the whole."""
     out: dict[int, str] = {}
     frames_by_thread: dict = defaultdict(list)
     ops_by_thread: dict = defaultdict(list)
     real: dict[str, bool] = {}
-    rows = np.flatnonzero(is_frame)
+    rows = np.flatnonzero(is_frame & (start < until) & (stop >= since))
     for k, a, b in zip(rows.tolist(), start[rows].tolist(), stop[rows].tolist()):
         frames_by_thread[thread[k]].append((a, b, name_of[k]))
-    rows = np.flatnonzero(is_op)
+    rows = np.flatnonzero(is_op & (start >= since) & (start < until))
     for k, a in zip(rows.tolist(), start[rows].tolist()):
         ops_by_thread[thread[k]].append((a, k))
     for key, ops in ops_by_thread.items():

@@ -39,6 +39,7 @@ from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEG
 from stepscope.trace.workers import Workers
 
 SPLIT_EVENTS = 1 << 20  # complete events from which the call stacks are worked out by a helper, meanwhile
+HELPER_STACKS = 0.85  # the share of the operators whose stacks the helper makes (this process rewrites launches)
 
 
 @dataclass(slots=True)
@@ -189,12 +190,18 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     stack_args = (cat.among(PYTHON_FUNCTION), cat.among("cpu_op", "operator"), name_of, thread, start, stop,
                   has_stack)
     helper = workers if len(idx) >= SPLIT_EVENTS else Workers.inline()
-    with helper.beside(call_stacks_of, *stack_args) as later:
+    # the helper makes the stacks of the operators that start before ``split``, this process those after it
+    # once it has rewritten the launches (the two take about as long)
+    op_starts = start[stack_args[1]]
+    split = float(np.quantile(op_starts, HELPER_STACKS)) if helper.forks and len(op_starts) else np.inf
+    with helper.beside(call_stacks_of, *stack_args, -np.inf, split) as later:
         _rewrite_runtimes(plan, idx, cat, step_named, start, stop, corr, ext, tree_nodes())
+        rest = call_stacks_of(*stack_args, split) if split < np.inf else {}
         try:
             stacks = later.result()
         except (OSError, BrokenProcessPool):  # the helper died: here
-            stacks = call_stacks_of(*stack_args)
+            stacks = call_stacks_of(*stack_args, -np.inf, split)
+    stacks.update(rest)
     rows = np.fromiter(stacks, dtype=np.int64, count=len(stacks))
     by_stack: dict[str, Edit] = {}  # operators of one line of Python share its stack: one edit each
     plan.share(idx[rows].tolist(), [by_stack.get(s) or by_stack.setdefault(s, Edit(call_stack=s, shared=True))
