@@ -292,6 +292,20 @@ static PyObject *release(PyObject *self, PyObject *unused) {
 
 enum { READ_OK, READ_REFUSED, READ_OOM };
 
+/* What a read that did not end READ_OK leaves the caller: MemoryError (READ_OOM), or None (READ_REFUSED: the
+   caller's own decoder judges the text). Whether the call ends there. */
+static int settled(int outcome, PyObject **result) {
+    if (outcome == READ_OOM) {
+        PyErr_NoMemory();
+        return 1;
+    }
+    if (outcome == READ_REFUSED) {
+        *result = Py_NewRef(Py_None);
+        return 1;
+    }
+    return 0;
+}
+
 /* the events of `root` into the columns (all set to T_MISSING); READ_REFUSED: let the caller decode it */
 static int read_events(simdjson::dom::array root, size_t n, const key_t_ *keys, Py_ssize_t n_event,
                        Py_ssize_t n_args, uint8_t *types, int64_t *ints, strtab *tab) {
@@ -423,14 +437,7 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     outcome = read_events(root, n, keys, n_event, n_args, types, ints, &tab);
     Py_END_ALLOW_THREADS
-    if (outcome == READ_OOM) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (outcome == READ_REFUSED) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
+    if (settled(outcome, &result)) goto done;
     strings = PyList_New((Py_ssize_t)tab.count);
     if (!strings) goto done;
     for (size_t c = 0; c < tab.count; c++) {
@@ -458,8 +465,8 @@ static inline int is_space(char c) { return c == ' ' || c == '\n' || c == '\r' |
 
 /* the entries of the array in `view` into a growing buffer of (start, end) pairs; READ_REFUSED on any
    error of the iteration, READ_OOM when the buffer cannot grow. Runs without the GIL. */
-static int entry_spans(simdjson::ondemand::parser *parser, simdjson::padded_string_view view, const char *base,
-                       int64_t **pairs, size_t *cap, size_t *n) {
+static int entry_spans(simdjson::ondemand::parser *parser, simdjson::padded_string_view view,
+                       const char *base, int64_t **pairs, size_t *cap, size_t *n) {
     simdjson::ondemand::document doc;
     simdjson::ondemand::array array;
     if (parser->iterate(view).get(doc) || doc.get_array().get(array)) return READ_REFUSED;
@@ -520,14 +527,7 @@ static PyObject *spans(PyObject *self, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     outcome = entry_spans(the_iterator.get(), view, view.data(), &pairs, &cap, &n);
     Py_END_ALLOW_THREADS
-    if (outcome == READ_OOM) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (outcome == READ_REFUSED) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
+    if (settled(outcome, &result)) goto done;
     {
         PyObject *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(2 * n * sizeof(int64_t)));
         if (!offsets) goto done;
