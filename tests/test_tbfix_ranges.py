@@ -333,7 +333,8 @@ def test_an_excerpt_check_that_fails_fails_the_copy(eager_junk, tmp_path, monkey
     for workers in (LOCAL, Workers.inline()):
         with pytest.raises(plugin_check.PluginMissing):
             stream_write.write_adapted_stream(src, tmp_path / "out" / "copy.json", plan, header,
-                                              (tmp_path / "excerpt.json", 1), workers=workers, excerpt_done=missing)
+                                              (tmp_path / "excerpt.json", 1), workers=workers,
+                                              excerpt_done=missing)
         assert not list((tmp_path / "out").iterdir())
 
 

@@ -69,10 +69,11 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
                 excerpt_done: Callable[[Path], None] | None = None) -> tuple[Path, Path]:
     """``write_adapted_pair`` for a trace file, streamed: the original is kept byte for byte under ``raw/``
     (a hard link to ``src`` where the file system allows, else a copy; gzipped on the way when ``gz`` asks for
-    it and ``src`` is plain), the plugin copy written event by event (``stream_plan.py``, ``stream_write.py``),
-    so the trace is never in memory. ``gz`` (default: as ``src``) says whether both copies are gzipped. A piece
-    of the file that msgspec refuses but Python's json reads (NaN or Infinity literals) is normalised on the
-    way (jsonstream.py's ``lenient``). Raises what reading the file raises (OSError, EOFError, zlib.error, msgspec.DecodeError); nothing is written then.
+    it and ``src`` is plain), the plugin copy written event by event (``stream_plan.py``,
+    ``stream_write.py``), so the trace is never in memory. ``gz`` (default: as ``src``) says whether both
+    copies are gzipped. A piece of the file that msgspec refuses but Python's json reads (NaN or Infinity
+    literals) is normalised on the way (jsonstream.py's ``lenient``). Raises what reading the file raises
+    (OSError, EOFError, zlib.error, msgspec.DecodeError); nothing is written then.
 
     ``excerpt``: a path for the copy's excerpt of its first ``plugin_check.EXCERPT_STEPS`` steps, written in the
     same pass when ``src`` is larger than half of ``plugin_check.WHOLE_UP_TO`` (plugin_problem then loads it
@@ -139,7 +140,8 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
             adapted, _raw = export_file(target, worker, span, path, excerpt=part, workers=workers,
                                         planned=(plans or {}).pop(Path(path), None), excerpt_done=early)
             # a copy TensorBoard would drop is no export
-            if problem := (checked[0] if checked else plugin_problem(adapted, excerpt_path=written_excerpt(part))):
+            problem = checked[0] if checked else plugin_problem(adapted, excerpt_path=written_excerpt(part))
+            if problem:
                 raise ValueError(f"{path}: torch-tb-profiler 0.4.3 cannot load the exported copy ({problem})")
             written.append(out_dir / adapted.name)
         # marks the folder as copies, so that analysing a folder above it does not count them twice

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEG
 from stepscope.trace.workers import Workers
 
 SPLIT_EVENTS = 1 << 20  # complete events from which the call stacks are worked out by a helper, meanwhile
-HELPER_STACKS = 0.85  # the share of the operators whose stacks the helper makes (this process rewrites launches)
+HELPER_STACKS = 0.85  # the operators whose stacks the helper makes (this process rewrites the launches)
 
 
 @dataclass(slots=True)
@@ -52,12 +52,12 @@ class Edit:
     external_id: Any = UNSET  # set the plugin's External id key to this
     unlink: bool = False
     call_stack: str | None = None
-    # one object that many entries hold (EditPlan.share): EditPlan.edit gives an entry its own copy before a change
+    # one object that many entries hold (EditPlan.share): EditPlan.edit copies it before a change
     shared: bool = field(default=False, compare=False, repr=False)
 
 
 _NO_EDIT = Edit()
-_SHARED_FIELDS = ("guard_name", "guard_cat", "name", "cat", "touch_args", "external_id", "unlink", "call_stack")
+_EDIT_FIELDS = tuple(f.name for f in fields(Edit) if f.compare)  # what an edit changes (not ``shared``)
 
 
 @dataclass
@@ -93,7 +93,7 @@ class EditPlan:
                 edits[i] = s
                 continue
             e = self.edit(i)
-            for name in _SHARED_FIELDS:
+            for name in _EDIT_FIELDS:
                 value = getattr(s, name)
                 if value is not getattr(_NO_EDIT, name):
                     setattr(e, name, value)

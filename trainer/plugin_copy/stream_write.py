@@ -105,7 +105,8 @@ def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
     steps = excerpt[1] if excerpt is not None and len(plan.step_starts) > excerpt[1] else None
     in_excerpt = _excerpt_rows(plan, steps) if steps is not None else None
     # the excerpt made from the first range alone: none of its entries lies in the second
-    early = steps is not None and ranges is not None and len(ranges) > 1 and not in_excerpt[ranges[1][1]:].any()
+    early = (steps is not None and ranges is not None and len(ranges) > 1
+             and not in_excerpt[ranges[1][1]:].any())
     pending = [meanwhile] if meanwhile is not None else []
     excerpted: list[bool] = []
     failed: list[BaseException] = []
@@ -279,8 +280,9 @@ GROWING_POLL_S = 0.01
 
 
 class _Appending(threading.Thread):
-    """``_append_growing`` in a thread, while this process does other work (the copy itself is the kernel's:
-    the thread holds the interpreter only between its calls); ``finish()`` waits for it and raises its error."""
+    """``_append_growing`` in a thread, while this process does other work (the copy itself is the
+    kernel's: the thread holds the interpreter only between its calls); ``finish()`` waits for it and raises
+    its error."""
 
     def __init__(self, path: str, raw_out, done: Callable[[], bool]) -> None:
         super().__init__(name="stepscope-append", daemon=True)
@@ -322,7 +324,8 @@ class _Entries:
 
     @classmethod
     def joined(cls, raws: list) -> _Entries:
-        """Entries that msgspec (or Python's json, ``_raws``) split apart, joined by ",\n" as the copy joins them."""
+        """Entries that msgspec (or Python's json, ``_raws``) split apart, joined by ",\n" as the copy joins
+        them."""
         sizes = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
         ends = np.cumsum(sizes + 2) - 2
         return cls(b",\n".join(raws), ends - sizes, ends)
@@ -364,8 +367,10 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
             # a stretch ends at each special entry, and where the original's separator is not ",\n"
             last = ends[:-1]
             u8 = np.frombuffer(text, dtype=np.uint8)
-            apart = np.flatnonzero((starts[1:] - last != 2) | (u8[last] != _COMMA) | (u8[last + 1] != _NEWLINE))
-            bounds = _sorted_union(np.concatenate((here, here + 1, apart + 1)), np.array([0, m], dtype=np.int64))
+            apart = np.flatnonzero((starts[1:] - last != 2) | (u8[last] != _COMMA)
+                                   | (u8[last + 1] != _NEWLINE))
+            bounds = _sorted_union(np.concatenate((here, here + 1, apart + 1)),
+                                   np.array([0, m], dtype=np.int64))
             lo, hi = bounds[:-1], bounds[1:]
             lo, hi = lo[hi > lo], hi[hi > lo]
             lone = np.zeros(m + 1, dtype=bool)
@@ -394,7 +399,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
 def copy_file_atomic(src: Path, dst: Path) -> None:
     """Copy ``src`` byte for byte to ``dst``, which appears only once complete; a plain ``src`` is gzipped on the
     way when ``dst`` ends in .gz."""
-    compress = Path(dst).name.endswith(".gz") and not Path(src).name.endswith(".gz")
+    compress = _gzips(src, dst)
 
     def fill(out) -> None:
         if compress:
@@ -412,8 +417,7 @@ def link_or_copy_atomic(src: Path, dst: Path) -> None:
     both are on one file system that allows it and no gzipping is asked for; else ``copy_file_atomic``. For
     an original that is kept as it is beside its copy (a trace is written once and never changed in place:
     the tools that rewrite one, gzip or an editor, write a new file, which the link does not follow)."""
-    compress = Path(dst).name.endswith(".gz") and not Path(src).name.endswith(".gz")
-    if not compress and Path(src).is_file():
+    if not _gzips(src, dst) and Path(src).is_file():
         dst = Path(dst)
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.parent / f".tmp-{os.getpid()}-{time.monotonic_ns()}.partial"
@@ -429,6 +433,11 @@ def link_or_copy_atomic(src: Path, dst: Path) -> None:
                 raise
             return
     copy_file_atomic(src, dst)
+
+
+def _gzips(src: Path, dst: Path) -> bool:
+    """Whether keeping ``src`` as ``dst`` gzips it on the way (a plain file kept as .gz)."""
+    return Path(dst).name.endswith(".gz") and not Path(src).name.endswith(".gz")
 
 
 def copy_rest(f, out) -> None:
