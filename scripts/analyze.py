@@ -10,7 +10,10 @@ trainer/cli/analyze.py. Bad input: one line on stderr, exit code 2, nothing writ
 
 import sys
 
-from stepscope.cli.analyze import main
+from stepscope.cli.main import one_blas_thread
+
+one_blas_thread()  # before numpy is imported (trainer/cli/main.py)
+from stepscope.cli.analyze import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(prog="analyze.py"))

@@ -111,3 +111,33 @@ def test_every_subcommand_is_a_package_function():
 
     for place, function in SUBCOMMANDS.values():
         assert place.startswith("stepscope.") and callable(load_function(place, function)), place
+
+
+BLAS_PROBE = """
+import os, sys
+from stepscope.cli.main import main
+assert "numpy" not in sys.modules  # the entry point itself imports no numpy
+code = main(sys.argv[1:])
+assert "numpy" in sys.modules  # the analysis imported it, after the command set the environment
+print(os.environ.get("OPENBLAS_NUM_THREADS"), code)
+"""
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "1"), ("3", "3")])
+def test_commands_that_read_traces_hold_openblas_to_one_thread(tmp_path, preset, expected):
+    """numpy's OpenBLAS threads would spin beside the parse's helpers: `stepscope analyze` sets one thread
+    before numpy is imported, unless the environment names a number."""
+    import os
+
+    from stepscope.cli.main import one_blas_thread
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    trace = Path(__file__).parent / "data" / "cpu_resnet"
+    p = subprocess.run([sys.executable, "-c", BLAS_PROBE, "analyze", str(trace), "--json"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == f"{expected} 0"
+    assert one_blas_thread({})["OPENBLAS_NUM_THREADS"] == "1"  # the tab's analysis child gets the same
+    assert one_blas_thread({"OPENBLAS_NUM_THREADS": "4"})["OPENBLAS_NUM_THREADS"] == "4"

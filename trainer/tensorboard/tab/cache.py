@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from stepscope.cli.main import one_blas_thread
 from stepscope.report.front import read_report
 from stepscope.report.measure import Measured, measured_from_json
 from stepscope.tensorboard.tab.runs import Run
@@ -125,7 +127,8 @@ def measure_apart(run: Run) -> tuple[JobMeasured, ...]:
     bound = time_bound(run)
     try:
         r = subprocess.run([sys.executable, "-m", "stepscope.tensorboard.tab.analyse", str(run.folder)],
-                           input=json.dumps(traces), capture_output=True, text=True, timeout=bound)
+                           input=json.dumps(traces), capture_output=True, text=True, timeout=bound,
+                           env=one_blas_thread(dict(os.environ)))
     except subprocess.TimeoutExpired:
         raise ValueError(f"run {run.name}: the analysis took more than {bound:.0f} s and was stopped, so that "
                          "the other runs are analysed; `stepscope analyze` on it has no time limit") from None
