@@ -413,6 +413,76 @@ def test_a_pieces_text_is_never_changed_after_it_decoded(tmp_path):
     assert all(bytes(text) == then for text, then in kept)
 
 
+class _Dribble:
+    """A binary file that gives at most ``most`` bytes per read, as a pipe or a decompressor may."""
+
+    def __init__(self, path: Path, most: int) -> None:
+        self._f, self._most = open(path, "rb"), most
+
+    def read(self, n: int = -1) -> bytes:
+        return self._f.read(self._most if n is None or n < 0 else min(n, self._most))
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+@pytest.mark.parametrize("unset", ["compiled", "zeroed"])
+def test_the_file_is_read_into_each_pieces_buffer_through_short_reads(tmp_path, monkeypatch, unset):
+    """The stream reads the file's bytes straight into the buffer that then holds the piece (not zeroed first
+    where the extension is built): reads that give fewer bytes than asked, and a buffer made without the
+    extension, decode the same events; no byte the file did not give is ever in a piece."""
+    from stepscope.trace import jsonstream
+    from stepscope.trace.jsonstream import TraceStream
+
+    if unset == "zeroed":
+        monkeypatch.setattr(jsonstream, "_unset_bytes", bytearray)
+    events = [{"name": f"op{i}", "ph": "X", "ts": i, "dur": 1, "args": {"s": "x" * (i % 50)}} for i in range(2000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "after": 1}))
+    text = path.read_bytes()
+    for most, block in ((7, 1 << 12), (1 << 20, 1 << 12), (333, 1 << 16)):
+        pieces = []
+
+        def decode(piece, pieces=pieces):
+            pieces.append(bytes(piece))
+            return msgspec.json.decode(piece)
+
+        with TraceStream(path, block=block, opener=lambda p, most=most: _Dribble(p, most)) as ts:
+            decoded = [e for piece in ts.decode_events(decode) for e in piece]
+            header = ts.header
+        assert decoded == events and header == {"schemaVersion": 1, "after": 1}, (most, block)
+        # each piece is '[' + the file's own bytes + ']'
+        assert all(p[1:-1] in text for p in pieces) and len(pieces) > 3, (most, block)
+
+
+def test_a_nul_byte_in_a_later_block_is_named_by_its_offset_in_the_file(tmp_path):
+    """The NUL check of each block read into a piece's buffer counts offsets from the file's start."""
+    from stepscope.trace.jsonstream import NotJSON, TraceStream
+
+    events = [{"name": f"op{i}", "ph": "X", "ts": i, "dur": 1} for i in range(3000)]
+    text = bytearray(json.dumps({"traceEvents": events}).encode())
+    at = len(text) * 2 // 3
+    text[at] = 0
+    path = tmp_path / "t.json"
+    path.write_bytes(bytes(text))
+    with pytest.raises(NotJSON, match=f"a NUL byte at offset {at},"), TraceStream(path, block=1 << 10) as ts:
+        for _ in ts.decode_events(msgspec.json.decode):
+            pass
+
+
+def test_an_unset_buffer_has_the_size_asked_and_refuses_a_negative_one():
+    from stepscope.trace import _fastread
+
+    assert isinstance(_fastread.empty(5), bytearray) and len(_fastread.empty(5)) == 5 and _fastread.empty(0) == b""
+    with pytest.raises(ValueError, match="negative"):
+        _fastread.empty(-1)
+
+
 def test_a_gzipped_trace_is_not_decompressed_to_its_cut_before_the_ranges_start(plain_trace, monkeypatch):
     """Each range's reader finds its own cut (jsonstream.split_near): this process decompresses its own range
     and the window after its end, once, and no more (finding the cut first decompressed the file up to it

@@ -63,16 +63,21 @@ class _Bounded(io.RawIOBase):
             return b"".join(iter(lambda: self.read(CHUNK), b""))
         data = self._raw.read(min(n, self._limit + 1 - self._count))
         self._count += len(data)
+        self._check()
+        return data
+
+    def readinto(self, b) -> int:
+        with memoryview(b) as view, view[:max(0, min(len(view), self._limit + 1 - self._count))] as room:
+            got = self._raw.readinto(room) or 0
+        self._count += got
+        self._check()
+        return got
+
+    def _check(self) -> None:
         if self._count > self._limit:
             raise TraceTooLarge(f"{self._path}: refused: yields more than {self._limit / 2**20:.0f} MiB "
                                 f"(1/{MEMORY_SHARE} of the memory available to this process); a gzip bomb "
                                 "or a trace too large to analyse here")
-        return data
-
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
 
     def close(self) -> None:
         self._raw.close()

@@ -53,6 +53,11 @@ import msgspec
 from stepscope.trace.bounded_read import bounded
 from stepscope.trace.gzopen import open_gz, uncompressed_size
 
+try:  # a buffer whose bytes are not zeroed before the file's are read into it (trace/fastread.py)
+    from stepscope.trace._fastread import empty as _unset_bytes
+except ImportError:  # the compiled reader is not built: zeroed, one pass more
+    _unset_bytes = bytearray
+
 BLOCK = 8 << 20
 KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -157,12 +162,41 @@ class TraceStream:
         else:
             data = self._f.read(min(self.block, self._left))
             self._left -= len(data)
-        nul = data.find(0)
-        if nul >= 0:
-            raise NotJSON(f"a NUL byte at offset {self._pos + nul}, which no JSON text holds: a file cut "
-                          "short, or preallocated by its writer and never filled")
+        self._no_nul(data, 0, len(data))
         self._pos += len(data)
         return data
+
+    def _no_nul(self, data, start: int, end: int) -> None:
+        """Raise NotJSON where ``data[start:end]``, the stream's next bytes, holds a NUL byte."""
+        nul = data.find(0, start, end)
+        if nul >= 0:
+            raise NotJSON(f"a NUL byte at offset {self._pos + nul - start}, which no JSON text holds: a file "
+                          "cut short, or preallocated by its writer and never filled")
+
+    def _more(self, buf: bytearray) -> bytearray | None:
+        """``buf`` followed by the stream's next bytes (``_read``'s), or None at its end. The file's bytes are
+        read into a new buffer that holds ``buf`` first, where they stay: no bytes object of their own, copied
+        into the buffer after it."""
+        if self._pending or (self._left == 0 and not self._end_found):
+            data = self._read()  # a window read while finding a range's ends: bytes already in memory
+            return buf + data if data else None
+        want = self.block if self._left is None else min(self.block, self._left)
+        if want == 0:
+            return None
+        at = len(buf)
+        out = _unset_bytes(at + want)
+        out[:at] = buf
+        with memoryview(out) as view, view[at:] as room:
+            got = self._f.readinto(room) or 0
+        if got < want:
+            del out[at + got:]  # a short read: no byte that the file did not give stays in the buffer
+        if got == 0:
+            return None
+        self._no_nul(out, at, at + got)
+        self._pos += got
+        if self._left is not None:
+            self._left -= got
+        return out
 
     def _events_start(self) -> bytearray:
         """Read the header up to the ``[`` of traceEvents; return what follows it."""
@@ -194,10 +228,10 @@ class TraceStream:
         buf = self._events_start() if self.span is None or self.span[0] == 0 else bytearray(b" ") + self._read()
         failed_at = -1  # a cut that did not decode: only cuts after it are tried
         while True:
-            more = self._read()
-            if not more:
+            grown = self._more(buf)
+            if grown is None:
                 break
-            buf += more
+            buf = grown
             if len(buf) > PIECE_LIMIT + self.block:
                 raise msgspec.DecodeError(f"no boundary between two events that decodes in the "
                                           f"{PIECE_LIMIT >> 20} MiB before offset {self._pos}: not a trace's "

@@ -32,6 +32,10 @@ the atoms inside an entry, so ``spans`` is for text already read whole by a vali
 writer reads a file that its plan has read). None where the iteration meets an error: the caller decodes
 the text itself, which gives its error (a cut inside a string or a nested value) or its entries.
 
+    empty(n) -> bytearray
+
+n bytes whose contents are not set (bytearray(n) zeroes them first), for a reader to fill with readinto.
+
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
 its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
 memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
@@ -544,11 +548,24 @@ done:
     return result;
 }
 
+/* empty(n): a bytearray of n bytes whose contents are not set, for a reader to fill (readinto) without the
+   pass that bytearray(n) makes to zero it first */
+static PyObject *empty(PyObject *self, PyObject *arg) {
+    Py_ssize_t n = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
     {"spans", spans, METH_O, "Where each entry of a JSON array lies in the text (see the module source)."},
     {"release", release, METH_NOARGS, "Free the calling thread's parser and its buffers."},
     {"in_place", in_place, METH_O, "Whether columns() parses this text where it lies, without copying it."},
+    {"empty", empty, METH_O, "A bytearray of n bytes whose contents are not set, for a reader to fill."},
     {NULL, NULL, 0, NULL},
 };
 
