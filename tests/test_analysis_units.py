@@ -160,6 +160,24 @@ def test_interval_set_matches_brute_force(a, b, lo, hi):
                       len({t for t in range(lo, hi)} - grid(a) - grid(b))]
 
 
+@settings(max_examples=300, deadline=None)
+@given(intervals, st.lists(st.tuples(st.integers(-5, 90), st.integers(-5, 90)), max_size=8),
+       st.floats(0, 1))
+def test_the_gaps_of_many_ranges_at_once_are_each_ranges_own(a, ranges, shift):
+    """gaps_of gives, range by range, exactly the arrays gap_arrays gives (ranges empty, reversed, inside an
+    interval or around all of them; fractional bounds too), and sums over its slices are the same floats."""
+    A = IntervalSet([(s + shift, e + shift) for s, e in a])
+    lo = np.array([r[0] + shift / 2 for r in ranges], dtype=np.float64)
+    hi = np.array([r[1] + shift / 3 for r in ranges], dtype=np.float64)
+    g0, g1, bounds = A.gaps_of(lo, hi)
+    assert len(bounds) == len(ranges) + 1 and bounds[-1] == len(g0) == len(g1)
+    for k in range(len(ranges)):
+        one0, one1 = A.gap_arrays(float(lo[k]), float(hi[k]))
+        assert g0[bounds[k]:bounds[k + 1]].tolist() == one0.tolist()
+        assert g1[bounds[k]:bounds[k + 1]].tolist() == one1.tolist()
+        assert float((g1 - g0)[bounds[k]:bounds[k + 1]].sum()) == float((one1 - one0).sum())
+
+
 def test_a_traces_interval_sets_are_built_once_and_let_go_with_it():
     """One analysis asks for the host sets of a trace several times: built once, and released with the trace
     (a long-running process, such as a training loop's handler, must not keep the last trace's sets)."""

@@ -168,6 +168,38 @@ def test_top_level_ops(traces):
         assert metrics.top_level_ops(trace) == _top_level_reference(trace)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_the_top_level_chain_is_the_loops_whether_ops_nest_or_overlap(seed):
+    """metrics._chain takes the ops that start after every earlier op's end when that set is the chain (ops
+    that nest), and follows the chain op by op when it is not (ops that overlap without nesting)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    if seed % 2:  # nested: each op inside the one open before it, or after it
+        starts, ends, stack, t = [], [], [], 0.0
+        for _ in range(n):
+            while stack and rng.random() < 0.4:
+                t = max(t, stack.pop())
+            s = t + float(rng.integers(0, 3))
+            e = s + float(rng.integers(0, 50))
+            if stack:
+                e = min(e, stack[-1])
+            starts.append(s)
+            ends.append(e)
+            stack.append(e)
+            t = s
+    else:  # anything, partial overlaps and equal starts among them
+        starts = rng.integers(0, 100, n).astype(float).tolist()
+        ends = [s + float(rng.integers(0, 30)) for s in starts]
+    order = sorted(range(n), key=lambda k: (starts[k], -ends[k]))
+    s, e = np.array([starts[k] for k in order]), np.array([ends[k] for k in order])
+    after = np.maximum(np.arange(1, n + 1), s.searchsorted(e))
+    loop, i = [], 0
+    while i < n:
+        loop.append(i)
+        i = int(after[i])
+    assert metrics._chain(after, s, e).tolist() == loop
+
+
 def _top_kernels_reference(kernels, n: int) -> list:
     total, count = defaultdict(float), defaultdict(int)
     for k in kernels:

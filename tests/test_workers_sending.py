@@ -171,9 +171,9 @@ def test_a_memory_helper_that_dies_leaves_the_section_to_this_process(monkeypatc
     assert again.memory is not None and again.to_dict() == alone.to_dict()
 
 
-def test_the_helper_makes_the_memory_section_and_the_host_syncs_as_this_process_would():
-    """With a helper (the command line on a large trace), the memory section and the host syncs are made
-    there while this process makes the rest: the report is the one made in one process, syncs included."""
+def test_the_helper_makes_the_memory_section_as_this_process_would_while_this_one_finds_the_syncs():
+    """With a helper (the command line on a large trace), the memory section is made there while this process
+    makes the rest, the host syncs among it: the report is the one made in one process, syncs included."""
     (path,) = (DATA / "item_per_layer").glob("*.pt.trace.json*")
     parsed = parse_path(path, "w", "s")
     alone = analyze_parsed_file(parsed, path).to_dict()

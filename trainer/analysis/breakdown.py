@@ -193,29 +193,40 @@ def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     sync_or_data = hs.sync.union(hs.data)  # the host's activities by priority, as growing unions
     any_host = sync_or_data.union(hs.busy)
     buckets = dict.fromkeys(GPU_BUCKETS, 0.0)
-    for w in windows:
-        buckets[GPU_BUSY] += kernels.length_within(w.start, w.end)
-        buckets[TRANSFER] += transfer.length_within(w.start, w.end)
-        buckets[COMMUNICATION] += comm_only.length_within(w.start, w.end)
-        g0, g1 = everything.gap_arrays(w.start, w.end)
-        if g0.size == 0:
+    lo, hi = np.array([w.start for w in windows], dtype=np.float64), np.array([w.end for w in windows], dtype=np.float64)
+    # every window's gaps at once, each gap's figures elementwise; each window's sums then taken over its own
+    # gaps in order (the same additions as window by window)
+    g0, g1, bounds = everything.gaps_of(lo, hi)
+    device_own = queued(g0, g1)
+    own_bounds = np.concatenate(([0], np.cumsum(device_own)))[bounds]  # each window's slice of the q arrays
+    host_bounds = bounds - own_bounds
+    q0, q1 = g0[device_own], g1[device_own]
+    blocked = np.where(q1 - q0 > DEVICE_TURNAROUND_US, hs.sync.lengths_within(q0, q1), 0.0)
+    idle = q1 - q0 - blocked
+    h0, h1 = g0[~device_own], g1[~device_own]
+    sync = hs.sync.lengths_within(h0, h1)
+    up_to_data = sync_or_data.lengths_within(h0, h1)
+    up_to_busy = any_host.lengths_within(h0, h1)
+    data, busy, other = up_to_data - sync, up_to_busy - up_to_data, (h1 - h0) - up_to_busy
+    # recovery: relaunching after the sync drained the queue
+    recovery = (sync > 0) | (hs.sync.lengths_within(h0 - SYNC_RECOVERY_TOLERANCE_US, h0) > 0)
+    sync_all, launch = np.where(recovery, sync + busy, sync), np.where(recovery, 0.0, busy)
+    for k, (gpu, moved, comm) in enumerate(zip(kernels.lengths_within(lo, hi).tolist(),
+                                               transfer.lengths_within(lo, hi).tolist(),
+                                               comm_only.lengths_within(lo, hi).tolist())):
+        buckets[GPU_BUSY] += gpu
+        buckets[TRANSFER] += moved
+        buckets[COMMUNICATION] += comm
+        if bounds[k] == bounds[k + 1]:
             continue
-        device_own = queued(g0, g1)
-        q0, q1 = g0[device_own], g1[device_own]
-        blocked = np.where(q1 - q0 > DEVICE_TURNAROUND_US, hs.sync.lengths_within(q0, q1), 0.0)
-        buckets[SYNC] += float(blocked.sum())
-        buckets[DEVICE_IDLE] += float((q1 - q0 - blocked).sum())
-        h0, h1 = g0[~device_own], g1[~device_own]
-        sync = hs.sync.lengths_within(h0, h1)
-        up_to_data = sync_or_data.lengths_within(h0, h1)
-        up_to_busy = any_host.lengths_within(h0, h1)
-        data, busy, other = up_to_data - sync, up_to_busy - up_to_data, (h1 - h0) - up_to_busy
-        # recovery: relaunching after the sync drained the queue
-        recovery = (sync > 0) | (hs.sync.lengths_within(h0 - SYNC_RECOVERY_TOLERANCE_US, h0) > 0)
-        buckets[SYNC] += float(np.where(recovery, sync + busy, sync).sum())
-        buckets[DATA] += float(data.sum())
-        buckets[LAUNCH] += float(np.where(recovery, 0.0, busy).sum())
-        buckets[OTHER_HOST] += float(other.sum())
+        a, b = own_bounds[k], own_bounds[k + 1]
+        buckets[SYNC] += float(blocked[a:b].sum())
+        buckets[DEVICE_IDLE] += float(idle[a:b].sum())
+        a, b = host_bounds[k], host_bounds[k + 1]
+        buckets[SYNC] += float(sync_all[a:b].sum())
+        buckets[DATA] += float(data[a:b].sum())
+        buckets[LAUNCH] += float(launch[a:b].sum())
+        buckets[OTHER_HOST] += float(other[a:b].sum())
     return Breakdown(buckets, sum(w.dur for w in windows), len(windows))
 
 

@@ -83,6 +83,26 @@ class IntervalSet:
         keep = g1 > g0
         return g0[keep], g1[keep]
 
+    def gaps_of(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``gap_arrays`` of each range ``[lo[k], hi[k])`` at once: the gaps' starts and ends, all ranges' in
+        range order, and ``bounds`` (len(lo) + 1 offsets): range k's gaps are ``[bounds[k]:bounds[k + 1]]``,
+        the arrays ``gap_arrays(lo[k], hi[k])`` gives."""
+        lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+        i = np.searchsorted(self._e, lo, side="right")  # as bisect_right(self.ends, lo)
+        j = np.searchsorted(self._s, hi, side="left")  # as bisect_left(self.starts, hi): j >= i
+        count = np.where(hi > lo, j - i + 1, 0)  # range k: [lo] + its intervals' ends, its starts + [hi]
+        at = np.repeat(np.arange(len(lo)), count)  # the range of each candidate gap
+        r = np.arange(at.size) - np.repeat(np.cumsum(count) - count, count)  # its place in its range
+        last = r == count[at] - 1
+        inner = i[at] + r  # interval i + r: the one that ends the gap (its start), and follows the gap r - 1
+        ends = self._e[np.minimum(np.maximum(inner - 1, 0), max(self._e.size - 1, 0))] if self._e.size else lo[at]
+        starts = self._s[np.minimum(inner, max(self._s.size - 1, 0))] if self._s.size else hi[at]
+        g0 = np.where(r == 0, lo[at], np.minimum(ends, hi[at]))
+        g1 = np.where(last, hi[at], np.maximum(starts, lo[at]))
+        keep = g1 > g0
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(at[keep], minlength=len(lo)))))
+        return g0[keep], g1[keep], bounds
+
     def lengths_within(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """``length_within`` of each range ``[lo[k], hi[k])``."""
         out = np.zeros(lo.shape)

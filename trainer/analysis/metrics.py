@@ -231,15 +231,28 @@ def top_level_ops(trace: ParsedTrace) -> dict:
         rows = order[bounds[code]:bounds[code + 1]]
         starts = start[rows]
         # after taking op i, the next one taken: the first that starts at or after its end (at least i + 1)
-        after = np.maximum(np.arange(1, len(rows) + 1), starts.searchsorted(end[rows])).tolist()
-        taken, i = [], 0
-        while i < len(rows):
-            taken.append(i)
-            i = after[i]
-        tops = rows[taken]
+        after = np.maximum(np.arange(1, len(rows) + 1), starts.searchsorted(end[rows]))
+        tops = rows[_chain(after, starts, end[rows])]
         # as columns where the trace keeps its ops so (no tuple per op: a large trace has a hundred thousand)
         out[key] = (start[tops].tolist(), ops.take(tops) if isinstance(ops, HostEvents) else events_at(ops, tops.tolist()))
     return out
+
+
+def _chain(after: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """0, after[0], after[after[0]], ... while below len(after). Where a thread's ops nest (the usual case),
+    these are the ops that start at or after the end of every op before them: that set is taken when it is
+    the chain (checked for every link at once), else the chain is followed op by op."""
+    n = len(after)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    candidates = np.flatnonzero(np.concatenate(([True], starts[1:] >= np.maximum.accumulate(ends)[:-1])))
+    if np.array_equal(after[candidates[:-1]], candidates[1:]) and after[candidates[-1]] >= n:
+        return candidates
+    links, taken, i = after.tolist(), [], 0
+    while i < n:
+        taken.append(i)
+        i = links[i]
+    return np.asarray(taken, dtype=np.int64)
 
 
 def _container(tops: tuple[list[float], list[HostEvent]], e: HostEvent) -> HostEvent | None:

@@ -212,7 +212,7 @@ def span_evidence(trace: ParsedTrace, processes: int = 1) -> SpanEvidence:
     if workers.forks:
         op_columns(trace)  # both processes read it: made once, before the fork, and inherited
     with workers.beside(_beside, trace, kept) as later:
-        def helped() -> tuple[MemoryDevices, list]:
+        def helped() -> MemoryDevices:
             try:
                 return later.result()
             except BrokenProcessPool:  # the helper died (killed, out of memory): made here instead
@@ -221,15 +221,15 @@ def span_evidence(trace: ParsedTrace, processes: int = 1) -> SpanEvidence:
         return _evidence_kept(trace, every, kept, cold, helped)
 
 
-def _beside(trace: ParsedTrace, kept: list) -> tuple[MemoryDevices, list]:
+def _beside(trace: ParsedTrace, kept: list) -> MemoryDevices:
     """What a helper makes while this process makes the rest of the evidence (or this process, last, where
-    there is no helper): the memory section's devices, and a GPU trace's host syncs (``sync_episodes``, a
-    fifth of the rest on a large trace). Each is a pass over the trace that nothing else waits for."""
-    return memory_devices(trace, kept), (sync_episodes(trace) if trace.has_gpu else [])
+    there is no helper): the memory section's devices, a pass over the trace that nothing else waits for and
+    about as long as the rest of the evidence on a large GPU trace (which includes its host syncs)."""
+    return memory_devices(trace, kept)
 
 
 def _evidence_kept(trace: ParsedTrace, every: list, kept: list, cold,
-                   helped: Callable[[], tuple[MemoryDevices, list]]) -> SpanEvidence:
+                   helped: Callable[[], MemoryDevices]) -> SpanEvidence:
     """span_evidence on the steps ``kept``; ``helped()`` gives ``_beside``'s, asked for last."""
     gpu = trace.has_gpu
     bd_prof = breakdown(trace, kept)
@@ -242,7 +242,8 @@ def _evidence_kept(trace: ParsedTrace, every: list, kept: list, cold,
                 and any("Pageable" in trace.device[i].name
                         for i in np.flatnonzero(device_columns(trace).is_copy).tolist()))
     fed, band, stalls = not paced and worker_fed(trace, kept), error_band(trace, rec), stall_figures(trace, kept)
-    memory, episodes = helped()
+    episodes = sync_episodes(trace) if gpu else []
+    memory = helped()
     if gpu:
         m_prof = replace(m_prof, **sync_figures(kept, episodes))
     return SpanEvidence(trace.worker, trace.span, trace.rank, (trace.device_name or "gpu") if gpu else "cpu", gpu,
