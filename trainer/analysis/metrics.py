@@ -92,7 +92,7 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown,
     list: the caller sets the sync figures later, with ``sync_figures``); None: made here."""
     n = len(windows)
     hs = host_sets(trace)
-    data_us = sum(hs.data.length_within(w.host_start, w.host_end) for w in windows)
+    data_us = sum(hs.data.lengths_within(*_host_ranges(windows)).tolist())  # as one step at a time adds them
     peak = _peak_allocated(trace.memory)
     common = dict(steps=n, step_ms=bd.total_us / n / 1e3,
                   host_step_ms=sum(w.host_end - w.host_start for w in windows) / n / 1e3,
@@ -188,11 +188,18 @@ def _in_steps(windows: list[StepWindow]) -> Callable[[float], bool]:
     return _step_ranges(windows).covers
 
 
+def _host_ranges(windows: list[StepWindow]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([w.host_start for w in windows], dtype=np.float64),
+            np.array([w.host_end for w in windows], dtype=np.float64))
+
+
 def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWindow], n: int) -> dict:
     both = intersect(compute, comm)
+    lo = np.array([w.start for w in windows], dtype=np.float64)
+    hi = np.array([w.end for w in windows], dtype=np.float64)
 
-    def per_step(s: IntervalSet) -> float:
-        return sum(s.length_within(w.start, w.end) for w in windows) / n / 1e3
+    def per_step(s: IntervalSet) -> float:  # each step's length, added in order as a loop over them would
+        return sum(s.lengths_within(lo, hi).tolist()) / n / 1e3
 
     return dict(compute_ms_per_step=per_step(compute), comm_ms_per_step=per_step(comm),
                 overlap_ms_per_step=per_step(both))
