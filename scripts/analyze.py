@@ -10,9 +10,9 @@ trainer/cli/analyze.py. Bad input: one line on stderr, exit code 2, nothing writ
 
 import sys
 
-from stepscope.cli.main import one_blas_thread
+from stepscope.trace.workers import one_blas_thread
 
-one_blas_thread()  # before numpy is imported (trainer/cli/main.py)
+one_blas_thread()  # before numpy is imported
 from stepscope.cli.analyze import main  # noqa: E402
 
 if __name__ == "__main__":

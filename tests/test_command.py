@@ -129,7 +129,7 @@ def test_commands_that_read_traces_hold_openblas_to_one_thread(tmp_path, preset,
     before numpy is imported, unless the environment names a number."""
     import os
 
-    from stepscope.cli.main import one_blas_thread
+    from stepscope.trace.workers import one_blas_thread
 
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if preset is not None:

@@ -59,18 +59,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-# The analysis makes no BLAS call, but numpy's OpenBLAS starts a thread per core when numpy is imported and
-# spins it for a while: about 0.1 CPU-s per process on two cores, taken from the parse's helpers. The
-# commands that only read traces run it with one thread, unless the environment already says how many.
-BLAS_THREADS = "OPENBLAS_NUM_THREADS"
-READ_ONLY = ("analyze", "tensorboard", "diff")
-
-
-def one_blas_thread(env=os.environ):
-    """``env`` with OpenBLAS held to one thread where it does not name a number; call it before numpy is
-    imported (the process's own environment), or for a child's."""
-    env.setdefault(BLAS_THREADS, "1")
-    return env
+READ_ONLY = ("analyze", "tensorboard", "diff")  # commands that only read traces (trace/workers.one_blas_thread)
 
 
 def load_function(place: str, function: str):
@@ -89,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print_error(f"stepscope: error: unknown command {name!r}; valid: {names}")
         return 2
     if name in READ_ONLY:
+        from stepscope.trace.workers import one_blas_thread  # before numpy is imported
+
         one_blas_thread()
     return load_function(*SUBCOMMANDS[name])(rest, prog=f"stepscope {name}")
 

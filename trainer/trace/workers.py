@@ -371,6 +371,19 @@ def keep_heap() -> bool:
         mallopt(_M_TRIM_THRESHOLD, KEPT_TOP))
 
 
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def one_blas_thread(env=os.environ):
+    """``env`` with numpy's OpenBLAS held to one thread where it does not name a number, for a process that
+    only reads traces (the command line, the tab's analysis child). The analysis makes no BLAS call, but
+    OpenBLAS starts a thread per core when numpy is imported and spins it for a while: about 0.1 CPU-s per
+    process on two cores, taken from the parse's helpers. Call it before numpy is imported (this process's
+    own environment), or on a child's environment."""
+    env.setdefault(BLAS_THREADS, "1")
+    return env
+
+
 def default_budget() -> int:
     """A quarter of the machine's RAM."""
     try:

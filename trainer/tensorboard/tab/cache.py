@@ -40,12 +40,11 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from stepscope.cli.main import one_blas_thread
 from stepscope.report.front import read_report
 from stepscope.report.measure import Measured, measured_from_json
 from stepscope.tensorboard.tab.runs import Run
 from stepscope.trace.atomic import write_text_atomic
-from stepscope.trace.workers import json_size
+from stepscope.trace.workers import json_size, one_blas_thread
 
 CACHE_DIR = ".stepscope"
 CACHE_FILE = "analysis.json"
