@@ -431,7 +431,13 @@ class _Dribble:
         self._f.close()
 
 
-@pytest.mark.parametrize("unset", ["compiled", "zeroed"])
+class _ReadOnly(_Dribble):
+    """A file of an opener that has read() and nothing to read into."""
+
+    readinto = property(lambda self: (_ for _ in ()).throw(AttributeError("readinto")))
+
+
+@pytest.mark.parametrize("unset", ["compiled", "zeroed", "read_only"])
 def test_the_file_is_read_into_each_pieces_buffer_through_short_reads(tmp_path, monkeypatch, unset):
     """The stream reads the file's bytes straight into the buffer that then holds the piece (not zeroed first
     where the extension is built): reads that give fewer bytes than asked, and a buffer made without the
@@ -452,7 +458,8 @@ def test_the_file_is_read_into_each_pieces_buffer_through_short_reads(tmp_path, 
             pieces.append(bytes(piece))
             return msgspec.json.decode(piece)
 
-        with TraceStream(path, block=block, opener=lambda p, most=most: _Dribble(p, most)) as ts:
+        kind = _ReadOnly if unset == "read_only" else _Dribble
+        with TraceStream(path, block=block, opener=lambda p, most=most, kind=kind: kind(p, most)) as ts:
             decoded = [e for piece in ts.decode_events(decode) for e in piece]
             header = ts.header
         assert decoded == events and header == {"schemaVersion": 1, "after": 1}, (most, block)

@@ -177,8 +177,10 @@ class TraceStream:
         """``buf`` followed by the stream's next bytes (``_read``'s), or None at its end. The file's bytes are
         read into a new buffer that holds ``buf`` first, where they stay: no bytes object of their own, copied
         into the buffer after it."""
-        if self._pending or (self._left == 0 and not self._end_found):
-            data = self._read()  # a window read while finding a range's ends: bytes already in memory
+        if self._pending or (self._left == 0 and not self._end_found) or not hasattr(self._f, "readinto"):
+            # a window read while finding a range's ends (bytes already in memory), or an opener's file that
+            # can only read(): its bytes are copied after the buffer's
+            data = self._read()
             return buf + data if data else None
         want = self.block if self._left is None else min(self.block, self._left)
         if want == 0:
