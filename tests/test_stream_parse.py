@@ -447,7 +447,8 @@ def test_the_file_is_read_into_each_pieces_buffer_through_short_reads(tmp_path, 
 
     if unset == "zeroed":
         monkeypatch.setattr(jsonstream, "_unset_bytes", bytearray)
-    events = [{"name": f"op{i}", "ph": "X", "ts": i, "dur": 1, "args": {"s": "x" * (i % 50)}} for i in range(2000)]
+    events = [{"name": f"op{i}", "ph": "X", "ts": i, "dur": 1, "args": {"s": "x" * (i % 50)}}
+              for i in range(2000)]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "after": 1}))
     text = path.read_bytes()
@@ -485,7 +486,8 @@ def test_a_nul_byte_in_a_later_block_is_named_by_its_offset_in_the_file(tmp_path
 def test_an_unset_buffer_has_the_size_asked_and_refuses_a_negative_one():
     from stepscope.trace import _fastread
 
-    assert isinstance(_fastread.empty(5), bytearray) and len(_fastread.empty(5)) == 5 and _fastread.empty(0) == b""
+    assert isinstance(_fastread.empty(5), bytearray) and len(_fastread.empty(5)) == 5
+    assert _fastread.empty(0) == b""
     with pytest.raises(ValueError, match="negative"):
         _fastread.empty(-1)
 

@@ -193,7 +193,8 @@ def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     sync_or_data = hs.sync.union(hs.data)  # the host's activities by priority, as growing unions
     any_host = sync_or_data.union(hs.busy)
     buckets = dict.fromkeys(GPU_BUCKETS, 0.0)
-    lo, hi = np.array([w.start for w in windows], dtype=np.float64), np.array([w.end for w in windows], dtype=np.float64)
+    lo = np.array([w.start for w in windows], dtype=np.float64)
+    hi = np.array([w.end for w in windows], dtype=np.float64)
     # every window's gaps at once, each gap's figures elementwise; each window's sums then taken over its own
     # gaps in order (the same additions as window by window)
     g0, g1, bounds = everything.gaps_of(lo, hi)

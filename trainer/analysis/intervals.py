@@ -95,8 +95,9 @@ class IntervalSet:
         r = np.arange(at.size) - np.repeat(np.cumsum(count) - count, count)  # its place in its range
         last = r == count[at] - 1
         inner = i[at] + r  # interval i + r: the one that ends the gap (its start), and follows the gap r - 1
-        ends = self._e[np.minimum(np.maximum(inner - 1, 0), max(self._e.size - 1, 0))] if self._e.size else lo[at]
-        starts = self._s[np.minimum(inner, max(self._s.size - 1, 0))] if self._s.size else hi[at]
+        top = max(self._e.size - 1, 0)  # indices clipped only where np.where then takes lo or hi instead
+        ends = self._e[np.minimum(np.maximum(inner - 1, 0), top)] if self._e.size else lo[at]
+        starts = self._s[np.minimum(inner, top)] if self._s.size else hi[at]
         g0 = np.where(r == 0, lo[at], np.minimum(ends, hi[at]))
         g1 = np.where(last, hi[at], np.maximum(starts, lo[at]))
         keep = g1 > g0
