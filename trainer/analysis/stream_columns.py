@@ -56,13 +56,13 @@ def _timed(t: np.ndarray) -> np.ndarray:
 
 
 def _in_range(t: np.ndarray, reals: np.ndarray, ints: np.ndarray) -> bool:
-    """Every number of the column within validate.py's time bounds (exactly, as Python compares them)."""
-    num = _timed(t)
+    """Every number of the column within validate.py's time bounds (exactly, as Python compares them).
+    ``reals`` is 0 where the value is no number (Columns.real), which is within them."""
     lo, hi = -MAX_TIME_US, MAX_TIME_US
-    if not np.all((reals[num] >= lo) & (reals[num] <= hi)):
+    if not (lo <= reals.min(initial=0.0) and reals.max(initial=0.0) <= hi):
         return False
-    ints_ = ints[t == T_INT]
-    return bool(np.all((ints_ >= -(2**53)) & (ints_ <= 2**53)))
+    big = np.where(t == T_INT, ints, 0)  # integers beyond 2**53: msgspec's own path compares them
+    return bool(-(2**53) <= big.min(initial=0) and big.max(initial=0) <= 2**53)
 
 
 def add(c, cols: Columns, decode) -> None:
@@ -117,14 +117,14 @@ def _plan(c, cols: Columns) -> _Plan | None:
     step_cat = np.array([i is not None and i[2] for i in infos], dtype=bool)
     flags = np.zeros((7, m + 1), dtype=bool)
     if m:
-        flags[:, :m] = np.array(list(map(_name_flags, strings)), dtype=bool).T
+        bits = np.fromiter(map(_name_bits, strings), dtype=np.int16, count=m)
+        flags[:, :m] = (bits >> _FLAG_SHIFTS) & 1
     named = name_t == T_STR
     name = np.where(named, cols.int("name"), m)
     kind = kind_of[cat]
-    code = {s: k for k, s in enumerate(strings) if s in ("X", "i")}
     ph_code = np.where(ph_t == T_STR, cols.int("ph"), -1)
-    is_x = ph_code == code.get("X", -2)
-    is_i = ph_code == code.get("i", -2)
+    is_x = ph_code == _code_of(strings, "X")
+    is_i = ph_code == _code_of(strings, "i")
     has_time = _timed(ts_t) & _timed(dur_t)
 
     from stepscope.analysis.stream_collect import (
@@ -210,6 +210,23 @@ def _name_flags(s: str) -> tuple[bool, ...]:
     return (s.startswith(STEP_PREFIX) and STEP_NAME.match(s) is not None, s.startswith("<built-in"),
             s.startswith(DATALOADER_PREFIX), s.startswith(MODEL_FRAME_PREFIXES), s in DATA_ANNOTATIONS,
             s == MEMORY_EVENT, s.startswith(MODULE_FRAME_PREFIX))
+
+
+_FLAG_SHIFTS = np.arange(7, dtype=np.int16)[:, None]
+
+
+@lru_cache(maxsize=1 << 16)
+def _name_bits(s: str) -> int:
+    """``_name_flags(s)`` as the bits of one integer, flag k in bit k."""
+    return sum(1 << k for k, flag in enumerate(_name_flags(s)) if flag)
+
+
+def _code_of(strings: list, s: str) -> int:
+    """The index of ``s`` among a piece's distinct strings; -2 (no code) where it is not one of them."""
+    try:
+        return strings.index(s)
+    except ValueError:
+        return -2
 
 
 def _steps(p: _Plan) -> list:

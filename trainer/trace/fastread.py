@@ -86,10 +86,8 @@ class Columns:
         out = self._reals.get(k)
         if out is None:
             t, v = self._types[k], self._ints[k]
-            out = np.zeros(self.n)
-            is_int, is_real = t == T_INT, t == T_REAL
-            out[is_int] = v[is_int]
-            out[is_real] = v[is_real].view(np.float64)
+            # a real's bits as float64; an integer cast (the inner where is int64, the outer makes it float64)
+            out = np.where(t == T_REAL, v.view(np.float64), np.where(t == T_INT, v, 0))
             out.flags.writeable = False
             self._reals[k] = out
         return out
