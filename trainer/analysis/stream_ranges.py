@@ -25,7 +25,7 @@ import numpy as np
 from stepscope.analysis import stream_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent
 from stepscope.analysis.stream_collect import Collector, from_objects, read
-from stepscope.analysis.stream_columns import rows_of
+from stepscope.analysis.stream_columns import as_objects, rows_of
 from stepscope.trace.fastread import Columns
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import Near, TraceStream
@@ -109,7 +109,7 @@ def encode(c: Collector) -> dict:
 
 def decode_into(c: Collector, part: dict) -> None:
     """Append an encoded range's events to ``c``, as the tuples ``encode`` took them from."""
-    names = part["names"]
+    names = as_objects(part["names"])  # codes -> the names they stand for, gathered (stream_columns.as_objects)
     c.steps.extend(part["steps"])
     c.shapes = c.shapes or part["shapes"]
     c.header.update(part["header"])
@@ -120,16 +120,16 @@ def decode_into(c: Collector, part: dict) -> None:
     c.memory.add_columns(part["memory"])
     for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
         codes, tids, starts, ends, corr = part[name]
-        getattr(c, name).extend_columns(list(map(names.__getitem__, codes.tolist())), tids, starts, ends,
+        getattr(c, name).extend_columns(names[codes].tolist(), tids, starts, ends,
                                         None if corr is None or all(x is None for x in corr) else corr)
     for name in HOST_LISTS:
         if name in COLUMN_LISTS:
             continue
         codes, tids, starts, ends, corr = part[name]
-        getattr(c, name).extend(rows_of(HostEvent, list(map(names.__getitem__, codes.tolist())), tids,
+        getattr(c, name).extend(rows_of(HostEvent, names[codes].tolist(), tids,
                                         starts.tolist(), ends.tolist(), repeat(None) if corr is None else corr))
     codes, kind, dev, stream, starts, ends, corr = part["device"]
-    c.device.extend(rows_of(DeviceEvent, list(map(names.__getitem__, codes.tolist())), kind, dev, stream,
+    c.device.extend(rows_of(DeviceEvent, names[codes].tolist(), kind, dev, stream,
                             starts.tolist(), ends.tolist(), corr))
 
 
