@@ -50,7 +50,7 @@ from stepscope.analysis.events import (
 )
 from stepscope.analysis.intervals import IntervalSet, pieces_by_priority, subtract
 from stepscope.analysis.per_trace import per_trace
-from stepscope.analysis.steps import StepWindow
+from stepscope.analysis.steps import StepWindow, window_bounds
 from stepscope.analysis.vocabulary import (
     COMMUNICATION,
     CPU_BUCKETS,
@@ -193,8 +193,7 @@ def _gpu_breakdown(trace: ParsedTrace, windows: list[StepWindow]) -> Breakdown:
     sync_or_data = hs.sync.union(hs.data)  # the host's activities by priority, as growing unions
     any_host = sync_or_data.union(hs.busy)
     buckets = dict.fromkeys(GPU_BUCKETS, 0.0)
-    lo = np.array([w.start for w in windows], dtype=np.float64)
-    hi = np.array([w.end for w in windows], dtype=np.float64)
+    lo, hi = window_bounds(windows)
     # every window's gaps at once, each gap's figures elementwise; each window's sums then taken over its own
     # gaps in order (the same additions as window by window)
     g0, g1, bounds = everything.gaps_of(lo, hi)

@@ -28,7 +28,7 @@ from stepscope.analysis.events import (
 )
 from stepscope.analysis.intervals import IntervalSet, intersect
 from stepscope.analysis.per_trace import per_trace
-from stepscope.analysis.steps import StepWindow
+from stepscope.analysis.steps import StepWindow, window_bounds
 from stepscope.analysis.vocabulary import COMMUNICATION, GPU_BUSY
 
 KERNEL_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
@@ -92,7 +92,7 @@ def span_metrics(trace: ParsedTrace, windows: list[StepWindow], bd: Breakdown,
     list: the caller sets the sync figures later, with ``sync_figures``); None: made here."""
     n = len(windows)
     hs = host_sets(trace)
-    data_us = sum(hs.data.lengths_within(*_host_ranges(windows)).tolist())  # as one step at a time adds them
+    data_us = sum(hs.data.lengths_within(*window_bounds(windows, host=True)).tolist())  # added step by step
     peak = _peak_allocated(trace.memory)
     common = dict(steps=n, step_ms=bd.total_us / n / 1e3,
                   host_step_ms=sum(w.host_end - w.host_start for w in windows) / n / 1e3,
@@ -188,15 +188,9 @@ def _in_steps(windows: list[StepWindow]) -> Callable[[float], bool]:
     return _step_ranges(windows).covers
 
 
-def _host_ranges(windows: list[StepWindow]) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array([w.host_start for w in windows], dtype=np.float64),
-            np.array([w.host_end for w in windows], dtype=np.float64))
-
-
 def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWindow], n: int) -> dict:
     both = intersect(compute, comm)
-    lo = np.array([w.start for w in windows], dtype=np.float64)
-    hi = np.array([w.end for w in windows], dtype=np.float64)
+    lo, hi = window_bounds(windows)
 
     def per_step(s: IntervalSet) -> float:  # each step's length, added in order as a loop over them would
         return sum(s.lengths_within(lo, hi).tolist()) / n / 1e3

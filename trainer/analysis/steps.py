@@ -62,6 +62,16 @@ def step_finder(trace: ParsedTrace) -> Callable[[float], int | None]:
     return find
 
 
+def window_bounds(windows: list[StepWindow], host: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The windows' [start, end) (``host``: their host ranges) as two float64 arrays, in the windows' order:
+    what IntervalSet.lengths_within and gaps_of take to answer for every step at once."""
+    if host:
+        return (np.array([w.host_start for w in windows], dtype=np.float64),
+                np.array([w.host_end for w in windows], dtype=np.float64))
+    return (np.array([w.start for w in windows], dtype=np.float64),
+            np.array([w.end for w in windows], dtype=np.float64))
+
+
 def step_windows(trace: ParsedTrace) -> list[StepWindow]:
     """One window per ProfilerStep, in order. On a CPU-only trace, the windows are the host ranges."""
     return list(_windows(trace))

@@ -30,7 +30,7 @@ from stepscope.analysis.events import (
     Step,
 )
 from stepscope.analysis.validate import MAX_TIME_US, STEP_NAME
-from stepscope.trace.fastread import T_INT, T_MISSING, T_NULL, T_OBJECT, T_REAL, T_STR, Columns
+from stepscope.trace.fastread import T_INT, T_MISSING, T_NULL, T_OBJECT, T_REAL, T_STR, Columns, as_objects
 from stepscope.trace.vocabulary import DATALOADER_PREFIX, DEVICE_KINDS, MEMORY_EVENT, STEP_PREFIX
 
 _EXACT = float(2**53)  # integers up to this are exact as float64: beyond it, msgspec's own path compares them
@@ -88,13 +88,11 @@ class _Plan:
 
     __slots__ = ("cols", "base", "name", "cat", "infos", "flags", "s_all", "t_all", "steps", "memory", "memory_tid",
                  "calls", "builtins", "long_rows", "model", "module_rows", "module_tid", "dev_rows", "device",
-                 "stream", "dev_corr", "rt_rows", "rt_tid", "rt_corr", "host", "shapes", "_objects")
+                 "stream", "dev_corr", "rt_rows", "rt_tid", "rt_corr", "host", "shapes")
 
     def names(self, rows: np.ndarray) -> list:
         """The names of ``rows``: the piece's own string objects, gathered from an array of them."""
-        if self._objects is None:
-            self._objects = as_objects(self.cols.strings)
-        return self._objects[self.name[rows]].tolist()
+        return self.cols.string_array()[self.name[rows]].tolist()
 
 
 def _plan(c, cols: Columns) -> _Plan | None:
@@ -148,7 +146,6 @@ def _plan(c, cols: Columns) -> _Plan | None:
     if not np.all(is_x[steps] & has_time[steps] & (dur[steps] > 0)):
         return None  # a ProfilerStep#N that is no complete event
     p = _Plan()
-    p._objects = None
     p.memory = np.flatnonzero(memory)
     p.memory_tid = None
     if len(p.memory):
@@ -208,21 +205,17 @@ def _plan(c, cols: Columns) -> _Plan | None:
     return p
 
 
-@lru_cache(maxsize=1 << 16)  # a piece's few hundred distinct strings are mostly those of the piece before
-def _name_flags(s: str) -> tuple[bool, ...]:
-    """What a string is as an event's name, in _plan's order of ``flags``."""
-    return (s.startswith(STEP_PREFIX) and STEP_NAME.match(s) is not None, s.startswith("<built-in"),
-            s.startswith(DATALOADER_PREFIX), s.startswith(MODEL_FRAME_PREFIXES), s in DATA_ANNOTATIONS,
-            s == MEMORY_EVENT, s.startswith(MODULE_FRAME_PREFIX))
-
-
 _FLAG_SHIFTS = np.arange(7, dtype=np.int16)[:, None]
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 16)  # a piece's few hundred distinct strings are mostly those of the piece before
 def _name_bits(s: str) -> int:
-    """``_name_flags(s)`` as the bits of one integer, flag k in bit k."""
-    return sum(1 << k for k, flag in enumerate(_name_flags(s)) if flag)
+    """What a string is as an event's name, as the bits of one integer: flag k of _plan's ``flags`` in bit
+    k."""
+    flags = (s.startswith(STEP_PREFIX) and STEP_NAME.match(s) is not None, s.startswith("<built-in"),
+             s.startswith(DATALOADER_PREFIX), s.startswith(MODEL_FRAME_PREFIXES), s in DATA_ANNOTATIONS,
+             s == MEMORY_EVENT, s.startswith(MODULE_FRAME_PREFIX))
+    return sum(1 << k for k, flag in enumerate(flags) if flag)
 
 
 def _code_of(strings: list, s: str) -> int:
@@ -267,8 +260,8 @@ def _collect(c, p: _Plan) -> None:
     c.long_frames.update(strings[k] for k in set(p.name[p.long_rows].tolist()))
     c.model_spans.extend(zip(s_all[p.model].tolist(), t_all[p.model].tolist()))
     rows = p.module_rows
-    c.module_frames.extend(rows_of(HostEvent, names(rows), p.module_tid, s_all[rows].tolist(), t_all[rows].tolist(),
-                                   repeat(None)))
+    c.module_frames.extend(rows_of(HostEvent, names(rows), p.module_tid, s_all[rows].tolist(),
+                                   t_all[rows].tolist(), repeat(None)))
     rows = p.dev_rows
     if len(rows):
         c.device.extend(rows_of(DeviceEvent, names(rows), _device_kinds(p), p.device, p.stream,
@@ -307,14 +300,6 @@ def _encode(p: _Plan) -> dict:
     rows = p.dev_rows
     out["device"] = (p.name[rows], _device_kinds(p), p.device or [], p.stream or [], s_all[rows], t_all[rows],
                      p.dev_corr or [])
-    return out
-
-
-def as_objects(values: list) -> np.ndarray:
-    """``values`` as a numpy array of those objects: gathering from it (``[codes].tolist()``) gives the same
-    objects as ``list(map(values.__getitem__, codes.tolist()))``, in a fraction of the time."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
     return out
 
 

@@ -25,8 +25,8 @@ import numpy as np
 from stepscope.analysis import stream_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent
 from stepscope.analysis.stream_collect import Collector, from_objects, read
-from stepscope.analysis.stream_columns import as_objects, rows_of
-from stepscope.trace.fastread import Columns
+from stepscope.analysis.stream_columns import rows_of
+from stepscope.trace.fastread import Columns, as_objects
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import Near, TraceStream
 from stepscope.trace.workers import sending
@@ -109,7 +109,7 @@ def encode(c: Collector) -> dict:
 
 def decode_into(c: Collector, part: dict) -> None:
     """Append an encoded range's events to ``c``, as the tuples ``encode`` took them from."""
-    names = as_objects(part["names"])  # codes -> the names they stand for, gathered (stream_columns.as_objects)
+    names = as_objects(part["names"])  # codes -> the names they stand for, gathered (fastread.as_objects)
     c.steps.extend(part["steps"])
     c.shapes = c.shapes or part["shapes"]
     c.header.update(part["header"])

@@ -92,6 +92,13 @@ class Columns:
             self._reals[k] = out
         return out
 
+    def string_array(self) -> np.ndarray:
+        """``strings`` as an array of those objects (``as_objects``), made once: a string code column's
+        ``string_array()[codes].tolist()`` is the list of its strings."""
+        if self._string_array is None:
+            self._string_array = as_objects(self.strings)
+        return self._string_array
+
     def objects(self, field: str, rows: np.ndarray, default=None) -> np.ndarray | None:
         """The values of ``field`` at ``rows`` as msgspec decodes them, as an array of Python objects (its
         ``tolist()`` is the list): the integer, the string, None for null, ``default`` where the event has
@@ -104,10 +111,7 @@ class Columns:
         out = np.empty(len(t), dtype=object)  # None where nothing else is put: the nulls
         out[is_int] = v[is_int]  # as Python ints
         if is_str.any():
-            if self._string_array is None:
-                self._string_array = np.empty(len(self.strings), dtype=object)
-                self._string_array[:] = self.strings
-            out[is_str] = self._string_array[v[is_str]]
+            out[is_str] = self.string_array()[v[is_str]]
         if default is not None:
             out[is_missing] = default
         return out
@@ -150,6 +154,14 @@ class ColumnReader:
         cols = Columns(raw, self.slot)
         cols.text = text  # kept, not copied: a TraceStream never changes a piece's text once decoded
         return cols
+
+
+def as_objects(values: list) -> np.ndarray:
+    """``values`` as a numpy array of those objects: gathering from it (``[codes].tolist()``) gives the same
+    objects as ``list(map(values.__getitem__, codes.tolist()))``, in a fraction of the time."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def spans(text) -> tuple[np.ndarray, np.ndarray] | None:
