@@ -21,7 +21,7 @@ import pytest
 from stepscope.analysis import memory, metrics, trust
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, HostEventsBuilder, is_comm_kernel
-from stepscope.analysis.steps import launches_by_correlation, step_windows
+from stepscope.analysis.steps import device_rows, launches_by_correlation, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.trace.jsonstream import BOUNDARY, PADDING, _last_boundary
@@ -91,6 +91,9 @@ def test_columns_are_the_events_fields(traces):
         assert _same(dev.start, [d.start for d in trace.device]) and _same(dev.end, [d.end for d in trace.device])
         assert _same(dev.is_copy, [d.kind == "memcpy" for d in trace.device])
         assert _same(dev.is_comm, [is_comm_kernel(d.name) for d in trace.device])
+        assert _same(dev.is_kernel, [d.kind == "kernel" for d in trace.device])
+        assert [dev.names[k] for k in dev.name.tolist()] == [d.name for d in trace.device]
+        assert dev.names == list(dict.fromkeys(d.name for d in trace.device))  # each name once
 
 
 def test_the_parse_gives_its_ops_and_runtime_calls_as_columns(traces):
@@ -200,6 +203,20 @@ def test_the_top_level_chain_is_the_loops_whether_ops_nest_or_overlap(seed):
     assert metrics._chain(after, s, e).tolist() == loop
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_ops_by_thread_then_time_are_the_three_key_sort(seed):
+    """metrics._by_thread_then_time, whether each thread's ops are listed in time order (grouping them keeps
+    that order) or not (the three-key sort), with equal starts, equal ends and interleaved threads."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 400))
+    tid = rng.integers(0, 3, n)
+    start = np.round(rng.uniform(0, 50, n))
+    end = start + np.round(rng.uniform(0, 5, n))
+    listed = np.lexsort((-end, start))  # every thread's ops in time order, threads interleaved
+    for t, s, e in ((tid, start, end), (tid[listed], start[listed], end[listed])):
+        assert metrics._by_thread_then_time(t, s, e).tolist() == np.lexsort((-e, s, t)).tolist()
+
+
 def _top_kernels_reference(kernels, n: int) -> list:
     total, count = defaultdict(float), defaultdict(int)
     for k in kernels:
@@ -212,14 +229,29 @@ def _top_kernels_reference(kernels, n: int) -> list:
 
 
 def test_kernel_table_and_medians(traces):
+    """The kernel table and the median from the device columns, in whatever order the rows come (the steps'
+    order is the analysis's), against the per-event rule."""
+    tried = 0
     for trace in traces:
-        kernels = [d for d in trace.device if d.kind == "kernel"]
-        for n in (1, 3):
-            assert metrics._top_kernels(kernels, n, None) == _top_kernels_reference(kernels, n)
-        for events, start in ((kernels, 4), (list(trace.runtime), 2)):
-            for part in (events, events[:-1] or events):
-                if part:
-                    assert metrics._median_dur(part, start) == statistics.median(e.dur for e in part)
+        dev = device_columns(trace)
+        own = device_rows(step_windows(trace))
+        assert [trace.device[k] for k in own.tolist()] == [d for w in step_windows(trace) for d in w.device]
+        for rows in (np.flatnonzero(dev.is_kernel), own[dev.is_kernel[own]], np.flatnonzero(dev.is_kernel)[::-1]):
+            kernels = [trace.device[k] for k in rows.tolist()]
+            assert all(k.kind == "kernel" for k in kernels)
+            for n in (1, 3):
+                assert metrics._top_kernels(dev, rows, n, None) == _top_kernels_reference(kernels, n)
+            for part in (rows, rows[:-1] if len(rows) > 1 else rows):
+                if part.size:
+                    assert metrics._median(dev.end[part] - dev.start[part]) == statistics.median(
+                        trace.device[k].dur for k in part.tolist())
+                    tried += 1
+        runtime = list(trace.runtime)
+        for part in (runtime, runtime[:-1] or runtime):
+            if part:
+                assert metrics._median(np.array([e.end for e in part]) - np.array([e.start for e in part])) == (
+                    statistics.median(e.dur for e in part))
+    assert tried > 0
 
 
 def _phases_reference(trace, windows) -> list:

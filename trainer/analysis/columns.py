@@ -4,7 +4,8 @@
     cols.start, cols.end          # float64 arrays, one entry per trace.ops entry, in its order
     cols.thread, cols.threads     # int64 codes per op (0, 1, ... by first appearance), and {tid: code}
     cols.names                    # the ops' names, a tuple in the same order
-    dev = device_columns(trace)   # the device activity: start, end, is_copy, is_comm (nccl) per entry
+    dev = device_columns(trace)   # the device activity: start, end, is_copy, is_kernel, is_comm (nccl) and
+                                  # name (a code into dev.names) per entry
     dev.spans(dev.is_comm)        # the union of some of them, as an IntervalSet
     runtime_columns(trace)        # the runtime calls' start, end
     launch_columns(trace)         # per device activity, its launch call's start, end (NaN: none in the trace)
@@ -109,6 +110,9 @@ class DeviceColumns(NamedTuple):
     end: np.ndarray
     is_copy: np.ndarray  # a memcpy
     is_comm: np.ndarray  # a collective kernel (events.is_comm_kernel)
+    is_kernel: np.ndarray  # a kernel (not a memcpy or memset)
+    name: np.ndarray  # int64: the activity's name as a code into ``names``
+    names: list  # the distinct names, in order of first appearance
 
     def spans(self, mask: np.ndarray | None = None) -> IntervalSet:
         """The union of the activities' [start, end) where ``mask`` holds (all of them by default)."""
@@ -120,8 +124,12 @@ class DeviceColumns(NamedTuple):
 @per_trace
 def device_columns(trace: ParsedTrace) -> DeviceColumns:
     device, n = trace.device, len(trace.device)
-    comm_names = {name for name in set(map(_NAME, device)) if is_comm_kernel(name)}
+    names = list(map(_NAME, device))
+    code = {name: k for k, name in enumerate(dict.fromkeys(names))}  # in order of first appearance
+    comm = np.fromiter(map(is_comm_kernel, code), dtype=bool, count=len(code))
+    name = np.fromiter(map(code.__getitem__, names), dtype=np.int64, count=n)
+    kinds = list(map(_DEVICE_KIND, device))
     return DeviceColumns(*_times(device, _DEVICE_START, _DEVICE_END),
-                         np.fromiter(map("memcpy".__eq__, map(_DEVICE_KIND, device)), dtype=bool, count=n),
-                         np.fromiter(map(comm_names.__contains__, map(_NAME, device)), dtype=bool, count=n)
-                         if comm_names else np.zeros(n, dtype=bool))
+                         np.fromiter(map("memcpy".__eq__, kinds), dtype=bool, count=n),
+                         comm[name], np.fromiter(map("kernel".__eq__, kinds), dtype=bool, count=n),
+                         name, list(code))

@@ -19,27 +19,55 @@ was launched before the profiled steps (warm-up steps, whose launches are not in
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from stepscope.analysis.columns import device_columns, launch_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent, ParsedTrace
 from stepscope.analysis.per_trace import per_trace
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_ROWS.flags.writeable = False
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class StepWindow:
     number: int  # N of ProfilerStep#N
     host_start: float
     host_end: float
     start: float
     end: float
-    device: tuple[DeviceEvent, ...]  # device activity launched by this step
+    # the device activity launched by this step: its rows in the trace's (``activity``: trace.device, and
+    # columns.device_columns), in trace order, for the passes that read them as columns
+    rows: np.ndarray = field(repr=False)
+    activity: Sequence[DeviceEvent] = field(repr=False)
 
     @property
     def dur(self) -> float:
         return self.end - self.start
+
+    @property
+    def device(self) -> tuple[DeviceEvent, ...]:
+        """The device activity launched by this step, as event tuples (made when asked for)."""
+        return tuple(map(self.activity.__getitem__, self.rows.tolist()))
+
+    def _key(self) -> tuple:
+        return self.number, self.host_start, self.host_end, self.start, self.end
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, StepWindow):
+            return NotImplemented
+        return self._key() == other._key() and self.device == other.device
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+def device_rows(windows: list[StepWindow]) -> np.ndarray:
+    """The rows (in the trace's device activity) of the windows' activity, window by window, each in trace
+    order: ``[d for w in windows for d in w.device]`` as indices."""
+    return np.concatenate([w.rows for w in windows]) if windows else _NO_ROWS
 
 
 @per_trace
@@ -85,14 +113,16 @@ def _windows(trace: ParsedTrace) -> tuple[StepWindow, ...]:
 
 def _make_windows(trace: ParsedTrace) -> list[StepWindow]:
     if not trace.has_gpu:
-        return [StepWindow(s.number, s.start, s.end, s.start, s.end, ()) for s in trace.steps]
+        return [StepWindow(s.number, s.start, s.end, s.start, s.end, _NO_ROWS, ()) for s in trace.steps]
     own, unattributed, last_end = _device_by_step(trace)
+    dev = device_columns(trace)
 
     first = trace.steps[0]
-    first_own = min((d.start for d in own[0]), default=first.end)
+    first_own = float(dev.start[own[0]].min()) if own[0].size else first.end
     # Work launched before the profiled steps (unknown launch, or a launch before step 0) that the GPU
     # was still running when step 0 began.
-    prior_end = max((d.end for d in unattributed if d.start < first_own), default=first.start)
+    prior = unattributed[dev.start[unattributed] < first_own]
+    prior_end = float(dev.end[prior].max()) if prior.size else first.start
 
     windows = []
     prev_end = prior_end
@@ -101,23 +131,24 @@ def _make_windows(trace: ParsedTrace) -> list[StepWindow]:
         start = max(step.start, prev_end)
         if start >= end:  # the GPU finished this step's work before the previous window closed
             start = step.start
-        windows.append(StepWindow(step.number, step.start, step.end, start, end, tuple(mine)))
+        windows.append(StepWindow(step.number, step.start, step.end, start, end, mine, trace.device))
         prev_end = end
     return windows
 
 
-def _device_by_step(trace: ParsedTrace) -> tuple[list[list[DeviceEvent]], list[DeviceEvent], list[float]]:
-    """Per step, the device activity whose launch ran inside its host range (``step_finder``'s rule), in
-    trace order; the rest; and per step the latest end of its activity (-inf for none). Looked up for all
-    activities at once."""
-    device, steps = trace.device, trace.steps
+def _device_by_step(trace: ParsedTrace) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
+    """Per step, the rows of the device activity whose launch ran inside its host range (``step_finder``'s
+    rule), in trace order; the rows of the rest; and per step the latest end of its activity (-inf for
+    none). Looked up for all activities at once."""
+    steps = trace.steps
     launched_at = launch_columns(trace).start  # NaN: no launch
     step_ends = np.array([s.end for s in steps], dtype=np.float64)
     i = np.searchsorted(np.array([s.start for s in steps], dtype=np.float64), launched_at, side="right") - 1
     step_of = np.where((i >= 0) & (launched_at < step_ends[np.maximum(i, 0)]), i, -1)  # NaN: no launch, -1
     order = np.argsort(step_of, kind="stable")
+    order.flags.writeable = False  # the windows' rows are views of it
     bounds = np.searchsorted(step_of[order], np.arange(-1, len(steps) + 1)).tolist()
-    groups = [[device[k] for k in order[a:b].tolist()] for a, b in zip(bounds, bounds[1:])]
+    groups = [order[a:b] for a, b in zip(bounds, bounds[1:])]
     # each step's latest end at once: a step's activity is one run of ``order``, and the steps without any
     # lie between runs, so each run of a step that has some ends where the next such step's begins
     ends = device_columns(trace).end[order]
