@@ -34,6 +34,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -287,8 +288,7 @@ def memory_devices(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryDevic
     kind = np.asarray(cols.field("device_type"), dtype=np.int64)
     dev_id = np.where(kind != 0, np.asarray(cols.field("device_id"), dtype=np.int64), -1)
     kind = np.where(kind != 0, kind, 0)
-    by_device = {(int(k), int(d)): np.flatnonzero((kind == k) & (dev_id == d))
-                 for k, d in set(zip(kind.tolist(), dev_id.tolist()))}
+    by_device = {(k, d): np.flatnonzero((kind == k) & (dev_id == d)) for k, d in _pairs(kind, dev_id)}
     phases = _phases(trace, windows)
     owners = _Owners(trace)
     modules = _Modules(trace)
@@ -319,21 +319,31 @@ def memory_devices(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryDevic
     return MemoryDevices(tuple(devices), capacities)
 
 
+def _pairs(kind: np.ndarray, dev_id: np.ndarray) -> set[tuple[int, int]]:
+    """The distinct (kind, id) pairs of the samples' devices: counted in one bincount where both are small, as
+    they are (a device type and an index), else a set of every sample's pair."""
+    if kind.size and kind.min() >= 0 and kind.max() < 256 and dev_id.min() >= -1 and dev_id.max() < 4096:
+        present = np.flatnonzero(np.bincount(kind * 4097 + dev_id + 1)).tolist()
+        return {(k // 4097, k % 4097 - 1) for k in present}
+    return set(zip(kind.tolist(), dev_id.tolist()))
+
+
 def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     """Per step: (backward start, backward end, the optimizer's ranges) within its host range."""
     cols = op_columns(trace)
     lo, hi = windows[0].host_start, windows[-1].host_end
     inside = (cols.start >= lo) & (cols.start < hi)
     names = cols.names
-    distinct = set(names)
-    back, opt = ({n for n in distinct if n.startswith(BACKWARD_OP)}, {n for n in distinct if n.startswith(OPTIMIZER_RANGE)})
+    # each distinct name's kinds as bits (1: a backward op, 2: an optimizer range), read for every op in one pass
+    bits = {n: n.startswith(BACKWARD_OP) | 2 * n.startswith(OPTIMIZER_RANGE) for n in set(names)}
+    kinds = np.fromiter(map(bits.__getitem__, names), np.int8, len(names)) if names else np.zeros(0, np.int8)
 
-    def spans(wanted: set) -> list[tuple[float, float]]:  # (start, end) of the ops inside named in ``wanted``
-        rows = np.flatnonzero(inside & np.fromiter(map(wanted.__contains__, names), bool, len(names)))
+    def spans(bit: int) -> list[tuple[float, float]]:  # (start, end) of the ops inside whose name has ``bit``
+        rows = np.flatnonzero(inside & ((kinds & bit) != 0))
         return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
 
-    backward = sorted(spans(back))
-    optim = sorted(spans(opt) + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
+    backward = sorted(spans(1))
+    optim = sorted(spans(2) + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
     out = []
     back_starts, optim_starts = [b[0] for b in backward], [o[0] for o in optim]
     for w in windows:  # both lists sorted by start: a window's are one slice of each
@@ -515,6 +525,9 @@ def _live(nbytes: list, addr: list, n: int) -> list[int]:
     return list(live.values())
 
 
+_TID, _START, _END = map(itemgetter, (1, 2, 3))  # events.HostEvent's fields by position
+
+
 class _Modules:
     """The innermost nn.Module call on a thread at a time (the trace's module frames: with_stack); false for a
     trace without them. A thread's frames nest (a call stack): sorted by start, each frame's parent is the
@@ -522,9 +535,13 @@ class _Modules:
     that one has ended, the first of its ancestors still open."""
 
     def __init__(self, trace: ParsedTrace) -> None:
-        self.by_tid: dict = defaultdict(list)
-        for f in trace.module_frames:
-            self.by_tid[f.tid].append(f)
+        frames = trace.module_frames
+        self.by_tid: dict = defaultdict(list)  # thread -> its frames' indices in ``frames``, in trace order
+        for k, tid in enumerate(map(_TID, frames)):
+            self.by_tid[tid].append(k)
+        self.start = np.fromiter(map(_START, frames), dtype=np.float64, count=len(frames))
+        self.end = np.fromiter(map(_END, frames), dtype=np.float64, count=len(frames))
+        self.frames = frames
         self.threads: dict = {}
 
     def __bool__(self) -> bool:
@@ -532,25 +549,32 @@ class _Modules:
 
     def _thread(self, tid):
         if tid not in self.threads:
-            frames = sorted(self.by_tid.get(tid, ()), key=lambda f: (f.start, -f.end))
+            rows = np.asarray(self.by_tid.get(tid, ()), dtype=np.int64)
+            rows = rows[np.lexsort((-self.end[rows], self.start[rows]))]  # by (start, -end), ties in trace order
+            starts, end_array = self.start[rows], self.end[rows]
+            begun, ends = starts.tolist(), end_array.tolist()
             parent, open_ = [], []
-            for k, f in enumerate(frames):
-                while open_ and frames[open_[-1]].end <= f.start:
+            for k, s in enumerate(begun):
+                while open_ and ends[open_[-1]] <= s:
                     open_.pop()
                 parent.append(open_[-1] if open_ else -1)
                 open_.append(k)
-            self.threads[tid] = (np.array([f.start for f in frames], dtype=np.float64),
-                                 [f.end for f in frames], parent,
-                                 [f.name[len(MODULE_FRAME_PREFIX):] for f in frames])
+            named = [self.frames[k].name for k in rows.tolist()]
+            module = {name: name[len(MODULE_FRAME_PREFIX):] for name in set(named)}
+            self.threads[tid] = (starts, ends, end_array, parent, list(map(module.__getitem__, named)))
         return self.threads[tid]
 
     def owners(self, tid, ts: np.ndarray) -> list[str | None]:
         """The module around each time in ``ts`` (allocations on thread ``tid``), None outside any."""
-        starts, ends, parent, names = self._thread(tid)
+        starts, ends, end_array, parent, names = self._thread(tid)
+        at = np.searchsorted(starts, ts, side="right") - 1
+        # the frame begun last before the time is open at it: the usual case, answered for all at once
+        open_ = (at >= 0) & (end_array[np.maximum(at, 0)] > ts) if len(ends) else np.zeros(len(ts), dtype=bool)
         out = []
-        for t, k in zip(ts.tolist(), (np.searchsorted(starts, ts, side="right") - 1).tolist()):
-            while k >= 0 and ends[k] <= t:
-                k = parent[k]
+        for t, k, hit in zip(ts.tolist(), at.tolist(), open_.tolist()):
+            if not hit:
+                while k >= 0 and ends[k] <= t:
+                    k = parent[k]
             out.append(names[k] if k >= 0 else None)
         return out
 
@@ -586,13 +610,14 @@ class _Owners:
         ranges = self._thread(tid)
         if ranges is None:
             return ["(no op)"] * len(ts)
-        out = []
         (idx, starts, ends), every = ranges
-        k = np.searchsorted(starts, ts, side="right") - 1
-        direct = (k >= 0) & (ends[np.maximum(k, 0)] > ts)  # the latest op begun before contains it: the usual case
-        for t, j, hit in zip(ts.tolist(), k.tolist(), direct.tolist()):
-            out.append(self.cols.names[idx[j]] if hit else self._walk(ranges, t))
-        return out
+        at = np.searchsorted(starts, ts, side="right") - 1
+        k = np.maximum(at, 0)
+        # the latest op begun before contains it: the usual case, looked up for all at once
+        direct = (at >= 0) & (ends[k] > ts) if len(idx) else np.zeros(len(ts), dtype=bool)
+        names = self.cols.names
+        rows = idx[k].tolist() if len(idx) else [0] * len(ts)
+        return [names[r] if hit else self._walk(ranges, t) for r, hit, t in zip(rows, direct.tolist(), ts.tolist())]
 
     def _walk(self, ranges, ts: float) -> str:
         for idx, starts, ends in ranges:  # a non-generic op around it, else any op around it
