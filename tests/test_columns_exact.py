@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from stepscope.analysis import memory, metrics, trust
+from stepscope.analysis import columns, memory, metrics, trust
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
 from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, HostEventsBuilder, is_comm_kernel
 from stepscope.analysis.steps import device_rows, launches_by_correlation, step_windows
@@ -129,6 +129,23 @@ def test_host_events_are_the_sequence_of_tuples_they_stand_for():
     assert len(b) == 50 and list(b) == events and b == events
     built = b.build()
     assert built == cols and isinstance(built, HostEvents) and b.build() == cols
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_launch_rows_are_the_dicts(seed):
+    """columns._launch_rows sorts the ids; the rule is a dict of the launches' ids (the last of equal ones),
+    with repeated ids, None, ids equal as numbers of two types, ids too large for a float64 to hold exactly,
+    and ids of other kinds (looked up in the dict itself)."""
+    rng = random.Random(seed)
+    pool = [None, 0, 1, 2, 3, 7, 7.0, 1.5, True, 2 ** 60, 2 ** 60 + 1, -5, 10 ** 30, "x", float("inf")]
+    common = pool[:9]
+    unusual = rng.random() < 0.4
+    pick = (lambda: rng.choice(pool)) if unusual else (lambda: rng.choice(common))
+    launches = [pick() for _ in range(rng.randint(0, 60))]
+    activities = [pick() for _ in range(rng.randint(0, 60))]
+    row = dict(zip(launches, range(len(launches))))
+    row.pop(None, None)
+    assert columns._launch_rows(launches, activities).tolist() == [row.get(a, -1) for a in activities]
 
 
 def test_launch_columns_are_the_correlated_launches(traces):

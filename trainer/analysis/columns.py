@@ -93,9 +93,7 @@ def launch_columns(trace: ParsedTrace) -> LaunchColumns:
     """Per device activity (trace.device's order), its launch: the runtime call with the same correlation id
     (of several, the last, as steps.launches_by_correlation keeps)."""
     runtime, device = trace.runtime, trace.device
-    row = dict(zip(correlations_of(runtime), range(len(runtime))))
-    row.pop(None, None)
-    rows = np.fromiter(map(row.get, map(_DEVICE_CORRELATION, device), repeat(-1)), dtype=np.int64, count=len(device))
+    rows = _launch_rows(correlations_of(runtime), list(map(_DEVICE_CORRELATION, device)))
     found = rows >= 0
     start = np.full(len(device), np.nan)
     end = np.full(len(device), np.nan)
@@ -103,6 +101,29 @@ def launch_columns(trace: ParsedTrace) -> LaunchColumns:
         rt = runtime_columns(trace)
         start[found], end[found] = rt.start[rows[found]], rt.end[rows[found]]
     return LaunchColumns(found, start, end)
+
+
+_EXACT = 2.0 ** 53  # float64 holds every integer below this exactly
+
+
+def _launch_rows(launches: list, activities: list) -> np.ndarray:
+    """Per entry of ``activities`` (correlation ids), the index of the last entry of ``launches`` with the same
+    id; -1 where none has it (or the id is None). The ids sorted as float64, which holds a trace's integer ids
+    exactly; ids of any other kind are looked up in a dict, with the same answer."""
+    try:
+        r, d = np.array(launches, dtype=np.float64), np.array(activities, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        r = d = None
+    if r is None or r.ndim != 1 or d.ndim != 1 or not np.all(np.abs(np.nan_to_num(r)) < _EXACT):
+        row = dict(zip(launches, range(len(launches))))
+        row.pop(None, None)
+        return np.fromiter(map(row.get, activities, repeat(-1)), dtype=np.int64, count=len(activities))
+    known = np.flatnonzero(~np.isnan(r))  # None: no id
+    order = known[np.argsort(r[known], kind="stable")]  # equal ids in launch order: the last one is theirs
+    ids = r[order]
+    at = np.maximum(np.searchsorted(ids, d, side="right") - 1, 0)
+    hit = (ids[at] == d) if ids.size else np.zeros(d.shape, dtype=bool)
+    return np.where(hit, order[at], -1) if ids.size else np.full(d.shape, -1, dtype=np.int64)
 
 
 class DeviceColumns(NamedTuple):
