@@ -20,7 +20,17 @@ import numpy as np
 import pytest
 from stepscope.analysis import columns, memory, metrics, trust
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
-from stepscope.analysis.events import DeviceEvent, HostEvent, HostEvents, HostEventsBuilder, is_comm_kernel
+from stepscope.analysis.events import (
+    DeviceEvent,
+    DeviceEvents,
+    DeviceEventsBuilder,
+    HostEvent,
+    HostEvents,
+    HostEventsBuilder,
+    MemoryColumns,
+    ParsedTrace,
+    is_comm_kernel,
+)
 from stepscope.analysis.steps import device_rows, launches_by_correlation, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
@@ -96,8 +106,10 @@ def test_columns_are_the_events_fields(traces):
         assert dev.names == list(dict.fromkeys(d.name for d in trace.device))  # each name once
 
 
-def test_the_parse_gives_its_ops_and_runtime_calls_as_columns(traces):
-    assert all(isinstance(_parsed(p).ops, HostEvents) and isinstance(_parsed(p).runtime, HostEvents) for p in TRACES)
+def test_the_parse_gives_its_ops_runtime_calls_and_device_activity_as_columns(traces):
+    assert all(isinstance(_parsed(p).ops, HostEvents) and isinstance(_parsed(p).runtime, HostEvents)
+               and isinstance(_parsed(p).device, DeviceEvents) for p in TRACES)
+    assert any(len(_parsed(p).device) for p in TRACES)
 
 
 def test_host_events_are_the_sequence_of_tuples_they_stand_for():
@@ -129,6 +141,54 @@ def test_host_events_are_the_sequence_of_tuples_they_stand_for():
     assert len(b) == 50 and list(b) == events and b == events
     built = b.build()
     assert built == cols and isinstance(built, HostEvents) and b.build() == cols
+
+
+def test_device_events_are_the_sequence_of_tuples_they_stand_for():
+    rng = random.Random(4)
+    events = [DeviceEvent(rng.choice(["k1", "k2", "ncclKernel"]), rng.choice(["kernel", "memcpy", "memset"]),
+                          rng.choice([0, 1]), rng.choice([7, 20]), float(rng.randint(0, 30)), 0.0,
+                          rng.choice([None, 4, 9])) for _ in range(50)]
+    events = [e._replace(end=e.start + rng.uniform(0, 3)) for e in events]
+    cols = DeviceEvents.of(events)
+    assert list(cols) == events and cols == tuple(events) and cols == events and len(cols) == 50 and cols
+    assert all(type(e) is DeviceEvent for e in cols) and cols[7] == events[7] and type(cols[7].start) is float
+    assert list(cols[10:20:3]) == events[10:20:3]
+    assert cols.at([3, 1, 3]) == [events[3], events[1], events[3]]
+    mask = np.array([e.start > 20 for e in events])
+    assert list(cols.take(mask)) == [e for e in events if e.start > 20]
+    assert pickle.loads(pickle.dumps(cols)) == cols and hash(cols) == hash(tuple(events))
+    assert list(cols.by_start()) == sorted(events, key=lambda e: e.start)  # stable: equal starts keep their order
+    in_order = DeviceEvents.of(sorted(events, key=lambda e: e.start))
+    assert in_order.by_start() is in_order
+    with pytest.raises(ValueError):
+        cols.start[0] = 1.0  # read-only: a trace's columns are shared by everything read from it
+    assert not DeviceEvents.of([]) and list(DeviceEvents.of([])) == [] and DeviceEvents.of([]).by_start() == []
+    # a builder keeps file order across activities added one by one and pieces added as columns
+    b = DeviceEventsBuilder()
+    b.append(events[0])
+    b.extend(events[1:5])
+    piece = DeviceEvents.of(events[5:30])
+    b.extend_columns(piece.names, piece.kinds, piece.devices, piece.streams, piece.start, piece.end,
+                     piece.correlation)
+    b.append(events[30])
+    b.extend_columns([], [], [], [], [], [], [])
+    later = DeviceEventsBuilder()
+    later.extend(events[31:40])
+    rest = DeviceEvents.of(events[40:])
+    later.extend_columns(rest.names, rest.kinds, rest.devices, rest.streams, rest.start, rest.end,
+                         rest.correlation)
+    b.extend_builder(later)
+    assert len(b) == 50 and list(b) == events and b == events
+    built = b.build()
+    assert built == cols and isinstance(built, DeviceEvents) and b.build() == cols
+    # what reads the device activity answers alike for the tuples and the columns
+    for device in (tuple(events), cols):
+        trace = ParsedTrace("w", "s", 0.0, None, None, None, (), HostEvents.of([]), (), HostEvents.of([]), device,
+                            (), MemoryColumns())
+        dev = device_columns(trace)
+        assert dev.start.tolist() == [e.start for e in events] and dev.names == list(dict.fromkeys(
+            e.name for e in events))
+        assert dev.is_kernel.tolist() == [e.kind == "kernel" for e in events]
 
 
 @pytest.mark.parametrize("seed", range(10))

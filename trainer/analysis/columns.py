@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from stepscope.analysis.events import (
     DeviceEvent,
+    DeviceEvents,
     HostEvent,
     HostEvents,
     ParsedTrace,
@@ -93,7 +94,8 @@ def launch_columns(trace: ParsedTrace) -> LaunchColumns:
     """Per device activity (trace.device's order), its launch: the runtime call with the same correlation id
     (of several, the last, as steps.launches_by_correlation keeps)."""
     runtime, device = trace.runtime, trace.device
-    rows = _launch_rows(correlations_of(runtime), list(map(_DEVICE_CORRELATION, device)))
+    activities = device.correlation if isinstance(device, DeviceEvents) else list(map(_DEVICE_CORRELATION, device))
+    rows = _launch_rows(correlations_of(runtime), activities)
     found = rows >= 0
     start = np.full(len(device), np.nan)
     end = np.full(len(device), np.nan)
@@ -145,12 +147,15 @@ class DeviceColumns(NamedTuple):
 @per_trace
 def device_columns(trace: ParsedTrace) -> DeviceColumns:
     device, n = trace.device, len(trace.device)
-    names = list(map(_NAME, device))
+    if isinstance(device, DeviceEvents):  # the streamed parse's: columns already
+        names, kinds, times = device.names, device.kinds, (device.start, device.end)
+    else:
+        names, kinds = list(map(_NAME, device)), list(map(_DEVICE_KIND, device))
+        times = _times(device, _DEVICE_START, _DEVICE_END)
     code = {name: k for k, name in enumerate(dict.fromkeys(names))}  # in order of first appearance
     comm = np.fromiter(map(is_comm_kernel, code), dtype=bool, count=len(code))
     name = np.fromiter(map(code.__getitem__, names), dtype=np.int64, count=n)
-    kinds = list(map(_DEVICE_KIND, device))
-    return DeviceColumns(*_times(device, _DEVICE_START, _DEVICE_END),
+    return DeviceColumns(*times,
                          np.fromiter(map("memcpy".__eq__, kinds), dtype=bool, count=n),
                          comm[name], np.fromiter(map("kernel".__eq__, kinds), dtype=bool, count=n),
                          name, list(code))

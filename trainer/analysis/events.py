@@ -309,6 +309,153 @@ class HostEvents:
         return f"HostEvents({len(self)} events)"
 
 
+class DeviceEvents:
+    """Device activity as columns: names, kinds, devices, streams (lists), start and end (float64 arrays,
+    read-only) and correlation ids (a list, None where an activity has none). What the streamed parse makes of
+    a trace's kernels, memcpys and memsets (hundreds of thousands in a large trace: no tuple per activity;
+    the analysis reads the columns, columns.device_columns). A sequence of DeviceEvent to everything else, as
+    HostEvents is of HostEvent; ``of`` makes one from such a sequence."""
+
+    __slots__ = ("names", "kinds", "devices", "streams", "start", "end", "correlation")
+
+    def __init__(self, names: list, kinds: list, devices: list, streams: list, start, end,
+                 correlation: list) -> None:
+        self.names, self.kinds, self.devices, self.streams = names, kinds, devices, streams
+        self.correlation = correlation
+        self.start = _frozen(start)
+        self.end = _frozen(end)
+        assert (len(names) == len(kinds) == len(devices) == len(streams) == len(self.start) == len(self.end)
+                == len(correlation))
+
+    @classmethod
+    def of(cls, events) -> DeviceEvents:
+        if isinstance(events, cls):
+            return events
+        events = list(events)
+        if not events:
+            return cls([], [], [], [], (), (), [])
+        return cls(*map(list, zip(*events)))
+
+    def _columns(self) -> tuple:
+        return self.names, self.kinds, self.devices, self.streams, self.start, self.end, self.correlation
+
+    def take(self, rows) -> DeviceEvents:
+        """The activities at ``rows`` (indices or a boolean mask over them), in that order."""
+        rows = np.asarray(rows)
+        rows = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64)
+        listed = rows.tolist()
+        pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
+        return DeviceEvents(pick(self.names), pick(self.kinds), pick(self.devices), pick(self.streams),
+                            self.start[rows], self.end[rows], pick(self.correlation))
+
+    def at(self, rows) -> list[DeviceEvent]:
+        """The activities at ``rows`` (a sequence of indices), as a list of DeviceEvent."""
+        rows = np.asarray(rows, dtype=np.int64)
+        listed = rows.tolist()
+        pick = lambda column: map(column.__getitem__, listed)  # noqa: E731
+        return list(map(tuple.__new__, repeat(DeviceEvent),
+                        zip(pick(self.names), pick(self.kinds), pick(self.devices), pick(self.streams),
+                            self.start[rows].tolist(), self.end[rows].tolist(), pick(self.correlation))))
+
+    def by_start(self) -> DeviceEvents:
+        """The activities sorted by start, ties in their order (``sorted(self, key=start)``)."""
+        order = np.argsort(self.start, kind="stable")
+        if np.array_equal(order, np.arange(len(order))):
+            return self
+        return self.take(order)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self):
+        return map(tuple.__new__, repeat(DeviceEvent),
+                   zip(self.names, self.kinds, self.devices, self.streams, self.start.tolist(), self.end.tolist(),
+                       self.correlation))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(range(len(self))[i])
+        return DeviceEvent(self.names[i], self.kinds[i], self.devices[i], self.streams[i], float(self.start[i]),
+                           float(self.end[i]), self.correlation[i])
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, DeviceEvents):
+            return all((a.tolist() if isinstance(a, np.ndarray) else a) == (b.tolist() if isinstance(b, np.ndarray)
+                                                                             else b)
+                       for a, b in zip(self._columns(), other._columns()))
+        if isinstance(other, (tuple, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __reduce__(self):
+        return DeviceEvents, self._columns()
+
+    def __repr__(self) -> str:
+        return f"DeviceEvents({len(self)} activities)"
+
+
+class DeviceEventsBuilder:
+    """Device activity collected in file order, piece by piece: one at a time (``append``, ``extend``: the
+    per-event rules) or as columns (``extend_columns``); ``build()`` makes one DeviceEvents. A sequence of
+    DeviceEvent meanwhile (len, iteration), as HostEventsBuilder is of HostEvent."""
+
+    __slots__ = ("_chunks", "_pending", "append")
+
+    def __init__(self) -> None:
+        self._chunks: list[DeviceEvents] = []
+        self._pending: list[DeviceEvent] = []
+        self.append = self._pending.append
+
+    def extend(self, events) -> None:
+        self._pending.extend(events)
+
+    def extend_columns(self, names: list, kinds: list, devices: list, streams: list, start, end,
+                       correlation: list) -> None:
+        self._flush()
+        if len(names):
+            self._chunks.append(DeviceEvents(names, kinds, devices, streams, start, end, correlation))
+
+    def extend_builder(self, later: DeviceEventsBuilder) -> None:
+        """Append the activities of ``later`` (which stays as it is)."""
+        self._flush()
+        self._chunks.extend(later._chunks)
+        if later._pending:
+            self._chunks.append(DeviceEvents.of(later._pending))
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._chunks.append(DeviceEvents.of(self._pending))
+            self._pending.clear()  # the same list: ``append`` stays bound to it
+
+    def __len__(self) -> int:
+        return sum(map(len, self._chunks)) + len(self._pending)
+
+    def __iter__(self):
+        return chain(*self._chunks, self._pending)
+
+    def __eq__(self, other) -> bool:  # as the list of activities it stands for
+        if isinstance(other, (DeviceEventsBuilder, DeviceEvents, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def build(self) -> DeviceEvents:
+        self._flush()
+        chunks = self._chunks
+        if len(chunks) == 1:
+            return chunks[0]
+        if not chunks:
+            return DeviceEvents.of(())
+        joined = lambda column: list(chain.from_iterable(column(c) for c in chunks))  # noqa: E731
+        return DeviceEvents(joined(lambda c: c.names), joined(lambda c: c.kinds), joined(lambda c: c.devices),
+                            joined(lambda c: c.streams), np.concatenate([c.start for c in chunks]),
+                            np.concatenate([c.end for c in chunks]), joined(lambda c: c.correlation))
+
+
 def names_of(events) -> list:
     """The names of host events, a HostEvents or a sequence of HostEvent, in their order."""
     return events.names if isinstance(events, HostEvents) else [e[0] for e in events]
@@ -531,7 +678,7 @@ class ParsedTrace:
     ops: tuple[HostEvent, ...] | HostEvents  # cpu_op; the streamed parse's: HostEvents
     annotations: tuple[HostEvent, ...]  # user_annotation, except ProfilerStep#N
     runtime: tuple[HostEvent, ...] | HostEvents  # cuda_runtime / cuda_driver / runtime; the parse's: HostEvents
-    device: tuple[DeviceEvent, ...]  # sorted by start
+    device: tuple[DeviceEvent, ...] | DeviceEvents  # sorted by start; the streamed parse's: DeviceEvents
     data_spans: tuple[HostEvent, ...]  # DataLoader iteration and `data` ranges, any category
     memory: tuple[MemorySample, ...] | MemoryColumns  # the streamed parse's: MemoryColumns
     python_calls: Times | tuple[float, ...] = ()  # start of every with_stack Python function frame, sorted

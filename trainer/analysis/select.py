@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from stepscope.analysis.events import HostEvents, MemoryColumns, ParsedTrace, Times
+from stepscope.analysis.events import DeviceEvents, HostEvents, MemoryColumns, ParsedTrace, Times
 from stepscope.analysis.steps import launches_by_correlation, step_finder
 from stepscope.trace.errors import TraceError
 
@@ -71,7 +71,7 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
             hi = max(hi, d.end)
 
     def between(events):
-        if isinstance(events, HostEvents):
+        if isinstance(events, (HostEvents, DeviceEvents)):
             return events.take((events.end >= lo) & (events.start <= hi))
         return tuple(e for e in events if e.end >= lo and e.start <= hi)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from stepscope.analysis.columns import device_columns, launch_columns
-from stepscope.analysis.events import DeviceEvent, HostEvent, ParsedTrace
+from stepscope.analysis.events import DeviceEvent, DeviceEvents, HostEvent, ParsedTrace
 from stepscope.analysis.per_trace import per_trace
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -50,6 +50,8 @@ class StepWindow:
     @property
     def device(self) -> tuple[DeviceEvent, ...]:
         """The device activity launched by this step, as event tuples (made when asked for)."""
+        if isinstance(self.activity, DeviceEvents):
+            return tuple(self.activity.at(self.rows))
         return tuple(map(self.activity.__getitem__, self.rows.tolist()))
 
     def _key(self) -> tuple:

@@ -29,6 +29,7 @@ from stepscope.analysis.events import (
     MODULE_FRAME_PREFIX,
     PROFILER_STEP,
     DeviceEvent,
+    DeviceEventsBuilder,
     HostEvent,
     HostEventsBuilder,
     MemoryColumns,
@@ -110,7 +111,7 @@ class Collector:
         self.steps, self.annotations = [], []
         # no tuple per op or runtime call where a piece is read as columns
         self.ops, self.runtime = HostEventsBuilder(), HostEventsBuilder()
-        self.device, self.data_spans = [], []
+        self.device, self.data_spans = DeviceEventsBuilder(), []  # no tuple per activity read as columns
         self.memory = MemoryColumns()  # a list per MemorySample field: no tuple per [memory] event
         self.python_calls, self.python_builtins = TimesBuilder(), TimesBuilder()
         self.long_frames: set[str] = set()  # names of Python frames of at least LONG_FRAME_US
@@ -127,7 +128,7 @@ class Collector:
         self.annotations.extend(later.annotations)
         self.ops.extend_builder(later.ops)
         self.runtime.extend_builder(later.runtime)
-        self.device.extend(later.device)
+        self.device.extend_builder(later.device)
         self.data_spans.extend(later.data_spans)
         self.memory.add_columns(later.memory.columns)
         self.python_calls.extend(later.python_calls)

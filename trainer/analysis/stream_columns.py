@@ -23,7 +23,6 @@ from stepscope.analysis.events import (
     MODEL_FRAME_PREFIXES,
     MODULE_FRAME_PREFIX,
     PROFILER_STEP,
-    DeviceEvent,
     HostEvent,
     MemoryColumns,
     MemorySample,
@@ -264,8 +263,8 @@ def _collect(c, p: _Plan) -> None:
                                    t_all[rows].tolist(), repeat(None)))
     rows = p.dev_rows
     if len(rows):
-        c.device.extend(rows_of(DeviceEvent, names(rows), _device_kinds(p), p.device, p.stream,
-                                s_all[rows].tolist(), t_all[rows].tolist(), p.dev_corr))
+        c.device.extend_columns(names(rows), _device_kinds(p), p.device, p.stream, s_all[rows], t_all[rows],
+                                p.dev_corr)
     rows = p.rt_rows
     if len(rows):
         c.runtime.extend_columns(names(rows), p.rt_tid, s_all[rows], t_all[rows], p.rt_corr)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from operator import attrgetter
 from pathlib import Path
 
 import msgspec
@@ -154,7 +153,7 @@ def parsed_trace(path: Path, where: str, worker: str, span: str, c: Collector, h
         device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
         steps=tuple(sorted(steps, key=lambda s: s.start)),
         ops=c.ops.build(), annotations=tuple(c.annotations), runtime=c.runtime.build(),
-        device=tuple(sorted(c.device, key=attrgetter("start"))),  # the field read in C: no call per event
+        device=c.device.build().by_start(),
         data_spans=tuple(c.data_spans), memory=c.memory, python_calls=c.python_calls.build(),
         python_builtins=c.python_builtins.build(), long_frames=tuple(sorted(c.long_frames)),
         model_spans=tuple(sorted(c.model_spans)), module_frames=tuple(c.module_frames), recorded_shapes=c.shapes, steps_from=steps_from,

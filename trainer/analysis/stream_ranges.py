@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 from stepscope.analysis import stream_columns
-from stepscope.analysis.events import DeviceEvent, HostEvent
+from stepscope.analysis.events import HostEvent
 from stepscope.analysis.stream_collect import Collector, from_objects, read
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.trace.fastread import Columns, as_objects
@@ -129,8 +129,7 @@ def decode_into(c: Collector, part: dict) -> None:
         getattr(c, name).extend(rows_of(HostEvent, names[codes].tolist(), tids,
                                         starts.tolist(), ends.tolist(), repeat(None) if corr is None else corr))
     codes, kind, dev, stream, starts, ends, corr = part["device"]
-    c.device.extend(rows_of(DeviceEvent, names[codes].tolist(), kind, dev, stream,
-                            starts.tolist(), ends.tolist(), corr))
+    c.device.extend_columns(names[codes].tolist(), kind, dev, stream, starts, ends, corr)
 
 
 def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int,
