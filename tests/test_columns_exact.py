@@ -192,6 +192,20 @@ def test_device_events_are_the_sequence_of_tuples_they_stand_for():
 
 
 @pytest.mark.parametrize("seed", range(10))
+def test_thread_codes_are_the_dicts(seed):
+    """columns._thread_codes codes integer threads by numpy; the rule, a dict in order of first appearance
+    (its keys the first objects met: True before 1), with any threads at all (names, None, floats, ints past
+    int64) in the dict itself."""
+    rng = random.Random(seed)
+    pool = [1, 2, 3, -7, 2 ** 62, True, 0] if seed % 3 else [1, "main", None, 2 ** 70, 2.5, 3, True]
+    tids = [rng.choice(pool) for _ in range(rng.randint(0, 60))]
+    threads, codes = columns._thread_codes(tids)
+    want = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}
+    assert threads == want and [type(k) for k in threads] == [type(k) for k in want]
+    assert codes.dtype == np.int64 and codes.tolist() == [want[t] for t in tids]
+
+
+@pytest.mark.parametrize("seed", range(10))
 def test_launch_rows_are_the_dicts(seed):
     """columns._launch_rows sorts the ids; the rule is a dict of the launches' ids (the last of equal ones),
     with repeated ids, None, ids equal as numbers of two types, ids too large for a float64 to hold exactly,

@@ -58,9 +58,22 @@ def op_columns(trace: ParsedTrace) -> OpColumns:
         names, tids, times = tuple(ops.names), ops.tids, (ops.start, ops.end)
     else:
         names, tids, times = tuple(map(_NAME, ops)), list(map(_TID, ops)), _times(ops, _START, _END)
-    threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}  # in order of first appearance
-    thread = np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
+    threads, thread = _thread_codes(tids)
     return OpColumns(names, thread, threads, *times)
+
+
+def _thread_codes(tids: list) -> tuple[dict, np.ndarray]:
+    """{thread: code}, codes 0, 1, ... in order of first appearance, and each op's code. Threads that are all
+    integers (as a trace's are) are coded by numpy; any others (a name, a number beyond int64) by a dict."""
+    numbers = np.array(tids) if tids else np.zeros(0, dtype=np.int64)
+    if numbers.dtype != np.int64 or numbers.ndim != 1:
+        threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}
+        return threads, np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
+    _, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)  # the distinct threads in order of first appearance
+    code = np.empty_like(by_first)
+    code[by_first] = np.arange(len(by_first))
+    return {tids[i]: k for k, i in enumerate(first[by_first].tolist())}, code[inverse.reshape(-1)]
 
 
 def _times(events, start, end) -> tuple[np.ndarray, np.ndarray]:
