@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from on_disk import analyze_trace
+from stepscope.analysis import intervals as intervals_module
 from stepscope.analysis.intervals import IntervalSet, intersect, pieces_by_priority, subtract
 
 
@@ -158,6 +159,21 @@ def test_interval_set_matches_brute_force(a, b, lo, hi):
     assert pieces == [len({t for t in grid(a) if lo <= t < hi}),
                       len({t for t in grid(b) - grid(a) if lo <= t < hi}),
                       len({t for t in range(lo, hi)} - grid(a) - grid(b))]
+
+
+@settings(max_examples=400, deadline=None)
+@given(intervals, intervals, st.sampled_from([0.0, 0.5, 1 / 3]))
+def test_overlap_is_the_sweeps(a, b, shift):
+    """intersect and subtract find each interval's partners by bisection; the reference is the sweep over all
+    bounds. The same arrays (starts, ends and running sums), with shared and touching bounds."""
+    A = IntervalSet([(s + shift, e + shift) for s, e in a])
+    B = IntervalSet([(s, e + shift) for s, e in b])
+    pairs = [(A._s, A._e, B._s, B._e),
+             (A._s, A._e, np.concatenate(([-np.inf], B._e)), np.concatenate((B._s, [np.inf])))]
+    for args in pairs:
+        fast, sweep = intervals_module._overlap(*args), intervals_module._overlap_by_sweep(*args)
+        assert fast._s.tolist() == sweep._s.tolist() and fast._e.tolist() == sweep._e.tolist()
+        assert fast._p.tolist() == sweep._p.tolist()
 
 
 @settings(max_examples=300, deadline=None)

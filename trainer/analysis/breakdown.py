@@ -138,8 +138,8 @@ def host_sets(trace: ParsedTrace) -> HostSets:
     return HostSets(
         sync=_spans(sync_primitives(trace)),
         data=_spans(trace.data_spans),
-        busy=IntervalSet.from_arrays(np.concatenate([np.asarray(compute_ops.starts, dtype=np.float64), runtime.start]),
-                                     np.concatenate([np.asarray(compute_ops.ends, dtype=np.float64), runtime.end]))
+        busy=IntervalSet.from_arrays(np.concatenate([compute_ops.arrays()[0], runtime.start]),
+                                     np.concatenate([compute_ops.arrays()[1], runtime.end]))
         .union(model_scope(trace)),
         compute_ops=compute_ops,
         comm=_spans([*comm_ops, *(a for a in trace.annotations if is_comm(a.name))]))
