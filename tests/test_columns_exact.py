@@ -157,12 +157,14 @@ def test_device_events_are_the_sequence_of_tuples_they_stand_for():
     mask = np.array([e.start > 20 for e in events])
     assert list(cols.take(mask)) == [e for e in events if e.start > 20]
     assert pickle.loads(pickle.dumps(cols)) == cols and hash(cols) == hash(tuple(events))
-    assert list(cols.by_start()) == sorted(events, key=lambda e: e.start)  # stable: equal starts keep their order
+    # stable: equal starts keep their order
+    assert list(cols.by_start()) == sorted(events, key=lambda e: e.start)
     in_order = DeviceEvents.of(sorted(events, key=lambda e: e.start))
     assert in_order.by_start() is in_order
     with pytest.raises(ValueError):
         cols.start[0] = 1.0  # read-only: a trace's columns are shared by everything read from it
-    assert not DeviceEvents.of([]) and list(DeviceEvents.of([])) == [] and DeviceEvents.of([]).by_start() == []
+    none = DeviceEvents.of([])
+    assert not none and list(none) == [] and none.by_start() == []
     # a builder keeps file order across activities added one by one and pieces added as columns
     b = DeviceEventsBuilder()
     b.append(events[0])
@@ -183,8 +185,9 @@ def test_device_events_are_the_sequence_of_tuples_they_stand_for():
     assert built == cols and isinstance(built, DeviceEvents) and b.build() == cols
     # what reads the device activity answers alike for the tuples and the columns
     for device in (tuple(events), cols):
-        trace = ParsedTrace("w", "s", 0.0, None, None, None, (), HostEvents.of([]), (), HostEvents.of([]), device,
-                            (), MemoryColumns())
+        no_host = HostEvents.of([])
+        trace = ParsedTrace("w", "s", 0.0, None, None, None, (), no_host, (), no_host, device, (),
+                            MemoryColumns())
         dev = device_columns(trace)
         assert dev.start.tolist() == [e.start for e in events] and dev.names == list(dict.fromkeys(
             e.name for e in events))
@@ -327,7 +330,8 @@ def test_kernel_table_and_medians(traces):
         dev = device_columns(trace)
         own = device_rows(step_windows(trace))
         assert [trace.device[k] for k in own.tolist()] == [d for w in step_windows(trace) for d in w.device]
-        for rows in (np.flatnonzero(dev.is_kernel), own[dev.is_kernel[own]], np.flatnonzero(dev.is_kernel)[::-1]):
+        every = np.flatnonzero(dev.is_kernel)
+        for rows in (every, own[dev.is_kernel[own]], every[::-1]):
             kernels = [trace.device[k] for k in rows.tolist()]
             assert all(k.kind == "kernel" for k in kernels)
             for n in (1, 3):
@@ -340,8 +344,8 @@ def test_kernel_table_and_medians(traces):
         runtime = list(trace.runtime)
         for part in (runtime, runtime[:-1] or runtime):
             if part:
-                assert metrics._median(np.array([e.end for e in part]) - np.array([e.start for e in part])) == (
-                    statistics.median(e.dur for e in part))
+                dur = np.array([e.end for e in part]) - np.array([e.start for e in part])
+                assert metrics._median(dur) == statistics.median(e.dur for e in part)
     assert tried > 0
 
 

@@ -415,6 +415,36 @@ def test_nesting_is_bounded_by_the_parser_at_the_same_depth_read_or_not():
 
 
 @pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+def test_shared_ints_are_the_lists_of_the_arrays_with_one_object_per_value(monkeypatch):
+    """fastread.as_list: an int64 array's tolist(), equal values one object (a column of threads); without the
+    extension's function, tolist() itself."""
+    from stepscope.trace import _fastread
+
+    rng = np.random.default_rng(1)
+    edges = np.array([2 ** 63 - 1, -2 ** 63, 0, -1, 2 ** 63 - 1], dtype=np.int64)
+    for values in (np.array([], dtype=np.int64), np.array([7, 7, 7], dtype=np.int64), edges,
+                   rng.integers(10 ** 6, 10 ** 6 + 5, 1000),
+                   rng.integers(-2 ** 63, 2 ** 63 - 1, 500, dtype=np.int64),
+                   np.arange(300)[::-3]):
+        got = fastread.as_list(values)
+        assert got == values.tolist() and all(type(v) is int for v in got)
+    few = fastread.as_list(rng.integers(10 ** 6, 10 ** 6 + 5, 1000))
+    assert len({id(v) for v in few}) <= 5  # five threads, five objects
+    assert fastread.as_list([1, "main"]) == [1, "main"]  # a list (threads of any kind) as it is
+    with pytest.raises(ValueError):
+        _fastread.shared_ints(b"\x00" * 12)  # one and a half int64s
+    monkeypatch.setattr(fastread, "_fastread", None)
+    assert fastread.as_list(np.array([3, 3], dtype=np.int64)) == [3, 3]
+
+
+def test_a_parsed_traces_threads_are_a_few_objects():
+    """The threads of a parse read as columns are shared objects, not one int per event."""
+    (path,) = [p for p in TRACES if p.is_relative_to(SMALL)]
+    parsed = parse_trace_file(path, "w", "s", block=1 << 16)
+    tids = parsed.ops.tids
+    assert len(tids) > 1000 and len({id(t) for t in tids}) < len(tids) // 20
+
+
 def test_pieces_are_parsed_where_they_lie():
     """jsonstream leaves the reader's padding after each piece it cuts, so that the piece is parsed in its
     buffer instead of being copied first; the columns are those of the piece copied."""
@@ -642,6 +672,10 @@ for k, text in enumerate(inputs):
         assert _fastread.spans(view) == s
     if k % 97 == 0:
         _fastread.release()  # the parser freed now and then, and made anew by the next call
+    try:  # any bytes as int64s: whole words read, a part word refused
+        _fastread.shared_ints(text)
+    except ValueError:
+        assert len(text) % 8
 _fastread.release()
 print("ok", len(inputs), read)
 """

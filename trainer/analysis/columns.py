@@ -107,7 +107,8 @@ def launch_columns(trace: ParsedTrace) -> LaunchColumns:
     """Per device activity (trace.device's order), its launch: the runtime call with the same correlation id
     (of several, the last, as steps.launches_by_correlation keeps)."""
     runtime, device = trace.runtime, trace.device
-    activities = device.correlation if isinstance(device, DeviceEvents) else list(map(_DEVICE_CORRELATION, device))
+    activities = (device.correlation if isinstance(device, DeviceEvents)
+                  else list(map(_DEVICE_CORRELATION, device)))
     rows = _launch_rows(correlations_of(runtime), activities)
     found = rows >= 0
     start = np.full(len(device), np.nan)
@@ -122,9 +123,9 @@ _EXACT = 2.0 ** 53  # float64 holds every integer below this exactly
 
 
 def _launch_rows(launches: list, activities: list) -> np.ndarray:
-    """Per entry of ``activities`` (correlation ids), the index of the last entry of ``launches`` with the same
-    id; -1 where none has it (or the id is None). The ids sorted as float64, which holds a trace's integer ids
-    exactly; ids of any other kind are looked up in a dict, with the same answer."""
+    """Per entry of ``activities`` (correlation ids), the index of the last entry of ``launches`` with the
+    same id; -1 where none has it (or the id is None). The ids sorted as float64, which holds a trace's
+    integer ids exactly; ids of any other kind are looked up in a dict, with the same answer."""
     try:
         r, d = np.array(launches, dtype=np.float64), np.array(activities, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):

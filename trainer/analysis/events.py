@@ -369,20 +369,19 @@ class DeviceEvents:
 
     def __iter__(self):
         return map(tuple.__new__, repeat(DeviceEvent),
-                   zip(self.names, self.kinds, self.devices, self.streams, self.start.tolist(), self.end.tolist(),
-                       self.correlation))
+                   zip(self.names, self.kinds, self.devices, self.streams, self.start.tolist(),
+                       self.end.tolist(), self.correlation))
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return self.take(range(len(self))[i])
-        return DeviceEvent(self.names[i], self.kinds[i], self.devices[i], self.streams[i], float(self.start[i]),
-                           float(self.end[i]), self.correlation[i])
+        return DeviceEvent(self.names[i], self.kinds[i], self.devices[i], self.streams[i],
+                           float(self.start[i]), float(self.end[i]), self.correlation[i])
 
     def __eq__(self, other) -> bool:
         if isinstance(other, DeviceEvents):
-            return all((a.tolist() if isinstance(a, np.ndarray) else a) == (b.tolist() if isinstance(b, np.ndarray)
-                                                                             else b)
-                       for a, b in zip(self._columns(), other._columns()))
+            listed = lambda c: c.tolist() if isinstance(c, np.ndarray) else c  # noqa: E731
+            return all(listed(a) == listed(b) for a, b in zip(self._columns(), other._columns()))
         if isinstance(other, (tuple, list)):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented

@@ -206,8 +206,8 @@ def _overlap(a_starts, a_ends, b_starts, b_ends) -> IntervalSet:
 
 
 def _overlap_by_sweep(a_starts, a_ends, b_starts, b_ends) -> IntervalSet:
-    """_overlap by a sweep over both sets' bounds, +1 at a start and -1 at an end (an end before a start at the
-    same instant: the intervals are half-open), covered by both where the running count is 2: the simple
+    """_overlap by a sweep over both sets' bounds, +1 at a start and -1 at an end (an end before a start at
+    the same instant: the intervals are half-open), covered by both where the running count is 2: the simple
     version, kept as the tests' reference."""
     bounds = np.concatenate((a_starts, a_ends, b_starts, b_ends))
     step = np.concatenate((np.ones(a_starts.size), -np.ones(a_ends.size), np.ones(b_starts.size),

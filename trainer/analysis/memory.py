@@ -334,7 +334,7 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     lo, hi = windows[0].host_start, windows[-1].host_end
     inside = (cols.start >= lo) & (cols.start < hi)
     names = cols.names
-    # each distinct name's kinds as bits (1: a backward op, 2: an optimizer range), read for every op in one pass
+    # each distinct name's kinds as bits (1: a backward op, 2: an optimizer range), read for every op at once
     bits = {n: n.startswith(BACKWARD_OP) | 2 * n.startswith(OPTIMIZER_RANGE) for n in set(names)}
     kinds = np.fromiter(map(bits.__getitem__, names), np.int8, len(names)) if names else np.zeros(0, np.int8)
 
@@ -343,7 +343,8 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
         return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
 
     backward = sorted(spans(1))
-    optim = sorted(spans(2) + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
+    annotated = [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)]
+    optim = sorted(spans(2) + annotated)
     out = []
     back_starts, optim_starts = [b[0] for b in backward], [o[0] for o in optim]
     for w in windows:  # both lists sorted by start: a window's are one slice of each
@@ -550,7 +551,7 @@ class _Modules:
     def _thread(self, tid):
         if tid not in self.threads:
             rows = np.asarray(self.by_tid.get(tid, ()), dtype=np.int64)
-            rows = rows[np.lexsort((-self.end[rows], self.start[rows]))]  # by (start, -end), ties in trace order
+            rows = rows[np.lexsort((-self.end[rows], self.start[rows]))]  # by (start, -end), ties as listed
             starts, end_array = self.start[rows], self.end[rows]
             begun, ends = starts.tolist(), end_array.tolist()
             parent, open_ = [], []
@@ -569,7 +570,8 @@ class _Modules:
         starts, ends, end_array, parent, names = self._thread(tid)
         at = np.searchsorted(starts, ts, side="right") - 1
         # the frame begun last before the time is open at it: the usual case, answered for all at once
-        open_ = (at >= 0) & (end_array[np.maximum(at, 0)] > ts) if len(ends) else np.zeros(len(ts), dtype=bool)
+        open_ = ((at >= 0) & (end_array[np.maximum(at, 0)] > ts) if len(ends)
+                 else np.zeros(len(ts), dtype=bool))
         out = []
         for t, k, hit in zip(ts.tolist(), at.tolist(), open_.tolist()):
             if not hit:
@@ -617,7 +619,8 @@ class _Owners:
         direct = (at >= 0) & (ends[k] > ts) if len(idx) else np.zeros(len(ts), dtype=bool)
         names = self.cols.names
         rows = idx[k].tolist() if len(idx) else [0] * len(ts)
-        return [names[r] if hit else self._walk(ranges, t) for r, hit, t in zip(rows, direct.tolist(), ts.tolist())]
+        return [names[r] if hit else self._walk(ranges, t)
+                for r, hit, t in zip(rows, direct.tolist(), ts.tolist())]
 
     def _walk(self, ranges, ts: float) -> str:
         for idx, starts, ends in ranges:  # a non-generic op around it, else any op around it

@@ -29,7 +29,17 @@ from stepscope.analysis.events import (
     Step,
 )
 from stepscope.analysis.validate import MAX_TIME_US, STEP_NAME
-from stepscope.trace.fastread import T_INT, T_MISSING, T_NULL, T_OBJECT, T_REAL, T_STR, Columns, as_objects
+from stepscope.trace.fastread import (
+    T_INT,
+    T_MISSING,
+    T_NULL,
+    T_OBJECT,
+    T_REAL,
+    T_STR,
+    Columns,
+    as_list,
+    as_objects,
+)
 from stepscope.trace.vocabulary import DATALOADER_PREFIX, DEVICE_KINDS, MEMORY_EVENT, STEP_PREFIX
 
 _EXACT = float(2**53)  # integers up to this are exact as float64: beyond it, msgspec's own path compares them
@@ -179,17 +189,17 @@ def _plan(c, cols: Columns) -> _Plan | None:
             return None
     if len(rt_rows):
         p.rt_corr = cols.values("correlation", rt_rows)
-        p.rt_tid = cols.values("tid", rt_rows)
+        p.rt_tid = cols.ints_or_values("tid", rt_rows)
         if p.rt_corr is None or p.rt_tid is None or not _no_strings(cols, rt_rows, "correlation"):
             return None
     p.host = {}  # collector list -> (rows, tids), in file order
     for rows, out in ((data_rows, "data_spans"), (op_rows, "ops"), (ann_rows, "annotations")):
-        tids = cols.values("tid", rows) if len(rows) else []
+        tids = cols.ints_or_values("tid", rows) if len(rows) else []
         if tids is None:
             return None
         p.host[out] = (rows, tids)
     p.module_rows = np.flatnonzero(py & flags[6, name])
-    p.module_tid = cols.values("tid", p.module_rows) if len(p.module_rows) else []
+    p.module_tid = cols.ints_or_values("tid", p.module_rows) if len(p.module_rows) else []
     if p.module_tid is None:
         return None
     p.cols, p.base, p.name, p.cat, p.infos, p.flags = cols, base, name, cat, infos, flags
@@ -259,7 +269,7 @@ def _collect(c, p: _Plan) -> None:
     c.long_frames.update(strings[k] for k in set(p.name[p.long_rows].tolist()))
     c.model_spans.extend(zip(s_all[p.model].tolist(), t_all[p.model].tolist()))
     rows = p.module_rows
-    c.module_frames.extend(rows_of(HostEvent, names(rows), p.module_tid, s_all[rows].tolist(),
+    c.module_frames.extend(rows_of(HostEvent, names(rows), as_list(p.module_tid), s_all[rows].tolist(),
                                    t_all[rows].tolist(), repeat(None)))
     rows = p.dev_rows
     if len(rows):
@@ -267,13 +277,13 @@ def _collect(c, p: _Plan) -> None:
                                 p.dev_corr)
     rows = p.rt_rows
     if len(rows):
-        c.runtime.extend_columns(names(rows), p.rt_tid, s_all[rows], t_all[rows], p.rt_corr)
+        c.runtime.extend_columns(names(rows), as_list(p.rt_tid), s_all[rows], t_all[rows], p.rt_corr)
     rows, tids = p.host["ops"]
-    c.ops.extend_columns(names(rows), tids, s_all[rows], t_all[rows])
+    c.ops.extend_columns(names(rows), as_list(tids), s_all[rows], t_all[rows])
     for out in ("data_spans", "annotations"):
         rows, tids = p.host[out]
         if len(rows):
-            getattr(c, out).extend(rows_of(HostEvent, names(rows), tids, s_all[rows].tolist(),
+            getattr(c, out).extend(rows_of(HostEvent, names(rows), as_list(tids), s_all[rows].tolist(),
                                            t_all[rows].tolist(), repeat(None)))
     c.shapes = c.shapes or p.shapes
     c.count += p.cols.n
@@ -292,7 +302,7 @@ def _encode(p: _Plan) -> dict:
                  "model_spans": np.column_stack((s_all[p.model], t_all[p.model])).reshape(-1, 2),
                  "memory": tuple(_memory_columns(p)) if len(p.memory) else MemoryColumns().columns,
                  "module_frames": host(p.module_rows, p.module_tid),
-                 "runtime": host(p.rt_rows, p.rt_tid or [], p.rt_corr),
+                 "runtime": host(p.rt_rows, p.rt_tid if p.rt_tid is not None else [], p.rt_corr),
                  "names": strings}
     for name in ("data_spans", "ops", "annotations"):
         out[name] = host(*p.host[name])

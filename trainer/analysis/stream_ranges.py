@@ -26,7 +26,7 @@ from stepscope.analysis import stream_columns
 from stepscope.analysis.events import HostEvent
 from stepscope.analysis.stream_collect import Collector, from_objects, read
 from stepscope.analysis.stream_columns import rows_of
-from stepscope.trace.fastread import Columns, as_objects
+from stepscope.trace.fastread import Columns, as_list, as_objects
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import Near, TraceStream
 from stepscope.trace.workers import sending
@@ -120,13 +120,13 @@ def decode_into(c: Collector, part: dict) -> None:
     c.memory.add_columns(part["memory"])
     for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
         codes, tids, starts, ends, corr = part[name]
-        getattr(c, name).extend_columns(names[codes].tolist(), tids, starts, ends,
+        getattr(c, name).extend_columns(names[codes].tolist(), as_list(tids), starts, ends,
                                         None if corr is None or all(x is None for x in corr) else corr)
     for name in HOST_LISTS:
         if name in COLUMN_LISTS:
             continue
         codes, tids, starts, ends, corr = part[name]
-        getattr(c, name).extend(rows_of(HostEvent, names[codes].tolist(), tids,
+        getattr(c, name).extend(rows_of(HostEvent, names[codes].tolist(), as_list(tids),
                                         starts.tolist(), ends.tolist(), repeat(None) if corr is None else corr))
     codes, kind, dev, stream, starts, ends, corr = part["device"]
     c.device.extend_columns(names[codes].tolist(), kind, dev, stream, starts, ends, corr)

@@ -116,6 +116,14 @@ class Columns:
             out[is_missing] = default
         return out
 
+    def ints_or_values(self, field: str, rows: np.ndarray) -> np.ndarray | list | None:
+        """The field at ``rows``: its int64s where every row holds an integer (a trace's threads: ``as_list``
+        makes them the list ``values`` gives), else ``values``' list or None."""
+        k = self._slot[field]
+        if np.all(self._types[k][rows] == T_INT):
+            return self._ints[k][rows]
+        return self.values(field, rows)
+
     def values(self, field: str, rows: np.ndarray, default=None) -> list | None:
         """``objects(field, rows, default)`` as a list; a column of integers only, straight from its int64s."""
         k = self._slot[field]
@@ -154,6 +162,16 @@ class ColumnReader:
         cols = Columns(raw, self.slot)
         cols.text = text  # kept, not copied: a TraceStream never changes a piece's text once decoded
         return cols
+
+
+def as_list(values: np.ndarray | list) -> list:
+    """An int64 array (``Columns.ints_or_values``) as its ``tolist()``, equal values sharing one int object (a
+    column of threads: a few objects instead of one per row, cheaper to make, keep and free); a list as it
+    is."""
+    if not isinstance(values, np.ndarray):
+        return values
+    shared = getattr(_fastread, "shared_ints", None)
+    return shared(np.ascontiguousarray(values, dtype=np.int64)) if shared is not None else values.tolist()
 
 
 def as_objects(values: list) -> np.ndarray:

@@ -36,6 +36,12 @@ the text itself, which gives its error (a cut inside a string or a nested value)
 
 n bytes whose contents are not set (bytearray(n) zeroes them first), for a reader to fill with readinto.
 
+    shared_ints(values) -> list
+
+The int64s of ``values`` (bytes-like, native order) as a list of Python ints, equal to the array's tolist(),
+a value met again taking the object already made for it: a column of few distinct values (a trace's
+threads) is a list of a few objects, not one per row.
+
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
 its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
 memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
@@ -548,6 +554,45 @@ done:
     return result;
 }
 
+/* shared_ints(values): a list of the int64s in `values` (a bytes-like object of native int64s) as Python
+   ints, a value met again taking the object made for it before (a small cache keyed by the value) instead of
+   a new one: a column of few distinct values, such as a trace's threads, becomes a list of a few objects,
+   which cost nothing to make or to free. Equal to the array's tolist(). */
+#define SHARED_SLOTS 64 /* a power of two */
+
+static PyObject *shared_ints(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *list = NULL, *objs[SHARED_SLOTS] = {NULL};
+    int64_t keys[SHARED_SLOTS];
+    const Py_ssize_t n = b.len / (Py_ssize_t)sizeof(int64_t);
+    if (b.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "not a whole number of int64s");
+        goto done;
+    }
+    list = PyList_New(n);
+    if (!list) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t x;
+        memcpy(&x, (const char *)b.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof(x));
+        const size_t h = (size_t)(((uint64_t)x * 0x9E3779B97F4A7C15ULL) >> 58) & (SHARED_SLOTS - 1);
+        if (objs[h] == NULL || keys[h] != x) {
+            PyObject *o = PyLong_FromLongLong((long long)x);
+            if (!o) {
+                Py_CLEAR(list);
+                goto done;
+            }
+            Py_XSETREF(objs[h], o); /* the cache's reference */
+            keys[h] = x;
+        }
+        PyList_SET_ITEM(list, i, Py_NewRef(objs[h]));
+    }
+done:
+    for (size_t h = 0; h < SHARED_SLOTS; h++) Py_XDECREF(objs[h]);
+    PyBuffer_Release(&b);
+    return list;
+}
+
 /* empty(n): a bytearray of n bytes whose contents are not set, for a reader to fill (readinto) without the
    pass that bytearray(n) makes to zero it first */
 static PyObject *empty(PyObject *self, PyObject *arg) {
@@ -566,6 +611,7 @@ static PyMethodDef methods[] = {
     {"release", release, METH_NOARGS, "Free the calling thread's parser and its buffers."},
     {"in_place", in_place, METH_O, "Whether columns() parses this text where it lies, without copying it."},
     {"empty", empty, METH_O, "A bytearray of n bytes whose contents are not set, for a reader to fill."},
+    {"shared_ints", shared_ints, METH_O, "int64s as a list of Python ints, equal values sharing one object."},
     {NULL, NULL, 0, NULL},
 };
 
