@@ -55,6 +55,7 @@ from stepscope.analysis.vocabulary import (
     MEMORY_IMBALANCE,
     OOM_RISK,
 )
+from stepscope.trace.fastread import as_list
 from stepscope.trace.gc_paused import gc_paused
 
 GIB = float(1 << 30)
@@ -328,23 +329,33 @@ def _pairs(kind: np.ndarray, dev_id: np.ndarray) -> set[tuple[int, int]]:
     return set(zip(kind.tolist(), dev_id.tolist()))
 
 
+_BACKWARD, _OPTIMIZER, _GENERIC = 1, 2, 4  # the bits of _op_kinds
+
+
+@per_trace
+def _op_kinds(trace: ParsedTrace) -> np.ndarray:
+    """Per op, what its name makes it, as bits: a backward op (_BACKWARD), an optimizer range (_OPTIMIZER), a
+    generic allocation op (_GENERIC); each distinct name judged once, every op read in one pass."""
+    names = op_columns(trace).names
+    bits = {n: (_BACKWARD * n.startswith(BACKWARD_OP) | _OPTIMIZER * n.startswith(OPTIMIZER_RANGE)
+                | _GENERIC * (n in GENERIC_ALLOCATING_OPS)) for n in set(names)}
+    return np.fromiter(map(bits.__getitem__, names), np.int8, len(names)) if names else np.zeros(0, np.int8)
+
+
 def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     """Per step: (backward start, backward end, the optimizer's ranges) within its host range."""
     cols = op_columns(trace)
     lo, hi = windows[0].host_start, windows[-1].host_end
     inside = (cols.start >= lo) & (cols.start < hi)
-    names = cols.names
-    # each distinct name's kinds as bits (1: a backward op, 2: an optimizer range), read for every op at once
-    bits = {n: n.startswith(BACKWARD_OP) | 2 * n.startswith(OPTIMIZER_RANGE) for n in set(names)}
-    kinds = np.fromiter(map(bits.__getitem__, names), np.int8, len(names)) if names else np.zeros(0, np.int8)
+    kinds = _op_kinds(trace)
 
     def spans(bit: int) -> list[tuple[float, float]]:  # (start, end) of the ops inside whose name has ``bit``
         rows = np.flatnonzero(inside & ((kinds & bit) != 0))
         return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
 
-    backward = sorted(spans(1))
+    backward = sorted(spans(_BACKWARD))
     annotated = [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)]
-    optim = sorted(spans(2) + annotated)
+    optim = sorted(spans(_OPTIMIZER) + annotated)
     out = []
     back_starts, optim_starts = [b[0] for b in backward], [o[0] for o in optim]
     for w in windows:  # both lists sorted by start: a window's are one slice of each
@@ -390,8 +401,10 @@ class _Device(NamedTuple):
         t = np.asarray(cols.field("ts"), dtype=np.float64)[rows]
         order = rows[np.argsort(t, kind="stable")]
         num = lambda name: np.asarray(cols.field(name), dtype=np.int64)[order]  # noqa: E731
+        tids = cols.field("tid")  # an int64 column: shared objects per thread (fastread.as_list)
         return cls(np.sort(t, kind="stable"), num("total_allocated"), num("total_reserved"), num("bytes"),
-                   cols.values("addr", order), cols.values("tid", order))
+                   cols.values("addr", order),
+                   as_list(tids[order]) if isinstance(tids, np.ndarray) else cols.values("tid", order))
 
 
 def _rows(dev: _Device, w: StepWindow) -> tuple[int, int]:
@@ -588,7 +601,7 @@ class _Owners:
     def __init__(self, trace: ParsedTrace) -> None:
         self.cols = op_columns(trace)
         self.by_tid: dict = {}
-        self._generic: np.ndarray | None = None  # per op: a generic allocation op, made when first needed
+        self._generic = (_op_kinds(trace) & _GENERIC) != 0  # per op: a generic allocation op
 
     def _thread(self, tid):
         """(op indices, starts, ends) of the thread's ops that are not generic allocation ops, by start; and the
@@ -600,9 +613,6 @@ class _Owners:
             else:
                 idx = np.flatnonzero(self.cols.thread == code)
                 idx = idx[np.argsort(self.cols.start[idx], kind="stable")]
-                if self._generic is None:
-                    names = self.cols.names
-                    self._generic = np.fromiter(map(GENERIC_ALLOCATING_OPS.__contains__, names), bool, len(names))
                 keep = ~self._generic[idx]
                 self.by_tid[tid] = tuple((ix, self.cols.start[ix], self.cols.end[ix]) for ix in (idx[keep], idx))
         return self.by_tid[tid]
