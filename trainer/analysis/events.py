@@ -543,7 +543,8 @@ class HostEventsBuilder:
         if not chunks:
             return HostEvents([], [], (), ())
         corr = (None if all(c.correlation is None for c in chunks)
-                else [x for c in chunks for x in (c.correlation or [None] * len(c))])
+                else list(chain.from_iterable(repeat(None, len(c)) if c.correlation is None else c.correlation
+                                              for c in chunks)))
         return HostEvents(list(chain.from_iterable(c.names for c in chunks)),
                           list(chain.from_iterable(c.tids for c in chunks)),
                           np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]), corr)
