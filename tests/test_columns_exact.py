@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from stepscope.analysis import columns, memory, metrics, trust
+from stepscope.analysis import by_name, columns, memory, metrics, trust
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
 from stepscope.analysis.events import (
     DeviceEvent,
@@ -309,6 +309,30 @@ def test_ops_by_thread_then_time_are_the_three_key_sort(seed):
     listed = np.lexsort((-end, start))  # every thread's ops in time order, threads interleaved
     for t, s, e in ((tid, start, end), (tid[listed], start[listed], end[listed])):
         assert metrics._by_thread_then_time(t, s, e).tolist() == np.lexsort((-e, s, t)).tolist()
+
+
+def test_time_by_kernel_and_copy_name_is_the_loops(traces):
+    """by_name's kernel and copy tables (a straggler's comparison reads them) from the device columns: the
+    same names in the same order, and the same sums, as the loop over the steps' activity that adds each
+    one's time."""
+    tried = 0
+    for trace in traces:
+        windows = step_windows(trace)
+        kernels, copies = defaultdict(float), defaultdict(float)
+        for w in windows:
+            for d in w.device:
+                if d.kind == "memcpy":
+                    copies[d.name] += d.dur
+                elif not is_comm_kernel(d.name):
+                    kernels[d.name] += d.dur
+        dev, own = device_columns(trace), device_rows(windows)
+        got_kernels = by_name._by_name(dev, own[~dev.is_copy[own] & ~dev.is_comm[own]])
+        got_copies = by_name._by_name(dev, own[dev.is_copy[own]])
+        assert list(got_kernels.items()) == list(kernels.items())
+        assert list(got_copies.items()) == list(copies.items())
+        assert all(type(v) is float for v in got_kernels.values())
+        tried += len(kernels)
+    assert tried > 0
 
 
 def _top_kernels_reference(kernels, n: int) -> list:

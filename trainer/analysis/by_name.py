@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from stepscope.analysis.breakdown import host_sets
-from stepscope.analysis.events import ParsedTrace, is_comm, is_comm_kernel
+from stepscope.analysis.columns import device_columns
+from stepscope.analysis.events import ParsedTrace, is_comm
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.metrics import SyncEpisode, top_level_ops
-from stepscope.analysis.steps import StepWindow
+from stepscope.analysis.steps import StepWindow, device_rows
 from stepscope.analysis.vocabulary import COPIES, DATA, GPU_KERNELS, HOST_DISPATCH, HOST_OUTSIDE_OPS, SYNC
 
 KEEP = 20
@@ -48,14 +49,10 @@ class NameTimes:
 def name_times(trace: ParsedTrace, windows: list[StepWindow], episodes: tuple[SyncEpisode, ...] = ()
                ) -> NameTimes:
     n = max(len(windows), 1)
-    kernels: dict[str, float] = defaultdict(float)
-    copies: dict[str, float] = defaultdict(float)
-    for w in windows:
-        for d in w.device:
-            if d.kind == "memcpy":
-                copies[d.name] += d.dur
-            elif not is_comm_kernel(d.name):
-                kernels[d.name] += d.dur
+    # each kernel's (memset's) and copy's time by name, step by step in trace order, from the device columns
+    dev, own = device_columns(trace), device_rows(windows)
+    kernels = _by_name(dev, own[~dev.is_copy[own] & ~dev.is_comm[own]])
+    copies = _by_name(dev, own[dev.is_copy[own]])
     host = [(w.host_start, w.host_end) for w in windows]
     data: dict[str, float] = defaultdict(float)
     for s in trace.data_spans:
@@ -68,6 +65,11 @@ def name_times(trace: ParsedTrace, windows: list[StepWindow], episodes: tuple[Sy
               DATA: data, SYNC: sync}
     return NameTimes({phase: _largest(t, n) for phase, t in tables.items() if t},
                      {phase: sum(t.values()) / n / 1e3 for phase, t in tables.items() if t})
+
+
+def _by_name(dev, rows: np.ndarray) -> dict[str, float]:
+    names, _, total = dev.by_name(rows)
+    return dict(zip(names, total.tolist()))
 
 
 def _largest(table: dict[str, float], n: int) -> tuple[tuple[str, float], ...]:

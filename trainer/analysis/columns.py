@@ -157,6 +157,18 @@ class DeviceColumns(NamedTuple):
             return IntervalSet.from_arrays(self.start, self.end)
         return IntervalSet.from_arrays(self.start[mask], self.end[mask])
 
+    def by_name(self, rows: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+        """The activities at ``rows`` grouped by name: the distinct names in order of first appearance there,
+        each row's index into them, and each name's time summed in the rows' order (bincount adds them one by
+        one, as a loop over the rows would)."""
+        distinct, first, inverse = np.unique(self.name[rows], return_index=True, return_inverse=True)
+        by_first = np.argsort(first, kind="stable")
+        renumber = np.empty_like(by_first)
+        renumber[by_first] = np.arange(len(by_first))
+        codes = renumber[inverse.reshape(-1)]
+        total = np.bincount(codes, weights=self.end[rows] - self.start[rows], minlength=len(distinct))
+        return [self.names[k] for k in distinct[by_first].tolist()], codes, total
+
 
 @per_trace
 def device_columns(trace: ParsedTrace) -> DeviceColumns:

@@ -279,15 +279,8 @@ def op_table(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
 def _top_kernels(dev: DeviceColumns, kernels: np.ndarray, n: int, rows: int | None = TOP_N) -> list[TopItem]:
     """The kernels (rows of ``dev``) by total time: per name, in order of first appearance, the durations
     summed in the kernels' order (bincount adds them one by one, as a loop would) and the count."""
-    code = dev.name[kernels]
-    distinct, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")  # the distinct names in order of first appearance
-    renumber = np.empty_like(by_first)
-    renumber[by_first] = np.arange(len(by_first))
-    codes = renumber[inverse.reshape(-1)]
-    names = [dev.names[k] for k in distinct[by_first].tolist()]
-    dur = dev.end[kernels] - dev.start[kernels]
-    total = dict(zip(names, np.bincount(codes, weights=dur, minlength=len(names)).tolist()))
+    names, codes, summed = dev.by_name(kernels)
+    total = dict(zip(names, summed.tolist()))
     count = dict(zip(names, np.bincount(codes, minlength=len(names)).tolist()))
     grand = sum(total.values()) or 1.0
     best = sorted(total, key=total.get, reverse=True)[:rows]
