@@ -9,6 +9,7 @@ for the ties, duplicates and empty cases a recording seldom holds.
 
 from __future__ import annotations
 
+import bisect
 import pickle
 import random
 import statistics
@@ -31,7 +32,7 @@ from stepscope.analysis.events import (
     ParsedTrace,
     is_comm_kernel,
 )
-from stepscope.analysis.steps import device_rows, launches_by_correlation, step_windows
+from stepscope.analysis.steps import device_rows, launch_steps, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.trace.jsonstream import BOUNDARY, PADDING, _last_boundary
@@ -225,10 +226,31 @@ def test_launch_rows_are_the_dicts(seed):
     assert columns._launch_rows(launches, activities).tolist() == [row.get(a, -1) for a in activities]
 
 
+def _launches_by_correlation(trace) -> dict:
+    """The per-event rule's launch of each correlation id: the last runtime call that has it."""
+    return {r.correlation: r for r in trace.runtime if r.correlation is not None}
+
+
+def test_each_activity_is_in_the_step_whose_host_range_holds_its_launch(traces):
+    """steps.launch_steps for all activities at once; the rule, activity by activity: its launch (the last
+    runtime call with its correlation id), and the last step begun at or before that launch, if not ended."""
+    found = 0
+    for trace in traces:
+        launch, starts = _launches_by_correlation(trace), [s.start for s in trace.steps]
+        expected = []
+        for d in trace.device:
+            r = launch.get(d.correlation)
+            i = bisect.bisect_right(starts, r.start) - 1 if r is not None else -1
+            expected.append(i if i >= 0 and r.start < trace.steps[i].end else -1)
+        assert launch_steps(trace).tolist() == expected
+        found += sum(i >= 0 for i in expected)
+    assert found > 0
+
+
 def test_launch_columns_are_the_correlated_launches(traces):
     found_some = False
     for trace in traces:
-        launch = launches_by_correlation(trace)  # the dict the per-event rule looks each activity up in
+        launch = _launches_by_correlation(trace)  # the dict the per-event rule looks each activity up in
         cols = launch_columns(trace)
         for d, found, start, end in zip(trace.device, cols.found.tolist(), cols.start.tolist(), cols.end.tolist(),
                                         strict=True):

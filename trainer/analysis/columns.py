@@ -105,7 +105,7 @@ class LaunchColumns(NamedTuple):
 @per_trace
 def launch_columns(trace: ParsedTrace) -> LaunchColumns:
     """Per device activity (trace.device's order), its launch: the runtime call with the same correlation id
-    (of several, the last, as steps.launches_by_correlation keeps)."""
+    (of several, the last)."""
     runtime, device = trace.runtime, trace.device
     activities = (device.correlation if isinstance(device, DeviceEvents)
                   else list(map(_DEVICE_CORRELATION, device)))

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+from stepscope.analysis.columns import device_columns
 from stepscope.analysis.events import DeviceEvents, HostEvents, MemoryColumns, ParsedTrace, Times
-from stepscope.analysis.steps import launches_by_correlation, step_finder
+from stepscope.analysis.steps import launch_steps
 from stepscope.trace.errors import TraceError
 
 
@@ -62,13 +63,9 @@ def select(trace: ParsedTrace, sel: StepSelection) -> ParsedTrace:
     steps = tuple(trace.steps[i] for i in kept)
     lo = steps[0].start
     hi = max(s.end for s in steps)
-    launch = launches_by_correlation(trace)
-    mine = set(kept)
-    find = step_finder(trace)
-    for d in trace.device:
-        r = launch.get(d.correlation)
-        if r is not None and find(r.start) in mine:
-            hi = max(hi, d.end)
+    mine = np.isin(launch_steps(trace), kept)  # the activity launched in the kept steps
+    if mine.any():
+        hi = max(hi, float(device_columns(trace).end[mine].max()))
 
     def between(events):
         if isinstance(events, (HostEvents, DeviceEvents)):

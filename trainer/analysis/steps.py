@@ -18,13 +18,12 @@ was launched before the profiled steps (warm-up steps, whose launches are not in
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from stepscope.analysis.columns import device_columns, launch_columns
-from stepscope.analysis.events import DeviceEvent, DeviceEvents, HostEvent, ParsedTrace
+from stepscope.analysis.events import DeviceEvent, DeviceEvents, ParsedTrace
 from stepscope.analysis.per_trace import per_trace
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -70,26 +69,6 @@ def device_rows(windows: list[StepWindow]) -> np.ndarray:
     """The rows (in the trace's device activity) of the windows' activity, window by window, each in trace
     order: ``[d for w in windows for d in w.device]`` as indices."""
     return np.concatenate([w.rows for w in windows]) if windows else _NO_ROWS
-
-
-@per_trace
-def launches_by_correlation(trace: ParsedTrace) -> dict[int, HostEvent]:
-    return {r.correlation: r for r in trace.runtime if r.correlation is not None}
-
-
-def step_finder(trace: ParsedTrace) -> Callable[[float], int | None]:
-    """A lookup for one trace: a time -> the index of the step whose host range contains it, else None. The
-    step starts are gathered once, for a lookup per event."""
-    steps = trace.steps
-    starts = [s.start for s in steps]
-
-    def find(t: float) -> int | None:
-        i = bisect_right(starts, t) - 1
-        if i >= 0 and t < steps[i].end:
-            return i
-        return None
-
-    return find
 
 
 def window_bounds(windows: list[StepWindow], host: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -138,15 +117,23 @@ def _make_windows(trace: ParsedTrace) -> list[StepWindow]:
     return windows
 
 
-def _device_by_step(trace: ParsedTrace) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
-    """Per step, the rows of the device activity whose launch ran inside its host range (``step_finder``'s
-    rule), in trace order; the rows of the rest; and per step the latest end of its activity (-inf for
-    none). Looked up for all activities at once."""
+def launch_steps(trace: ParsedTrace) -> np.ndarray:
+    """Per device activity (trace.device's order), the index of the step whose host range holds its launch
+    (the last step begun at or before it, if it has not ended), -1 for none or no launch in the trace; for
+    all activities at once."""
     steps = trace.steps
     launched_at = launch_columns(trace).start  # NaN: no launch
     step_ends = np.array([s.end for s in steps], dtype=np.float64)
     i = np.searchsorted(np.array([s.start for s in steps], dtype=np.float64), launched_at, side="right") - 1
-    step_of = np.where((i >= 0) & (launched_at < step_ends[np.maximum(i, 0)]), i, -1)  # NaN: no launch, -1
+    return np.where((i >= 0) & (launched_at < step_ends[np.maximum(i, 0)]), i, -1)  # NaN: no launch, -1
+
+
+def _device_by_step(trace: ParsedTrace) -> tuple[list[np.ndarray], np.ndarray, list[float]]:
+    """Per step, the rows of the device activity whose launch ran inside its host range (``launch_steps``),
+    in trace order; the rows of the rest; and per step the latest end of its activity (-inf for
+    none). Looked up for all activities at once."""
+    steps = trace.steps
+    step_of = launch_steps(trace)
     order = np.argsort(step_of, kind="stable")
     order.flags.writeable = False  # the windows' rows are views of it
     bounds = np.searchsorted(step_of[order], np.arange(-1, len(steps) + 1)).tolist()
