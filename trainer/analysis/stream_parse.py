@@ -36,10 +36,10 @@ from stepscope.trace.jsonstream import BLOCK, HEADER_LIMIT, NotJSON, TraceStream
 from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import json_size
 
-# This process makes the event tuples of the first byte range and, between its own pieces, of the helpers'
-# pieces from the columns they send (a helper makes none), so its range is this much of theirs. On the 1 GB
-# replica on two cores (BENCHMARKS.md), 0.85 left neither process waiting for the other (0.7 left this one
-# idle for 0.2 s at its range's end; 1.0 took the same time as 0.85).
+# This process collects the first byte range and, between its own pieces, rebuilds the helpers' pieces from
+# the columns they send, so its range is this much of theirs. On the 1 GB replica on two cores
+# (BENCHMARKS.md), 0.85 left neither process waiting for the other (0.7 left this one idle for 0.2 s at its
+# range's end; 1.0 took 1.003 and 1.026 times as long as 0.85 in two measurements).
 FIRST_RANGE_WEIGHT = 0.85
 # A gzipped file's helper decompresses the file up to the cut to start there (gzopen.py): 0.9 evened the two
 # processes' CPU time on the 1 GB replica stored as .json.gz (0.75 took the same time within noise).
