@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from stepscope.analysis import by_name, columns, memory, metrics, trust
+from stepscope.analysis.breakdown import sync_primitives
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
 from stepscope.analysis.events import (
     DeviceEvent,
@@ -32,6 +33,7 @@ from stepscope.analysis.events import (
     ParsedTrace,
     is_comm_kernel,
 )
+from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.steps import device_rows, launch_steps, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
@@ -282,6 +284,33 @@ def _top_level_reference(trace) -> dict:
     return out
 
 
+def _sync_episodes_reference(trace) -> list:
+    """metrics.sync_episodes' rule: each sync call grouped under the top-level op on its thread that began last
+    before it and still holds it at its end (else alone), the group's blocked time the union of its calls."""
+    tops = metrics.top_level_ops(trace)
+    groups = defaultdict(list)
+    for p in sync_primitives(trace):
+        starts, ops = tops.get(p.tid, ([], []))
+        i = bisect.bisect_right(starts, p.start) - 1
+        top = ops[i] if i >= 0 and ops[i].end >= p.end else None
+        groups[(p.tid, top.start, top.name) if top else (p.tid, p.start, p.name)].append(p)
+    out = [metrics.SyncEpisode(name, start, IntervalSet((p.start, p.end) for p in prims).total())
+           for (_, start, name), prims in groups.items()]
+    return sorted(out, key=lambda e: e.start)
+
+
+def test_sync_episodes_are_grouped_under_their_top_level_ops(traces):
+    rng, grouped = random.Random(11), 0
+    for trace in traces:
+        # some runtime calls renamed to syncs, so that every trace has some, inside ops and outside them
+        runtime = [r._replace(name="cudaStreamSynchronize") if rng.random() < 0.05 else r for r in trace.runtime]
+        for t in (trace, replace(trace, runtime=HostEvents.of(runtime))):
+            expected = _sync_episodes_reference(t)
+            assert metrics.sync_episodes(t) == expected
+            grouped += len(expected)
+    assert grouped > 0
+
+
 def test_top_level_ops(traces):
     for trace in traces:
         assert metrics.top_level_ops(trace) == _top_level_reference(trace)
@@ -316,7 +345,7 @@ def test_the_top_level_chain_is_the_loops_whether_ops_nest_or_overlap(seed):
     while i < n:
         loop.append(i)
         i = int(after[i])
-    assert metrics._chain(after, s, e).tolist() == loop
+    assert metrics._chain(s, e).tolist() == loop
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -7,7 +7,6 @@ warm-up steps that still runs in the first profiled step is not counted as that 
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,11 +190,21 @@ def _comm_compute(compute: IntervalSet, comm: IntervalSet, windows: list[StepWin
 def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
     """Host-device syncs, one per top-level op that contains sync calls (an ``.item()`` is aten::item >
     aten::_local_scalar_dense > cudaMemcpyAsync + cudaStreamSynchronize: one sync, not four)."""
-    tops = top_level_ops(trace)
+    tops = top_level_rows(trace)
+    cols = op_columns(trace) if tops else None
+    starts: dict = {}  # per thread, its top-level ops' starts, made when a sync on it is first met
     groups: dict[tuple, list[HostEvent]] = defaultdict(list)
     for p in sync_primitives(trace):
-        top = _container(tops.get(p.tid, ([], [])), p)
-        key = (p.tid, top.start, top.name) if top else (p.tid, p.start, p.name)
+        key = (p.tid, p.start, p.name)
+        rows = tops.get(p.tid)
+        if rows is not None and rows.size:  # the top-level op that began last before it, if it holds it
+            s = starts.get(p.tid)
+            if s is None:
+                s = starts[p.tid] = cols.start[rows]
+            i = int(np.searchsorted(s, p.start, side="right")) - 1
+            if i >= 0 and cols.end[rows[i]] >= p.end:
+                top = int(rows[i])
+                key = (p.tid, float(cols.start[top]), cols.names[top])
         groups[key].append(p)
     out = []
     for (_, start, name), prims in groups.items():
@@ -206,11 +215,19 @@ def sync_episodes(trace: ParsedTrace) -> list[SyncEpisode]:
 
 @per_trace
 def top_level_ops(trace: ParsedTrace) -> dict:
-    """Per thread: (starts, ops: a HostEvents or a list of HostEvent) of the ops not nested in another op, in
-    time order: in (start, -end) order, the first op, then the first one that starts at or after the end of the
-    last one taken."""
-    ops = trace.ops
-    if not ops:
+    """Per thread: (starts, ops: a HostEvents or a list of HostEvent) of its top-level ops (top_level_rows)."""
+    ops, start = trace.ops, op_columns(trace).start
+    # as columns where the trace keeps its ops so (no tuple per op: a large trace has a hundred thousand)
+    pick = (lambda rows: ops.take(rows)) if isinstance(ops, HostEvents) else (  # noqa: E731
+        lambda rows: events_at(ops, rows.tolist()))
+    return {key: (start[tops].tolist(), pick(tops)) for key, tops in top_level_rows(trace).items()}
+
+
+@per_trace
+def top_level_rows(trace: ParsedTrace) -> dict:
+    """Per thread: the rows (in trace.ops) of the ops not nested in another op, in time order: in (start, -end)
+    order, the first op, then the first one that starts at or after the end of the last one taken."""
+    if not trace.ops:
         return {}
     cols = op_columns(trace)
     threads, tid, start, end = cols.threads, cols.thread, cols.start, cols.end
@@ -219,12 +236,7 @@ def top_level_ops(trace: ParsedTrace) -> dict:
     out = {}
     for key, code in threads.items():
         rows = order[bounds[code]:bounds[code + 1]]
-        starts = start[rows]
-        # after taking op i, the next one taken: the first that starts at or after its end (at least i + 1)
-        after = np.maximum(np.arange(1, len(rows) + 1), starts.searchsorted(end[rows]))
-        tops = rows[_chain(after, starts, end[rows])]
-        # as columns where the trace keeps its ops so (no tuple per op: a large trace has a hundred thousand)
-        out[key] = (start[tops].tolist(), ops.take(tops) if isinstance(ops, HostEvents) else events_at(ops, tops.tolist()))
+        out[key] = rows[_chain(start[rows], end[rows])]
     return out
 
 
@@ -238,29 +250,28 @@ def _by_thread_then_time(tid: np.ndarray, start: np.ndarray, end: np.ndarray) ->
     return order if bool(in_order.all()) else np.lexsort((-end, start, tid))
 
 
-def _chain(after: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """0, after[0], after[after[0]], ... while below len(after). Where a thread's ops nest (the usual case),
-    these are the ops that start at or after the end of every op before them: that set is taken when it is
-    the chain (checked for every link at once), else the chain is followed op by op."""
-    n = len(after)
+def _chain(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Of ops in (start, -end) order: 0, after(0), after(after(0)), ... while below their count, where after(i),
+    the op taken after op i, is the first that starts at or after its end (at least i + 1). Where a thread's
+    ops nest (the usual case), these are the ops that start at or after the end of every op before them: that
+    set is taken when it is the chain (every link checked at once, after() found for those ops alone), else
+    the chain is followed op by op."""
+    n = len(starts)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+
+    def after(i: np.ndarray) -> np.ndarray:
+        return np.maximum(i + 1, starts.searchsorted(ends[i]))
+
     candidates = np.flatnonzero(np.concatenate(([True], starts[1:] >= np.maximum.accumulate(ends)[:-1])))
-    if np.array_equal(after[candidates[:-1]], candidates[1:]) and after[candidates[-1]] >= n:
+    linked = after(candidates)
+    if np.array_equal(linked[:-1], candidates[1:]) and linked[-1] >= n:
         return candidates
-    links, taken, i = after.tolist(), [], 0
+    links, taken, i = after(np.arange(n)).tolist(), [], 0
     while i < n:
         taken.append(i)
         i = links[i]
     return np.asarray(taken, dtype=np.int64)
-
-
-def _container(tops: tuple[list[float], list[HostEvent]], e: HostEvent) -> HostEvent | None:
-    starts, ops = tops
-    i = bisect_right(starts, e.start) - 1
-    if i >= 0 and ops[i].end >= e.end:
-        return ops[i]
-    return None
 
 
 def op_table(trace: ParsedTrace, windows: list[StepWindow]) -> dict[str, float]:
