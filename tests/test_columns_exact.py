@@ -30,6 +30,7 @@ from stepscope.analysis.events import (
     HostEvents,
     HostEventsBuilder,
     MemoryColumns,
+    NameTable,
     ParsedTrace,
     is_comm_kernel,
 )
@@ -113,6 +114,37 @@ def test_the_parse_gives_its_ops_runtime_calls_and_device_activity_as_columns(tr
     assert all(isinstance(_parsed(p).ops, HostEvents) and isinstance(_parsed(p).runtime, HostEvents)
                and isinstance(_parsed(p).device, DeviceEvents) for p in TRACES)
     assert any(len(_parsed(p).device) for p in TRACES)
+
+
+def test_the_parse_codes_its_op_and_runtime_names_in_one_table(traces):
+    """Where the parse kept them, every op's and runtime call's code names its name in the table its ranges
+    share; columns.op_name_codes gives them, or makes codes of its own for ops without them; the codes follow
+    a selection (take) and a join of pieces (the builder)."""
+    coded = 0
+    for trace in traces:
+        for events in (trace.ops, trace.runtime):
+            if getattr(events, "codes", None) is not None:
+                assert [events.table[k] for k in events.codes.tolist()] == events.names
+                coded += 1
+        codes, table = columns.op_name_codes(trace)
+        assert [table[k] for k in codes.tolist()] == list(op_columns(trace).names)
+        plain = replace(trace, ops=tuple(trace.ops))  # tuples: codes made by op_name_codes
+        codes, table = columns.op_name_codes(plain)
+        assert [table[k] for k in codes.tolist()] == [o.name for o in trace.ops]
+        if getattr(trace.ops, "codes", None) is not None and len(trace.ops) > 10:
+            picked = trace.ops.take(np.arange(len(trace.ops))[::3])
+            assert [picked.table[k] for k in picked.codes.tolist()] == picked.names
+    assert coded > 0
+    table = NameTable()
+    first, again = table.codes_of(["a", "b", "a"]), table.codes_of(["c", "a"])
+    assert first.tolist() == [0, 1, 0] and again.tolist() == [2, 0] and table.names == ["a", "b", "c"]
+    b = HostEventsBuilder()
+    b.extend_columns(["a", "b"], [1, 1], [0.0, 1.0], [1.0, 2.0], None, first[:2], table.names)
+    b.extend_columns(["c"], [1], [2.0], [3.0], None, again[:1], table.names)
+    built = b.build()
+    assert built.codes.tolist() == [0, 1, 2] and built.table is table.names
+    b.extend_columns(["x"], [1], [3.0], [4.0])  # a piece without codes: the join keeps none
+    assert b.build().codes is None and b.build().names == ["a", "b", "c", "x"]
 
 
 def test_host_events_are_the_sequence_of_tuples_they_stand_for():

@@ -37,7 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
+from stepscope.analysis.columns import (
+    device_columns,
+    launch_columns,
+    op_columns,
+    op_name_codes,
+    runtime_columns,
+)
 from stepscope.analysis.events import (
     MODEL_ANNOTATION_PREFIXES,
     SYNC_CALLS,
@@ -127,12 +133,12 @@ def host_sets(trace: ParsedTrace) -> HostSets:
     # An op that calls a collective (DDP's gradient hook inside AccumulateGrad calls c10d::allreduce_) is
     # communicating, not computing, for as long as that call lasts.
     ops, cols = trace.ops, op_columns(trace)
-    comm_names = {name for name in set(cols.names) if is_comm(name)}
-    comm_ops = [ops[i] for i, name in enumerate(cols.names) if name in comm_names] if comm_names else []
+    codes, table = op_name_codes(trace)  # each distinct name asked once
+    comm = np.fromiter(map(is_comm, table), dtype=bool, count=len(table))[codes] if len(table) else codes > 0
+    comm_ops = [ops[i] for i in np.flatnonzero(comm).tolist()]
     starts, ends = cols.start, cols.end
     if comm_ops:
-        other = np.fromiter((name not in comm_names for name in cols.names), dtype=bool, count=len(ops))
-        starts, ends = starts[other], ends[other]
+        starts, ends = starts[~comm], ends[~comm]
     compute_ops = subtract(IntervalSet.from_arrays(starts, ends), _spans(comm_ops))
     runtime = runtime_columns(trace)
     return HostSets(

@@ -62,6 +62,19 @@ def op_columns(trace: ParsedTrace) -> OpColumns:
     return OpColumns(names, thread, threads, *times)
 
 
+@per_trace
+def op_name_codes(trace: ParsedTrace) -> tuple[np.ndarray, list]:
+    """Each op's name as a code into a list of names (which may hold more names than the ops'), for passes
+    that ask something of every op's name: ask it of each listed name once, then index by the codes. The
+    parse's codes where it kept them (events.NameTable), else made here."""
+    ops = trace.ops
+    if isinstance(ops, HostEvents) and ops.codes is not None:
+        return ops.codes, ops.table
+    names = op_columns(trace).names
+    code = {name: k for k, name in enumerate(dict.fromkeys(names))}
+    return np.fromiter(map(code.__getitem__, names), dtype=np.int64, count=len(names)), list(code)
+
+
 def _thread_codes(tids: list) -> tuple[dict, np.ndarray]:
     """{thread: code}, codes 0, 1, ... in order of first appearance, and each op's code. Threads that are all
     integers (as a trace's are) are coded by numpy; any others (a name, a number beyond int64) by a dict."""

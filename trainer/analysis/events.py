@@ -239,14 +239,19 @@ class HostEvents:
     columns, columns.py, or makes tuples of the few rows it picks, ``events_at``). A sequence of HostEvent to everything else (len, iteration, indexing, equality with a
     tuple of them), each made when asked for and not kept; ``of`` makes one from such a sequence."""
 
-    __slots__ = ("names", "tids", "start", "end", "correlation")
+    __slots__ = ("names", "tids", "start", "end", "correlation", "codes", "table")
 
-    def __init__(self, names: list, tids: list, start, end, correlation: list | None = None) -> None:
+    def __init__(self, names: list, tids: list, start, end, correlation: list | None = None,
+                 codes: np.ndarray | None = None, table: list | None = None) -> None:
         self.names, self.tids, self.correlation = names, tids, correlation
         self.start = _frozen(start)
         self.end = _frozen(end)
+        # where the parse knew them: each name's code, its index in ``table`` (a NameTable's names, which may
+        # hold more names than these events'), for the passes that ask something of every name
+        self.codes, self.table = (codes, table) if codes is not None else (None, None)
         assert len(names) == len(tids) == len(self.start) == len(self.end)
         assert correlation is None or len(correlation) == len(names)
+        assert self.codes is None or len(self.codes) == len(names)
 
     @classmethod
     def of(cls, events) -> HostEvents:
@@ -265,7 +270,8 @@ class HostEvents:
         listed = rows.tolist()
         pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
         return HostEvents(pick(self.names), pick(self.tids), self.start[rows], self.end[rows],
-                          None if self.correlation is None else pick(self.correlation))
+                          None if self.correlation is None else pick(self.correlation),
+                          None if self.codes is None else self.codes[rows], self.table)
 
     def at(self, rows) -> list[HostEvent]:
         """The events at ``rows`` (a sequence of indices), as a list of HostEvent."""
@@ -303,7 +309,8 @@ class HostEvents:
         return hash(tuple(self))
 
     def __reduce__(self):
-        return HostEvents, (self.names, self.tids, self.start, self.end, self.correlation)
+        return HostEvents, (self.names, self.tids, self.start, self.end, self.correlation, self.codes,
+                            self.table)
 
     def __repr__(self) -> str:
         return f"HostEvents({len(self)} events)"
@@ -490,6 +497,26 @@ def _frozen(values) -> np.ndarray:
     return out
 
 
+class NameTable:
+    """The distinct names met while a trace is read, each with a code (its index in ``names``): what the
+    parse's HostEvents' ``codes`` refer to, one table for every piece and range that a parse collects."""
+
+    __slots__ = ("names", "_code")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._code: dict[str, int] = {}
+
+    def codes_of(self, strings: list) -> np.ndarray:
+        """The codes of ``strings`` (a piece's distinct strings: a few hundred), those new added."""
+        code, names = self._code, self.names
+        for s in strings:
+            if s not in code:
+                code[s] = len(names)
+                names.append(s)
+        return np.fromiter(map(code.__getitem__, strings), dtype=np.int64, count=len(strings))
+
+
 class HostEventsBuilder:
     """Host events collected in file order, piece by piece: one at a time (``append``, ``extend``: the
     per-event rules) or as columns (``extend_columns``: a piece read as columns); ``build()`` makes them one
@@ -505,10 +532,11 @@ class HostEventsBuilder:
     def extend(self, events) -> None:
         self._pending.extend(events)
 
-    def extend_columns(self, names: list, tids: list, start, end, correlation: list | None = None) -> None:
+    def extend_columns(self, names: list, tids: list, start, end, correlation: list | None = None,
+                       codes: np.ndarray | None = None, table: list | None = None) -> None:
         self._flush()
         if len(names):
-            self._chunks.append(HostEvents(names, tids, start, end, correlation))
+            self._chunks.append(HostEvents(names, tids, start, end, correlation, codes, table))
 
     def extend_builder(self, later: HostEventsBuilder) -> None:
         """Append the events of ``later`` (which stays as it is)."""
@@ -545,9 +573,13 @@ class HostEventsBuilder:
         corr = (None if all(c.correlation is None for c in chunks)
                 else list(chain.from_iterable(repeat(None, len(c)) if c.correlation is None else c.correlation
                                               for c in chunks)))
+        table = chunks[0].table  # the codes kept where every piece's refer to the same table
+        coded = table is not None and all(c.table is table for c in chunks)
+        codes = np.concatenate([c.codes for c in chunks]) if coded else None
         return HostEvents(list(chain.from_iterable(c.names for c in chunks)),
                           list(chain.from_iterable(c.tids for c in chunks)),
-                          np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]), corr)
+                          np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]),
+                          corr, codes, table if coded else None)
 
 
 def sorted_times(values) -> np.ndarray:

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 from stepscope.analysis.breakdown import device_sets
-from stepscope.analysis.columns import op_columns
+from stepscope.analysis.columns import op_columns, op_name_codes
 from stepscope.analysis.events import MODULE_FRAME_PREFIX, MemoryColumns, ParsedTrace, events_at, rows_named
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.intervals import IntervalSet, subtract
@@ -335,11 +335,11 @@ _BACKWARD, _OPTIMIZER, _GENERIC = 1, 2, 4  # the bits of _op_kinds
 @per_trace
 def _op_kinds(trace: ParsedTrace) -> np.ndarray:
     """Per op, what its name makes it, as bits: a backward op (_BACKWARD), an optimizer range (_OPTIMIZER), a
-    generic allocation op (_GENERIC); each distinct name judged once, every op read in one pass."""
-    names = op_columns(trace).names
-    bits = {n: (_BACKWARD * n.startswith(BACKWARD_OP) | _OPTIMIZER * n.startswith(OPTIMIZER_RANGE)
-                | _GENERIC * (n in GENERIC_ALLOCATING_OPS)) for n in set(names)}
-    return np.fromiter(map(bits.__getitem__, names), np.int8, len(names)) if names else np.zeros(0, np.int8)
+    generic allocation op (_GENERIC); each distinct name judged once (columns.op_name_codes)."""
+    codes, table = op_name_codes(trace)
+    bits = np.fromiter((_BACKWARD * n.startswith(BACKWARD_OP) | _OPTIMIZER * n.startswith(OPTIMIZER_RANGE)
+                        | _GENERIC * (n in GENERIC_ALLOCATING_OPS) for n in table), np.int8, len(table))
+    return bits[codes]
 
 
 def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:

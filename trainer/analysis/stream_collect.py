@@ -34,6 +34,7 @@ from stepscope.analysis.events import (
     HostEventsBuilder,
     MemoryColumns,
     MemorySample,
+    NameTable,
     Step,
     TimesBuilder,
 )
@@ -104,8 +105,11 @@ def _position(events: list, e) -> int:
 class Collector:
     """The events of a trace, collected piece by piece (module docstring)."""
 
-    def __init__(self, where: str = "") -> None:
+    def __init__(self, where: str = "", names: NameTable | None = None) -> None:
         self.where = where
+        # the codes of the ops' and runtime calls' names read as columns: one table for every collector of a
+        # parse (``names``: another collector's, for the byte ranges that extend it)
+        self.name_table = names if names is not None else NameTable()
         self.base: float | None = None
         self.count = 0  # events added so far: the index in traceEvents of the next one
         self.steps, self.annotations = [], []

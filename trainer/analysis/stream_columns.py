@@ -275,11 +275,14 @@ def _collect(c, p: _Plan) -> None:
     if len(rows):
         c.device.extend_columns(names(rows), _device_kinds(p), p.device, p.stream, s_all[rows], t_all[rows],
                                 p.dev_corr)
+    table = c.name_table.codes_of(strings)  # the piece's strings' codes in the collector's table of names
     rows = p.rt_rows
     if len(rows):
-        c.runtime.extend_columns(names(rows), as_list(p.rt_tid), s_all[rows], t_all[rows], p.rt_corr)
+        c.runtime.extend_columns(names(rows), as_list(p.rt_tid), s_all[rows], t_all[rows], p.rt_corr,
+                                 table[p.name[rows]], c.name_table.names)
     rows, tids = p.host["ops"]
-    c.ops.extend_columns(names(rows), as_list(tids), s_all[rows], t_all[rows])
+    c.ops.extend_columns(names(rows), as_list(tids), s_all[rows], t_all[rows], None, table[p.name[rows]],
+                         c.name_table.names)
     for out in ("data_spans", "annotations"):
         rows, tids = p.host[out]
         if len(rows):

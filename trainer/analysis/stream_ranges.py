@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 from stepscope.analysis import stream_columns
-from stepscope.analysis.events import HostEvent
+from stepscope.analysis.events import HostEvent, NameTable
 from stepscope.analysis.stream_collect import Collector, from_objects, read
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.trace.fastread import Columns, as_list, as_objects
@@ -73,8 +73,8 @@ def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, ta
         return ts.header
 
 
-def _collector(base: float) -> Collector:
-    c = Collector()
+def _collector(base: float, names: NameTable | None = None) -> Collector:
+    c = Collector(names=names)
     c.base = base
     return c
 
@@ -118,10 +118,12 @@ def decode_into(c: Collector, part: dict) -> None:
     c.long_frames.update(part["long_frames"])
     c.model_spans.extend(map(tuple, part["model_spans"].tolist()))
     c.memory.add_columns(part["memory"])
+    table = c.name_table.codes_of(part["names"])  # the piece's names' codes in the collector's table
     for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend_columns(names[codes].tolist(), as_list(tids), starts, ends,
-                                        None if corr is None or all(x is None for x in corr) else corr)
+                                        None if corr is None or all(x is None for x in corr) else corr,
+                                        table[codes], c.name_table.names)
     for name in HOST_LISTS:
         if name in COLUMN_LISTS:
             continue
@@ -159,7 +161,7 @@ def collect_ranges(path: Path, near: Near, base: float, block: int) -> tuple[Col
     jobs = [(path, r, base, block, near) for r in ranges[1:]]
     with sending(_encoded_pieces, jobs) as inboxes:
         c = _collector(base)
-        later = [_collector(base) for _ in inboxes]
+        later = [_collector(base, c.name_table) for _ in inboxes]  # their names coded in this one's table
 
         def take(events) -> None:
             c.add(events)
