@@ -403,37 +403,39 @@ class DeviceEvents:
         return f"DeviceEvents({len(self)} activities)"
 
 
-class DeviceEventsBuilder:
-    """Device activity collected in file order, piece by piece: one at a time (``append``, ``extend``: the
-    per-event rules) or as columns (``extend_columns``); ``build()`` makes one DeviceEvents. A sequence of
-    DeviceEvent meanwhile (len, iteration), as HostEventsBuilder is of HostEvent."""
+class _ChunkedBuilder:
+    """Events collected in file order, piece by piece: one at a time (``append``, ``extend``: the per-event
+    rules) or as columns (a subclass's ``extend_columns``: a piece read as columns); ``build()`` makes them one
+    object of the subclass's ``columns`` class. A sequence of the events meanwhile (len, iteration), for what
+    reads them before the end."""
 
     __slots__ = ("_chunks", "_pending", "append")
+    columns: type  # HostEvents or DeviceEvents: ``of(events)``, ``len()``, iteration
 
     def __init__(self) -> None:
-        self._chunks: list[DeviceEvents] = []
-        self._pending: list[DeviceEvent] = []
+        self._chunks: list = []
+        self._pending: list = []
         self.append = self._pending.append
 
     def extend(self, events) -> None:
         self._pending.extend(events)
 
-    def extend_columns(self, names: list, kinds: list, devices: list, streams: list, start, end,
-                       correlation: list) -> None:
+    def _add(self, chunk) -> None:
+        """A piece read as columns, after the events added before it one at a time."""
         self._flush()
-        if len(names):
-            self._chunks.append(DeviceEvents(names, kinds, devices, streams, start, end, correlation))
+        if len(chunk):
+            self._chunks.append(chunk)
 
-    def extend_builder(self, later: DeviceEventsBuilder) -> None:
-        """Append the activities of ``later`` (which stays as it is)."""
+    def extend_builder(self, later: _ChunkedBuilder) -> None:
+        """Append the events of ``later`` (which stays as it is)."""
         self._flush()
         self._chunks.extend(later._chunks)
         if later._pending:
-            self._chunks.append(DeviceEvents.of(later._pending))
+            self._chunks.append(self.columns.of(later._pending))
 
     def _flush(self) -> None:
         if self._pending:
-            self._chunks.append(DeviceEvents.of(self._pending))
+            self._chunks.append(self.columns.of(self._pending))
             self._pending.clear()  # the same list: ``append`` stays bound to it
 
     def __len__(self) -> int:
@@ -442,20 +444,35 @@ class DeviceEventsBuilder:
     def __iter__(self):
         return chain(*self._chunks, self._pending)
 
-    def __eq__(self, other) -> bool:  # as the list of activities it stands for
-        if isinstance(other, (DeviceEventsBuilder, DeviceEvents, list, tuple)):
+    def __eq__(self, other) -> bool:  # as the list of events it stands for
+        if isinstance(other, (_ChunkedBuilder, self.columns, list, tuple)):
             return list(self) == list(other)
         return NotImplemented
 
     __hash__ = None
 
-    def build(self) -> DeviceEvents:
+    def build(self):
         self._flush()
         chunks = self._chunks
         if len(chunks) == 1:
             return chunks[0]
-        if not chunks:
-            return DeviceEvents.of(())
+        return self._join(chunks) if chunks else self.columns.of(())
+
+    def _join(self, chunks: list):
+        raise NotImplementedError
+
+
+class DeviceEventsBuilder(_ChunkedBuilder):
+    """Device activity collected piece by piece (_ChunkedBuilder); ``build()`` makes one DeviceEvents."""
+
+    __slots__ = ()
+    columns = DeviceEvents
+
+    def extend_columns(self, names: list, kinds: list, devices: list, streams: list, start, end,
+                       correlation: list) -> None:
+        self._add(DeviceEvents(names, kinds, devices, streams, start, end, correlation))
+
+    def _join(self, chunks: list[DeviceEvents]) -> DeviceEvents:
         joined = lambda column: list(chain.from_iterable(column(c) for c in chunks))  # noqa: E731
         return DeviceEvents(joined(lambda c: c.names), joined(lambda c: c.kinds), joined(lambda c: c.devices),
                             joined(lambda c: c.streams), np.concatenate([c.start for c in chunks]),
@@ -517,59 +534,17 @@ class NameTable:
         return np.fromiter(map(code.__getitem__, strings), dtype=np.int64, count=len(strings))
 
 
-class HostEventsBuilder:
-    """Host events collected in file order, piece by piece: one at a time (``append``, ``extend``: the
-    per-event rules) or as columns (``extend_columns``: a piece read as columns); ``build()`` makes them one
-    HostEvents. A sequence of HostEvent meanwhile (len, iteration), for what reads them before the end."""
+class HostEventsBuilder(_ChunkedBuilder):
+    """Host events collected piece by piece (_ChunkedBuilder); ``build()`` makes one HostEvents."""
 
-    __slots__ = ("_chunks", "_pending", "append")
-
-    def __init__(self) -> None:
-        self._chunks: list[HostEvents] = []
-        self._pending: list[HostEvent] = []
-        self.append = self._pending.append
-
-    def extend(self, events) -> None:
-        self._pending.extend(events)
+    __slots__ = ()
+    columns = HostEvents
 
     def extend_columns(self, names: list, tids: list, start, end, correlation: list | None = None,
                        codes: np.ndarray | None = None, table: list | None = None) -> None:
-        self._flush()
-        if len(names):
-            self._chunks.append(HostEvents(names, tids, start, end, correlation, codes, table))
+        self._add(HostEvents(names, tids, start, end, correlation, codes, table))
 
-    def extend_builder(self, later: HostEventsBuilder) -> None:
-        """Append the events of ``later`` (which stays as it is)."""
-        self._flush()
-        self._chunks.extend(later._chunks)
-        if later._pending:
-            self._chunks.append(HostEvents.of(later._pending))
-
-    def _flush(self) -> None:
-        if self._pending:
-            self._chunks.append(HostEvents.of(self._pending))
-            self._pending.clear()  # the same list: ``append`` stays bound to it
-
-    def __len__(self) -> int:
-        return sum(map(len, self._chunks)) + len(self._pending)
-
-    def __iter__(self):
-        return chain(*self._chunks, self._pending)
-
-    def __eq__(self, other) -> bool:  # as the list of events it stands for
-        if isinstance(other, (HostEventsBuilder, HostEvents, list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None
-
-    def build(self) -> HostEvents:
-        self._flush()
-        chunks = self._chunks
-        if len(chunks) == 1:
-            return chunks[0]
-        if not chunks:
-            return HostEvents([], [], (), ())
+    def _join(self, chunks: list[HostEvents]) -> HostEvents:
         corr = (None if all(c.correlation is None for c in chunks)
                 else list(chain.from_iterable(repeat(None, len(c)) if c.correlation is None else c.correlation
                                               for c in chunks)))
