@@ -147,13 +147,12 @@ def test_the_parse_codes_its_op_and_runtime_names_in_one_table(traces):
     assert b.build().codes is None and b.build().names == ["a", "b", "c", "x"]
 
 
-def test_host_events_are_the_sequence_of_tuples_they_stand_for():
-    rng = random.Random(3)
-    events = [HostEvent(rng.choice(["a", "b", "c"]), rng.choice([1, "7"]), float(k), k + rng.uniform(0, 3),
-                        rng.choice([None, 4])) for k in range(50)]
-    cols = HostEvents.of(events)
+def _stands_for(cols, events: list, kind: type) -> None:
+    """What columns of events (HostEvents, DeviceEvents) owe the code that reads them as the 50 tuples of
+    ``kind`` they stand for: iteration, equality, indexing, slicing, picking rows, pickling, hashing, and
+    columns that nothing can change."""
     assert list(cols) == events and cols == tuple(events) and cols == events and len(cols) == 50 and cols
-    assert all(type(e) is HostEvent for e in cols) and cols[7] == events[7] and type(cols[7].start) is float
+    assert all(type(e) is kind for e in cols) and cols[7] == events[7] and type(cols[7].start) is float
     assert list(cols[10:20:3]) == events[10:20:3]
     assert cols.at([3, 1, 3]) == [events[3], events[1], events[3]]
     mask = np.array([e.start > 20 for e in events])
@@ -161,6 +160,14 @@ def test_host_events_are_the_sequence_of_tuples_they_stand_for():
     assert pickle.loads(pickle.dumps(cols)) == cols and hash(cols) == hash(tuple(events))
     with pytest.raises(ValueError):
         cols.start[0] = 1.0  # read-only: a trace's columns are shared by everything read from it
+
+
+def test_host_events_are_the_sequence_of_tuples_they_stand_for():
+    rng = random.Random(3)
+    events = [HostEvent(rng.choice(["a", "b", "c"]), rng.choice([1, "7"]), float(k), k + rng.uniform(0, 3),
+                        rng.choice([None, 4])) for k in range(50)]
+    cols = HostEvents.of(events)
+    _stands_for(cols, events, HostEvent)
     no_corr = [e._replace(correlation=None) for e in events]
     assert HostEvents.of(no_corr).correlation is None and list(HostEvents.of(no_corr)) == no_corr
     assert not HostEvents.of([]) and list(HostEvents.of([])) == []
@@ -185,19 +192,11 @@ def test_device_events_are_the_sequence_of_tuples_they_stand_for():
                           rng.choice([None, 4, 9])) for _ in range(50)]
     events = [e._replace(end=e.start + rng.uniform(0, 3)) for e in events]
     cols = DeviceEvents.of(events)
-    assert list(cols) == events and cols == tuple(events) and cols == events and len(cols) == 50 and cols
-    assert all(type(e) is DeviceEvent for e in cols) and cols[7] == events[7] and type(cols[7].start) is float
-    assert list(cols[10:20:3]) == events[10:20:3]
-    assert cols.at([3, 1, 3]) == [events[3], events[1], events[3]]
-    mask = np.array([e.start > 20 for e in events])
-    assert list(cols.take(mask)) == [e for e in events if e.start > 20]
-    assert pickle.loads(pickle.dumps(cols)) == cols and hash(cols) == hash(tuple(events))
+    _stands_for(cols, events, DeviceEvent)
     # stable: equal starts keep their order
     assert list(cols.by_start()) == sorted(events, key=lambda e: e.start)
     in_order = DeviceEvents.of(sorted(events, key=lambda e: e.start))
     assert in_order.by_start() is in_order
-    with pytest.raises(ValueError):
-        cols.start[0] = 1.0  # read-only: a trace's columns are shared by everything read from it
     none = DeviceEvents.of([])
     assert not none and list(none) == [] and none.by_start() == []
     # a builder keeps file order across activities added one by one and pieces added as columns
