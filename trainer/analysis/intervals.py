@@ -96,8 +96,7 @@ class IntervalSet:
         i = np.searchsorted(self._e, lo, side="right")  # as bisect_right(self.ends, lo)
         j = np.searchsorted(self._s, hi, side="left")  # as bisect_left(self.starts, hi): j >= i
         count = np.where(hi > lo, j - i + 1, 0)  # range k: [lo] + its intervals' ends, its starts + [hi]
-        at = np.repeat(np.arange(len(lo)), count)  # the range of each candidate gap
-        r = np.arange(at.size) - np.repeat(np.cumsum(count) - count, count)  # its place in its range
+        at, r = _spread(count)  # each candidate gap's range, and its place in it
         last = r == count[at] - 1
         inner = i[at] + r  # interval i + r: the one that ends the gap (its start), and follows the gap r - 1
         top = max(self._e.size - 1, 0)  # indices clipped only where np.where then takes lo or hi instead
@@ -194,28 +193,20 @@ def _overlap(a_starts, a_ends, b_starts, b_ends) -> IntervalSet:
     """Where two unions of disjoint intervals, each sorted, both hold: each interval of one against the
     intervals of the other that overlap it (found by bisection, for all at once), cut to their common part.
     The pieces are disjoint and in order; IntervalSet then joins those that touch, so the set is the one a
-    sweep over all the bounds gives (``_overlap_by_sweep``, which the tests hold it to)."""
+    sweep over all the bounds gives (the tests hold it to that sweep)."""
     if a_starts.size == 0 or b_starts.size == 0:
         return IntervalSet.from_arrays(a_starts[:0], a_ends[:0])
     first = np.searchsorted(b_ends, a_starts, side="right")  # the first of b that ends after a's start
     stop = np.searchsorted(b_starts, a_ends, side="left")  # b's that start before a's end: first .. stop - 1
-    count = np.maximum(stop - first, 0)
-    i = np.repeat(np.arange(a_starts.size), count)
-    j = np.arange(i.size) - np.repeat(np.cumsum(count) - count, count) + np.repeat(first, count)
+    i, r = _spread(np.maximum(stop - first, 0))
+    j = first[i] + r
     return IntervalSet.from_arrays(np.maximum(a_starts[i], b_starts[j]), np.minimum(a_ends[i], b_ends[j]))
 
 
-def _overlap_by_sweep(a_starts, a_ends, b_starts, b_ends) -> IntervalSet:
-    """_overlap by a sweep over both sets' bounds, +1 at a start and -1 at an end (an end before a start at
-    the same instant: the intervals are half-open), covered by both where the running count is 2: the simple
-    version, kept as the tests' reference."""
-    bounds = np.concatenate((a_starts, a_ends, b_starts, b_ends))
-    step = np.concatenate((np.ones(a_starts.size), -np.ones(a_ends.size), np.ones(b_starts.size),
-                           -np.ones(b_ends.size)))
-    order = np.lexsort((step, bounds))
-    bounds, count = bounds[order], np.cumsum(step[order])
-    both = np.flatnonzero(count == 2)
-    return IntervalSet.from_arrays(bounds[both], bounds[both + 1])
+def _spread(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ``count[k]`` items in each of several ranges: every item's range, and its place (0, 1, ...) in it."""
+    owner = np.repeat(np.arange(len(count)), count)
+    return owner, np.arange(owner.size) - np.repeat(np.cumsum(count) - count, count)
 
 
 def pieces_by_priority(lo: float, hi: float, layers: list[IntervalSet]) -> list[float]:
