@@ -34,11 +34,13 @@ from stepscope.analysis import json_out
 from stepscope.analysis.stream_collect import Collector, Event, decode, read
 from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.cli.analyze import main as analyze_main
+from stepscope.plugin_copy.stream_plan import UNSET
 from stepscope.report.front import analyze
 from stepscope.trace import fastread
 from stepscope.trace.errors import TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
+UNSET_ID = "unset"  # an External id that the edit leaves as it is (stream_plan.UNSET)
 DATA = ROOT / "tests" / "data"
 TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json", ".json.gz")) and "trace" in p.name)
 RUNS = sorted({p.relative_to(DATA).parts[0] for p in TRACES})
@@ -375,6 +377,75 @@ def test_the_entries_of_an_array_are_found_where_msgspec_splits_it_and_a_cut_ins
             assert _spanned(piece) == raws
 
 
+# -- splice: edited entries rewritten where they lie ------------------------------------------------------------
+
+_KEYS = st.sampled_from(["ph", "cat", "name", "ts", "args", "pid"]) | st.text(max_size=4)
+_ARGS_KEYS = st.sampled_from(["Call stack", "External id", "external id", "correlation"]) | st.text(max_size=4)
+_event = st.dictionaries(_KEYS, _json_value, max_size=6).flatmap(
+    lambda e: st.one_of(st.just(e), st.dictionaries(_ARGS_KEYS, _json_value, max_size=4).map(
+        lambda a: {**e, "args": a})))
+_set = st.none() | st.text(max_size=6)
+
+
+def _spliced(entries: list, edits: list, separators=(",", ":")) -> list:
+    """fastread.splice of each entry of the array of ``entries`` with its edit (stream_write's codes)."""
+    from stepscope.plugin_copy.stream_write import _Values
+
+    text = json.dumps(entries, separators=separators).encode()
+    starts, ends = fastread.spans(text)
+    values = _Values()
+    codes = np.array([values.codes(e) for e in edits], dtype=np.int64).reshape(len(edits), 4)
+    return fastread.splice(text, starts, ends, values.texts, codes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_event, _set, _set, st.sampled_from([UNSET_ID]) | st.none() | st.integers()
+                          | st.text(max_size=3), _set), min_size=1, max_size=6),
+       st.sampled_from([(",", ":"), (", ", ": "), (" ,\n ", " : ")]))
+def test_an_entry_spliced_in_place_is_the_decoded_entry_with_its_edit(rows, separators):
+    """Each member set where it lies (replaced, or added at the end of the event or of its args) gives the
+    JSON value that apply_edit gives on the decoded event, whatever else it holds; only an External id or a
+    call stack to set where args is missing or no object is left to the decoded rewrite."""
+    from stepscope.plugin_copy.stream_plan import Edit
+    from stepscope.plugin_copy.stream_write import apply_edit
+
+    entries = [e for e, *_ in rows]
+    edits = [Edit(name=n, cat=c, external_id=UNSET if x is UNSET_ID else x, call_stack=k)
+             for _, n, c, x, k in rows]
+    got = _spliced(entries, edits, separators)
+    for entry, edit, new in zip(entries, edits, got, strict=True):
+        needs_args = edit.external_id is not UNSET or edit.call_stack is not None
+        if needs_args and not isinstance(entry.get("args"), dict):
+            assert new is None
+            continue
+        assert new is not None
+        assert json.loads(new) == apply_edit(json.loads(json.dumps(entry)), edit)
+
+
+def test_an_entry_that_cannot_be_laid_out_is_left_to_the_decoded_rewrite():
+    """Keys given twice (json keeps the last), an entry that is no object, args that is no object: None."""
+    from stepscope.plugin_copy.stream_plan import Edit
+    from stepscope.plugin_copy.stream_write import _Values
+
+    text = (b'[{"cat": "a", "cat": "b"}, {"args": {"Call stack": "x", "Call stack": "y"}}, 3, '
+            b'{"args": [1]}, {"c\\u0061t": "cuda_runtime", "args": {}}, {}]')
+    starts, ends = fastread.spans(text)
+    values = _Values()
+    edits = [Edit(cat="runtime"), Edit(call_stack="s"), Edit(cat="runtime"), Edit(call_stack="s"),
+             Edit(cat="runtime", call_stack="s"), Edit(name="n", cat="runtime")]
+    codes = np.array([values.codes(e) for e in edits], dtype=np.int64)
+    got = fastread.splice(text, starts, ends, values.texts, codes)
+    assert got[:4] == [None] * 4
+    # an escaped key is the key it stands for; members added to an empty object take no comma
+    assert json.loads(got[4]) == {"cat": "runtime", "args": {"Call stack": "s"}}
+    assert got[5] == b'{"name":"n","cat":"runtime"}'
+
+
+def test_splicing_needs_the_extension(monkeypatch):
+    monkeypatch.setenv(fastread.PURE_ENV, "1")
+    assert fastread.splice(b'[{"a": 1}]', np.array([1]), np.array([9]), [], np.full((1, 4), -1)) is None
+
+
 def test_the_entry_finder_needs_the_extension(monkeypatch):
     monkeypatch.setenv(fastread.PURE_ENV, "1")
     assert fastread.spans(b'[{"a": 1}]') is None
@@ -640,7 +711,7 @@ def test_the_fallback_is_taken_and_said_when_the_extension_cannot_be_imported(mo
 # -- AddressSanitizer -------------------------------------------------------------------------------------------
 
 ASAN_DRIVER = """
-import json, random, re, sys
+import json, random, re, struct, sys
 sys.path.insert(0, sys.argv[1])
 import _fastread
 keys, args = (b"name", b"cat", b"ph", b"ts", b"dur", b"tid", b"pid", b"args"), (b"device", b"stream",
@@ -659,6 +730,7 @@ for _ in range(3000):
         if b:
             b[rng.randrange(len(b))] = rng.choice(b'{}[]",:0123456789.eE-+ntfa\\\\\\x00\\xff')
     inputs.append(bytes(b) + rng.choice([b"", b"]", b"}]"]))
+values = [b'"runtime"', b"0", b'"a.py(1): f"']
 read = 0
 for k, text in enumerate(inputs):
     r = _fastread.columns(text, keys, args)
@@ -672,6 +744,13 @@ for k, text in enumerate(inputs):
         assert _fastread.spans(view) == s
     if k % 97 == 0:
         _fastread.release()  # the parser freed now and then, and made anew by the next call
+    if s is not None:  # the entries found, with members set
+        n = s[1]
+        codes = struct.pack(f"{4 * n}q", *(rng.randrange(-1, 3) for _ in range(4 * n)))
+        _fastread.splice(text, s[0], values, codes)
+    a = rng.randrange(len(text) + 1)  # and any bytes in bounds, as an entry
+    _fastread.splice(text, struct.pack("2q", a, rng.randrange(a, len(text) + 1)), values,
+                     struct.pack("4q", 0, 1, 2, -1))
     try:  # any bytes as int64s: whole words read, a part word refused
         _fastread.shared_ints(text)
     except ValueError:

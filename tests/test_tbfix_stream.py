@@ -37,6 +37,25 @@ def test_streamed_copy_is_adapt_trace(path, tmp_path):
     assert raw.read_bytes() == path.read_bytes()
 
 
+def test_edits_are_made_where_each_event_lies_and_read_as_the_decoded_rewrite(tmp_path, monkeypatch):
+    """With the compiled reader, every edit of a Kineto trace (launch categories, operators' call stacks) is
+    made where its event lies, none decoded; with msgspec alone each edited event is decoded and re-encoded.
+    The two copies are the same JSON, and each is adapt_trace's."""
+    from stepscope.plugin_copy import stream_write
+    from stepscope.trace import fastread
+
+    (path,) = [p for p in TRACES if p.parent.name == "eager_bs128"]
+    decoded = []
+    real = stream_write._edited
+    monkeypatch.setattr(stream_write, "_edited", lambda raw, edit: decoded.append(edit) or real(raw, edit))
+    fast, _ = export_file(tmp_path / "fast", "w", "1795259107760373831", path)
+    assert decoded == []
+    monkeypatch.setenv(fastread.PURE_ENV, "1")
+    slow, _ = export_file(tmp_path / "slow", "w", "1795259107760373831", path)
+    assert {e.cat for e in decoded} == {"runtime", None} and any(e.call_stack for e in decoded)
+    assert load_trace(fast) == load_trace(slow) == json.loads(json.dumps(adapt_trace(load_trace(path))))
+
+
 @pytest.mark.parametrize("block", [None, 64 << 10], ids=["whole", "pieces"])
 def test_nan_and_infinity_are_normalised_and_kept(tmp_path, monkeypatch, block):
     """Python's json writes NaN and Infinity, msgspec refuses them: the pieces holding them are read by

@@ -5,8 +5,12 @@ r"""Write the plugin copy of a trace file by streaming it once more and applying
     write_adapted_stream(src, dst, plan, header, (Path("x.json"), 3))   # + the excerpt of its first 3 steps
 
 Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
-they are); an edited event is decoded, changed by the plan's edit (rules.py), and re-encoded (compact,
-UTF-8); entries the plan does not keep are left out. A plan read in two byte ranges (plan_columns.py) is
+they are); entries the plan does not keep are left out. An edited event is rewritten where it lies when its
+edit only sets members (a name, a category, an External id, a call stack: nearly every edit): the compiled
+reader finds where those members are (``fastread.members``), and the new values replace theirs or are
+added at the end of their object, the rest of the event kept as its bytes. Any other edit, or an event
+that cannot be laid out so, is decoded, changed (rules.py) and re-encoded (compact, UTF-8). Both give the
+same JSON value, which ``apply_edit`` on the decoded event defines. A plan read in two byte ranges (plan_columns.py) is
 written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
 own, which this process appends to the copy as it grows once it has written the first (gzipped copies: one
 gzip member each, a valid stream).
@@ -58,6 +62,48 @@ def _edited(raw, edit: Edit) -> bytes:
         return _ENCODE(apply_edit(msgspec.json.decode(raw), edit))
     except msgspec.DecodeError:
         return json.dumps(apply_edit(json.loads(bytes(raw)), edit), separators=(",", ":")).encode()
+
+
+def _splices(edit: Edit) -> bool:
+    """Whether ``edit`` only sets members, so that ``fastread.splice`` can make it where the event lies."""
+    return not (edit.guard_name or edit.guard_cat or edit.touch_args or edit.unlink)
+
+
+class _Values:
+    """The JSON texts of the values that edits set, for ``fastread.splice``: made once per edit (edits are
+    shared by thousands of events: a call stack, the runtime category) and held in one list."""
+
+    def __init__(self) -> None:
+        self.texts: list[bytes] = []
+        self._by: dict[int, tuple] = {}  # id(edit) -> (edit, its codes)
+
+    def codes(self, edit: Edit) -> tuple[int, int, int, int]:
+        """The indices in ``texts`` of ``edit``'s name, category, External id and call stack (-1: not set)."""
+        got = self._by.get(id(edit))
+        if got is None or got[0] is not edit:
+            got = self._by[id(edit)] = (edit, tuple(self._add(v) for v in (
+                edit.name, edit.cat, UNSET if edit.external_id is UNSET else (edit.external_id,),
+                edit.call_stack)))
+        return got[1]
+
+    def _add(self, value) -> int:
+        if value is None or value is UNSET:
+            return -1
+        self.texts.append(_ENCODE(value[0] if isinstance(value, tuple) else value))
+        return len(self.texts) - 1
+
+
+def _spliced_in_place(text, starts: np.ndarray, ends: np.ndarray, rows: list[int], first: int, edits: dict,
+                      values: _Values) -> dict:
+    """Entry j of the piece (among ``rows``, the piece's first entry being entry ``first``) -> its edited
+    text, for those whose edit only sets members (``fastread.splice``); the others, and all without the
+    compiled reader, are left for ``_edited``."""
+    rows = [j for j in rows if (e := edits.get(first + j)) is not None and _splices(e)]
+    if not rows:
+        return {}
+    codes = np.array([values.codes(edits[first + j]) for j in rows], dtype=np.int64).reshape(len(rows), 4)
+    got = fastread.splice(text, starts[rows], ends[rows], values.texts, codes)
+    return {} if got is None else {j: t for j, t in zip(rows, got) if t is not None}
 
 
 def apply_edit(e: dict, edit: Edit) -> dict:
@@ -355,6 +401,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
     was written, the excerpt's events among them). Consecutive entries copied as they are, that the original
     already separates by ``",\n"``, are written as the one stretch of its text that holds them."""
     keep, edits = plan.keep, plan.edits
+    values = _Values()
     excerpt_parts: list = []
     wrote = False
     n = first
@@ -375,6 +422,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
             lo, hi = lo[hi > lo], hi[hi > lo]
             lone = np.zeros(m + 1, dtype=bool)
             lone[here] = True
+            done = _spliced_in_place(text, starts, ends, here.tolist(), n, edits, values)
             parts: list = []  # slices of the piece's text (bytes-like): joined without a copy each
             rewritten: dict[int, bytes] = {}
             for j, is_special, begin, stop in zip(lo.tolist(), lone[lo].tolist(), starts[lo].tolist(),
@@ -383,7 +431,12 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
                     parts.append(text[begin:stop])
                 elif keep[n + j]:
                     edit = edits.get(n + j)
-                    part = text[begin:stop] if edit is None else _edited(text[begin:stop], edit)
+                    if edit is None:
+                        part = text[begin:stop]
+                    else:
+                        part = done.get(j)
+                        if part is None:
+                            part = _edited(text[begin:stop], edit)
                     parts.append(part)
                     rewritten[j] = part
             if parts:

@@ -6,6 +6,7 @@ object per event. Torch-free.
     cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), a number as float64 (else 0)
     cols.int("tid"), cols.strings            # ... an integer as int64, a string as its index in the strings
     starts, ends = spans(text)               # where each entry of the array lies, none decoded
+    new = splice(text, starts, ends, values, codes)   # some entries with members set, where they lie
     release()                                # this thread's parsers freed, once a trace has been read
 
 The extension (csrc/fastread.cpp, parsing with the vendored simdjson) is built by ``pip install -e .``
@@ -196,6 +197,18 @@ def spans(text) -> tuple[np.ndarray, np.ndarray] | None:
     offsets, n = got
     both = np.frombuffer(offsets, dtype=np.int64)
     return both[:n], both[n:]
+
+
+def splice(text, starts: np.ndarray, ends: np.ndarray, values: list[bytes], codes: np.ndarray) -> list | None:
+    """The entries ``text[starts[k]:ends[k]]`` of ``text`` (a JSON array) with members set, each rewritten
+    where it lies (csrc/fastread.cpp): ``codes[k]`` holds the indices in ``values`` (JSON texts) of entry k's
+    new name, category, args' External id and args' call stack, -1 where one is not set. Per entry, its new
+    text, or None where the compiled reader cannot lay it out (then the caller rewrites the decoded entry);
+    None for all: no compiled reader. Like ``spans``, for text that a validating reader has already read."""
+    if not available():
+        return None
+    where = np.concatenate((starts, ends)).astype(np.int64, copy=False)
+    return _fastread.splice(text, where, values, np.ascontiguousarray(codes, dtype=np.int64))
 
 
 def release() -> None:

@@ -32,6 +32,20 @@ the atoms inside an entry, so ``spans`` is for text already read whole by a vali
 writer reads a file that its plan has read). None where the iteration meets an error: the caller decodes
 the text itself, which gives its error (a cut inside a string or a nested value) or its entries.
 
+    splice(text, offsets, values, codes) -> list
+
+Some entries of ``text`` (a JSON array; the n entries at ``offsets``, 2n int64 as bytes, their starts then
+their ends, as ``spans`` gives them) with members set, each rewritten where it lies: ``codes`` holds 4n int64
+as bytes, per entry the index in ``values`` (a list of bytes, each a JSON text) of its new "name", "cat",
+args' External id and args' "Call stack", -1 where that one is not set. Each value replaces the value of its
+member, or is added at the end of its object (the entry's, or its args'), as setting a key of the decoded
+dict would (args' "external id" is set where the entry has that key, else "External id"); the rest of the
+entry is kept as its bytes. Each entry is read by simdjson's On Demand iteration, without decoding it. The
+result holds, per entry, its new text, or None where it cannot be laid out (not an object, a key among these
+given twice, an External id or a call stack to set where ``args`` is missing or not an object, an error met
+on the way): its caller rewrites that one from its decoded value. Like ``spans``, for text a validating reader
+has read.
+
     empty(n) -> bytearray
 
 n bytes whose contents are not set (bytearray(n) zeroes them first), for a reader to fill with readinto.
@@ -554,6 +568,234 @@ done:
     return result;
 }
 
+/* an entry's layout: whether it was laid out; its closing brace and whether it has no member; the
+   [start, end) of the values of its "cat", "name" and "args" (-1, -1 where absent); whether "args" has no
+   member (-1: no args, or args that is no object); the [start, end) of the values of args' "Call stack", "External id" and "external id" */
+enum {
+    M_OK, M_CLOSE, M_EMPTY, M_CAT, M_NAME = M_CAT + 2, M_ARGS = M_NAME + 2, M_ARGS_EMPTY = M_ARGS + 2,
+    M_STACK, M_EXT = M_STACK + 2, M_EXT_LOWER = M_EXT + 2, M_FIELDS = M_EXT_LOWER + 2
+};
+
+/* the object at [s, e) of `base` (which holds `cap` bytes from base, padding included): the [start, end) of
+   the values of its members named keys[k] into out[slots[k]], out[slots[k] + 1]; whether it has no member
+   into *empty. 0 when it cannot be laid out (module comment). Runs without the GIL. */
+static int lay_out_object(simdjson::ondemand::parser *parser, const char *base, size_t cap, int64_t s,
+                          int64_t e, const std::string_view *keys, const int *slots, int n_keys, int64_t *out,
+                          int64_t *empty) {
+    if (s < 0 || e <= s || (size_t)e + simdjson::SIMDJSON_PADDING > cap) return 0;
+    simdjson::padded_string_view view(base + s, (size_t)(e - s), cap - (size_t)s);
+    simdjson::ondemand::document doc;
+    simdjson::ondemand::object obj;
+    if (parser->iterate(view).get(doc) || doc.get_object().get(obj)) return 0;
+    *empty = 1;
+    for (auto field : obj) {
+        std::string_view key, raw;
+        simdjson::ondemand::value value;
+        if (field.error() || field.unescaped_key().get(key) || field.value().get(value) ||
+            value.raw_json().get(raw))
+            return 0;
+        *empty = 0;
+        for (int k = 0; k < n_keys; k++) {
+            if (key != keys[k]) continue;
+            if (out[slots[k]] >= 0) return 0; /* given twice: the decoded value is the judge */
+            size_t len = raw.size();
+            while (len && is_space(raw[len - 1])) len--;
+            out[slots[k]] = raw.data() - base;
+            out[slots[k] + 1] = raw.data() - base + (int64_t)len;
+        }
+    }
+    return doc.at_end();
+}
+
+static const std::string_view EVENT_KEYS[] = {"cat", "name", "args"};
+static const int EVENT_SLOTS[] = {M_CAT, M_NAME, M_ARGS};
+static const std::string_view ARGS_KEYS[] = {"Call stack", "External id", "external id"};
+static const int ARGS_SLOTS[] = {M_STACK, M_EXT, M_EXT_LOWER};
+
+/* the layout of the entry at [s, e) into out[M_FIELDS] (out[M_OK] 0: it has none). Runs without the GIL. */
+static void lay_out(simdjson::ondemand::parser *parser, const char *base, size_t cap, int64_t s, int64_t e,
+                    int64_t *out) {
+    for (int k = 0; k < M_FIELDS; k++) out[k] = -1;
+    out[M_OK] = 0;
+    if (!lay_out_object(parser, base, cap, s, e, EVENT_KEYS, EVENT_SLOTS, 3, out, &out[M_EMPTY])) return;
+    if (base[e - 1] != '}') return;
+    out[M_CLOSE] = e - 1;
+    if (out[M_ARGS] >= 0 && base[out[M_ARGS]] == '{') { /* else M_ARGS_EMPTY stays -1: args is no object */
+        const int64_t a = out[M_ARGS], b = out[M_ARGS + 1];
+        if (base[b - 1] != '}') return;
+        if (!lay_out_object(parser, base, cap, a, b, ARGS_KEYS, ARGS_SLOTS, 3, out, &out[M_ARGS_EMPTY])) return;
+    }
+    out[M_OK] = 1;
+}
+
+typedef struct {
+    int64_t from, to; /* the bytes [from, to) of the entry replaced by ... */
+    const char *put;  /* ... the `len` bytes at put, after a comma where `comma` */
+    Py_ssize_t len;
+    int comma;
+    const char *key; /* a member added: its key, written before the value (NULL: a value replaced) */
+} cut_t;
+
+/* the new text of the entry at [s, e) with layout `at` and the values `v` (name, cat, External id, call
+   stack; NULL where not set), or None where it cannot be made here (module comment). Holds the GIL. */
+static PyObject *spliced(const char *base, int64_t s, int64_t e, const int64_t *at, PyObject *const *v) {
+    cut_t cuts[8];
+    int n = 0, added_last = 0, added_args = 0;
+    if (!at[M_OK]) Py_RETURN_NONE;
+    static const int TOP_SLOTS[2] = {M_NAME, M_CAT};
+    static const char *TOP_KEYS[2] = {"\"name\":", "\"cat\":"};
+    for (int k = 0; k < 2; k++) {
+        if (v[k] == NULL) continue;
+        const int slot = TOP_SLOTS[k];
+        if (at[slot] >= 0) {
+            cuts[n++] = {at[slot], at[slot + 1], PyBytes_AS_STRING(v[k]), PyBytes_GET_SIZE(v[k]), 0, NULL};
+        } else {
+            cuts[n++] = {at[M_CLOSE], at[M_CLOSE], PyBytes_AS_STRING(v[k]), PyBytes_GET_SIZE(v[k]),
+                         !at[M_EMPTY] || added_last, TOP_KEYS[k]};
+            added_last = 1;
+        }
+    }
+    if (v[2] != NULL || v[3] != NULL) {
+        if (at[M_ARGS_EMPTY] < 0) Py_RETURN_NONE; /* no args, or args that is no object */
+        const int64_t close = at[M_ARGS + 1] - 1;
+        if (v[2] != NULL) {
+            const int slot = at[M_EXT_LOWER] >= 0 ? M_EXT_LOWER : M_EXT;
+            if (at[slot] >= 0) {
+                cuts[n++] = {at[slot], at[slot + 1], PyBytes_AS_STRING(v[2]), PyBytes_GET_SIZE(v[2]), 0, NULL};
+            } else {
+                cuts[n++] = {close, close, PyBytes_AS_STRING(v[2]), PyBytes_GET_SIZE(v[2]),
+                             !at[M_ARGS_EMPTY] || added_args, "\"External id\":"};
+                added_args = 1;
+            }
+        }
+        if (v[3] != NULL) {
+            if (at[M_STACK] >= 0) {
+                cuts[n++] = {at[M_STACK], at[M_STACK + 1], PyBytes_AS_STRING(v[3]), PyBytes_GET_SIZE(v[3]), 0,
+                             NULL};
+            } else {
+                cuts[n++] = {close, close, PyBytes_AS_STRING(v[3]), PyBytes_GET_SIZE(v[3]),
+                             !at[M_ARGS_EMPTY] || added_args, "\"Call stack\":"};
+                added_args = 1;
+            }
+        }
+    }
+    /* in the entry's order (insertion sort of a few; cuts at one place keep the order they were made in) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && cuts[j - 1].from > cuts[j].from; j--) {
+            cut_t t = cuts[j];
+            cuts[j] = cuts[j - 1];
+            cuts[j - 1] = t;
+        }
+    Py_ssize_t size = 0;
+    int64_t here = s;
+    for (int i = 0; i < n; i++) {
+        size += (Py_ssize_t)(cuts[i].from - here) + cuts[i].comma + cuts[i].len +
+                (cuts[i].key ? (Py_ssize_t)strlen(cuts[i].key) : 0);
+        here = cuts[i].to;
+    }
+    size += (Py_ssize_t)(e - here);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (!out) return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    here = s;
+    for (int i = 0; i < n; i++) {
+        memcpy(w, base + here, (size_t)(cuts[i].from - here));
+        w += cuts[i].from - here;
+        if (cuts[i].comma) *w++ = ',';
+        if (cuts[i].key) {
+            const size_t k = strlen(cuts[i].key);
+            memcpy(w, cuts[i].key, k);
+            w += k;
+        }
+        memcpy(w, cuts[i].put, (size_t)cuts[i].len);
+        w += cuts[i].len;
+        here = cuts[i].to;
+    }
+    memcpy(w, base + here, (size_t)(e - here));
+    return out;
+}
+
+/* splice(text, offsets, values, codes): see the module comment */
+static PyObject *splice(PyObject *self, PyObject *args) {
+    Py_buffer text, where, codes;
+    PyObject *values;
+    if (!PyArg_ParseTuple(args, "y*y*O!y*", &text, &where, &PyList_Type, &values, &codes)) return NULL;
+    PyObject *result = NULL;
+    const char *bytes = (const char *)text.buf;
+    const size_t len = (size_t)text.len;
+    const size_t n = (size_t)where.len / (2 * sizeof(int64_t));
+    const int64_t *starts = (const int64_t *)where.buf, *ends = starts + n, *code = (const int64_t *)codes.buf;
+    const Py_ssize_t n_values = PyList_GET_SIZE(values);
+    int64_t *layout = NULL;
+    simdjson::padded_string copy;
+    const char *base = bytes;
+    if (where.len % (Py_ssize_t)(2 * sizeof(int64_t)) || codes.len != (Py_ssize_t)(4 * n * sizeof(int64_t))) {
+        PyErr_SetString(PyExc_ValueError, "splice: offsets and codes do not hold n entries");
+        goto done;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (starts[k] < 0 || ends[k] < starts[k] || (size_t)ends[k] > len) {
+            PyErr_SetString(PyExc_ValueError, "splice: an entry outside the text");
+            goto done;
+        }
+        for (int f = 0; f < 4; f++) {
+            const int64_t c = code[4 * k + f];
+            if (c < -1 || c >= n_values || (c >= 0 && !PyBytes_Check(PyList_GET_ITEM(values, c)))) {
+                PyErr_SetString(PyExc_ValueError, "splice: a code that names no bytes in values");
+                goto done;
+            }
+        }
+    }
+    if (!the_iterator) {
+        the_iterator.reset(new (std::nothrow) simdjson::ondemand::parser());
+        if (!the_iterator) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if (!padded_in_place(text.obj, bytes, text.len)) {
+        copy = simdjson::padded_string(bytes, len);
+        if (len && copy.data() == nullptr) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        base = copy.data();
+    }
+    layout = (int64_t *)PyMem_RawMalloc((n ? n : 1) * M_FIELDS * sizeof(int64_t));
+    if (!layout) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        simdjson::ondemand::parser *parser = the_iterator.get();
+        Py_BEGIN_ALLOW_THREADS
+        for (size_t k = 0; k < n; k++)
+            lay_out(parser, base, len + simdjson::SIMDJSON_PADDING, starts[k], ends[k], layout + k * M_FIELDS);
+        Py_END_ALLOW_THREADS
+    }
+    result = PyList_New((Py_ssize_t)n);
+    if (!result) goto done;
+    for (size_t k = 0; k < n; k++) {
+        PyObject *v[4];
+        for (int f = 0; f < 4; f++) {
+            const int64_t c = code[4 * k + f];
+            v[f] = c >= 0 ? PyList_GET_ITEM(values, c) : NULL;
+        }
+        PyObject *entry = spliced(base, starts[k], ends[k], layout + k * M_FIELDS, v);
+        if (!entry) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, (Py_ssize_t)k, entry);
+    }
+done:
+    PyMem_RawFree(layout);
+    PyBuffer_Release(&codes);
+    PyBuffer_Release(&where);
+    PyBuffer_Release(&text);
+    return result;
+}
+
 /* shared_ints(values): a list of the int64s in `values` (a bytes-like object of native int64s) as Python
    ints, a value met again taking the object made for it before (a small cache keyed by the value) instead of
    a new one: a column of few distinct values, such as a trace's threads, becomes a list of a few objects,
@@ -608,6 +850,7 @@ static PyObject *empty(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
     {"spans", spans, METH_O, "Where each entry of a JSON array lies in the text (see the module source)."},
+    {"splice", splice, METH_VARARGS, "Some entries with members set, rewritten where they lie (see the module source)."},
     {"release", release, METH_NOARGS, "Free the calling thread's parser and its buffers."},
     {"in_place", in_place, METH_O, "Whether columns() parses this text where it lies, without copying it."},
     {"empty", empty, METH_O, "A bytearray of n bytes whose contents are not set, for a reader to fill."},
