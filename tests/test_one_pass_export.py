@@ -1,6 +1,6 @@
 """`stepscope analyze --export-tensorboard`: one read of each trace feeds both its analysis and its plugin
-copy's plan (plugin_copy/one_pass.py, through `stepscope.analyze(..., copies=...)`), except a trace the
-export reads in two halves at once. The oracle is the two reads the command made before: the analysis' own parse
+copy's plan (plugin_copy/one_pass.py, through `stepscope.analyze(..., copies=...)`); a trace the export
+reads in two halves at once is read so for both. The oracle is the two reads the command made before: the analysis' own parse
 (`parse_trace_file`) and the copy's own plan (`plan_edits`), whose report and files must come out the same."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from stepscope.plugin_copy import export as export_module
 from stepscope.plugin_copy.export import export_tensorboard
 from stepscope.report import engine
 from stepscope.trace import workers as policy
+from stepscope.trace.workers import Workers
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = ["nccl_ddp", "holdout/vit_tiny_bs256"]  # two ranks; a memory trace
@@ -50,28 +51,62 @@ def test_the_export_writes_the_copies_the_analysis_read_planned(run, tmp_path, m
     assert {k: v for k, v in mine.items() if k not in marker} == {k: v for k, v in theirs.items() if k not in marker}
 
 
-def test_a_trace_read_in_halves_is_read_for_each_apart(tmp_path, monkeypatch, capsys):
-    """A trace the export reads and writes in two halves at once (large, and helpers allowed) is parsed by
-    the analysis in its ranges and planned by the copy in its halves, as measured cheaper than one pass:
-    the same files as the one pass of a small trace's."""
+def _halves_used(monkeypatch) -> list:
+    """The reads in halves that feed both (one_pass.read_in_halves), as they return."""
+    from stepscope.plugin_copy import one_pass
+
+    got = []
+    real = one_pass.read_in_halves
+
+    def spy(*a, **k):
+        got.append(real(*a, **k))
+        return got[-1]
+
+    monkeypatch.setattr(one_pass, "read_in_halves", spy)
+    return got
+
+
+@pytest.mark.parametrize("run", ["eager_bs32", "holdout/vit_tiny_bs256"])  # one trace each: read here
+def test_a_trace_read_in_halves_is_read_once_for_both_in_its_halves(run, tmp_path, monkeypatch, capsys):
+    """A trace the export reads and writes in two halves at once (large, and helpers allowed) is read once:
+    the analysis' two byte ranges, whose pieces the copy's plan reads too, in this process and in the
+    helper. No other read plans or parses it; the copy is written in the ranges read; the files and the
+    report are those of the two reads apart (the oracle, made first)."""
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)  # these small traces count as large
-    planned = []
-    real = export_module.plan_edits
-
-    def counted(path, workers=None):
-        planned.append(Path(path))
-        return real(path, workers)
-
-    monkeypatch.setattr(export_module, "plan_edits", counted)
+    want = tmp_path / "want"
+    export_tensorboard(DATA / run, want, workers=Workers.local())  # the copy's own plan, in halves
+    report = stepscope.analyze(DATA / run).to_dict()
+    halves = _halves_used(monkeypatch)
+    monkeypatch.setattr(export_module, "plan_edits", _refuse)
+    monkeypatch.setattr(engine, "parse_path", _refuse)
     got = tmp_path / "got"
-    assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(got)]) == 0
-    capsys.readouterr()
-    assert planned == list((DATA / "eager_bs32").glob("*.pt.trace.json.gz"))
-    monkeypatch.setattr(policy, "SPLIT_FROM", 64 << 20)
+    assert analyze_main([str(DATA / run), "--json", "--export-tensorboard", str(got)]) == 0
+    assert __import__("json").loads(capsys.readouterr().out) == report
+    assert halves and all(b.parsed is not None and len(b.plan.ranges) == 2 for b in halves)
+    mine, theirs = _files(got), _files(want)
+    marker = {k for k in mine if k.endswith(".stepscope-export")}
+    assert mine.keys() == theirs.keys() and len(mine) > len(marker)
+    assert {k: v for k, v in mine.items() if k not in marker} == {k: v for k, v in theirs.items() if k not in marker}
+
+
+def test_a_read_in_halves_that_fails_leaves_each_its_own_read(tmp_path, monkeypatch, capsys):
+    """Where the halves read for both fails (here: the copy's side dies in the helper), the analysis parses
+    the trace itself and the copy plans it itself: the same report and files."""
+    from stepscope.plugin_copy import one_pass
+
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     want = tmp_path / "want"
     assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(want)]) == 0
-    assert len(planned) == 1  # the one pass planned it this time
-    assert _files(got).keys() == _files(want).keys()
+    report = capsys.readouterr().out
+
+    def dies(self, events):
+        raise RuntimeError("the helper's side died")
+
+    monkeypatch.setattr(one_pass.PlanSide, "piece", dies)
+    halves = _halves_used(monkeypatch)
+    got = tmp_path / "got"
+    assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(got)]) == 0
+    assert capsys.readouterr().out == report and halves == [None]
     assert [v for k, v in sorted(_files(got).items()) if not k.endswith("export")] == \
         [v for k, v in sorted(_files(want).items()) if not k.endswith("export")]
 

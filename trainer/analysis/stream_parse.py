@@ -84,7 +84,7 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
     path = Path(path)
     where = f"{worker}.{span}"
     bound = limit if limit is not None else read_limit() if path.name.endswith(".gz") else None
-    ranged = _in_ranges(path, parts, block, bound) if parts > 1 else None
+    ranged = in_ranges(path, parts, block, bound) if parts > 1 else None
     if ranged is not None:
         return parsed_trace(path, where, worker, span, *ranged)
     c = Collector(where)
@@ -114,18 +114,19 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
     return parsed_trace(path, where, worker, span, c, header)
 
 
-def _in_ranges(path: Path, parts: int, block: int, bound: int | None) -> tuple[Collector, dict] | None:
+def in_ranges(path: Path, parts: int, block: int, bound: int | None, side=None) -> tuple[Collector, dict] | None:
     """The file's events collected in ``parts`` byte ranges at once (stream_ranges.py) and its header keys;
     None when it is not cut (too small; a .gz whose JSON may pass ``bound``, or that cannot be read from the
     middle) or cannot be (RANGE_FAILURES, met while cutting it or reading a range: the one-process parse
-    then says what is wrong, or parses what the ranges could not). Any other exception is raised."""
+    then says what is wrong, or parses what the ranges could not). Any other exception is raised. ``side``:
+    another reader of the same pieces (stream_ranges.collect_ranges)."""
     try:
         if bound is not None and json_size(path) > bound:
             return None
         weight = FIRST_RANGE_WEIGHT_GZ if path.name.endswith(".gz") else FIRST_RANGE_WEIGHT
         near = split_near(path, parts, decode, weight)
         base = first_base(path) if near else None
-        return collect_ranges(path, near, base, block) if base is not None else None
+        return collect_ranges(path, near, base, block, side) if base is not None else None
     except RANGE_FAILURES:  # a bad event, an unreadable range or .gz, a helper that could not start or died
         return None
 

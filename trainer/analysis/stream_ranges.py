@@ -63,13 +63,18 @@ def first_base(path: Path, block: int = BASE_BLOCK) -> float | None:
     return None
 
 
-def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take, near: Near) -> dict:
+def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take, near: Near,
+                  side=None) -> dict:
     """``take(events)`` for each decoded piece of one byte range, in order; returns the range's header keys.
     Raises what reading or collecting them raises: the caller then parses the file in one process, which
-    says where the trouble is (an event's index in the whole file is not known here)."""
-    with TraceStream(path, block, span=byte_range, lenient=from_objects, near=near) as ts:
-        for events in ts.decode_events(read):
+    says where the trouble is (an event's index in the whole file is not known here). ``side``:
+    ``collect_ranges``'."""
+    decode, lenient = (read, from_objects) if side is None else (side.decode, side.lenient)
+    with TraceStream(path, block, span=byte_range, lenient=lenient, near=near) as ts:
+        for events in ts.decode_events(decode):
             take(events)
+        if side is not None:
+            side.first_done(ts)
         return ts.header
 
 
@@ -135,44 +140,62 @@ def decode_into(c: Collector, part: dict) -> None:
 
 
 def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int,
-                    near: Near) -> Iterator[dict]:
+                    near: Near, side=None) -> Iterator:
     """The events of one byte range as a helper sends them: each decoded piece's events collected apart (with
-    the file's base), encoded and yielded at once; then the range's header keys, as a piece without events."""
-    with gc_paused(), TraceStream(path, block, span=byte_range, lenient=from_objects, near=near) as ts:
-        for events in ts.decode_events(read):
+    the file's base), encoded and yielded at once; then the range's header keys, as a piece without events.
+    With a ``side`` (``collect_ranges``), each is yielded as a pair: (that, what ``side`` made of it)."""
+    decode, lenient = (read, from_objects) if side is None else (side.decode, side.lenient)
+    with gc_paused(), TraceStream(path, block, span=byte_range, lenient=lenient, near=near) as ts:
+        for events in ts.decode_events(decode):
             piece = _collector(base)
             part = stream_columns.encoded(piece, events) if type(events) is Columns else None
             if part is None:  # msgspec's events, or columns that must be collected event by event
                 piece.add(events)
                 part = encode(piece)
-            yield part
+            yield part if side is None else (part, side.piece(events))
         tail = _collector(base)
         tail.header = ts.header
-    yield encode(tail)  # no events: the range's header keys
+        end = None if side is None else side.range_end(ts)
+    yield encode(tail) if side is None else (encode(tail), end)  # no events: the range's header keys
 
 
-def collect_ranges(path: Path, near: Near, base: float, block: int) -> tuple[Collector, dict]:
+def collect_ranges(path: Path, near: Near, base: float, block: int, side=None) -> tuple[Collector, dict]:
     """The events of ``near``'s ranges (jsonstream.split_near: each range's reader finds its ends) in file
     order, and the file's header keys. The caller's worker policy granted the helper processes (``parts`` >
     1, trace/workers.py). Each helper sends its pieces as it goes; this process rebuilds them between pieces
     of its own range, each helper's range in a collector of its own, which follow this process's range at the
-    end."""
+    end.
+
+    ``side``: another reader of the same pieces, so that one read serves both (plugin_copy/one_pass.PlanSide:
+    the plugin copy's planning columns). Its ``decode`` and ``lenient`` decode the pieces for both (what they
+    give, Collector.add takes); this process hands it each piece of its own range (``side.add(events)``) and
+    the range's stream at its end (``side.first_done(stream)``); a helper sends ``side.piece(events)`` with
+    each piece and ``side.range_end(stream)`` with its range's header keys, which this process hands on as
+    ``side.add_later(k, ...)``, k the range's index."""
     ranges = near.ranges
-    jobs = [(path, r, base, block, near) for r in ranges[1:]]
+    jobs = [(path, r, base, block, near, side) for r in ranges[1:]]
     with sending(_encoded_pieces, jobs) as inboxes:
         c = _collector(base)
         later = [_collector(base, c.name_table) for _ in inboxes]  # their names coded in this one's table
 
+        def receive(k: int, d: Collector, part) -> None:
+            if side is not None:
+                part, extra = part
+                side.add_later(k, extra)
+            decode_into(d, part)
+
         def take(events) -> None:
             c.add(events)
-            for inbox, d in zip(inboxes, later):
+            if side is not None:
+                side.add(events)
+            for k, (inbox, d) in enumerate(zip(inboxes, later), 1):
                 for part in inbox.take():
-                    decode_into(d, part)
+                    receive(k, d, part)
 
-        c.header = _stream_range(path, ranges[0], block, take, near)
-        for inbox, d in zip(inboxes, later):
+        c.header = _stream_range(path, ranges[0], block, take, near, side)
+        for k, (inbox, d) in enumerate(zip(inboxes, later), 1):
             for part in inbox.rest():
-                decode_into(d, part)
+                receive(k, d, part)
     for d in later:
         c.extend(d)
     return c, c.header

@@ -122,6 +122,12 @@ def _read_halves(path: Path, near: Near) -> Columns | None:
         c = _read_range(path, near.ranges[0], near, take)
         for part in inbox.rest():
             _append(later, part)
+    return joined(c, later)
+
+
+def joined(c: Columns, later: Columns) -> Columns | None:
+    """The columns of a file read in two byte ranges: ``c``, the first's, with ``later``, the second's,
+    appended, and ``ranges`` set as the readers found them; None where the ranges do not meet (a defect)."""
     first_of_rest = c.count
     _append(c, later)
     if c.span[1] != later.span[0]:  # the same event found by both: always, unless a defect

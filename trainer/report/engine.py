@@ -182,15 +182,16 @@ def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = 
 
 
 def _read_both(path: Path, worker: str, span: str, parts: int):
-    """The copy's plan and the analysis' parse from one read (one_pass.read_both), for a file the export reads
-    in one range; None for one it reads in halves at once (``Workers.halves``: there the two reads, each in
-    two processes, took less time and far less memory than one pass, BENCHMARKS.md), and where the one read
-    fails: the analysis' own read then says why, and the copy plans the file itself."""
-    if Workers.local(parts).halves(path):
-        return None
-    from stepscope.plugin_copy.one_pass import read_both  # only a caller that writes copies needs it
+    """The copy's plan and the analysis' parse from one read: one_pass.read_in_halves for a file the export
+    reads in halves (``Workers.halves``: the analysis' two byte ranges, the second by a helper), else
+    one_pass.read_both (one process). None where that read fails: the analysis' own read then says why,
+    and the copy plans the file itself."""
+    from stepscope.plugin_copy.one_pass import read_both, read_in_halves  # only a caller that writes copies
 
     try:
+        workers = Workers.local(max(parts, 2))
+        if Workers.local(parts).halves(path):
+            return read_in_halves(path, worker, span, workers)
         return read_both(path, worker, span)
     except Exception:  # the analysis' read of the same file names what is wrong, in its words
         return None
