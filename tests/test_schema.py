@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import stepscope
 from few_by_default import few_by_default
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stepscope.analysis.report import parse_path
 from stepscope.analysis.stream_parse import parse_trace_file
 from stepscope.capture.cycle_worker import CycleTrace, CycleWorker, analyze_cycle
@@ -191,6 +193,33 @@ def test_the_copy_reads_columns_as_it_reads_events():
                 {"ph": "X", "args": {"correlation": [1]}}):
         from stepscope.plugin_copy.plan_columns import Columns
         assert read_column_piece(Columns(), reader.read(json.dumps(ODD + [odd]).encode()), {}, {}) is False, odd
+
+
+_thread_part = st.none() | st.integers(-3, 3) | st.sampled_from(["s", "stream 7", "0"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["X", "i"]), _thread_part, _thread_part, st.booleans(), st.booleans(),
+                          st.integers(1, 4)), max_size=12))
+def test_the_copys_threads_and_names_read_as_columns_are_the_events_own(runs):
+    """Runs of events on threads of any kind (integers, strings, null, missing pid or tid) and with any name
+    read from columns as from events: the same columns, equal threads one shared tuple, names in order of
+    first appearance."""
+    from stepscope.plugin_copy.plan_columns import _decode, read_column_piece, read_events
+    if not fastread.available():
+        pytest.skip(fastread.why_not())
+    events = []
+    for ph, pid, tid, has_pid, named, n in runs:
+        e = {"ph": ph, "ts": 1, "dur": 1, **({"pid": pid} if has_pid else {}), "tid": tid}
+        if named:
+            e["name"] = f"op{n % 3}" if pid != 0 else None
+        events += [e] * n
+    text = json.dumps(events).encode()
+    reader = fastread.ColumnReader(schema.Event)
+    by_events = _columns_of(lambda c, t, cats, th: read_events(c, _decode(t), cats, th), text)
+    by_columns = _columns_of(lambda c, t, cats, th: read_column_piece(c, reader.read(t), cats, th), text)
+    assert _as_lists(by_columns) == _as_lists(by_events)
+    assert len({id(t) for t in by_columns.thread}) == len(set(by_columns.thread))
 
 
 def test_the_copy_reads_real_traces_as_columns(monkeypatch):

@@ -33,6 +33,7 @@ from stepscope.trace.fastread import (
     T_STR,
     T_TRUE,
     ColumnReader,
+    as_objects,
     releasing,
 )
 from stepscope.trace.fastread import Columns as FastColumns
@@ -272,6 +273,23 @@ def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         c.has_stack.append(a.call_stack is not UNSET)
 
 
+def _threads(cols: FastColumns, rows: np.ndarray, threads: dict) -> list[tuple]:
+    """The (pid, tid) of each of ``rows`` (integers, strings, null, or missing: pid 0, tid None), equal
+    pairs one shared tuple (``threads`` holds them): made once per run of rows on one thread (events come in
+    such runs), from the run's first row."""
+    if not len(rows):
+        return []
+    same = np.ones(max(len(rows) - 1, 0), dtype=bool)
+    for key in ("pid", "tid"):
+        t = cols.type(key)[rows]
+        v = np.where((t == T_INT) | (t == T_STR), cols.int(key)[rows], 0)
+        same &= (t[1:] == t[:-1]) & (v[1:] == v[:-1])
+    run = np.concatenate(([0], np.cumsum(~same)))  # each row's run
+    held = rows[np.flatnonzero(np.concatenate(([True], ~same)))]
+    shared = [threads.setdefault(t, t) for t in zip(cols.values("pid", held, 0), cols.values("tid", held))]
+    return as_objects(shared)[run].tolist()
+
+
 _EXACT = 2**53  # integers up to this are exact as float64; past it, the per-event rules convert them
 
 
@@ -296,10 +314,13 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     if not (np.all(np.isin(ts_t[rows], num)) and np.all(np.isin(dur_t[rows], num))):
         return False
     values = {}  # lists, and the External ids as arrays (picked between below)
-    for f, default, read in (("pid", 0, cols.values), ("tid", None, cols.values), ("correlation", None, cols.values),
-                             ("ext_lower", UNSET, cols.objects), ("ext_upper", UNSET, cols.objects)):
+    for f, default, read in (("correlation", None, cols.values), ("ext_lower", UNSET, cols.objects),
+                             ("ext_upper", UNSET, cols.objects)):
         values[f] = read(f, rows, default)
         if values[f] is None:  # a type the per-event rules convert
+            return False
+    for f in ("pid", "tid"):  # read per distinct thread (_threads)
+        if not np.all(np.isin(cols.type(f)[rows], (T_INT, T_STR, T_NULL, T_MISSING))):
             return False
     # every entry: its numeric ts (else NaN), whether it names a step, whether it has a name
     first = c.count
@@ -326,15 +347,20 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     c.cat_id.frombytes(cat_ids[cat_code].tobytes())
     names = c.names
     nt = name_t[rows]
-    code = np.where(nt == T_STR, name_id[rows], np.where(nt == T_MISSING, -1, -2)).tolist()  # -1: "", -2: null
-    ids = {k: names.setdefault(strings[k] if k >= 0 else "" if k == -1 else "None", len(names))
-           for k in dict.fromkeys(code)}  # in order of first appearance, as one setdefault per event gives them
-    c.name_id.extend(map(ids.__getitem__, code))
+    code = np.where(nt == T_STR, name_id[rows], np.where(nt == T_MISSING, -1, -2)) + 2  # 1: "", 0: null
+    # each code's id, given in order of first appearance, as one setdefault per event gives them
+    first_row = np.full(len(strings) + 2, len(code), dtype=np.int64)
+    np.minimum.at(first_row, code, np.arange(len(code)))
+    met = np.flatnonzero(first_row < len(code))
+    ids = np.zeros(len(strings) + 2, dtype=np.int64)
+    for k in met[np.argsort(first_row[met])].tolist():
+        ids[k] = names.setdefault(strings[k - 2] if k >= 2 else "" if k == 1 else "None", len(names))
+    c.name_id.frombytes(ids[code].tobytes())
     start = np.where(timed[rows], ts[rows], 0.0)
     dur = cols.real("dur")[rows]
     dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
     c.index.frombytes((rows + first).astype(np.int64).tobytes())
-    c.thread += [threads.setdefault(t, t) for t in zip(values["pid"], values["tid"])]
+    c.thread += _threads(cols, rows, threads)
     c.start.frombytes(start.tobytes())
     c.end.frombytes((start + dur).tobytes())
     c.corr += values["correlation"]
