@@ -66,12 +66,17 @@ def _halves_used(monkeypatch) -> list:
     return got
 
 
+@pytest.mark.parametrize("reader", ["compiled", "msgspec"])
 @pytest.mark.parametrize("run", ["eager_bs32", "holdout/vit_tiny_bs256"])  # one trace each: read here
-def test_a_trace_read_in_halves_is_read_once_for_both_in_its_halves(run, tmp_path, monkeypatch, capsys):
+def test_a_trace_read_in_halves_is_read_once_for_both_in_its_halves(run, reader, tmp_path, monkeypatch, capsys):
     """A trace the export reads and writes in two halves at once (large, and helpers allowed) is read once:
     the analysis' two byte ranges, whose pieces the copy's plan reads too, in this process and in the
     helper. No other read plans or parses it; the copy is written in the ranges read; the files and the
-    report are those of the two reads apart (the oracle, made first)."""
+    report are those of the two reads apart (the oracle, made first), through either reader."""
+    from stepscope.trace import fastread
+
+    if reader == "msgspec":
+        monkeypatch.setenv(fastread.PURE_ENV, "1")
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)  # these small traces count as large
     want = tmp_path / "want"
     export_tensorboard(DATA / run, want, workers=Workers.local())  # the copy's own plan, in halves

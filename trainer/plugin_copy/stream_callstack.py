@@ -43,19 +43,20 @@ def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_of: list[str], 
     frames_by_thread: dict = defaultdict(list)
     ops_by_thread: dict = defaultdict(list)
     real: dict[str, bool] = {}
+    # each thread's frames by start, the outer first on ties (then in row order), and its operators by
+    # start (then row): sorted once here, so that each thread's lists are made in order
     rows = np.flatnonzero(is_frame & (start < until) & (stop >= since))
+    rows = rows[np.lexsort((-stop[rows], start[rows]))]
     for k, a, b in zip(rows.tolist(), start[rows].tolist(), stop[rows].tolist()):
         frames_by_thread[thread[k]].append((a, b, name_of[k]))
     rows = np.flatnonzero(is_op & (start >= since) & (start < until))
+    rows = rows[np.argsort(start[rows], kind="stable")]
     for k, a in zip(rows.tolist(), start[rows].tolist()):
         ops_by_thread[thread[k]].append((a, k))
     for key, ops in ops_by_thread.items():
         frames = frames_by_thread.get(key)
-        if not frames:
-            continue
-        frames.sort(key=lambda f: (f[0], -f[1]))
-        ops.sort()
-        _thread_stacks(frames, ops, has_stack, real, out)
+        if frames:
+            _thread_stacks(frames, ops, has_stack, real, out)
     return out
 
 
