@@ -97,7 +97,7 @@ def test_a_trace_read_in_halves_is_read_once_for_both_in_its_halves(run, reader,
 def test_a_read_in_halves_that_fails_leaves_each_its_own_read(tmp_path, monkeypatch, capsys):
     """Where the halves read for both fails (here: the copy's side dies in the helper), the analysis parses
     the trace itself and the copy plans it itself: the same report and files."""
-    from stepscope.plugin_copy import one_pass
+    from stepscope.plugin_copy import plan_columns
 
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     want = tmp_path / "want"
@@ -107,7 +107,7 @@ def test_a_read_in_halves_that_fails_leaves_each_its_own_read(tmp_path, monkeypa
     def dies(self, events):
         raise RuntimeError("the helper's side died")
 
-    monkeypatch.setattr(one_pass.PlanSide, "piece", dies)
+    monkeypatch.setattr(plan_columns.RangeReader, "piece", dies)
     halves = _halves_used(monkeypatch)
     got = tmp_path / "got"
     assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(got)]) == 0

@@ -13,7 +13,7 @@ The copy is then written by stream_write.py's pass, which copies unchanged event
 
 A large file that the worker policy reads in two byte ranges at once (``read_in_halves``) is read so for
 both as well: the analysis' ranges (stream_ranges.collect_ranges) hand each piece to the copy's planning
-columns too (``PlanSide``), in this process and in the helper that reads the second range.
+columns too (plan_columns.RangeReader), in this process and in the helper that reads the second range.
 
 ``both.parsed`` is None where the analysis has something to say about the file (an event or a header it
 refuses, no steps, a field that is no number): ``analysis.report.parse_path`` on the file then says it in
@@ -30,7 +30,7 @@ from pathlib import Path
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.stream_collect import Collector
 from stepscope.analysis.stream_parse import in_ranges, parsed_trace
-from stepscope.plugin_copy.plan_columns import Columns, _append, add_piece, from_objects, joined, read_piece
+from stepscope.plugin_copy.plan_columns import Columns, RangeReader, add_piece, from_objects, read_piece
 from stepscope.plugin_copy.stream_plan import EditPlan, plan_of
 from stepscope.trace import schema
 from stepscope.trace.bounded_read import read_limit
@@ -101,55 +101,16 @@ def _collect(collector: Collector, pending: list[list], events: list) -> None:
         collector.add(events)
 
 
-class PlanSide:
-    """The copy's planning columns, read from the pieces of the analysis' byte ranges (the ``side`` of
-    stream_ranges.collect_ranges): this process's range into ``first``, the helper's pieces into ``later``
-    as they come."""
-
-    decode = staticmethod(_read)
-    lenient = staticmethod(from_objects)
-
-    def __init__(self) -> None:
-        self.first = Columns()
-        self.later: dict[int, Columns] = {}
-        self._cats: dict = {}
-        self._threads: dict = {}
-
-    def add(self, events) -> None:
-        add_piece(self.first, events, self._cats, self._threads)
-
-    def first_done(self, stream: TraceStream) -> None:
-        self.first.header, self.first.span = stream.header, (stream.start, stream.end)
-
-    def piece(self, events) -> Columns:
-        """In the helper: one piece's columns on their own (entries counted from 0)."""
-        c = Columns()
-        add_piece(c, events, self._cats, self._threads)
-        return c
-
-    def range_end(self, stream: TraceStream) -> Columns:
-        """In the helper: its range's header keys and span, as columns without entries."""
-        return Columns(header=stream.header, span=(stream.start, stream.end))
-
-    def add_later(self, k: int, c: Columns) -> None:
-        _append(self.later.setdefault(k, Columns()), c)
-
-    def columns(self) -> Columns | None:
-        """The file's columns, both ranges joined (plan_columns.joined); None unless exactly two were read."""
-        if list(self.later) != [1]:
-            return None
-        return joined(self.first, self.later.pop(1))
-
-
 @releasing
 @gc_paused()
 def read_in_halves(path: Path, worker: str, span: str, workers: Workers) -> Both | None:
     """``read_both`` of a file read in two byte ranges at once, the second by a forked helper (``workers``
-    allows it): the analysis' ranges, whose pieces the copy's planning columns read too (``PlanSide``).
+    allows it): the analysis' ranges, whose pieces the copy's planning columns read too
+    (plan_columns.RangeReader).
     None where the ranges are not read so (too small, or what stream_parse.in_ranges falls back on):
     the analysis and the copy's plan then read the file each, and say what is wrong."""
     path = Path(path)
-    side = PlanSide()
+    side = RangeReader(_read)  # the msgspec fallback's events whole: the analysis reads them too
     got = in_ranges(path, 2, BLOCK, read_limit() if path.name.endswith(".gz") else None, side)
     c = side.columns() if got is not None else None
     if c is None:

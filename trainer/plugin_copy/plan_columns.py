@@ -110,61 +110,95 @@ def read_columns(path: Path, workers: Workers | None = None) -> Columns:
     return _read_range(path, None)
 
 
+class RangeReader:
+    """The columns of a file read in byte ranges, piece by piece: this process's range into ``first``
+    (``add`` each piece, then ``first_done``), a helper's pieces each made apart there (``piece``, then
+    ``range_end``) and appended here to its range's columns (``add_later``); ``columns()`` joins two ranges.
+    The export's own read in halves uses it, and so does the analysis' (the ``side`` of
+    stream_ranges.collect_ranges, one_pass.py), with ``decode``: how a piece is read (``read_piece``, or a
+    reader whose msgspec fallback gives whole events, which the analysis reads too)."""
+
+    lenient = staticmethod(from_objects)
+
+    def __init__(self, decode=None) -> None:
+        self.decode = decode or read_piece
+        self.first = Columns()
+        self.later: dict[int, Columns] = {}
+        self._cats: dict[Any, str] = {}
+        self._threads: dict[tuple, tuple] = {}
+
+    def add(self, events) -> None:
+        add_piece(self.first, events, self._cats, self._threads)
+
+    def first_done(self, stream: TraceStream) -> None:
+        self.first.header, self.first.span = stream.header, (stream.start, stream.end)
+
+    def piece(self, events) -> Columns:
+        """In a helper: one piece's columns on their own (entries counted from 0)."""
+        c = Columns()
+        add_piece(c, events, self._cats, self._threads)
+        return c
+
+    def range_end(self, stream: TraceStream) -> Columns:
+        """In a helper: its range's header keys and span, as columns without entries."""
+        return Columns(header=stream.header, span=(stream.start, stream.end))
+
+    def add_later(self, k: int, c: Columns) -> None:
+        append_columns(self.later.setdefault(k, Columns()), c)
+
+    def columns(self) -> Columns | None:
+        """The file's columns, both ranges joined, with ``ranges`` as their readers found them; None unless
+        exactly two ranges were read, or where they do not meet (a defect)."""
+        if list(self.later) != [1]:
+            return None
+        c, later = self.first, self.later.pop(1)
+        first_of_rest = c.count
+        append_columns(c, later)
+        if c.span[1] != later.span[0]:  # the same event found by both: always, unless a defect
+            return None
+        c.ranges = [((0, c.span[1]), 0), ((later.span[0], None), first_of_rest)]
+        return c
+
+    def read(self, path: Path, byte_range: tuple[int, int | None] | None, near: Near | None = None,
+             between=None) -> None:
+        """This process's range (None: the whole file) into ``first``; ``between()`` after each piece."""
+        with TraceStream(path, span=byte_range, lenient=self.lenient, near=near) as stream:
+            for events in stream.decode_events(self.decode):
+                self.add(events)
+                if between is not None:
+                    between()
+            self.first_done(stream)
+
+    def pieces(self, path: Path, byte_range: tuple[int, int | None], near: Near) -> Iterator[Columns]:
+        """In a helper: each piece's columns of its range, then the range's end (``range_end``)."""
+        with gc_paused(), TraceStream(path, span=byte_range, lenient=self.lenient, near=near) as stream:
+            for events in stream.decode_events(self.decode):
+                yield self.piece(events)
+            end = self.range_end(stream)
+        yield end
+
+
 def _read_halves(path: Path, near: Near) -> Columns | None:
     """The columns of ``path`` read in ``near``'s two ranges, the second by a forked helper that sends its
-    columns piece by piece as it goes (joined between this process's own pieces, not all at its end)."""
-    later = Columns()
+    columns piece by piece as it goes (appended between this process's own pieces, not all at its end)."""
+    reader = RangeReader()
 
     def take() -> None:
         for part in inbox.take():
-            _append(later, part)
+            reader.add_later(1, part)
 
-    with sending(_range_pieces, [(path, near.ranges[1], near)]) as (inbox,):
-        c = _read_range(path, near.ranges[0], near, take)
+    with sending(reader.pieces, [(path, near.ranges[1], near)]) as (inbox,):
+        reader.read(path, near.ranges[0], near, take)
         for part in inbox.rest():
-            _append(later, part)
-    return joined(c, later)
+            reader.add_later(1, part)
+    return reader.columns()
 
 
-def joined(c: Columns, later: Columns) -> Columns | None:
-    """The columns of a file read in two byte ranges: ``c``, the first's, with ``later``, the second's,
-    appended, and ``ranges`` set as the readers found them; None where the ranges do not meet (a defect)."""
-    first_of_rest = c.count
-    _append(c, later)
-    if c.span[1] != later.span[0]:  # the same event found by both: always, unless a defect
-        return None
-    c.ranges = [((0, c.span[1]), 0), ((later.span[0], None), first_of_rest)]
-    return c
-
-
-def _range_pieces(path: Path, byte_range: tuple[int, int | None], near: Near) -> Iterator[Columns]:
-    """In the helper: the columns of one byte range, each piece's on its own (entries counted from 0), then
-    the range's header keys and span as columns without entries."""
-    cats: dict[Any, str] = {}
-    threads: dict[tuple, tuple] = {}
-    with gc_paused(), TraceStream(path, span=byte_range, lenient=from_objects, near=near) as stream:
-        for events in stream.decode_events(read_piece):
-            c = Columns()
-            add_piece(c, events, cats, threads)
-            yield c
-        tail = Columns(header=stream.header, span=(stream.start, stream.end))
-    yield tail
-
-
-def _read_range(path: Path, byte_range: tuple[int, int | None] | None, near: Near | None = None,
-                between=None) -> Columns:
-    """The columns of one byte range (None: the whole file); ``between()`` after each piece."""
-    c = Columns()
-    cats: dict[Any, str] = {}
-    threads: dict[tuple, tuple] = {}
-    with TraceStream(path, span=byte_range, lenient=from_objects, near=near) as stream:
-        for events in stream.decode_events(read_piece):
-            add_piece(c, events, cats, threads)
-            if between is not None:
-                between()
-        c.header = stream.header
-        c.span = (stream.start, stream.end)
-    return c
+def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Columns:
+    """The columns of one byte range (None: the whole file)."""
+    reader = RangeReader()
+    reader.read(path, byte_range)
+    return reader.first
 
 
 _COLUMNS = ColumnReader(schema.Event)
@@ -188,7 +222,7 @@ def add_piece(c: Columns, events: list | FastColumns, cats: dict, threads: dict)
     c.count += len(events)
 
 
-def _append(c: Columns, more: Columns) -> None:
+def append_columns(c: Columns, more: Columns) -> None:
     """``more`` (the columns of the entries after ``c``'s) appended to ``c``."""
     shift = c.count
     if more.index:

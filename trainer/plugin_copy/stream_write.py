@@ -81,15 +81,17 @@ class _Values:
         """The indices in ``texts`` of ``edit``'s name, category, External id and call stack (-1: not set)."""
         got = self._by.get(id(edit))
         if got is None or got[0] is not edit:
-            got = self._by[id(edit)] = (edit, tuple(self._add(v) for v in (
-                edit.name, edit.cat, UNSET if edit.external_id is UNSET else (edit.external_id,),
-                edit.call_stack)))
+            got = self._by[id(edit)] = (edit, (
+                self._set(edit.name), self._set(edit.cat),
+                -1 if edit.external_id is UNSET else self._text(edit.external_id),  # None: set to null
+                self._set(edit.call_stack)))
         return got[1]
 
-    def _add(self, value) -> int:
-        if value is None or value is UNSET:
-            return -1
-        self.texts.append(_ENCODE(value[0] if isinstance(value, tuple) else value))
+    def _set(self, value) -> int:
+        return -1 if value is None else self._text(value)
+
+    def _text(self, value) -> int:
+        self.texts.append(_ENCODE(value))
         return len(self.texts) - 1
 
 

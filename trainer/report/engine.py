@@ -189,8 +189,8 @@ def _read_both(path: Path, worker: str, span: str, parts: int):
     from stepscope.plugin_copy.one_pass import read_both, read_in_halves  # only a caller that writes copies
 
     try:
-        workers = Workers.local(max(parts, 2))
-        if Workers.local(parts).halves(path):
+        workers = Workers.local(parts)
+        if workers.halves(path):
             return read_in_halves(path, worker, span, workers)
         return read_both(path, worker, span)
     except Exception:  # the analysis' read of the same file names what is wrong, in its words
