@@ -485,6 +485,32 @@ done:
 }
 
 
+/* the calling thread's On Demand parser, made on first use; NULL (MemoryError set) when out of memory */
+static simdjson::ondemand::parser *thread_iterator(void) {
+    if (!the_iterator) {
+        the_iterator.reset(new (std::nothrow) simdjson::ondemand::parser());
+        if (!the_iterator) PyErr_NoMemory();
+    }
+    return the_iterator.get();
+}
+
+/* where the `len` bytes at `bytes` (a buffer of `obj`) can be read with simdjson's padding after them: where
+   they lie (padded_in_place), else a padded copy made in *copy; -1 (MemoryError set) when out of memory */
+static int padded(PyObject *obj, const char *bytes, size_t len, simdjson::padded_string *copy,
+                  const char **base) {
+    if (padded_in_place(obj, bytes, (Py_ssize_t)len)) {
+        *base = bytes;
+        return 0;
+    }
+    *copy = simdjson::padded_string(bytes, len);
+    if (len && copy->data() == nullptr) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *base = copy->data();
+    return 0;
+}
+
 static inline int is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 /* the entries of the array in `view` into a growing buffer of (start, end) pairs; READ_REFUSED on any
@@ -527,29 +553,16 @@ static PyObject *spans(PyObject *self, PyObject *arg) {
     int outcome = READ_OK;
     simdjson::padded_string copy;
     simdjson::padded_string_view view;
+    simdjson::ondemand::parser *parser;
+    const char *base;
     if (len >= 3 && memcmp(bytes, "\xEF\xBB\xBF", 3) == 0) { /* simdjson skips a byte-order mark */
         result = Py_NewRef(Py_None);
         goto done;
     }
-    if (!the_iterator) {
-        the_iterator.reset(new (std::nothrow) simdjson::ondemand::parser());
-        if (!the_iterator) {
-            PyErr_NoMemory();
-            goto done;
-        }
-    }
-    if (padded_in_place(text.obj, bytes, text.len)) {
-        view = simdjson::padded_string_view(bytes, len, len + simdjson::SIMDJSON_PADDING);
-    } else {
-        copy = simdjson::padded_string(bytes, len);
-        if (len && copy.data() == nullptr) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        view = simdjson::padded_string_view(copy.data(), len, len + simdjson::SIMDJSON_PADDING);
-    }
+    if (!(parser = thread_iterator()) || padded(text.obj, bytes, len, &copy, &base) < 0) goto done;
+    view = simdjson::padded_string_view(base, len, len + simdjson::SIMDJSON_PADDING);
     Py_BEGIN_ALLOW_THREADS
-    outcome = entry_spans(the_iterator.get(), view, view.data(), &pairs, &cap, &n);
+    outcome = entry_spans(parser, view, view.data(), &pairs, &cap, &n);
     Py_END_ALLOW_THREADS
     if (settled(outcome, &result)) goto done;
     {
@@ -728,7 +741,8 @@ static PyObject *splice(PyObject *self, PyObject *args) {
     const Py_ssize_t n_values = PyList_GET_SIZE(values);
     int64_t *layout = NULL;
     simdjson::padded_string copy;
-    const char *base = bytes;
+    simdjson::ondemand::parser *parser;
+    const char *base;
     if (where.len % (Py_ssize_t)(2 * sizeof(int64_t)) || codes.len != (Py_ssize_t)(4 * n * sizeof(int64_t))) {
         PyErr_SetString(PyExc_ValueError, "splice: offsets and codes do not hold n entries");
         goto done;
@@ -746,33 +760,16 @@ static PyObject *splice(PyObject *self, PyObject *args) {
             }
         }
     }
-    if (!the_iterator) {
-        the_iterator.reset(new (std::nothrow) simdjson::ondemand::parser());
-        if (!the_iterator) {
-            PyErr_NoMemory();
-            goto done;
-        }
-    }
-    if (!padded_in_place(text.obj, bytes, text.len)) {
-        copy = simdjson::padded_string(bytes, len);
-        if (len && copy.data() == nullptr) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        base = copy.data();
-    }
+    if (!(parser = thread_iterator()) || padded(text.obj, bytes, len, &copy, &base) < 0) goto done;
     layout = (int64_t *)PyMem_RawMalloc((n ? n : 1) * M_FIELDS * sizeof(int64_t));
     if (!layout) {
         PyErr_NoMemory();
         goto done;
     }
-    {
-        simdjson::ondemand::parser *parser = the_iterator.get();
-        Py_BEGIN_ALLOW_THREADS
-        for (size_t k = 0; k < n; k++)
-            lay_out(parser, base, len + simdjson::SIMDJSON_PADDING, starts[k], ends[k], layout + k * M_FIELDS);
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t k = 0; k < n; k++)
+        lay_out(parser, base, len + simdjson::SIMDJSON_PADDING, starts[k], ends[k], layout + k * M_FIELDS);
+    Py_END_ALLOW_THREADS
     result = PyList_New((Py_ssize_t)n);
     if (!result) goto done;
     for (size_t k = 0; k < n; k++) {
