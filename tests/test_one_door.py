@@ -137,6 +137,30 @@ def test_the_watcher_goes_through_the_door_once_per_run(monkeypatch, tmp_path):
     assert read_report(built.path, discover(built.path).traces)["verdict"] == stepscope.analyze(source).verdict
 
 
+def test_the_watcher_copies_each_trace_from_the_read_that_analysed_it(monkeypatch, tmp_path):
+    """The shadow run's plugin copy is planned by the analysis' own read of each trace (no second read for
+    the plan), and it is the copy that the export plans by itself."""
+    from stepscope.plugin_copy import export as export_module
+    from stepscope.plugin_copy.export import export_file
+    from stepscope.tensorboard.watch import WatchConfig, build_run, signature
+    from stepscope.trace.files import load_trace
+
+    source = _trace_copy(tmp_path)
+    cfg = WatchConfig(source=tmp_path, logdir=tmp_path / "shadow" / "logdir", staging=tmp_path / "shadow" / "st")
+    items = [(f, signature(f.path)) for f in discover(tmp_path).traces]
+    (found, _), = items
+    want, _ = export_file(tmp_path / "want", found.worker, "7", found.path)  # its own plan: the oracle
+
+    def refused(*a, **k):
+        raise AssertionError("a second read of the trace for its copy's plan")
+
+    monkeypatch.setattr(export_module, "plan_edits", refused)
+    built = build_run(cfg, "stranger", source, items)
+    (copy,) = [p for p in built.path.iterdir() if p.name.endswith(".pt.trace.json.gz")
+               or p.name.endswith(".pt.trace.json")]
+    assert load_trace(copy) == load_trace(want)
+
+
 def test_the_tabs_analysis_process_goes_through_the_door(monkeypatch, tmp_path, capsys):
     from stepscope.tensorboard.tab import analyse
 

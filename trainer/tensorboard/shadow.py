@@ -95,19 +95,22 @@ def own_diagnosis(source: Path | None, traces: list[Found]) -> bool:
 
 
 def publish_run(traces: list[tuple[Found, str]], report: Report | dict | None, logdir: Path, staging: Path,
-                base: str, source: Path | None = None, error: str = "") -> tuple[Path, str]:
+                base: str, source: Path | None = None, error: str = "",
+                planned: dict | None = None) -> tuple[Path, str]:
     """Write ``traces`` ((found trace, its span) each) as a new run named after ``base`` (see free_name),
     with ``report``: the Report on them (``stepscope.analyze``), the JSON of the source's own fresh
     report.json (front.read_report; the source then diagnoses itself), or None (``error`` says why there
     is none). Return (its folder, the verdict or the reason there is none). `source`: the folder the
-    traces come from (its run.json and its own diagnosis, see own_diagnosis). Nothing appears in `logdir`
+    traces come from (its run.json and its own diagnosis, see own_diagnosis). ``planned``: trace path -> its
+    copy's plan, made by the read that analysed it (``stepscope.analyze(..., copies=planned)``); a trace
+    missing there is planned as it is copied. Nothing appears in `logdir`
     unless the whole run was written; the run's report.json is written last, so that it is fresh."""
     logdir, staging = Path(logdir), Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=staging))
     try:
         for found, span in traces:
-            export_file(work, found.worker, span, found.path)
+            export_file(work, found.worker, span, found.path, planned=(planned or {}).pop(found.path, None))
         for name in (RUN_RECORD, CYCLES):  # the unprofiled steps' telemetry (telemetry.py), read here and by the tab
             record = source / name if source is not None else None
             if record is not None and record.is_file():

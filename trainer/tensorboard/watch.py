@@ -176,8 +176,9 @@ def _analysed(cfg: WatchConfig, root: Path, items: list[tuple[Found, Signature]]
     found = [f for f, _ in items]
     sig = {f.path: s for f, s in items}
     lines, rejected, error = [], [], ""
+    copies: dict = {}  # each trace's copy planned by the read that analyses it
     try:
-        report = analyze(root, traces=found, keep_going=True, tables=True)
+        report = analyze(root, traces=found, keep_going=True, tables=True, copies=copies)
         skipped = list(report.skipped)
     except NothingAnalysed as e:
         report, skipped = None, list(e.skipped)
@@ -197,21 +198,21 @@ def _analysed(cfg: WatchConfig, root: Path, items: list[tuple[Found, Signature]]
     else:  # no analysis to group them into jobs: each folder as itself
         jobs = [([f for f in usable if f.run == run], None) for run in sorted({f.run for f in usable})]
     runs = [(*where(sorted({f.run for f in job})), job, job_report, error) for job, job_report in jobs]
-    return _publish(cfg, runs, lines, sig, assign_spans(found), rejected, found)
+    return _publish(cfg, runs, lines, sig, assign_spans(found), rejected, found, copies)
 
 
 def _publish(cfg: WatchConfig, runs: list, lines: list[str], sig: dict, spans: dict, rejected: list,
-             found: list[Found]) -> Built:
+             found: list[Found], planned: dict | None = None) -> Built:
     """Publish each (name, source, traces, report, error) of ``runs`` (shadow.py), each trace under its span
     in ``spans``, unless a trace was rewritten while it was read: then nothing, and every trace of ``found``
-    (the batch) is looked at again once stable."""
+    (the batch) is looked at again once stable. ``planned``: the copies' plans made by the analysis' read."""
     every = [f for _, _, job, _, _ in runs for f in job]
     if any(signature(f.path) != sig[f.path] for f in every):
         return Built([], [], [], [f.path for f in found], [])
     paths = []
     for name, source, job, report, error in runs:
         path, verdict = publish_run([(f, spans[f.path]) for f in job], report, cfg.logdir, cfg.staging, name,
-                                    source, error)
+                                    source, error, planned)
         kinds = ", ".join(sorted({f.kind for f in job}))
         n = len(job)
         lines.append(f"+ run {path.relative_to(cfg.logdir)}: {n} trace{'s' if n != 1 else ''} ({kinds}): {verdict}")
