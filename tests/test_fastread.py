@@ -636,6 +636,24 @@ def test_bad_files_get_the_same_line_and_exit_2_through_both_readers(case, tmp_p
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ")
 
 
+@pytest.mark.parametrize("case", BAD)
+def test_bad_files_exported_in_halves_get_the_analysis_line_and_nothing_is_written(case, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """The export's one read for both, in halves at once (every file counts as large here), says of a bad
+    file what the analysis alone says, through either reader, and writes nothing."""
+    from stepscope.trace import workers as policy
+
+    run = tmp_path / "run"
+    run.mkdir()
+    BAD[case](run)
+    alone = _main(run, False, monkeypatch, capsys)
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    for pure_python in (False, True):
+        out = tmp_path / f"out-{pure_python}"
+        code, _, err = _main(run, pure_python, monkeypatch, capsys, "--export-tensorboard", str(out))
+        assert (code, err) == (2, alone[2]) and not out.exists()
+
+
 # Each case starts the command twice; every case's line and exit code are compared in-process above, and the
 # others take this one's path out of the process (slow).
 @pytest.mark.parametrize("case", few_by_default(BAD, keep=["truncated"]))

@@ -116,9 +116,12 @@ def test_a_read_in_halves_that_fails_leaves_each_its_own_read(tmp_path, monkeypa
         [v for k, v in sorted(_files(want).items()) if not k.endswith("export")]
 
 
-def test_a_trace_the_analysis_refuses_is_still_said_in_the_analysis_words(tmp_path, capsys):
-    """The one read leaves no parse where the analysis has something to say: the command's error is the
-    one the analysis' own read gives, and nothing is exported."""
+@pytest.mark.parametrize("halves", [False, True], ids=["one range", "halves"])
+def test_a_trace_the_analysis_refuses_is_still_said_in_the_analysis_words(halves, tmp_path, monkeypatch, capsys):
+    """The one read (in one range, or in halves at once) leaves no parse where the analysis has something to
+    say: the command's error is the one the analysis' own read gives, and nothing is exported."""
+    if halves:
+        monkeypatch.setattr(policy, "SPLIT_FROM", 0)
     run = tmp_path / "run"
     shutil.copytree(DATA / "eager_bs32", run)
     (trace,) = run.glob("*.json.gz")
