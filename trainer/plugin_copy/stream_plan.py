@@ -33,6 +33,7 @@ from stepscope.plugin_copy.rules import (
 )
 from stepscope.plugin_copy.step_guard import HOST_CATEGORIES, Launch, unlink_with
 from stepscope.plugin_copy.stream_callstack import call_stacks_of
+from stepscope.trace.fastread import as_objects
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.vocabulary import DEVICE_CATEGORIES, PYTHON_FUNCTION, STEP_PREFIX
 from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
@@ -155,13 +156,13 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     names = list(c.names)
     start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
     cat = Categories(np.frombuffer(c.cat_id, dtype=np.int64), c.categories)  # c's own ids, changed below
-    name_of = [names[k] for k in c.name_id]
+    name_id = np.frombuffer(c.name_id, dtype=np.int64)
+    name_of = as_objects(names)[name_id].tolist()  # each complete event's name (the objects of ``names``)
 
     for k in np.flatnonzero(cat.among("gpu_user_annotation")):
         if name_of[k].startswith(STEP_PREFIX):
             plan.edit(int(idx[k])).name = DEVICE_STEP_PREFIX + name_of[k]
 
-    name_id = np.frombuffer(c.name_id, dtype=np.int64)
     step_named = np.array([n.startswith(STEP_PREFIX) for n in names], dtype=bool)[name_id]
     step_or_coll = step_named | np.array([n in COLLECTIVES for n in names], dtype=bool)[name_id]
 
