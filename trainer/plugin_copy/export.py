@@ -81,9 +81,9 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     ``workers``: the worker policy (trace/workers.py; default: this process only); where it allows, a large
     trace is planned and written with a forked helper (stream_plan.py). A command's own process may fork, a
     training process must not. ``planned``: (plan, header keys) of ``src`` from the read that also parsed it
-    for the analysis (one_pass.read_both); else the copy plans it here. ``excerpt_done(path)``: called with
-    the excerpt once it is written, before the copy appears (write_adapted_stream: while a helper still
-    writes the copy, where it can)."""
+    for the analysis (one_pass.read_both, read_in_halves); else the copy plans it here.
+    ``excerpt_done(path)``: called with the excerpt once it is written, before the copy appears
+    (write_adapted_stream: while a helper still writes the copy, where it can)."""
     _check_names(worker, span)
     src = Path(src)
     gz = src.name.endswith(".gz") if gz is None else gz
