@@ -1,7 +1,8 @@
 """`stepscope analyze --export-tensorboard`: one read of each trace feeds both its analysis and its plugin
 copy's plan (plugin_copy/one_pass.py, through `stepscope.analyze(..., copies=...)`); a trace the export
-reads in two halves at once is read so for both. The oracle is the two reads the command made before: the analysis' own parse
-(`parse_trace_file`) and the copy's own plan (`plan_edits`), whose report and files must come out the same."""
+reads in two halves at once is read so for both. The oracle is the two reads the command made before: the
+analysis' own parse (`parse_trace_file`) and the copy's own plan (`plan_edits`), whose report and files must
+come out the same."""
 
 from __future__ import annotations
 

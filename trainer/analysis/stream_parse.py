@@ -114,7 +114,8 @@ def parse_trace_file(path: Path, worker: str, span: str, limit: int | None = Non
     return parsed_trace(path, where, worker, span, c, header)
 
 
-def in_ranges(path: Path, parts: int, block: int, bound: int | None, side=None) -> tuple[Collector, dict] | None:
+def in_ranges(path: Path, parts: int, block: int, bound: int | None,
+              side=None) -> tuple[Collector, dict] | None:
     """The file's events collected in ``parts`` byte ranges at once (stream_ranges.py) and its header keys;
     None when it is not cut (too small; a .gz whose JSON may pass ``bound``, or that cannot be read from the
     middle) or cannot be (RANGE_FAILURES, met while cutting it or reading a range: the one-process parse

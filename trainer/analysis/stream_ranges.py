@@ -166,9 +166,9 @@ def collect_ranges(path: Path, near: Near, base: float, block: int, side=None) -
     of its own range, each helper's range in a collector of its own, which follow this process's range at the
     end.
 
-    ``side``: another reader of the same pieces, so that one read serves both (plugin_copy/plan_columns.RangeReader:
-    the plugin copy's planning columns, one_pass.py). Its ``decode`` and ``lenient`` decode the pieces for both (what they
-    give, Collector.add takes); this process hands it each piece of its own range (``side.add(events)``) and
+    ``side``: another reader of the same pieces, so that one read serves both (the plugin copy's planning
+    columns: plugin_copy/plan_columns.RangeReader, one_pass.py). Its ``decode`` and ``lenient`` decode the
+    pieces for both (what they give, Collector.add takes); this process hands it each piece of its own range (``side.add(events)``) and
     the range's stream at its end (``side.first_done(stream)``); a helper sends ``side.piece(events)`` with
     each piece and ``side.range_end(stream)`` with its range's header keys, which this process hands on as
     ``side.add_later(k, ...)``, k the range's index."""

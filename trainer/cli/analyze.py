@@ -39,8 +39,8 @@ temporary folder beside OUT_DIR that is renamed into place only once complete.
 range starts inside) restrict the analysis of every trace to those steps; either side may be left empty.
 The export always copies whole traces, streamed: the original byte for byte under raw/, the plugin copy
 event by event (plugin_copy/stream_plan.py, stream_write.py), from the plan that the analysis' read of the
-trace also made (plugin_copy/one_pass.py: one read feeds both; a trace large enough to be read in two halves at
-once by two processes is read so for both, each process making the plan's columns of its own half).
+trace also made (plugin_copy/one_pass.py: one read feeds both; a trace large enough to be read in two
+halves at once by two processes is read so for both, each process making the plan's columns of its half).
 Traces are parsed streaming, never loaded whole;
 several large traces (ranks) are parsed in parallel processes, as many as the CPUs and ``--max-memory``
 (default: a quarter of RAM) allow. ``--cluster`` runs each trace's parse and report as a task of a Dask

@@ -7,11 +7,11 @@ r"""Write the plugin copy of a trace file by streaming it once more and applying
 Unchanged events are copied as their original bytes (never re-serialised: runs of them are joined as
 they are); entries the plan does not keep are left out. An edited event is rewritten where it lies when its
 edit only sets members (a name, a category, an External id, a call stack: nearly every edit): the compiled
-reader finds where those members are (``fastread.members``), and the new values replace theirs or are
-added at the end of their object, the rest of the event kept as its bytes. Any other edit, or an event
-that cannot be laid out so, is decoded, changed (rules.py) and re-encoded (compact, UTF-8). Both give the
-same JSON value, which ``apply_edit`` on the decoded event defines. A plan read in two byte ranges (plan_columns.py) is
-written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
+reader finds where those members are and sets them (``fastread.splice``): each new value replaces the old
+one or is added at the end of its object, the rest of the event kept as its bytes. Any other edit, or an
+event that cannot be laid out so, is decoded, changed (rules.py) and re-encoded (compact, UTF-8). Both give
+the same JSON value, which ``apply_edit`` on the decoded event defines. A plan read in two byte ranges
+(plan_columns.py) is written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
 own, which this process appends to the copy as it grows once it has written the first (gzipped copies: one
 gzip member each, a valid stream).
 The excerpt for the plugin check (excerpt.py's rule: the events before step N+1 begins and those without a

@@ -583,7 +583,8 @@ done:
 
 /* an entry's layout: whether it was laid out; its closing brace and whether it has no member; the
    [start, end) of the values of its "cat", "name" and "args" (-1, -1 where absent); whether "args" has no
-   member (-1: no args, or args that is no object); the [start, end) of the values of args' "Call stack", "External id" and "external id" */
+   member (-1: no args, or args that is no object); the [start, end) of the values of args' "Call stack",
+   "External id" and "external id" */
 enum {
     M_OK, M_CLOSE, M_EMPTY, M_CAT, M_NAME = M_CAT + 2, M_ARGS = M_NAME + 2, M_ARGS_EMPTY = M_ARGS + 2,
     M_STACK, M_EXT = M_STACK + 2, M_EXT_LOWER = M_EXT + 2, M_FIELDS = M_EXT_LOWER + 2
@@ -847,7 +848,7 @@ static PyObject *empty(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
     {"spans", spans, METH_O, "Where each entry of a JSON array lies in the text (see the module source)."},
-    {"splice", splice, METH_VARARGS, "Some entries with members set, rewritten where they lie (see the module source)."},
+    {"splice", splice, METH_VARARGS, "Some entries with members set where they lie (see the module source)."},
     {"release", release, METH_NOARGS, "Free the calling thread's parser and its buffers."},
     {"in_place", in_place, METH_O, "Whether columns() parses this text where it lies, without copying it."},
     {"empty", empty, METH_O, "A bytearray of n bytes whose contents are not set, for a reader to fill."},
