@@ -70,8 +70,8 @@ def _splices(edit: Edit) -> bool:
 
 
 class _Values:
-    """The JSON texts of the values that edits set, for ``fastread.splice``: made once per edit (edits are
-    shared by thousands of events: a call stack, the runtime category) and held in one list."""
+    """The JSON texts of the values that a piece's edits set, for ``fastread.splice``: made once per edit
+    (edits are shared by thousands of events: a call stack, the runtime category) and held in one list."""
 
     def __init__(self) -> None:
         self.texts: list[bytes] = []
@@ -95,14 +95,15 @@ class _Values:
         return len(self.texts) - 1
 
 
-def _spliced_in_place(text, starts: np.ndarray, ends: np.ndarray, rows: list[int], first: int, edits: dict,
-                      values: _Values) -> dict:
+def _spliced_in_place(text, starts: np.ndarray, ends: np.ndarray, rows: list[int], first: int,
+                      edits: dict) -> dict:
     """Entry j of the piece (among ``rows``, the piece's first entry being entry ``first``) -> its edited
     text, for those whose edit only sets members (``fastread.splice``); the others, and all without the
     compiled reader, are left for ``_edited``."""
     rows = [j for j in rows if (e := edits.get(first + j)) is not None and _splices(e)]
     if not rows:
         return {}
+    values = _Values()
     codes = np.array([values.codes(edits[first + j]) for j in rows], dtype=np.int64).reshape(len(rows), 4)
     got = fastread.splice(text, starts[rows], ends[rows], values.texts, codes)
     return {} if got is None else {j: t for j, t in zip(rows, got) if t is not None}
@@ -403,7 +404,6 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
     was written, the excerpt's events among them). Consecutive entries copied as they are, that the original
     already separates by ``",\n"``, are written as the one stretch of its text that holds them."""
     keep, edits = plan.keep, plan.edits
-    values = _Values()
     excerpt_parts: list = []
     wrote = False
     n = first
@@ -424,7 +424,7 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
             lo, hi = lo[hi > lo], hi[hi > lo]
             lone = np.zeros(m + 1, dtype=bool)
             lone[here] = True
-            done = _spliced_in_place(text, starts, ends, here.tolist(), n, edits, values)
+            done = _spliced_in_place(text, starts, ends, here.tolist(), n, edits)
             parts: list = []  # slices of the piece's text (bytes-like): joined without a copy each
             rewritten: dict[int, bytes] = {}
             for j, is_special, begin, stop in zip(lo.tolist(), lone[lo].tolist(), starts[lo].tolist(),

@@ -732,18 +732,21 @@ static PyObject *spliced(const char *base, int64_t s, int64_t e, const int64_t *
 /* splice(text, offsets, values, codes): see the module comment */
 static PyObject *splice(PyObject *self, PyObject *args) {
     Py_buffer text, where, codes;
-    PyObject *values;
-    if (!PyArg_ParseTuple(args, "y*y*O!y*", &text, &where, &PyList_Type, &values, &codes)) return NULL;
+    PyObject *listed;
+    if (!PyArg_ParseTuple(args, "y*y*O!y*", &text, &where, &PyList_Type, &listed, &codes)) return NULL;
+    /* a tuple of them: the GIL is released while the entries are laid out, and a tuple cannot change */
+    PyObject *values = PyList_AsTuple(listed);
     PyObject *result = NULL;
     const char *bytes = (const char *)text.buf;
     const size_t len = (size_t)text.len;
     const size_t n = (size_t)where.len / (2 * sizeof(int64_t));
     const int64_t *starts = (const int64_t *)where.buf, *ends = starts + n, *code = (const int64_t *)codes.buf;
-    const Py_ssize_t n_values = PyList_GET_SIZE(values);
+    const Py_ssize_t n_values = values ? PyTuple_GET_SIZE(values) : 0;
     int64_t *layout = NULL;
     simdjson::padded_string copy;
     simdjson::ondemand::parser *parser;
     const char *base;
+    if (!values) goto done;
     if (where.len % (Py_ssize_t)(2 * sizeof(int64_t)) || codes.len != (Py_ssize_t)(4 * n * sizeof(int64_t))) {
         PyErr_SetString(PyExc_ValueError, "splice: offsets and codes do not hold n entries");
         goto done;
@@ -755,7 +758,7 @@ static PyObject *splice(PyObject *self, PyObject *args) {
         }
         for (int f = 0; f < 4; f++) {
             const int64_t c = code[4 * k + f];
-            if (c < -1 || c >= n_values || (c >= 0 && !PyBytes_Check(PyList_GET_ITEM(values, c)))) {
+            if (c < -1 || c >= n_values || (c >= 0 && !PyBytes_Check(PyTuple_GET_ITEM(values, c)))) {
                 PyErr_SetString(PyExc_ValueError, "splice: a code that names no bytes in values");
                 goto done;
             }
@@ -777,7 +780,7 @@ static PyObject *splice(PyObject *self, PyObject *args) {
         PyObject *v[4];
         for (int f = 0; f < 4; f++) {
             const int64_t c = code[4 * k + f];
-            v[f] = c >= 0 ? PyList_GET_ITEM(values, c) : NULL;
+            v[f] = c >= 0 ? PyTuple_GET_ITEM(values, c) : NULL;
         }
         PyObject *entry = spliced(base, starts[k], ends[k], layout + k * M_FIELDS, v);
         if (!entry) {
@@ -787,6 +790,7 @@ static PyObject *splice(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(result, (Py_ssize_t)k, entry);
     }
 done:
+    Py_XDECREF(values);
     PyMem_RawFree(layout);
     PyBuffer_Release(&codes);
     PyBuffer_Release(&where);
