@@ -232,7 +232,40 @@ def _as_list(c) -> list:
     return c.tolist() if isinstance(c, np.ndarray) else list(c)
 
 
-class HostEvents:
+class _EventColumns:
+    """What HostEvents and DeviceEvents share as a sequence of their event tuples: ``len``, a slice as
+    ``take``, equality with a tuple or list of tuples (and with another of its kind by ``_same``, column by
+    column), a hash of the tuples. A subclass holds ``names`` and defines ``take``, ``_row(i)`` (row i's
+    tuple), ``_same(other)`` and ``__iter__``."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _rows(rows) -> np.ndarray:
+        """``rows`` (indices or a boolean mask over the events) as int64 indices."""
+        rows = np.asarray(rows)
+        return np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(range(len(self))[i])
+        return self._row(i)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, type(self)):
+            return self._same(other)
+        if isinstance(other, (tuple, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+
+class HostEvents(_EventColumns):
     """Host events as columns: their names (a list of str), threads (a list), start and end (float64 arrays,
     read-only) and correlation ids (a list; None: every one None). What the streamed parse makes of a trace's
     ops and runtime calls (over a million in a large trace: no tuple per event, and the analysis reads the
@@ -265,8 +298,7 @@ class HostEvents:
 
     def take(self, rows) -> HostEvents:
         """The events at ``rows`` (indices or a boolean mask over the events), in their order."""
-        rows = np.asarray(rows)
-        rows = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64)
+        rows = self._rows(rows)
         listed = rows.tolist()
         pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
         return HostEvents(pick(self.names), pick(self.tids), self.start[rows], self.end[rows],
@@ -282,31 +314,19 @@ class HostEvents:
                         zip(map(self.names.__getitem__, listed), map(self.tids.__getitem__, listed),
                             self.start[rows].tolist(), self.end[rows].tolist(), corr)))
 
-    def __len__(self) -> int:
-        return len(self.names)
-
     def __iter__(self):
         corr = repeat(None) if self.correlation is None else self.correlation
         return map(tuple.__new__, repeat(HostEvent),
                    zip(self.names, self.tids, self.start.tolist(), self.end.tolist(), corr))
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return self.take(range(len(self))[i])
+    def _row(self, i) -> HostEvent:
         return HostEvent(self.names[i], self.tids[i], float(self.start[i]), float(self.end[i]),
                          None if self.correlation is None else self.correlation[i])
 
-    def __eq__(self, other) -> bool:
-        if isinstance(other, HostEvents):
-            return (self.names == other.names and self.tids == other.tids
-                    and self.start.tolist() == other.start.tolist() and self.end.tolist() == other.end.tolist()
-                    and (self.correlation or [None] * len(self)) == (other.correlation or [None] * len(other)))
-        if isinstance(other, (tuple, list)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
+    def _same(self, other: HostEvents) -> bool:
+        return (self.names == other.names and self.tids == other.tids
+                and self.start.tolist() == other.start.tolist() and self.end.tolist() == other.end.tolist()
+                and (self.correlation or [None] * len(self)) == (other.correlation or [None] * len(other)))
 
     def __reduce__(self):
         return HostEvents, (self.names, self.tids, self.start, self.end, self.correlation, self.codes,
@@ -316,7 +336,7 @@ class HostEvents:
         return f"HostEvents({len(self)} events)"
 
 
-class DeviceEvents:
+class DeviceEvents(_EventColumns):
     """Device activity as columns: names, kinds, devices, streams (lists), start and end (float64 arrays,
     read-only) and correlation ids (a list, None where an activity has none). What the streamed parse makes of
     a trace's kernels, memcpys and memsets (hundreds of thousands in a large trace: no tuple per activity;
@@ -348,8 +368,7 @@ class DeviceEvents:
 
     def take(self, rows) -> DeviceEvents:
         """The activities at ``rows`` (indices or a boolean mask over them), in that order."""
-        rows = np.asarray(rows)
-        rows = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64)
+        rows = self._rows(rows)
         listed = rows.tolist()
         pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
         return DeviceEvents(pick(self.names), pick(self.kinds), pick(self.devices), pick(self.streams),
@@ -371,30 +390,18 @@ class DeviceEvents:
             return self
         return self.take(order)
 
-    def __len__(self) -> int:
-        return len(self.names)
-
     def __iter__(self):
         return map(tuple.__new__, repeat(DeviceEvent),
                    zip(self.names, self.kinds, self.devices, self.streams, self.start.tolist(),
                        self.end.tolist(), self.correlation))
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return self.take(range(len(self))[i])
+    def _row(self, i) -> DeviceEvent:
         return DeviceEvent(self.names[i], self.kinds[i], self.devices[i], self.streams[i],
                            float(self.start[i]), float(self.end[i]), self.correlation[i])
 
-    def __eq__(self, other) -> bool:
-        if isinstance(other, DeviceEvents):
-            listed = lambda c: c.tolist() if isinstance(c, np.ndarray) else c  # noqa: E731
-            return all(listed(a) == listed(b) for a, b in zip(self._columns(), other._columns()))
-        if isinstance(other, (tuple, list)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
+    def _same(self, other: DeviceEvents) -> bool:
+        listed = lambda c: c.tolist() if isinstance(c, np.ndarray) else c  # noqa: E731
+        return all(listed(a) == listed(b) for a, b in zip(self._columns(), other._columns()))
 
     def __reduce__(self):
         return DeviceEvents, self._columns()
