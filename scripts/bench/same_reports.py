@@ -6,7 +6,11 @@
     python scripts/same_reports.py /tmp/before big/replica --no-export
 
 For each folder holding traces directly (a run), both checkouts run `analyze RUN --json` (and, unless
---no-export, `--export-tensorboard`); the JSON reports and every exported file are compared byte for byte (a gzip file by its uncompressed bytes).
+--no-export, `--export-tensorboard`); the JSON reports and every exported file are compared byte for byte (a
+gzip file by its uncompressed bytes), except the plugin copies themselves, which are compared as JSON values,
+key order included: an edited event keeps the original's spacing where the compiled reader edits it in place
+(plugin_copy/stream_write.py) and is re-encoded compact where it does not, so their bytes depend on which
+reader a checkout has.
 The other checkout is run through its own scripts/analyze.py, so it can be any commit: its `stepscope` is its
 own trainer/ folder (a link to it comes first on that command's PYTHONPATH), whatever this environment has
 installed. Without its compiled trace reader built in place it reads traces with msgspec. Prints one line per
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -54,7 +59,18 @@ def same_tree(a: Path, b: Path) -> list[str]:
     files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()) if b.exists() else []
     if [f.name for f in files_a] != [f.name for f in files_b]:  # spans are mtimes: compare by name order
         return [f"files differ: {len(files_a)} vs {len(files_b)}"]
-    return [str(fa) for fa, fb in zip(files_a, files_b, strict=True) if content(a / fa) != content(b / fb)]
+    return [str(fa) for fa, fb in zip(files_a, files_b, strict=True)
+            if (as_json if is_copy(fa) else content)(a / fa) != (as_json if is_copy(fb) else content)(b / fb)]
+
+
+def is_copy(relative: Path) -> bool:
+    """An adapted plugin copy (not an original under raw/, nor a marker or excerpt)."""
+    return "raw" not in relative.parts and relative.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+
+
+def as_json(path: Path) -> str:
+    """A copy's JSON value, written out again (NaN and Infinity as Python's json writes them)."""
+    return json.dumps(json.loads(content(path)))
 
 
 def content(path: Path) -> bytes:
