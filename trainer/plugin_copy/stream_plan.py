@@ -15,7 +15,6 @@ shows them, and its Module view links modules through their ``Python parent id``
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -31,7 +30,7 @@ from stepscope.plugin_copy.rules import (
     ROOT_EXTERNAL_ID,
     is_dataloader_span,
 )
-from stepscope.plugin_copy.step_guard import HOST_CATEGORIES, Launch, unlink_with
+from stepscope.plugin_copy.step_guard import HOST_CATEGORIES, Launches, unlink_with
 from stepscope.plugin_copy.stream_callstack import call_stacks_of
 from stepscope.trace.fastread import as_objects
 from stepscope.trace.gc_paused import gc_paused
@@ -40,7 +39,7 @@ from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEG
 from stepscope.trace.workers import Workers
 
 SPLIT_EVENTS = 1 << 20  # complete events from which the call stacks are worked out by a helper, meanwhile
-HELPER_STACKS = 0.85  # the operators whose stacks the helper makes (this process rewrites the launches)
+HELPER_STACKS = 0.65  # the operators whose stacks the helper makes (this process rewrites the launches)
 
 
 @dataclass(slots=True)
@@ -224,49 +223,74 @@ def _host_steps(cat: Categories, step_named, start, stop) -> list[tuple[float, f
 
 
 def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, stop, corr, ext, nodes) -> None:
-    """Launches become ``runtime`` (rules.py, item 2), then the step guard's unlinking, on the columns."""
+    """Launches become ``runtime`` (rules.py, item 2), then the step guard's unlinking, on the columns. The
+    correlation ids of the device and runtime events are coded first (``_codes``), so that the launches
+    and their device spans are matched by numpy."""
     node_ids = {ext[k] for k in np.flatnonzero(nodes).tolist()}
     node_ids.discard(None)
-    device = np.flatnonzero(cat.among(*DEVICE_CATEGORIES)).tolist()
-    launched = {corr[k] for k in device}
+    device = np.flatnonzero(cat.among(*DEVICE_CATEGORIES))
+    candidates = np.flatnonzero(cat.among(*RUNTIME_CATEGORIES))
+    both, none = _codes(corr, np.concatenate((device, candidates)))
+    dev_code, cand_code = both[:len(device)], both[len(device):]
+    n_codes = int(both.max()) + 1 if len(both) else 0
+    launched = np.zeros(n_codes, dtype=bool)
+    launched[dev_code] = True
     steps = _host_steps(cat, step_named, start, stop)
     s_lo = np.array([a for a, _ in steps])
     s_reach = np.maximum.accumulate(np.array([b for _, b in steps]))
-    candidates = np.flatnonzero(cat.among(*RUNTIME_CATEGORIES))
     j = np.searchsorted(s_lo, start[candidates], side="right") - 1
-    in_a_step = ((j >= 0) & (s_reach[np.maximum(j, 0)] >= stop[candidates])).tolist()
+    in_a_step = (j >= 0) & (s_reach[np.maximum(j, 0)] >= stop[candidates])
     # those outside every step are left as they are, unless they launched device work (see rules.py)
-    runtime = [k for k, inside in zip(candidates.tolist(), in_a_step) if inside or corr[k] in launched]
-    roots = [ext[k] not in node_ids for k in runtime]  # launched by no operator the plugin sees: from the root
+    chosen = in_a_step | launched[cand_code]
+    runtime, run_code = candidates[chosen], cand_code[chosen]
+    # launched by no operator the plugin sees: from the root
+    roots = np.array([ext[k] not in node_ids for k in runtime.tolist()], dtype=bool)
     launch = (Edit(cat=PLUGIN_RUNTIME, shared=True),
               Edit(cat=PLUGIN_RUNTIME, external_id=ROOT_EXTERNAL_ID, shared=True))
-    plan.share(idx[np.array(runtime, dtype=np.int64)].tolist(), [launch[root] for root in roots])
-    rooted = {corr[k] for k, root in zip(runtime, roots) if root}
-    rooted.discard(None)
-    if rooted:
-        for k in device:
-            if corr[k] in rooted and ext[k] != ROOT_EXTERNAL_ID:
-                plan.edit(int(idx[k])).external_id = ROOT_EXTERNAL_ID
+    plan.share(idx[runtime].tolist(), [launch[root] for root in roots.tolist()])
+    rooted = np.zeros(n_codes, dtype=bool)
+    rooted[run_code[roots]] = True
+    if none >= 0:
+        rooted[none] = False
+    for k in device[rooted[dev_code]].tolist():
+        if ext[k] != ROOT_EXTERNAL_ID:
+            plan.edit(int(idx[k])).external_id = ROOT_EXTERNAL_ID
 
-    spans_by_corr: dict = defaultdict(list)
-    for c, a, b in zip([corr[k] for k in device], start[device].tolist(), stop[device].tolist()):
-        spans_by_corr[c].append((a, b))
+    # each correlation's device spans: how many, the earliest start, the latest end
+    n_device = np.bincount(dev_code, minlength=n_codes)
+    first, last = np.full(n_codes, np.inf), np.full(n_codes, -np.inf)
+    np.fmin.at(first, dev_code, start[device])
+    np.fmax.at(last, dev_code, stop[device])
 
-    def launches_of(linked: set[int]):
-        out, linked_corrs = [], set()
-        rows = sorted(linked)
-        at = np.array(rows, dtype=np.int64)
-        for k, begin, end in zip(rows, start[at].tolist(), stop[at].tolist()):
-            spans = spans_by_corr.get(corr[k])
-            if spans:
-                linked_corrs.add(corr[k])
-                if len(spans) == 1:
-                    (first, last), = spans
-                else:
-                    first, last = min(a for a, _ in spans), max(b for _, b in spans)
-                out.append(Launch(k, begin, end, first, last, len(spans)))
-        orphans = [sp for c, spans in spans_by_corr.items() if c not in linked_corrs for sp in spans]
-        return sorted(out, key=lambda r: r.start), orphans
+    def launches_of(linked: np.ndarray) -> tuple[Launches, np.ndarray]:
+        code = run_code[np.searchsorted(runtime, linked)]
+        some = n_device[code] > 0
+        rows, code = linked[some], code[some]
+        order = np.lexsort((rows, start[rows]))
+        rows, code = rows[order], code[order]
+        mine = np.zeros(n_codes, dtype=bool)
+        mine[code] = True
+        return (Launches(rows, start[rows], stop[rows], first[code], last[code], n_device[code]),
+                stop[device[~mine[dev_code]]])
 
-    for k in unlink_with(steps, launches_of, set(runtime)):
+    for k in unlink_with(steps, launches_of, runtime):
         plan.edit(int(idx[k])).unlink = True
+
+
+def _codes(values: list, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """``values[k]`` for each of ``rows`` as a code from 0, equal values (as Python compares them) one code;
+    and None's code (-1 where no value is None). Integer ids (all the compiled reader gives) are coded by one
+    sort; other values by a dict."""
+    picked = [values[k] for k in rows.tolist()]
+    try:
+        ints = np.array(picked)
+    except (ValueError, TypeError):  # e.g. lists among them: the dict says what is wrong with them
+        ints = None
+    if ints is not None and ints.dtype == np.int64 and ints.ndim == 1:
+        order = np.argsort(ints, kind="stable")
+        ordered = ints[order]
+        codes = np.empty(len(ints), dtype=np.int64)
+        codes[order] = np.cumsum(np.concatenate(([0], ordered[1:] != ordered[:-1])))
+        return codes, -1
+    table: dict = {}
+    return np.array([table.setdefault(v, len(table)) for v in picked], dtype=np.int64), table.get(None, -1)
