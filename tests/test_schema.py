@@ -152,7 +152,7 @@ def test_the_cycle_worker_reports_what_the_analysis_of_the_file_says(tmp_path, m
 def _columns_of(read, text: bytes):
     from stepscope.plugin_copy.plan_columns import Columns
     c = Columns()
-    assert read(c, text, {}, {}) is not False
+    assert read(c, text, {}) is not False
     return c
 
 
@@ -186,13 +186,13 @@ def test_the_copy_reads_columns_as_it_reads_events():
         pytest.skip(fastread.why_not())
     reader = fastread.ColumnReader(schema.Event)
     text = json.dumps(ODD).encode()
-    by_events = _columns_of(lambda c, t, cats, th: read_events(c, _decode(t), cats, th), text)
-    by_columns = _columns_of(lambda c, t, cats, th: read_column_piece(c, reader.read(t), cats, th), text)
+    by_events = _columns_of(lambda c, t, cats: read_events(c, _decode(t), cats), text)
+    by_columns = _columns_of(lambda c, t, cats: read_column_piece(c, reader.read(t), cats), text)
     assert _as_lists(by_columns) == _as_lists(by_events)
     for odd in ({"ph": "X", "ts": True}, {"ph": "X", "pid": 1.5}, {"ph": "X", "name": 3}, {"ts": 2**60},
                 {"ph": "X", "args": {"correlation": [1]}}):
         from stepscope.plugin_copy.plan_columns import Columns
-        assert read_column_piece(Columns(), reader.read(json.dumps(ODD + [odd]).encode()), {}, {}) is False, odd
+        assert read_column_piece(Columns(), reader.read(json.dumps(ODD + [odd]).encode()), {}) is False, odd
 
 
 _thread_part = st.none() | st.integers(-3, 3) | st.sampled_from(["s", "stream 7", "0"])
@@ -203,8 +203,8 @@ _thread_part = st.none() | st.integers(-3, 3) | st.sampled_from(["s", "stream 7"
                           st.integers(1, 4)), max_size=12))
 def test_the_copys_threads_and_names_read_as_columns_are_the_events_own(runs):
     """Runs of events on threads of any kind (integers, strings, null, missing pid or tid) and with any name
-    read from columns as from events: the same columns, equal threads one shared tuple, names in order of
-    first appearance."""
+    read from columns as from events: the same columns, threads and names given ids in order of first
+    appearance."""
     from stepscope.plugin_copy.plan_columns import _decode, read_column_piece, read_events
     if not fastread.available():
         pytest.skip(fastread.why_not())
@@ -216,10 +216,11 @@ def test_the_copys_threads_and_names_read_as_columns_are_the_events_own(runs):
         events += [e] * n
     text = json.dumps(events).encode()
     reader = fastread.ColumnReader(schema.Event)
-    by_events = _columns_of(lambda c, t, cats, th: read_events(c, _decode(t), cats, th), text)
-    by_columns = _columns_of(lambda c, t, cats, th: read_column_piece(c, reader.read(t), cats, th), text)
+    by_events = _columns_of(lambda c, t, cats: read_events(c, _decode(t), cats), text)
+    by_columns = _columns_of(lambda c, t, cats: read_column_piece(c, reader.read(t), cats), text)
     assert _as_lists(by_columns) == _as_lists(by_events)
-    assert len({id(t) for t in by_columns.thread}) == len(set(by_columns.thread))
+    threads = list(by_columns.threads)  # each id's (pid, tid), as read_events gives them
+    assert [threads[k] for k in by_columns.thread] == [(e.get("pid", 0), e["tid"]) for e in events if e["ph"] == "X"]
 
 
 def test_the_copy_reads_real_traces_as_columns(monkeypatch):

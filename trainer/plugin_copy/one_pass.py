@@ -56,12 +56,11 @@ def read_both(path: Path, worker: str, span: str) -> Both:
     path = Path(path)
     c = Columns()
     cats: dict = {}
-    threads: dict = {}
     collector: Collector | None = Collector(f"{worker}.{span}")
     pending: list[list] = []  # pieces before the first with a time (the collector's base)
     with TraceStream(path, lenient=from_objects) as stream:
         for events in stream.decode_events(_read):
-            add_piece(c, events, cats, threads)
+            add_piece(c, events, cats)
             if collector is not None:
                 try:
                     _collect(collector, pending, events)

@@ -4,10 +4,10 @@
 
 One streamed pass reads each piece of events into the one event schema's fields (trace/schema.py: as numpy
 columns by the compiled reader where it is built, ``read_piece``, else as msgspec structs) and appends the
-fields the rules read to columns: times in typed arrays, repeated values (categories, threads) as shared
-objects; a 1 GB trace has millions of complete events. Where the worker policy allows (trace/workers.py), a large file is read in two
-byte ranges at once, the second by a forked helper, and the two sets of columns joined: the same columns
-either way.
+fields the rules read to columns: times in typed arrays, repeated values (names, categories, threads) as
+ids; a 1 GB trace has millions of complete events. Where the worker policy allows (trace/workers.py), a
+large file is read in two byte ranges at once, the second by a forked helper, and the two sets of columns
+joined: the same columns either way.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from stepscope.trace.fastread import (
     T_STR,
     T_TRUE,
     ColumnReader,
-    as_objects,
     releasing,
 )
 from stepscope.trace.fastread import Columns as FastColumns
@@ -60,13 +59,13 @@ def from_objects(entries: list) -> list:
 @dataclass
 class Columns:
     """The complete (``ph`` X) events, one entry each per column, and the entries the rules touch otherwise.
-    Times are kept in typed arrays, names and categories as ids, and repeated values (threads) as shared
-    objects: a 1 GB trace has millions of complete events."""
+    Times are kept in typed arrays, and repeated values (names, categories, threads) as ids: a 1 GB trace has
+    millions of complete events."""
 
     index: array = field(default_factory=lambda: array("q"))  # position in traceEvents
     cat_id: array = field(default_factory=lambda: array("q"))  # the lower-cased category's id in categories
     name_id: array = field(default_factory=lambda: array("q"))
-    thread: list[tuple] = field(default_factory=list)  # (pid, tid)
+    thread: array = field(default_factory=lambda: array("q"))  # the (pid, tid)'s id in threads
     start: array = field(default_factory=lambda: array("d"))
     end: array = field(default_factory=lambda: array("d"))
     corr: list = field(default_factory=list)
@@ -75,6 +74,7 @@ class Columns:
     has_stack: list[bool] = field(default_factory=list)
     names: dict[str, int] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)  # lower-cased category ("" for none) -> its id
+    threads: dict[tuple, int] = field(default_factory=dict)  # (pid, tid) -> its id
     missing_name: list[int] = field(default_factory=list)  # positions of entries without "name"
     missing_cat: set[int] = field(default_factory=set)  # positions of complete events without a str "cat"
     not_objects: list[int] = field(default_factory=list)
@@ -125,10 +125,9 @@ class RangeReader:
         self.first = Columns()
         self.later: dict[int, Columns] = {}
         self._cats: dict[Any, str] = {}
-        self._threads: dict[tuple, tuple] = {}
 
     def add(self, events) -> None:
-        add_piece(self.first, events, self._cats, self._threads)
+        add_piece(self.first, events, self._cats)
 
     def first_done(self, stream: TraceStream) -> None:
         self.first.header, self.first.span = stream.header, (stream.start, stream.end)
@@ -136,7 +135,7 @@ class RangeReader:
     def piece(self, events) -> Columns:
         """In a helper: one piece's columns on their own (entries counted from 0)."""
         c = Columns()
-        add_piece(c, events, self._cats, self._threads)
+        add_piece(c, events, self._cats)
         return c
 
     def range_end(self, stream: TraceStream) -> Columns:
@@ -212,13 +211,13 @@ def read_piece(text, decode=None) -> list | FastColumns:
     return (decode or _decode)(text) if cols is None else cols
 
 
-def add_piece(c: Columns, events: list | FastColumns, cats: dict, threads: dict) -> None:
+def add_piece(c: Columns, events: list | FastColumns, cats: dict) -> None:
     """A piece that ``read_piece`` (or Python's json, ``from_objects``) read, appended to ``c``: by numpy
     where the compiled reader read it and its values allow (``read_column_piece``), else event by event."""
     if type(events) is not FastColumns:
-        read_events(c, events, cats, threads)
-    elif not read_column_piece(c, events, cats, threads):
-        read_events(c, schema.decode_each(events.text), cats, threads)
+        read_events(c, events, cats)
+    elif not read_column_piece(c, events, cats):
+        read_events(c, schema.decode_each(events.text), cats)
     c.count += len(events)
 
 
@@ -228,12 +227,13 @@ def append_columns(c: Columns, more: Columns) -> None:
     if more.index:
         c.index.frombytes((np.frombuffer(more.index, dtype=np.int64) + shift).tobytes())
     for ids, more_ids, table, more_table in ((c.name_id, more.name_id, c.names, more.names),
-                                            (c.cat_id, more.cat_id, c.categories, more.categories)):
+                                            (c.cat_id, more.cat_id, c.categories, more.categories),
+                                            (c.thread, more.thread, c.threads, more.threads)):
         to_c = np.array([table.setdefault(value, len(table)) for value in more_table], dtype=np.int64)
         if len(more_ids):  # more's ids as c's
             ids.frombytes(to_c[np.frombuffer(more_ids, dtype=np.int64)].tobytes())
-    for mine, theirs in ((c.thread, more.thread), (c.corr, more.corr), (c.ext, more.ext),
-                         (c.module, more.module), (c.has_stack, more.has_stack)):
+    for mine, theirs in ((c.corr, more.corr), (c.ext, more.ext), (c.module, more.module),
+                         (c.has_stack, more.has_stack)):
         mine += theirs
     c.start.extend(more.start)
     c.end.extend(more.end)
@@ -251,9 +251,9 @@ _NUMBER = (int, float)
 Raw, NO_ARGS = msgspec.Raw, schema.NO_ARGS
 
 
-def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
+def read_events(c: Columns, events: list, cats: dict) -> None:
     """The columns of one piece of entries, an entry at a time, whatever they hold."""
-    names = c.names
+    names, threads = c.names, c.threads
     for i, e in enumerate(events, c.count):
         if e.__class__ is Raw:
             c.not_objects.append(i)
@@ -291,14 +291,16 @@ def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
             ext = None if a.ext_upper is UNSET else a.ext_upper
         corr = a.correlation  # None where absent
         module = a.module
-        thread = (e.pid, e.tid)
+        tid = threads.get((e.pid, e.tid))
+        if tid is None:
+            tid = threads[(e.pid, e.tid)] = len(threads)
         cid = c.categories.get(lc)
         if cid is None:
             cid = c.categories[lc] = len(c.categories)
         c.index.append(i)
         c.cat_id.append(cid)
         c.name_id.append(nid)
-        c.thread.append(threads.setdefault(thread, thread))
+        c.thread.append(tid)
         c.start.append(ts)
         c.end.append(ts + dur)
         c.corr.append(corr)
@@ -307,12 +309,12 @@ def read_events(c: Columns, events: list, cats: dict, threads: dict) -> None:
         c.has_stack.append(a.call_stack is not UNSET)
 
 
-def _threads(cols: FastColumns, rows: np.ndarray, threads: dict) -> list[tuple]:
-    """The (pid, tid) of each of ``rows`` (integers, strings, null, or missing: pid 0, tid None), equal
-    pairs one shared tuple (``threads`` holds them): made once per run of rows on one thread (events come in
-    such runs), from the run's first row."""
+def _threads(cols: FastColumns, rows: np.ndarray, threads: dict) -> np.ndarray:
+    """The id in ``threads`` of the (pid, tid) of each of ``rows`` (integers, strings, null, or missing: pid
+    0, tid None), a new one given to a pair met first: looked up once per run of rows on one thread (events
+    come in such runs), from the run's first row."""
     if not len(rows):
-        return []
+        return np.zeros(0, dtype=np.int64)
     same = np.ones(max(len(rows) - 1, 0), dtype=bool)
     for key in ("pid", "tid"):
         t = cols.type(key)[rows]
@@ -320,8 +322,8 @@ def _threads(cols: FastColumns, rows: np.ndarray, threads: dict) -> list[tuple]:
         same &= (t[1:] == t[:-1]) & (v[1:] == v[:-1])
     run = np.concatenate(([0], np.cumsum(~same)))  # each row's run
     held = rows[np.flatnonzero(np.concatenate(([True], ~same)))]
-    shared = [threads.setdefault(t, t) for t in zip(cols.values("pid", held, 0), cols.values("tid", held))]
-    return as_objects(shared)[run].tolist()
+    pairs = zip(cols.values("pid", held, 0), cols.values("tid", held))
+    return np.array([threads.setdefault(t, len(threads)) for t in pairs], dtype=np.int64)[run]
 
 
 _EXACT = 2**53  # integers up to this are exact as float64; past it, the per-event rules convert them
@@ -331,10 +333,10 @@ def _big(cols: FastColumns, t: np.ndarray, field: str) -> bool:
     return bool(np.any((t == T_INT) & (np.abs(cols.int(field)) > _EXACT)))
 
 
-def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) -> bool:
+def read_column_piece(c: Columns, cols: FastColumns, cats: dict) -> bool:
     """``read_events`` of a piece read by the compiled reader (trace/fastread.py, with schema.Event's fields),
     with numpy over the piece; False (nothing appended) where a value is of a type whose Python conversion
-    the per-event rules must make (then: ``read_events(c, schema.decode_each(cols.text), ...)``)."""
+    the per-event rules must make (then: ``read_events(c, schema.decode_each(cols.text), cats)``)."""
     strings = cols.strings
     ts_t, dur_t, name_t, ph_t, cat_t = (cols.type(f) for f in ("ts", "dur", "name", "ph", "cat"))
     timed = (ts_t == T_INT) | (ts_t == T_REAL)
@@ -394,7 +396,7 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict, threads: dict) 
     dur = cols.real("dur")[rows]
     dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
     c.index.frombytes((rows + first).astype(np.int64).tobytes())
-    c.thread += _threads(cols, rows, threads)
+    c.thread.frombytes(_threads(cols, rows, c.threads).tobytes())
     c.start.frombytes(start.tobytes())
     c.end.frombytes((start + dur).tobytes())
     c.corr += values["correlation"]

@@ -30,12 +30,12 @@ PYTHON_FRAME = re.compile(r"^.+\(\d+\): .+$")
 STACK_SEPARATOR = ";"
 
 
-def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_of: list[str], thread: list, start: np.ndarray,
-                   stop: np.ndarray, has_stack: list[bool], since: float = -np.inf,
+def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_of: list[str], thread: np.ndarray,
+                   start: np.ndarray, stop: np.ndarray, has_stack: list[bool], since: float = -np.inf,
                    until: float = np.inf) -> dict[int, str]:
     """callstack.call_stacks on columns: {row of an operator without a Call stack: its enclosing Python
     frames, innermost first}. ``is_frame``, ``is_op``: whether each row is a ``python_function`` frame, and
-    an operator (``cpu_op``, ``operator``). ``since``, ``until``: only the operators that start in
+    an operator (``cpu_op``, ``operator``); ``thread``: each row's (pid, tid) as an id. ``since``, ``until``: only the operators that start in
     [since, until), from the frames that can enclose them (those that start before ``until`` and end at or
     after ``since``): two processes can each make a part. An operator's stack is its enclosing frames
     whatever the others, so the parts together are the whole."""
@@ -47,12 +47,12 @@ def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_of: list[str], 
     # start (then row): sorted once here, so that each thread's lists are made in order
     rows = np.flatnonzero(is_frame & (start < until) & (stop >= since))
     rows = rows[np.lexsort((-stop[rows], start[rows]))]
-    for k, a, b in zip(rows.tolist(), start[rows].tolist(), stop[rows].tolist()):
-        frames_by_thread[thread[k]].append((a, b, name_of[k]))
+    for k, t, a, b in zip(rows.tolist(), thread[rows].tolist(), start[rows].tolist(), stop[rows].tolist()):
+        frames_by_thread[t].append((a, b, name_of[k]))
     rows = np.flatnonzero(is_op & (start >= since) & (start < until))
     rows = rows[np.argsort(start[rows], kind="stable")]
-    for k, a in zip(rows.tolist(), start[rows].tolist()):
-        ops_by_thread[thread[k]].append((a, k))
+    for k, t, a in zip(rows.tolist(), thread[rows].tolist(), start[rows].tolist()):
+        ops_by_thread[t].append((a, k))
     for key, ops in ops_by_thread.items():
         frames = frames_by_thread.get(key)
         if frames:

@@ -150,7 +150,8 @@ def plan_of(c: Columns, workers: Workers | None = None) -> EditPlan:
 
 def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     """The edits of the complete events (``ph`` X): names, categories, ids, unlinking, call stacks."""
-    thread, corr, ext, module, has_stack = c.thread, c.corr, c.ext, c.module, c.has_stack
+    corr, ext, module, has_stack = c.corr, c.ext, c.module, c.has_stack
+    thread = np.frombuffer(c.thread, dtype=np.int64)  # each one's (pid, tid) as its id
     idx = np.frombuffer(c.index, dtype=np.int64)
     names = list(c.names)
     start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
@@ -173,15 +174,13 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     # DataLoader spans that nest cleanly on their thread become operators.
     cand = [k for k in np.flatnonzero(cat.among("user_annotation")) if is_dataloader_span(name_of[k])]
     if cand:
-        threads: dict = {}
-        tid = np.array([threads.setdefault(t, len(threads)) for t in thread], dtype=np.int64)
         nodes = tree_nodes()
         nodes[cand] = True  # the other candidates count too (a span never straddles itself)
         clean = []
-        for t in {int(tid[k]) for k in cand}:
-            rows = np.flatnonzero(nodes & (tid == t))
-            clean += [k for k in cand if tid[k] == t and not _straddles_any(start[k], stop[k], start[rows],
-                                                                              stop[rows])]
+        for t in {int(thread[k]) for k in cand}:
+            rows = np.flatnonzero(nodes & (thread == t))
+            clean += [k for k in cand if thread[k] == t and not _straddles_any(start[k], stop[k], start[rows],
+                                                                                 stop[rows])]
         for k in sorted(clean):
             cat.set(k, PLUGIN_OPERATOR)
             e = plan.edit(int(idx[k]))
