@@ -773,6 +773,20 @@ for k, text in enumerate(inputs):
         _fastread.shared_ints(text)
     except ValueError:
         assert len(text) % 8
+def q(n, hi):
+    return struct.pack(f"{n}q", *(rng.randrange(-2, hi) for _ in range(n)))
+def d(n):
+    return struct.pack(f"{n}d", *(rng.choice([rng.uniform(-5, 5), float("nan"), float("inf")]) for _ in range(n)))
+for _ in range(2000):  # the frames open at each operator, of frames and operators in any order, NaN among them
+    nf, no = rng.randrange(40), rng.randrange(40)
+    chain, parent, name = _fastread.open_frames(q(nf, 4), d(nf), d(nf), q(nf, 9), bytes(rng.randrange(2)
+                                                for _ in range(nf)), q(no, 4), d(no))
+    assert len(chain) == 8 * no and len(parent) == len(name)
+    try:
+        _fastread.open_frames(q(nf + 1, 4), d(nf), d(nf), q(nf, 9), bytes(nf), q(no, 4), d(no))
+        raise AssertionError("lengths that differ were taken")
+    except ValueError:
+        pass
 _fastread.release()
 print("ok", len(inputs), read)
 """

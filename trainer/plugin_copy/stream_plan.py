@@ -32,7 +32,7 @@ from stepscope.plugin_copy.rules import (
 )
 from stepscope.plugin_copy.step_guard import HOST_CATEGORIES, Launches, unlink_with
 from stepscope.plugin_copy.stream_callstack import call_stacks_of
-from stepscope.trace.fastread import as_objects
+from stepscope.trace import fastread
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.vocabulary import DEVICE_CATEGORIES, PYTHON_FUNCTION, STEP_PREFIX
 from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
@@ -157,11 +157,10 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
     cat = Categories(np.frombuffer(c.cat_id, dtype=np.int64), c.categories)  # c's own ids, changed below
     name_id = np.frombuffer(c.name_id, dtype=np.int64)
-    name_of = as_objects(names)[name_id].tolist()  # each complete event's name (the objects of ``names``)
 
-    for k in np.flatnonzero(cat.among("gpu_user_annotation")):
-        if name_of[k].startswith(STEP_PREFIX):
-            plan.edit(int(idx[k])).name = DEVICE_STEP_PREFIX + name_of[k]
+    for k in np.flatnonzero(cat.among("gpu_user_annotation")).tolist():
+        if names[name_id[k]].startswith(STEP_PREFIX):
+            plan.edit(int(idx[k])).name = DEVICE_STEP_PREFIX + names[name_id[k]]
 
     step_named = np.array([n.startswith(STEP_PREFIX) for n in names], dtype=bool)[name_id]
     step_or_coll = step_named | np.array([n in COLLECTIVES for n in names], dtype=bool)[name_id]
@@ -172,7 +171,7 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
                 | (cat.among("python_function") & np.array(module, dtype=bool)))
 
     # DataLoader spans that nest cleanly on their thread become operators.
-    cand = [k for k in np.flatnonzero(cat.among("user_annotation")) if is_dataloader_span(name_of[k])]
+    cand = [k for k in np.flatnonzero(cat.among("user_annotation")).tolist() if is_dataloader_span(names[name_id[k]])]
     if cand:
         nodes = tree_nodes()
         nodes[cand] = True  # the other candidates count too (a span never straddles itself)
@@ -186,11 +185,12 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
             e = plan.edit(int(idx[k]))
             e.cat, e.touch_args = PLUGIN_OPERATOR, True
 
-    stack_args = (cat.among(PYTHON_FUNCTION), cat.among("cpu_op", "operator"), name_of, thread, start, stop,
-                  has_stack)
-    helper = workers if len(idx) >= SPLIT_EVENTS else Workers.inline()
-    # the helper makes the stacks of the operators that start before ``split``, this process those after it
-    # once it has rewritten the launches (the two take about as long)
+    stack_args = (cat.among(PYTHON_FUNCTION), cat.among("cpu_op", "operator"), name_id, names, thread, start,
+                  stop, has_stack)
+    # the sweep in Python (no compiled reader) takes about as long as the rest: then the helper makes the
+    # stacks of the operators that start before ``split``, this process those after it once it has rewritten
+    # the launches
+    helper = workers if len(idx) >= SPLIT_EVENTS and not fastread.available() else Workers.inline()
     op_starts = start[stack_args[1]]
     split = float(np.quantile(op_starts, HELPER_STACKS)) if helper.forks and len(op_starts) else np.inf
     with helper.beside(call_stacks_of, *stack_args, -np.inf, split) as later:

@@ -7,6 +7,7 @@ object per event. Torch-free.
     cols.int("tid"), cols.strings            # ... an integer as int64, a string as its index in the strings
     starts, ends = spans(text)               # where each entry of the array lies, none decoded
     new = splice(text, starts, ends, values, codes)   # some entries with members set, where they lie
+    chain, parent, name = open_frames(...)   # the Python frames open at each operator (plugin_copy's stacks)
     release()                                # this thread's parsers freed, once a trace has been read
 
 The extension (csrc/fastread.cpp, parsing with the vendored simdjson) is built by ``pip install -e .``
@@ -209,6 +210,21 @@ def splice(text, starts: np.ndarray, ends: np.ndarray, values: list[bytes], code
         return None
     where = np.concatenate((starts, ends)).astype(np.int64, copy=False)
     return _fastread.splice(text, where, values, np.ascontiguousarray(codes, dtype=np.int64))
+
+
+def open_frames(frame_thread: np.ndarray, frame_start: np.ndarray, frame_stop: np.ndarray, frame_name: np.ndarray,
+                frame_real: np.ndarray, op_thread: np.ndarray, op_start: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The real Python frames open at each operator's start on its thread (csrc/fastread.cpp), as a chain:
+    a node of a tree whose ``parent`` (-1: the outermost frame) and ``name`` (the frame's name id) are given
+    per node, -1 where none is open. Frames sorted by thread, start, then latest end first; operators by
+    thread, then start. None: no compiled reader (plugin_copy/stream_callstack.py sweeps in Python)."""
+    if not available():
+        return None
+    got = _fastread.open_frames(*(np.ascontiguousarray(a, dtype=t) for a, t in (
+        (frame_thread, np.int64), (frame_start, np.float64), (frame_stop, np.float64), (frame_name, np.int64),
+        (frame_real, np.uint8), (op_thread, np.int64), (op_start, np.float64))))
+    return tuple(np.frombuffer(b, dtype=np.int64) for b in got)
 
 
 def release() -> None:

@@ -56,6 +56,18 @@ The int64s of ``values`` (bytes-like, native order) as a list of Python ints, eq
 a value met again taking the object already made for it: a column of few distinct values (a trace's
 threads) is a list of a few objects, not one per row.
 
+    open_frames(frame_thread, frame_start, frame_stop, frame_name, frame_real, op_thread, op_start)
+        -> (op_chain, chain_parent, chain_name)
+
+The Python frames open at each operator's start, on its thread, as the copy's call stacks need them (the sweep
+of plugin_copy/stream_callstack.py, whose Python version is the reference). Frames: F int64 thread ids,
+float64 starts and ends, int64 name ids (bytes-like, native order) and F bytes, 1 where the frame is a real
+Python frame (kept in the stack), sorted by thread, then start, then latest end first; operators: O int64
+thread ids and float64 starts, sorted by thread, then start. Each operator gets a chain: the real frames
+enclosing it, as a node of a tree of chains (``chain_parent``, -1 at the outermost frame; ``chain_name``, that
+frame's name id), equal chains one node; -1 where there is none. All three are returned as int64 bytes. The
+GIL is released during the sweep.
+
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
 its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
 memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
@@ -66,8 +78,11 @@ without that copy: in_place(text) says whether a text is.
 #include <stdint.h>
 #include <string.h>
 
+#include <algorithm>
 #include <memory>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "simdjson/simdjson.h"
 
@@ -849,6 +864,117 @@ static PyObject *empty(PyObject *self, PyObject *arg) {
     return PyByteArray_FromStringAndSize(NULL, n);
 }
 
+/* open_frames: see the top of this file. The sweep keeps, per open frame, its end, its chain (the real frames
+   from the outermost down to it) and the earliest end among the frames from the outermost down to it, so
+   that an operator under frames that are all still open takes the chain of the innermost one; an operator
+   below a frame that ended before it (frames that do not nest) gets the chain of the open frames that still
+   enclose it, made afresh. */
+typedef struct {
+    double end, earliest;
+    int64_t chain, name;
+    uint8_t real;
+} open_frame;
+
+struct chain_key {
+    int64_t parent, name;
+    bool operator==(const chain_key &o) const { return parent == o.parent && name == o.name; }
+};
+
+struct chain_hash {
+    size_t operator()(const chain_key &k) const {
+        return (size_t)(((uint64_t)k.parent * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)k.name);
+    }
+};
+
+struct chains {
+    std::unordered_map<chain_key, int64_t, chain_hash> made;
+    std::vector<int64_t> parent, name;
+
+    int64_t child(int64_t p, int64_t n) {
+        auto found = made.emplace(chain_key{p, n}, (int64_t)parent.size());
+        if (found.second) {
+            parent.push_back(p);
+            name.push_back(n);
+        }
+        return found.first->second;
+    }
+};
+
+static void sweep(Py_ssize_t nf, const int64_t *f_thread, const double *f_start, const double *f_stop,
+                  const int64_t *f_name, const uint8_t *f_real, Py_ssize_t no, const int64_t *o_thread,
+                  const double *o_start, int64_t *o_chain, chains *tree) {
+    std::vector<open_frame> open;
+    Py_ssize_t f = 0, o = 0;
+    while (o < no) {
+        const int64_t thread = o_thread[o];
+        while (f < nf && f_thread[f] < thread) f++;
+        Py_ssize_t next = f, end = f;
+        while (end < nf && f_thread[end] == thread) end++;
+        open.clear();
+        for (; o < no && o_thread[o] == thread; o++) {
+            const double at = o_start[o];
+            for (; next < end && f_start[next] <= at; next++) {
+                while (!open.empty() && open.back().end < f_start[next]) open.pop_back();
+                const int64_t below = open.empty() ? -1 : open.back().chain;
+                const int64_t chain = f_real[next] ? tree->child(below, f_name[next]) : below;
+                const double earliest = open.empty() ? f_stop[next] : std::min(open.back().earliest, f_stop[next]);
+                open.push_back(open_frame{f_stop[next], earliest, chain, f_name[next], f_real[next]});
+            }
+            while (!open.empty() && open.back().end < at) open.pop_back();
+            if (open.empty() || open.back().earliest >= at) {
+                o_chain[o] = open.empty() ? -1 : open.back().chain;
+                continue;
+            }
+            int64_t chain = -1; /* frames that ended before the operator stay below an open one: left out */
+            for (const open_frame &fr : open)
+                if (fr.end >= at && fr.real) chain = tree->child(chain, fr.name);
+            o_chain[o] = chain;
+        }
+        f = end;
+    }
+}
+
+static PyObject *int64_bytes(const std::vector<int64_t> &v) {
+    return PyBytes_FromStringAndSize((const char *)v.data(), (Py_ssize_t)(v.size() * sizeof(int64_t)));
+}
+
+static PyObject *open_frames(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    memset(b, 0, sizeof(b));
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6])) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t nf = b[0].len / 8, no = b[5].len / 8;
+    if (b[0].len % 8 || b[1].len != nf * 8 || b[2].len != nf * 8 || b[3].len != nf * 8 || b[4].len != nf ||
+        b[5].len % 8 || b[6].len != no * 8) {
+        PyErr_SetString(PyExc_ValueError, "frames and operators of different lengths");
+    } else {
+        std::vector<int64_t> chain;
+        chains tree;
+        int oom = 0;
+        Py_BEGIN_ALLOW_THREADS
+        try {
+            chain.resize((size_t)no);
+            sweep(nf, (const int64_t *)b[0].buf, (const double *)b[1].buf, (const double *)b[2].buf,
+                  (const int64_t *)b[3].buf, (const uint8_t *)b[4].buf, no, (const int64_t *)b[5].buf,
+                  (const double *)b[6].buf, chain.data(), &tree);
+        } catch (const std::bad_alloc &) {
+            oom = 1;
+        }
+        Py_END_ALLOW_THREADS
+        if (oom) {
+            PyErr_NoMemory();
+        } else {
+            PyObject *a = int64_bytes(chain), *p = int64_bytes(tree.parent), *n = int64_bytes(tree.name);
+            if (a && p && n) result = PyTuple_Pack(3, a, p, n);
+            Py_XDECREF(a);
+            Py_XDECREF(p);
+            Py_XDECREF(n);
+        }
+    }
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
     {"spans", spans, METH_O, "Where each entry of a JSON array lies in the text (see the module source)."},
@@ -857,6 +983,7 @@ static PyMethodDef methods[] = {
     {"in_place", in_place, METH_O, "Whether columns() parses this text where it lies, without copying it."},
     {"empty", empty, METH_O, "A bytearray of n bytes whose contents are not set, for a reader to fill."},
     {"shared_ints", shared_ints, METH_O, "int64s as a list of Python ints, equal values sharing one object."},
+    {"open_frames", open_frames, METH_VARARGS, "The Python frames open at each operator (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 
