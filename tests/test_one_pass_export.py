@@ -7,6 +7,7 @@ come out the same."""
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 from pathlib import Path
 
@@ -105,8 +106,12 @@ def test_a_read_in_halves_that_fails_leaves_each_its_own_read(tmp_path, monkeypa
     assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(want)]) == 0
     report = capsys.readouterr().out
 
-    def dies(self, events):
-        raise RuntimeError("the helper's side died")
+    parent, real = os.getpid(), plan_columns.RangeReader.piece
+
+    def dies(self, events, at=None):  # this process makes its own pieces' columns with it too
+        if os.getpid() != parent:
+            raise RuntimeError("the helper's side died")
+        return real(self, events, at)
 
     monkeypatch.setattr(plan_columns.RangeReader, "piece", dies)
     halves = _halves_used(monkeypatch)

@@ -65,14 +65,15 @@ def first_base(path: Path, block: int = BASE_BLOCK) -> float | None:
 
 def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, take, near: Near,
                   side=None) -> dict:
-    """``take(events)`` for each decoded piece of one byte range, in order; returns the range's header keys.
+    """``take(events, at)`` for each decoded piece of one byte range, in order (``at``: where its first entry
+    lies, TraceStream.piece_at); returns the range's header keys.
     Raises what reading or collecting them raises: the caller then parses the file in one process, which
     says where the trouble is (an event's index in the whole file is not known here). ``side``:
     ``collect_ranges``'."""
     decode, lenient = (read, from_objects) if side is None else (side.decode, side.lenient)
     with TraceStream(path, block, span=byte_range, lenient=lenient, near=near) as ts:
         for events in ts.decode_events(decode):
-            take(events)
+            take(events, ts.piece_at)
         if side is not None:
             side.first_done(ts)
         return ts.header
@@ -152,7 +153,7 @@ def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float,
             if part is None:  # msgspec's events, or columns that must be collected event by event
                 piece.add(events)
                 part = encode(piece)
-            yield part if side is None else (part, side.piece(events))
+            yield part if side is None else (part, side.piece(events, ts.piece_at))
         tail = _collector(base)
         tail.header = ts.header
         end = None if side is None else side.range_end(ts)
@@ -168,8 +169,9 @@ def collect_ranges(path: Path, near: Near, base: float, block: int, side=None) -
 
     ``side``: another reader of the same pieces, so that one read serves both (the plugin copy's planning
     columns: plugin_copy/plan_columns.RangeReader, one_pass.py). Its ``decode`` and ``lenient`` decode the
-    pieces for both (what they give, Collector.add takes); this process hands it each piece of its own range (``side.add(events)``) and
-    the range's stream at its end (``side.first_done(stream)``); a helper sends ``side.piece(events)`` with
+    pieces for both (what they give, Collector.add takes); this process hands it each piece of its own range
+    and where it lies (``side.add(events, at)``) and the range's stream at its end (``side.first_done(stream)``);
+    a helper sends ``side.piece(events, at)`` with
     each piece and ``side.range_end(stream)`` with its range's header keys, which this process hands on as
     ``side.add_later(k, ...)``, k the range's index."""
     ranges = near.ranges
@@ -184,10 +186,10 @@ def collect_ranges(path: Path, near: Near, base: float, block: int, side=None) -
                 side.add_later(k, extra)
             decode_into(d, part)
 
-        def take(events) -> None:
+        def take(events, at: int) -> None:
             c.add(events)
             if side is not None:
-                side.add(events)
+                side.add(events, at)
             for k, (inbox, d) in enumerate(zip(inboxes, later), 1):
                 for part in inbox.take():
                     receive(k, d, part)

@@ -121,6 +121,17 @@ def export(loaded: list[Loaded], out_dir: Path, workers: Workers, plans: dict | 
         raise UsageError(f"--export-tensorboard: cannot adapt ({type(e).__name__}: {e})") from None
 
 
+def _copies() -> dict:
+    """What ``analyze(..., copies=...)`` fills for the export: its plans, each large copy's check by the plugin
+    started as soon as it is planned (one_pass.Checked); a plain dict where plugin_copy does not import
+    (``export`` then says why)."""
+    try:
+        from stepscope.plugin_copy.one_pass import Checked
+    except ImportError:
+        return {}
+    return Checked()
+
+
 def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
     p = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
@@ -153,11 +164,15 @@ def main(argv: list[str] | None = None, prog: str = "stepscope analyze") -> int:
             # each trace's report made where it is read (here, a local process, a Dask task), and only the
             # report kept: every trace is validated before anything is written; with the export, the same
             # read plans each trace's copy, which is then written from the plan
-            copies = {} if a.export_tensorboard is not None else None
-            report = analyze(a.run_dir, selection=selection,
-                             workers=workers if address is None else Workers.dask(address), copies=copies)
-            written = (export(list(report.traces), a.export_tensorboard, workers, copies)
-                       if a.export_tensorboard is not None else None)
+            copies = _copies() if a.export_tensorboard is not None else None
+            try:
+                report = analyze(a.run_dir, selection=selection,
+                                 workers=workers if address is None else Workers.dask(address), copies=copies)
+                written = (export(list(report.traces), a.export_tensorboard, workers, copies)
+                           if a.export_tensorboard is not None else None)
+            finally:
+                if hasattr(copies, "stop"):
+                    copies.stop()  # the plugin's checks that no export took (one_pass.Checked)
     except (TraceError, UsageError, ClusterError) as e:
         print_error(f"error: {e}")
         return 2

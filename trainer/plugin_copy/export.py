@@ -80,15 +80,15 @@ def export_file(run_dir: Path, worker: str, span: str, src: Path, gz: bool | Non
     instead of making it from the copy; no file there: there is none, the copy is small or short).
     ``workers``: the worker policy (trace/workers.py; default: this process only); where it allows, a large
     trace is planned and written with a forked helper (stream_plan.py). A command's own process may fork, a
-    training process must not. ``planned``: (plan, header keys) of ``src`` from the read that also parsed it
-    for the analysis (one_pass.read_both, read_in_halves); else the copy plans it here.
+    training process must not. ``planned``: (plan, header keys, ...) of ``src`` from the read that also parsed
+    it for the analysis (one_pass.Planned, from read_both or read_in_halves); else the copy plans it here.
     ``excerpt_done(path)``: called with the excerpt once it is written, before the copy appears
     (write_adapted_stream: while a helper still writes the copy, where it can)."""
     _check_names(worker, span)
     src = Path(src)
     gz = src.name.endswith(".gz") if gz is None else gz
     workers = workers or Workers.inline()
-    plan, header = planned if planned is not None else plan_edits(src, workers)
+    plan, header = planned[:2] if planned is not None else plan_edits(src, workers)
     raw = trace_files.raw_path(Path(run_dir), worker, span, gz)
     adapted_path = Path(run_dir) / trace_files.plugin_name(worker, span, gz)
     wanted = excerpt is not None and json_size(src) > plugin_check.WHOLE_UP_TO // 2
@@ -121,7 +121,9 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
     temporary folder beside ``out_dir`` and renamed to ``out_dir`` only once complete: on any error nothing
     appears there. The folder holds discover.EXPORT_MARKER, naming the traces it copies. ``workers``: as
     ``export_file``. ``plans``: trace path -> (plan, header keys), the copies already planned by the read
-    that analysed them (``stepscope.analyze(..., copies=plans)``); a trace missing there is planned here."""
+    that analysed them (``stepscope.analyze(..., copies=plans)``; one_pass.Planned each); a trace missing there
+    is planned here. Where a plan carries the plugin's check of the copy, already under way (one_pass.Checked:
+    plugin_check.EarlyCheck), its answer is taken instead of checking the written copy."""
     out_dir = Path(out_dir)
     traces = _sources(sources)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -136,9 +138,21 @@ def export_tensorboard(sources: Path | list[tuple[Path, str, str]], out_dir: Pat
             # the copy of a trace too large for the plugin to load whole is checked by its excerpt, as soon as
             # that is written (while the copy's second half still is, where the excerpt lies in the first)
             checked: list[str | None] = []
-            early = _checking_into(checked) if json_size(path) > plugin_check.WHOLE_UP_TO else None
-            adapted, _raw = export_file(target, worker, span, path, excerpt=part, workers=workers,
-                                        planned=(plans or {}).pop(Path(path), None), excerpt_done=early)
+            planned = (plans or {}).pop(Path(path), None)
+            check = getattr(planned, "check", None)  # one_pass.Planned
+            try:
+                early = _checking_into(checked) if json_size(path) > plugin_check.WHOLE_UP_TO else None
+                adapted, _raw = export_file(target, worker, span, path, excerpt=part if check is None else None,
+                                            workers=workers, planned=planned,
+                                            excerpt_done=early if check is None else None)
+                if check is not None:
+                    try:
+                        checked.append(check.problem())
+                    except RuntimeError:  # its child died unanswered: the written copy is checked below
+                        pass
+            finally:
+                if check is not None:
+                    check.stop()
             # a copy TensorBoard would drop is no export
             problem = checked[0] if checked else plugin_problem(adapted, excerpt_path=written_excerpt(part))
             if problem:

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.stream_collect import Collector
 from stepscope.analysis.stream_parse import in_ranges, parsed_trace
 from stepscope.plugin_copy.plan_columns import Columns, RangeReader, add_piece, from_objects, read_piece
+from stepscope.plugin_copy.plugin_check import EarlyCheck
 from stepscope.plugin_copy.stream_plan import EditPlan, plan_of
 from stepscope.trace import schema
 from stepscope.trace.bounded_read import read_limit
@@ -46,6 +48,27 @@ class Both:
     plan: EditPlan  # stream_plan.plan_edits' plan
     header: dict  # the trace's top-level keys other than traceEvents
     parsed: ParsedTrace | None  # None: parse_path says why there is none (module docstring)
+    check: EarlyCheck | None = None  # read_in_halves(check=True): the plugin's check of the copy, under way
+
+
+class Planned(NamedTuple):
+    """A trace's copy as the read that analysed it planned it (``stepscope.analyze(..., copies=...)``)."""
+    plan: EditPlan
+    header: dict
+    check: EarlyCheck | None = None  # the plugin's check of its excerpt, under way (``Checked``)
+
+
+class Checked(dict):
+    """``copies`` for ``stepscope.analyze`` (path -> Planned) from a caller that also checks each copy with
+    torch-tb-profiler before it keeps it (``export_tensorboard``): where the read is in halves (the command
+    line may fork), the check of a large copy's excerpt starts as soon as the copy is planned
+    (plugin_check.EarlyCheck), in a forked child, while this process analyses the trace. ``stop()`` ends the
+    checks that no export took (the caller's work failed on the way)."""
+
+    def stop(self) -> None:
+        for planned in self.values():
+            if planned.check is not None:
+                planned.check.stop()
 
 
 @releasing
@@ -82,6 +105,12 @@ def read_both(path: Path, worker: str, span: str) -> Both:
     return Both(plan, header, parsed)
 
 
+def _plain_size(path: Path) -> int | None:
+    """The size of an uncompressed file, whose copy may be written in ranges cut anywhere
+    (plan_columns.RangeReader.columns); None for a gzipped one, written in the ranges it was read in."""
+    return None if path.name.endswith(".gz") else path.stat().st_size
+
+
 def _read(text) -> list | FastColumns:
     """``read_piece`` whose msgspec fallback decodes whole events: the analysis' collector reads them too."""
     return read_piece(text, schema.decode_each)
@@ -102,24 +131,26 @@ def _collect(collector: Collector, pending: list[list], events: list) -> None:
 
 @releasing
 @gc_paused()
-def read_in_halves(path: Path, worker: str, span: str, workers: Workers) -> Both | None:
+def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: bool = False) -> Both | None:
     """``read_both`` of a file read in two byte ranges at once, the second by a forked helper (``workers``
     allows it): the analysis' ranges, whose pieces the copy's planning columns read too
     (plan_columns.RangeReader).
     None where the ranges are not read so (too small, or what stream_parse.in_ranges falls back on):
-    the analysis and the copy's plan then read the file each, and say what is wrong."""
+    the analysis and the copy's plan then read the file each, and say what is wrong. ``check``: start the
+    plugin's check of the copy once it is planned (``Checked``), before the parse is made."""
     path = Path(path)
     side = RangeReader(_read)  # the msgspec fallback's events whole: the analysis reads them too
     got = in_ranges(path, 2, BLOCK, read_limit() if path.name.endswith(".gz") else None, side)
-    c = side.columns() if got is not None else None
+    c = side.columns(_plain_size(path)) if got is not None else None
     if c is None:
         return None
     del side
     collector, header = got
     plan = plan_of(c, workers)  # first, as read_both: the columns dropped before the parse's events are built
     del c
+    early = EarlyCheck.start(path, plan, header) if check else None
     try:
         parsed = parsed_trace(path, f"{worker}.{span}", worker, span, collector, header)
     except Exception:  # as read_both: parse_path says it in its own words
         parsed = None
-    return Both(plan, header, parsed)
+    return Both(plan, header, parsed, early)

@@ -15,6 +15,14 @@ first ``EXCERPT_STEPS`` steps (excerpt.py), the same events byte for byte: every
 copy holds, in a file the plugin loads in seconds. The export writes that excerpt while it writes the copy
 (stream_write.py) and checks it as soon as it is written, while the copy's second half may still be written
 (``plugin_problem(excerpt)``), or passes it in; otherwise it is made here from the copy, in two more passes.
+
+    check = EarlyCheck.start(src, plan, header)    # None, or the check under way in a forked child
+    problem = check.problem()                      # plugin_problem of the copy's excerpt, once it is made
+
+Where the caller may fork (the command line) and the copy of a large trace is planned before it is written,
+``EarlyCheck`` makes the excerpt from the original and the plan (stream_write.excerpt_events: the copy's
+events up to the excerpt's last one, not the copy) and checks it in a child process, while the caller goes
+on (the analysis of the same read, one_pass.py); the export then takes its answer instead of checking.
 """
 
 from __future__ import annotations
@@ -24,11 +32,12 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from stepscope.plugin_copy.excerpt import excerpt
-from stepscope.trace.workers import json_size
+from stepscope.plugin_copy.excerpt import excerpt, write_excerpt
+from stepscope.trace.workers import Apart, json_size
 
 WHOLE_UP_TO = 128 << 20
 EXCERPT_STEPS = 3
+EARLY_SHARE = 0.25  # the most of a file that EarlyCheck reads to make the excerpt (the export's writer reads it all)
 
 
 class PluginMissing(ValueError):
@@ -65,3 +74,51 @@ def plugin_problem(path: Path, worker: str = "worker", span: str = "1",
     finally:
         log.setLevel(level)
     return None
+
+
+class EarlyCheck:
+    """``plugin_problem`` of a planned copy's excerpt, made and loaded in a forked child (workers.Apart) while
+    the caller works on. ``problem()`` waits for its answer; ``stop()`` ends it unasked (the copy is not
+    written after all)."""
+
+    def __init__(self, job: Apart) -> None:
+        self._job = job
+
+    @classmethod
+    def start(cls, src: Path, plan, header: dict) -> EarlyCheck | None:
+        """The check of the copy of ``src`` that ``plan`` (stream_plan.EditPlan, read in byte ranges) plans,
+        under way; None where the export checks it otherwise: a trace small enough to load whole, a copy that
+        is its own excerpt, a gzipped one (its pieces cannot be read apart without decompressing what comes
+        before), or one whose excerpt lies in more than ``EARLY_SHARE`` of the file."""
+        from stepscope.plugin_copy.stream_write import excerpt_pieces
+
+        size = json_size(Path(src))
+        if size <= WHOLE_UP_TO or Path(src).name.endswith(".gz") or not plan.pieces:
+            return None
+        pieces = excerpt_pieces(plan, EXCERPT_STEPS)
+        if not pieces or sum((size if b is None else b) - a for (a, b), _ in pieces) > EARLY_SHARE * size:
+            return None
+        try:
+            return cls(Apart(_check_planned, (Path(src), plan, header)))
+        except (OSError, RuntimeError):  # no child could start: the export checks the copy it writes
+            return None
+
+    def problem(self) -> str | None:
+        """What ``plugin_problem`` says of the excerpt; raises what it raised (PluginMissing), or
+        RuntimeError where the child died before it answered."""
+        self._job.ready(None)
+        return self._job.result()
+
+    def stop(self) -> None:
+        self._job.stop()
+
+
+def _check_planned(src: Path, plan, header: dict) -> str | None:
+    """In the child: the excerpt of the planned copy written to a temporary folder and checked there."""
+    from stepscope.plugin_copy.stream_write import excerpt_events
+
+    events = excerpt_events(src, plan, EXCERPT_STEPS)
+    with tempfile.TemporaryDirectory(prefix="stepscope-excerpt-") as folder:
+        path = Path(folder) / "excerpt.pt.trace.json"
+        write_excerpt(path, events, header)
+        return plugin_problem(path)

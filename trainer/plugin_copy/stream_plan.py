@@ -4,9 +4,11 @@
     plan.edits[12]                 # e.g. Edit(cat="runtime", external_id=0, call_stack="a.py(3): f")
 
 The rules are rules.py's (its module docstring says why each exists), applied to columns of the few fields
-they read (plan_columns.py), never to the whole document, so a 1 GB trace needs a few hundred MB. On a trace
-of more than ``SPLIT_EVENTS`` complete events the operators' call stacks are worked out by a helper process
-(trace/workers.py), where the worker policy allows one, while this process rewrites the runtime events.
+they read (plan_columns.py), never to the whole document, so a 1 GB trace needs a few hundred MB. The
+launches are matched to their device work by numpy (step_guard.py); the operators' call stacks come from the
+compiled sweep of open frames (stream_callstack.py). Where the reader is not built, the stacks are swept in
+Python: then, on a trace of more than ``SPLIT_EVENTS`` complete events, a helper process (trace/workers.py)
+makes part of them, where the worker policy allows one, while this process rewrites the runtime events.
 The copy leaves out only the entries that are not JSON objects. It keeps the
 ``python_function`` frames although they are now also the operators' ``Call stack``: the plugin's Trace view
 shows them, and its Module view links modules through their ``Python parent id``. ``stream_write.py`` applies a plan.
@@ -38,8 +40,8 @@ from stepscope.trace.vocabulary import DEVICE_CATEGORIES, PYTHON_FUNCTION, STEP_
 from stepscope.trace.vocabulary import TORCH_RUNTIME_CATEGORIES as RUNTIME_CATEGORIES
 from stepscope.trace.workers import Workers
 
-SPLIT_EVENTS = 1 << 20  # complete events from which the call stacks are worked out by a helper, meanwhile
-HELPER_STACKS = 0.65  # the operators whose stacks the helper makes (this process rewrites the launches)
+SPLIT_EVENTS = 1 << 20  # complete events from which a Python sweep of the call stacks has a helper, meanwhile
+HELPER_STACKS = 0.65  # the operators whose stacks that helper makes (this process rewrites the launches)
 
 
 @dataclass(slots=True)
@@ -68,6 +70,9 @@ class EditPlan:
     step_starts: list[float] = field(default_factory=list)  # sorted ts of the host steps the copy names
     # ((byte range, index of its first entry), ...) when the file was read in byte ranges: written in them too
     ranges: list | None = None
+    # (where its first entry lies, its index) of each piece, when the file was read in byte ranges: where a
+    # byte range of it may start (stream_write.excerpt_events reads only the pieces that hold the excerpt)
+    pieces: list[tuple[int, int]] = field(default_factory=list)
 
     def edit(self, i: int) -> Edit:
         """Entry ``i``'s own edit, to change: made where it has none, copied where it holds a shared one."""
@@ -135,7 +140,7 @@ def plan_of(c: Columns, workers: Workers | None = None) -> EditPlan:
     (its categories are changed on the way: dataloader spans become operators)."""
     workers = workers or Workers.inline()
     plan = EditPlan(keep=np.ones(c.count, dtype=bool), ts=np.frombuffer(c.ts_all, dtype=np.float64),
-                    ranges=c.ranges)
+                    ranges=c.ranges, pieces=c.cuts if c.ranges else [])
     plan.keep[c.not_objects] = False
     for i in c.missing_name:
         plan.edit(i).guard_name = True

@@ -451,6 +451,43 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
     return wrote, excerpt_parts
 
 
+class _Discard:
+    def write(self, data) -> None:
+        pass
+
+
+def excerpt_events(src: Path, plan: EditPlan, steps: int) -> list:
+    """The events of the copy's excerpt of its first ``steps`` steps (those ``write_adapted_stream`` writes
+    with ``excerpt``), made from ``src`` and its plan without writing the copy: only the pieces that hold an
+    event of the excerpt are read (``excerpt_pieces``). For a copy of more than ``steps`` steps."""
+    in_excerpt = _excerpt_rows(plan, steps)
+    special = _sorted_union(np.fromiter(plan.edits, dtype=np.int64, count=len(plan.edits)),
+                            np.flatnonzero(~plan.keep))
+    parts: list = []
+    for byte_range, first in excerpt_pieces(plan, steps):
+        parts += _write_events(src, _Discard(), plan, special, byte_range, first, in_excerpt)[1]
+    return parts
+
+
+def excerpt_pieces(plan: EditPlan, steps: int) -> list[tuple[tuple[int, int | None] | None, int]]:
+    """The byte ranges (each with the index of its first entry) of the pieces that hold the events of the
+    copy's excerpt of its first ``steps`` steps (a trace's threads lie apart in the file, each in time order:
+    the excerpt is the start of each), consecutive pieces one range; the whole file (None) where the plan has
+    no pieces, none where the copy has ``steps`` steps or fewer (it is its own excerpt)."""
+    if len(plan.step_starts) <= steps:
+        return []
+    if not plan.pieces:
+        return [(None, 0)]
+    at = np.array([a for a, _ in plan.pieces], dtype=np.int64)
+    first = np.array([i for _, i in plan.pieces], dtype=np.int64)
+    held = np.unique(np.searchsorted(first, np.flatnonzero(_excerpt_rows(plan, steps)), side="right") - 1)
+    out = []
+    for run in np.split(held, np.flatnonzero(np.diff(held) > 1) + 1) if len(held) else []:
+        lo, hi = int(run[0]), int(run[-1]) + 1
+        out.append(((0 if lo == 0 else int(at[lo]), int(at[hi]) if hi < len(at) else None), int(first[lo])))
+    return out
+
+
 def copy_file_atomic(src: Path, dst: Path) -> None:
     """Copy ``src`` byte for byte to ``dst``, which appears only once complete; a plain ``src`` is gzipped on the
     way when ``dst`` ends in .gz."""

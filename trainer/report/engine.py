@@ -148,40 +148,58 @@ def resolve_telemetry(found: list[Found], root: Path, telemetry: dict | None = N
 def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = None,
                   selection: StepSelection | None = None, tables: bool = False, keep_going: bool = False,
                   parsed: ParsedTrace | None = None, keep: bool = False, copy: bool = False,
-                  parts: int = 1) -> Analysed | Skipped:
+                  check: bool = False, parts: int = 1) -> Analysed | Skipped:
     """One found trace parsed (in ``parts`` byte ranges; or ``parsed``, its parse already made by the read
     that wrote its plugin copy) and analysed with its telemetry; or why it is skipped. A trace that cannot be
     read raises its one-line TraceError, or with ``keep_going`` is skipped with it as the reason. ``keep``:
     the result carries the trace's evidence, for a Memo. ``copy``: the same read also plans the trace's
     plugin copy (plugin_copy/one_pass.py), which the result carries (None where that read fails: the
-    analysis then reads the trace itself, and says why it cannot)."""
+    analysis then reads the trace itself, and says why it cannot); ``check``: and starts the plugin's check
+    of it meanwhile, where it reads in halves (one_pass.Checked)."""
     planned = None
+    handed = False  # the copy's plan, and its check under way, are the caller's
     try:
-        if parsed is None and copy:
-            planned = _read_both(path, found.worker, span, parts)
-            parsed = planned.parsed if planned is not None else None
-        if parsed is None:
-            parsed = parse_path(path, found.worker, span, parts)
-        item = load_one(found, span, parsed)
-    except TraceError as e:
-        if not keep_going:
-            raise
-        return Rejected(found.path, str(e))
-    if isinstance(item, Skipped):
-        return item
-    _log(path)
-    evidence = evidence_of_file(item.parsed, item.found.path, selection, parts)
-    report = report_of_file(evidence, item.found.path, telemetry)
-    kept = evidence if keep else None
-    copied = (planned.plan, planned.header) if planned is not None else None
-    if not tables:
-        return Analysed(light(item), report, evidence=kept, copy=copied)
-    windows = step_windows(item.parsed)
-    return Analysed(light(item), report, tuple((w.end - w.start) / 1e3 for w in windows),
-                    op_table(item.parsed, windows), kept, copied)
+        try:
+            if parsed is None and copy:
+                planned = _read_both(path, found.worker, span, parts, check)
+                parsed = planned.parsed if planned is not None else None
+            if parsed is None:
+                parsed = parse_path(path, found.worker, span, parts)
+            item = load_one(found, span, parsed)
+        except TraceError as e:
+            if not keep_going:
+                raise
+            return Rejected(found.path, str(e))
+        if isinstance(item, Skipped):
+            return item
+        _log(path)
+        evidence = evidence_of_file(item.parsed, item.found.path, selection, parts)
+        report = report_of_file(evidence, item.found.path, telemetry)
+        kept = evidence if keep else None
+        copied = _planned(planned)
+        if not tables:
+            result = Analysed(light(item), report, evidence=kept, copy=copied)
+        else:
+            windows = step_windows(item.parsed)
+            result = Analysed(light(item), report, tuple((w.end - w.start) / 1e3 for w in windows),
+                              op_table(item.parsed, windows), kept, copied)
+        handed = True
+        return result
+    finally:
+        if not handed and planned is not None and planned.check is not None:
+            planned.check.stop()  # no copy follows: its check is not waited for
 
 
-def _read_both(path: Path, worker: str, span: str, parts: int):
+def _planned(both):
+    """The copy's part of one_pass.read_both's result, as ``copies`` holds it (one_pass.Planned)."""
+    if both is None:
+        return None
+    from stepscope.plugin_copy.one_pass import Planned
+
+    return Planned(both.plan, both.header, both.check)
+
+
+def _read_both(path: Path, worker: str, span: str, parts: int, check: bool = False):
     """The copy's plan and the analysis' parse from one read: one_pass.read_in_halves for a file the export
     reads in halves (``Workers.halves``: the analysis' two byte ranges, the second by a helper), else
     one_pass.read_both (one process). None where that read fails: the analysis' own read then says why,
@@ -191,10 +209,19 @@ def _read_both(path: Path, worker: str, span: str, parts: int):
     try:
         workers = Workers.local(parts)
         if workers.halves(path):
-            return read_in_halves(path, worker, span, workers)
+            return read_in_halves(path, worker, span, workers, check)
         return read_both(path, worker, span)
     except Exception:  # the analysis' read of the same file names what is wrong, in its words
         return None
+
+
+def _checks(copies: dict | None) -> bool:
+    """Whether the caller checks the copies it asks for (one_pass.Checked)."""
+    if copies is None:
+        return False
+    from stepscope.plugin_copy.one_pass import Checked
+
+    return isinstance(copies, Checked)
 
 
 def reported_again(was: Analysed, found: Found, span: str, telemetry: dict | None, tables: bool,
@@ -235,7 +262,7 @@ def analyze_traces(found: list[Found], root: Path, selection: StepSelection | No
             results[i] = reported_again(was, f, spans[f.path], each[f.path], tables, keep_going)
     read = [i for i, r in enumerate(results) if r is None]
     jobs = [(f.path, f, spans[f.path], each[f.path], selection, tables, keep_going, parsed.get(f.path),
-             memo is not None, copies is not None) for f in (found[i] for i in read)]
+             memo is not None, copies is not None, _checks(copies)) for f in (found[i] for i in read)]
     for i, result in zip(read, (workers or Workers.inline()).map(analyze_trace, jobs), strict=True):
         if copies is not None and isinstance(result, Analysed) and result.copy is not None:
             copies[found[i].path] = result.copy

@@ -102,6 +102,9 @@ class TraceStream:
         self.near = near
         self.header: dict[str, Any] = {}
         self.start, self.end = (None, None) if span is None else span
+        # where the first entry of the piece last yielded lies in the text (or the space before it): a byte
+        # range that starts there is read from that entry on
+        self.piece_at: int | None = None
         self._f = None
         self._left: int | None = None  # bytes left to read in the span (with ``near``: up to its end's offset)
         self._pos = 0  # offset (of the decompressed text) of the next byte ``_read`` returns
@@ -228,6 +231,7 @@ class TraceStream:
         result may hold on to it."""
         # buf[0] is a byte of ours that a piece overwrites with '[', buf[1:] the text from an event's '{'
         buf = self._events_start() if self.span is None or self.span[0] == 0 else bytearray(b" ") + self._read()
+        first = self._pos - len(buf) + 1  # where buf[1] lies in the text: the first entry, or the space before it
         failed_at = -1  # a cut that did not decode: only cuts after it are tried
         while True:
             grown = self._more(buf)
@@ -254,7 +258,9 @@ class TraceStream:
             # the rest goes on in a new buffer: the piece's text is never changed after ``decode`` saw it, so
             # what ``decode`` made may keep it (a reader's columns, msgspec.Raw) instead of copying it
             buf = buf[buf.index(b"{", cut) - 1:]
+            self.piece_at, first = first, self._pos - len(buf) + 1
             yield events
+        self.piece_at = first
         if self.span is not None and self.span[1] is not None:
             # a middle range: whole events followed by ',' (and whitespace)
             text = bytes(buf[1:]).rstrip()

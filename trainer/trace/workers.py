@@ -286,11 +286,12 @@ class Apart:
         send.close()
         self._outcome: tuple[bool, object] | None = None
 
-    def ready(self) -> bool:
-        """Whether the child has answered (or died); never waits."""
+    def ready(self, timeout: float | None = 0) -> bool:
+        """Whether the child has answered (or died), waiting up to ``timeout`` seconds for it (None: until it
+        does; by default not at all)."""
         if self._outcome is None:
             try:
-                if not self._recv.poll(0):
+                if not self._recv.poll(timeout):
                     return False
                 self._outcome = self._recv.recv()
             except (EOFError, OSError):  # it ended without an answer: killed, or out of memory
