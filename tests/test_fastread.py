@@ -441,6 +441,28 @@ def test_an_entry_that_cannot_be_laid_out_is_left_to_the_decoded_rewrite():
     assert got[5] == b'{"name":"n","cat":"runtime"}'
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40), st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=8),
+       st.lists(st.binary(max_size=5), max_size=4), st.booleans(), st.data())
+def test_stretches_and_new_texts_are_joined_as_bytes_join_joins_them(text, bounds, news, lead, data):
+    """fastread.joined (the copy's writer: a piece's stretches of the original and its edited entries) is
+    the Python join of the same segments, whether compiled or not; a bound outside the text is refused."""
+    if not fastread.available():
+        pytest.skip(fastread.why_not())
+    segs = [(a, b) if data.draw(st.booleans()) or not news else (-1 - data.draw(st.integers(0, len(news) - 1)), 0)
+            for a, b in bounds]
+    starts = np.array([a for a, _ in segs], dtype=np.int64)
+    ends = np.array([b for _, b in segs], dtype=np.int64)
+    inside = all(a < 0 or a <= b <= len(text) for a, b in segs)
+    want = (b",\n" if lead and segs else b"") + b",\n".join(text[a:b] if a >= 0 else news[-1 - a] for a, b in segs)
+    if not inside:
+        with pytest.raises(ValueError, match="outside the text"):
+            fastread.joined(text, starts, ends, news, lead)
+        return
+    assert fastread.joined(text, starts, ends, news, lead) == want
+    assert fastread.joined(memoryview(bytearray(text)), starts, ends, news, lead) == want
+
+
 def test_splicing_needs_the_extension(monkeypatch):
     monkeypatch.setenv(fastread.PURE_ENV, "1")
     assert fastread.splice(b'[{"a": 1}]', np.array([1]), np.array([9]), [], np.full((1, 4), -1)) is None
@@ -785,6 +807,18 @@ for _ in range(2000):  # the frames open at each operator, of frames and operato
     try:
         _fastread.open_frames(q(nf + 1, 4), d(nf), d(nf), q(nf, 9), bytes(nf), q(no, 4), d(no))
         raise AssertionError("lengths that differ were taken")
+    except ValueError:
+        pass
+for _ in range(2000):  # stretches of any text and new texts joined: any bounds, in or out of it
+    text = bytes(rng.randrange(256) for _ in range(rng.randrange(64)))
+    k = rng.randrange(8)
+    news = [bytes(rng.randrange(3)) for _ in range(rng.randrange(3))] + ([1] if rng.random() < 0.1 else [])
+    starts = [rng.randrange(-4, len(text) + 3) for _ in range(k)]
+    ends = [rng.randrange(-1, len(text) + 3) for _ in range(k)]
+    try:
+        out = _fastread.joined(text, struct.pack(f"{k}q", *starts), struct.pack(f"{k}q", *ends), news,
+                               rng.random() < 0.5)
+        assert isinstance(out, bytes)
     except ValueError:
         pass
 _fastread.release()

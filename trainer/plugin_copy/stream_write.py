@@ -95,18 +95,50 @@ class _Values:
         return len(self.texts) - 1
 
 
-def _spliced_in_place(text, starts: np.ndarray, ends: np.ndarray, rows: list[int], first: int,
-                      edits: dict) -> dict:
-    """Entry j of the piece (among ``rows``, the piece's first entry being entry ``first``) -> its edited
-    text, for those whose edit only sets members (``fastread.splice``); the others, and all without the
-    compiled reader, are left for ``_edited``."""
-    rows = [j for j in rows if (e := edits.get(first + j)) is not None and _splices(e)]
-    if not rows:
-        return {}
-    values = _Values()
-    codes = np.array([values.codes(edits[first + j]) for j in rows], dtype=np.int64).reshape(len(rows), 4)
-    got = fastread.splice(text, starts[rows], ends[rows], values.texts, codes)
-    return {} if got is None else {j: t for j, t in zip(rows, got) if t is not None}
+_DECODED = (-2, -2, -2, -2)  # the codes of an edit that does more than set members: made by _edited
+
+
+class _Special:
+    """The entries of a plan that the copy does not take as they are, as columns made once per copy (the
+    writers of both ranges inherit them): ``positions``, sorted, of those edited or left out; ``rows``, sorted,
+    of those edited, with per row the ``codes`` of its edit for ``fastread.splice`` (indices in ``texts``,
+    ``_Values``; ``_DECODED`` where the edit does more than set members). Entries share a few edit objects
+    (a call stack, the runtime category): each distinct one is coded once, found by a sort of their ids."""
+
+    def __init__(self, plan: EditPlan) -> None:
+        edits = plan.edits
+        keys = np.fromiter(edits, dtype=np.int64, count=len(edits))
+        held = list(edits.values())  # keeps each object alive while its id stands for it
+        ids = np.fromiter(map(id, held), dtype=np.int64, count=len(held))
+        order = np.argsort(ids, kind="stable")
+        new = np.concatenate(([True], ids[order][1:] != ids[order][:-1])) if len(ids) else np.zeros(0, bool)
+        which = np.empty(len(ids), dtype=np.int64)
+        which[order] = np.cumsum(new) - 1  # each entry's distinct edit
+        values = _Values()
+        codes = np.array([values.codes(held[k]) if _splices(held[k]) else _DECODED
+                          for k in order[new].tolist()], dtype=np.int64).reshape(-1, 4)
+        by_row = np.argsort(keys)
+        self.rows, self.codes, self.texts = keys[by_row], codes[which[by_row]], values.texts
+        self.positions = _sorted_union(self.rows, np.flatnonzero(~plan.keep))
+
+
+def _rewritten(text, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, codes: np.ndarray, texts: list,
+               first: int, edits: dict) -> list:
+    """The new text of each of ``rows`` (edited entries of the piece, whose first entry is entry ``first``;
+    ``codes``: their edits', ``_Special``): made where it lies (``fastread.splice``) where its edit only sets
+    members and the compiled reader lays it out, else by ``_edited`` on its decoded value."""
+    out: list = [None] * len(rows)
+    sets = np.flatnonzero(codes[:, 0] != _DECODED[0])
+    if len(sets):
+        got = fastread.splice(text, starts[rows[sets]], ends[rows[sets]], texts, codes[sets])
+        if got is not None:
+            for k, new in zip(sets.tolist(), got):
+                out[k] = new
+    for k, new in enumerate(out):
+        if new is None:
+            j = int(rows[k])
+            out[k] = _edited(text[starts[j]:ends[j]], edits[first + j])
+    return out
 
 
 def apply_edit(e: dict, edit: Edit) -> dict:
@@ -231,9 +263,7 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
     head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
                           for k, v in header.items()) + b'"traceEvents": [\n'
     ranges = ranges or [(None, 0)]
-    # the entries not copied as they are, in order: edited or left out
-    special = _sorted_union(np.fromiter(plan.edits, dtype=np.int64, count=len(plan.edits)),
-                            np.flatnonzero(~plan.keep))
+    special = _Special(plan)  # the entries not copied as they are: edited or left out
     rest = None
     if len(ranges) > 1:
         fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
@@ -277,7 +307,8 @@ def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return both[np.concatenate(([True], both[1:] != both[:-1]))] if len(both) else both
 
 
-def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, special, byte_range, in_excerpt) -> tuple:
+def _write_range_file(src: Path, path: str, gz: bool, plan: EditPlan, special: _Special, byte_range,
+                      in_excerpt) -> tuple:
     """In the forked helper: one range's events to ``path``, a file of its own (``_Continuation``). Returns
     (whether any was written, the excerpt's events among them, ``_Continuation.lead``)."""
     with open(path, "wb") as raw:
@@ -397,13 +428,13 @@ _COMMA, _NEWLINE = ord(","), ord("\n")
 
 
 @fastread.releasing  # the thread's parsers (tens of MB) not kept once a range is written
-def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_range, first: int,
+def _write_events(src: Path, out, plan: EditPlan, special: _Special, byte_range, first: int,
                   in_excerpt) -> tuple[bool, list]:
     """The copy's events of one byte range of ``src`` (whose first entry is entry ``first``), joined by
-    ``",\n"``; ``special``: the sorted positions of the entries not copied as they are. Returns (whether any
-    was written, the excerpt's events among them). Consecutive entries copied as they are, that the original
-    already separates by ``",\n"``, are written as the one stretch of its text that holds them."""
-    keep, edits = plan.keep, plan.edits
+    ``",\n"``; ``special``: the entries not copied as they are. Returns (whether any was written, the
+    excerpt's events among them). Consecutive entries copied as they are, that the original already separates
+    by ``",\n"``, are written as the one stretch of its text that holds them (``fastread.joined``)."""
+    keep, edits, positions = plan.keep, plan.edits, special.positions
     excerpt_parts: list = []
     wrote = False
     n = first
@@ -411,8 +442,8 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
         for piece in stream.decode_events(_entries):  # the piece's text stays as it is: slices of it are kept
             text, starts, ends = piece.text, piece.starts, piece.ends
             m = len(piece)
-            a, b = np.searchsorted(special, (n, n + m))
-            here = special[a:b] - n
+            a, b = np.searchsorted(positions, (n, n + m))
+            here = positions[a:b] - n
             # a stretch ends at each special entry, and where the original's separator is not ",\n"
             last = ends[:-1]
             u8 = np.frombuffer(text, dtype=np.uint8)
@@ -422,31 +453,25 @@ def _write_events(src: Path, out, plan: EditPlan, special: np.ndarray, byte_rang
                                    np.array([0, m], dtype=np.int64))
             lo, hi = bounds[:-1], bounds[1:]
             lo, hi = lo[hi > lo], hi[hi > lo]
-            lone = np.zeros(m + 1, dtype=bool)
-            lone[here] = True
-            done = _spliced_in_place(text, starts, ends, here.tolist(), n, edits)
-            parts: list = []  # slices of the piece's text (bytes-like): joined without a copy each
-            rewritten: dict[int, bytes] = {}
-            for j, is_special, begin, stop in zip(lo.tolist(), lone[lo].tolist(), starts[lo].tolist(),
-                                                  ends[hi - 1].tolist()):
-                if not is_special:
-                    parts.append(text[begin:stop])
-                elif keep[n + j]:
-                    edit = edits.get(n + j)
-                    if edit is None:
-                        part = text[begin:stop]
-                    else:
-                        part = done.get(j)
-                        if part is None:
-                            part = _edited(text[begin:stop], edit)
-                    parts.append(part)
-                    rewritten[j] = part
-            if parts:
-                out.write((b",\n" if wrote else b"") + b",\n".join(parts))
+            # each stretch's text; a special one (one entry) left out, or replaced by its edited text
+            seg_start, seg_end = starts[lo], ends[hi - 1]
+            special_here = np.zeros(m + 1, dtype=bool)
+            special_here[here] = True
+            lone = special_here[lo]
+            taken = ~lone | keep[n + lo]
+            ea, eb = np.searchsorted(special.rows, (n, n + m))
+            edited = special.rows[ea:eb] - n
+            new = _rewritten(text, starts, ends, edited, special.codes[ea:eb], special.texts, n, edits)
+            at = np.searchsorted(lo, edited)  # each edited entry's stretch
+            seg_start[at] = -1 - np.arange(len(edited))  # the stretch is that entry's new text
+            if taken.any():
+                out.write(fastread.joined(text, seg_start[taken], seg_end[taken], new, wrote))
                 wrote = True
             if in_excerpt is not None:
-                excerpt_parts += [bytes(rewritten[j]) if j in rewritten else bytes(text[starts[j]:ends[j]])
-                                  for j in np.flatnonzero(in_excerpt[n:n + m]).tolist()]
+                mine = np.flatnonzero(in_excerpt[n:n + m])
+                by_row = dict(zip(edited.tolist(), new))
+                excerpt_parts += [bytes(by_row[j]) if j in by_row else bytes(text[starts[j]:ends[j]])
+                                  for j in mine.tolist()]
             n += m
     return wrote, excerpt_parts
 
@@ -461,8 +486,7 @@ def excerpt_events(src: Path, plan: EditPlan, steps: int) -> list:
     with ``excerpt``), made from ``src`` and its plan without writing the copy: only the pieces that hold an
     event of the excerpt are read (``excerpt_pieces``). For a copy of more than ``steps`` steps."""
     in_excerpt = _excerpt_rows(plan, steps)
-    special = _sorted_union(np.fromiter(plan.edits, dtype=np.int64, count=len(plan.edits)),
-                            np.flatnonzero(~plan.keep))
+    special = _Special(plan)
     parts: list = []
     for byte_range, first in excerpt_pieces(plan, steps):
         parts += _write_events(src, _Discard(), plan, special, byte_range, first, in_excerpt)[1]

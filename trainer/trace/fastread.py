@@ -8,6 +8,7 @@ object per event. Torch-free.
     starts, ends = spans(text)               # where each entry of the array lies, none decoded
     new = splice(text, starts, ends, values, codes)   # some entries with members set, where they lie
     chain, parent, name = open_frames(...)   # the Python frames open at each operator (plugin_copy's stacks)
+    out = joined(text, seg_start, seg_end, news, lead)  # stretches of a text and new texts, joined by ",\n"
     release()                                # this thread's parsers freed, once a trace has been read
 
 The extension (csrc/fastread.cpp, parsing with the vendored simdjson) is built by ``pip install -e .``
@@ -225,6 +226,18 @@ def open_frames(frame_thread: np.ndarray, frame_start: np.ndarray, frame_stop: n
         (frame_thread, np.int64), (frame_start, np.float64), (frame_stop, np.float64), (frame_name, np.int64),
         (frame_real, np.uint8), (op_thread, np.int64), (op_start, np.float64))))
     return tuple(np.frombuffer(b, dtype=np.int64) for b in got)
+
+
+def joined(text, seg_start: np.ndarray, seg_end: np.ndarray, news: list[bytes], lead: bool) -> bytes:
+    """Segments joined by ``",\n"`` (preceded by one more where ``lead``): segment k is
+    ``text[seg_start[k]:seg_end[k]]``, or ``news[-1 - seg_start[k]]`` where ``seg_start[k]`` is negative. By the
+    compiled reader (one copy into the result), else by bytes.join."""
+    if not available():
+        sep = b",\n"
+        parts = [text[a:b] if a >= 0 else news[-1 - a] for a, b in zip(seg_start.tolist(), seg_end.tolist())]
+        return (sep if lead and parts else b"") + sep.join(parts)
+    return _fastread.joined(text, np.ascontiguousarray(seg_start, dtype=np.int64),
+                            np.ascontiguousarray(seg_end, dtype=np.int64), news, lead)
 
 
 def release() -> None:

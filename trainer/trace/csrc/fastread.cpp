@@ -68,6 +68,13 @@ enclosing it, as a node of a tree of chains (``chain_parent``, -1 at the outermo
 frame's name id), equal chains one node; -1 where there is none. All three are returned as int64 bytes. The
 GIL is released during the sweep.
 
+    joined(text, seg_start, seg_end, news, lead) -> bytes
+
+Segments joined by ",\n" (after one more ",\n" first where ``lead`` is true): n of them, given by two int64
+arrays (bytes-like, native order): segment k is ``text[seg_start[k]:seg_end[k]]``, or, where seg_start[k] is
+negative, ``news[-1 - seg_start[k]]`` (a list of bytes). The copy's writer joins a piece's stretches of the
+original and its edited entries so. A bound outside the text or an index outside ``news`` is a ValueError.
+
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
 its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
 memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
@@ -82,6 +89,7 @@ without that copy: in_place(text) says whether a text is.
 #include <memory>
 #include <new>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "simdjson/simdjson.h"
@@ -975,6 +983,72 @@ static PyObject *open_frames(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* joined: see the top of this file. The sizes are summed and the bounds checked first, holding the GIL (the
+   list's items are read there); the bytes are then copied without it, into the one result. */
+static PyObject *joined(PyObject *self, PyObject *args) {
+    Py_buffer text, b_start, b_end;
+    PyObject *news;
+    int lead;
+    if (!PyArg_ParseTuple(args, "y*y*y*O!p", &text, &b_start, &b_end, &PyList_Type, &news, &lead)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = b_start.len / 8, count = PyList_GET_SIZE(news);
+    const int64_t *seg_start = (const int64_t *)b_start.buf, *seg_end = (const int64_t *)b_end.buf;
+    std::vector<std::pair<const char *, Py_ssize_t>> parts;
+    Py_ssize_t total = (lead && n) ? 2 : 0;
+    if (b_start.len % 8 || b_end.len != b_start.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends of different lengths");
+        goto done;
+    }
+    try {
+        parts.reserve((size_t)n);
+    } catch (const std::bad_alloc &) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const int64_t a = seg_start[k], b = seg_end[k];
+        if (a < 0) {
+            const int64_t i = -1 - a;
+            PyObject *item = i < count ? PyList_GET_ITEM(news, i) : NULL;
+            if (item == NULL || !PyBytes_Check(item)) {
+                PyErr_SetString(PyExc_ValueError, "a segment's new text is missing or not bytes");
+                goto done;
+            }
+            parts.emplace_back(PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item));
+        } else {
+            if (b < a || b > (int64_t)text.len) {
+                PyErr_SetString(PyExc_ValueError, "a segment outside the text");
+                goto done;
+            }
+            parts.emplace_back((const char *)text.buf + a, (Py_ssize_t)(b - a));
+        }
+        total += parts.back().second + (k ? 2 : 0);
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result) {
+        char *out = PyBytes_AS_STRING(result);
+        Py_BEGIN_ALLOW_THREADS
+        if (lead && n) {
+            memcpy(out, ",\n", 2);
+            out += 2;
+        }
+        for (size_t k = 0; k < parts.size(); k++) {
+            if (k) {
+                memcpy(out, ",\n", 2);
+                out += 2;
+            }
+            memcpy(out, parts[k].first, (size_t)parts[k].second);
+            out += parts[k].second;
+        }
+        Py_END_ALLOW_THREADS
+    }
+done:
+    PyBuffer_Release(&text);
+    PyBuffer_Release(&b_start);
+    PyBuffer_Release(&b_end);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
     {"spans", spans, METH_O, "Where each entry of a JSON array lies in the text (see the module source)."},
@@ -984,6 +1058,7 @@ static PyMethodDef methods[] = {
     {"empty", empty, METH_O, "A bytearray of n bytes whose contents are not set, for a reader to fill."},
     {"shared_ints", shared_ints, METH_O, "int64s as a list of Python ints, equal values sharing one object."},
     {"open_frames", open_frames, METH_VARARGS, "The Python frames open at each operator (see the module source)."},
+    {"joined", joined, METH_VARARGS, "Stretches of a text and new texts joined by ',\\n' (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 
