@@ -90,7 +90,7 @@ class EarlyCheck:
         under way; None where the export checks it otherwise: a trace small enough to load whole, a copy that
         is its own excerpt, a gzipped one (its pieces cannot be read apart without decompressing what comes
         before), or one whose excerpt lies in more than ``EARLY_SHARE`` of the file."""
-        from stepscope.plugin_copy.stream_write import excerpt_pieces
+        from stepscope.plugin_copy.stream_write import excerpt_pieces, special_of
 
         size = json_size(Path(src))
         if size <= WHOLE_UP_TO or Path(src).name.endswith(".gz") or not plan.pieces:
@@ -98,6 +98,7 @@ class EarlyCheck:
         pieces = excerpt_pieces(plan, EXCERPT_STEPS)
         if not pieces or sum((size if b is None else b) - a for (a, b), _ in pieces) > EARLY_SHARE * size:
             return None
+        special_of(plan)  # made here, once: the child inherits it, and so do the copy's writers
         try:
             return cls(Apart(_check_planned, (Path(src), plan, header)))
         except (OSError, RuntimeError):  # no child could start: the export checks the copy it writes

@@ -122,6 +122,15 @@ class _Special:
         self.positions = _sorted_union(self.rows, np.flatnonzero(~plan.keep))
 
 
+def special_of(plan: EditPlan) -> _Special:
+    """The plan's ``_Special``, made on first use and kept on the plan (a plan is not changed once made): the
+    export makes it before it forks the plugin's early check, whose excerpt is made from it too."""
+    got = getattr(plan, "_special", None)
+    if got is None:
+        got = plan._special = _Special(plan)
+    return got
+
+
 def _rewritten(text, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, codes: np.ndarray, texts: list,
                first: int, edits: dict) -> list:
     """The new text of each of ``rows`` (edited entries of the piece, whose first entry is entry ``first``;
@@ -263,7 +272,7 @@ def _write_ranges(src: Path, raw_out, gz: bool, plan: EditPlan, header: dict, in
     head = b"{" + b"".join(json.dumps(k).encode() + b": " + json.dumps(v).encode() + b", "
                           for k, v in header.items()) + b'"traceEvents": [\n'
     ranges = ranges or [(None, 0)]
-    special = _Special(plan)  # the entries not copied as they are: edited or left out
+    special = special_of(plan)  # the entries not copied as they are: edited or left out
     rest = None
     if len(ranges) > 1:
         fd, rest = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
@@ -486,7 +495,7 @@ def excerpt_events(src: Path, plan: EditPlan, steps: int) -> list:
     with ``excerpt``), made from ``src`` and its plan without writing the copy: only the pieces that hold an
     event of the excerpt are read (``excerpt_pieces``). For a copy of more than ``steps`` steps."""
     in_excerpt = _excerpt_rows(plan, steps)
-    special = _Special(plan)
+    special = special_of(plan)
     parts: list = []
     for byte_range, first in excerpt_pieces(plan, steps):
         parts += _write_events(src, _Discard(), plan, special, byte_range, first, in_excerpt)[1]
