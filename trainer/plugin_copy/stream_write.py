@@ -10,12 +10,16 @@ edit only sets members (a name, a category, an External id, a call stack: nearly
 reader finds where those members are and sets them (``fastread.splice``): each new value replaces the old
 one or is added at the end of its object, the rest of the event kept as its bytes. Any other edit, or an
 event that cannot be laid out so, is decoded, changed (rules.py) and re-encoded (compact, UTF-8). Both give
-the same JSON value, which ``apply_edit`` on the decoded event defines. A plan read in two byte ranges
-(plan_columns.py) is written in them too: a forked helper (trace/workers.py) writes the second range's events to a file of its
-own, which this process appends to the copy as it grows once it has written the first (gzipped copies: one
-gzip member each, a valid stream).
+the same JSON value, which ``apply_edit`` on the decoded event defines. The plan's edits are coded for the
+splice once per copy (``_Special``), and each piece's output, its stretches of the original and its edited
+events' new texts, is joined by one compiled call (``fastread.joined``). A plan read in two byte ranges
+(plan_columns.py) is written in two too (cut where its pieces lie): a forked helper (trace/workers.py) writes
+the second range's events to a file of its own, which this process appends to the copy as it grows once it
+has written the first (gzipped copies: one gzip member each, a valid stream).
 The excerpt for the plugin check (excerpt.py's rule: the events before step N+1 begins and those without a
-time, the copy's bytes and top-level keys) is collected on the way, so no further pass reads the copy.
+time, the copy's bytes and top-level keys) is collected on the way, so no further pass reads the copy; or,
+for the check that starts as soon as the copy is planned (plugin_check.EarlyCheck), made from the original
+and the plan alone, reading only the pieces that hold it (``excerpt_events``).
 The top-level keys keep json's default separators, which Holistic Trace Analysis's ``"rank":\s+`` regex
 needs. The file appears under ``dst`` only once complete (a ``.tmp-*.partial`` name, then a rename), and
 is gzipped when ``dst`` ends in ``.gz`` (level ``GZ_LEVEL``: fast, for files of gigabytes).
@@ -486,6 +490,8 @@ def _write_events(src: Path, out, plan: EditPlan, special: _Special, byte_range,
 
 
 class _Discard:
+    """A sink for a copy's events that keeps none (``excerpt_events`` wants only the excerpt's)."""
+
     def write(self, data) -> None:
         pass
 
