@@ -31,7 +31,14 @@ from typing import NamedTuple
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.stream_collect import Collector
 from stepscope.analysis.stream_parse import in_ranges, parsed_trace
-from stepscope.plugin_copy.plan_columns import Columns, RangeReader, add_piece, from_objects, read_piece
+from stepscope.plugin_copy.plan_columns import (
+    Columns,
+    RangeReader,
+    add_piece,
+    from_objects,
+    plain_size,
+    read_piece,
+)
 from stepscope.plugin_copy.plugin_check import EarlyCheck
 from stepscope.plugin_copy.stream_plan import EditPlan, plan_of
 from stepscope.trace import schema
@@ -105,12 +112,6 @@ def read_both(path: Path, worker: str, span: str) -> Both:
     return Both(plan, header, parsed)
 
 
-def _plain_size(path: Path) -> int | None:
-    """The size of an uncompressed file, whose copy may be written in ranges cut anywhere
-    (plan_columns.RangeReader.columns); None for a gzipped one, written in the ranges it was read in."""
-    return None if path.name.endswith(".gz") else path.stat().st_size
-
-
 def _read(text) -> list | FastColumns:
     """``read_piece`` whose msgspec fallback decodes whole events: the analysis' collector reads them too."""
     return read_piece(text, schema.decode_each)
@@ -141,7 +142,7 @@ def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: 
     path = Path(path)
     side = RangeReader(_read)  # the msgspec fallback's events whole: the analysis reads them too
     got = in_ranges(path, 2, BLOCK, read_limit() if path.name.endswith(".gz") else None, side)
-    c = side.columns(_plain_size(path)) if got is not None else None
+    c = side.columns(plain_size(path)) if got is not None else None
     if c is None:
         return None
     del side

@@ -84,7 +84,7 @@ class Columns:
     ranges: list | None = None  # EditPlan.ranges
     # (where its first entry lies in the text, its position) of each piece read in byte ranges: where a byte
     # range may start (EditPlan.pieces)
-    cuts: list[tuple[int, int]] = field(default_factory=list)
+    pieces: list[tuple[int, int]] = field(default_factory=list)
     span: tuple | None = None  # the byte range read (TraceStream.start, .end), None for one pass
     header: dict = field(default_factory=dict)
 
@@ -146,7 +146,7 @@ class RangeReader:
 
     def piece(self, events, at: int | None = None) -> Columns:
         """One piece's columns on their own (entries counted from 0); ``at``: where its first entry lies."""
-        c = Columns(cuts=[] if at is None else [(at, 0)])
+        c = Columns(pieces=[] if at is None else [(at, 0)])
         add_piece(c, events, self._cats)
         return c
 
@@ -177,8 +177,8 @@ class RangeReader:
         self._own = []
         c.span = span
         c.ranges = [((0, span[1]), 0), ((later_span[0], None), first_of_rest)]
-        if size is not None and len(c.cuts) > 1:
-            at, first = min(c.cuts[1:], key=lambda cut: abs(cut[0] - WRITE_FIRST_SHARE * size))
+        if size is not None and len(c.pieces) > 1:
+            at, first = min(c.pieces[1:], key=lambda piece: abs(piece[0] - WRITE_FIRST_SHARE * size))
             c.ranges = [((0, at), 0), ((at, None), first)]
         return c
 
@@ -214,7 +214,13 @@ def _read_halves(path: Path, near: Near) -> Columns | None:
         reader.read(path, near.ranges[0], near, take)
         for part in inbox.rest():
             reader.add_later(1, part)
-    return reader.columns(None if path.name.endswith(".gz") else path.stat().st_size)
+    return reader.columns(plain_size(path))
+
+
+def plain_size(path: Path) -> int | None:
+    """The size of an uncompressed file, whose copy may be written in ranges cut anywhere
+    (``RangeReader.columns``); None for a gzipped one, written in the ranges it was read in."""
+    return None if path.name.endswith(".gz") else path.stat().st_size
 
 
 def _read_range(path: Path, byte_range: tuple[int, int | None] | None) -> Columns:
@@ -270,7 +276,7 @@ def join_columns(parts: list[Columns]) -> Columns:
                              (c.step_rows, p.step_rows)):
             mine += [i + shift for i in theirs]
         c.missing_cat |= {i + shift for i in p.missing_cat}
-        c.cuts += [(at, i + shift) for at, i in p.cuts]
+        c.pieces += [(at, i + shift) for at, i in p.pieces]
         shift += p.count
         c.header.update(p.header)
         c.span = p.span if c.span is None else c.span

@@ -73,6 +73,8 @@ class EditPlan:
     # (where its first entry lies, its index) of each piece, when the file was read in byte ranges: where a
     # byte range of it may start (stream_write.excerpt_events reads only the pieces that hold the excerpt)
     pieces: list[tuple[int, int]] = field(default_factory=list)
+    # the edits coded for the writer (stream_write.special_of), made once a plan is complete
+    coded: Any = field(default=None, compare=False, repr=False)
 
     def edit(self, i: int) -> Edit:
         """Entry ``i``'s own edit, to change: made where it has none, copied where it holds a shared one."""
@@ -140,7 +142,7 @@ def plan_of(c: Columns, workers: Workers | None = None) -> EditPlan:
     (its categories are changed on the way: dataloader spans become operators)."""
     workers = workers or Workers.inline()
     plan = EditPlan(keep=np.ones(c.count, dtype=bool), ts=np.frombuffer(c.ts_all, dtype=np.float64),
-                    ranges=c.ranges, pieces=c.cuts if c.ranges else [])
+                    ranges=c.ranges, pieces=c.pieces if c.ranges else [])
     plan.keep[c.not_objects] = False
     for i in c.missing_name:
         plan.edit(i).guard_name = True

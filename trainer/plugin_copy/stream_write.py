@@ -129,10 +129,9 @@ class _Special:
 def special_of(plan: EditPlan) -> _Special:
     """The plan's ``_Special``, made on first use and kept on the plan (a plan is not changed once made): the
     export makes it before it forks the plugin's early check, whose excerpt is made from it too."""
-    got = getattr(plan, "_special", None)
-    if got is None:
-        got = plan._special = _Special(plan)
-    return got
+    if plan.coded is None:
+        plan.coded = _Special(plan)
+    return plan.coded
 
 
 def _rewritten(text, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, codes: np.ndarray, texts: list,
