@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -127,9 +128,23 @@ def test_no_excerpt_for_a_trace_of_few_steps_or_a_small_one(tmp_path, monkeypatc
     assert not part.exists()  # no more steps than the excerpt would keep: the copy is its own excerpt
 
 
+@pytest.fixture(params=[False, True], ids=["cached", "direct"])
+def direct(request, monkeypatch):
+    """The copy written through the page cache, or around it (trace/direct_file.py) in buffers small enough
+    that the copy fills many."""
+    from stepscope.plugin_copy import stream_write
+    from stepscope.trace import direct_file
+
+    if request.param:
+        monkeypatch.setattr(stream_write, "DIRECT_FROM", 0)
+        monkeypatch.setattr(direct_file, "BUFFER", 4 * direct_file.BLOCK)
+    return request.param
+
+
 # the helper of read_columns, of the call stacks (only where they are swept in Python), of the writing
 @pytest.mark.parametrize("refused", [1, 2, 3])
-def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(refused, eager_junk, tmp_path, monkeypatch):
+def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(refused, eager_junk, tmp_path, monkeypatch,
+                                                                     direct):
     if refused == 3 and fastread.available():
         pytest.skip("the compiled reader sweeps the call stacks without a helper: two helpers, both refused above")
     src, one = eager_junk
@@ -180,7 +195,8 @@ def test_a_helper_runs_a_call_on_what_this_process_holds(workers):
 
 @pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
 @pytest.mark.parametrize("empty", ["first", "second", None])
-def test_a_copy_written_in_two_ranges_joins_them_as_one_pass(eager_junk, tmp_path, monkeypatch, gz, empty):
+def test_a_copy_written_in_two_ranges_joins_them_as_one_pass(eager_junk, tmp_path, monkeypatch, gz, empty,
+                                                            direct):
     """The helper's range is appended as it grows, after its own ",\n" (left out where the first range wrote
     no event, and not written where the helper wrote none): the bytes of one pass, and the caller's other work
     done once, while the helper writes, before the copy appears."""
@@ -207,6 +223,46 @@ def test_a_copy_written_in_two_ranges_joins_them_as_one_pass(eager_junk, tmp_pat
     assert read(dst.read_bytes()) == read((tmp_path / "one" / name).read_bytes())
     assert json.loads(read(dst.read_bytes()))["traceEvents"] or empty
     assert [p.name for p in dst.parent.iterdir()] == [name]  # the helper's file is gone
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+def test_a_writing_helper_that_dies_midway_leaves_the_copy_to_this_process(eager_junk, tmp_path, monkeypatch, gz,
+                                                                         direct):
+    """The helper killed after writing part of its range, while this process appends it: what was written
+    is dropped (the file started again from its first byte) and the copy written in one pass, byte for
+    byte."""
+    from stepscope.plugin_copy import stream_write
+
+    src, _ = eager_junk
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    monkeypatch.setattr(stream_plan, "SPLIT_EVENTS", 0)
+    monkeypatch.setattr(stream_write, "GROWING_POLL_S", 0.0005)
+    plan, header = stream_plan.plan_edits(src, LOCAL)
+    name = "copy.json" + (".gz" if gz else "")
+    stream_write.write_adapted_stream(src, tmp_path / "one" / name, plan, header)
+    real = stream_write._write_range_file
+
+    def dies(src, path, gz, plan, special, byte_range, in_excerpt):
+        real(src, path, gz, plan, special, byte_range, in_excerpt)
+        with open(path, "r+b") as f:  # what was written so far, then killed
+            f.truncate(f.seek(0, 2) // 2)
+        os._exit(9)
+
+    monkeypatch.setattr(stream_write, "_write_range_file", dies)
+    passes = []
+    write_ranges = stream_write._write_ranges
+
+    def counted(src, raw_out, *rest):
+        passes.append(raw_out.tell())  # where the file stood when the pass began
+        return write_ranges(src, raw_out, *rest)
+
+    monkeypatch.setattr(stream_write, "_write_ranges", counted)
+    dst = tmp_path / "two" / name
+    stream_write.write_adapted_stream(src, dst, plan, header, workers=LOCAL)
+    assert passes == [0, 0]  # two ranges, then one pass from the first byte
+    read = gzip.decompress if gz else bytes  # a gzip member's header holds the time it was written
+    assert read(dst.read_bytes()) == read((tmp_path / "one" / name).read_bytes())
+    assert [p.name for p in dst.parent.iterdir()] == [name]
 
 
 def test_other_work_that_fails_fails_the_copy(eager_junk, tmp_path, monkeypatch):

@@ -22,7 +22,10 @@ for the check that starts as soon as the copy is planned (plugin_check.EarlyChec
 and the plan alone, reading only the pieces that hold it (``excerpt_events``).
 The top-level keys keep json's default separators, which Holistic Trace Analysis's ``"rank":\s+`` regex
 needs. The file appears under ``dst`` only once complete (a ``.tmp-*.partial`` name, then a rename), and
-is gzipped when ``dst`` ends in ``.gz`` (level ``GZ_LEVEL``: fast, for files of gigabytes).
+is gzipped when ``dst`` ends in ``.gz`` (level ``GZ_LEVEL``: fast, for files of gigabytes). The copy of a
+source of ``DIRECT_FROM`` bytes or more is written around the page cache (trace/direct_file.py), where the
+file system allows; the helper's part is appended to it by the kernel's copy (copy_file_range), through the
+page cache.
 """
 
 from __future__ import annotations
@@ -44,11 +47,15 @@ from stepscope.plugin_copy.excerpt import write_excerpt
 from stepscope.plugin_copy.rules import UNLINKED_KEY
 from stepscope.plugin_copy.stream_plan import UNSET, Edit, EditPlan
 from stepscope.trace import fastread
+from stepscope.trace.direct_file import writer_on
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import TraceStream
 from stepscope.trace.workers import Workers
 
 GZ_LEVEL = 1
+# a copy of a source this large is written around the page cache (trace/direct_file.py): a gigabyte's copy
+# spent most of its system time in the cache; smaller ones gain nothing worth a synchronous last write
+DIRECT_FROM = 64 << 20
 _RAW = msgspec.json.Decoder(list[msgspec.Raw])
 _ENCODE = msgspec.json.Encoder().encode
 
@@ -243,7 +250,7 @@ def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
         once()
         excerpt_of(parts)
 
-    _atomic(dst, fill)
+    _atomic(dst, fill, direct=_size(src) >= DIRECT_FROM)
     return excerpt[0] if steps is not None else None
 
 
@@ -565,6 +572,13 @@ def link_or_copy_atomic(src: Path, dst: Path) -> None:
     copy_file_atomic(src, dst)
 
 
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def _gzips(src: Path, dst: Path) -> bool:
     """Whether keeping ``src`` as ``dst`` gzips it on the way (a plain file kept as .gz)."""
     return Path(dst).name.endswith(".gz") and not Path(src).name.endswith(".gz")
@@ -581,13 +595,14 @@ def copy_rest(f, out) -> None:
         shutil.copyfileobj(f, out, 8 << 20)
 
 
-def _atomic(dst: Path, fill) -> None:
-    """Create ``dst`` through ``fill(binary file)`` under a temporary name that no plugin lists, then rename."""
+def _atomic(dst: Path, fill, direct: bool = False) -> None:
+    """Create ``dst`` through ``fill(binary file)`` under a temporary name that no plugin lists, then rename.
+    ``direct``: written around the page cache where the file system allows (trace/direct_file.py)."""
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=dst.parent)
     try:
-        with os.fdopen(fd, "wb") as out:
+        with writer_on(fd, str(dst), direct) as out:
             fill(out)
         mask = os.umask(0)
         os.umask(mask)
