@@ -73,8 +73,9 @@ def _halves_used(monkeypatch) -> list:
 def test_a_trace_read_in_halves_is_read_once_for_both_in_its_halves(run, reader, tmp_path, monkeypatch, capsys):
     """A trace the export reads and writes in two halves at once (large, and helpers allowed) is read once:
     the analysis' two byte ranges, whose pieces the copy's plan reads too, in this process and in the
-    helper. No other read plans or parses it; the copy is written in the ranges read; the files and the
-    report are those of the two reads apart (the oracle, made first), through either reader."""
+    helper; the analysis of that parse is made in a child while this process plans the copy. No other read
+    plans or parses it; the copy is written in the ranges read; the files and the report are those of the two
+    reads apart (the oracle, made first), through either reader."""
     from stepscope.trace import fastread
 
     if reader == "msgspec":
@@ -89,7 +90,8 @@ def test_a_trace_read_in_halves_is_read_once_for_both_in_its_halves(run, reader,
     got = tmp_path / "got"
     assert analyze_main([str(DATA / run), "--json", "--export-tensorboard", str(got)]) == 0
     assert __import__("json").loads(capsys.readouterr().out) == report
-    assert halves and all(b.parsed is not None and len(b.plan.ranges) == 2 for b in halves)
+    # the analysis made in the child forked beside the copy's plan, from the same read's parse
+    assert halves and all(b.analysed is not None and b.parsed is None and len(b.plan.ranges) == 2 for b in halves)
     mine, theirs = _files(got), _files(want)
     marker = {k for k in mine if k.endswith(".stepscope-export")}
     assert mine.keys() == theirs.keys() and len(mine) > len(marker)
@@ -120,6 +122,100 @@ def test_a_read_in_halves_that_fails_leaves_each_its_own_read(tmp_path, monkeypa
     assert capsys.readouterr().out == report and halves == [None]
     assert [v for k, v in sorted(_files(got).items()) if not k.endswith("export")] == \
         [v for k, v in sorted(_files(want).items()) if not k.endswith("export")]
+
+
+def _apart_children() -> list:
+    import multiprocessing
+
+    return [p for p in multiprocessing.active_children() if p.name == "stepscope-apart"]
+
+
+@pytest.mark.parametrize("fault", ["dies", "raises", "no child"])
+def test_where_the_analysis_beside_the_plan_fails_this_process_analyses_the_parse(fault, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """The child that analyses the parse while the copy is planned killed, failing (any exception: a
+    TraceError among them, which this process's own analysis then says), or not started: this process
+    parses what the same read collected and analyses it; the same report and files, no second read, and no
+    child left."""
+    from stepscope.plugin_copy import one_pass
+
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    want = tmp_path / "want"
+    export_tensorboard(DATA / "eager_bs32", want, workers=Workers.local())
+    report = stepscope.analyze(DATA / "eager_bs32").to_dict()
+    if fault == "dies":
+        monkeypatch.setattr(one_pass, "_analysed", lambda *a: os._exit(3))
+    elif fault == "raises":
+        monkeypatch.setattr(one_pass, "_analysed", lambda *a: (_ for _ in ()).throw(MemoryError()))
+    else:
+        monkeypatch.setattr(one_pass, "Apart", lambda *a: (_ for _ in ()).throw(OSError(11, "no process")))
+    halves = _halves_used(monkeypatch)
+    monkeypatch.setattr(export_module, "plan_edits", _refuse)
+    monkeypatch.setattr(engine, "parse_path", _refuse)
+    got = tmp_path / "got"
+    assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(got)]) == 0
+    assert __import__("json").loads(capsys.readouterr().out) == report
+    assert len(halves) == 1 and halves[0].analysed is None and halves[0].parsed is not None
+    assert {k: v for k, v in _files(got).items() if not k.endswith("export")} == \
+        {k: v for k, v in _files(want).items() if not k.endswith("export")}
+    assert not _apart_children()
+
+
+def test_a_plan_that_fails_stops_the_analysis_beside_it(tmp_path, monkeypatch, capsys):
+    """The copy's plan failing while the child analyses: the child is stopped at once (not waited for), and
+    the analysis and the copy each read the trace themselves, as where the read in halves fails."""
+    from stepscope.plugin_copy import one_pass
+
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    report = stepscope.analyze(DATA / "eager_bs32").to_dict()
+    stopped = []
+    real = one_pass.Apart
+
+    class Spied(real):
+        def stop(self):
+            stopped.append(self.process.is_alive())
+            super().stop()
+
+    def slow(*a):
+        import time
+
+        time.sleep(30)  # still analysing when the plan fails
+
+    def fails(*a):
+        raise RuntimeError("the plan failed")
+
+    monkeypatch.setattr(one_pass, "Apart", Spied)
+    monkeypatch.setattr(one_pass, "_analysed", slow)
+    monkeypatch.setattr(one_pass, "plan_of", fails)
+    halves = _halves_used(monkeypatch)
+    assert analyze_main([str(DATA / "eager_bs32"), "--json", "--export-tensorboard", str(tmp_path / "o")]) == 0
+    assert __import__("json").loads(capsys.readouterr().out) == report
+    assert halves == [] and stopped == [True] and not _apart_children()
+
+
+@pytest.mark.parametrize("tables", [False, True])
+def test_what_the_child_makes_is_what_this_process_makes(tables, monkeypatch):
+    """analyze_trace with the copy read in halves (the analysis in the child beside the plan) and without a
+    copy (all here): the same report, evidence, step windows and operator table; and a trace the child
+    skips is skipped."""
+    from stepscope.report.loaded import assign_spans
+    from stepscope.trace.discover import Skipped, discover
+
+    monkeypatch.setattr(policy, "SPLIT_FROM", 0)
+    (found,) = discover(DATA / "holdout/vit_tiny_bs256").traces
+    span = assign_spans([found])[found.path]
+    halves = _halves_used(monkeypatch)
+    here = engine.analyze_trace(found.path, found, span, tables=tables, keep=True, parts=2)
+    beside = engine.analyze_trace(found.path, found, span, tables=tables, keep=True, copy=True, parts=2)
+    assert len(halves) == 1 and halves[0].analysed is not None  # made in the child
+    assert beside.report == here.report and beside.evidence == here.evidence
+    assert beside.traced_ms == here.traced_ms and beside.ops_ms == here.ops_ms
+    assert (beside.traced_ms != ()) == tables
+    assert beside.loaded == here.loaded and beside.copy is not None
+    monkeypatch.setattr(engine, "load_one", lambda f, s, p: Skipped(f.path, "skipped in the child"))
+    skipped = engine.analyze_trace(found.path, found, span, copy=True, parts=2)
+    assert isinstance(skipped, Skipped) and skipped.reason == "skipped in the child"
+    assert len(halves) == 2 and halves[1].analysed == skipped and not _apart_children()
 
 
 @pytest.mark.parametrize("halves", [False, True], ids=["one range", "halves"])

@@ -13,7 +13,9 @@ The copy is then written by stream_write.py's pass, which copies unchanged event
 
 A large file that the worker policy reads in two byte ranges at once (``read_in_halves``) is read so for
 both as well: the analysis' ranges (stream_ranges.collect_ranges) hand each piece to the copy's planning
-columns too (plan_columns.RangeReader), in this process and in the helper that reads the second range.
+columns too (plan_columns.RangeReader), in this process and in the helper that reads the second range. The
+caller's analysis of the parse is then made in a child forked once the read is done (``analyse``), while
+this process joins the columns and plans the copy: the two take about as long, and ran one after the other.
 
 ``both.parsed`` is None where the analysis has something to say about the file (an event or a header it
 refuses, no steps, a field that is no number): ``analysis.report.parse_path`` on the file then says it in
@@ -24,9 +26,10 @@ it. Torch-free.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.stream_collect import Collector
@@ -47,7 +50,7 @@ from stepscope.trace.fastread import Columns as FastColumns
 from stepscope.trace.fastread import releasing
 from stepscope.trace.gc_paused import gc_paused
 from stepscope.trace.jsonstream import BLOCK, TraceStream
-from stepscope.trace.workers import Workers
+from stepscope.trace.workers import Apart, Workers
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Both:
     header: dict  # the trace's top-level keys other than traceEvents
     parsed: ParsedTrace | None  # None: parse_path says why there is none (module docstring)
     check: EarlyCheck | None = None  # read_in_halves(check=True): the plugin's check of the copy, under way
+    analysed: Any = None  # read_in_halves(analyse=...): what the caller's analysis of the parse returned
 
 
 class Planned(NamedTuple):
@@ -132,26 +136,66 @@ def _collect(collector: Collector, pending: list[list], events: list) -> None:
 
 @releasing
 @gc_paused()
-def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: bool = False) -> Both | None:
+def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: bool = False,
+                   analyse: Callable[[ParsedTrace], Any] | None = None) -> Both | None:
     """``read_both`` of a file read in two byte ranges at once, the second by a forked helper (``workers``
     allows it): the analysis' ranges, whose pieces the copy's planning columns read too
     (plan_columns.RangeReader).
     None where the ranges are not read so (too small, or what stream_parse.in_ranges falls back on):
     the analysis and the copy's plan then read the file each, and say what is wrong. ``check``: start the
-    plugin's check of the copy once it is planned (``Checked``), before the parse is made."""
+    plugin's check of the copy once it is planned (``Checked``), before the parse is made. ``analyse``: the
+    caller's analysis of the parse, made in a forked child (workers.Apart) while this process plans the copy,
+    and returned as ``Both.analysed`` (its parse then stays in the child); where the child fails or dies, the
+    parse is made here instead (``Both.parsed``), and the caller analyses it."""
     path = Path(path)
     side = RangeReader(_read)  # the msgspec fallback's events whole: the analysis reads them too
     got = in_ranges(path, 2, BLOCK, read_limit() if path.name.endswith(".gz") else None, side)
-    c = side.columns(plain_size(path)) if got is not None else None
-    if c is None:
+    if got is None or not side.joinable():
         return None
-    del side
     collector, header = got
-    plan = plan_of(c, workers)  # first, as read_both: the columns dropped before the parse's events are built
-    del c
-    early = EarlyCheck.start(path, plan, header) if check else None
+    apart = _apart(analyse, path, worker, span, collector, header) if analyse is not None else None
     try:
-        parsed = parsed_trace(path, f"{worker}.{span}", worker, span, collector, header)
-    except Exception:  # as read_both: parse_path says it in its own words
+        c = side.columns(plain_size(path))
+        if c is None:
+            return None
+        del side
+        plan = plan_of(c, workers)  # first, as read_both: the columns dropped before the parse's events are built
+        del c
+        early = EarlyCheck.start(path, plan, header) if check else None
+        analysed = _answer(apart)
         parsed = None
-    return Both(plan, header, parsed, early)
+        if apart is None or analysed is None:
+            try:
+                parsed = parsed_trace(path, f"{worker}.{span}", worker, span, collector, header)
+            except Exception:  # as read_both: parse_path says it in its own words
+                parsed = None
+        return Both(plan, header, parsed, early, analysed)
+    finally:
+        if apart is not None:
+            apart.stop()
+
+
+def _apart(analyse: Callable, path: Path, worker: str, span: str, collector: Collector,
+           header: dict) -> Apart | None:
+    """``analyse`` of the parse made in a forked child; None where no child could start."""
+    try:
+        return Apart(_analysed, (analyse, path, worker, span, collector, header))
+    except (OSError, RuntimeError):
+        return None
+
+
+def _analysed(analyse: Callable, path: Path, worker: str, span: str, collector: Collector, header: dict):
+    """In the child: the parse (as read_both makes it), then ``analyse`` of it."""
+    return analyse(parsed_trace(path, f"{worker}.{span}", worker, span, collector, header))
+
+
+def _answer(apart: Apart | None):
+    """What the child's ``analyse`` returned; None where there is no child, or it raised or died (this
+    process then parses the trace itself, and the caller's own analysis says what is wrong)."""
+    if apart is None:
+        return None
+    apart.ready(None)
+    try:
+        return apart.result()
+    except Exception:
+        return None

@@ -163,18 +163,24 @@ class RangeReader:
         """This process's range's columns, with its header keys and span."""
         return join_columns([*self._own, self._own_end])
 
+    def joinable(self) -> bool:
+        """Whether ``columns()`` gives the file's columns: exactly two ranges read, that meet (where they do
+        not, the same event was found by both: a defect)."""
+        if list(self._later) != [1]:
+            return False
+        span, later_span = self._own_end.span, self._later[1][-1].span
+        return span is not None and later_span is not None and span[1] == later_span[0]
+
     def columns(self, size: int | None = None) -> Columns | None:
         """The file's columns, both ranges joined, with ``ranges``: the two to write the copy in, as their
         readers found them, or, given the file's ``size`` (an uncompressed file: any byte range of it is
         read from where it starts), cut at the piece nearest ``WRITE_FIRST_SHARE`` of it. None unless
-        exactly two ranges were read, or where they do not meet (a defect)."""
-        if list(self._later) != [1]:
+        exactly two ranges were read, or where they do not meet (a defect): ``joinable()``."""
+        if not self.joinable():
             return None
         later = self._later.pop(1)
         first_of_rest = sum(p.count for p in self._own)
         span, later_span = self._own_end.span, later[-1].span
-        if span is None or later_span is None or span[1] != later_span[0]:  # the same event found by both
-            return None
         c = join_columns([*self._own, self._own_end, *later])
         self._own = []
         c.span = span

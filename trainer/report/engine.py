@@ -9,6 +9,9 @@ Three stages, each trace passing through each once:
 2. Each trace parsed and analysed where ``workers`` says (this process, a local process, a Dask task), with
    that telemetry (``analyze_trace``); only its SpanReport comes back, with the little that jobs.py groups
    jobs by and, when asked (``tables``), its profiled step windows and full operator table.
+   A trace whose plugin copy the same read plans, in two halves at once (one_pass.read_in_halves), is
+   analysed in a child forked after the read, while this process plans the copy: the child's parse and
+   evidence stay there, and only what the report takes comes back (``Made``).
 3. The traces grouped into jobs (jobs.py), and each job's spans joined by the cross-rank analysis into one
    Report; several jobs make a RunsReport.
 
@@ -29,7 +32,9 @@ import statistics
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from stepscope.analysis.events import ParsedTrace
 from stepscope.analysis.metrics import op_table
@@ -159,35 +164,60 @@ def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = 
     planned = None
     handed = False  # the copy's plan, and its check under way, are the caller's
     try:
+        made = None  # the analysis made beside the copy's plan (one_pass.read_in_halves), or a Skipped
         try:
             if parsed is None and copy:
-                planned = _read_both(path, found.worker, span, parts, check)
+                planned = _read_both(path, found.worker, span, parts, check,
+                                     partial(_made_from_parse, found, span, selection, parts, tables))
                 parsed = planned.parsed if planned is not None else None
-            if parsed is None:
-                parsed = parse_path(path, found.worker, span, parts)
-            item = load_one(found, span, parsed)
+                made = planned.analysed if planned is not None else None
+            if made is None:
+                if parsed is None:
+                    parsed = parse_path(path, found.worker, span, parts)
+                made = load_one(found, span, parsed)
         except TraceError as e:
             if not keep_going:
                 raise
             return Rejected(found.path, str(e))
-        if isinstance(item, Skipped):
-            return item
+        if isinstance(made, Skipped):
+            return made
+        if isinstance(made, Loaded):
+            made = _made(made, selection, parts, tables)
         _log(path)
-        evidence = evidence_of_file(item.parsed, item.found.path, selection, parts)
-        report = report_of_file(evidence, item.found.path, telemetry)
-        kept = evidence if keep else None
-        copied = _planned(planned)
-        if not tables:
-            result = Analysed(light(item), report, evidence=kept, copy=copied)
-        else:
-            windows = step_windows(item.parsed)
-            result = Analysed(light(item), report, tuple((w.end - w.start) / 1e3 for w in windows),
-                              op_table(item.parsed, windows), kept, copied)
+        report = report_of_file(made.evidence, found.path, telemetry)
+        result = Analysed(made.loaded, report, made.traced_ms, made.ops_ms, made.evidence if keep else None,
+                          _planned(planned))
         handed = True
         return result
     finally:
         if not handed and planned is not None and planned.check is not None:
             planned.check.stop()  # no copy follows: its check is not waited for
+
+
+class Made(NamedTuple):
+    """What a trace's analysis takes from its parse, before its report (which adds the telemetry): the trace
+    without its events, its evidence and, when asked (``tables``), its step windows (ms) and operator table."""
+    loaded: Loaded
+    evidence: SpanEvidence
+    traced_ms: tuple[float, ...] = ()
+    ops_ms: dict | None = None
+
+
+def _made(item: Loaded, selection: StepSelection | None, parts: int, tables: bool) -> Made:
+    evidence = evidence_of_file(item.parsed, item.found.path, selection, parts)
+    if not tables:
+        return Made(light(item), evidence)
+    windows = step_windows(item.parsed)
+    return Made(light(item), evidence, tuple((w.end - w.start) / 1e3 for w in windows),
+                op_table(item.parsed, windows))
+
+
+def _made_from_parse(found: Found, span: str, selection: StepSelection | None, parts: int, tables: bool,
+                     parsed: ParsedTrace) -> Made | Skipped:
+    """``_made`` of a parse, in the child that one_pass.read_in_halves forks to analyse the trace while it
+    plans the copy (a TraceError raised there is said by this process's own parse of the trace)."""
+    item = load_one(found, span, parsed)
+    return item if isinstance(item, Skipped) else _made(item, selection, parts, tables)
 
 
 def _planned(both):
@@ -199,17 +229,18 @@ def _planned(both):
     return Planned(both.plan, both.header, both.check)
 
 
-def _read_both(path: Path, worker: str, span: str, parts: int, check: bool = False):
+def _read_both(path: Path, worker: str, span: str, parts: int, check: bool = False, analyse=None):
     """The copy's plan and the analysis' parse from one read: one_pass.read_in_halves for a file the export
-    reads in halves (``Workers.halves``: the analysis' two byte ranges, the second by a helper), else
-    one_pass.read_both (one process). None where that read fails: the analysis' own read then says why,
-    and the copy plans the file itself."""
+    reads in halves (``Workers.halves``: the analysis' two byte ranges, the second by a helper; and
+    ``analyse(parse)`` made in a forked child while the copy is planned), else one_pass.read_both (one
+    process). None where that read fails: the analysis' own read then says why, and the copy plans the file
+    itself."""
     from stepscope.plugin_copy.one_pass import read_both, read_in_halves  # only a caller that writes copies
 
     try:
         workers = Workers.local(parts)
         if workers.halves(path):
-            return read_in_halves(path, worker, span, workers, check)
+            return read_in_halves(path, worker, span, workers, check, analyse)
         return read_both(path, worker, span)
     except Exception:  # the analysis' read of the same file names what is wrong, in its words
         return None
