@@ -168,7 +168,7 @@ def analyze_trace(path: Path, found: Found, span: str, telemetry: dict | None = 
         try:
             if parsed is None and copy:
                 planned = _read_both(path, found.worker, span, parts, check,
-                                     partial(_made_from_parse, found, span, selection, parts, tables))
+                                     partial(_made_from_parse, found, span, selection, tables))
                 parsed = planned.parsed if planned is not None else None
                 made = planned.analysed if planned is not None else None
             if made is None:
@@ -212,12 +212,13 @@ def _made(item: Loaded, selection: StepSelection | None, parts: int, tables: boo
                 op_table(item.parsed, windows))
 
 
-def _made_from_parse(found: Found, span: str, selection: StepSelection | None, parts: int, tables: bool,
+def _made_from_parse(found: Found, span: str, selection: StepSelection | None, tables: bool,
                      parsed: ParsedTrace) -> Made | Skipped:
     """``_made`` of a parse, in the child that one_pass.read_in_halves forks to analyse the trace while it
-    plans the copy (a TraceError raised there is said by this process's own parse of the trace)."""
+    plans the copy (a TraceError raised there is said by this process's own parse of the trace). The child
+    forks no helper of its own: it and the plan already take the two processes that ``parts`` allows."""
     item = load_one(found, span, parsed)
-    return item if isinstance(item, Skipped) else _made(item, selection, parts, tables)
+    return item if isinstance(item, Skipped) else _made(item, selection, 1, tables)
 
 
 def _planned(both):
