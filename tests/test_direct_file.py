@@ -162,11 +162,31 @@ def test_a_failed_write_is_raised_naming_the_file_and_leaves_nothing(small, tmp_
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_the_callers_error_stands_and_the_thread_ends(small, tmp_path):
+@pytest.mark.parametrize("stuck", [None, "slow", "fails"], ids=["written", "under way", "under way, failing"])
+def test_the_callers_error_stands_and_the_thread_ends(small, tmp_path, monkeypatch, stuck):
+    """The caller's error (here an interrupt) is what the block raises, whatever the thread was doing (a
+    write under way is waited for, and its own failure not raised over the caller's); no thread and no file
+    is left."""
     dst = tmp_path / "copy.json"
+    if stuck:  # each write slow: one is under way when the caller fails
+        real = os.pwrite
+        calls = []
+
+        def slow(fd, data, offset):
+            import time
+
+            calls.append(offset)
+            time.sleep(0.05)
+            if stuck == "fails" and len(calls) == 3:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(fd, data, offset)
+
+        monkeypatch.setattr(direct_file.os, "pwrite", slow)
 
     def fill(out):
         out.write(b"x" * (3 * SMALL))
+        if stuck:
+            assert sum(f is not None and not f.done() for f in out._pending) == 1
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

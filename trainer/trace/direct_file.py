@@ -200,9 +200,11 @@ class DirectFile(io.RawIOBase):
                 self._result(b)
 
     def _stop(self) -> None:
+        """The thread ended (its write under way done), the buffers and the descriptor closed."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._pending = [None, None]  # a failure of theirs is not raised over the caller's own error
         for buffer in self._buffers:
             try:
                 buffer.close()
