@@ -130,13 +130,13 @@ def _apart_children() -> list:
     return [p for p in multiprocessing.active_children() if p.name == "stepscope-apart"]
 
 
-@pytest.mark.parametrize("fault", ["dies", "raises", "no child"])
+@pytest.mark.parametrize("fault", ["dies", "raises", "no child", "no room"])
 def test_where_the_analysis_beside_the_plan_fails_this_process_analyses_the_parse(fault, tmp_path, monkeypatch,
                                                                                   capsys):
     """The child that analyses the parse while the copy is planned killed, failing (any exception: a
-    TraceError among them, which this process's own analysis then says), or not started: this process
-    parses what the same read collected and analyses it; the same report and files, no second read, and no
-    child left."""
+    TraceError among them, which this process's own analysis then says), or not started (no process, or no
+    memory for a second parse): this process parses what the same read collected and analyses it; the same
+    report and files, no second read, and no child left."""
     from stepscope.plugin_copy import one_pass
 
     monkeypatch.setattr(policy, "SPLIT_FROM", 0)
@@ -147,8 +147,12 @@ def test_where_the_analysis_beside_the_plan_fails_this_process_analyses_the_pars
         monkeypatch.setattr(one_pass, "_analysed", lambda *a: os._exit(3))
     elif fault == "raises":
         monkeypatch.setattr(one_pass, "_analysed", lambda *a: (_ for _ in ()).throw(MemoryError()))
-    else:
+    elif fault == "no child":
         monkeypatch.setattr(one_pass, "Apart", lambda *a: (_ for _ in ()).throw(OSError(11, "no process")))
+    else:  # a memory budget that holds one parse of the trace, not two: no child is forked
+        size = policy.peak_bytes(policy.json_size(next((DATA / "eager_bs32").glob("*.json*"))))
+        monkeypatch.setattr(policy, "default_budget", lambda: 2 * size - 1)
+        monkeypatch.setattr(one_pass, "Apart", lambda *a: pytest.fail("forked without room for two parses"))
     halves = _halves_used(monkeypatch)
     monkeypatch.setattr(export_module, "plan_edits", _refuse)
     monkeypatch.setattr(engine, "parse_path", _refuse)

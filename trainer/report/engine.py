@@ -233,15 +233,16 @@ def _planned(both):
 def _read_both(path: Path, worker: str, span: str, parts: int, check: bool = False, analyse=None):
     """The copy's plan and the analysis' parse from one read: one_pass.read_in_halves for a file the export
     reads in halves (``Workers.halves``: the analysis' two byte ranges, the second by a helper; and
-    ``analyse(parse)`` made in a forked child while the copy is planned), else one_pass.read_both (one
-    process). None where that read fails: the analysis' own read then says why, and the copy plans the file
+    ``analyse(parse)`` made in a forked child while the copy is planned, where the memory holds both:
+    ``Workers.two_parses_fit``), else one_pass.read_both (one process). None where that read fails: the analysis' own read then says why, and the copy plans the file
     itself."""
     from stepscope.plugin_copy.one_pass import read_both, read_in_halves  # only a caller that writes copies
 
     try:
         workers = Workers.local(parts)
         if workers.halves(path):
-            return read_in_halves(path, worker, span, workers, check, analyse)
+            return read_in_halves(path, worker, span, workers, check,
+                                  analyse if workers.two_parses_fit(path) else None)
         return read_both(path, worker, span)
     except Exception:  # the analysis' read of the same file names what is wrong, in its words
         return None

@@ -113,6 +113,12 @@ class Workers:
             return in_pool(plan.per_file, fn, jobs, sizes)
         return [fn(*job, parts=parts_for(job[0], plan)) for job in jobs]
 
+    def two_parses_fit(self, path: Path) -> bool:
+        """Whether the memory allows two parses of ``path`` at once: a child's, beside this process's work on
+        the same read (the export's analysis beside the copy's plan, one_pass.read_in_halves)."""
+        budget = self.max_memory if self.max_memory is not None else default_budget()
+        return 2 * peak_bytes(json_size(Path(path))) <= budget
+
     def halves(self, path: Path) -> bool:
         """Whether the export should read and write ``path`` in two byte ranges, the second by a helper."""
         path = Path(path)
