@@ -148,11 +148,20 @@ def test_where_the_analysis_beside_the_plan_fails_this_process_analyses_the_pars
     elif fault == "raises":
         monkeypatch.setattr(one_pass, "_analysed", lambda *a: (_ for _ in ()).throw(MemoryError()))
     elif fault == "no child":
-        monkeypatch.setattr(one_pass, "Apart", lambda *a: (_ for _ in ()).throw(OSError(11, "no process")))
+        class NoProcess(policy.Apart):
+            def __init__(self, *a):
+                raise OSError(11, "no process")
+
+        monkeypatch.setattr(one_pass, "Apart", NoProcess)
     else:  # a memory budget that holds one parse of the trace, not two: no child is forked
         size = policy.peak_bytes(policy.json_size(next((DATA / "eager_bs32").glob("*.json*"))))
         monkeypatch.setattr(policy, "default_budget", lambda: 2 * size - 1)
-        monkeypatch.setattr(one_pass, "Apart", lambda *a: pytest.fail("forked without room for two parses"))
+
+        class NoFork(policy.Apart):
+            def __init__(self, *a):
+                pytest.fail("forked without room for two parses")
+
+        monkeypatch.setattr(one_pass, "Apart", NoFork)
     halves = _halves_used(monkeypatch)
     monkeypatch.setattr(export_module, "plan_edits", _refuse)
     monkeypatch.setattr(engine, "parse_path", _refuse)

@@ -153,7 +153,9 @@ def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: 
     if got is None or not side.joinable():
         return None
     collector, header = got
-    apart = _apart(analyse, path, worker, span, collector, header) if analyse is not None else None
+    apart = None  # no child (none asked for, or none could start): the parse is then made here
+    if analyse is not None:
+        apart = Apart.started(_analysed, (analyse, path, worker, span, collector, header))
     try:
         c = side.columns(plain_size(path))
         if c is None:
@@ -166,7 +168,7 @@ def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: 
         parsed = None
         if apart is None or analysed is None:
             try:
-                parsed = parsed_trace(path, f"{worker}.{span}", worker, span, collector, header)
+                parsed = _parsed(path, worker, span, collector, header)
             except Exception:  # as read_both: parse_path says it in its own words
                 parsed = None
         return Both(plan, header, parsed, early, analysed)
@@ -175,18 +177,14 @@ def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: 
             apart.stop()
 
 
-def _apart(analyse: Callable, path: Path, worker: str, span: str, collector: Collector,
-           header: dict) -> Apart | None:
-    """``analyse`` of the parse made in a forked child; None where no child could start."""
-    try:
-        return Apart(_analysed, (analyse, path, worker, span, collector, header))
-    except (OSError, RuntimeError):
-        return None
+def _parsed(path: Path, worker: str, span: str, collector: Collector, header: dict) -> ParsedTrace:
+    """The parse of what the read in halves collected (raises what parsed_trace raises)."""
+    return parsed_trace(path, f"{worker}.{span}", worker, span, collector, header)
 
 
 def _analysed(analyse: Callable, path: Path, worker: str, span: str, collector: Collector, header: dict):
-    """In the child: the parse (as read_both makes it), then ``analyse`` of it."""
-    return analyse(parsed_trace(path, f"{worker}.{span}", worker, span, collector, header))
+    """In the child: the parse, then ``analyse`` of it."""
+    return analyse(_parsed(path, worker, span, collector, header))
 
 
 def _answer(apart: Apart | None):

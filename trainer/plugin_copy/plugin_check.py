@@ -99,10 +99,8 @@ class EarlyCheck:
         if not pieces or sum((size if b is None else b) - a for (a, b), _ in pieces) > EARLY_SHARE * size:
             return None
         special_of(plan)  # made here, once: the child inherits it, and so do the copy's writers
-        try:
-            return cls(Apart(_check_planned, (Path(src), plan, header)))
-        except (OSError, RuntimeError):  # no child could start: the export checks the copy it writes
-            return None
+        job = Apart.started(_check_planned, (Path(src), plan, header))
+        return cls(job) if job is not None else None  # no child: the export checks the copy it writes
 
     def problem(self) -> str | None:
         """What ``plugin_problem`` says of the excerpt; raises what it raised (PluginMissing), or

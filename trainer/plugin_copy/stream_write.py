@@ -250,7 +250,7 @@ def write_adapted_stream(src: Path, dst: Path, plan: EditPlan, header: dict,
         once()
         excerpt_of(parts)
 
-    _atomic(dst, fill, direct=_size(src) >= DIRECT_FROM)
+    _atomic(dst, fill, direct=Path(src).stat().st_size >= DIRECT_FROM)
     return excerpt[0] if steps is not None else None
 
 
@@ -570,13 +570,6 @@ def link_or_copy_atomic(src: Path, dst: Path) -> None:
                 raise
             return
     copy_file_atomic(src, dst)
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def _gzips(src: Path, dst: Path) -> bool:

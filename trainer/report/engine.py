@@ -234,8 +234,8 @@ def _read_both(path: Path, worker: str, span: str, parts: int, check: bool = Fal
     """The copy's plan and the analysis' parse from one read: one_pass.read_in_halves for a file the export
     reads in halves (``Workers.halves``: the analysis' two byte ranges, the second by a helper; and
     ``analyse(parse)`` made in a forked child while the copy is planned, where the memory holds both:
-    ``Workers.two_parses_fit``), else one_pass.read_both (one process). None where that read fails: the analysis' own read then says why, and the copy plans the file
-    itself."""
+    ``Workers.two_parses_fit``), else one_pass.read_both (one process). None where that read fails: the
+    analysis' own read then says why, and the copy plans the file itself."""
     from stepscope.plugin_copy.one_pass import read_both, read_in_halves  # only a caller that writes copies
 
     try:

@@ -91,10 +91,13 @@ class Workers:
         """Whether this process may start children."""
         return self.cpus > 1
 
+    def budget(self) -> int:
+        """The bytes local processes may hold at once: ``max_memory``, else a quarter of RAM."""
+        return self.max_memory if self.max_memory is not None else default_budget()
+
     def plan(self, paths: list[Path]) -> Plan:
         """How many of ``paths`` to parse at once here, and in how many ranges (module docstring)."""
-        budget = self.max_memory if self.max_memory is not None else default_budget()
-        return plan_processes(paths, budget, self.cpus)
+        return plan_processes(paths, self.budget(), self.cpus)
 
     def map(self, fn: Callable, jobs: list[tuple]) -> list:
         """``fn(*job)`` for each job (a trace path first), in order: on the cluster, in forked processes when
@@ -107,8 +110,7 @@ class Workers:
 
             return dask_map(self.cluster, fn, jobs)
         sizes = [json_size(job[0]) for job in jobs]
-        budget = self.max_memory if self.max_memory is not None else default_budget()
-        plan = plan_sizes(sizes, budget, self.cpus)
+        plan = plan_sizes(sizes, self.budget(), self.cpus)
         if plan.per_file > 1:
             return in_pool(plan.per_file, fn, jobs, sizes)
         return [fn(*job, parts=parts_for(job[0], plan)) for job in jobs]
@@ -116,8 +118,7 @@ class Workers:
     def two_parses_fit(self, path: Path) -> bool:
         """Whether the memory allows two parses of ``path`` at once: a child's, beside this process's work on
         the same read (the export's analysis beside the copy's plan, one_pass.read_in_halves)."""
-        budget = self.max_memory if self.max_memory is not None else default_budget()
-        return 2 * peak_bytes(json_size(Path(path))) <= budget
+        return 2 * peak_bytes(json_size(Path(path))) <= self.budget()
 
     def halves(self, path: Path) -> bool:
         """Whether the export should read and write ``path`` in two byte ranges, the second by a helper."""
@@ -291,6 +292,15 @@ class Apart:
         self.process.start()
         send.close()
         self._outcome: tuple[bool, object] | None = None
+
+    @classmethod
+    def started(cls, fn: Callable, args: tuple = ()) -> Apart | None:
+        """``Apart(fn, args)``, or None where no child could start (no memory, no threads): the caller then
+        does the work its own way."""
+        try:
+            return cls(fn, args)
+        except (OSError, RuntimeError):
+            return None
 
     def ready(self, timeout: float | None = 0) -> bool:
         """Whether the child has answered (or died), waiting up to ``timeout`` seconds for it (None: until it
