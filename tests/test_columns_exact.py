@@ -33,6 +33,7 @@ from stepscope.analysis.events import (
     NameTable,
     ParsedTrace,
     is_comm_kernel,
+    rows_named,
 )
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.steps import device_rows, launch_steps, step_windows
@@ -114,6 +115,20 @@ def test_the_parse_gives_its_ops_runtime_calls_and_device_activity_as_columns(tr
     assert all(isinstance(_parsed(p).ops, HostEvents) and isinstance(_parsed(p).runtime, HostEvents)
                and isinstance(_parsed(p).device, DeviceEvents) for p in TRACES)
     assert any(len(_parsed(p).device) for p in TRACES)
+
+
+def test_events_picked_by_their_names_codes_are_those_picked_by_name(traces):
+    """events.rows_named reads the parse's codes where it kept them: the same rows as asking each event's name,
+    for names that some events have, that none has, and that only the table holds."""
+    coded = 0
+    for trace in traces:
+        for events in (trace.ops, trace.runtime):
+            coded += getattr(events, "codes", None) is not None
+            names = events.names if isinstance(events, HostEvents) else [e.name for e in events]
+            some, absent = set(names[::7]), set(getattr(events, "table", None) or ()) - set(names)
+            for keep in (some.__contains__, lambda n: n.startswith("cuda"), lambda n: False, absent.__contains__):
+                assert rows_named(events, keep) == [k for k, n in enumerate(names) if keep(n)]
+    assert coded > 0
 
 
 def test_the_parse_codes_its_op_and_runtime_names_in_one_table(traces):
@@ -232,10 +247,12 @@ def test_device_events_are_the_sequence_of_tuples_they_stand_for():
 def test_thread_codes_are_the_dicts(seed):
     """columns._thread_codes codes integer threads by numpy; the rule, a dict in order of first appearance
     (its keys the first objects met: True before 1), with any threads at all (names, None, floats, ints past
-    int64) in the dict itself."""
+    int64) in the dict itself; threads alternating and in runs."""
     rng = random.Random(seed)
     pool = [1, 2, 3, -7, 2 ** 62, True, 0] if seed % 3 else [1, "main", None, 2 ** 70, 2.5, 3, True]
     tids = [rng.choice(pool) for _ in range(rng.randint(0, 60))]
+    if seed % 2:  # in runs, as a trace's ops come (a thread's are counted among the runs)
+        tids = [tid for tid in tids for _ in range(rng.randint(1, 5))]
     threads, codes = columns._thread_codes(tids)
     want = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}
     assert threads == want and [type(k) for k in threads] == [type(k) for k in want]

@@ -82,11 +82,15 @@ def _thread_codes(tids: list) -> tuple[dict, np.ndarray]:
     if numbers.dtype != np.int64 or numbers.ndim != 1:
         threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}
         return threads, np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
-    _, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+    # a thread's ops come in runs (a step's forward on one, its backward on another): the distinct threads are
+    # found among the runs' values, a few hundred where the ops are a million
+    runs = np.flatnonzero(np.concatenate(([len(numbers) > 0], numbers[1:] != numbers[:-1])))  # their starts
+    _, first, inverse = np.unique(numbers[runs], return_index=True, return_inverse=True)
     by_first = np.argsort(first)  # the distinct threads in order of first appearance
     code = np.empty_like(by_first)
     code[by_first] = np.arange(len(by_first))
-    return {tids[i]: k for k, i in enumerate(first[by_first].tolist())}, code[inverse.reshape(-1)]
+    threads = {tids[i]: k for k, i in enumerate(runs[first[by_first]].tolist())}
+    return threads, np.repeat(code[inverse.reshape(-1)], np.diff(np.append(runs, len(numbers))))
 
 
 def _times(events, start, end) -> tuple[np.ndarray, np.ndarray]:

@@ -500,7 +500,11 @@ def correlations_of(events) -> list:
 
 def rows_named(events, keep) -> list[int]:
     """The indices of the host events whose name ``keep(name)`` accepts, in their order; ``keep`` is asked once
-    per distinct name (a trace has few), not once per event."""
+    per distinct name (a trace has few), not once per event: where the parse kept the names' codes, once per
+    name of their table, and the events picked by their codes."""
+    if isinstance(events, HostEvents) and events.codes is not None:
+        wanted = np.fromiter(map(keep, events.table), dtype=bool, count=len(events.table))
+        return np.flatnonzero(wanted[events.codes]).tolist() if wanted.any() else []
     names = names_of(events)
     kept = {name for name in set(names) if keep(name)}
     if not kept:

@@ -55,7 +55,6 @@ from stepscope.analysis.vocabulary import (
     MEMORY_IMBALANCE,
     OOM_RISK,
 )
-from stepscope.trace.fastread import as_list
 from stepscope.trace.gc_paused import gc_paused
 
 GIB = float(1 << 30)
@@ -300,8 +299,7 @@ def memory_devices(trace: ParsedTrace, windows: list[StepWindow]) -> MemoryDevic
         by_device = {k: v for k, v in by_device.items() if k[0] != 0}
     for (kind, dev_id), samples in sorted(by_device.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
         dev = _Device.of(cols, samples)
-        steps = tuple(s for s in (_step_memory(dev, w, phases[i], owners, modules) for i, w in enumerate(windows))
-                      if s is not None)
+        steps = tuple(_device_steps(dev, windows, phases, owners, modules))
         if not steps:
             continue
         top = max(steps, key=lambda s: s.peak_allocated)  # DeviceMemory.peak
@@ -387,13 +385,15 @@ def _phase_codes(ts: np.ndarray, phases: tuple) -> np.ndarray:
 
 
 class _Device(NamedTuple):
-    """A device's samples as columns, sorted by time."""
+    """A device's samples as columns, sorted by time. ``addr``: the blocks' addresses, as an int64 array (codes
+    where the column holds a value beyond int64); ``tid``: each sample's thread as a code into ``threads``."""
     ts: np.ndarray
     total: np.ndarray
     reserved: np.ndarray
     nbytes: np.ndarray
-    addr: list
-    tid: list
+    addr: np.ndarray
+    tid: np.ndarray
+    threads: list
 
     @classmethod
     def of(cls, cols: MemoryColumns, rows: np.ndarray) -> _Device:
@@ -401,10 +401,26 @@ class _Device(NamedTuple):
         t = np.asarray(cols.field("ts"), dtype=np.float64)[rows]
         order = rows[np.argsort(t, kind="stable")]
         num = lambda name: np.asarray(cols.field(name), dtype=np.int64)[order]  # noqa: E731
-        tids = cols.field("tid")  # an int64 column: shared objects per thread (fastread.as_list)
+        threads, tid = _coded(cols.field("tid"), order)
         return cls(np.sort(t, kind="stable"), num("total_allocated"), num("total_reserved"), num("bytes"),
-                   cols.values("addr", order),
-                   as_list(tids[order]) if isinstance(tids, np.ndarray) else cols.values("tid", order))
+                   _coded(cols.field("addr"), order)[1], tid, threads)
+
+
+def _coded(column, order: np.ndarray) -> tuple[list, np.ndarray]:
+    """A column's values at ``order`` as (the distinct values, each row's code into them); an int64 array's
+    values are their own codes (the list then empty), others (a thread's name, an integer beyond int64) are
+    coded in order of first appearance."""
+    if isinstance(column, np.ndarray) and column.dtype == np.int64:
+        return [], column[order]
+    values = list(map(column.__getitem__, order.tolist()))
+    code: dict = {}
+    codes = np.fromiter((code.setdefault(v, len(code)) for v in values), dtype=np.int64, count=len(values))
+    return list(code), codes
+
+
+def _thread_of(dev: _Device, code: int):
+    """The thread a code of ``dev.tid`` stands for."""
+    return dev.threads[code] if dev.threads else code
 
 
 def _rows(dev: _Device, w: StepWindow) -> tuple[int, int]:
@@ -413,55 +429,155 @@ def _rows(dev: _Device, w: StepWindow) -> tuple[int, int]:
             int(np.searchsorted(dev.ts, w.host_end, side="right")))
 
 
-def _step_memory(dev: _Device, w: StepWindow, phases: tuple, owners: _Owners,
-                 modules: _Modules) -> StepMemory | None:
-    lo, hi = _rows(dev, w)
-    if lo >= hi:
-        return None
-    total = dev.total[lo:hi]
-    at_start = int(dev.total[lo - 1]) if lo > 0 else int(dev.total[lo] - dev.nbytes[lo])
-    i = int(np.argmax(total))
-    peak_i = lo + i if total[i] > at_start else None
-    peak = int(total[i]) if peak_i is not None else at_start
-    peak_reserved = int(max(dev.reserved[lo:hi].max(), dev.reserved[lo - 1] if lo > 0 else 0))
-    codes = _phase_codes(dev.ts[lo:hi], phases)
-    deltas = np.diff(total, prepend=at_start)
-    end = peak_i + 1 - lo if peak_i is not None else 0
-    sums = np.bincount(codes[:end], weights=deltas[:end], minlength=4) if end else np.zeros(4)
-    growth = {name: int(round(sums[k])) for k, name in enumerate(_STEP_PHASES)}
-    growth = {"forward": growth["forward"], "backward": growth["backward"], "optimizer": growth["optimizer"],
-              "optimizer_state_new": 0, "other": growth["other"]}
-    optim_kept = int(deltas[codes == 2].sum())
-    at_end = int(total[-1])
-    if optim_kept >= STATE_NEW_MIN_BYTES and at_end > at_start:
-        state_new = max(min(growth["optimizer"], optim_kept, at_end - at_start), 0)
-        growth["optimizer"] -= state_new
-        growth["optimizer_state_new"] = state_new
-    composition = {"persistent": at_start, **growth}
-    if peak_i is not None:
-        reserved_at_peak = int(dev.reserved[peak_i])
-    else:
-        reserved_at_peak = int(dev.reserved[lo - 1] if lo > 0 else dev.reserved[lo])
-    nbytes = dev.nbytes[lo:hi].tolist()
-    tops: dict[str, int] = defaultdict(int)
-    by_module: dict[str | None, int] = defaultdict(int)
-    by_tid: dict = defaultdict(list)
-    for j in _live(nbytes, dev.addr[lo:hi], end):  # the blocks the step allocated that are live at its peak
-        by_tid[dev.tid[lo + j]].append((lo + j, nbytes[j]))
-    for tid, allocs in by_tid.items():
-        ts = dev.ts[[j for j, _ in allocs]]
-        for name, (_, b) in zip(owners.owners(tid, ts), allocs):
-            tops[name] += b
+def _device_steps(dev: _Device, windows: list[StepWindow], phases: list[tuple], owners: _Owners,
+                  modules: _Modules) -> list[StepMemory]:
+    """The memory of each step of ``windows`` (with its ``phases``, _phases) on the device, in their order; a
+    step without a sample on it has none. Every step at once: each figure is a segment's reduction over the
+    steps' samples laid end to end (a step's are the slice _rows gives), and the blocks live at each step's
+    peak are found, and given their owners, for all steps together (tests/reference/step_memory.py is the
+    same step by step)."""
+    lo = np.searchsorted(dev.ts, np.array([w.host_start for w in windows], dtype=np.float64) - 1e-9,
+                         side="right")
+    hi = np.searchsorted(dev.ts, np.array([w.host_end for w in windows], dtype=np.float64), side="right")
+    some = np.flatnonzero(lo < hi)
+    if not len(some):
+        return []
+    lo, hi = lo[some], hi[some]
+    length = hi - lo
+    off = np.cumsum(length) - length  # each step's first position in the samples laid end to end
+    seg = np.repeat(np.arange(len(some)), length)
+    rel = np.arange(len(seg)) - off[seg]  # a position's index in its step
+    rows = lo[seg] + rel
+    total, nbytes = dev.total[rows], dev.nbytes[rows]
+    before = np.maximum(lo - 1, 0)
+    at_start = np.where(lo > 0, dev.total[before], dev.total[lo] - dev.nbytes[lo])
+    top = np.maximum.reduceat(total, off)
+    first_top = np.minimum.reduceat(np.where(total == top[seg], rel, len(seg)), off)  # np.argmax's
+    peaked = top > at_start
+    peak = np.where(peaked, top, at_start)
+    peak_i = lo + first_top
+    peak_reserved = np.maximum(np.maximum.reduceat(dev.reserved[rows], off),
+                               np.where(lo > 0, dev.reserved[before], 0))
+    reserved_at_peak = np.where(peaked, dev.reserved[peak_i], np.where(lo > 0, dev.reserved[before],
+                                                                       dev.reserved[lo]))
+    codes = _step_phase_codes(dev.ts[rows], seg, [phases[i] for i in some.tolist()])
+    deltas = total - np.concatenate(([0], total[:-1]))
+    deltas[off] = total[off] - at_start
+    end = np.where(peaked, first_top + 1, 0)  # each step's samples up to its peak
+    grown = rel < end[seg]
+    sums = np.bincount(seg[grown] * 4 + codes[grown], weights=deltas[grown],
+                       minlength=4 * len(some)).reshape(-1, 4)
+    optim_kept = np.add.reduceat(np.where(codes == 2, deltas, 0), off)
+    at_end = dev.total[hi - 1]
+    largest = np.maximum(np.maximum.reduceat(nbytes, off), 0)
+    tops, by_module = _live_owners(dev, rows[grown], seg[grown], len(some), owners, modules)
+    out = []
+    for s, i in enumerate(some.tolist()):
+        growth = {name: int(round(x)) for name, x in zip(_STEP_PHASES, sums[s].tolist())}
+        growth = {"forward": growth["forward"], "backward": growth["backward"], "optimizer": growth["optimizer"],
+                  "optimizer_state_new": 0, "other": growth["other"]}
+        start, stop, kept = int(at_start[s]), int(at_end[s]), int(optim_kept[s])
+        if kept >= STATE_NEW_MIN_BYTES and stop > start:
+            state_new = max(min(growth["optimizer"], kept, stop - start), 0)
+            growth["optimizer"] -= state_new
+            growth["optimizer_state_new"] = state_new
+        mods, outside = None, 0
         if modules:
-            for name, (_, b) in zip(modules.owners(tid, ts), allocs):
-                by_module[name] += b
-    top = tuple(sorted(tops.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
-    outside = by_module.pop(None, 0)
-    mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
-    phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
-    largest = max(int(dev.nbytes[lo:hi].max()), 0)
-    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
-                      mods, outside if modules else 0, largest)
+            outside = by_module[s].pop(None, 0)
+            mods = tuple(sorted(by_module[s].items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
+        phase = _STEP_PHASES[int(codes[off[s] + first_top[s]])] if peaked[s] else "step start"
+        out.append(StepMemory(windows[i].number, int(peak[s]), int(peak_reserved[s]), int(reserved_at_peak[s]),
+                              start, stop, phase, {"persistent": start, **growth},
+                              tuple(sorted(tops[s].items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]), mods,
+                              outside, int(largest[s])))
+    return out
+
+
+def _step_phase_codes(ts: np.ndarray, seg: np.ndarray, phases: list[tuple]) -> np.ndarray:
+    """_phase_codes of the steps' samples laid end to end (``seg``: each one's step, an index of ``phases``).
+    An optimizer range is looked up among its own step's only: each range's start, and each time, is ranked
+    among all the ranges' starts, which orders (step, start) pairs and (step, time) pairs alike as integers."""
+    n = len(phases)
+    nan = float("nan")
+    b0 = np.array([p[0] if p[0] is not None else nan for p in phases], dtype=np.float64)
+    b1 = np.array([p[1] if p[1] is not None else nan for p in phases], dtype=np.float64)
+    first = np.array([p[2][0][0] if p[2] else np.inf for p in phases], dtype=np.float64)
+    has_b = ~np.isnan(b0)
+    counts = np.array([len(p[2]) for p in phases], dtype=np.int64)
+    codes = np.where(has_b[seg], np.where(ts < b0[seg], 0, np.where(ts <= b1[seg], 1, 3)),
+                     np.where(counts[seg] > 0, np.where(ts < first[seg], 0, 3), 0))
+    if not counts.any():
+        return codes
+    starts = np.array([o[0] for p in phases for o in p[2]], dtype=np.float64)
+    ends = np.array([o[1] for p in phases for o in p[2]], dtype=np.float64)
+    owner = np.repeat(np.arange(n), counts)  # each range's step
+    ranked = np.sort(starts)
+    wide = len(starts) + 1
+    keys = owner * wide + np.searchsorted(ranked, starts, side="right")
+    k = np.searchsorted(keys, seg * wide + np.searchsorted(ranked, ts, side="right"), side="right") - 1
+    mine = (k >= 0) & (owner[np.maximum(k, 0)] == seg)
+    ends_ranked = np.sort(ends)  # the running largest end within each step, as ranks of the ends
+    end_rank = np.searchsorted(ends_ranked, ends)
+    running = np.maximum.accumulate(owner * len(ends_ranked) + end_rank) - owner * len(ends_ranked)
+    inside = mine & (ts < ends_ranked[running][np.maximum(k, 0)])
+    return np.where(inside, 2, codes)
+
+
+def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, owners: _Owners,
+                 modules: _Modules) -> tuple[list[dict], list[dict]]:
+    """Per step, the bytes of the blocks it allocated that are still live at its peak, by owning op and (where
+    the trace has module frames) by module: ``rows``, the device's samples of each step (``seg``) up to its
+    peak, in order. A block is live when nothing else touches its address before the peak; the owners are
+    summed in the order a walk of the samples would meet them (so ties sort alike): by thread in order of
+    first appearance, each thread's blocks in the order their addresses were (last) taken."""
+    tops: list[dict] = [defaultdict(int) for _ in range(steps)]
+    by_module: list[dict] = [defaultdict(int) for _ in range(steps)]
+    touch = dev.nbytes[rows] != 0
+    rows, seg = rows[touch], seg[touch]
+    if not len(rows):
+        return tops, by_module
+    addr, nbytes = dev.addr[rows], dev.nbytes[rows]
+    order = np.lexsort((addr, seg))  # stable: each step's touches of one address together, in time order
+    a, s, b = addr[order], seg[order], nbytes[order]
+    same = (a[1:] == a[:-1]) & (s[1:] == s[:-1])
+    last = np.append(~same, True)  # no later touch of its address in the step
+    # an address's place in the walk: where it was taken after its last free (a block allocated again
+    # without a free between keeps the place of the first)
+    taken = np.ones(len(a), dtype=bool)
+    taken[1:] = ~(same & (b[:-1] > 0))
+    place = order[np.maximum.accumulate(np.where(taken, np.arange(len(a)), 0))]
+    live = last & (b > 0)
+    at, rows_live, seg_live = place[live], rows[order[live]], s[live]
+    walk = np.lexsort((at, seg_live))
+    rows_live, seg_live = rows_live[walk], seg_live[walk]
+    tid = dev.tid[rows_live]
+    threads, thread = np.unique(tid, return_inverse=True)
+    _, first, inverse = np.unique(seg_live * len(threads) + thread.reshape(-1), return_index=True,
+                                  return_inverse=True)
+    by_thread = np.lexsort((np.arange(len(rows_live)), first[inverse.reshape(-1)]))
+    rows_live, seg_live, tid = rows_live[by_thread], seg_live[by_thread], tid[by_thread]
+    ts = dev.ts[rows_live]
+    op = np.empty(len(rows_live), dtype=object)
+    module = np.empty(len(rows_live), dtype=object)
+    for code in np.unique(tid).tolist():
+        pick = np.flatnonzero(tid == code)
+        thread = _thread_of(dev, code)
+        op[pick] = _objects(owners.owners(thread, ts[pick]))
+        if modules:
+            module[pick] = _objects(modules.owners(thread, ts[pick]))
+    size = dev.nbytes[rows_live].tolist()
+    for s, name, n in zip(seg_live.tolist(), op.tolist(), size):
+        tops[s][name] += n
+    if modules:
+        for s, name, n in zip(seg_live.tolist(), module.tolist(), size):
+            by_module[s][name] += n
+    return tops, by_module
+
+
+def _objects(values: list) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _scaling(dev: _Device, w: StepWindow, phases: tuple, p: StepMemory) -> tuple[tuple, tuple]:
@@ -486,7 +602,7 @@ def _scaling(dev: _Device, w: StepWindow, phases: tuple, p: StepMemory) -> tuple
     at_start, state_new = p.at_start, p.composition["optimizer_state_new"]
     total = dev.total[lo:hi]
     nbytes = dev.nbytes[lo:hi].tolist()
-    addr = dev.addr[lo:hi]
+    addr = dev.addr[lo:hi].tolist()
     inside = codes == 2
     begins = int(np.searchsorted(dev.ts[lo:hi], optim[0][0], side="left")) if optim else len(nbytes)
     grads = {j: nbytes[j] for j in _live(nbytes, addr, begins) if codes[j] == 1} if optim else {}

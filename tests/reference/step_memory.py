@@ -1,0 +1,80 @@
+"""The memory of each step, one step at a time: a reference for the tests only.
+
+    steps = device_steps(dev, windows, phases, owners, modules)   # as memory._device_steps gives them
+
+stepscope.analysis.memory makes every step's figures at once, as reductions over the steps' samples laid end
+to end (``_device_steps``); this is the plain reading of the same rules, a step's slice of the device's samples
+walked in time order, which the tests hold the batched one to.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from stepscope.analysis.memory import (
+    _STEP_PHASES,
+    STATE_NEW_MIN_BYTES,
+    TOP_ALLOCATORS,
+    StepMemory,
+    _live,
+    _phase_codes,
+    _rows,
+    _thread_of,
+)
+
+
+def device_steps(dev, windows, phases, owners, modules) -> list[StepMemory]:
+    """Each window's StepMemory on the device ``dev`` (memory._Device), the windows without a sample left out."""
+    out = (step_memory(dev, w, phases[i], owners, modules) for i, w in enumerate(windows))
+    return [s for s in out if s is not None]
+
+
+def step_memory(dev, w, phases: tuple, owners, modules) -> StepMemory | None:
+    lo, hi = _rows(dev, w)
+    if lo >= hi:
+        return None
+    total = dev.total[lo:hi]
+    at_start = int(dev.total[lo - 1]) if lo > 0 else int(dev.total[lo] - dev.nbytes[lo])
+    i = int(np.argmax(total))
+    peak_i = lo + i if total[i] > at_start else None
+    peak = int(total[i]) if peak_i is not None else at_start
+    peak_reserved = int(max(dev.reserved[lo:hi].max(), dev.reserved[lo - 1] if lo > 0 else 0))
+    codes = _phase_codes(dev.ts[lo:hi], phases)
+    deltas = np.diff(total, prepend=at_start)
+    end = peak_i + 1 - lo if peak_i is not None else 0
+    sums = np.bincount(codes[:end], weights=deltas[:end], minlength=4) if end else np.zeros(4)
+    growth = {name: int(round(sums[k])) for k, name in enumerate(_STEP_PHASES)}
+    growth = {"forward": growth["forward"], "backward": growth["backward"], "optimizer": growth["optimizer"],
+              "optimizer_state_new": 0, "other": growth["other"]}
+    optim_kept = int(deltas[codes == 2].sum())
+    at_end = int(total[-1])
+    if optim_kept >= STATE_NEW_MIN_BYTES and at_end > at_start:
+        state_new = max(min(growth["optimizer"], optim_kept, at_end - at_start), 0)
+        growth["optimizer"] -= state_new
+        growth["optimizer_state_new"] = state_new
+    composition = {"persistent": at_start, **growth}
+    if peak_i is not None:
+        reserved_at_peak = int(dev.reserved[peak_i])
+    else:
+        reserved_at_peak = int(dev.reserved[lo - 1] if lo > 0 else dev.reserved[lo])
+    nbytes = dev.nbytes[lo:hi].tolist()
+    tops: dict[str, int] = defaultdict(int)
+    by_module: dict[str | None, int] = defaultdict(int)
+    by_tid: dict = defaultdict(list)
+    for j in _live(nbytes, dev.addr[lo:hi].tolist(), end):  # the blocks the step allocated, live at its peak
+        by_tid[_thread_of(dev, int(dev.tid[lo + j]))].append((lo + j, nbytes[j]))
+    for tid, allocs in by_tid.items():
+        ts = dev.ts[[j for j, _ in allocs]]
+        for name, (_, b) in zip(owners.owners(tid, ts), allocs):
+            tops[name] += b
+        if modules:
+            for name, (_, b) in zip(modules.owners(tid, ts), allocs):
+                by_module[name] += b
+    top = tuple(sorted(tops.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS])
+    outside = by_module.pop(None, 0)
+    mods = tuple(sorted(by_module.items(), key=lambda kv: -kv[1])[:TOP_ALLOCATORS]) if modules else None
+    phase = _STEP_PHASES[int(codes[peak_i - lo])] if peak_i is not None else "step start"
+    largest = max(int(dev.nbytes[lo:hi].max()), 0)
+    return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
+                      mods, outside if modules else 0, largest)
