@@ -55,6 +55,7 @@ from stepscope.analysis.vocabulary import (
     MEMORY_IMBALANCE,
     OOM_RISK,
 )
+from stepscope.trace.fastread import as_objects
 from stepscope.trace.gc_paused import gc_paused
 
 GIB = float(1 << 30)
@@ -385,8 +386,9 @@ def _phase_codes(ts: np.ndarray, phases: tuple) -> np.ndarray:
 
 
 class _Device(NamedTuple):
-    """A device's samples as columns, sorted by time. ``addr``: the blocks' addresses, as an int64 array (codes
-    where the column holds a value beyond int64); ``tid``: each sample's thread as a code into ``threads``."""
+    """A device's samples as columns, sorted by time. ``addr`` and ``tid``, the blocks' addresses and the
+    allocating threads, are int64 arrays: the values themselves, or (a thread's name, a number beyond int64)
+    codes (_coded), a thread's into ``threads`` (_thread_of)."""
     ts: np.ndarray
     total: np.ndarray
     reserved: np.ndarray
@@ -551,8 +553,8 @@ def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, ow
     walk = np.lexsort((at, seg_live))
     rows_live, seg_live = rows_live[walk], seg_live[walk]
     tid = dev.tid[rows_live]
-    threads, thread = np.unique(tid, return_inverse=True)
-    _, first, inverse = np.unique(seg_live * len(threads) + thread.reshape(-1), return_index=True,
+    distinct, tid_code = np.unique(tid, return_inverse=True)
+    _, first, inverse = np.unique(seg_live * len(distinct) + tid_code.reshape(-1), return_index=True,
                                   return_inverse=True)
     by_thread = np.lexsort((np.arange(len(rows_live)), first[inverse.reshape(-1)]))
     rows_live, seg_live, tid = rows_live[by_thread], seg_live[by_thread], tid[by_thread]
@@ -562,9 +564,9 @@ def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, ow
     for code in np.unique(tid).tolist():
         pick = np.flatnonzero(tid == code)
         thread = _thread_of(dev, code)
-        op[pick] = _objects(owners.owners(thread, ts[pick]))
+        op[pick] = as_objects(owners.owners(thread, ts[pick]))
         if modules:
-            module[pick] = _objects(modules.owners(thread, ts[pick]))
+            module[pick] = as_objects(modules.owners(thread, ts[pick]))
     size = dev.nbytes[rows_live].tolist()
     for s, name, n in zip(seg_live.tolist(), op.tolist(), size):
         tops[s][name] += n
@@ -572,12 +574,6 @@ def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, ow
         for s, name, n in zip(seg_live.tolist(), module.tolist(), size):
             by_module[s][name] += n
     return tops, by_module
-
-
-def _objects(values: list) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
 
 
 def _scaling(dev: _Device, w: StepWindow, phases: tuple, p: StepMemory) -> tuple[tuple, tuple]:
