@@ -259,6 +259,22 @@ def test_thread_codes_are_the_dicts(seed):
     assert codes.dtype == np.int64 and codes.tolist() == [want[t] for t in tids]
 
 
+@pytest.mark.parametrize("values", [[], [1, 2, 3], [1, None, 3], [True, 2.5, -0.0, 2**60 + 1], ["5", 1],
+                                    ["x", 1], [1, [2]], [[1], [2]], [2**1100], [float("nan"), np.int64(7)]])
+def test_ids_read_as_floats_are_numpys(values):
+    """columns._floats reads a list of ids in one typed pass where it can: the same array as
+    np.array(values, dtype=np.float64), or the same exception, whatever the list holds."""
+    try:
+        want = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as e:
+        with pytest.raises(type(e)):
+            columns._floats(values)
+        return
+    got = columns._floats(values)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_launch_rows_are_the_dicts(seed):
     """columns._launch_rows sorts the ids; the rule is a dict of the launches' ids (the last of equal ones),

@@ -144,7 +144,7 @@ def _launch_rows(launches: list, activities: list) -> np.ndarray:
     same id; -1 where none has it (or the id is None). The ids sorted as float64, which holds a trace's
     integer ids exactly; ids of any other kind are looked up in a dict, with the same answer."""
     try:
-        r, d = np.array(launches, dtype=np.float64), np.array(activities, dtype=np.float64)
+        r, d = _floats(launches), _floats(activities)
     except (TypeError, ValueError, OverflowError):
         r = d = None
     if r is None or r.ndim != 1 or d.ndim != 1 or not np.all(np.abs(np.nan_to_num(r)) < _EXACT):
@@ -157,6 +157,15 @@ def _launch_rows(launches: list, activities: list) -> np.ndarray:
     at = np.maximum(np.searchsorted(ids, d, side="right") - 1, 0)
     hit = (ids[at] == d) if ids.size else np.zeros(d.shape, dtype=bool)
     return np.where(hit, order[at], -1) if ids.size else np.full(d.shape, -1, dtype=np.int64)
+
+
+def _floats(values: list) -> np.ndarray:
+    """``np.array(values, dtype=np.float64)``: read in one typed pass where every value is a number (a trace's
+    ids), else (None, a nested sequence) by np.array itself; both raise alike for a value that is neither."""
+    try:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    except (TypeError, ValueError):
+        return np.array(values, dtype=np.float64)
 
 
 class DeviceColumns(NamedTuple):
