@@ -161,6 +161,23 @@ def test_interval_set_matches_brute_force(a, b, lo, hi):
                       len({t for t in range(lo, hi)} - grid(a) - grid(b))]
 
 
+@settings(max_examples=200, deadline=None)
+@given(intervals, st.booleans())
+def test_a_set_of_sorted_intervals_is_the_set_of_them_in_any_order(a, reverse):
+    """IntervalSet takes intervals sorted by start as they are (no sort, no copy of the caller's arrays kept),
+    and gives the same set, bounds and running sums as from the same intervals in another order."""
+    ordered = sorted(a, key=lambda p: p[0])
+    starts = np.array([p[0] for p in ordered], dtype=np.float64)
+    ends = np.array([p[1] for p in ordered], dtype=np.float64)
+    mixed = sorted(a, reverse=reverse)
+    made = IntervalSet.from_arrays(starts, ends)
+    other = IntervalSet.from_arrays([p[0] for p in mixed], [p[1] for p in mixed])
+    for x, y in zip((*made.arrays(), made._p), (*other.arrays(), other._p)):
+        assert x.tolist() == y.tolist()
+    starts[:] = ends[:] = -1.0  # the caller's arrays changed afterwards: the set is not
+    assert made.arrays()[0].tolist() == other.arrays()[0].tolist() and made.total() == len(grid(a))
+
+
 def _overlap_by_sweep(a_starts, a_ends, b_starts, b_ends) -> IntervalSet:
     """intervals._overlap's reference: a sweep over both sets' bounds, +1 at a start and -1 at an end (an end
     before a start at the same instant: the intervals are half-open), covered by both where the running count

@@ -35,13 +35,15 @@ class IntervalSet:
 
     def _merge(self, starts: np.ndarray, ends: np.ndarray) -> None:
         keep = ends > starts
-        starts, ends = starts[keep], ends[keep]
+        if not keep.all():
+            starts, ends = starts[keep], ends[keep]
         self._lists = None  # starts, ends and prefix as lists, for the one-range questions: made when asked
         if starts.size == 0:
             self._s, self._e, self._p = starts, ends, np.zeros(1)
             return
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
+        if not np.all(starts[1:] >= starts[:-1]):  # sorted already (a device's activity): its stable order
+            order = np.argsort(starts, kind="stable")
+            starts, ends = starts[order], ends[order]
         reach = np.maximum.accumulate(ends)  # the furthest end of the intervals so far
         # an interval opens a new piece where it starts after everything before it has ended
         opens = np.concatenate(([True], starts[1:] > reach[:-1]))
