@@ -532,12 +532,10 @@ def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, ow
     peak, in order. A block is live when nothing else touches its address before the peak; the owners are
     summed in the order a walk of the samples would meet them (so ties sort alike): by thread in order of
     first appearance, each thread's blocks in the order their addresses were (last) taken."""
-    tops: list[dict] = [defaultdict(int) for _ in range(steps)]
-    by_module: list[dict] = [defaultdict(int) for _ in range(steps)]
     touch = dev.nbytes[rows] != 0
     rows, seg = rows[touch], seg[touch]
     if not len(rows):
-        return tops, by_module
+        return [{} for _ in range(steps)], [{} for _ in range(steps)]
     addr, nbytes = dev.addr[rows], dev.nbytes[rows]
     order = np.lexsort((addr, seg))  # stable: each step's touches of one address together, in time order
     a, s, b = addr[order], seg[order], nbytes[order]
@@ -567,13 +565,25 @@ def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, ow
         op[pick] = as_objects(owners.owners(thread, ts[pick]))
         if modules:
             module[pick] = as_objects(modules.owners(thread, ts[pick]))
-    size = dev.nbytes[rows_live].tolist()
-    for s, name, n in zip(seg_live.tolist(), op.tolist(), size):
-        tops[s][name] += n
-    if modules:
-        for s, name, n in zip(seg_live.tolist(), module.tolist(), size):
-            by_module[s][name] += n
-    return tops, by_module
+    size = dev.nbytes[rows_live]
+    return (_summed(seg_live, op.tolist(), size, steps),
+            _summed(seg_live, module.tolist(), size, steps) if modules else [{} for _ in range(steps)])
+
+
+def _summed(seg: np.ndarray, names: list, size: np.ndarray, steps: int) -> list[dict]:
+    """Per step, {name: its blocks' bytes}, the names in order of first appearance: what adding each block's
+    ``size`` to a dict of its step (``seg``) under its name, in order, gives, summed per name at once."""
+    code = {name: k for k, name in enumerate(dict.fromkeys(names))}
+    key = seg * len(code) + np.fromiter(map(code.__getitem__, names), dtype=np.int64, count=len(names))
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    sums = np.zeros(len(first), dtype=np.int64)
+    np.add.at(sums, inverse.reshape(-1), size)
+    out: list[dict] = [{} for _ in range(steps)]
+    order = np.argsort(first)  # each step's names in order of first appearance
+    at = first[order]
+    for step, k, total in zip(seg[at].tolist(), at.tolist(), sums[order].tolist()):
+        out[step][names[k]] = total
+    return out
 
 
 def _scaling(dev: _Device, w: StepWindow, phases: tuple, p: StepMemory) -> tuple[tuple, tuple]:
