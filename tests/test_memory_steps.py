@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference.step_memory import device_steps
+from reference.step_memory import device_steps, step_phases
 from stepscope.analysis import memory
 from stepscope.analysis.events import MemoryColumns
 from stepscope.analysis.report import parse_path
@@ -111,11 +111,12 @@ TRACES = sorted(str(Path(p).relative_to(DATA)) for p in glob.glob(str(DATA / "**
 
 @pytest.mark.parametrize("name", TRACES)
 def test_the_committed_traces_memory_is_the_same_step_by_step(name):
-    """Every committed trace's devices, step by step through the oracle, as memory_devices makes them (a trace
-    recorded without profile_memory has none)."""
+    """Every committed trace's steps' phases, and its devices, step by step through the oracle, as
+    memory_devices makes them (a trace recorded without profile_memory has none)."""
     trace = parse_path(DATA / name, "w", "s")
     assert not isinstance(trace, Exception), trace
     windows = step_windows(trace)
+    assert memory._phases(trace, windows) == step_phases(trace, windows)
     found = memory.memory_devices(trace, windows)
     assert bool(found.devices) == bool(trace.memory)
     cols = MemoryColumns.of(trace.memory)

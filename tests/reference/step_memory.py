@@ -12,16 +12,43 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+from stepscope.analysis.columns import op_columns
 from stepscope.analysis.memory import (
+    _BACKWARD,
+    _OPTIMIZER,
     _STEP_PHASES,
+    OPTIMIZER_RANGE,
     STATE_NEW_MIN_BYTES,
     TOP_ALLOCATORS,
     StepMemory,
     _live,
+    _op_kinds,
     _phase_codes,
     _rows,
     _thread_of,
 )
+
+
+def step_phases(trace, windows) -> list[tuple]:
+    """memory._phases, window by window: each one's backward ops (sorted as pairs) and optimizer ranges."""
+    cols = op_columns(trace)
+    lo, hi = windows[0].host_start, windows[-1].host_end
+    inside = (cols.start >= lo) & (cols.start < hi)
+    kinds = _op_kinds(trace)
+
+    def spans(bit: int) -> list[tuple[float, float]]:
+        rows = np.flatnonzero(inside & ((kinds & bit) != 0))
+        return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
+
+    backward = sorted(spans(_BACKWARD))
+    annotated = [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)]
+    optim = sorted(spans(_OPTIMIZER) + annotated)
+    out = []
+    for w in windows:
+        mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
+        ranges = [o for o in optim if w.host_start <= o[0] < w.host_end]
+        out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
+    return out
 
 
 def device_steps(dev, windows, phases, owners, modules) -> list[StepMemory]:

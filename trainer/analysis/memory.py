@@ -352,15 +352,23 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
         rows = np.flatnonzero(inside & ((kinds & bit) != 0))
         return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
 
-    backward = sorted(spans(_BACKWARD))
     annotated = [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)]
     optim = sorted(spans(_OPTIMIZER) + annotated)
+    optim_starts = [o[0] for o in optim]
+    # the backward ops sorted by (start, end), as their pairs sort; a window's are the slice [a, b) of them,
+    # its backward from the first one's start to the latest end among them (every window's at once)
+    rows = np.flatnonzero(inside & ((kinds & _BACKWARD) != 0))
+    order = np.lexsort((cols.end[rows], cols.start[rows]))
+    starts, ends = cols.start[rows][order], np.append(cols.end[rows][order], -np.inf)
+    a = np.searchsorted(starts, np.array([w.host_start for w in windows], dtype=np.float64), side="left")
+    b = np.searchsorted(starts, np.array([w.host_end for w in windows], dtype=np.float64), side="left")
+    latest = np.maximum.reduceat(ends, np.column_stack((a, b)).reshape(-1))[::2].tolist()
+    first = np.append(starts, np.nan)[a].tolist()
     out = []
-    back_starts, optim_starts = [b[0] for b in backward], [o[0] for o in optim]
-    for w in windows:  # both lists sorted by start: a window's are one slice of each
-        mine = backward[bisect_left(back_starts, w.host_start):bisect_left(back_starts, w.host_end)]
+    for w, mine, begins, ends_at in zip(windows, (b > a).tolist(), first, latest):
+        # the optimizer's ranges sorted by start: a window's are one slice of them
         ranges = optim[bisect_left(optim_starts, w.host_start):bisect_left(optim_starts, w.host_end)]
-        out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
+        out.append((begins if mine else None, ends_at if mine else None, ranges))
     return out
 
 
