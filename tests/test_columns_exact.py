@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference.step_memory import step_phases
 from stepscope.analysis import by_name, columns, memory, metrics, trust
 from stepscope.analysis.breakdown import sync_primitives
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
@@ -488,27 +489,11 @@ def test_kernel_table_and_medians(traces):
     assert tried > 0
 
 
-def _phases_reference(trace, windows) -> list:
-    cols = op_columns(trace)
-    lo, hi = windows[0].host_start, windows[-1].host_end
-    spans = [(s, e, name) for s, e, name in zip(cols.start.tolist(), cols.end.tolist(), cols.names)
-             if lo <= s < hi]
-    backward = sorted((s, e) for s, e, name in spans if name.startswith(memory.BACKWARD_OP))
-    optim = sorted([(s, e) for s, e, name in spans if name.startswith(memory.OPTIMIZER_RANGE)]
-                   + [(a.start, a.end) for a in trace.annotations if a.name.startswith(memory.OPTIMIZER_RANGE)])
-    out = []
-    for w in windows:
-        mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
-        ranges = [o for o in optim if w.host_start <= o[0] < w.host_end]
-        out.append((mine[0][0] if mine else None, max(b[1] for b in mine) if mine else None, ranges))
-    return out
-
-
 def test_memory_phases(traces):
     some = False
     for trace in traces:
         windows = step_windows(trace)
-        expected = _phases_reference(trace, windows)
+        expected = step_phases(trace, windows)
         assert memory._phases(trace, windows) == expected
         some = some or any(b is not None for b, _, _ in expected)
     assert some  # a trace with a backward in its steps

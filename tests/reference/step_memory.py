@@ -14,15 +14,13 @@ from collections import defaultdict
 import numpy as np
 from stepscope.analysis.columns import op_columns
 from stepscope.analysis.memory import (
-    _BACKWARD,
-    _OPTIMIZER,
     _STEP_PHASES,
+    BACKWARD_OP,
     OPTIMIZER_RANGE,
     STATE_NEW_MIN_BYTES,
     TOP_ALLOCATORS,
     StepMemory,
     _live,
-    _op_kinds,
     _phase_codes,
     _rows,
     _thread_of,
@@ -30,19 +28,15 @@ from stepscope.analysis.memory import (
 
 
 def step_phases(trace, windows) -> list[tuple]:
-    """memory._phases, window by window: each one's backward ops (sorted as pairs) and optimizer ranges."""
+    """memory._phases, window by window and by the ops' names: each window's backward (its first backward op's
+    start, the latest end among them) and its optimizer ranges (ops and annotations), sorted."""
     cols = op_columns(trace)
     lo, hi = windows[0].host_start, windows[-1].host_end
-    inside = (cols.start >= lo) & (cols.start < hi)
-    kinds = _op_kinds(trace)
-
-    def spans(bit: int) -> list[tuple[float, float]]:
-        rows = np.flatnonzero(inside & ((kinds & bit) != 0))
-        return list(zip(cols.start[rows].tolist(), cols.end[rows].tolist()))
-
-    backward = sorted(spans(_BACKWARD))
-    annotated = [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)]
-    optim = sorted(spans(_OPTIMIZER) + annotated)
+    spans = [(s, e, name) for s, e, name in zip(cols.start.tolist(), cols.end.tolist(), cols.names)
+             if lo <= s < hi]
+    backward = sorted((s, e) for s, e, name in spans if name.startswith(BACKWARD_OP))
+    optim = sorted([(s, e) for s, e, name in spans if name.startswith(OPTIMIZER_RANGE)]
+                   + [(a.start, a.end) for a in trace.annotations if a.name.startswith(OPTIMIZER_RANGE)])
     out = []
     for w in windows:
         mine = [b for b in backward if w.host_start <= b[0] < w.host_end]
