@@ -21,8 +21,6 @@ from stepscope.analysis.memory import (
     TOP_ALLOCATORS,
     StepMemory,
     _live,
-    _phase_codes,
-    _rows,
     _thread_of,
 )
 
@@ -51,8 +49,32 @@ def device_steps(dev, windows, phases, owners, modules) -> list[StepMemory]:
     return [s for s in out if s is not None]
 
 
+def rows(dev, w) -> tuple[int, int]:
+    """The device's samples in step ``w``'s host range, as the slice [lo, hi)."""
+    return (int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right")),
+            int(np.searchsorted(dev.ts, w.host_end, side="right")))
+
+
+def phase_codes(ts: np.ndarray, phases: tuple) -> np.ndarray:
+    """Each time's phase, as an index of _STEP_PHASES: inside an optimizer range, optimizer; else before the
+    backward, forward (without a backward: before the first optimizer range, and other after it); else
+    backward up to its end, and other after."""
+    b0, b1, optim = phases
+    if b0 is None:
+        codes = np.where(ts < optim[0][0], 0, 3) if optim else np.zeros(len(ts), dtype=np.int64)
+    else:
+        codes = np.where(ts < b0, 0, np.where(ts <= b1, 1, 3))
+    if optim:
+        starts = np.array([o[0] for o in optim])
+        ends = np.array([o[1] for o in optim])
+        k = np.searchsorted(starts, ts, side="right") - 1
+        inside = (k >= 0) & (ts < np.maximum.accumulate(ends)[np.maximum(k, 0)])
+        codes = np.where(inside, 2, codes)
+    return codes
+
+
 def step_memory(dev, w, phases: tuple, owners, modules) -> StepMemory | None:
-    lo, hi = _rows(dev, w)
+    lo, hi = rows(dev, w)
     if lo >= hi:
         return None
     total = dev.total[lo:hi]
@@ -61,7 +83,7 @@ def step_memory(dev, w, phases: tuple, owners, modules) -> StepMemory | None:
     peak_i = lo + i if total[i] > at_start else None
     peak = int(total[i]) if peak_i is not None else at_start
     peak_reserved = int(max(dev.reserved[lo:hi].max(), dev.reserved[lo - 1] if lo > 0 else 0))
-    codes = _phase_codes(dev.ts[lo:hi], phases)
+    codes = phase_codes(dev.ts[lo:hi], phases)
     deltas = np.diff(total, prepend=at_start)
     end = peak_i + 1 - lo if peak_i is not None else 0
     sums = np.bincount(codes[:end], weights=deltas[:end], minlength=4) if end else np.zeros(4)

@@ -372,25 +372,7 @@ def _phases(trace: ParsedTrace, windows: list[StepWindow]) -> list[tuple]:
     return out
 
 
-_STEP_PHASES = ("forward", "backward", "optimizer", "other")  # the codes of _phase_codes
-
-
-def _phase_codes(ts: np.ndarray, phases: tuple) -> np.ndarray:
-    """Each time's phase, as an index of _STEP_PHASES: inside an optimizer range, optimizer; else before the
-    backward, forward (without a backward: before the first optimizer range, and other after it); else
-    backward up to its end, and other after."""
-    b0, b1, optim = phases
-    if b0 is None:
-        codes = np.where(ts < optim[0][0], 0, 3) if optim else np.zeros(len(ts), dtype=np.int64)
-    else:
-        codes = np.where(ts < b0, 0, np.where(ts <= b1, 1, 3))
-    if optim:
-        starts = np.array([o[0] for o in optim])
-        ends = np.array([o[1] for o in optim])
-        k = np.searchsorted(starts, ts, side="right") - 1
-        inside = (k >= 0) & (ts < np.maximum.accumulate(ends)[np.maximum(k, 0)])
-        codes = np.where(inside, 2, codes)
-    return codes
+_STEP_PHASES = ("forward", "backward", "optimizer", "other")  # the codes of _step_phase_codes
 
 
 class _Device(NamedTuple):
@@ -433,22 +415,21 @@ def _thread_of(dev: _Device, code: int):
     return dev.threads[code] if dev.threads else code
 
 
-def _rows(dev: _Device, w: StepWindow) -> tuple[int, int]:
-    """The device's samples in step ``w``'s host range, as the slice [lo, hi)."""
-    return (int(np.searchsorted(dev.ts, w.host_start - 1e-9, side="right")),
-            int(np.searchsorted(dev.ts, w.host_end, side="right")))
+def _bounds(dev: _Device, windows: list[StepWindow]) -> tuple[np.ndarray, np.ndarray]:
+    """The device's samples in each window's host range, as the slices [lo, hi) (two arrays)."""
+    lo = np.searchsorted(dev.ts, np.array([w.host_start for w in windows], dtype=np.float64) - 1e-9,
+                         side="right")
+    return lo, np.searchsorted(dev.ts, np.array([w.host_end for w in windows], dtype=np.float64), side="right")
 
 
 def _device_steps(dev: _Device, windows: list[StepWindow], phases: list[tuple], owners: _Owners,
                   modules: _Modules) -> list[StepMemory]:
     """The memory of each step of ``windows`` (with its ``phases``, _phases) on the device, in their order; a
     step without a sample on it has none. Every step at once: each figure is a segment's reduction over the
-    steps' samples laid end to end (a step's are the slice _rows gives), and the blocks live at each step's
+    steps' samples laid end to end (a step's are the slice _bounds gives), and the blocks live at each step's
     peak are found, and given their owners, for all steps together (tests/reference/step_memory.py is the
     same step by step)."""
-    lo = np.searchsorted(dev.ts, np.array([w.host_start for w in windows], dtype=np.float64) - 1e-9,
-                         side="right")
-    hi = np.searchsorted(dev.ts, np.array([w.host_end for w in windows], dtype=np.float64), side="right")
+    lo, hi = _bounds(dev, windows)
     some = np.flatnonzero(lo < hi)
     if not len(some):
         return []
@@ -504,9 +485,12 @@ def _device_steps(dev: _Device, windows: list[StepWindow], phases: list[tuple], 
 
 
 def _step_phase_codes(ts: np.ndarray, seg: np.ndarray, phases: list[tuple]) -> np.ndarray:
-    """_phase_codes of the steps' samples laid end to end (``seg``: each one's step, an index of ``phases``).
-    An optimizer range is looked up among its own step's only: each range's start, and each time, is ranked
-    among all the ranges' starts, which orders (step, start) pairs and (step, time) pairs alike as integers."""
+    """Each time's phase, as an index of _STEP_PHASES, for the steps' samples laid end to end (``seg``: each
+    one's step, an index of ``phases``, _phases): inside one of its step's optimizer ranges, optimizer; else
+    before its backward, forward (without a backward: before its first optimizer range, and other after it);
+    else backward up to its end, and other after. A range is looked up among its own step's only: each range's
+    start, and each time, is ranked among all the ranges' starts, which orders (step, start) pairs and (step,
+    time) pairs alike as integers."""
     n = len(phases)
     nan = float("nan")
     b0 = np.array([p[0] if p[0] is not None else nan for p in phases], dtype=np.float64)
@@ -611,8 +595,8 @@ def _scaling(dev: _Device, w: StepWindow, phases: tuple, p: StepMemory) -> tuple
     size before), the block needs fresh memory of its own beside what is live then: a block allocated near the
     peak needs room for itself twice, one allocated while little is live does not. Worked out for the device's
     peak step only (``p``, in window ``w`` with its ``phases``): the prediction reads no other."""
-    lo, hi = _rows(dev, w)
-    codes, optim = _phase_codes(dev.ts[lo:hi], phases), phases[2]
+    lo, hi = (int(x[0]) for x in _bounds(dev, [w]))
+    codes, optim = _step_phase_codes(dev.ts[lo:hi], np.zeros(hi - lo, dtype=np.int64), [phases]), phases[2]
     at_start, state_new = p.at_start, p.composition["optimizer_state_new"]
     total = dev.total[lo:hi]
     nbytes = dev.nbytes[lo:hi].tolist()
