@@ -157,9 +157,7 @@ def read_in_halves(path: Path, worker: str, span: str, workers: Workers, check: 
     if analyse is not None:
         apart = Apart.started(_analysed, (analyse, path, worker, span, collector, header))
     try:
-        c = side.columns(plain_size(path))
-        if c is None:
-            return None
+        c = side.columns(plain_size(path))  # joinable: the file's columns
         del side
         plan = plan_of(c, workers)  # first, as read_both: the columns dropped before the parse's events are built
         del c
