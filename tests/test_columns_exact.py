@@ -24,6 +24,7 @@ from stepscope.analysis import by_name, columns, memory, metrics, trust
 from stepscope.analysis.breakdown import sync_primitives
 from stepscope.analysis.columns import device_columns, launch_columns, op_columns, runtime_columns
 from stepscope.analysis.events import (
+    DEVICE_KIND_NAMES,
     DeviceEvent,
     DeviceEvents,
     DeviceEventsBuilder,
@@ -244,6 +245,88 @@ def test_device_events_are_the_sequence_of_tuples_they_stand_for():
         assert dev.is_kernel.tolist() == [e.kind == "kernel" for e in events]
 
 
+def _coded_host(events: list, table: list) -> HostEvents:
+    """``events`` as the parse hands them over: names as codes into ``table``, integer threads as int64."""
+    code = {name: k for k, name in enumerate(table)}
+    corr = [e.correlation for e in events]
+    return HostEvents(None, np.array([e.tid for e in events], dtype=np.int64), [e.start for e in events],
+                      [e.end for e in events], None if all(c is None for c in corr) else corr,
+                      np.array([code[e.name] for e in events], dtype=np.int64), table)
+
+
+def test_host_events_with_coded_names_and_numbered_threads_stand_for_their_tuples():
+    """The parse's form of HostEvents (names as codes into a table that holds more names than these, threads
+    as int64) is the same sequence of tuples as the lists' form, through a selection, a pickle and a join
+    with pieces of either form; the passes over every event read the codes without listing the names."""
+    rng = random.Random(5)
+    table = ["unused", "c", "a", "b", "z"]
+    events = [HostEvent(rng.choice(["a", "b", "c"]), rng.choice([1, 7, 2**40]), float(k), k + rng.uniform(0, 3),
+                        rng.choice([None, 4])) for k in range(50)]
+    cols = _coded_host(events, table)
+    assert cols.at([4, 0]) == [events[4], events[0]] and cols[-1] == events[-1] and cols[3] == events[3]
+    picked = cols.take(np.arange(50)[::4])
+    assert rows_named(cols, {"b"}.__contains__) == [k for k, e in enumerate(events) if e.name == "b"]
+    assert len(cols) == 50 and cols._names is None and cols._tids is None  # nothing above listed a column
+    assert list(picked) == events[::4] and picked.codes is not None and picked.tid_numbers is not None
+    assert cols == HostEvents.of(events) and HostEvents.of(events) == cols
+    _stands_for(cols, events, HostEvent)
+    assert [type(t) for t in cols.tids] == [int] * 50 and cols.names == [e.name for e in events]
+    # a join: coded pieces stay coded, threads stay numbers; a piece of tuples makes both lists
+    b = HostEventsBuilder()
+    for piece in (events[:20], events[20:]):
+        one = _coded_host(piece, table)
+        b.extend_columns(None, one.tid_numbers, one.start, one.end, one.correlation, one.codes, table)
+    built = b.build()
+    assert built._names is None and built._tids is None
+    assert built == events and built.codes is not None and built.tid_numbers is not None
+    b.extend(events[:3])
+    mixed = b.build()
+    assert mixed == events + events[:3] and mixed.codes is None and mixed.tid_numbers is None
+    with pytest.raises(ValueError):
+        HostEvents(None, [], [], [])  # neither names nor their codes
+
+
+def test_device_events_with_coded_names_and_kinds_stand_for_their_tuples():
+    """The parse's form of DeviceEvents (names as codes into a table, kinds as codes into DEVICE_KIND_NAMES)
+    is the same sequence of tuples as the lists' form; device_columns reads the codes and gives what it
+    gives for the lists (names in order of first appearance, whatever the table's order)."""
+    rng = random.Random(6)
+    table = ["op", "ncclKernel_AllReduce", "k2", "k1", "never"]
+    events = [DeviceEvent(rng.choice(["k1", "k2", "ncclKernel_AllReduce"]), rng.choice(["kernel", "memcpy", "memset"]),
+                          rng.choice([0, 1]), rng.choice([7, 20]), float(rng.randint(0, 30)), 0.0,
+                          rng.choice([None, 4, 9])) for _ in range(50)]
+    events = [e._replace(end=e.start + rng.uniform(0, 3)) for e in events]
+
+    def coded(evs):
+        return DeviceEvents(None, None, [e.device for e in evs], [e.stream for e in evs], [e.start for e in evs],
+                            [e.end for e in evs], [e.correlation for e in evs],
+                            np.array([table.index(e.name) for e in evs], dtype=np.int64), table,
+                            np.array([DEVICE_KIND_NAMES.index(e.kind) for e in evs], dtype=np.int8))
+
+    cols = coded(events)
+    assert cols.at([9, 2]) == [events[9], events[2]] and cols[-2] == events[-2]
+    assert cols.by_start().codes is not None and cols.by_start().kind_codes is not None
+    no_host = HostEvents.of([])
+    got, want = (device_columns(ParsedTrace("w", "s", 0.0, None, None, None, (), no_host, (), no_host, d, (),
+                                            MemoryColumns())) for d in (cols, DeviceEvents.of(events)))
+    assert cols._names is None and cols._kinds is None  # device_columns read the codes
+    assert got.names == want.names == list(dict.fromkeys(e.name for e in events))
+    for field in ("start", "end", "is_copy", "is_comm", "is_kernel", "name"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert a.dtype == b.dtype and a.tolist() == b.tolist(), field
+    assert cols == DeviceEvents.of(events) and list(cols.by_start()) == sorted(events, key=lambda e: e.start)
+    _stands_for(cols, events, DeviceEvent)
+    b = DeviceEventsBuilder()
+    for piece in (events[:25], events[25:]):
+        one = coded(piece)
+        b.extend_columns(None, None, one.devices, one.streams, one.start, one.end, one.correlation, one.codes,
+                         table, one.kind_codes)
+    built = b.build()
+    assert built == events and built.codes is not None and built.kind_codes is not None
+    b.append(events[0])
+    assert b.build() == events + events[:1] and b.build().codes is None and b.build().kind_codes is None
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_thread_codes_are_the_dicts(seed):
     """columns._thread_codes codes integer threads by numpy; the rule, a dict in order of first appearance
@@ -258,6 +341,10 @@ def test_thread_codes_are_the_dicts(seed):
     want = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}
     assert threads == want and [type(k) for k in threads] == [type(k) for k in want]
     assert codes.dtype == np.int64 and codes.tolist() == [want[t] for t in tids]
+    if all(type(t) is int and abs(t) < 2**63 for t in tids):  # the parse's form: an int64 array
+        threads, codes = columns._thread_codes(np.array(tids, dtype=np.int64))
+        assert threads == want and all(type(k) is int for k in threads)
+        assert codes.tolist() == [want[t] for t in tids]
 
 
 @pytest.mark.parametrize("values", [[], [1, 2, 3], [1, None, 3], [True, 2.5, -0.0, 2**60 + 1], ["5", 1],

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 from stepscope.analysis.events import (
+    DEVICE_KIND_NAMES,
     DeviceEvent,
     DeviceEvents,
     HostEvent,
@@ -55,7 +56,8 @@ def op_columns(trace: ParsedTrace) -> OpColumns:
         return OpColumns((), empty.astype(np.int64), {}, empty, empty)
     ops = trace.ops
     if isinstance(ops, HostEvents):  # the streamed parse's: columns already
-        names, tids, times = tuple(ops.names), ops.tids, (ops.start, ops.end)
+        names, times = tuple(ops.names), (ops.start, ops.end)
+        tids = ops.tid_numbers if ops.tid_numbers is not None else ops.tids
     else:
         names, tids, times = tuple(map(_NAME, ops)), list(map(_TID, ops)), _times(ops, _START, _END)
     threads, thread = _thread_codes(tids)
@@ -75,10 +77,14 @@ def op_name_codes(trace: ParsedTrace) -> tuple[np.ndarray, list]:
     return np.fromiter(map(code.__getitem__, names), dtype=np.int64, count=len(names)), list(code)
 
 
-def _thread_codes(tids: list) -> tuple[dict, np.ndarray]:
+def _thread_codes(tids: list | np.ndarray) -> tuple[dict, np.ndarray]:
     """{thread: code}, codes 0, 1, ... in order of first appearance, and each op's code. Threads that are all
-    integers (as a trace's are) are coded by numpy; any others (a name, a number beyond int64) by a dict."""
-    numbers = np.array(tids) if tids else np.zeros(0, dtype=np.int64)
+    integers (as a trace's are; an int64 array, as the parse keeps them) are coded by numpy; any others (a
+    name, a number beyond int64) by a dict."""
+    if isinstance(tids, np.ndarray):
+        numbers = tids
+    else:
+        numbers = np.array(tids) if tids else np.zeros(0, dtype=np.int64)
     if numbers.dtype != np.int64 or numbers.ndim != 1:
         threads = {tid: code for code, tid in enumerate(dict.fromkeys(tids))}
         return threads, np.fromiter(map(threads.__getitem__, tids), dtype=np.int64, count=len(tids))
@@ -89,7 +95,9 @@ def _thread_codes(tids: list) -> tuple[dict, np.ndarray]:
     by_first = np.argsort(first)  # the distinct threads in order of first appearance
     code = np.empty_like(by_first)
     code[by_first] = np.arange(len(by_first))
-    threads = {tids[i]: k for k, i in enumerate(runs[first[by_first]].tolist())}
+    at = runs[first[by_first]].tolist()  # each thread's first op; its key is the value given (True stays True)
+    keys = numbers[at].tolist() if isinstance(tids, np.ndarray) else list(map(tids.__getitem__, at))
+    threads = {tid: k for k, tid in enumerate(keys)}
     return threads, np.repeat(code[inverse.reshape(-1)], np.diff(np.append(runs, len(numbers))))
 
 
@@ -199,6 +207,8 @@ class DeviceColumns(NamedTuple):
 @per_trace
 def device_columns(trace: ParsedTrace) -> DeviceColumns:
     device, n = trace.device, len(trace.device)
+    if isinstance(device, DeviceEvents) and device.codes is not None and device.kind_codes is not None:
+        return _coded_device_columns(device)
     if isinstance(device, DeviceEvents):  # the streamed parse's: columns already
         names, kinds, times = device.names, device.kinds, (device.start, device.end)
     else:
@@ -211,3 +221,23 @@ def device_columns(trace: ParsedTrace) -> DeviceColumns:
                          np.fromiter(map("memcpy".__eq__, kinds), dtype=bool, count=n),
                          comm[name], np.fromiter(map("kernel".__eq__, kinds), dtype=bool, count=n),
                          name, list(code))
+
+
+_MEMCPY, _KERNEL = DEVICE_KIND_NAMES.index("memcpy"), DEVICE_KIND_NAMES.index("kernel")
+
+
+def _coded_device_columns(device: DeviceEvents) -> DeviceColumns:
+    """device_columns from the parse's codes (DeviceEvents' ``codes`` into its table, ``kind_codes``), without
+    the lists of names and kinds: the table's names renumbered in order of first appearance."""
+    codes, n = device.codes, len(device)
+    first = np.full(len(device.table), n, dtype=np.int64)  # each table name's first row; n: none
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    used = np.flatnonzero(first < n)
+    order = used[np.argsort(first[used], kind="stable")]  # the names met, in order of first appearance
+    renumber = np.empty(len(device.table), dtype=np.int64)
+    renumber[order] = np.arange(len(order), dtype=np.int64)
+    names = list(map(device.table.__getitem__, order.tolist()))
+    comm = np.fromiter(map(is_comm_kernel, names), dtype=bool, count=len(names))
+    name = renumber[codes]
+    return DeviceColumns(device.start, device.end, device.kind_codes == _MEMCPY, comm[name],
+                         device.kind_codes == _KERNEL, name, names)

@@ -26,7 +26,8 @@ from itertools import chain, repeat
 from typing import NamedTuple
 
 import numpy as np
-from stepscope.trace.vocabulary import DATA_RANGE, OPERATOR_CATEGORIES
+from stepscope.trace.fastread import as_list, as_objects
+from stepscope.trace.vocabulary import DATA_RANGE, DEVICE_KINDS, OPERATOR_CATEGORIES
 from stepscope.trace.vocabulary import STEPS_FROM_PROFILER as FROM_PROFILER
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -62,6 +63,11 @@ class HostEvent(NamedTuple):
     @property
     def dur(self) -> float:
         return self.end - self.start
+
+
+# a device activity's kinds (vocabulary.DEVICE_KINDS' values), by the codes DeviceEvents.kind_codes holds
+DEVICE_KIND_NAMES = tuple(dict.fromkeys(DEVICE_KINDS.values()))
+_KIND_OBJECTS = as_objects(list(DEVICE_KIND_NAMES))
 
 
 class DeviceEvent(NamedTuple):
@@ -247,7 +253,7 @@ class _EventColumns:
         return np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64)
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.start)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -270,21 +276,45 @@ class HostEvents(_EventColumns):
     read-only) and correlation ids (a list; None: every one None). What the streamed parse makes of a trace's
     ops and runtime calls (over a million in a large trace: no tuple per event, and the analysis reads the
     columns, columns.py, or makes tuples of the few rows it picks, ``events_at``). A sequence of HostEvent to everything else (len, iteration, indexing, equality with a
-    tuple of them), each made when asked for and not kept; ``of`` makes one from such a sequence."""
+    tuple of them), each made when asked for and not kept; ``of`` makes one from such a sequence.
 
-    __slots__ = ("names", "tids", "start", "end", "correlation", "codes", "table")
+    The parse hands over two columns in a compact form, listed only when first asked for: the names as codes
+    into a table (``codes``, ``table``; ``names`` None), and the threads as an int64 array where every one
+    is an integer (``tid_numbers``; ``tids`` as that array). The passes over every event read those
+    (columns.op_columns, events.rows_named) and never make the lists of a million entries."""
 
-    def __init__(self, names: list, tids: list, start, end, correlation: list | None = None,
+    __slots__ = ("_names", "_tids", "start", "end", "correlation", "codes", "table", "tid_numbers")
+
+    def __init__(self, names: list | None, tids: list | np.ndarray, start, end, correlation: list | None = None,
                  codes: np.ndarray | None = None, table: list | None = None) -> None:
-        self.names, self.tids, self.correlation = names, tids, correlation
+        self.correlation = correlation
         self.start = _frozen(start)
         self.end = _frozen(end)
         # where the parse knew them: each name's code, its index in ``table`` (a NameTable's names, which may
         # hold more names than these events'), for the passes that ask something of every name
         self.codes, self.table = (codes, table) if codes is not None else (None, None)
-        assert len(names) == len(tids) == len(self.start) == len(self.end)
-        assert correlation is None or len(correlation) == len(names)
-        assert self.codes is None or len(self.codes) == len(names)
+        if names is None and self.codes is None:
+            raise ValueError("HostEvents needs the names, or their codes and table")
+        self._names = names
+        numbers = isinstance(tids, np.ndarray)
+        self.tid_numbers = tids if numbers else None  # int64, where every thread is an integer
+        self._tids = None if numbers else tids
+        n = len(self.start)
+        assert (names is None or len(names) == n) and len(tids) == n and len(self.end) == n
+        assert correlation is None or len(correlation) == n
+        assert self.codes is None or len(self.codes) == n
+
+    @property
+    def names(self) -> list:
+        if self._names is None:
+            self._names = as_objects(self.table)[self.codes].tolist()
+        return self._names
+
+    @property
+    def tids(self) -> list:
+        if self._tids is None:
+            self._tids = as_list(self.tid_numbers)
+        return self._tids
 
     @classmethod
     def of(cls, events) -> HostEvents:
@@ -301,9 +331,21 @@ class HostEvents(_EventColumns):
         rows = self._rows(rows)
         listed = rows.tolist()
         pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
-        return HostEvents(pick(self.names), pick(self.tids), self.start[rows], self.end[rows],
+        return HostEvents(None if self.codes is not None else pick(self._names),
+                          self.tid_numbers[rows] if self.tid_numbers is not None else pick(self._tids),
+                          self.start[rows], self.end[rows],
                           None if self.correlation is None else pick(self.correlation),
                           None if self.codes is None else self.codes[rows], self.table)
+
+    def _names_at(self, rows: np.ndarray) -> list:
+        if self._names is not None:
+            return list(map(self._names.__getitem__, rows.tolist()))
+        return list(map(self.table.__getitem__, self.codes[rows].tolist()))
+
+    def _tids_at(self, rows: np.ndarray) -> list:
+        if self.tid_numbers is not None:
+            return self.tid_numbers[rows].tolist()
+        return list(map(self._tids.__getitem__, rows.tolist()))
 
     def at(self, rows) -> list[HostEvent]:
         """The events at ``rows`` (a sequence of indices), as a list of HostEvent."""
@@ -311,8 +353,8 @@ class HostEvents(_EventColumns):
         listed = rows.tolist()
         corr = (repeat(None) if self.correlation is None else map(self.correlation.__getitem__, listed))
         return list(map(tuple.__new__, repeat(HostEvent),
-                        zip(map(self.names.__getitem__, listed), map(self.tids.__getitem__, listed),
-                            self.start[rows].tolist(), self.end[rows].tolist(), corr)))
+                        zip(self._names_at(rows), self._tids_at(rows), self.start[rows].tolist(),
+                            self.end[rows].tolist(), corr)))
 
     def __iter__(self):
         corr = repeat(None) if self.correlation is None else self.correlation
@@ -320,7 +362,8 @@ class HostEvents(_EventColumns):
                    zip(self.names, self.tids, self.start.tolist(), self.end.tolist(), corr))
 
     def _row(self, i) -> HostEvent:
-        return HostEvent(self.names[i], self.tids[i], float(self.start[i]), float(self.end[i]),
+        row = self._rows([i])
+        return HostEvent(self._names_at(row)[0], self._tids_at(row)[0], float(self.start[i]), float(self.end[i]),
                          None if self.correlation is None else self.correlation[i])
 
     def _same(self, other: HostEvents) -> bool:
@@ -329,8 +372,9 @@ class HostEvents(_EventColumns):
                 and (self.correlation or [None] * len(self)) == (other.correlation or [None] * len(other)))
 
     def __reduce__(self):
-        return HostEvents, (self.names, self.tids, self.start, self.end, self.correlation, self.codes,
-                            self.table)
+        return HostEvents, (self._names if self.codes is None else None,
+                            self.tid_numbers if self.tid_numbers is not None else self._tids, self.start,
+                            self.end, self.correlation, self.codes, self.table)
 
     def __repr__(self) -> str:
         return f"HostEvents({len(self)} events)"
@@ -341,18 +385,42 @@ class DeviceEvents(_EventColumns):
     read-only) and correlation ids (a list, None where an activity has none). What the streamed parse makes of
     a trace's kernels, memcpys and memsets (hundreds of thousands in a large trace: no tuple per activity;
     the analysis reads the columns, columns.device_columns). A sequence of DeviceEvent to everything else, as
-    HostEvents is of HostEvent; ``of`` makes one from such a sequence."""
+    HostEvents is of HostEvent; ``of`` makes one from such a sequence.
 
-    __slots__ = ("names", "kinds", "devices", "streams", "start", "end", "correlation")
+    As HostEvents' names, the parse hands over the names as codes into a table (``codes``, ``table``; names
+    None) and the kinds as codes into ``DEVICE_KIND_NAMES`` (``kind_codes``; kinds None), each listed only
+    when first asked for; columns.device_columns reads the codes."""
 
-    def __init__(self, names: list, kinds: list, devices: list, streams: list, start, end,
-                 correlation: list) -> None:
-        self.names, self.kinds, self.devices, self.streams = names, kinds, devices, streams
-        self.correlation = correlation
+    __slots__ = ("_names", "_kinds", "devices", "streams", "start", "end", "correlation", "codes", "table",
+                 "kind_codes")
+
+    def __init__(self, names: list | None, kinds: list | None, devices: list, streams: list, start, end,
+                 correlation: list, codes: np.ndarray | None = None, table: list | None = None,
+                 kind_codes: np.ndarray | None = None) -> None:
+        self.devices, self.streams, self.correlation = devices, streams, correlation
         self.start = _frozen(start)
         self.end = _frozen(end)
-        assert (len(names) == len(kinds) == len(devices) == len(streams) == len(self.start) == len(self.end)
-                == len(correlation))
+        self.codes, self.table = (codes, table) if codes is not None else (None, None)
+        self.kind_codes = kind_codes
+        if (names is None and self.codes is None) or (kinds is None and kind_codes is None):
+            raise ValueError("DeviceEvents needs the names and kinds, or their codes")
+        self._names, self._kinds = names, kinds
+        n = len(self.start)
+        assert (names is None or len(names) == n) and (kinds is None or len(kinds) == n)
+        assert len(devices) == len(streams) == len(self.end) == len(correlation) == n
+        assert (self.codes is None or len(self.codes) == n) and (kind_codes is None or len(kind_codes) == n)
+
+    @property
+    def names(self) -> list:
+        if self._names is None:
+            self._names = as_objects(self.table)[self.codes].tolist()
+        return self._names
+
+    @property
+    def kinds(self) -> list:
+        if self._kinds is None:
+            self._kinds = _KIND_OBJECTS[self.kind_codes].tolist()
+        return self._kinds
 
     @classmethod
     def of(cls, events) -> DeviceEvents:
@@ -371,8 +439,21 @@ class DeviceEvents(_EventColumns):
         rows = self._rows(rows)
         listed = rows.tolist()
         pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
-        return DeviceEvents(pick(self.names), pick(self.kinds), pick(self.devices), pick(self.streams),
-                            self.start[rows], self.end[rows], pick(self.correlation))
+        return DeviceEvents(None if self.codes is not None else pick(self._names),
+                            None if self.kind_codes is not None else pick(self._kinds),
+                            pick(self.devices), pick(self.streams), self.start[rows], self.end[rows],
+                            pick(self.correlation), None if self.codes is None else self.codes[rows], self.table,
+                            None if self.kind_codes is None else self.kind_codes[rows])
+
+    def _names_at(self, listed: list) -> list:
+        if self._names is not None:
+            return list(map(self._names.__getitem__, listed))
+        return list(map(self.table.__getitem__, self.codes[listed].tolist()))
+
+    def _kinds_at(self, listed: list) -> list:
+        if self._kinds is not None:
+            return list(map(self._kinds.__getitem__, listed))
+        return list(map(DEVICE_KIND_NAMES.__getitem__, self.kind_codes[listed].tolist()))
 
     def at(self, rows) -> list[DeviceEvent]:
         """The activities at ``rows`` (a sequence of indices), as a list of DeviceEvent."""
@@ -380,8 +461,9 @@ class DeviceEvents(_EventColumns):
         listed = rows.tolist()
         pick = lambda column: map(column.__getitem__, listed)  # noqa: E731
         return list(map(tuple.__new__, repeat(DeviceEvent),
-                        zip(pick(self.names), pick(self.kinds), pick(self.devices), pick(self.streams),
-                            self.start[rows].tolist(), self.end[rows].tolist(), pick(self.correlation))))
+                        zip(self._names_at(listed), self._kinds_at(listed), pick(self.devices),
+                            pick(self.streams), self.start[rows].tolist(), self.end[rows].tolist(),
+                            pick(self.correlation))))
 
     def by_start(self) -> DeviceEvents:
         """The activities sorted by start, ties in their order (``sorted(self, key=start)``)."""
@@ -396,7 +478,8 @@ class DeviceEvents(_EventColumns):
                        self.end.tolist(), self.correlation))
 
     def _row(self, i) -> DeviceEvent:
-        return DeviceEvent(self.names[i], self.kinds[i], self.devices[i], self.streams[i],
+        at = [int(self._rows([i])[0])]
+        return DeviceEvent(self._names_at(at)[0], self._kinds_at(at)[0], self.devices[i], self.streams[i],
                            float(self.start[i]), float(self.end[i]), self.correlation[i])
 
     def _same(self, other: DeviceEvents) -> bool:
@@ -404,7 +487,9 @@ class DeviceEvents(_EventColumns):
         return all(listed(a) == listed(b) for a, b in zip(self._columns(), other._columns()))
 
     def __reduce__(self):
-        return DeviceEvents, self._columns()
+        return DeviceEvents, (self._names if self.codes is None else None,
+                              self._kinds if self.kind_codes is None else None, self.devices, self.streams,
+                              self.start, self.end, self.correlation, self.codes, self.table, self.kind_codes)
 
     def __repr__(self) -> str:
         return f"DeviceEvents({len(self)} activities)"
@@ -475,15 +560,23 @@ class DeviceEventsBuilder(_ChunkedBuilder):
     __slots__ = ()
     columns = DeviceEvents
 
-    def extend_columns(self, names: list, kinds: list, devices: list, streams: list, start, end,
-                       correlation: list) -> None:
-        self._add(DeviceEvents(names, kinds, devices, streams, start, end, correlation))
+    def extend_columns(self, names: list | None, kinds: list | None, devices: list, streams: list, start, end,
+                       correlation: list, codes: np.ndarray | None = None, table: list | None = None,
+                       kind_codes: np.ndarray | None = None) -> None:
+        """A piece's activities as DeviceEvents takes them (names, kinds None: given by their codes)."""
+        self._add(DeviceEvents(names, kinds, devices, streams, start, end, correlation, codes, table, kind_codes))
 
     def _join(self, chunks: list[DeviceEvents]) -> DeviceEvents:
         joined = lambda column: list(chain.from_iterable(column(c) for c in chunks))  # noqa: E731
-        return DeviceEvents(joined(lambda c: c.names), joined(lambda c: c.kinds), joined(lambda c: c.devices),
+        table = chunks[0].table  # the codes kept where every piece's refer to the same table
+        coded = table is not None and all(c.table is table for c in chunks)
+        kinds_coded = all(c.kind_codes is not None for c in chunks)
+        return DeviceEvents(None if coded else joined(lambda c: c.names),
+                            None if kinds_coded else joined(lambda c: c.kinds), joined(lambda c: c.devices),
                             joined(lambda c: c.streams), np.concatenate([c.start for c in chunks]),
-                            np.concatenate([c.end for c in chunks]), joined(lambda c: c.correlation))
+                            np.concatenate([c.end for c in chunks]), joined(lambda c: c.correlation),
+                            np.concatenate([c.codes for c in chunks]) if coded else None, table if coded else None,
+                            np.concatenate([c.kind_codes for c in chunks]) if kinds_coded else None)
 
 
 def names_of(events) -> list:
@@ -551,8 +644,10 @@ class HostEventsBuilder(_ChunkedBuilder):
     __slots__ = ()
     columns = HostEvents
 
-    def extend_columns(self, names: list, tids: list, start, end, correlation: list | None = None,
-                       codes: np.ndarray | None = None, table: list | None = None) -> None:
+    def extend_columns(self, names: list | None, tids: list | np.ndarray, start, end,
+                       correlation: list | None = None, codes: np.ndarray | None = None,
+                       table: list | None = None) -> None:
+        """A piece's events as HostEvents takes them (names None: given by ``codes`` and ``table``)."""
         self._add(HostEvents(names, tids, start, end, correlation, codes, table))
 
     def _join(self, chunks: list[HostEvents]) -> HostEvents:
@@ -562,8 +657,10 @@ class HostEventsBuilder(_ChunkedBuilder):
         table = chunks[0].table  # the codes kept where every piece's refer to the same table
         coded = table is not None and all(c.table is table for c in chunks)
         codes = np.concatenate([c.codes for c in chunks]) if coded else None
-        return HostEvents(list(chain.from_iterable(c.names for c in chunks)),
-                          list(chain.from_iterable(c.tids for c in chunks)),
+        numbers = all(c.tid_numbers is not None for c in chunks)  # the threads kept as int64 where all are
+        return HostEvents(None if coded else list(chain.from_iterable(c.names for c in chunks)),
+                          np.concatenate([c.tid_numbers for c in chunks]) if numbers
+                          else list(chain.from_iterable(c.tids for c in chunks)),
                           np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]),
                           corr, codes, table if coded else None)
 

@@ -19,6 +19,7 @@ from itertools import repeat
 import numpy as np
 from stepscope.analysis.events import (
     DATA_ANNOTATIONS,
+    DEVICE_KIND_NAMES,
     LONG_FRAME_US,
     MODEL_FRAME_PREFIXES,
     MODULE_FRAME_PREFIX,
@@ -38,7 +39,6 @@ from stepscope.trace.fastread import (
     T_STR,
     Columns,
     as_list,
-    as_objects,
 )
 from stepscope.trace.vocabulary import DATALOADER_PREFIX, DEVICE_KINDS, MEMORY_EVENT, STEP_PREFIX
 
@@ -252,10 +252,12 @@ def _memory_columns(p: _Plan) -> list:
             p.memory_tid]
 
 
-def _device_kinds(p: _Plan) -> list:
-    """Each device event's kind (DEVICE_KINDS of its lower-cased category), looked up once per category."""
-    kinds = as_objects([DEVICE_KINDS.get(i[0]) if i is not None else None for i in p.infos])
-    return kinds[p.cat[p.dev_rows]].tolist()
+def _device_kind_codes(p: _Plan) -> np.ndarray:
+    """Each device event's kind (DEVICE_KINDS of its lower-cased category) as its code in DEVICE_KIND_NAMES
+    (events.DeviceEvents' ``kind_codes``), looked up once per category."""
+    code = np.array([DEVICE_KIND_NAMES.index(DEVICE_KINDS[i[0]]) if i is not None and i[0] in DEVICE_KINDS else -1
+                     for i in p.infos], dtype=np.int8)
+    return code[p.cat[p.dev_rows]]
 
 
 def _collect(c, p: _Plan) -> None:
@@ -271,18 +273,17 @@ def _collect(c, p: _Plan) -> None:
     rows = p.module_rows
     c.module_frames.extend(rows_of(HostEvent, names(rows), as_list(p.module_tid), s_all[rows].tolist(),
                                    t_all[rows].tolist(), repeat(None)))
-    rows = p.dev_rows
-    if len(rows):
-        c.device.extend_columns(names(rows), _device_kinds(p), p.device, p.stream, s_all[rows], t_all[rows],
-                                p.dev_corr)
     table = c.name_table.codes_of(strings)  # the piece's strings' codes in the collector's table of names
-    rows = p.rt_rows
+    rows = p.dev_rows  # names and kinds as codes (events.DeviceEvents)
     if len(rows):
-        c.runtime.extend_columns(names(rows), as_list(p.rt_tid), s_all[rows], t_all[rows], p.rt_corr,
-                                 table[p.name[rows]], c.name_table.names)
+        c.device.extend_columns(None, None, p.device, p.stream, s_all[rows], t_all[rows], p.dev_corr,
+                                table[p.name[rows]], c.name_table.names, _device_kind_codes(p))
+    rows = p.rt_rows  # the names as codes, the threads as int64 where all are integers (events.HostEvents)
+    if len(rows):
+        c.runtime.extend_columns(None, p.rt_tid, s_all[rows], t_all[rows], p.rt_corr, table[p.name[rows]],
+                                 c.name_table.names)
     rows, tids = p.host["ops"]
-    c.ops.extend_columns(names(rows), as_list(tids), s_all[rows], t_all[rows], None, table[p.name[rows]],
-                         c.name_table.names)
+    c.ops.extend_columns(None, tids, s_all[rows], t_all[rows], None, table[p.name[rows]], c.name_table.names)
     for out in ("data_spans", "annotations"):
         rows, tids = p.host[out]
         if len(rows):
@@ -310,7 +311,7 @@ def _encode(p: _Plan) -> dict:
     for name in ("data_spans", "ops", "annotations"):
         out[name] = host(*p.host[name])
     rows = p.dev_rows
-    out["device"] = (p.name[rows], _device_kinds(p), p.device or [], p.stream or [], s_all[rows], t_all[rows],
+    out["device"] = (p.name[rows], _device_kind_codes(p), p.device or [], p.stream or [], s_all[rows], t_all[rows],
                      p.dev_corr or [])
     return out
 

@@ -127,7 +127,7 @@ def decode_into(c: Collector, part: dict) -> None:
     table = c.name_table.codes_of(part["names"])  # the piece's names' codes in the collector's table
     for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
         codes, tids, starts, ends, corr = part[name]
-        getattr(c, name).extend_columns(names[codes].tolist(), as_list(tids), starts, ends,
+        getattr(c, name).extend_columns(None, tids, starts, ends,
                                         None if corr is None or all(x is None for x in corr) else corr,
                                         table[codes], c.name_table.names)
     for name in HOST_LISTS:
@@ -136,8 +136,10 @@ def decode_into(c: Collector, part: dict) -> None:
         codes, tids, starts, ends, corr = part[name]
         getattr(c, name).extend(rows_of(HostEvent, names[codes].tolist(), as_list(tids),
                                         starts.tolist(), ends.tolist(), repeat(None) if corr is None else corr))
-    codes, kind, dev, stream, starts, ends, corr = part["device"]
-    c.device.extend_columns(names[codes].tolist(), kind, dev, stream, starts, ends, corr)
+    codes, kind, dev, stream, starts, ends, corr = part["device"]  # kinds: codes (stream_columns), or a list
+    coded = isinstance(kind, np.ndarray)
+    c.device.extend_columns(None, None if coded else kind, dev, stream, starts, ends, corr, table[codes],
+                            c.name_table.names, kind if coded else None)
 
 
 def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float, block: int,
