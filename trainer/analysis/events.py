@@ -241,10 +241,25 @@ def _as_list(c) -> list:
 class _EventColumns:
     """What HostEvents and DeviceEvents share as a sequence of their event tuples: ``len``, a slice as
     ``take``, equality with a tuple or list of tuples (and with another of its kind by ``_same``, column by
-    column), a hash of the tuples. A subclass holds ``names`` and defines ``take``, ``_row(i)`` (row i's
-    tuple), ``_same(other)`` and ``__iter__``."""
+    column), a hash of the tuples, the names (listed from the parse's codes when first asked for). A subclass
+    holds ``_names``, ``codes``, ``table`` and ``start`` and defines ``take``, ``_row(i)`` (row i's tuple),
+    ``_same(other)`` and ``__iter__``."""
 
     __slots__ = ()
+
+    @property
+    def names(self) -> list:
+        """The names, a list; where the parse gave them as codes into a table (``_names`` None, ``codes``,
+        ``table``), listed when first asked for."""
+        if self._names is None:
+            self._names = as_objects(self.table)[self.codes].tolist()
+        return self._names
+
+    def _names_at(self, listed: list) -> list:
+        """The names of the rows ``listed`` (a list of indices), without listing every name."""
+        if self._names is not None:
+            return list(map(self._names.__getitem__, listed))
+        return list(map(self.table.__getitem__, self.codes[listed].tolist()))
 
     @staticmethod
     def _rows(rows) -> np.ndarray:
@@ -305,12 +320,6 @@ class HostEvents(_EventColumns):
         assert self.codes is None or len(self.codes) == n
 
     @property
-    def names(self) -> list:
-        if self._names is None:
-            self._names = as_objects(self.table)[self.codes].tolist()
-        return self._names
-
-    @property
     def tids(self) -> list:
         if self._tids is None:
             self._tids = as_list(self.tid_numbers)
@@ -337,15 +346,10 @@ class HostEvents(_EventColumns):
                           None if self.correlation is None else pick(self.correlation),
                           None if self.codes is None else self.codes[rows], self.table)
 
-    def _names_at(self, rows: np.ndarray) -> list:
-        if self._names is not None:
-            return list(map(self._names.__getitem__, rows.tolist()))
-        return list(map(self.table.__getitem__, self.codes[rows].tolist()))
-
-    def _tids_at(self, rows: np.ndarray) -> list:
+    def _tids_at(self, listed: list) -> list:
         if self.tid_numbers is not None:
-            return self.tid_numbers[rows].tolist()
-        return list(map(self._tids.__getitem__, rows.tolist()))
+            return self.tid_numbers[listed].tolist()
+        return list(map(self._tids.__getitem__, listed))
 
     def at(self, rows) -> list[HostEvent]:
         """The events at ``rows`` (a sequence of indices), as a list of HostEvent."""
@@ -353,7 +357,7 @@ class HostEvents(_EventColumns):
         listed = rows.tolist()
         corr = (repeat(None) if self.correlation is None else map(self.correlation.__getitem__, listed))
         return list(map(tuple.__new__, repeat(HostEvent),
-                        zip(self._names_at(rows), self._tids_at(rows), self.start[rows].tolist(),
+                        zip(self._names_at(listed), self._tids_at(listed), self.start[rows].tolist(),
                             self.end[rows].tolist(), corr)))
 
     def __iter__(self):
@@ -362,8 +366,8 @@ class HostEvents(_EventColumns):
                    zip(self.names, self.tids, self.start.tolist(), self.end.tolist(), corr))
 
     def _row(self, i) -> HostEvent:
-        row = self._rows([i])
-        return HostEvent(self._names_at(row)[0], self._tids_at(row)[0], float(self.start[i]), float(self.end[i]),
+        at = [int(self._rows([i])[0])]
+        return HostEvent(self._names_at(at)[0], self._tids_at(at)[0], float(self.start[i]), float(self.end[i]),
                          None if self.correlation is None else self.correlation[i])
 
     def _same(self, other: HostEvents) -> bool:
@@ -411,12 +415,6 @@ class DeviceEvents(_EventColumns):
         assert (self.codes is None or len(self.codes) == n) and (kind_codes is None or len(kind_codes) == n)
 
     @property
-    def names(self) -> list:
-        if self._names is None:
-            self._names = as_objects(self.table)[self.codes].tolist()
-        return self._names
-
-    @property
     def kinds(self) -> list:
         if self._kinds is None:
             self._kinds = _KIND_OBJECTS[self.kind_codes].tolist()
@@ -444,11 +442,6 @@ class DeviceEvents(_EventColumns):
                             pick(self.devices), pick(self.streams), self.start[rows], self.end[rows],
                             pick(self.correlation), None if self.codes is None else self.codes[rows], self.table,
                             None if self.kind_codes is None else self.kind_codes[rows])
-
-    def _names_at(self, listed: list) -> list:
-        if self._names is not None:
-            return list(map(self._names.__getitem__, listed))
-        return list(map(self.table.__getitem__, self.codes[listed].tolist()))
 
     def _kinds_at(self, listed: list) -> list:
         if self._kinds is not None:
