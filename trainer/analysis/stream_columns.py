@@ -39,6 +39,7 @@ from stepscope.trace.fastread import (
     T_STR,
     Columns,
     as_list,
+    plan_rows,
 )
 from stepscope.trace.vocabulary import DATALOADER_PREFIX, DEVICE_KINDS, MEMORY_EVENT, STEP_PREFIX
 
@@ -58,20 +59,6 @@ def find_base(c, cols: Columns, decode) -> bool:
         return c.find_base(decode(cols.text))
     c.base = float(math.floor(cols.real("ts")[first]))
     return True
-
-
-def _timed(t: np.ndarray) -> np.ndarray:
-    return (t == T_INT) | (t == T_REAL)
-
-
-def _in_range(t: np.ndarray, reals: np.ndarray, ints: np.ndarray) -> bool:
-    """Every number of the column within validate.py's time bounds (exactly, as Python compares them).
-    ``reals`` is 0 where the value is no number (Columns.real), which is within them."""
-    lo, hi = -MAX_TIME_US, MAX_TIME_US
-    if not (lo <= reals.min(initial=0.0) and reals.max(initial=0.0) <= hi):
-        return False
-    big = np.where(t == T_INT, ints, 0)  # integers beyond 2**53: msgspec's own path compares them
-    return bool(-(2**53) <= big.min(initial=0) and big.max(initial=0) <= 2**53)
 
 
 def add(c, cols: Columns, decode) -> None:
@@ -95,7 +82,7 @@ def encoded(c, cols: Columns) -> dict | None:
 class _Plan:
     """A piece's events sorted into the collector's lists, as rows of its columns (``_plan``)."""
 
-    __slots__ = ("cols", "base", "name", "cat", "infos", "flags", "s_all", "t_all", "steps", "memory", "memory_tid",
+    __slots__ = ("cols", "base", "name", "cat", "infos", "s_all", "t_all", "steps", "memory", "memory_tid",
                  "calls", "builtins", "long_rows", "model", "module_rows", "module_tid", "dev_rows", "device",
                  "stream", "dev_corr", "rt_rows", "rt_tid", "rt_corr", "host", "shapes")
 
@@ -105,81 +92,47 @@ class _Plan:
 
 
 def _plan(c, cols: Columns) -> _Plan | None:
-    """The piece's events as Collector.add would sort them; None when it must be done event by event."""
+    """The piece's events as Collector.add would sort them; None when it must be done event by event. The
+    checks, times, codes and rows of each kind come from one compiled pass over the piece (fastread.plan_rows);
+    what each distinct string is, as a category and as a name, is asked here once per string."""
     strings = cols.strings
     m = len(strings)
-    name_t, cat_t, ph_t = cols.type("name"), cols.type("cat"), cols.type("ph")
-    ts_t, dur_t = cols.type("ts"), cols.type("dur")
-    if not (np.all((name_t == T_MISSING) | (name_t == T_STR)) and np.all((cat_t == T_MISSING) | (cat_t == T_STR))
-            and np.all((ph_t == T_MISSING) | (ph_t == T_NULL) | (ph_t == T_STR))
-            and np.all(_timed(ts_t) | (ts_t == T_MISSING) | (ts_t == T_NULL))
-            and np.all(_timed(dur_t) | (dur_t == T_MISSING) | (dur_t == T_NULL))):
-        return None
-    ts, dur = cols.real("ts"), cols.real("dur")
-    if not (_in_range(ts_t, ts, cols.int("ts")) and _in_range(dur_t, dur, cols.int("dur"))):
-        return None
-    # what each distinct string is, as a category and as a name; index m: missing
-    cat = np.where(cat_t == T_STR, cols.int("cat"), m)
-    infos: list = [None] * (m + 1)
-    for k in np.flatnonzero(np.bincount(cat, minlength=m + 1)).tolist():  # the codes used, in order
-        infos[k] = c._kind(c_unset()) if k == m else c._kinds.get(strings[k]) or c._kind(strings[k])
-    kind_of = np.array([-1 if i is None else i[1] for i in infos], dtype=np.int8)
-    step_cat = np.array([i is not None and i[2] for i in infos], dtype=bool)
-    flags = np.zeros((7, m + 1), dtype=bool)
+    # what each distinct string is as a category (index m: no category) and its bits as a name (index m: none)
+    infos: list = [c._kinds.get(s) or c._kind(s) for s in strings]
+    infos.append(c._kind(c_unset()))
+    bits = np.zeros(m + 1, dtype=np.int16)
     if m:
-        bits = np.fromiter(map(_name_bits, strings), dtype=np.int16, count=m)
-        flags[:, :m] = (bits >> _FLAG_SHIFTS) & 1
-    named = name_t == T_STR
-    name = np.where(named, cols.int("name"), m)
-    kind = kind_of[cat]
-    ph_code = np.where(ph_t == T_STR, cols.int("ph"), -1)
-    is_x = ph_code == _code_of(strings, "X")
-    is_i = ph_code == _code_of(strings, "i")
-    has_time = _timed(ts_t) & _timed(dur_t)
-
-    from stepscope.analysis.stream_collect import (
-        _K_ANNOTATION,
-        _K_DEVICE,
-        _K_OP,
-        _K_OTHER,
-        _K_PYTHON,
-        _K_RUNTIME,
-    )
-
-    unnamed_calls = ~named & is_x & (kind == _K_PYTHON)
-    steps = named & step_cat[cat] & flags[0, name]
-    memory = named & ~steps & ~is_x & is_i & flags[5, name]
-    kept = named & ~steps & is_x & ((kind != _K_OTHER) | flags[2, name])
-    if not (np.all(has_time[unnamed_calls]) and np.all(has_time[kept])):
-        return None  # no numeric ts/dur where one is needed
-    if not np.all(is_x[steps] & has_time[steps] & (dur[steps] > 0)):
-        return None  # a ProfilerStep#N that is no complete event
+        bits[:m] = np.fromiter(map(_name_bits, strings), dtype=np.int16, count=m)
+    planned = plan_rows(cols, np.array([i[1] for i in infos], dtype=np.int8),
+                        np.array([i[2] for i in infos], dtype=bool), bits, _code_of(strings, "X"),
+                        _code_of(strings, "i"), c.base, LONG_FRAME_US, MAX_TIME_US)
+    if planned is None:
+        return None
+    s_all, t_all, name, cat, rows = planned
     p = _Plan()
-    p.memory = np.flatnonzero(memory)
+    (p.steps, p.memory, p.calls, p.builtins, p.long_rows, p.model, p.module_rows, p.dev_rows, p.rt_rows, data_rows,
+     op_rows, ann_rows) = rows
+    p.cols, p.base, p.name, p.cat, p.infos, p.s_all, p.t_all = cols, c.base, name, cat, infos, s_all, t_all
+    return _read_values(p, data_rows, op_rows, ann_rows)
+
+
+def _read_values(p: _Plan, data_rows: np.ndarray, op_rows: np.ndarray, ann_rows: np.ndarray) -> _Plan | None:
+    """The plan's values read at its rows: the memory samples' fields and threads, the device activity's devices,
+    streams and ids, the runtime calls' ids, each list's threads, whether ops recorded shapes; None where one is
+    of a type whose conversion the per-event rules make."""
+    cols = p.cols
     p.memory_tid = None
     if len(p.memory):
         rows = p.memory
-        if not np.all(_timed(ts_t[rows])):
-            return None
         if not all(np.all((t == T_INT) | (t == T_MISSING)) for t in (cols.type(k)[rows] for k in MEMORY_FIELDS)):
             return None  # every MEMORY_ARGS field an int or missing (0), as the per-event rules read them
         # the threads as int64 where each is an integer (as MemoryColumns keeps them), else their values
         p.memory_tid = cols.int("tid")[rows] if np.all(cols.type("tid")[rows] == T_INT) else cols.values("tid", rows)
         if p.memory_tid is None:
             return None
-    base = c.base
-    s_all = ts - base
-    t_all = np.where(dur > 0, s_all + dur, s_all)
-    py = kept & (kind == _K_PYTHON)
-    dev_rows = np.flatnonzero(kept & (kind == _K_DEVICE))
-    rt_rows = np.flatnonzero(kept & (kind == _K_RUNTIME))
-    rest = kept & (kind != _K_PYTHON) & (kind != _K_DEVICE) & (kind != _K_RUNTIME)
-    data_rows = np.flatnonzero(rest & (flags[2, name] | ((kind == _K_ANNOTATION) & flags[4, name])))
-    op_rows = np.flatnonzero(rest & ~flags[2, name] & (kind == _K_OP))
-    ann_rows = np.flatnonzero(rest & ~flags[2, name] & (kind == _K_ANNOTATION))
-
     # values that are Python objects in the events: rebuilt only where this path can be exact
     p.device = p.stream = p.dev_corr = p.rt_corr = p.rt_tid = None
+    dev_rows, rt_rows = p.dev_rows, p.rt_rows
     if len(dev_rows):
         p.device = _device_numbers(cols, dev_rows, "device", "pid", 0)
         p.stream = _device_numbers(cols, dev_rows, "stream", "tid", None)
@@ -198,23 +151,12 @@ def _plan(c, cols: Columns) -> _Plan | None:
         if tids is None:
             return None
         p.host[out] = (rows, tids)
-    p.module_rows = np.flatnonzero(py & flags[6, name])
     p.module_tid = cols.ints_or_values("tid", p.module_rows) if len(p.module_rows) else []
     if p.module_tid is None:
         return None
-    p.cols, p.base, p.name, p.cat, p.infos, p.flags = cols, base, name, cat, infos, flags
-    p.s_all, p.t_all, p.dev_rows, p.rt_rows = s_all, t_all, dev_rows, rt_rows
-    p.steps = np.flatnonzero(steps)
-    p.calls = np.flatnonzero(unnamed_calls | (py & ~flags[1, name]))
-    p.builtins = np.flatnonzero(py & flags[1, name])
-    p.long_rows = np.flatnonzero(py & ~flags[1, name] & (dur >= LONG_FRAME_US))
-    p.model = np.flatnonzero(py & flags[3, name])
     args_object = cols.type("args") == T_OBJECT
     p.shapes = bool(len(op_rows) and np.any(args_object[op_rows] & (cols.type("input_dims")[op_rows] != T_MISSING)))
     return p
-
-
-_FLAG_SHIFTS = np.arange(7, dtype=np.int16)[:, None]
 
 
 @lru_cache(maxsize=1 << 16)  # a piece's few hundred distinct strings are mostly those of the piece before
@@ -236,18 +178,16 @@ def _code_of(strings: list, s: str) -> int:
 
 
 def _steps(p: _Plan) -> list:
-    strings, ts, dur = p.cols.strings, p.cols.real("ts"), p.cols.real("dur")
-    out = []
-    for r in p.steps.tolist():
-        s = float(ts[r]) - p.base
-        out.append(Step(int(PROFILER_STEP.match(strings[p.name[r]]).group(1)), s, s + float(dur[r])))
-    return out
+    """The piece's steps; a step's end is its start plus its duration, as t_all holds it (its duration is > 0)."""
+    strings = p.cols.strings
+    return [Step(int(PROFILER_STEP.match(strings[p.name[r]]).group(1)), s, t)
+            for r, s, t in zip(p.steps.tolist(), p.s_all[p.steps].tolist(), p.t_all[p.steps].tolist())]
 
 
 def _memory_columns(p: _Plan) -> list:
     """The piece's [memory] samples as MemorySample's columns: ts (float64), the MEMORY_ARGS (int64), the tid."""
     cols, rows = p.cols, p.memory
-    return [cols.real("ts")[rows] - p.base,
+    return [p.s_all[rows],
             *(np.where(cols.type(k)[rows] == T_INT, cols.int(k)[rows], 0) for k in MEMORY_FIELDS),
             p.memory_tid]
 

@@ -5,6 +5,7 @@ object per event. Torch-free.
     cols = reader.read(text)                 # None: the extension is off, or the text needs msgspec's verdict
     cols.type("ts"), cols.real("ts")         # per event: the value's JSON type (T_*), a number as float64 (else 0)
     cols.int("tid"), cols.strings            # ... an integer as int64, a string as its index in the strings
+    p = plan_rows(cols, kind_of, ...)        # a piece's checks, times, codes and rows of each kind, in one pass
     starts, ends = spans(text)               # where each entry of the array lies, none decoded
     new = splice(text, starts, ends, values, codes)   # some entries with members set, where they lie
     chain, parent, name = open_frames(...)   # the Python frames open at each operator (plugin_copy's stacks)
@@ -183,6 +184,34 @@ def as_objects(values: list) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
+
+
+PLAN_FIELDS = ("name", "cat", "ph", "ts", "dur")  # the fields plan_rows reads, in its order
+
+
+def plan_rows(cols: Columns, kind_of: np.ndarray, step_cat: np.ndarray, bits: np.ndarray, x_code: int,
+              i_code: int, base: float, long_us: float, max_time: float) -> tuple | None:
+    """One compiled pass over a piece's columns (csrc/fastread.cpp), for stream_columns._plan: None where a
+    check fails (a name, category, phase, ts or dur of a type or size the per-event rules must judge; a complete
+    event kept, or a call, without numeric ts and dur; a step that is no complete event of positive length; a
+    ``[memory]`` event without a numeric ts), else ``(s_all, t_all, name, cat, rows)``: each event's start
+    (ts - base) and end (the start plus a positive dur), its name's and its category's codes (``m``, the
+    number of strings, where it has none), and twelve int64 arrays of rows, in order: the steps, ``[memory]``
+    events, Python calls, built-in calls, long frames, model frames, module frames, device activity, runtime
+    calls, data ranges, operators and annotations. ``kind_of``, ``step_cat`` (int8, bool) say what each string
+    code is as a category (stream_collect's ``_K_*``; whether it holds steps), ``bits`` (int16) what each is as
+    a name (stream_columns._name_bits); each holds ``m + 1`` entries, the last for none. ``x_code``,
+    ``i_code``: the codes of the phases "X" and "i" (-2: not among the strings)."""
+    tables = (np.ascontiguousarray(kind_of, dtype=np.int8), np.ascontiguousarray(step_cat, dtype=np.uint8),
+              np.ascontiguousarray(bits, dtype=np.int16))
+    got = _fastread.plan_rows(cols._types, cols._ints, cols.n, tuple(cols._slot[f] for f in PLAN_FIELDS), *tables,
+                              x_code, i_code, base, long_us, max_time)
+    if got is None:
+        return None
+    s_all, t_all, name, cat, rows = got
+    return (np.frombuffer(s_all, dtype=np.float64), np.frombuffer(t_all, dtype=np.float64),
+            np.frombuffer(name, dtype=np.int64), np.frombuffer(cat, dtype=np.int64),
+            tuple(np.frombuffer(r, dtype=np.int64) for r in rows))
 
 
 def spans(text) -> tuple[np.ndarray, np.ndarray] | None:

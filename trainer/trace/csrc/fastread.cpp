@@ -75,6 +75,17 @@ arrays (bytes-like, native order): segment k is ``text[seg_start[k]:seg_end[k]]`
 negative, ``news[-1 - seg_start[k]]`` (a list of bytes). The copy's writer joins a piece's stretches of the
 original and its edited entries so. A bound outside the text or an index outside ``news`` is a ValueError.
 
+    plan_rows(types, ints, n, slots, kind_of, step_cat, flags, x_code, i_code, base, long_us, max_time)
+        -> None | (s_all, t_all, name, cat, rows)
+
+One pass over a piece's columns as columns() made them (``types``, ``ints``: its S x n arrays; ``slots``: the
+slots of name, cat, ph, ts and dur), for analysis/stream_columns.py's plan of the piece (trace/fastread.py's
+plan_rows says what each argument and result is; analysis/stream_collect.py holds the per-event rules it
+follows, and tests/reference/piece_plan.py the same rules in numpy, which the tests hold it to). None where a
+check fails, for the caller to collect the piece event by event. ``kind_of``, ``step_cat`` and ``flags``
+(int8, bytes of 0/1, int16) are indexed by a string's code, with one more entry for "none"; a code that falls
+outside them is a ValueError, never a read past their end. The GIL is released during the pass.
+
 Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
 its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
 memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
@@ -1049,6 +1060,172 @@ done:
     return result;
 }
 
+/* plan_rows: see the top of this file. One pass over a piece's events in the columns that columns() made:
+   the checks that decide whether the piece can be collected from its columns, each event's times, name and
+   category codes, and the rows of each kind of event, in order. */
+enum { R_STEPS, R_MEMORY, R_CALLS, R_BUILTINS, R_LONG, R_MODEL, R_MODULE, R_DEVICE, R_RUNTIME, R_DATA, R_OPS,
+       R_ANNOTATIONS, R_LISTS };
+enum { K_PYTHON, K_DEVICE, K_RUNTIME, K_OP, K_ANNOTATION, K_OTHER }; /* stream_collect's _K_* */
+enum { F_STEP = 1, F_BUILTIN = 2, F_DATALOADER = 4, F_MODEL = 8, F_DATA = 16, F_MEMORY = 32, F_MODULE = 64 };
+
+static inline double real_of(uint8_t t, int64_t v) {
+    if (t == T_REAL) {
+        double d;
+        memcpy(&d, &v, sizeof(d));
+        return d;
+    }
+    return t == T_INT ? (double)v : 0.0;
+}
+
+static inline int timed(uint8_t t) { return t == T_INT || t == T_REAL; }
+
+/* a time's column: a number, null or missing; a number within [-max_time, max_time], an integer also within
+   2**53 of 0 (beyond it, msgspec's own path compares it exactly) */
+static inline int time_ok(uint8_t t, int64_t v, double r, double max_time) {
+    if (!(timed(t) || t == T_MISSING || t == T_NULL)) return 0;
+    if (!(-max_time <= r && r <= max_time)) return 0;
+    return t != T_INT || (v >= -(INT64_C(1) << 53) && v <= (INT64_C(1) << 53));
+}
+
+static PyObject *plan_rows(PyObject *self, PyObject *args) {
+    Py_buffer types_b, ints_b, kind_b, step_b, flags_b;
+    Py_ssize_t n, s_name, s_cat, s_ph, s_ts, s_dur;
+    long long x_code, i_code;
+    double base, long_us, max_time;
+    if (!PyArg_ParseTuple(args, "y*y*n(nnnnn)y*y*y*LLddd", &types_b, &ints_b, &n, &s_name, &s_cat, &s_ph, &s_ts,
+                          &s_dur, &kind_b, &step_b, &flags_b, &x_code, &i_code, &base, &long_us, &max_time))
+        return NULL;
+    PyObject *result = NULL;
+    std::vector<int64_t> rows[R_LISTS];
+    PyObject *s_all = NULL, *t_all = NULL, *name_out = NULL, *cat_out = NULL, *lists = NULL;
+    const Py_ssize_t m = kind_b.len - 1;
+    const Py_ssize_t slots = n > 0 ? types_b.len / n : 0;
+    int refused = 0;
+    if (n < 0 || m < 0 || step_b.len != m + 1 || flags_b.len != 2 * (m + 1) || (n > 0 && types_b.len % n) ||
+        ints_b.len != types_b.len * (Py_ssize_t)sizeof(int64_t) || s_name < 0 || s_cat < 0 || s_ph < 0 ||
+        s_ts < 0 || s_dur < 0 || (n > 0 && (s_name >= slots || s_cat >= slots || s_ph >= slots ||
+                                            s_ts >= slots || s_dur >= slots))) {
+        PyErr_SetString(PyExc_ValueError, "plan_rows: columns, slots or tables of the wrong size");
+        goto done;
+    }
+    s_all = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    t_all = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    name_out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    cat_out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (!s_all || !t_all || !name_out || !cat_out) goto done;
+    {
+        const uint8_t *types = (const uint8_t *)types_b.buf;
+        const int64_t *ints = (const int64_t *)ints_b.buf;
+        const int8_t *kind_of = (const int8_t *)kind_b.buf;
+        const uint8_t *step_cat = (const uint8_t *)step_b.buf;
+        const int16_t *flags = (const int16_t *)flags_b.buf;
+        double *s_out = (double *)PyBytes_AS_STRING(s_all), *t_out = (double *)PyBytes_AS_STRING(t_all);
+        int64_t *name_codes = (int64_t *)PyBytes_AS_STRING(name_out);
+        int64_t *cat_codes = (int64_t *)PyBytes_AS_STRING(cat_out);
+        const uint8_t *nt = types + s_name * n, *ct = types + s_cat * n, *pt = types + s_ph * n;
+        const uint8_t *tt = types + s_ts * n, *dt = types + s_dur * n;
+        const int64_t *nv = ints + s_name * n, *cv = ints + s_cat * n, *pv = ints + s_ph * n;
+        const int64_t *tv = ints + s_ts * n, *dv = ints + s_dur * n;
+        int bad_code = 0;
+        Py_BEGIN_ALLOW_THREADS
+        try {
+            for (Py_ssize_t i = 0; i < n && !refused && !bad_code; i++) {
+                if (!(nt[i] == T_MISSING || nt[i] == T_STR) || !(ct[i] == T_MISSING || ct[i] == T_STR) ||
+                    !(pt[i] == T_MISSING || pt[i] == T_NULL || pt[i] == T_STR)) {
+                    refused = 1;
+                    break;
+                }
+                const double ts = real_of(tt[i], tv[i]), dur = real_of(dt[i], dv[i]);
+                if (!time_ok(tt[i], tv[i], ts, max_time) || !time_ok(dt[i], dv[i], dur, max_time)) {
+                    refused = 1;
+                    break;
+                }
+                const int64_t cat = ct[i] == T_STR ? cv[i] : m;
+                const int named = nt[i] == T_STR;
+                const int64_t name = named ? nv[i] : m;
+                if (cat < 0 || cat > m || name < 0 || name > m) {
+                    bad_code = 1;
+                    break;
+                }
+                const int kind = kind_of[cat], fl = flags[name];
+                const int64_t ph = pt[i] == T_STR ? pv[i] : -1;
+                const int is_x = ph == x_code, is_i = ph == i_code;
+                const int has_time = timed(tt[i]) && timed(dt[i]);
+                const int unnamed_call = !named && is_x && kind == K_PYTHON;
+                const int step = named && step_cat[cat] && (fl & F_STEP);
+                const int memory = named && !step && !is_x && is_i && (fl & F_MEMORY);
+                const int kept = named && !step && is_x && (kind != K_OTHER || (fl & F_DATALOADER));
+                if ((unnamed_call || kept) && !has_time) refused = 1;
+                if (step && !(is_x && has_time && dur > 0)) refused = 1;
+                if (memory && !timed(tt[i])) refused = 1;
+                const double s = ts - base;
+                s_out[i] = s;
+                t_out[i] = dur > 0 ? s + dur : s;
+                name_codes[i] = name;
+                cat_codes[i] = cat;
+                if (step) rows[R_STEPS].push_back(i);
+                if (memory) rows[R_MEMORY].push_back(i);
+                const int py = kept && kind == K_PYTHON;
+                if (unnamed_call || (py && !(fl & F_BUILTIN))) rows[R_CALLS].push_back(i);
+                if (!py) {
+                    if (!kept) continue;
+                    if (kind == K_DEVICE) {
+                        rows[R_DEVICE].push_back(i);
+                    } else if (kind == K_RUNTIME) {
+                        rows[R_RUNTIME].push_back(i);
+                    } else { /* a data range may also be an annotation (a DATA_ANNOTATIONS range): in both */
+                        if ((fl & F_DATALOADER) || (kind == K_ANNOTATION && (fl & F_DATA)))
+                            rows[R_DATA].push_back(i);
+                        if (!(fl & F_DATALOADER) && kind == K_OP) rows[R_OPS].push_back(i);
+                        if (!(fl & F_DATALOADER) && kind == K_ANNOTATION) rows[R_ANNOTATIONS].push_back(i);
+                    }
+                    continue;
+                }
+                if (fl & F_BUILTIN) rows[R_BUILTINS].push_back(i);
+                else if (dur >= long_us) rows[R_LONG].push_back(i);
+                if (fl & F_MODEL) rows[R_MODEL].push_back(i);
+                if (fl & F_MODULE) rows[R_MODULE].push_back(i);
+            }
+        } catch (const std::bad_alloc &) {
+            refused = -1;
+        }
+        Py_END_ALLOW_THREADS
+        if (refused < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (bad_code) {
+            PyErr_SetString(PyExc_ValueError, "plan_rows: a name or category code outside the strings");
+            goto done;
+        }
+    }
+    if (refused) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    lists = PyTuple_New(R_LISTS);
+    if (!lists) goto done;
+    for (int k = 0; k < R_LISTS; k++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)rows[k].data(),
+                                                (Py_ssize_t)(rows[k].size() * sizeof(int64_t)));
+        if (!b) goto done;
+        PyTuple_SET_ITEM(lists, k, b);
+    }
+    result = PyTuple_Pack(5, s_all, t_all, name_out, cat_out, lists);
+done:
+    Py_XDECREF(s_all);
+    Py_XDECREF(t_all);
+    Py_XDECREF(name_out);
+    Py_XDECREF(cat_out);
+    Py_XDECREF(lists);
+    PyBuffer_Release(&types_b);
+    PyBuffer_Release(&ints_b);
+    PyBuffer_Release(&kind_b);
+    PyBuffer_Release(&step_b);
+    PyBuffer_Release(&flags_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "A JSON array of trace events as columns (see the module source)."},
     {"spans", spans, METH_O, "Where each entry of a JSON array lies in the text (see the module source)."},
@@ -1059,6 +1236,7 @@ static PyMethodDef methods[] = {
     {"shared_ints", shared_ints, METH_O, "int64s as a list of Python ints, equal values sharing one object."},
     {"open_frames", open_frames, METH_VARARGS, "The Python frames open at each operator (see the module source)."},
     {"joined", joined, METH_VARARGS, "Stretches of a text and new texts joined by ',\\n' (see the module source)."},
+    {"plan_rows", plan_rows, METH_VARARGS, "A piece's checks, times, codes and rows of each kind (module source)."},
     {NULL, NULL, 0, NULL},
 };
 
