@@ -772,9 +772,21 @@ for _ in range(3000):
     inputs.append(bytes(b) + rng.choice([b"", b"]", b"}]"]))
 values = [b'"runtime"', b"0", b'"a.py(1): f"']
 read = 0
+def tables(m):  # a piece's plan tables for m strings and "none", of any values
+    return (bytes(rng.randrange(256) for _ in range(m + 1)), bytes(rng.randrange(2) for _ in range(m + 1)),
+            bytes(rng.randrange(256) for _ in range(2 * m + 2)))
 for k, text in enumerate(inputs):
     r = _fastread.columns(text, keys, args)
     read += r is not None
+    if r is not None:  # the plan of what was read: tables of any values, too short ones, slots out of range
+        strings, types, ints, n = r
+        for m, slots in ((len(strings), (0, 1, 2, 3, 4)), (rng.randrange(len(strings) + 1), (0, 1, 2, 3, 4)),
+                         (len(strings), (0, 1, 2, 3, 99)), (len(strings), (0, -1, 2, 3, 4))):
+            try:
+                _fastread.plan_rows(types, ints, n, slots, *tables(m), rng.randrange(-2, 3), rng.randrange(-2, 3),
+                                    rng.uniform(-5, 5), 100.0, 1e15)
+            except ValueError:
+                assert m < len(strings) or slots != (0, 1, 2, 3, 4)
     r = _fastread.columns(memoryview(bytearray(text)), keys, args)
     s = _fastread.spans(text)
     for pad in (b" " * 64, b'9"' * 32, bytes(rng.randrange(256) for _ in range(64))):  # parsed in place
