@@ -195,13 +195,10 @@ class DeviceColumns(NamedTuple):
         """The activities at ``rows`` grouped by name: the distinct names in order of first appearance there,
         each row's index into them, and each name's time summed in the rows' order (bincount adds them one by
         one, as a loop over the rows would)."""
-        distinct, first, inverse = np.unique(self.name[rows], return_index=True, return_inverse=True)
-        by_first = np.argsort(first, kind="stable")
-        renumber = np.empty_like(by_first)
-        renumber[by_first] = np.arange(len(by_first))
-        codes = renumber[inverse.reshape(-1)]
-        total = np.bincount(codes, weights=self.end[rows] - self.start[rows], minlength=len(distinct))
-        return [self.names[k] for k in distinct[by_first].tolist()], codes, total
+        order, renumber = _first_seen(self.name[rows], len(self.names))
+        codes = renumber[self.name[rows]]
+        total = np.bincount(codes, weights=self.end[rows] - self.start[rows], minlength=len(order))
+        return [self.names[k] for k in order.tolist()], codes, total
 
 
 @per_trace
@@ -229,15 +226,23 @@ _MEMCPY, _KERNEL = DEVICE_KIND_NAMES.index("memcpy"), DEVICE_KIND_NAMES.index("k
 def _coded_device_columns(device: DeviceEvents) -> DeviceColumns:
     """device_columns from the parse's codes (DeviceEvents' ``codes`` into its table, ``kind_codes``), without
     the lists of names and kinds: the table's names renumbered in order of first appearance."""
-    codes, n = device.codes, len(device)
-    first = np.full(len(device.table), n, dtype=np.int64)  # each table name's first row; n: none
-    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
-    used = np.flatnonzero(first < n)
-    order = used[np.argsort(first[used], kind="stable")]  # the names met, in order of first appearance
-    renumber = np.empty(len(device.table), dtype=np.int64)
-    renumber[order] = np.arange(len(order), dtype=np.int64)
+    codes = device.codes
+    order, renumber = _first_seen(codes, len(device.table))
     names = list(map(device.table.__getitem__, order.tolist()))
     comm = np.fromiter(map(is_comm_kernel, names), dtype=bool, count=len(names))
     name = renumber[codes]
     return DeviceColumns(device.start, device.end, device.kind_codes == _MEMCPY, comm[name],
                          device.kind_codes == _KERNEL, name, names)
+
+
+def _first_seen(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """For codes in [0, size): the codes met, in order of first appearance, and ``renumber`` (size entries)
+    giving each met code its index in that order (``renumber[codes]``: the codes renumbered so)."""
+    n = len(codes)
+    first = np.full(size, n, dtype=np.int64)  # each code's first row; n: not met
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    met = np.flatnonzero(first < n)
+    order = met[np.argsort(first[met], kind="stable")]
+    renumber = np.empty(size, dtype=np.int64)
+    renumber[order] = np.arange(len(order), dtype=np.int64)
+    return order, renumber

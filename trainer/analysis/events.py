@@ -67,6 +67,7 @@ class HostEvent(NamedTuple):
 
 # a device activity's kinds (vocabulary.DEVICE_KINDS' values), by the codes DeviceEvents.kind_codes holds
 DEVICE_KIND_NAMES = tuple(dict.fromkeys(DEVICE_KINDS.values()))
+DEVICE_KIND_CODES = {cat: DEVICE_KIND_NAMES.index(kind) for cat, kind in DEVICE_KINDS.items()}  # lower-cased
 _KIND_OBJECTS = as_objects(list(DEVICE_KIND_NAMES))
 
 
@@ -238,6 +239,21 @@ def _as_list(c) -> list:
     return c.tolist() if isinstance(c, np.ndarray) else list(c)
 
 
+def _picked(values: list | None, codes: np.ndarray | None, table, listed: list) -> list:
+    """A column's entries at the rows ``listed``: from its list where it is made (``values``), else each row's
+    code looked up in ``table``, without making the list."""
+    if values is not None:
+        return list(map(values.__getitem__, listed))
+    return list(map(table.__getitem__, codes[listed].tolist()))
+
+
+def _one_table(chunks: list):
+    """The table of names that every chunk's codes refer to, or None where they do not all refer to one (a
+    chunk without codes): a join keeps the codes only then."""
+    table = chunks[0].table
+    return table if table is not None and all(c.table is table for c in chunks) else None
+
+
 class _EventColumns:
     """What HostEvents and DeviceEvents share as a sequence of their event tuples: ``len``, a slice as
     ``take``, equality with a tuple or list of tuples (and with another of its kind by ``_same``, column by
@@ -257,9 +273,7 @@ class _EventColumns:
 
     def _names_at(self, listed: list) -> list:
         """The names of the rows ``listed`` (a list of indices), without listing every name."""
-        if self._names is not None:
-            return list(map(self._names.__getitem__, listed))
-        return list(map(self.table.__getitem__, self.codes[listed].tolist()))
+        return _picked(self._names, self.codes, self.table, listed)
 
     @staticmethod
     def _rows(rows) -> np.ndarray:
@@ -444,9 +458,7 @@ class DeviceEvents(_EventColumns):
                             None if self.kind_codes is None else self.kind_codes[rows])
 
     def _kinds_at(self, listed: list) -> list:
-        if self._kinds is not None:
-            return list(map(self._kinds.__getitem__, listed))
-        return list(map(DEVICE_KIND_NAMES.__getitem__, self.kind_codes[listed].tolist()))
+        return _picked(self._kinds, self.kind_codes, DEVICE_KIND_NAMES, listed)
 
     def at(self, rows) -> list[DeviceEvent]:
         """The activities at ``rows`` (a sequence of indices), as a list of DeviceEvent."""
@@ -561,14 +573,14 @@ class DeviceEventsBuilder(_ChunkedBuilder):
 
     def _join(self, chunks: list[DeviceEvents]) -> DeviceEvents:
         joined = lambda column: list(chain.from_iterable(column(c) for c in chunks))  # noqa: E731
-        table = chunks[0].table  # the codes kept where every piece's refer to the same table
-        coded = table is not None and all(c.table is table for c in chunks)
+        table = _one_table(chunks)
+        coded = table is not None
         kinds_coded = all(c.kind_codes is not None for c in chunks)
         return DeviceEvents(None if coded else joined(lambda c: c.names),
                             None if kinds_coded else joined(lambda c: c.kinds), joined(lambda c: c.devices),
                             joined(lambda c: c.streams), np.concatenate([c.start for c in chunks]),
                             np.concatenate([c.end for c in chunks]), joined(lambda c: c.correlation),
-                            np.concatenate([c.codes for c in chunks]) if coded else None, table if coded else None,
+                            np.concatenate([c.codes for c in chunks]) if coded else None, table,
                             np.concatenate([c.kind_codes for c in chunks]) if kinds_coded else None)
 
 
@@ -647,15 +659,15 @@ class HostEventsBuilder(_ChunkedBuilder):
         corr = (None if all(c.correlation is None for c in chunks)
                 else list(chain.from_iterable(repeat(None, len(c)) if c.correlation is None else c.correlation
                                               for c in chunks)))
-        table = chunks[0].table  # the codes kept where every piece's refer to the same table
-        coded = table is not None and all(c.table is table for c in chunks)
+        table = _one_table(chunks)
+        coded = table is not None
         codes = np.concatenate([c.codes for c in chunks]) if coded else None
         numbers = all(c.tid_numbers is not None for c in chunks)  # the threads kept as int64 where all are
         return HostEvents(None if coded else list(chain.from_iterable(c.names for c in chunks)),
                           np.concatenate([c.tid_numbers for c in chunks]) if numbers
                           else list(chain.from_iterable(c.tids for c in chunks)),
                           np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]),
-                          corr, codes, table if coded else None)
+                          corr, codes, table)
 
 
 def sorted_times(values) -> np.ndarray:

@@ -19,7 +19,7 @@ from itertools import repeat
 import numpy as np
 from stepscope.analysis.events import (
     DATA_ANNOTATIONS,
-    DEVICE_KIND_NAMES,
+    DEVICE_KIND_CODES,
     LONG_FRAME_US,
     MODEL_FRAME_PREFIXES,
     MODULE_FRAME_PREFIX,
@@ -41,7 +41,7 @@ from stepscope.trace.fastread import (
     as_list,
     plan_rows,
 )
-from stepscope.trace.vocabulary import DATALOADER_PREFIX, DEVICE_KINDS, MEMORY_EVENT, STEP_PREFIX
+from stepscope.trace.vocabulary import DATALOADER_PREFIX, MEMORY_EVENT, STEP_PREFIX
 
 _EXACT = float(2**53)  # integers up to this are exact as float64: beyond it, msgspec's own path compares them
 
@@ -195,8 +195,7 @@ def _memory_columns(p: _Plan) -> list:
 def _device_kind_codes(p: _Plan) -> np.ndarray:
     """Each device event's kind (DEVICE_KINDS of its lower-cased category) as its code in DEVICE_KIND_NAMES
     (events.DeviceEvents' ``kind_codes``), looked up once per category."""
-    code = np.array([DEVICE_KIND_NAMES.index(DEVICE_KINDS[i[0]]) if i is not None and i[0] in DEVICE_KINDS else -1
-                     for i in p.infos], dtype=np.int8)
+    code = np.array([DEVICE_KIND_CODES.get(i[0], -1) for i in p.infos], dtype=np.int8)
     return code[p.cat[p.dev_rows]]
 
 
