@@ -320,6 +320,140 @@ def test_generated_pieces_collect_the_same(events, base):
     assert outcomes[1] == outcomes[0]
 
 
+def _object_text(members: list[tuple[str, str]]) -> str:
+    """A JSON object of (key, value's JSON text) members, keys possibly repeated (json.dumps never repeats one)."""
+    return "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in members) + "}"
+
+
+@st.composite
+def _event_with_repeats(draw):
+    """Two generated events' members in one object, in any order, so that keys repeat: "args" among them, and
+    sometimes an "args" object whose own keys repeat."""
+    first, second = draw(_event()), draw(_event())
+    members = [(k, json.dumps(v)) for k, v in [*first.items(), *second.items()]]
+    a, b = first.get("args"), second.get("args")
+    if isinstance(a, dict) and isinstance(b, dict) and draw(st.booleans()):
+        members.append(("args", _object_text([(k, json.dumps(v)) for k, v in [*a.items(), *b.items()]])))
+    return _object_text(draw(st.permutations(members)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_event_with_repeats(), max_size=6), st.sampled_from([None, 0.0, 17.0]))
+def test_keys_given_twice_collect_the_same(events, base):
+    """A key given twice takes its last value through both readers: a later "args" replaces everything an
+    earlier one gave (the compiled reader forgets those slots), and a key repeated inside args takes its last."""
+    text = ("[" + ", ".join(events) + "]").encode()
+    outcomes = []
+    for events_of in (decode, read):
+        try:
+            outcomes.append(_collected(events_of, text, base))
+        except (TraceError, ValueError, TypeError, OverflowError) as e:
+            outcomes.append((type(e).__name__, str(e)))
+    assert outcomes[1] == outcomes[0]
+
+
+def _typed(value) -> tuple[int, object]:
+    """What the compiled reader's columns hold for a decoded JSON value (of 64 bits, if an integer): its T_*
+    type and its int64 word's meaning (an integer, a float, a string; None where the word means nothing)."""
+    if value is None:
+        return fastread.T_NULL, None
+    if isinstance(value, bool):
+        return (fastread.T_TRUE if value else fastread.T_FALSE), None
+    if isinstance(value, int):
+        return (fastread.T_INT, value) if value < 2**63 else (fastread.T_OTHER, None)
+    if isinstance(value, float):
+        return fastread.T_REAL, value
+    if isinstance(value, str):
+        return fastread.T_STR, value
+    return (fastread.T_OBJECT if isinstance(value, _Pairs) else fastread.T_ARRAY), None
+
+
+class _Pairs(list):
+    """A decoded JSON object as its (key, value) members in order, repeats kept."""
+
+
+def _in_64_bits(value) -> bool:
+    """Whether every integer in ``value`` fits in 64 bits (signed, or unsigned above int64), as simdjson needs
+    of the whole piece."""
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**64
+    return all(_in_64_bits(v) for v in (value if not isinstance(value, _Pairs) else (v for _, v in value)))
+
+
+def _expected_columns(text: bytes, event_keys: tuple, args_keys: tuple) -> list | None:
+    """Per event, per slot, ``_typed`` of its key's last value in the event (args' keys: in its last "args"),
+    T_MISSING where absent, as Python's json decodes them; None where the reader refuses the piece: an entry
+    that is no object, any "args" that is neither an object nor null, an integer that 64 bits do not hold."""
+    entries = json.loads(text, object_pairs_hook=_Pairs)
+    if not _in_64_bits(entries) or not all(isinstance(e, _Pairs) for e in entries):
+        return None
+    out = []
+    for pairs in entries:
+        if any(k == "args" and v is not None and not isinstance(v, _Pairs) for k, v in pairs):
+            return None
+        e = dict(pairs)  # the last value of each key
+        args = dict(e["args"]) if isinstance(e.get("args"), _Pairs) else e.get("args", ...)
+        row = [(fastread.T_MISSING, None) if k.decode() not in e else _typed(e[k.decode()]) for k in event_keys[:-1]]
+        row.append((fastread.T_MISSING, None) if args is ... else (fastread.T_NULL if args is None else
+                                                                   fastread.T_OBJECT, None))
+        row += [(fastread.T_MISSING, None) if not isinstance(args, dict) or k.decode() not in args
+                else _typed(args[k.decode()]) for k in args_keys]
+        out.append(row)
+    return out
+
+
+def _read_columns(text: bytes, event_keys: tuple, args_keys: tuple) -> list | None:
+    """The compiled reader's columns of ``text`` in ``_expected_columns``' form."""
+    raw = fastread._fastread.columns(text, event_keys, args_keys)
+    if raw is None:
+        return None
+    strings, types, ints, n = raw
+    slots = len(event_keys) + len(args_keys)
+    types = np.frombuffer(types, dtype=np.uint8).reshape(slots, n)
+    ints = np.frombuffer(ints, dtype=np.int64).reshape(slots, n)
+    meaning = {fastread.T_INT: int, fastread.T_STR: lambda v: strings[v],
+               fastread.T_REAL: lambda v: float(np.int64(v).view(np.float64))}
+    return [[(int(types[s, i]), meaning[types[s, i]](int(ints[s, i])) if types[s, i] in meaning else None)
+             for s in range(slots)] for i in range(n)]
+
+
+@pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_event_with_repeats(), max_size=6))
+def test_generated_events_read_as_their_last_keys(events):
+    """Each slot of the columns holds the type and value of its key's last occurrence in the event (and in its
+    last "args"), as Python's json decodes them, or the reader refuses the piece where the decoding says it
+    must."""
+    from stepscope.trace.schema import Event as Schema
+
+    reader = fastread.ColumnReader(Schema)
+    text = ("[" + ", ".join(events) + "]").encode()
+    expected = _expected_columns(text, reader.event_keys, reader.args_keys)
+    assert _read_columns(text, reader.event_keys, reader.args_keys) == expected
+
+
+@pytest.mark.skipif(not fastread.available(), reason="needs the compiled reader")
+def test_a_later_args_replaces_an_earlier_one_in_the_columns():
+    """The columns themselves: what an earlier "args" set is missing after a later one (null included), as
+    msgspec decodes it."""
+    from stepscope.trace.schema import Event as Schema
+
+    text = (b'[{"args": {"device": 1, "stream": 7}, "args": {"device": 2}}, {"args": {"device": 3}, "args": null},'
+            b' {"args": null, "args": {"stream": 4}}, {"args": {"stream": 5, "stream": 6}}, {"args": {"device": 8}}]')
+    cols = fastread.ColumnReader(Schema).read(text)
+    decoded = msgspec.json.decode(text, type=list[Schema])
+    assert [None if e.args is None else e.args.device for e in decoded] == [2, None, msgspec.UNSET, msgspec.UNSET, 8]
+    assert cols.type("args").tolist() == [fastread.T_OBJECT, fastread.T_NULL, fastread.T_OBJECT,
+                                          fastread.T_OBJECT, fastread.T_OBJECT]
+    assert cols.type("device").tolist() == [fastread.T_INT, fastread.T_MISSING, fastread.T_MISSING,
+                                            fastread.T_MISSING, fastread.T_INT]
+    assert cols.type("stream").tolist() == [fastread.T_MISSING, fastread.T_MISSING, fastread.T_INT,
+                                            fastread.T_INT, fastread.T_MISSING]
+    assert cols.int("device")[[0, 4]].tolist() == [2, 8] and cols.int("stream")[[2, 3]].tolist() == [4, 6]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_arbitrary_bytes_never_crash_the_reader(data):
@@ -381,7 +515,7 @@ def test_the_entries_of_an_array_are_found_where_msgspec_splits_it_and_a_cut_ins
 
 _KEYS = st.sampled_from(["ph", "cat", "name", "ts", "args", "pid"]) | st.text(max_size=4)
 _ARGS_KEYS = st.sampled_from(["Call stack", "External id", "external id", "correlation"]) | st.text(max_size=4)
-_event = st.dictionaries(_KEYS, _json_value, max_size=6).flatmap(
+_entry = st.dictionaries(_KEYS, _json_value, max_size=6).flatmap(
     lambda e: st.one_of(st.just(e), st.dictionaries(_ARGS_KEYS, _json_value, max_size=4).map(
         lambda a: {**e, "args": a})))
 _set = st.none() | st.text(max_size=6)
@@ -399,7 +533,7 @@ def _spliced(entries: list, edits: list, separators=(",", ":")) -> list:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_event, _set, _set, st.sampled_from([UNSET_ID]) | st.none() | st.integers()
+@given(st.lists(st.tuples(_entry, _set, _set, st.sampled_from([UNSET_ID]) | st.none() | st.integers()
                           | st.text(max_size=3), _set), min_size=1, max_size=6),
        st.sampled_from([(",", ":"), (", ", ": "), (" ,\n ", " : ")]))
 def test_an_entry_spliced_in_place_is_the_decoded_entry_with_its_edit(rows, separators):

@@ -217,8 +217,16 @@ static int64_t strtab_code(strtab *t, const char *p, size_t n) {
     return (int64_t)t->count++;
 }
 
+/* inlined where the compiler would call it: the walk below calls put() for every value it reads, and the call
+   (six arguments, spilled registers) cost about as much as the work inside */
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 /* one value into slot (s, i); 0, or -1 for "let the caller decode it" / out of memory (*oom set) */
-static inline int put(element v, size_t at, uint8_t *types, int64_t *ints, strtab *tab, int *oom) {
+static ALWAYS_INLINE int put(element v, size_t at, uint8_t *types, int64_t *ints, strtab *tab, int *oom) {
     switch (v.type()) {
     case element_type::NULL_VALUE:
         types[at] = T_NULL;
@@ -375,12 +383,15 @@ static int read_events(simdjson::dom::array root, size_t n, const key_t_ *keys, 
     size_t i = 0;
     for (element event : root) {
         if (event.type() != element_type::OBJECT) return READ_REFUSED;
+        bool args_seen = false; /* the args slots are all T_MISSING until the event's first "args" */
         for (simdjson::dom::key_value_pair kv : simdjson::dom::object(event.get_object().value_unsafe())) {
             element v = kv.value;
             Py_ssize_t s = find_key(&event_map, kv.key.data(), kv.key.size());
             if (s == args_slot) {
                 /* a later "args" replaces an earlier one: forget what that one gave */
-                for (Py_ssize_t a = n_event; a < slots; a++) types[(size_t)a * n + i] = T_MISSING;
+                if (args_seen)
+                    for (Py_ssize_t a = n_event; a < slots; a++) types[(size_t)a * n + i] = T_MISSING;
+                args_seen = true;
                 element_type t = v.type();
                 if (t == element_type::NULL_VALUE) {
                     types[(size_t)s * n + i] = T_NULL;
