@@ -3,6 +3,7 @@ pieces), and the memory section made in a helper beside the rest of a large trac
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from stepscope.analysis import span
 from stepscope.analysis.report import analyze_parsed_file, parse_path
+from stepscope.trace import workers
 from stepscope.trace.workers import sending
 
 DATA = Path(__file__).parent / "data"
@@ -82,6 +84,26 @@ def test_a_helper_never_waits_for_this_process_to_read(tmp_path):
     assert [i for i, _ in got] == list(range(30))
     assert all(len(v) == 1 << 20 and v[:1] == bytes([i % 256]) for i, v in got)
     assert [i for i, _ in small] == [0, 1, 2]
+
+
+def _pipe_max() -> int:
+    try:
+        return int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    except OSError:
+        return 0
+
+
+@pytest.mark.skipif(_pipe_max() < workers.PIPE_BYTES, reason="Linux pipes that may hold PIPE_BYTES")
+def test_a_helpers_pipe_holds_a_whole_piece():
+    """sending's pipes hold PIPE_BYTES, more than a gigabyte's piece message (about 0.8 MB), so that a helper
+    writes a piece in one go rather than 64 KiB each time this process has read the last 64."""
+    import fcntl
+
+    q = workers._widened(multiprocessing.get_context("fork").Queue())
+    try:
+        assert fcntl.fcntl(q._reader.fileno(), fcntl.F_GETPIPE_SZ) == workers.PIPE_BYTES
+    finally:
+        q.close()
 
 
 def _fails_after(values: list, error: BaseException | None, exit_code: int | None):

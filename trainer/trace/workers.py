@@ -255,6 +255,24 @@ def _send_each(fn: Callable, jobs: list[tuple], queues: list, i: int) -> None:
         out.put(None)  # the end: after the last value, also when fn raised (the future says what)
 
 
+# what a helper's pipe holds (Linux: F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size, 1 MiB by default): a
+# piece's message (about 0.8 MB for a gigabyte's pieces) is written whole, instead of 64 KiB at a time, each
+# write waiting for this process to read the one before
+PIPE_BYTES = 1 << 20
+
+
+def _widened(q):
+    """``q`` (a multiprocessing Queue) with its pipe widened to PIPE_BYTES where the system allows; as it was
+    elsewhere."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(q._writer.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # not Linux, or a lower limit: the default pipe
+        pass
+    return q
+
+
 @contextmanager
 def sending(fn: Callable, jobs: list[tuple]) -> Iterator[list[Inbox]]:
     """``fn(*job)``, a generator, for each job in a forked helper of its own, which inherits the job (not
@@ -263,7 +281,7 @@ def sending(fn: Callable, jobs: list[tuple]) -> Iterator[list[Inbox]]:
     this process takes what has arrived whenever it likes (``take``) and then waits for the rest (``rest``).
     Callers hold a policy that allows forking, as for ``fork_pool``."""
     ctx = multiprocessing.get_context("fork")
-    queues = [ctx.Queue() for _ in jobs]
+    queues = [_widened(ctx.Queue()) for _ in jobs]
     with fork_pool(len(jobs)) as pool:
         _INHERITED[:] = [_send_each, (fn, jobs, queues)]
         try:  # a fork context starts every process within the first submit
