@@ -157,7 +157,9 @@ def _columns_of(read, text: bytes):
 
 
 def _as_lists(c) -> dict:
-    out = {k: list(v) if hasattr(v, "typecode") else v for k, v in vars(c).items() if k != "ts_all"}  # arrays
+    # typed arrays, and the chunked columns (plan_columns.Ids, Flags), as lists
+    out = {k: list(v) if hasattr(v, "typecode") else v.tolist() if hasattr(v, "tolist") else v
+           for k, v in vars(c).items() if k != "ts_all"}
     out["ts_all"] = [None if x != x else x for x in c.ts_all]  # NaN as None, to compare
     return out
 
@@ -193,6 +195,45 @@ def test_the_copy_reads_columns_as_it_reads_events():
                 {"ph": "X", "args": {"correlation": [1]}}):
         from stepscope.plugin_copy.plan_columns import Columns
         assert read_column_piece(Columns(), reader.read(json.dumps(ODD + [odd]).encode()), {}) is False, odd
+
+
+def _int64(v) -> bool:
+    return v is None or (type(v) is int and -(2**63) <= v < 2**63)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.none() | st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 3), max_size=6)
+                          | st.lists(st.none() | st.integers(-(2**70), 2**70) | st.text(max_size=2) | st.booleans(),
+                                     max_size=6), st.booleans()), max_size=6))
+def test_ids_appended_in_chunks_are_their_values_and_code_as_python_compares_them(chunks):
+    """plan_columns.Ids, filled as the copy's readers fill it (a piece's (int64 values, null) where its ids
+    are integers or null, else values one by one): the list of the values; (values, null) where every one is an
+    integer or null, else None; and stream_plan._codes gives equal ids one code (as Python compares them, True
+    as 1) and null its own."""
+    from stepscope.plugin_copy.plan_columns import Ids
+    from stepscope.plugin_copy.stream_plan import _codes
+
+    ids, expected = Ids(), []
+    for chunk, as_arrays in chunks:
+        if as_arrays and all(map(_int64, chunk)):
+            ids.extend((np.array([v or 0 for v in chunk], dtype=np.int64), np.array([v is None for v in chunk], dtype=bool)))
+        else:
+            for v in chunk:
+                ids.append(v)
+        expected += chunk
+    assert len(ids) == len(expected) and ids.tolist() == expected
+    rows = np.arange(len(expected))
+    codes, none = _codes(ids, rows)
+    assert none == (int(codes[expected.index(None)]) if None in expected else -1)
+    assert all((codes[i] == codes[j]) == (expected[i] == expected[j]) for i in rows for j in rows)
+    coded = ids.coded()
+    if all(map(_int64, expected)):
+        values, null = coded
+        assert null.tolist() == [v is None for v in expected]
+        assert values[~null].tolist() == [v for v in expected if v is not None]
+    else:
+        assert coded is None
+    assert ids.tolist() == expected  # once joined, the same values
 
 
 _thread_part = st.none() | st.integers(-3, 3) | st.sampled_from(["s", "stream 7", "0"])

@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import dict_rewrite as loop
+from stepscope.plugin_copy.plan_columns import Ids
 from stepscope.plugin_copy.step_guard import Launches, step_spans_of, unlink_with
 from stepscope.plugin_copy.stream_plan import _codes
 
@@ -91,9 +92,17 @@ VALUES = st.one_of(st.integers(-3, 3), st.integers(2**62, 2**64), st.none(), st.
                    st.sampled_from([1.0, 2.5, float("nan"), "1", "a"]))
 
 
+def _ids(values: list) -> Ids:
+    """An id column filled value by value, as the copy's per-event reader fills it."""
+    ids = Ids()
+    for v in values:
+        ids.append(v)
+    return ids
+
+
 @given(st.lists(VALUES, max_size=40))
 def test_correlation_codes_are_equal_where_python_finds_the_values_equal(values):
-    codes, none = _codes(values, np.arange(len(values)))
+    codes, none = _codes(_ids(values), np.arange(len(values)))
     assert len(codes) == len(values)
     for i, a in enumerate(values):
         for j, b in enumerate(values):
@@ -104,11 +113,18 @@ def test_correlation_codes_are_equal_where_python_finds_the_values_equal(values)
 
 
 def test_integer_ids_are_coded_by_sorting_other_values_by_first_appearance():
-    # the compiled reader's ids (int64) by one sort: codes in the values' order; anything else by a dict
-    assert _codes([7, 5, 7, 2**40], np.arange(4))[0].tolist() == [1, 0, 1, 2]
-    assert _codes([7, 5, None, 7], np.arange(4))[0].tolist() == [0, 1, 2, 0]
-    assert _codes([7, 5, None, 7], np.arange(4))[1] == 2
-    assert _codes([9, 7, 5], np.array([2, 0]))[0].tolist() == [0, 1]  # only the rows asked for
+    # integer ids and nulls (all the compiled reader gives) by one sort: codes in the values' order, null's
+    # after them; anything else by a dict, in order of first appearance
+    assert _codes(_ids([7, 5, 7, 2**40]), np.arange(4))[0].tolist() == [1, 0, 1, 2]
+    assert _codes(_ids([7, 5, None, 7]), np.arange(4))[0].tolist() == [1, 0, 2, 1]
+    assert _codes(_ids([7, 5, None, 7]), np.arange(4))[1] == 2
+    assert _codes(_ids([None, None]), np.arange(2))[0].tolist() == [0, 0]
+    assert _codes(_ids([9, 7, 5]), np.array([2, 0]))[0].tolist() == [0, 1]  # only the rows asked for
+    codes, none = _codes(_ids(["b", 7, None, "b"]), np.arange(4))
+    assert codes.tolist() == [0, 1, 2, 0] and none == 2
+    coded = Ids()  # a piece read as columns: (values, null), whatever a null row's value
+    coded.extend((np.array([4, 9, 4, 3]), np.array([False, True, False, True])))
+    assert _codes(coded, np.arange(4))[0].tolist() == [0, 1, 0, 1]
 
 
 def test_without_host_steps_no_launch_is_matched():

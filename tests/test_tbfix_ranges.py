@@ -412,7 +412,7 @@ def test_the_call_stacks_made_in_two_parts_are_those_made_whole(run, tmp_path):
     cat = stream_plan.Categories(np.frombuffer(c.cat_id, dtype=np.int64), c.categories)
     start, stop = np.frombuffer(c.start, dtype=np.float64), np.frombuffer(c.end, dtype=np.float64)
     args = (cat.among("python_function"), cat.among("cpu_op", "operator"), np.frombuffer(c.name_id, dtype=np.int64),
-            names, np.frombuffer(c.thread, dtype=np.int64), start, stop, c.has_stack)
+            names, np.frombuffer(c.thread, dtype=np.int64), start, stop, c.has_stack.array())
     whole = call_stacks_of(*args)
     assert len(whole) > 10
     op_starts = np.sort(start[args[1]])

@@ -56,11 +56,101 @@ def from_objects(entries: list) -> list:
             for o, e in zip(entries, map(schema.from_object, entries))]
 
 
+_INT64 = 2**63
+
+
+class Flags:
+    """A yes or no per complete event, appended piece by piece: a bool array per piece read as columns, a list
+    where events were read one by one; ``array()`` joins them once (a piece's chunk is never copied before)."""
+
+    __slots__ = ("_chunks",)
+
+    def __init__(self) -> None:
+        self._chunks: list = []
+
+    def append(self, value: bool) -> None:
+        if not self._chunks or type(self._chunks[-1]) is not list:
+            self._chunks.append([])
+        self._chunks[-1].append(value)
+
+    def extend(self, values: Flags | np.ndarray) -> None:
+        """Another column's chunks (not copied), or an array of a piece."""
+        self._chunks += values._chunks if isinstance(values, Flags) else [values]
+
+    def __len__(self) -> int:
+        return sum(map(len, self._chunks))
+
+    def array(self) -> np.ndarray:
+        joined = (np.concatenate([np.asarray(k, dtype=bool) for k in self._chunks]) if self._chunks
+                  else np.zeros(0, dtype=bool))
+        self._chunks = [joined]
+        return joined
+
+    def tolist(self) -> list:
+        return self.array().tolist()
+
+
+class Ids:
+    """An id per complete event (its correlation, its External id), appended piece by piece: (int64 values,
+    where the id is null) per piece read as columns whose ids are integers or null, a list of the values (None
+    for null) where a piece holds others (a string) or was read event by event. ``coded()`` joins the column as
+    (values, null) where every id is an integer or null; ``tolist()`` gives the values as the rules compare
+    them."""
+
+    __slots__ = ("_chunks",)
+
+    def __init__(self) -> None:
+        self._chunks: list = []
+
+    def append(self, value) -> None:
+        if not self._chunks or type(self._chunks[-1]) is not list:
+            self._chunks.append([])
+        self._chunks[-1].append(value)
+
+    def extend(self, values: Ids | list | tuple[np.ndarray, np.ndarray]) -> None:
+        """Another column's chunks (not copied), a list of values, or a piece's (int64 values, null)."""
+        self._chunks += values._chunks if isinstance(values, Ids) else [values]
+
+    def __len__(self) -> int:
+        return sum(len(k) if type(k) is list else len(k[0]) for k in self._chunks)
+
+    def coded(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(int64 values, null) of the whole column; None where an id is neither an integer nor null."""
+        values, null = [], []
+        for k in self._chunks:
+            if type(k) is list:
+                if not all(v is None or (type(v) is int and -_INT64 <= v < _INT64) for v in k):
+                    return None
+                null.append(np.array([v is None for v in k], dtype=bool))
+                values.append(np.array([0 if v is None else v for v in k], dtype=np.int64))
+            else:
+                values.append(k[0])
+                null.append(k[1])
+        if not values:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        joined = np.concatenate(values), np.concatenate(null)
+        self._chunks = [joined]
+        return joined
+
+    def tolist(self) -> list:
+        out: list = []
+        for k in self._chunks:
+            if type(k) is list:
+                out += k
+            else:
+                values = np.array(k[0].tolist(), dtype=object)
+                values[k[1]] = None
+                out += values.tolist()
+        return out
+
+
 @dataclass
 class Columns:
     """The complete (``ph`` X) events, one entry each per column, and the entries the rules touch otherwise.
-    Times are kept in typed arrays, and repeated values (names, categories, threads) as ids: a 1 GB trace has
-    millions of complete events."""
+    Times are kept in typed arrays, repeated values (names, categories, threads) as ids, and the events' own ids
+    and flags as numpy chunks (``Ids``, ``Flags``; Python values only where a piece holds other types): a 1 GB
+    trace has millions of complete events, whose Python objects a helper would pickle and this process rebuild
+    and join."""
 
     index: array = field(default_factory=lambda: array("q"))  # position in traceEvents
     cat_id: array = field(default_factory=lambda: array("q"))  # the lower-cased category's id in categories
@@ -68,10 +158,10 @@ class Columns:
     thread: array = field(default_factory=lambda: array("q"))  # the (pid, tid)'s id in threads
     start: array = field(default_factory=lambda: array("d"))
     end: array = field(default_factory=lambda: array("d"))
-    corr: list = field(default_factory=list)
-    ext: list = field(default_factory=list)
-    module: list[bool] = field(default_factory=list)
-    has_stack: list[bool] = field(default_factory=list)
+    corr: Ids = field(default_factory=Ids)
+    ext: Ids = field(default_factory=Ids)
+    module: Flags = field(default_factory=Flags)
+    has_stack: Flags = field(default_factory=Flags)
     names: dict[str, int] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)  # lower-cased category ("" for none) -> its id
     threads: dict[tuple, int] = field(default_factory=dict)  # (pid, tid) -> its id
@@ -400,12 +490,9 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict) -> bool:
     num = (T_INT, T_REAL, T_NULL, T_MISSING)
     if not (np.all(np.isin(ts_t[rows], num)) and np.all(np.isin(dur_t[rows], num))):
         return False
-    values = {}  # lists, and the External ids as arrays (picked between below)
-    for f, default, read in (("correlation", None, cols.values), ("ext_lower", UNSET, cols.objects),
-                             ("ext_upper", UNSET, cols.objects)):
-        values[f] = read(f, rows, default)
-        if values[f] is None:  # a type the per-event rules convert
-            return False
+    how = {f: _ids(cols, f, rows) for f in ("correlation", "ext_lower", "ext_upper")}  # how each is read
+    if any(v is None for v in how.values()):  # a type the per-event rules convert
+        return False
     for f in ("pid", "tid"):  # read per distinct thread (_threads)
         if not np.all(np.isin(cols.type(f)[rows], (T_INT, T_STR, T_NULL, T_MISSING))):
             return False
@@ -450,12 +537,37 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict) -> bool:
     c.thread.frombytes(_threads(cols, rows, c.threads).tobytes())
     c.start.frombytes(start.tobytes())
     c.end.frombytes((start + dur).tobytes())
-    c.corr += values["correlation"]
+    c.corr.extend(_coded(cols, "correlation", rows) if how["correlation"] is _CODED
+                  else cols.values("correlation", rows))
     # the lower External id, else (missing or null) the upper one where there is one, else None
     lower_t, upper_t = cols.type("ext_lower")[rows], cols.type("ext_upper")[rows]
-    c.ext += np.where((lower_t == T_MISSING) | (lower_t == T_NULL),
-                      np.where(upper_t != T_MISSING, values["ext_upper"], None), values["ext_lower"]).tolist()
+    upper = (lower_t == T_MISSING) | (lower_t == T_NULL)
+    if how["ext_lower"] is _CODED and how["ext_upper"] is _CODED:
+        (low, _), (high, high_null) = _coded(cols, "ext_lower", rows), _coded(cols, "ext_upper", rows)
+        c.ext.extend((np.where(upper, high, low), upper & high_null))
+    else:
+        low, high = cols.objects("ext_lower", rows, UNSET), cols.objects("ext_upper", rows, UNSET)
+        c.ext.extend(np.where(upper, np.where(upper_t != T_MISSING, high, None), low).tolist())
     module_t, stack_t = cols.type("module")[rows], cols.type("call_stack")[rows]
-    c.module += ((module_t != T_MISSING) & (module_t != T_NULL)).tolist()
-    c.has_stack += (stack_t != T_MISSING).tolist()
+    c.module.extend((module_t != T_MISSING) & (module_t != T_NULL))
+    c.has_stack.extend(stack_t != T_MISSING)
     return True
+
+
+_CODED = "coded"  # _ids: every row's id an integer, null or missing
+
+
+def _ids(cols: FastColumns, field: str, rows: np.ndarray) -> str | None:
+    """How ``field``'s ids at ``rows`` are read: _CODED (integers, null or missing: ``_coded``), "objects"
+    (strings among them: as Python values), or None (another type, which the per-event rules convert)."""
+    t = cols.type(field)[rows]
+    some = (t == T_INT) | (t == T_NULL) | (t == T_MISSING)
+    if np.all(some):
+        return _CODED
+    return "objects" if np.all(some | (t == T_STR)) else None
+
+
+def _coded(cols: FastColumns, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``field``'s integer ids at ``rows`` as (int64 values, null): a null or missing id is None to the rules."""
+    t = cols.type(field)[rows]
+    return np.where(t == T_INT, cols.int(field)[rows], 0), t != T_INT

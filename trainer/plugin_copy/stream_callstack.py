@@ -34,7 +34,7 @@ STACK_SEPARATOR = ";"
 
 
 def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_id: np.ndarray, names: list[str],
-                   thread: np.ndarray, start: np.ndarray, stop: np.ndarray, has_stack: list[bool],
+                   thread: np.ndarray, start: np.ndarray, stop: np.ndarray, has_stack: np.ndarray,
                    since: float = -np.inf, until: float = np.inf) -> dict[int, str]:
     """callstack.call_stacks on columns: {row of an operator without a Call stack: its enclosing Python
     frames, innermost first}. ``is_frame``, ``is_op``: whether each row is a ``python_function`` frame, and
@@ -61,7 +61,7 @@ def call_stacks_of(is_frame: np.ndarray, is_op: np.ndarray, name_id: np.ndarray,
         strings.append(names[n] if p < 0 else names[n] + STACK_SEPARATOR + strings[p])
     some = chain >= 0
     rows, chain = ops[some], chain[some]
-    own = np.array([has_stack[k] for k in rows.tolist()], dtype=bool)  # those that carry a stack keep it
+    own = np.asarray(has_stack, dtype=bool)[rows]  # those that carry a stack keep it
     return dict(zip(rows[~own].tolist(), as_objects(strings)[chain[~own]].tolist()))
 
 

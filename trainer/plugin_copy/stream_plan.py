@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from stepscope.plugin_copy.plan_columns import UNSET, Columns, read_columns
+from stepscope.plugin_copy.plan_columns import UNSET, Columns, Ids, read_columns
 from stepscope.plugin_copy.rules import (
     COLLECTIVES,
     DEVICE_STEP_PREFIX,
@@ -157,7 +157,7 @@ def plan_of(c: Columns, workers: Workers | None = None) -> EditPlan:
 
 def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     """The edits of the complete events (``ph`` X): names, categories, ids, unlinking, call stacks."""
-    corr, ext, module, has_stack = c.corr, c.ext, c.module, c.has_stack
+    corr, ext, module, has_stack = c.corr, c.ext, c.module.array(), c.has_stack.array()
     thread = np.frombuffer(c.thread, dtype=np.int64)  # each one's (pid, tid) as its id
     idx = np.frombuffer(c.index, dtype=np.int64)
     names = list(c.names)
@@ -175,7 +175,7 @@ def _plan_complete_events(plan: EditPlan, c: Columns, workers: Workers) -> None:
     def tree_nodes() -> np.ndarray:
         return (cat.among("cpu_op", "operator", "python")
                 | (cat.among("user_annotation") & step_or_coll)
-                | (cat.among("python_function") & np.array(module, dtype=bool)))
+                | (cat.among("python_function") & module))
 
     # DataLoader spans that nest cleanly on their thread become operators.
     cand = [k for k in np.flatnonzero(cat.among("user_annotation")).tolist() if is_dataloader_span(names[name_id[k]])]
@@ -232,8 +232,8 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, s
     """Launches become ``runtime`` (rules.py, item 2), then the step guard's unlinking, on the columns. The
     correlation ids of the device and runtime events are coded first (``_codes``), so that the launches
     and their device spans are matched by numpy."""
-    node_ids = {ext[k] for k in np.flatnonzero(nodes).tolist()}
-    node_ids.discard(None)
+    coded = ext.coded()
+    ids = ext.tolist() if coded is None else None
     device = np.flatnonzero(cat.among(*DEVICE_CATEGORIES))
     candidates = np.flatnonzero(cat.among(*RUNTIME_CATEGORIES))
     both, none = _codes(corr, np.concatenate((device, candidates)))
@@ -249,8 +249,15 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, s
     # those outside every step are left as they are, unless they launched device work (see rules.py)
     chosen = in_a_step | launched[cand_code]
     runtime, run_code = candidates[chosen], cand_code[chosen]
-    # launched by no operator the plugin sees: from the root
-    roots = np.array([ext[k] not in node_ids for k in runtime.tolist()], dtype=bool)
+    # launched by no operator the plugin sees: from the root (a null id is no operator's)
+    if coded is not None:
+        values, null = coded
+        node = np.flatnonzero(nodes)
+        roots = null[runtime] | ~np.isin(values[runtime], values[node][~null[node]])
+    else:
+        node_ids = {ids[k] for k in np.flatnonzero(nodes).tolist()}
+        node_ids.discard(None)
+        roots = np.array([ids[k] not in node_ids for k in runtime.tolist()], dtype=bool)
     launch = (Edit(cat=PLUGIN_RUNTIME, shared=True),
               Edit(cat=PLUGIN_RUNTIME, external_id=ROOT_EXTERNAL_ID, shared=True))
     plan.share(idx[runtime].tolist(), [launch[root] for root in roots.tolist()])
@@ -258,9 +265,14 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, s
     rooted[run_code[roots]] = True
     if none >= 0:
         rooted[none] = False
-    for k in device[rooted[dev_code]].tolist():
-        if ext[k] != ROOT_EXTERNAL_ID:
-            plan.edit(int(idx[k])).external_id = ROOT_EXTERNAL_ID
+    rooted_device = device[rooted[dev_code]]
+    if coded is not None:
+        values, null = coded
+        rooted_device = rooted_device[null[rooted_device] | (values[rooted_device] != ROOT_EXTERNAL_ID)]
+    else:
+        rooted_device = [k for k in rooted_device.tolist() if ids[k] != ROOT_EXTERNAL_ID]
+    for k in np.asarray(rooted_device, dtype=np.int64).tolist():
+        plan.edit(int(idx[k])).external_id = ROOT_EXTERNAL_ID
 
     # each correlation's device spans: how many, the earliest start, the latest end
     n_device = np.bincount(dev_code, minlength=n_codes)
@@ -283,20 +295,24 @@ def _rewrite_runtimes(plan: EditPlan, idx, cat: Categories, step_named, start, s
         plan.edit(int(idx[k])).unlink = True
 
 
-def _codes(values: list, rows: np.ndarray) -> tuple[np.ndarray, int]:
-    """``values[k]`` for each of ``rows`` as a code from 0, equal values (as Python compares them) one code;
-    and None's code (-1 where no value is None). Integer ids (all the compiled reader gives) are coded by one
-    sort; other values by a dict."""
-    picked = [values[k] for k in rows.tolist()]
-    try:
-        ints = np.array(picked)
-    except (ValueError, TypeError):  # e.g. lists among them: the dict says what is wrong with them
-        ints = None
-    if ints is not None and ints.dtype == np.int64 and ints.ndim == 1:
-        order = np.argsort(ints, kind="stable")
-        ordered = ints[order]
-        codes = np.empty(len(ints), dtype=np.int64)
-        codes[order] = np.cumsum(np.concatenate(([0], ordered[1:] != ordered[:-1])))
-        return codes, -1
+def _codes(ids: Ids, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """The id of each of ``rows`` as a code from 0, equal ids (as Python compares them) one code; and null's
+    code (-1 where no id is null). Integer ids and nulls (all the compiled reader gives) are coded by one sort;
+    other values by a dict."""
+    coded = ids.coded()
+    if coded is not None:
+        values, null = coded[0][rows], coded[1][rows]
+        some = np.flatnonzero(~null)
+        order = some[np.argsort(values[some], kind="stable")]
+        ordered = values[order]
+        codes = np.empty(len(values), dtype=np.int64)
+        codes[order] = np.cumsum(np.concatenate(([0], ordered[1:] != ordered[:-1])))[:len(order)]
+        if len(some) == len(values):
+            return codes, -1
+        none = int(codes[order[-1]]) + 1 if len(order) else 0  # after the integers' codes
+        codes[null] = none
+        return codes, none
+    listed = ids.tolist()
+    picked = [listed[k] for k in rows.tolist()]
     table: dict = {}
     return np.array([table.setdefault(v, len(table)) for v in picked], dtype=np.int64), table.get(None, -1)
