@@ -217,8 +217,8 @@ static int64_t strtab_code(strtab *t, const char *p, size_t n) {
     return (int64_t)t->count++;
 }
 
-/* inlined where the compiler would call it: the walk below calls put() for every value it reads, and the call
-   (six arguments, spilled registers) cost about as much as the work inside */
+/* inlined where the compiler would make it a call: the walk below calls put() for every value it reads, and
+   passing its six arguments cost a few percent of the walk (BENCHMARKS.md) */
 #if defined(__GNUC__) || defined(__clang__)
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #else
