@@ -165,7 +165,10 @@ def test_two_logical_cpus_that_share_one_core_deliver_one_core():
     host, deliver little more) get about one core's worth; one CPU is one core without a measurement."""
     cpus = sorted(os.sched_getaffinity(0))
     with on_cpus(cpus[:1]):
-        shared = parallel_cores(2)
+        # the least of three: a shared host's noise only slows the process timed alone, which raises the ratio
+        # (one measurement gave 1.72 on an otherwise idle VM), while a CPU that delivered two cores would give
+        # about 2 every time
+        shared = min(parallel_cores(2) for _ in range(3))
     # two cores would give 2; one core shared gives 1, a little more on a loaded machine, where the process
     # timed alone also shares its CPU with others (1.36 and 1.38 measured at a load average of 20)
     assert 1.0 <= shared < 1.6, shared
@@ -192,7 +195,7 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
              "--workers", "0", "--augment", "heavy", "--batch-size", "128", "--steps", "12", "--profile",
              "--skip-first", "3", "--wait", "1", "--warmup", "1", "--active", "2", "--no-with-stack",
              "--logdir", str(tmp_path), "--run-name", "slow"]
-    with on_cpus(cpus):
+    with on_cpus(cpus[:1]):
         train = run_train(flags)
     assert train.returncode == 0, train.stderr[-2000:]
     run_dir = tmp_path / "slow"
@@ -213,7 +216,7 @@ def test_a_data_bound_cifar_run_is_confirmed_by_workers(tmp_path):
 
     for _attempt in range(3):
         shutil.rmtree(run_dir / "verify", ignore_errors=True)
-        with on_cpus(cpus):
+        with on_cpus(cpus[:1]):
             r = verify(run_dir, "--steps", "30")
         assert r.returncode in (0, 1), r.stderr  # 2 would be an error, not a measurement
         v = json.loads((run_dir / "run.json").read_text())["verification"]
