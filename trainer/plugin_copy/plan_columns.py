@@ -59,23 +59,30 @@ def from_objects(entries: list) -> list:
 _INT64 = 2**63
 
 
-class Flags:
-    """A yes or no per complete event, appended piece by piece: a bool array per piece read as columns, a list
-    where events were read one by one; ``array()`` joins them once (a piece's chunk is never copied before)."""
+class _Chunks:
+    """A column of the complete events appended piece by piece without copying what came before: a piece's
+    numpy chunk as it is, values appended one by one into a list chunk (``Flags``, ``Ids``)."""
 
     __slots__ = ("_chunks",)
 
     def __init__(self) -> None:
         self._chunks: list = []
 
-    def append(self, value: bool) -> None:
+    def append(self, value) -> None:
         if not self._chunks or type(self._chunks[-1]) is not list:
             self._chunks.append([])
         self._chunks[-1].append(value)
 
-    def extend(self, values: Flags | np.ndarray) -> None:
-        """Another column's chunks (not copied), or an array of a piece."""
-        self._chunks += values._chunks if isinstance(values, Flags) else [values]
+    def extend(self, values) -> None:
+        """Another column's chunks (not copied), or one piece's chunk."""
+        self._chunks += values._chunks if isinstance(values, _Chunks) else [values]
+
+
+class Flags(_Chunks):
+    """A yes or no per complete event: a bool array per piece read as columns, a list where events were read
+    one by one; ``array()`` joins them once."""
+
+    __slots__ = ()
 
     def __len__(self) -> int:
         return sum(map(len, self._chunks))
@@ -90,26 +97,13 @@ class Flags:
         return self.array().tolist()
 
 
-class Ids:
-    """An id per complete event (its correlation, its External id), appended piece by piece: (int64 values,
-    where the id is null) per piece read as columns whose ids are integers or null, a list of the values (None
-    for null) where a piece holds others (a string) or was read event by event. ``coded()`` joins the column as
-    (values, null) where every id is an integer or null; ``tolist()`` gives the values as the rules compare
-    them."""
+class Ids(_Chunks):
+    """An id per complete event (its correlation, its External id): (int64 values, where the id is null) per
+    piece read as columns whose ids are integers or null, a list of the values (None for null) where a piece
+    holds others (a string) or was read event by event. ``coded()`` joins the column as (values, null) where
+    every id is an integer or null; ``tolist()`` gives the values as the rules compare them."""
 
-    __slots__ = ("_chunks",)
-
-    def __init__(self) -> None:
-        self._chunks: list = []
-
-    def append(self, value) -> None:
-        if not self._chunks or type(self._chunks[-1]) is not list:
-            self._chunks.append([])
-        self._chunks[-1].append(value)
-
-    def extend(self, values: Ids | list | tuple[np.ndarray, np.ndarray]) -> None:
-        """Another column's chunks (not copied), a list of values, or a piece's (int64 values, null)."""
-        self._chunks += values._chunks if isinstance(values, Ids) else [values]
+    __slots__ = ()
 
     def __len__(self) -> int:
         return sum(len(k) if type(k) is list else len(k[0]) for k in self._chunks)
