@@ -243,3 +243,29 @@ def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, 
     assert plugin_check.plugin_problem(adapted) is None
     assert "TypeError" in plugin_check.plugin_problem(broken(steps[0] + 1, "early.pt.trace.json"))
     assert plugin_check.plugin_problem(broken(steps[-1] + 1, "late.pt.trace.json")) is None
+
+
+def test_the_targets_measure_alternates_the_two_checkouts(replica, tmp_path, capsys):
+    """``bench_analysis.py targets``, this checkout against itself: each command's runs alternate the baseline
+    and this checkout, a round at a time, and each export is written and removed (a run never starts beside
+    the last one's files); its rows are the medians of what it printed run by run."""
+    (tf,) = discover(replica).traces
+    gz_run = tmp_path / "gz"
+    gz_run.mkdir()
+    with open(tf.path, "rb") as f, gzip.open(gz_run / (tf.path.name + ".gz"), "wb", compresslevel=1) as out:
+        out.write(f.read())
+    before = set(Path(analysis_speed.tempfile.gettempdir()).glob("bench-export-*"))
+    rows = analysis_speed.targets(ROOT, replica, gz_run, repeat=2)
+    printed = capsys.readouterr().out
+    runs = [line.split(" | ") for line in printed.splitlines() if line.startswith("| --json") and "round" not in line
+            and len(line.split(" | ")) == 7]
+    assert [(r[0].lstrip("| "), r[1], r[2]) for r in runs] == [
+        (label, str(i), k) for label in analysis_speed.TARGETS for i in (1, 2) for k in ("base", "this")]
+    assert [r[0] for r in rows] == list(analysis_speed.TARGETS)
+    for label, this, base, ratio in rows:
+        walls = {k: sorted(float(r[3]) for r in runs if r[0].lstrip("| ") == label and r[2] == k)
+                 for k in ("base", "this")}
+        # the median of two runs, each printed to 0.01 s
+        assert (this, base) == pytest.approx((sum(walls["this"]) / 2, sum(walls["base"]) / 2), abs=0.011)
+        assert 0 < ratio < 10
+    assert set(Path(analysis_speed.tempfile.gettempdir()).glob("bench-export-*")) == before  # nothing left behind

@@ -32,6 +32,17 @@ inline (what the tab did before it used the worker policy); and checks that both
 place; run through its own scripts/analyze.py, as same_reports.py does) and of this one, alternating run by
 run, after checking that both print the same report; it prints each run and the median CPU-s ratio of the pairs.
 
+    python scripts/bench_analysis.py targets /tmp/base359 /tmp/bench/r1g --gz /tmp/bench/r1g_gz --repeat 3
+
+``targets`` measures the fast reader's targets (``TARGETS``: ``--json`` of the plain and the gzipped run, and
+``--json --export-tensorboard`` of the plain one) for another checkout (the same-run baseline) and this one,
+alternating run by run. Before each run, and outside its time, the export of the run before is removed and
+written back (``_settled``): a run that starts while the kernel still writes back the gigabyte of the export
+before it shares the cores with that. Each run is timed as ``/usr/bin/time`` does (``wait4``: wall, CPU and
+peak RSS of the command and the processes it waited for), without sampling anything while it runs. It prints
+each run, then one row per command: the medians, the median of the pairs' ratios, the target, and the
+target as a ratio to the baseline's time on the day it was set (a machine that runs slower slows both).
+
     python scripts/bench_analysis.py plugin /tmp/bench/x/out     # an exported run: time until it shows
 
 ``plugin`` starts TensorBoard with torch-tb-profiler on the exported run's parent folder and prints the
@@ -311,6 +322,81 @@ def checkouts(base: Path, run: Path, repeat: int) -> None:
         shutil.rmtree(site, ignore_errors=True)
 
 
+# The fast reader's targets on the 2-core machine, each with the baseline checkout's (359a7e0's) median time on
+# the day the target was set: the target divided by it is the ratio that the target asks for on a day the
+# machine runs at another speed.
+TARGETS = {"--json": (2.0, 7.06), "--json of .json.gz": (2.5, 8.52), "--json --export-tensorboard": (6.0, 20.04)}
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MiB) of one subprocess and the processes it waited for, as ``/usr/bin/time``
+    gives them: nothing is sampled while it runs. Exits with its last lines where it fails."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    if p.returncode:
+        raise SystemExit(f"error: {' '.join(cmd)} exited {p.returncode}: {err.strip()[-300:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def targets(base: Path, run: Path, gz_run: Path | None, repeat: int) -> list[tuple[str, float, float, float]]:
+    """The module docstring's ``targets``; returns (command, this checkout's median wall s, the baseline's, the
+    median of the pairs' ratios) for each command measured."""
+    from bench.same_reports import own_package
+
+    site = Path(tempfile.mkdtemp(prefix="bench-base-"))
+    scratch = Path(tempfile.mkdtemp(prefix="bench-export-"))
+    try:
+        envs = {"base": own_package(base, site), "this": None}
+        roots = {"base": base, "this": REPO}
+        commands = [("--json", [str(run), "--json"])]
+        if gz_run is not None:
+            commands.append(("--json of .json.gz", [str(gz_run), "--json"]))
+        commands.append(("--json --export-tensorboard", [str(run), "--json", "--export-tensorboard"]))
+        print(f"{run}, {os.cpu_count()} CPUs; base {base}, this {REPO}")
+        print("| command | round | checkout | wall s | CPU s | peak RSS MiB | load avg (1 min) at start |")
+        print("|---|---|---|---|---|---|---|")
+        runs: dict[str, dict[str, list]] = {}
+        for label, args in commands:
+            runs[label] = {"base": [], "this": []}
+            for i in range(repeat):
+                for k in ("base", "this"):
+                    _settled(scratch)
+                    out = [str(scratch / k)] if "--export-tensorboard" in args else []
+                    load = os.getloadavg()[0]
+                    r = timed([sys.executable, str(roots[k] / "scripts" / "analyze.py"), *args, *out], envs[k])
+                    runs[label][k].append(r)
+                    print(f"| {label} | {i + 1} | {k} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:.0f} | {load:.1f} |", flush=True)
+        _settled(scratch)
+        print()
+        print("| command | this checkout, wall s | base, wall s | ratio (median of pairs) | CPU ratio | target s "
+              "| target as a ratio | peak RSS MiB, this / base |")
+        print("|---|---|---|---|---|---|---|---|")
+        rows = []
+        for label, got in runs.items():
+            this, base_runs = got["this"], got["base"]
+            ratios = [t[0] / b[0] for t, b in zip(this, base_runs, strict=True)]
+            cpu = statistics.median(t[1] / b[1] for t, b in zip(this, base_runs, strict=True))
+            target, base_then = TARGETS[label]
+            print(f"| {label} | {_spread([r[0] for r in this])} | {_spread([r[0] for r in base_runs])} | "
+                  f"{_spread(ratios)} | {cpu:.3f} | {target:.1f} | {target / base_then:.3f} | "
+                  f"{max(r[2] for r in this):.0f} / {max(r[2] for r in base_runs):.0f} |")
+            rows.append((label, statistics.median(r[0] for r in this), statistics.median(r[0] for r in base_runs),
+                         statistics.median(ratios)))
+        return rows
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_analysis.py", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -334,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("base", type=Path, help="another checkout (a git worktree), its compiled reader built in place")
     c.add_argument("run", type=Path)
     c.add_argument("--repeat", type=int, default=3)
+    g = sub.add_parser("targets")
+    g.add_argument("base", type=Path, help="the baseline checkout (a git worktree), its compiled reader built in place")
+    g.add_argument("run", type=Path, help="a run folder holding the large plain trace")
+    g.add_argument("--gz", type=Path, help="the same run stored gzipped")
+    g.add_argument("--repeat", type=int, default=3)
     t = sub.add_parser("plugin")
     t.add_argument("exported", type=Path, help="an OUT_DIR of analyze.py --export-tensorboard")
     t.add_argument("--timeout", type=float, default=600.0)
@@ -346,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         readers(a.run, a.repeat, not a.no_export)
     elif a.cmd == "checkouts":
         checkouts(a.base.resolve(), a.run, a.repeat)
+    elif a.cmd == "targets":
+        targets(a.base.resolve(), a.run, a.gz, a.repeat)
     elif a.cmd == "plugin":
         plugin(a.exported, a.timeout)
     else:
