@@ -144,7 +144,8 @@ class Columns:
     Times are kept in typed arrays, repeated values (names, categories, threads) as ids, and the events' own ids
     and flags as numpy chunks (``Ids``, ``Flags``; Python values only where a piece holds other types): a 1 GB
     trace has millions of complete events, whose Python objects a helper would pickle and this process rebuild
-    and join."""
+    and join. The typed columns of joined pieces (``join_columns``) are numpy arrays: read either kind with
+    ``np.frombuffer`` and ``len``."""
 
     index: array = field(default_factory=lambda: array("q"))  # position in traceEvents
     cat_id: array = field(default_factory=lambda: array("q"))  # the lower-cased category's id in categories
@@ -374,12 +375,17 @@ def join_columns(parts: list[Columns]) -> Columns:
         c.span = p.span if c.span is None else c.span
     c.count = shift
     for name, chunks in typed.items():
-        if chunks:
-            getattr(c, name).frombytes(memoryview(np.concatenate(chunks)).cast("B"))
+        if chunks:  # the concatenation is the column (np.frombuffer reads either): not copied into an array
+            setattr(c, name, np.concatenate(chunks))
     return c
 
 
 _TYPED = ("index", "cat_id", "name_id", "thread", "start", "end", "ts_all")
+
+
+def _raw(values: np.ndarray) -> memoryview:
+    """A contiguous array's bytes, for ``array.frombytes``, without the copy that ``tobytes`` makes."""
+    return memoryview(np.ascontiguousarray(values)).cast("B")
 
 
 _NUMBER = (int, float)
@@ -493,7 +499,7 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict) -> bool:
     # every entry: its numeric ts (else NaN), whether it names a step, whether it has a name
     first = c.count
     ts = cols.real("ts")
-    c.ts_all.frombytes(np.where(timed, ts, np.nan).tobytes())  # float64s as they are: no Python float each
+    c.ts_all.frombytes(_raw(np.where(timed, ts, np.nan)))  # float64s as they are: no Python float each
     name_id = cols.int("name")
     stepped = np.zeros(len(strings) + 1, dtype=bool)
     stepped[:len(strings)] = [s.startswith(STEP_PREFIX) for s in strings]
@@ -512,7 +518,7 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict) -> bool:
     for k in np.flatnonzero(np.bincount(cat_code, minlength=len(strings) + 1)).tolist():
         lc = "" if k == len(strings) else cats.get(strings[k]) or cats.setdefault(strings[k], strings[k].lower())
         cat_ids[k] = categories.setdefault(lc, len(categories))
-    c.cat_id.frombytes(cat_ids[cat_code].tobytes())
+    c.cat_id.frombytes(_raw(cat_ids[cat_code]))
     names = c.names
     nt = name_t[rows]
     code = np.where(nt == T_STR, name_id[rows], np.where(nt == T_MISSING, -1, -2)) + 2  # 1: "", 0: null
@@ -523,14 +529,14 @@ def read_column_piece(c: Columns, cols: FastColumns, cats: dict) -> bool:
     ids = np.zeros(len(strings) + 2, dtype=np.int64)
     for k in met[np.argsort(first_row[met])].tolist():
         ids[k] = names.setdefault(strings[k - 2] if k >= 2 else "" if k == 1 else "None", len(names))
-    c.name_id.frombytes(ids[code].tobytes())
+    c.name_id.frombytes(_raw(ids[code]))
     start = np.where(timed[rows], ts[rows], 0.0)
     dur = cols.real("dur")[rows]
     dur = np.where(((dur_t[rows] == T_INT) | (dur_t[rows] == T_REAL)) & (dur > 0), dur, 0.0)  # as read_events
-    c.index.frombytes((rows + first).astype(np.int64).tobytes())
-    c.thread.frombytes(_threads(cols, rows, c.threads).tobytes())
-    c.start.frombytes(start.tobytes())
-    c.end.frombytes((start + dur).tobytes())
+    c.index.frombytes(_raw((rows + first).astype(np.int64)))
+    c.thread.frombytes(_raw(_threads(cols, rows, c.threads)))
+    c.start.frombytes(_raw(start))
+    c.end.frombytes(_raw(start + dur))
     c.corr.extend(_coded(cols, "correlation", rows) if how["correlation"] is _CODED
                   else cols.values("correlation", rows))
     # the lower External id, else (missing or null) the upper one where there is one, else None

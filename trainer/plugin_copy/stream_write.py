@@ -146,17 +146,20 @@ def _rewritten(text, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, cod
     """The new text of each of ``rows`` (edited entries of the piece, whose first entry is entry ``first``;
     ``codes``: their edits', ``_Special``): made where it lies (``fastread.splice``) where its edit only sets
     members and the compiled reader lays it out, else by ``_edited`` on its decoded value."""
-    out: list = [None] * len(rows)
     sets = np.flatnonzero(codes[:, 0] != _DECODED[0])
-    if len(sets):
-        got = fastread.splice(text, starts[rows[sets]], ends[rows[sets]], texts, codes[sets])
+    got = fastread.splice(text, starts[rows[sets]], ends[rows[sets]], texts, codes[sets]) if len(sets) else None
+    if got is not None and len(sets) == len(rows):  # every edit sets members (nearly always): its list as it is
+        out = got
+    else:
+        out = [None] * len(rows)
         if got is not None:
             for k, new in zip(sets.tolist(), got):
                 out[k] = new
-    for k, new in enumerate(out):
-        if new is None:
-            j = int(rows[k])
-            out[k] = _edited(text[starts[j]:ends[j]], edits[first + j])
+    if None in out:  # an entry splice did not lay out, or an edit that does more than set members
+        for k, new in enumerate(out):
+            if new is None:
+                j = int(rows[k])
+                out[k] = _edited(text[starts[j]:ends[j]], edits[first + j])
     return out
 
 
