@@ -144,8 +144,7 @@ class Columns:
     Times are kept in typed arrays, repeated values (names, categories, threads) as ids, and the events' own ids
     and flags as numpy chunks (``Ids``, ``Flags``; Python values only where a piece holds other types): a 1 GB
     trace has millions of complete events, whose Python objects a helper would pickle and this process rebuild
-    and join. The typed columns of joined pieces (``join_columns``) are numpy arrays: read either kind with
-    ``np.frombuffer`` and ``len``."""
+    and join."""
 
     index: array = field(default_factory=lambda: array("q"))  # position in traceEvents
     cat_id: array = field(default_factory=lambda: array("q"))  # the lower-cased category's id in categories
@@ -375,8 +374,8 @@ def join_columns(parts: list[Columns]) -> Columns:
         c.span = p.span if c.span is None else c.span
     c.count = shift
     for name, chunks in typed.items():
-        if chunks:  # the concatenation is the column (np.frombuffer reads either): not copied into an array
-            setattr(c, name, np.concatenate(chunks))
+        if chunks:
+            getattr(c, name).frombytes(memoryview(np.concatenate(chunks)).cast("B"))
     return c
 
 

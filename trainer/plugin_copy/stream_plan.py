@@ -148,7 +148,7 @@ def plan_of(c: Columns, workers: Workers | None = None) -> EditPlan:
         plan.edit(i).guard_name = True
     for i in c.missing_cat:
         plan.edit(i).guard_cat = True
-    if len(c.index):
+    if c.index:
         _plan_complete_events(plan, c, workers)
     # after the renames: a device-side ProfilerStep#N is no host step in the copy
     plan.step_starts = sorted(float(plan.ts[i]) for i in c.step_rows if plan.edits.get(i, _NO_EDIT).name is None)
