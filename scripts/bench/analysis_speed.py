@@ -343,8 +343,8 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def _spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+def _spread(xs: list[float], digits: int = 2) -> str:
+    return f"{statistics.median(xs):.{digits}f} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
 
 
 def targets(base: Path, run: Path, gz_run: Path | None, repeat: int) -> list[tuple[str, float, float, float]]:
@@ -387,7 +387,7 @@ def targets(base: Path, run: Path, gz_run: Path | None, repeat: int) -> list[tup
             cpu = statistics.median(t[1] / b[1] for t, b in zip(this, base_runs, strict=True))
             target, base_then = TARGETS[label]
             print(f"| {label} | {_spread([r[0] for r in this])} | {_spread([r[0] for r in base_runs])} | "
-                  f"{_spread(ratios)} | {cpu:.3f} | {target:.1f} | {target / base_then:.3f} | "
+                  f"{_spread(ratios, 3)} | {cpu:.3f} | {target:.1f} | {target / base_then:.3f} | "
                   f"{max(r[2] for r in this):.0f} / {max(r[2] for r in base_runs):.0f} |")
             rows.append((label, statistics.median(r[0] for r in this), statistics.median(r[0] for r in base_runs),
                          statistics.median(ratios)))
