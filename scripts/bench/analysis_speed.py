@@ -330,16 +330,18 @@ TARGETS = {"--json": (2.0, 7.06), "--json of .json.gz": (2.5, 8.52), "--json --e
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MiB) of one subprocess and the processes it waited for, as ``/usr/bin/time``
-    gives them: nothing is sampled while it runs. Exits with its last lines where it fails."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    err = p.stderr.read().decode()
-    p.stderr.close()
-    if p.returncode:
-        raise SystemExit(f"error: {' '.join(cmd)} exited {p.returncode}: {err.strip()[-300:]}")
+    gives them: nothing is sampled while it runs. Exits with its last lines where it fails. Its stderr goes to a
+    file, not a pipe, which a chatty command would fill while nothing reads it until the command ends."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode:
+            err.seek(0)
+            said = err.read().decode(errors="replace").strip()[-300:]
+            raise SystemExit(f"error: {' '.join(cmd)} exited {p.returncode}: {said}")
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
