@@ -382,3 +382,22 @@ def test_a_multi_cycle_run_shows_the_cycle_its_headline_names(tab, served):
     labels = frame.locator(".chart[data-kind='cycles']").get_attribute("data-bars")
     assert labels == str(MANY_CYCLES)
 
+
+
+def test_the_tabs_figures_round_as_the_console_does(browser):
+    """The tab writes its figures with index.js's ``fixed``, which gives Python's ``format(x, '.Nf')`` (the
+    console's and the report's text), exact ties included: toFixed alone writes 80.63 for a step of exactly
+    80.625 ms, which the console prints as 80.62. Here the function as index.js holds it, in Chromium."""
+    source = (Path(__file__).resolve().parents[1] / "trainer" / "tensorboard" / "tab" / "static" / "index.js").read_text()
+    found = re.search(r"^const fixed = \(x, d\) => \{$.*?^\};$", source, re.S | re.M)
+    assert found, "index.js has no `const fixed = (x, d) => {...};`"
+    cases = [(80.625, 2), (80.635, 2), (0.125, 2), (0.375, 2), (-0.125, 2), (-80.625, 2), (2.5, 0), (3.5, 0),
+             (12.25, 1), (12.75, 1), (0.0625, 3), (0.1875, 3), (1.005, 2), (80.6251, 2), (3.0, 2), (1e20, 2),
+             (123456.789, 1)]
+    page = browser.new_page()
+    try:
+        got = page.evaluate(f"(cases) => {{\n{found.group(0)}\nreturn cases.map(([x, d]) => fixed(x, d));\n}}",
+                            [list(c) for c in cases])
+    finally:
+        page.close()
+    assert got == [f"{x:.{d}f}" for x, d in cases]

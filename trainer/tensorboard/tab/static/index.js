@@ -89,8 +89,18 @@ function fail(where, err) {
   where.appendChild(el('p', {class: 'error', text: String(err.message || err)}));
 }
 
-const fmt = (x, d = 2) => (x === null || x === undefined ? 'n/a' : Number(x).toFixed(d));
-const pct = (x) => (x === null || x === undefined ? 'n/a' : `${Number(x).toFixed(1)}%`);
+// x with d decimals as Python writes it (format(x, '.2f'), the console's and the report's text): the nearest,
+// and on an exact tie the even one. toFixed takes the larger on a tie, so a step of exactly 80.625 ms would
+// read 80.63 here and 80.62 everywhere else. A double is an exact tie at d decimals when x * 2^(d+1) is an odd
+// integer; x * 10^d is then exactly n + 0.5.
+const fixed = (x, d) => {
+  const t = x * 2 ** (d + 1);
+  if (!Number.isInteger(t) || t % 2 === 0) return x.toFixed(d);
+  const n = Math.floor(Math.abs(x) * 10 ** d);
+  return `${x < 0 ? '-' : ''}${((n % 2 === 0 ? n : n + 1) / 10 ** d).toFixed(d)}`;
+};
+const fmt = (x, d = 2) => (x === null || x === undefined ? 'n/a' : fixed(Number(x), d));
+const pct = (x) => (x === null || x === undefined ? 'n/a' : `${fixed(Number(x), 1)}%`);
 
 function badge(verdict) {
   const tone = (vocab.verdicts[verdict] || {}).tone || 'warn';
@@ -391,7 +401,7 @@ function windowForm(name) {
 
 // ---------------------------------------------------------------- memory
 
-const gib = (x) => (x === null || x === undefined ? 'n/a' : `${Number(x).toFixed(3)} GiB`);
+const gib = (x) => (x === null || x === undefined ? 'n/a' : `${fixed(Number(x), 3)} GiB`);
 
 // Each profiled step's peak allocated and reserved, against the device's capacity, on the step numbers of
 // the time view (ProfilerStep#N; the window form's A:B).
