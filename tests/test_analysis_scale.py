@@ -272,15 +272,17 @@ def test_the_targets_measure_alternates_the_two_checkouts(replica, tmp_path, cap
 
 
 def test_a_timed_command_may_say_more_than_a_pipe_holds():
-    """The targets' timer waits for the command before it reads what the command said: said into a pipe, 300 KB
-    would block the command (a pipe holds 64 KiB) and the wait would never end (so the timer runs in a process
-    of its own here, with a time limit). A failure keeps its last words."""
+    """Both timers (the targets' and the sampling one) wait for the command before they read what it said:
+    said into a pipe, 300 KB would block the command (a pipe holds 64 KiB) and the wait would never end (so
+    the timers run in a process of their own here, with a time limit). A failure keeps its last words."""
     chatty = [sys.executable, "-c", "import sys; sys.stderr.write('x' * 300_000)"]
-    timer = ("import json, sys; from bench.analysis_speed import timed; "
-             "print(json.dumps(timed(json.loads(sys.argv[1]))))")
+    timer = ("import json, sys; from bench.memory import measure_command, timed; cmd = json.loads(sys.argv[1]); "
+             "print(json.dumps([timed(cmd), measure_command(cmd)]))")
     done = subprocess.run([sys.executable, "-c", timer, json.dumps(chatty)], capture_output=True, text=True,
                           timeout=60, cwd=ROOT / "scripts", check=True)
-    wall, cpu, rss = json.loads(done.stdout)
+    (wall, cpu, rss), sampled = json.loads(done.stdout)
     assert wall > 0 and cpu > 0 and rss > 1
-    with pytest.raises(SystemExit, match="exited 3: .*boom$"):
-        analysis_speed.timed([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
+    assert sampled[0] > 0 and sampled[1] > 0
+    for measure in (memory.timed, memory.measure_command):
+        with pytest.raises(SystemExit, match="exited 3: .*boom$"):
+            measure([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])

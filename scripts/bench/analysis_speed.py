@@ -68,7 +68,7 @@ from stepscope.trace.discover import discover
 from stepscope.trace.files import load_trace
 
 from bench import REPO
-from bench.memory import measure_command, tree_peaks
+from bench.memory import measure_command, timed, tree_peaks
 
 TOLERANCE = 0.02  # relative; only the first step of each copy may see a different previous step
 COMPARED = ("step_ms", "host_step_ms", "gpu_busy_pct", "kernels_per_step", "syncs_per_step",
@@ -111,9 +111,9 @@ def build(source: Path, size: int, out: Path, gz: bool) -> Path:
     (tf,) = discover(source).traces[:1]
     trace = load_trace(tf.path)
     events = [e for e in trace["traceEvents"] if isinstance(e, dict)]
-    timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
-    lo = min(e["ts"] for e in timed)
-    hi = max(e["ts"] + float(e.get("dur", 0) or 0) for e in timed)
+    with_time = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
+    lo = min(e["ts"] for e in with_time)
+    hi = max(e["ts"] + float(e.get("dur", 0) or 0) for e in with_time)
     shift = float(int(hi - lo) + 10_000)  # whole µs: shifted times stay exact
     numbers = [int(e["name"].rsplit("#", 1)[1]) for e in events
                if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
@@ -326,23 +326,6 @@ def checkouts(base: Path, run: Path, repeat: int) -> None:
 # the day the target was set: the target divided by it is the ratio that the target asks for on a day the
 # machine runs at another speed.
 TARGETS = {"--json": (2.0, 7.06), "--json of .json.gz": (2.5, 8.52), "--json --export-tensorboard": (6.0, 20.04)}
-
-
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
-    """(wall s, CPU s, peak RSS MiB) of one subprocess and the processes it waited for, as ``/usr/bin/time``
-    gives them: nothing is sampled while it runs. Exits with its last lines where it fails. Its stderr goes to a
-    file, not a pipe, which a chatty command would fill while nothing reads it until the command ends."""
-    with tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        _, status, usage = os.wait4(p.pid, 0)
-        wall = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
-        if p.returncode:
-            err.seek(0)
-            said = err.read().decode(errors="replace").strip()[-300:]
-            raise SystemExit(f"error: {' '.join(cmd)} exited {p.returncode}: {said}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def _spread(xs: list[float], digits: int = 2) -> str:
