@@ -217,6 +217,46 @@ def test_a_whole_trace_read_frees_the_threads_parser_and_a_later_read_makes_a_ne
     assert calls == [1, 1]
 
 
+def _huge_kb(address: int, size: int) -> int:
+    """AnonHugePages (kB) of this process's mappings that overlap [address, address + size) (/proc/self/smaps;
+    an advised stretch is a mapping of its own)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms ..."
+            start, end = (int(x, 16) for x in head.split("-"))
+            inside = start < address + size and address < end
+        elif inside and head == "AnonHugePages:":
+            total += int(line.split()[1])
+    return total
+
+
+def test_large_buffers_ask_for_huge_pages_as_numpys_do():
+    """The read's buffers (empty) and a piece's columns ask for transparent huge pages before they are first
+    written, as numpy does for its large arrays: in 4 KiB pages, each first write to a page is a page fault.
+    Where the kernel gives them only on request ("madvise"), a buffer gets them exactly when a numpy array of
+    its size does."""
+    setting = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not setting.exists() or "[madvise]" not in setting.read_text():
+        pytest.skip("transparent huge pages are not given on request on this machine (always, never or none)")
+    n = 64 << 20  # above glibc's largest mmap threshold (32 MiB): a mapping of its own, not reused memory
+    control = np.empty(n, dtype=np.uint8)
+    control[:] = 1
+    if _huge_kb(control.ctypes.data, n) == 0:
+        pytest.skip("the kernel gave numpy's array no huge page either (memory too fragmented)")
+    from stepscope.trace import _fastread
+
+    buf = _fastread.empty(n)
+    view = np.frombuffer(buf, dtype=np.uint8)
+    view[:] = 1
+    assert _huge_kb(view.ctypes.data, n) > 0
+    # a piece whose columns are larger than that: 300,000 events in 16 slots of 8 bytes, 38 MB of ints
+    events = b",".join([b'{"name":"k","ph":"X","ts":1,"dur":2,"args":{"External id":3}}'] * 300_000)
+    cols = fastread.ColumnReader(Event).read(b"[" + events + b"]")
+    assert cols.n == 300_000 and cols._ints.nbytes > n / 2
+    assert _huge_kb(cols._ints.ctypes.data, cols._ints.nbytes) > 0
+
+
 def test_a_helper_sends_its_pieces_as_columns_without_event_tuples(tmp_path):
     """A helper process of the ranged parse encodes each piece of columns straight from them
     (stream_columns.encoded), and what the parsing process rebuilds from that equals what the event tuples of

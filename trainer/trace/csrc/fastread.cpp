@@ -86,15 +86,20 @@ check fails, for the caller to collect the piece event by event. ``kind_of``, ``
 (int8, bytes of 0/1, int16) are indexed by a string's code, with one more entry for "none"; a code that falls
 outside them is a ValueError, never a read past their end. The GIL is released during the pass.
 
-Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse
-its buffers instead of faulting in new ones; release() frees it once a trace has been read. A piece that is a
-memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where it lies,
-without that copy: in_place(text) says whether a text is.
+Each thread keeps one simdjson parser (and its padded copy of the input), so that consecutive pieces reuse its
+buffers instead of faulting in new ones; release() frees it once a trace has been read. Its buffers grow with
+room for a quarter more, not to the exact size of a slightly larger piece, and the large buffers it makes (the
+parser's, a piece's columns, empty()'s) ask for transparent huge pages before they are first written. A piece
+that is a memoryview of a bytearray holding PADDING (simdjson's padding) more bytes after it is parsed where
+it lies, without that copy: in_place(text) says whether a text is.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <algorithm>
 #include <memory>
@@ -331,6 +336,21 @@ static inline Py_ssize_t find_key(const keymap *m, const char *p, size_t n) {
     }
 }
 
+/* Ask the kernel to back the 2 MiB-aligned pages inside [p, p + n) with huge pages (Linux's transparent huge
+   pages, where they are set to "madvise"): a large output or input buffer is written once, from its start,
+   and in 4 KiB pages each first write is a page fault of its own. A hint only: nothing changes where the
+   kernel refuses it, or memory already touched stays as it is. */
+static void huge_pages(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + n) & ~(huge - 1);
+    if (end > start) (void)madvise((void *)start, (size_t)(end - start), MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 /* the thread's On Demand parser, for spans(): freed by release(), or when the thread ends */
 static thread_local std::unique_ptr<simdjson::ondemand::parser> the_iterator;
 
@@ -346,6 +366,23 @@ static simdjson::dom::parser *thread_parser(void) {
             the_parser.reset();
     }
     return the_parser.get();
+}
+
+/* The parser's buffers made ready for a text of ``len`` bytes, with room for a quarter more, so that pieces
+   of about one size reuse them instead of growing them at each slightly larger one (simdjson grows them to
+   the exact size a text needs). New buffers are written from their start as a piece is parsed, so their
+   pages are asked for as huge pages (huge_pages) before anything touches them. */
+static simdjson::error_code grown(simdjson::dom::parser *parser, size_t len) {
+    if ((parser->capacity() >= len && parser->doc.capacity() >= len) || len > parser->max_capacity())
+        return simdjson::SUCCESS; /* the parse says CAPACITY for a text beyond what the parser holds */
+    size_t cap = std::min(len + len / 4, parser->max_capacity());
+    simdjson::error_code error = parser->allocate(cap, PARSER_DEPTH);
+    if (!error) error = parser->doc.allocate(cap);
+    if (error) return error;
+    huge_pages(parser->doc.tape.get(), SIMDJSON_ROUNDUP_N(cap + 3, 64) * sizeof(uint64_t));
+    const size_t strings = SIMDJSON_ROUNDUP_N(5 * cap / 3 + simdjson::SIMDJSON_PADDING, 64);
+    huge_pages(parser->doc.string_buf.get(), strings);
+    return simdjson::SUCCESS;
 }
 
 /* release(): the calling thread's parser and its buffers (tens of MB for pieces of a few MB) freed, once a
@@ -474,7 +511,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     in_place_ok = padded_in_place(text.obj, bytes, text.len);
     Py_BEGIN_ALLOW_THREADS
     element doc;
-    error = parser->parse(bytes, (size_t)text.len, !in_place_ok).get(doc);
+    error = grown(parser, (size_t)text.len);
+    if (!error) error = parser->parse(bytes, (size_t)text.len, !in_place_ok).get(doc);
     if (!error) error = doc.get_array().get(root);
     Py_END_ALLOW_THREADS
     if (error == simdjson::MEMALLOC) {
@@ -495,6 +533,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     if (!types_b || !ints_b) goto done;
     types = (uint8_t *)PyBytes_AS_STRING(types_b);
     ints = (int64_t *)PyBytes_AS_STRING(ints_b);
+    huge_pages(types, n * slots);
+    huge_pages(ints, n * slots * sizeof(int64_t));
     memset(types, T_MISSING, n * slots);
     memset(ints, 0, n * slots * sizeof(int64_t));
     if (strtab_init(&tab, 1024) < 0) {
@@ -564,6 +604,10 @@ static int entry_spans(simdjson::ondemand::parser *parser, simdjson::padded_stri
                        const char *base, int64_t **pairs, size_t *cap, size_t *n) {
     simdjson::ondemand::document doc;
     simdjson::ondemand::array array;
+    const size_t whole = view.length(); /* room for a quarter more, as grown() gives the DOM parser */
+    if (parser->capacity() < whole && whole <= parser->max_capacity() &&
+        parser->allocate(std::min(whole + whole / 4, parser->max_capacity()), parser->max_depth()))
+        return READ_REFUSED;
     if (parser->iterate(view).get(doc) || doc.get_array().get(array)) return READ_REFUSED;
     for (auto entry : array) {
         simdjson::ondemand::value value;
@@ -891,7 +935,9 @@ static PyObject *empty(PyObject *self, PyObject *arg) {
         PyErr_SetString(PyExc_ValueError, "a negative size");
         return NULL;
     }
-    return PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n);
+    if (out) huge_pages(PyByteArray_AS_STRING(out), (size_t)n);
+    return out;
 }
 
 /* open_frames: see the top of this file. The sweep keeps, per open frame, its end, its chain (the real frames
