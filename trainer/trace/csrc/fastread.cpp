@@ -1095,6 +1095,7 @@ static PyObject *joined(PyObject *self, PyObject *args) {
     result = PyBytes_FromStringAndSize(NULL, total);
     if (result) {
         char *out = PyBytes_AS_STRING(result);
+        huge_pages(out, (size_t)total);
         Py_BEGIN_ALLOW_THREADS
         if (lead && n) {
             memcpy(out, ",\n", 2);
