@@ -37,13 +37,14 @@ from stepscope.trace.vocabulary import STEP_PREFIX
 from stepscope.trace.workers import json_size
 
 # This process collects the first byte range and, between its own pieces, rebuilds the helpers' pieces from
-# the columns they send, so its range is this much of theirs. On the 1 GB replica on two cores
-# (BENCHMARKS.md), 0.85 left neither process waiting for the other (0.7 left this one idle for 0.2 s at its
-# range's end; 1.0 took 1.003 and 1.026 times as long as 0.85 in two measurements).
-FIRST_RANGE_WEIGHT = 0.85
-# A gzipped file's helper decompresses the file up to the cut to start there (gzopen.py): 0.9 evened the two
-# processes' CPU time on the 1 GB replica stored as .json.gz (0.75 took the same time within noise).
-FIRST_RANGE_WEIGHT_GZ = 0.9
+# the columns they send, so its range is this much of theirs. Each weight is the one at which neither process
+# waits long for the other at the read's end, measured on the 1 GB replica on two cores (BENCHMARKS.md: the
+# median of how much later the helper ended, over 6 to 8 runs; the machine's state moves it by a tenth of a
+# second either way): 0.9 left +0.06 and +0.15 s (0.85: +0.26 s; 0.95 and 1.0: -0.18 and -0.16 s).
+FIRST_RANGE_WEIGHT = 0.9
+# A gzipped file's helper decompresses the file up to the cut to start there (gzopen.py), yet this process
+# takes more: 1.1 left -0.04 and +0.08 s (0.9: +0.47 s; 1.2: -0.20 s).
+FIRST_RANGE_WEIGHT_GZ = 1.1
 
 
 class Unreadable(TraceError):
