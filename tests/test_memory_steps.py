@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference.step_memory import device_steps, step_phases
+from reference.step_memory import OpOwners, device_steps, step_phases
 from stepscope.analysis import memory
 from stepscope.analysis.events import MemoryColumns
 from stepscope.analysis.report import parse_path
@@ -112,9 +112,11 @@ TRACES = sorted(str(Path(p).relative_to(DATA)) for p in glob.glob(str(DATA / "**
 @pytest.mark.parametrize("name", TRACES)
 def test_the_committed_traces_memory_is_the_same_step_by_step(name):
     """Every committed trace's steps' phases, and its devices, step by step through the oracle, as
-    memory_devices makes them (a trace recorded without profile_memory has none)."""
+    memory_devices makes them (a trace recorded without profile_memory has none); and the owners of its
+    allocations, as the rule names them one time at a time (_owners_are_the_rules)."""
     trace = parse_path(DATA / name, "w", "s")
     assert not isinstance(trace, Exception), trace
+    _owners_are_the_rules(trace)
     windows = step_windows(trace)
     assert memory._phases(trace, windows) == step_phases(trace, windows)
     found = memory.memory_devices(trace, windows)
@@ -128,3 +130,20 @@ def test_the_committed_traces_memory_is_the_same_step_by_step(name):
         dev = memory._Device.of(cols, rows)
         steps = device_steps(dev, windows, phases, memory._Owners(trace), memory._Modules(trace))
         assert d.steps == tuple(steps)
+
+
+
+def _owners_are_the_rules(trace) -> None:
+    """Each thread's allocations, and times at, just before and inside its ops' bounds (where the op begun last
+    has ended, and the owner is looked for around it), are owned by the op that the rule names, one time at a
+    time (reference.step_memory.OpOwners)."""
+    cols, owners, reference = memory.op_columns(trace), memory._Owners(trace), OpOwners(trace)
+    memory_ts = np.asarray(MemoryColumns.of(trace.memory).field("ts"), dtype=np.float64) if trace.memory else []
+    rng = np.random.default_rng(0)
+    for tid, code in cols.threads.items():
+        mine = np.flatnonzero(cols.thread == code)
+        bounds = np.concatenate([cols.start[mine], cols.end[mine]])
+        times = np.concatenate([bounds, bounds - 0.5, (cols.start[mine] + cols.end[mine]) / 2, memory_ts])
+        times = np.sort(rng.choice(times, size=min(len(times), 300), replace=False))
+        assert owners.owners(tid, times).tolist() == [reference.owner(tid, t) for t in times.tolist()]
+    assert owners.owners("no such thread", np.array([1.0, 2.0])).tolist() == ["(no op)", "(no op)"]

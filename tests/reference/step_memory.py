@@ -9,6 +9,7 @@ walked in time order, which the tests hold the batched one to.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 
 import numpy as np
@@ -16,6 +17,7 @@ from stepscope.analysis.columns import op_columns
 from stepscope.analysis.memory import (
     _STEP_PHASES,
     BACKWARD_OP,
+    GENERIC_ALLOCATING_OPS,
     OPTIMIZER_RANGE,
     STATE_NEW_MIN_BYTES,
     TOP_ALLOCATORS,
@@ -121,3 +123,41 @@ def step_memory(dev, w, phases: tuple, owners, modules) -> StepMemory | None:
     largest = max(int(dev.nbytes[lo:hi].max()), 0)
     return StepMemory(w.number, peak, peak_reserved, reserved_at_peak, at_start, at_end, phase, composition, top,
                       mods, outside if modules else 0, largest)
+
+
+class OpOwners:
+    """The op that owns an allocation on a thread at a time, one time at a time (memory._Owners answers many at
+    once): of the thread's ops that are not generic allocation ops (GENERIC_ALLOCATING_OPS), the one begun last
+    at or before the time, where it is still open; else, among the last 4096 of them begun by then, the last
+    that is still open or has no length; else the same among all of the thread's ops; else "(no op)". Ops
+    that begin together keep their order in the trace."""
+
+    def __init__(self, trace) -> None:
+        self.cols = op_columns(trace)
+        self.threads: dict = {}
+
+    def _thread(self, tid) -> tuple[list, list] | None:
+        """The thread's (plain ops, all ops), each a list of (start, end, name) in order of start."""
+        if tid not in self.threads:
+            cols, code = self.cols, self.cols.threads.get(tid)
+            mine = [] if code is None else sorted(
+                ((float(cols.start[i]), float(cols.end[i]), cols.names[i]) for i in range(len(cols.names))
+                 if cols.thread[i] == code), key=lambda op: op[0])
+            plain = [op for op in mine if op[2] not in GENERIC_ALLOCATING_OPS]
+            self.threads[tid] = (plain, mine) if code is not None else None
+        return self.threads[tid]
+
+    def owner(self, tid, t: float) -> str:
+        groups = self._thread(tid)
+        if groups is None:
+            return "(no op)"
+        plain, mine = groups
+        begun = bisect_right([op[0] for op in plain], t)
+        if begun and plain[begun - 1][1] > t:
+            return plain[begun - 1][2]
+        for group in (plain, mine):
+            begun = bisect_right([op[0] for op in group], t)
+            inside = [op for op in group[max(begun - 4096, 0):begun] if op[1] > t or op[1] == op[0]]
+            if inside:
+                return inside[-1][2]
+        return "(no op)"

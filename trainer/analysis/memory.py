@@ -554,9 +554,9 @@ def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, ow
     for code in np.unique(tid).tolist():
         pick = np.flatnonzero(tid == code)
         thread = _thread_of(dev, code)
-        op[pick] = as_objects(owners.owners(thread, ts[pick]))
+        op[pick] = owners.owners(thread, ts[pick])
         if modules:
-            module[pick] = as_objects(modules.owners(thread, ts[pick]))
+            module[pick] = modules.owners(thread, ts[pick])
     size = dev.nbytes[rows_live]
     return (_summed(seg_live, op.tolist(), size, steps),
             _summed(seg_live, module.tolist(), size, steps) if modules else [{} for _ in range(steps)])
@@ -692,19 +692,24 @@ class _Modules:
             self.threads[tid] = (starts, ends, end_array, parent, list(map(module.__getitem__, named)))
         return self.threads[tid]
 
-    def owners(self, tid, ts: np.ndarray) -> list[str | None]:
-        """The module around each time in ``ts`` (allocations on thread ``tid``), None outside any."""
+    def owners(self, tid, ts: np.ndarray) -> np.ndarray:
+        """The module around each time in ``ts`` (allocations on thread ``tid``), None outside any: an array of
+        those objects."""
         starts, ends, end_array, parent, names = self._thread(tid)
         at = np.searchsorted(starts, ts, side="right") - 1
         # the frame begun last before the time is open at it: the usual case, answered for all at once
         open_ = ((at >= 0) & (end_array[np.maximum(at, 0)] > ts) if len(ends)
                  else np.zeros(len(ts), dtype=bool))
-        out = []
-        for t, k, hit in zip(ts.tolist(), at.tolist(), open_.tolist()):
-            if not hit:
-                while k >= 0 and ends[k] <= t:
-                    k = parent[k]
-            out.append(names[k] if k >= 0 else None)
+        out = np.empty(len(ts), dtype=object)  # None where nothing is put
+        hit = np.flatnonzero(open_)
+        if len(hit):
+            out[hit] = as_objects(names)[at[hit]]
+        times = ts.tolist()
+        for i, k in zip(np.flatnonzero(~open_).tolist(), at[~open_].tolist()):
+            t = times[i]
+            while k >= 0 and ends[k] <= t:
+                k = parent[k]
+            out[i] = names[k] if k >= 0 else None
         return out
 
 
@@ -716,6 +721,7 @@ class _Owners:
         self.cols = op_columns(trace)
         self.by_tid: dict = {}
         self._generic = (_op_kinds(trace) & _GENERIC) != 0  # per op: a generic allocation op
+        self.names: np.ndarray | None = None
 
     def _thread(self, tid):
         """(op indices, starts, ends) of the thread's ops that are not generic allocation ops, by start; and the
@@ -731,20 +737,30 @@ class _Owners:
                 self.by_tid[tid] = tuple((ix, self.cols.start[ix], self.cols.end[ix]) for ix in (idx[keep], idx))
         return self.by_tid[tid]
 
-    def owners(self, tid, ts: np.ndarray) -> list[str]:
-        """The owner of each time in ``ts`` (allocations on thread ``tid``)."""
+    def owners(self, tid, ts: np.ndarray) -> np.ndarray:
+        """The owner of each time in ``ts`` (allocations on thread ``tid``): an array of those names."""
         ranges = self._thread(tid)
         if ranges is None:
-            return ["(no op)"] * len(ts)
+            return np.full(len(ts), "(no op)", dtype=object)
         (idx, starts, ends), every = ranges
         at = np.searchsorted(starts, ts, side="right") - 1
         k = np.maximum(at, 0)
         # the latest op begun before contains it: the usual case, looked up for all at once
-        direct = (at >= 0) & (ends[k] > ts) if len(idx) else np.zeros(len(ts), dtype=bool)
-        names = self.cols.names
-        rows = idx[k].tolist() if len(idx) else [0] * len(ts)
-        return [names[r] if hit else self._walk(ranges, t)
-                for r, hit, t in zip(rows, direct.tolist(), ts.tolist())]
+        if len(idx):
+            direct = (at >= 0) & (ends[k] > ts)
+            out = self._names()[idx[k]]
+        else:
+            direct, out = np.zeros(len(ts), dtype=bool), np.empty(len(ts), dtype=object)
+        times = ts.tolist()
+        for i in np.flatnonzero(~direct).tolist():
+            out[i] = self._walk(ranges, times[i])
+        return out
+
+    def _names(self) -> np.ndarray:
+        """The ops' names as an array of those objects (fastread.as_objects), made once."""
+        if self.names is None:
+            self.names = as_objects(self.cols.names)
+        return self.names
 
     def _walk(self, ranges, ts: float) -> str:
         for idx, starts, ends in ranges:  # a non-generic op around it, else any op around it
