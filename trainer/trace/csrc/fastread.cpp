@@ -378,6 +378,11 @@ static simdjson::error_code grown(simdjson::dom::parser *parser, size_t len) {
     size_t cap = std::min(len + len / 4, parser->max_capacity());
     simdjson::error_code error = parser->allocate(cap, PARSER_DEPTH);
     if (!error) error = parser->doc.allocate(cap);
+    if (error && cap > len) { /* no room for the quarter more: the text's own size, as simdjson would */
+        cap = len;
+        error = parser->allocate(cap, PARSER_DEPTH);
+        if (!error) error = parser->doc.allocate(cap);
+    }
     if (error) return error;
     huge_pages(parser->doc.tape.get(), SIMDJSON_ROUNDUP_N(cap + 3, 64) * sizeof(uint64_t));
     const size_t strings = SIMDJSON_ROUNDUP_N(5 * cap / 3 + simdjson::SIMDJSON_PADDING, 64);
@@ -605,9 +610,12 @@ static int entry_spans(simdjson::ondemand::parser *parser, simdjson::padded_stri
     simdjson::ondemand::document doc;
     simdjson::ondemand::array array;
     const size_t whole = view.length(); /* room for a quarter more, as grown() gives the DOM parser */
-    if (parser->capacity() < whole && whole <= parser->max_capacity() &&
-        parser->allocate(std::min(whole + whole / 4, parser->max_capacity()), parser->max_depth()))
-        return READ_REFUSED;
+    if (parser->capacity() < whole && whole <= parser->max_capacity()) {
+        /* where that cannot be had, iterate() allocates the text's own size, or says it cannot */
+        simdjson::error_code roomy = parser->allocate(std::min(whole + whole / 4, parser->max_capacity()),
+                                                      parser->max_depth());
+        (void)roomy;
+    }
     if (parser->iterate(view).get(doc) || doc.get_array().get(array)) return READ_REFUSED;
     for (auto entry : array) {
         simdjson::ondemand::value value;
