@@ -136,27 +136,28 @@ class OpOwners:
         self.cols = op_columns(trace)
         self.threads: dict = {}
 
-    def _thread(self, tid) -> tuple[list, list] | None:
-        """The thread's (plain ops, all ops), each a list of (start, end, name) in order of start."""
+    def _thread(self, tid) -> tuple | None:
+        """The thread's plain ops and all its ops, each a list of (start, end, name) in order of start, with the
+        list of their starts."""
         if tid not in self.threads:
             cols, code = self.cols, self.cols.threads.get(tid)
             mine = [] if code is None else sorted(
                 ((float(cols.start[i]), float(cols.end[i]), cols.names[i]) for i in range(len(cols.names))
                  if cols.thread[i] == code), key=lambda op: op[0])
             plain = [op for op in mine if op[2] not in GENERIC_ALLOCATING_OPS]
-            self.threads[tid] = (plain, mine) if code is not None else None
+            self.threads[tid] = None if code is None else tuple((g, [op[0] for op in g]) for g in (plain, mine))
         return self.threads[tid]
 
     def owner(self, tid, t: float) -> str:
         groups = self._thread(tid)
         if groups is None:
             return "(no op)"
-        plain, mine = groups
-        begun = bisect_right([op[0] for op in plain], t)
+        (plain, plain_starts), _ = groups
+        begun = bisect_right(plain_starts, t)
         if begun and plain[begun - 1][1] > t:
             return plain[begun - 1][2]
-        for group in (plain, mine):
-            begun = bisect_right([op[0] for op in group], t)
+        for group, starts in groups:
+            begun = bisect_right(starts, t)
             inside = [op for op in group[max(begun - 4096, 0):begun] if op[1] > t or op[1] == op[0]]
             if inside:
                 return inside[-1][2]

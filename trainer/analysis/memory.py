@@ -34,6 +34,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -689,7 +690,8 @@ class _Modules:
                 open_.append(k)
             named = [self.frames[k].name for k in rows.tolist()]
             module = {name: name[len(MODULE_FRAME_PREFIX):] for name in set(named)}
-            self.threads[tid] = (starts, ends, end_array, parent, list(map(module.__getitem__, named)))
+            names = as_objects(list(map(module.__getitem__, named)))  # gathered by owners()
+            self.threads[tid] = (starts, ends, end_array, parent, names)
         return self.threads[tid]
 
     def owners(self, tid, ts: np.ndarray) -> np.ndarray:
@@ -702,8 +704,7 @@ class _Modules:
                  else np.zeros(len(ts), dtype=bool))
         out = np.empty(len(ts), dtype=object)  # None where nothing is put
         hit = np.flatnonzero(open_)
-        if len(hit):
-            out[hit] = as_objects(names)[at[hit]]
+        out[hit] = names[at[hit]]
         times = ts.tolist()
         for i, k in zip(np.flatnonzero(~open_).tolist(), at[~open_].tolist()):
             t = times[i]
@@ -721,7 +722,6 @@ class _Owners:
         self.cols = op_columns(trace)
         self.by_tid: dict = {}
         self._generic = (_op_kinds(trace) & _GENERIC) != 0  # per op: a generic allocation op
-        self.names: np.ndarray | None = None
 
     def _thread(self, tid):
         """(op indices, starts, ends) of the thread's ops that are not generic allocation ops, by start; and the
@@ -748,7 +748,7 @@ class _Owners:
         # the latest op begun before contains it: the usual case, looked up for all at once
         if len(idx):
             direct = (at >= 0) & (ends[k] > ts)
-            out = self._names()[idx[k]]
+            out = self.names[idx[k]]
         else:
             direct, out = np.zeros(len(ts), dtype=bool), np.empty(len(ts), dtype=object)
         times = ts.tolist()
@@ -756,11 +756,10 @@ class _Owners:
             out[i] = self._walk(ranges, times[i])
         return out
 
-    def _names(self) -> np.ndarray:
-        """The ops' names as an array of those objects (fastread.as_objects), made once."""
-        if self.names is None:
-            self.names = as_objects(self.cols.names)
-        return self.names
+    @cached_property
+    def names(self) -> np.ndarray:
+        """The ops' names as an array of those objects (fastread.as_objects)."""
+        return as_objects(self.cols.names)
 
     def _walk(self, ranges, ts: float) -> str:
         for idx, starts, ends in ranges:  # a non-generic op around it, else any op around it

@@ -368,20 +368,24 @@ static simdjson::dom::parser *thread_parser(void) {
     return the_parser.get();
 }
 
-/* The parser's buffers made ready for a text of ``len`` bytes, with room for a quarter more, so that pieces
-   of about one size reuse them instead of growing them at each slightly larger one (simdjson grows them to
-   the exact size a text needs). New buffers are written from their start as a piece is parsed, so their
-   pages are asked for as huge pages (huge_pages) before anything touches them. */
+/* The capacity a parser grows to for a text of ``len`` bytes: a quarter more, so that pieces of about one
+   size reuse its buffers instead of growing them at each slightly larger one (simdjson grows them to the
+   exact size a text needs); at most ``most``. */
+static size_t with_room(size_t len, size_t most) { return std::min(len + len / 4, most); }
+
+/* The parser's buffers made ready for a text of ``len`` bytes (with_room; the text's own size where that
+   cannot be had). New buffers are written from their start as a piece is parsed, so their pages are asked for
+   as huge pages (huge_pages) before anything touches them. */
 static simdjson::error_code grown(simdjson::dom::parser *parser, size_t len) {
     if ((parser->capacity() >= len && parser->doc.capacity() >= len) || len > parser->max_capacity())
         return simdjson::SUCCESS; /* the parse says CAPACITY for a text beyond what the parser holds */
-    size_t cap = std::min(len + len / 4, parser->max_capacity());
-    simdjson::error_code error = parser->allocate(cap, PARSER_DEPTH);
-    if (!error) error = parser->doc.allocate(cap);
-    if (error && cap > len) { /* no room for the quarter more: the text's own size, as simdjson would */
-        cap = len;
+    simdjson::error_code error = simdjson::MEMALLOC;
+    size_t cap = 0;
+    for (size_t want : {with_room(len, parser->max_capacity()), len}) {
+        cap = want;
         error = parser->allocate(cap, PARSER_DEPTH);
         if (!error) error = parser->doc.allocate(cap);
+        if (!error) break;
     }
     if (error) return error;
     huge_pages(parser->doc.tape.get(), SIMDJSON_ROUNDUP_N(cap + 3, 64) * sizeof(uint64_t));
@@ -609,12 +613,13 @@ static int entry_spans(simdjson::ondemand::parser *parser, simdjson::padded_stri
                        const char *base, int64_t **pairs, size_t *cap, size_t *n) {
     simdjson::ondemand::document doc;
     simdjson::ondemand::array array;
-    const size_t whole = view.length(); /* room for a quarter more, as grown() gives the DOM parser */
+    const size_t whole = view.length();
     if (parser->capacity() < whole && whole <= parser->max_capacity()) {
-        /* where that cannot be had, iterate() allocates the text's own size, or says it cannot */
-        simdjson::error_code roomy = parser->allocate(std::min(whole + whole / 4, parser->max_capacity()),
-                                                      parser->max_depth());
-        (void)roomy;
+        /* with_room, as grown() gives the DOM parser; where that cannot be had, iterate() allocates the
+           text's own size, or says it cannot */
+        const size_t room = with_room(whole, parser->max_capacity());
+        simdjson::error_code grew = parser->allocate(room, parser->max_depth());
+        (void)grew;
     }
     if (parser->iterate(view).get(doc) || doc.get_array().get(array)) return READ_REFUSED;
     for (auto entry : array) {
