@@ -14,6 +14,7 @@ from stepscope.trace.workers import one_blas_thread
 
 one_blas_thread()  # before numpy is imported
 from stepscope.cli.analyze import main  # noqa: E402
+from stepscope.cli.quick_exit import quick_exit  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(prog="analyze.py"))
+    sys.exit(quick_exit(main(prog="analyze.py")))  # no interpreter teardown (trainer/cli/quick_exit.py)

@@ -275,14 +275,17 @@ def test_export_without_the_plugin_says_so_in_one_line(tmp_path):
 # runs a script as __main__ and writes, as it exits, its peak resident memory (VmHWM: of this process since
 # its exec; ru_maxrss would carry over the forking parent's, pytest's own)
 PEAK_RSS = """
-import runpy, sys
+import atexit, runpy, sys
 peak, script = sys.argv[1], sys.argv[2]
 sys.argv = sys.argv[2:]
-try:
-    runpy.run_path(script, run_name="__main__")
-finally:
+
+def write_peak():
     kb = next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
-    open(peak, "w").write(str(kb * 1024))
+    with open(peak, "w") as f:
+        f.write(str(kb * 1024))
+
+atexit.register(write_peak)  # run by the normal exit and by the script's quick_exit (trainer/cli) alike
+runpy.run_path(script, run_name="__main__")
 """
 
 

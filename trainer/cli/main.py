@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 
+from stepscope.cli.quick_exit import quick_exit
 from stepscope.trace.errors import print_error
 
 
@@ -59,7 +60,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-READ_ONLY = ("analyze", "tensorboard", "diff")  # commands that only read traces (trace/workers.one_blas_thread)
+# commands that only read traces (trace/workers.one_blas_thread); those of them that end without the
+# interpreter's teardown once they return (quick_exit.py)
+READ_ONLY = ("analyze", "tensorboard", "diff")
+QUICK_EXIT = ("analyze", "diff")
 
 
 def load_function(place: str, function: str):
@@ -84,5 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     return load_function(*SUBCOMMANDS[name])(rest, prog=f"stepscope {name}")
 
 
+def run() -> None:
+    """The `stepscope` console script: ``main()``, whose process then ends as quick_exit.py says for a command
+    that only reads traces and returns."""
+    argv = sys.argv[1:]
+    code = main(argv)
+    sys.exit(quick_exit(code) if argv[:1] and argv[0] in QUICK_EXIT else code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
