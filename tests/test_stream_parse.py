@@ -483,6 +483,41 @@ def test_a_nul_byte_in_a_later_block_is_named_by_its_offset_in_the_file(tmp_path
             pass
 
 
+def _nul_trace(where: str) -> bytes:
+    """A trace of 4000 events (several pieces, two byte ranges) with NUL bytes put ``where``; the first NUL's
+    offset is the one every reader must name."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "ts": 1000 + i, "dur": 1, "tid": 1,
+               "args": {"External id": i}} for i in range(4000)]
+    text = bytearray(json.dumps({"traceEvents": [json.loads(STEP), *events], "after": "end"}).encode())
+    n = len(text)
+    at = {"header": text.index(b"[") + 1,  # the first byte after the array opens
+          "string": text.index(b"aten::op1234") + 6,  # inside a name, in the first range
+          "between": text.index(b", {", n // 2) + 1,  # between two events, near where the ranges meet
+          "late_string": text.index(b"aten::op3990") + 6,  # in the last piece
+          "after_array": text.rindex(b"]") + 1}[where]
+    text[at] = 0
+    text[n - 20] = 0  # a later one, never named
+    return bytes(text)
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("reader", ["compiled", "msgspec"])
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+@pytest.mark.parametrize("where", ["header", "string", "between", "late_string", "after_array"])
+def test_the_first_nul_byte_is_named_by_its_offset_wherever_it_lies(tmp_path, monkeypatch, where, gz, reader,
+                                                                   parts):
+    """The text that decodes is not searched for NUL bytes; the text that fails is. Wherever the first NUL
+    lies (the header, a string, between events, the last piece, after the array), whichever reader and
+    however many byte ranges read it, the error names its offset in the file's text."""
+    if reader == "msgspec":
+        monkeypatch.setenv("STEPSCOPE_PURE_PYTHON", "1")
+    text = _nul_trace(where)
+    path = tmp_path / ("w.1.pt.trace.json" + (".gz" if gz else ""))
+    path.write_bytes(gzip.compress(text, 1) if gz else text)
+    with pytest.raises(Unreadable, match=f"a NUL byte at offset {text.index(0)}, which no JSON text holds"):
+        parse_trace_file(path, "w", "1", block=16 << 10, parts=parts)
+
+
 def test_an_unset_buffer_has_the_size_asked_and_refuses_a_negative_one():
     from stepscope.trace import _fastread
 

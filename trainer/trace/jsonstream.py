@@ -27,11 +27,13 @@ its closing ``]`` are decoded once each, so the header costs nothing on large fi
 ``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
 on unreadable files.
 
-Bounded work on any input: each block is read once and searched for a NUL byte (which no JSON text holds:
-the tail of a file cut short, or preallocated by its writer and never filled), and a first byte that cannot
-open an object, a header of more than ``HEADER_LIMIT`` bytes, or more than ``PIECE_LIMIT`` bytes without a
-decodable cut end the read there, with ``NotJSON`` or ``msgspec.DecodeError``. A bad file therefore costs
-time linear in the bytes read up to the error and memory of a few blocks, whatever its size.
+Bounded work on any input: each block is read once. The text not yet decoded is searched for a NUL byte
+(which no JSON text holds: the tail of a file cut short, or preallocated by its writer and never filled)
+where it fails (no cut in it, a piece that does not decode, its end), which finds the file's first NUL byte
+without a search of the text that decodes. That, a first byte that cannot open an object, a header of more
+than ``HEADER_LIMIT`` bytes, or more than ``PIECE_LIMIT`` bytes without a decodable cut end the read there,
+with ``NotJSON`` or ``msgspec.DecodeError``. A bad file therefore costs time linear in the bytes read up to
+the error and memory of a few blocks, whatever its size.
 
 ``lenient``: text that is JSON to Python but not to msgspec (NaN and Infinity literals) or that the caller's
 types refuse (an event that is not an object) is normalised instead of refused: a piece (or the header) that
@@ -74,6 +76,11 @@ DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 
 class NotJSON(msgspec.DecodeError):
     """Text that no JSON reader accepts, seen without decoding it (a NUL byte); the message says where."""
+
+
+def _nul_at(offset: int) -> NotJSON:
+    return NotJSON(f"a NUL byte at offset {offset}, which no JSON text holds: a file cut short, or "
+                   "preallocated by its writer and never filled")
 
 
 class TraceStream:
@@ -173,8 +180,15 @@ class TraceStream:
         """Raise NotJSON where ``data[start:end]``, the stream's next bytes, holds a NUL byte."""
         nul = data.find(0, start, end)
         if nul >= 0:
-            raise NotJSON(f"a NUL byte at offset {self._pos + nul - start}, which no JSON text holds: a file "
-                          "cut short, or preallocated by its writer and never filled")
+            raise _nul_at(self._pos + nul - start)
+
+    def _no_nul_read(self, buf: bytearray) -> None:
+        """Raise NotJSON where ``buf[1:]``, the last bytes read (``buf[0]`` is decode_events' own), holds a
+        NUL byte: called where that text fails. Every piece before it decoded, and no reader decodes a NUL
+        byte (simdjson, msgspec and Python's json all refuse one), so its first is the file's first."""
+        nul = buf.find(0, 1)
+        if nul >= 0:
+            raise _nul_at(self._pos - len(buf) + nul)
 
     def _more(self, buf: bytearray) -> bytearray | None:
         """``buf`` followed by the stream's next bytes (``_read``'s), or None at its end. The file's bytes are
@@ -197,8 +211,7 @@ class TraceStream:
             del out[at + got:]  # a short read: no byte that the file did not give stays in the buffer
         if got == 0:
             return None
-        self._no_nul(out, at, at + got)
-        self._pos += got
+        self._pos += got  # its NUL bytes are looked for where a piece fails (decode_events), not here
         if self._left is not None:
             self._left -= got
         return out
@@ -239,11 +252,13 @@ class TraceStream:
                 break
             buf = grown
             if len(buf) > PIECE_LIMIT + self.block:
+                self._no_nul_read(buf)
                 raise msgspec.DecodeError(f"no boundary between two events that decodes in the "
                                           f"{PIECE_LIMIT >> 20} MiB before offset {self._pos}: not a trace's "
                                           "array of events")
             cut = _last_boundary(buf, failed_at, len(buf) - PADDING)
             if cut is None:
+                self._no_nul_read(buf)
                 continue
             closing = buf[cut]
             buf[0], buf[cut] = 0x5B, 0x5D  # "[" and "]" around the events before the cut
@@ -252,6 +267,7 @@ class TraceStream:
                     events = self._decode(decode, view[:cut + 1])
             except DECODE_ERRORS:
                 buf[cut] = closing
+                self._no_nul_read(buf)
                 failed_at = cut
                 continue
             failed_at = -1
@@ -264,13 +280,19 @@ class TraceStream:
         if self.span is not None and self.span[1] is not None:
             # a middle range: whole events followed by ',' (and whitespace)
             text = bytes(buf[1:]).rstrip()
-            yield self._decode(decode, b"[" + (text[:-1] if text.endswith(b",") else text) + b"]")
+            try:
+                events = self._decode(decode, b"[" + (text[:-1] if text.endswith(b",") else text) + b"]")
+            except DECODE_ERRORS:
+                self._no_nul_read(buf)
+                raise
+            yield events
             return
         # The rest: the last events, ']' and the keys after the array, decoded as one object.
         text = b'{"traceEvents":[' + bytes(buf[1:])
         try:
             tail = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
         except DECODE_ERRORS:
+            self._no_nul_read(buf)
             if self.lenient is None:
                 raise
             rest = self._python_json(text)
