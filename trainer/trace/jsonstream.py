@@ -27,13 +27,14 @@ its closing ``]`` are decoded once each, so the header costs nothing on large fi
 ``msgspec.DecodeError`` on text that is not such a JSON object, and ``OSError``/``EOFError``/``zlib.error``
 on unreadable files.
 
-Bounded work on any input: each block is read once. The text not yet decoded is searched for a NUL byte
-(which no JSON text holds: the tail of a file cut short, or preallocated by its writer and never filled)
-where it fails (no cut in it, a piece that does not decode, its end), which finds the file's first NUL byte
-without a search of the text that decodes. That, a first byte that cannot open an object, a header of more
-than ``HEADER_LIMIT`` bytes, or more than ``PIECE_LIMIT`` bytes without a decodable cut end the read there,
-with ``NotJSON`` or ``msgspec.DecodeError``. A bad file therefore costs time linear in the bytes read up to
-the error and memory of a few blocks, whatever its size.
+Bounded work on any input: each block is read once. A block is searched for a NUL byte (which no JSON text
+holds: the tail of a file cut short, or preallocated by its writer and never filled) as it is read where it
+holds the header or a range's first bytes, and the blocks after those only where their text fails (no cut in
+it, a piece that does not decode, its end): that finds the file's first NUL byte without a search of the text
+that decodes. That, a first byte that cannot open an object, a header of more than ``HEADER_LIMIT`` bytes, or
+more than ``PIECE_LIMIT`` bytes without a decodable cut end the read there, with ``NotJSON`` or
+``msgspec.DecodeError``. A bad file therefore costs time linear in the bytes read up to the error and memory
+of a few blocks, whatever its size.
 
 ``lenient``: text that is JSON to Python but not to msgspec (NaN and Infinity literals) or that the caller's
 types refuse (an event that is not an object) is normalised instead of refused: a piece (or the header) that
