@@ -132,7 +132,6 @@ def test_the_committed_traces_memory_is_the_same_step_by_step(name):
         assert d.steps == tuple(steps)
 
 
-
 def _owners_are_the_rules(trace) -> None:
     """Each thread's allocations, and times at, just before and inside its ops' bounds (where the op begun last
     has ended, and the owner is looked for around it), are owned by the op that the rule names, one time at a

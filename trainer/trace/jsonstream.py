@@ -79,11 +79,6 @@ class NotJSON(msgspec.DecodeError):
     """Text that no JSON reader accepts, seen without decoding it (a NUL byte); the message says where."""
 
 
-def _nul_at(offset: int) -> NotJSON:
-    return NotJSON(f"a NUL byte at offset {offset}, which no JSON text holds: a file cut short, or "
-                   "preallocated by its writer and never filled")
-
-
 class TraceStream:
     """A trace file opened for streaming; see the module docstring.
 
@@ -173,23 +168,24 @@ class TraceStream:
         else:
             data = self._f.read(min(self.block, self._left))
             self._left -= len(data)
-        self._no_nul(data, 0, len(data))
+        self._no_nul(data, 0, self._pos)
         self._pos += len(data)
         return data
 
-    def _no_nul(self, data, start: int, end: int) -> None:
-        """Raise NotJSON where ``data[start:end]``, the stream's next bytes, holds a NUL byte."""
-        nul = data.find(0, start, end)
+    @staticmethod
+    def _no_nul(data, start: int, at: int) -> None:
+        """Raise NotJSON where ``data[start:]`` (text whose first byte lies at offset ``at``) holds a NUL
+        byte."""
+        nul = data.find(0, start)
         if nul >= 0:
-            raise _nul_at(self._pos + nul - start)
+            raise NotJSON(f"a NUL byte at offset {at + nul - start}, which no JSON text holds: a file cut "
+                          "short, or preallocated by its writer and never filled")
 
     def _no_nul_read(self, buf: bytearray) -> None:
-        """Raise NotJSON where ``buf[1:]``, the last bytes read (``buf[0]`` is decode_events' own), holds a
-        NUL byte: called where that text fails. Every piece before it decoded, and no reader decodes a NUL
-        byte (simdjson, msgspec and Python's json all refuse one), so its first is the file's first."""
-        nul = buf.find(0, 1)
-        if nul >= 0:
-            raise _nul_at(self._pos - len(buf) + nul)
+        """``_no_nul`` of ``buf[1:]``, the last bytes read (``buf[0]`` is decode_events' own): called where
+        that text fails. Every piece before it decoded, and no reader decodes a NUL byte (simdjson, msgspec
+        and Python's json all refuse one), so its first is the file's first."""
+        self._no_nul(buf, 1, self._pos - len(buf) + 1)
 
     def _more(self, buf: bytearray) -> bytearray | None:
         """``buf`` followed by the stream's next bytes (``_read``'s), or None at its end. The file's bytes are
