@@ -245,10 +245,16 @@ def test_a_large_copy_is_checked_through_an_excerpt_of_its_first_steps(replica, 
     assert plugin_check.plugin_problem(broken(steps[-1] + 1, "late.pt.trace.json")) is None
 
 
-def test_the_targets_measure_alternates_the_two_checkouts(replica, tmp_path, capsys):
+def test_the_targets_measure_alternates_the_two_checkouts(replica, tmp_path, capsys, monkeypatch):
     """``bench_analysis.py targets``, this checkout against itself: each command's runs alternate the baseline
     and this checkout, a round at a time, and each export is written and removed (a run never starts beside
-    the last one's files); its rows are the medians of what it printed run by run."""
+    the last one's files); its rows are the medians of what it printed run by run. The checkout is compiled
+    to bytecode first, even where the environment says not to write it (no timed run compiles a module)."""
+    import importlib.util
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    cached = Path(importlib.util.cache_from_source(str(ROOT / "trainer" / "cli" / "analyze.py")))
+    cached.unlink(missing_ok=True)
     (tf,) = discover(replica).traces
     gz_run = tmp_path / "gz"
     gz_run.mkdir()
@@ -269,6 +275,7 @@ def test_the_targets_measure_alternates_the_two_checkouts(replica, tmp_path, cap
         assert (this, base) == pytest.approx((sum(walls["this"]) / 2, sum(walls["base"]) / 2), abs=0.011)
         assert 0 < ratio < 10
     assert set(Path(analysis_speed.tempfile.gettempdir()).glob("bench-export-*")) == before  # nothing left behind
+    assert cached.is_file()
 
 
 def test_a_timed_command_may_say_more_than_a_pipe_holds():

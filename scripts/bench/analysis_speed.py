@@ -30,13 +30,13 @@ inline (what the tab did before it used the worker policy); and checks that both
 
 ``checkouts`` times ``analyze RUN --json`` of another checkout (a worktree with its compiled reader built in
 place; run through its own scripts/analyze.py, as same_reports.py does) and of this one, alternating run by
-run, after checking that both print the same report; it prints each run and the median CPU-s ratio of the pairs.
+run, after compiling both to bytecode and checking that both print the same report; it prints each run and the median CPU-s ratio of the pairs.
 
     python scripts/bench_analysis.py targets /tmp/base359 /tmp/bench/r1g --gz /tmp/bench/r1g_gz --repeat 3
 
 ``targets`` measures the fast reader's targets (``TARGETS``: ``--json`` of the plain and the gzipped run, and
 ``--json --export-tensorboard`` of the plain one) for another checkout (the same-run baseline) and this one,
-alternating run by run. Before each run, and outside its time, the export of the run before is removed and
+alternating run by run, each checkout compiled to bytecode first (``_bytecode``). Before each run, and outside its time, the export of the run before is removed and
 written back (``_settled``): a run that starts while the kernel still writes back the gigabyte of the export
 before it shares the cores with that. Each run is timed as ``/usr/bin/time`` does (``wait4``: wall, CPU and
 peak RSS of the command and the processes it waited for), without sampling anything while it runs. It prints
@@ -158,6 +158,16 @@ def _check_metrics(source: Path, built: Path) -> None:
             continue
         if a is None or b is None or abs(a - b) > TOLERANCE * max(abs(a), 1e-9):
             raise SystemExit(f"error: built trace's {key} is {b}, the source's {a}")
+
+
+def _bytecode(*checkouts: Path) -> None:
+    """Each checkout's modules compiled to bytecode before anything is timed, as an installed package has them:
+    where the environment sets PYTHONDONTWRITEBYTECODE (as the 2-core VM does), a checkout whose sources
+    changed would otherwise compile them again in every timed run (0.03-0.08 s of each)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for root in checkouts:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "trainer", "scripts"], cwd=root, env=env,
+                       check=True, stdout=subprocess.DEVNULL)
 
 
 def _settled(scratch: Path | None = None) -> None:
@@ -300,6 +310,7 @@ def checkouts(base: Path, run: Path, repeat: int) -> None:
         cmds = {"base": ["env", f"PYTHONPATH={base_path}", sys.executable, str(base / "scripts" / "analyze.py"),
                          str(run), "--json"],
                 "this": [sys.executable, str(REPO / "scripts" / "analyze.py"), str(run), "--json"]}
+        _bytecode(base, REPO)
         outs = {k: subprocess.run(c, capture_output=True, text=True, check=True).stdout for k, c in cmds.items()}
         print(f"{run}: reports identical: {outs['base'] == outs['this']}; {os.cpu_count()} CPUs")
         runs: dict[str, list] = {"base": [], "this": []}
@@ -346,7 +357,8 @@ def targets(base: Path, run: Path, gz_run: Path | None, repeat: int) -> list[tup
         if gz_run is not None:
             commands.append(("--json of .json.gz", [str(gz_run), "--json"]))
         commands.append(("--json --export-tensorboard", [str(run), "--json", "--export-tensorboard"]))
-        print(f"{run}, {os.cpu_count()} CPUs; base {base}, this {REPO}")
+        _bytecode(base, REPO)
+        print(f"{run}, {os.cpu_count()} CPUs; base {base}, this {REPO}; both compiled to bytecode first")
         print("| command | round | checkout | wall s | CPU s | peak RSS MiB | load avg (1 min) at start |")
         print("|---|---|---|---|---|---|---|")
         runs: dict[str, dict[str, list]] = {}
