@@ -30,18 +30,20 @@ inline (what the tab did before it used the worker policy); and checks that both
 
 ``checkouts`` times ``analyze RUN --json`` of another checkout (a worktree with its compiled reader built in
 place; run through its own scripts/analyze.py, as same_reports.py does) and of this one, alternating run by
-run, after compiling both to bytecode and checking that both print the same report; it prints each run and the median CPU-s ratio of the pairs.
+run, after compiling both to bytecode and checking that both print the same report; it prints each run and
+the median CPU-s ratio of the pairs.
 
     python scripts/bench_analysis.py targets /tmp/base359 /tmp/bench/r1g --gz /tmp/bench/r1g_gz --repeat 3
 
 ``targets`` measures the fast reader's targets (``TARGETS``: ``--json`` of the plain and the gzipped run, and
 ``--json --export-tensorboard`` of the plain one) for another checkout (the same-run baseline) and this one,
-alternating run by run, each checkout compiled to bytecode first (``_bytecode``). Before each run, and outside its time, the export of the run before is removed and
-written back (``_settled``): a run that starts while the kernel still writes back the gigabyte of the export
-before it shares the cores with that. Each run is timed as ``/usr/bin/time`` does (``wait4``: wall, CPU and
-peak RSS of the command and the processes it waited for), without sampling anything while it runs. It prints
-each run, then one row per command: the medians, the median of the pairs' ratios, the target, and the
-target as a ratio to the baseline's time on the day it was set (a machine that runs slower slows both).
+alternating run by run, each checkout compiled to bytecode first (``_bytecode``). Before each run, and
+outside its time, the export of the run before is removed and written back (``_settled``): a run that starts
+while the kernel still writes back the gigabyte of the export before it shares the cores with that. Each
+run is timed as ``/usr/bin/time`` does (``wait4``: wall, CPU and peak RSS of the command and the processes it
+waited for), without sampling anything while it runs. It prints each run, then one row per command: the
+medians, the median of the pairs' ratios, the target, and the target as a ratio to the baseline's time on
+the day it was set (a machine that runs slower slows both).
 
     python scripts/bench_analysis.py plugin /tmp/bench/x/out     # an exported run: time until it shows
 
@@ -161,9 +163,9 @@ def _check_metrics(source: Path, built: Path) -> None:
 
 
 def _bytecode(*checkouts: Path) -> None:
-    """Each checkout's modules compiled to bytecode before anything is timed, as an installed package has them:
-    where the environment sets PYTHONDONTWRITEBYTECODE (as the 2-core VM does), a checkout whose sources
-    changed would otherwise compile them again in every timed run (0.03-0.08 s of each)."""
+    """Each checkout's modules compiled to bytecode before anything is timed, as an installed package has
+    them: where the environment sets PYTHONDONTWRITEBYTECODE (as the 2-core VM does), a checkout whose
+    sources changed would otherwise compile them again in every timed run (0.03-0.08 s of each)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for root in checkouts:
         subprocess.run([sys.executable, "-m", "compileall", "-q", "trainer", "scripts"], cwd=root, env=env,
