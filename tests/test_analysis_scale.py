@@ -11,6 +11,7 @@ not here.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import subprocess
@@ -250,8 +251,6 @@ def test_the_targets_measure_alternates_the_two_checkouts(replica, tmp_path, cap
     and this checkout, a round at a time, and each export is written and removed (a run never starts beside
     the last one's files); its rows are the medians of what it printed run by run. The checkout is compiled
     to bytecode first, even where the environment says not to write it (no timed run compiles a module)."""
-    import importlib.util
-
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     cached = Path(importlib.util.cache_from_source(str(ROOT / "trainer" / "cli" / "analyze.py")))
     cached.unlink(missing_ok=True)
