@@ -163,9 +163,10 @@ def _check_metrics(source: Path, built: Path) -> None:
 
 
 def _bytecode(*checkouts: Path) -> None:
-    """Each checkout's modules compiled to bytecode before anything is timed, as an installed package has
-    them: where the environment sets PYTHONDONTWRITEBYTECODE (as the 2-core VM does), a checkout whose
-    sources changed would otherwise compile them again in every timed run (0.03-0.08 s of each)."""
+    """Each checkout's modules compiled to bytecode before anything is timed (by every command here that
+    times stepscope), as an installed package has them: where the environment sets PYTHONDONTWRITEBYTECODE
+    (as the 2-core VM does), a checkout whose sources changed would otherwise compile them again in every
+    timed run (0.03-0.08 s of each)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for root in checkouts:
         subprocess.run([sys.executable, "-m", "compileall", "-q", "trainer", "scripts"], cwd=root, env=env,
@@ -199,6 +200,7 @@ def _table(rows: list[tuple[str, list[str]]], repeat: int, scratch: Path | None 
 
 
 def measure(run: Path, repeat: int, export: bool) -> None:
+    _bytecode(REPO)
     (tf,) = discover(run).traces[:1]
     py = sys.executable
     opener = "gzip.open" if tf.path.name.endswith(".gz") else "open"
@@ -267,6 +269,7 @@ def plugin(exported: Path, timeout_s: float) -> None:
 
 
 def readers(run: Path, repeat: int, export: bool) -> None:
+    _bytecode(REPO)
     py = sys.executable
     analyze = [str(REPO / "scripts" / "analyze.py"), str(run), "--json"]
     pure = ["env", "STEPSCOPE_PURE_PYTHON=1"]
