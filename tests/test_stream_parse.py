@@ -298,6 +298,28 @@ def test_a_file_too_small_for_its_windows_is_not_cut(plain_trace):
     assert split_near(members, 2, decode) == split_near(plain_trace, 2, decode)
 
 
+def test_a_cut_confirmed_inside_a_string_falls_back_to_the_same_parse(plain_trace, monkeypatch):
+    """A string that reads as events (``{}, {}, ...``) over the whole window after the cut's offset fools the
+    check that confirms an event start there: the first range then ends inside the string, fails to decode, and
+    the file is parsed again in one process, with the result of parts=1 (a smaller window costs only that)."""
+    from stepscope.analysis.stream_collect import decode
+    from stepscope.trace.jsonstream import _event_start_near, split_near
+
+    text = plain_trace.read_bytes()
+    size, weight = len(text) + (1 << 20), stream_parse.FIRST_RANGE_WEIGHT
+    cut = int(size * weight / (weight + 1))  # where split_near cuts the file written below
+    at = text.rfind(b'"name": "', 0, cut - (100 << 10)) + len(b'"name": "')
+    plain_trace.write_bytes(text[:at] + b"{}, " * (1 << 18) + text[at:])  # a name of 1 MiB
+    near = split_near(plain_trace, 2, decode, weight)
+    assert near.ranges[1][0] == cut and cut + near.window < at + (1 << 20)
+    with open(plain_trace, "rb") as f:
+        assert at < _event_start_near(f, cut, decode) < at + (1 << 20)  # confirmed inside the name
+    one = parse_trace_file(plain_trace, "w", "1")
+    met = _ranges_met(monkeypatch)
+    assert parse_trace_file(plain_trace, "w", "1", parts=2) == one
+    assert len(met) == 1 and isinstance(met[0], stream_ranges.RANGE_FAILURES)
+
+
 def test_a_corrupt_gz_range_gets_the_one_process_error(plain_trace):
     """A .gz file corrupt past the cut: cutting it or reading a range fails (zlib.error, EOFError, or garbage
     that is no JSON), and the error is the one-process parse's one line."""
