@@ -552,7 +552,7 @@ def _live_owners(dev: _Device, rows: np.ndarray, seg: np.ndarray, steps: int, ow
     ts = dev.ts[rows_live]
     op = np.empty(len(rows_live), dtype=object)
     module = np.empty(len(rows_live), dtype=object)
-    for code in np.unique(tid).tolist():
+    for code in distinct.tolist():  # the same values as tid's, reordered above
         pick = np.flatnonzero(tid == code)
         thread = _thread_of(dev, code)
         op[pick] = owners.owners(thread, ts[pick])
