@@ -105,7 +105,8 @@ def _position(events: list, e) -> int:
 class Collector:
     """The events of a trace, collected piece by piece (module docstring)."""
 
-    def __init__(self, where: str = "", names: NameTable | None = None) -> None:
+    def __init__(self, where: str = "", names: NameTable | None = None,
+                 kinds: dict[str, tuple[str, int, bool]] | None = None) -> None:
         self.where = where
         # the codes of the ops' and runtime calls' names read as columns: one table for every collector of a
         # parse (``names``: another collector's, for the byte ranges that extend it)
@@ -123,7 +124,9 @@ class Collector:
         self.module_frames: list[HostEvent] = []  # nn.Module calls, named, on their threads
         self.shapes = False
         self.header: dict = {}  # the file's keys other than traceEvents (a byte range's share of them)
-        self._kinds: dict[str, tuple[str, int, bool]] = {}  # category -> _kind(category)
+        # category -> _kind(category) (``kinds``: another collector's, for the pieces of one byte range that a
+        # helper collects apart)
+        self._kinds: dict[str, tuple[str, int, bool]] = kinds if kinds is not None else {}
 
     def extend(self, later: Collector) -> None:
         """Append the events of ``later``, collected from the bytes after this collector's, as if this one had

@@ -79,8 +79,8 @@ def _stream_range(path: Path, byte_range: tuple[int, int | None], block: int, ta
         return ts.header
 
 
-def _collector(base: float, names: NameTable | None = None) -> Collector:
-    c = Collector(names=names)
+def _collector(base: float, names: NameTable | None = None, kinds: dict | None = None) -> Collector:
+    c = Collector(names=names, kinds=kinds)
     c.base = base
     return c
 
@@ -148,9 +148,10 @@ def _encoded_pieces(path: Path, byte_range: tuple[int, int | None], base: float,
     the file's base), encoded and yielded at once; then the range's header keys, as a piece without events.
     With a ``side`` (``collect_ranges``), each is yielded as a pair: (that, what ``side`` made of it)."""
     decode, lenient = (read, from_objects) if side is None else (side.decode, side.lenient)
+    kinds: dict = {}  # what each category is, asked once per range rather than once per piece
     with gc_paused(), TraceStream(path, block, span=byte_range, lenient=lenient, near=near) as ts:
         for events in ts.decode_events(decode):
-            piece = _collector(base)
+            piece = _collector(base, kinds=kinds)
             part = stream_columns.encoded(piece, events) if type(events) is Columns else None
             if part is None:  # msgspec's events, or columns that must be collected event by event
                 piece.add(events)
