@@ -71,9 +71,13 @@ class _Gz(io.RawIOBase):
         return data
 
     def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
+        """Decompressed straight into ``b`` (no bytes object made and copied)."""
+        try:
+            n = self._raw.readinto(b)
+        except _FastError as e:
+            raise zlib.error(str(e)) from None
+        self._pos += n
+        return n
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         """To ``offset`` of the decompressed bytes (``os.SEEK_END``: to the end, whose offset is returned).
