@@ -1058,13 +1058,25 @@ def test_gzip_is_decompressed_by_isal_with_the_standard_librarys_bytes_and_error
         path.write_bytes(blob)
         outcomes = []
         for opener in (lambda p: gzip.open(p, "rb"), gzopen.open_gz):
-            try:
-                with opener(path) as f:
-                    outcomes.append(b"".join(iter(lambda f=f: f.read(1 << 20), b"")))
-            except (OSError, EOFError, zlib.error) as e:
-                outcomes.append(type(e).__name__ if not isinstance(e, OSError) else "OSError")
-        assert outcomes[1] == outcomes[0], case
+            for whole in (_read_all, _readinto_all):  # the stream reads a .gz file with readinto
+                try:
+                    with opener(path) as f:
+                        outcomes.append(whole(f))
+                except (OSError, EOFError, zlib.error) as e:
+                    outcomes.append(type(e).__name__ if not isinstance(e, OSError) else "OSError")
+        assert outcomes[1:] == outcomes[:1] * 3, case
     assert outcomes[0] == "OSError"  # BadGzipFile
+
+
+def _read_all(f) -> bytes:
+    return b"".join(iter(lambda: f.read(1 << 20), b""))
+
+
+def _readinto_all(f) -> bytes:
+    out, buf = bytearray(), bytearray(100_003)
+    while n := f.readinto(buf):
+        out += buf[:n]
+    return bytes(out)
 
 
 @pytest.mark.parametrize("library", ["fast", "zlib"])
@@ -1083,6 +1095,8 @@ def test_a_gz_file_is_read_from_any_offset(tmp_path, monkeypatch, library):
             assert f.tell() == at and f.read() == text[at:]
     with gzopen.open_gz(path, at=5000) as f:
         assert f.read(10) == text[5000:5010]
+        assert _readinto_all(f) == text[5010:] and f.tell() == len(text)
+        assert f.seek(5010) == 5010  # backward: from the start again
         assert f.seek(200_000) == 200_000 and f.read(7) == text[200_000:200_007]
         assert f.seek(17) == 17 and f.read(5) == text[17:22]  # backward
         assert f.seek(0, os.SEEK_END) == len(text) and f.read(5) == b""
