@@ -298,6 +298,26 @@ def test_a_file_too_small_for_its_windows_is_not_cut(plain_trace):
     assert split_near(members, 2, decode) == split_near(plain_trace, 2, decode)
 
 
+@pytest.mark.parametrize("lead", [b" \n\t", b"\xef\xbb\xbf", b"\xef\xbb\xbf\r\n "], ids=["space", "bom", "both"])
+def test_what_pythons_json_reads_past_before_the_object_changes_nothing(plain_trace, lead):
+    """Before a trace's '{', Python's json reads past a UTF-8 byte order mark as the file's first bytes, then
+    JSON's whitespace: the parse is the same, in one range or two. Anything else there is refused in one line
+    (Python's json refuses it too)."""
+    one = parse_trace_file(plain_trace, "w", "1")
+    text = plain_trace.read_bytes()
+    for good in (lead, lead + b"\n"):
+        plain_trace.write_bytes(good + text)
+        assert isinstance(json.loads(plain_trace.read_bytes()), dict)
+        assert parse_trace_file(plain_trace, "w", "1") == one
+        assert parse_trace_file(plain_trace, "w", "1", parts=2) == one
+    for bad in (lead + b"[", b" \xef\xbb\xbf", b"\xef\xbb\xbf" * 2, b"\x0c"):
+        plain_trace.write_bytes(bad + text)
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(plain_trace.read_bytes())
+        with pytest.raises(Unreadable, match="unreadable trace"):
+            parse_trace_file(plain_trace, "w", "1")
+
+
 def test_a_cut_confirmed_inside_a_string_falls_back_to_the_same_parse(plain_trace, monkeypatch):
     """A string that reads as events (``{}, {}, ...``) over the whole window after the cut's offset fools the
     check that confirms an event start there: the first range then ends inside the string, fails to decode, and

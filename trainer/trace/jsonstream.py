@@ -66,7 +66,9 @@ KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 HEADER_LIMIT = 64 << 20  # a header larger than this is not a torch.profiler trace
 PIECE_LIMIT = 64 << 20  # nor is this much text without a boundary between two events that decodes
-BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which Python's json (the lenient reader) accepts
+# what Python's json (the lenient reader) reads past before a trace's '{': a UTF-8 byte order mark as the
+# file's first bytes, then JSON's whitespace
+LEAD = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\n\r]*")
 # bytes decoded to confirm that a split point starts an event (each reader of a range decodes them at its
 # ends). Only the cost depends on it: a confirmed start that is not one (text inside a string, or a nested array
 # of objects, longer than this) leaves the range before it ending inside that text, which fails to decode, and
@@ -218,9 +220,10 @@ class TraceStream:
         return out
 
     def _events_start(self) -> bytearray:
-        """Read the header up to the ``[`` of traceEvents; return what follows it."""
+        """Read the header up to the ``[`` of traceEvents; return a byte of ours followed by what follows it."""
         buf = bytearray(self._read())
-        first = buf.lstrip().removeprefix(BOM)[:1]
+        lead = LEAD.match(buf).end()
+        first = buf[lead:lead + 1]
         if first and first != b"{":
             raise msgspec.DecodeError(f"the text starts with {bytes(first)!r}, not with a JSON object's '{{'")
         while True:
@@ -236,7 +239,9 @@ class TraceStream:
         self.header = self._decode_json(head + b"}")  # '{' + the keys before traceEvents
         if not isinstance(self.header, dict):
             raise msgspec.DecodeError("the trace is not a JSON object")
-        return bytearray(b" ") + buf[m.end():]
+        del buf[:m.end() - 1]  # in place, the text after it not copied: the '[' left stands for our byte
+        buf[0] = 0x20
+        return buf
 
     def decode_events(self, decode: Callable[[memoryview], list]) -> Iterator[list]:
         """Decoded lists of events, in file order. ``decode(array_text)`` raises msgspec.DecodeError (or
