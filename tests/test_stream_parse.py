@@ -303,11 +303,14 @@ def test_what_pythons_json_reads_past_before_the_object_changes_nothing(plain_tr
     """Before a trace's '{', Python's json reads past a UTF-8 byte order mark as the file's first bytes, then
     JSON's whitespace: the parse is the same, in one range or two. Anything else there is refused in one line
     (Python's json refuses it too)."""
-    one = parse_trace_file(plain_trace, "w", "1")
+    from stepscope.trace.jsonstream import read_header
+
+    one, header = parse_trace_file(plain_trace, "w", "1"), read_header(plain_trace)
     text = plain_trace.read_bytes()
     for good in (lead, lead + b"\n"):
         plain_trace.write_bytes(good + text)
         assert isinstance(json.loads(plain_trace.read_bytes()), dict)
+        assert read_header(plain_trace) == header  # the keys before traceEvents, without Python's json
         assert parse_trace_file(plain_trace, "w", "1") == one
         assert parse_trace_file(plain_trace, "w", "1", parts=2) == one
     for bad in (lead + b"[", b" \xef\xbb\xbf", b"\xef\xbb\xbf" * 2, b"\x0c"):

@@ -70,9 +70,10 @@ PIECE_LIMIT = 64 << 20  # nor is this much text without a boundary between two e
 # file's first bytes, then JSON's whitespace
 LEAD = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\n\r]*")
 # bytes decoded to confirm that a split point starts an event (each reader of a range decodes them at its
-# ends). Only the cost depends on it: a confirmed start that is not one (text inside a string, or a nested array
-# of objects, longer than this) leaves the range before it ending inside that text, which fails to decode, and
-# the file is then parsed in one process. 256 KiB took 1.2 ms to confirm on the 1 GB replica, 4 MiB 30 ms.
+# ends). Only the cost depends on it: a confirmed start that is not one (text inside a string, or a nested
+# array of objects, longer than this) leaves the range before it ending inside that text, which fails to
+# decode, and the file is then parsed in one process. 256 KiB took 1.2 ms to confirm on the 1 GB replica,
+# 4 MiB 30 ms.
 PROBE = 256 << 10
 MIN_WINDOW = 4 << 10  # split_near's least: a few events (ranges of larger files search PROBE bytes)
 # bytes of the buffer left after each piece's text: the compiled reader parses a piece where it lies when
@@ -220,7 +221,7 @@ class TraceStream:
         return out
 
     def _events_start(self) -> bytearray:
-        """Read the header up to the ``[`` of traceEvents; return a byte of ours followed by what follows it."""
+        """Read the header up to the ``[`` of traceEvents; return a byte of ours, then what follows it."""
         buf = bytearray(self._read())
         lead = LEAD.match(buf).end()
         first = buf[lead:lead + 1]
@@ -234,7 +235,7 @@ class TraceStream:
             if not more or len(buf) > HEADER_LIMIT:
                 raise msgspec.DecodeError("no traceEvents array in the JSON object")
             buf += more
-        head = bytes(buf[:m.start()]).rstrip()
+        head = bytes(buf[lead:m.start()]).rstrip()  # from the object's "{": no byte order mark for msgspec
         head = head[:-1] if head.endswith(b",") else head
         self.header = self._decode_json(head + b"}")  # '{' + the keys before traceEvents
         if not isinstance(self.header, dict):
