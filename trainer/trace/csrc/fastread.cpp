@@ -186,6 +186,7 @@ static void strtab_free(strtab *t) {
 
 static int strtab_grow(strtab *t) {
     strtab bigger;
+    memset(&bigger, 0, sizeof(bigger)); /* freed below even where strtab_init is not reached */
     if (t->cap > ((size_t)1 << 40) || strtab_init(&bigger, t->cap * 2) < 0) {
         strtab_free(&bigger);
         return -1;
