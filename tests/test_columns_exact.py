@@ -41,6 +41,7 @@ from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.steps import device_rows, launch_steps, step_windows
 from stepscope.analysis.stream_columns import rows_of
 from stepscope.analysis.stream_parse import parse_trace_file
+from stepscope.trace import fastread
 from stepscope.trace.jsonstream import BOUNDARY, PADDING, _last_boundary
 
 DATA = Path(__file__).parent / "data"
@@ -325,6 +326,72 @@ def test_device_events_with_coded_names_and_kinds_stand_for_their_tuples():
     assert built == events and built.codes is not None and built.kind_codes is not None
     b.append(events[0])
     assert b.build() == events + events[:1] and b.build().codes is None and b.build().kind_codes is None
+
+
+def test_ids_kept_as_int64_stand_for_their_lists():
+    """The parse's form of the ids (correlation ids of host events and device activity, the activity's devices
+    and streams, as int64 where every one is an integer) is the same sequence of tuples as the lists' form,
+    through a selection, a pickle and a join, without listing a column; a join with a piece of lists, or of
+    no ids, lists them. The launches found from it are those found from the lists."""
+    rng = random.Random(8)
+    ids = [rng.randint(0, 2 ** 40) for _ in range(50)]
+    host = [HostEvent(rng.choice(["a", "b"]), 3, float(k), k + 0.5, ids[k]) for k in range(50)]
+    cols = HostEvents(None, np.full(50, 3, dtype=np.int64), [e.start for e in host], [e.end for e in host],
+                      np.array(ids, dtype=np.int64), np.array([("a", "b").index(e.name) for e in host]), ["a", "b"])
+    assert cols.at([5, 2]) == [host[5], host[2]] and cols[7] == host[7]
+    assert cols.take(np.arange(50)[::3]).corr_numbers.tolist() == ids[::3] and cols._corr is None
+    _stands_for(cols, host, HostEvent)
+    b = HostEventsBuilder()
+    b.extend_columns(None, cols.tid_numbers[:20], cols.start[:20], cols.end[:20], cols.corr_numbers[:20],
+                     cols.codes[:20], ["a", "b"])
+    b.extend_columns(None, cols.tid_numbers[20:], cols.start[20:], cols.end[20:], cols.corr_numbers[20:],
+                     cols.codes[20:], ["a", "b"])
+    assert b.build() == host and b.build().corr_numbers.dtype == np.int64
+    b.extend_columns(["c"], [3], [60.0], [61.0])  # a piece without ids: theirs are None
+    mixed = b.build()
+    assert mixed.corr_numbers is None and mixed.correlation == ids + [None]
+    device = [DeviceEvent("k", "kernel", rng.choice([0, 1]), rng.choice([7, 20]), float(k), k + 0.25,
+                          rng.choice(ids)) for k in range(50)]
+    numbers = lambda field: np.array([getattr(e, field) for e in device], dtype=np.int64)  # noqa: E731
+    dev = DeviceEvents(["k"] * 50, ["kernel"] * 50, numbers("device"), numbers("stream"),
+                       [e.start for e in device], [e.end for e in device], numbers("correlation"))
+    assert dev.at([4, 1]) == [device[4], device[1]] and dev[9] == device[9]
+    assert dev.by_start().correlation_column.dtype == np.int64 and not dev._listed
+    _stands_for(dev, device, DeviceEvent)
+    d = DeviceEventsBuilder()
+    for part in (dev.take(np.arange(25)), dev.take(np.arange(25, 50))):
+        d.extend_columns(part.names, part.kinds, part.device_column, part.stream_column, part.start, part.end,
+                         part.correlation_column)
+    joined = d.build()
+    assert joined == device and all(isinstance(c, np.ndarray) for c in
+                                    (joined.device_column, joined.stream_column, joined.correlation_column))
+    d.append(device[0])
+    assert d.build() == device + device[:1] and d.build().correlation_column == [e.correlation for e in
+                                                                                 device + device[:1]]
+    trace = lambda rt, dv: ParsedTrace("w", "s", 0.0, None, None, None, (), HostEvents.of([]), (),  # noqa: E731
+                                       rt, dv, (), MemoryColumns())
+    got = launch_columns(trace(cols, dev))
+    want = launch_columns(trace(HostEvents.of(host), DeviceEvents.of(device)))
+    assert got.found.tolist() == want.found.tolist() and got.found.any()
+    assert np.array_equal(got.start, want.start, equal_nan=True)
+
+
+def test_a_parse_keeps_the_ids_as_int64(monkeypatch):
+    """A trace read by the compiled reader hands over its runtime calls' correlation ids and its device
+    activity's devices, streams and ids as int64; the analysis' launches are those of msgspec's parse, whose
+    columns are lists."""
+    assert fastread.available()  # the default suite builds it (test_fastread)
+    path = next((DATA / "eager_bs32").glob("*.json*"))
+    fast = parse_trace_file(path, "w", "s")
+    monkeypatch.setenv(fastread.PURE_ENV, "1")
+    slow = parse_trace_file(path, "w", "s")
+    assert fast.runtime.corr_numbers.dtype == np.int64 and slow.runtime.corr_numbers is None
+    assert all(isinstance(c, np.ndarray) for c in (fast.device.device_column, fast.device.stream_column,
+                                                    fast.device.correlation_column))
+    assert fast.device == slow.device and fast.runtime == slow.runtime
+    a, b = launch_columns(fast), launch_columns(slow)
+    assert a.found.tolist() == b.found.tolist() and a.found.sum() > 100
+    assert np.array_equal(a.start, b.start, equal_nan=True)
 
 
 @pytest.mark.parametrize("seed", range(10))

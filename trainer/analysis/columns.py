@@ -33,6 +33,7 @@ from stepscope.analysis.events import (
 )
 from stepscope.analysis.intervals import IntervalSet
 from stepscope.analysis.per_trace import per_trace
+from stepscope.trace.fastread import as_list
 
 # fields of the event tuples by position, read in C (events.HostEvent, events.DeviceEvent)
 _NAME, _TID, _START, _END, _CORRELATION = map(itemgetter, range(5))
@@ -132,9 +133,10 @@ def launch_columns(trace: ParsedTrace) -> LaunchColumns:
     """Per device activity (trace.device's order), its launch: the runtime call with the same correlation id
     (of several, the last)."""
     runtime, device = trace.runtime, trace.device
-    activities = (device.correlation if isinstance(device, DeviceEvents)
+    activities = (device.correlation_column if isinstance(device, DeviceEvents)
                   else list(map(_DEVICE_CORRELATION, device)))
-    rows = _launch_rows(correlations_of(runtime), activities)
+    launches = runtime.correlation_column if isinstance(runtime, HostEvents) else None
+    rows = _launch_rows(launches if isinstance(launches, np.ndarray) else correlations_of(runtime), activities)
     found = rows >= 0
     start = np.full(len(device), np.nan)
     end = np.full(len(device), np.nan)
@@ -147,15 +149,16 @@ def launch_columns(trace: ParsedTrace) -> LaunchColumns:
 _EXACT = 2.0 ** 53  # float64 holds every integer below this exactly
 
 
-def _launch_rows(launches: list, activities: list) -> np.ndarray:
-    """Per entry of ``activities`` (correlation ids), the index of the last entry of ``launches`` with the
-    same id; -1 where none has it (or the id is None). The ids sorted as float64, which holds a trace's
-    integer ids exactly; ids of any other kind are looked up in a dict, with the same answer."""
+def _launch_rows(launches: list | np.ndarray, activities: list | np.ndarray) -> np.ndarray:
+    """Per entry of ``activities`` (correlation ids: a list, or int64), the index of the last entry of
+    ``launches`` with the same id; -1 where none has it (or the id is None). The ids sorted as float64, which
+    holds a trace's integer ids exactly; ids of any other kind are looked up in a dict, with the same answer."""
     try:
         r, d = _floats(launches), _floats(activities)
     except (TypeError, ValueError, OverflowError):
         r = d = None
     if r is None or r.ndim != 1 or d.ndim != 1 or not np.all(np.abs(np.nan_to_num(r)) < _EXACT):
+        launches, activities = as_list(launches), as_list(activities)
         row = dict(zip(launches, range(len(launches))))
         row.pop(None, None)
         return np.fromiter(map(row.get, activities, repeat(-1)), dtype=np.int64, count=len(activities))
@@ -167,9 +170,11 @@ def _launch_rows(launches: list, activities: list) -> np.ndarray:
     return np.where(hit, order[at], -1) if ids.size else np.full(d.shape, -1, dtype=np.int64)
 
 
-def _floats(values: list) -> np.ndarray:
+def _floats(values: list | np.ndarray) -> np.ndarray:
     """``np.array(values, dtype=np.float64)``: read in one typed pass where every value is a number (a trace's
     ids), else (None, a nested sequence) by np.array itself; both raise alike for a value that is neither."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.float64)
     try:
         return np.fromiter(values, dtype=np.float64, count=len(values))
     except (TypeError, ValueError):

@@ -247,6 +247,28 @@ def _picked(values: list | None, codes: np.ndarray | None, table, listed: list) 
     return list(map(table.__getitem__, codes[listed].tolist()))
 
 
+def _numbers(values) -> np.ndarray | None:
+    """``values`` where the parse kept them as int64 (every one an integer), else None."""
+    return values if isinstance(values, np.ndarray) else None
+
+
+def _at(values, rows: np.ndarray, listed: list):
+    """A column's entries at ``rows`` (``listed``: the same indices as a list), in its own form: int64 or list."""
+    return values[rows] if isinstance(values, np.ndarray) else list(map(values.__getitem__, listed))
+
+
+def _listed_at(values, rows: np.ndarray, listed: list) -> list:
+    """A column's entries at ``rows`` as a list of Python values."""
+    return values[rows].tolist() if isinstance(values, np.ndarray) else list(map(values.__getitem__, listed))
+
+
+def _joined(columns: list):
+    """Chunks' columns laid end to end: one int64 array where every chunk's is one, else a list."""
+    if all(isinstance(c, np.ndarray) for c in columns):
+        return np.concatenate(columns)
+    return list(chain.from_iterable(as_list(c) if isinstance(c, np.ndarray) else c for c in columns))
+
+
 def _one_table(chunks: list):
     """The table of names that every chunk's codes refer to, or None where they do not all refer to one (a
     chunk without codes): a join keeps the codes only then."""
@@ -307,16 +329,19 @@ class HostEvents(_EventColumns):
     columns, columns.py, or makes tuples of the few rows it picks, ``events_at``). A sequence of HostEvent to everything else (len, iteration, indexing, equality with a
     tuple of them), each made when asked for and not kept; ``of`` makes one from such a sequence.
 
-    The parse hands over two columns in a compact form, listed only when first asked for: the names as codes
-    into a table (``codes``, ``table``; ``names`` None), and the threads as an int64 array where every one
-    is an integer (``tid_numbers``; ``tids`` as that array). The passes over every event read those
-    (columns.op_columns, events.rows_named) and never make the lists of a million entries."""
+    The parse hands over three columns in a compact form, listed only when first asked for: the names as
+    codes into a table (``codes``, ``table``; ``names`` None), and the threads and the correlation ids as
+    int64 arrays where every one is an integer (``tid_numbers``, ``corr_numbers``; ``tids`` and
+    ``correlation`` as those arrays). The passes over every event read those (columns.op_columns,
+    columns.launch_columns, events.rows_named) and never make the lists of a million entries."""
 
-    __slots__ = ("_names", "_tids", "start", "end", "correlation", "codes", "table", "tid_numbers")
+    __slots__ = ("_names", "_tids", "start", "end", "_corr", "codes", "table", "tid_numbers", "corr_numbers")
 
-    def __init__(self, names: list | None, tids: list | np.ndarray, start, end, correlation: list | None = None,
-                 codes: np.ndarray | None = None, table: list | None = None) -> None:
-        self.correlation = correlation
+    def __init__(self, names: list | None, tids: list | np.ndarray, start, end,
+                 correlation: list | np.ndarray | None = None, codes: np.ndarray | None = None,
+                 table: list | None = None) -> None:
+        self.corr_numbers = _numbers(correlation)  # int64, where every id is an integer
+        self._corr = None if self.corr_numbers is not None else correlation
         self.start = _frozen(start)
         self.end = _frozen(end)
         # where the parse knew them: each name's code, its index in ``table`` (a NameTable's names, which may
@@ -339,6 +364,18 @@ class HostEvents(_EventColumns):
             self._tids = as_list(self.tid_numbers)
         return self._tids
 
+    @property
+    def correlation(self) -> list | None:
+        """The correlation ids, a list; None where every one is None."""
+        if self._corr is None and self.corr_numbers is not None:
+            self._corr = as_list(self.corr_numbers)
+        return self._corr
+
+    @property
+    def correlation_column(self) -> list | np.ndarray | None:
+        """The correlation ids as the parse kept them: ``corr_numbers`` where it did, else ``correlation``."""
+        return self.corr_numbers if self.corr_numbers is not None else self._corr
+
     @classmethod
     def of(cls, events) -> HostEvents:
         if isinstance(events, cls):
@@ -354,10 +391,10 @@ class HostEvents(_EventColumns):
         rows = self._rows(rows)
         listed = rows.tolist()
         pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
+        corr = self.correlation_column
         return HostEvents(None if self.codes is not None else pick(self._names),
                           self.tid_numbers[rows] if self.tid_numbers is not None else pick(self._tids),
-                          self.start[rows], self.end[rows],
-                          None if self.correlation is None else pick(self.correlation),
+                          self.start[rows], self.end[rows], None if corr is None else _at(corr, rows, listed),
                           None if self.codes is None else self.codes[rows], self.table)
 
     def _tids_at(self, listed: list) -> list:
@@ -369,7 +406,8 @@ class HostEvents(_EventColumns):
         """The events at ``rows`` (a sequence of indices), as a list of HostEvent."""
         rows = np.asarray(rows, dtype=np.int64)
         listed = rows.tolist()
-        corr = (repeat(None) if self.correlation is None else map(self.correlation.__getitem__, listed))
+        column = self.correlation_column
+        corr = repeat(None) if column is None else _listed_at(column, rows, listed)
         return list(map(tuple.__new__, repeat(HostEvent),
                         zip(self._names_at(listed), self._tids_at(listed), self.start[rows].tolist(),
                             self.end[rows].tolist(), corr)))
@@ -381,8 +419,9 @@ class HostEvents(_EventColumns):
 
     def _row(self, i) -> HostEvent:
         at = [int(self._rows([i])[0])]
+        column = self.correlation_column
         return HostEvent(self._names_at(at)[0], self._tids_at(at)[0], float(self.start[i]), float(self.end[i]),
-                         None if self.correlation is None else self.correlation[i])
+                         None if column is None else _listed_at(column, np.asarray(at), at)[0])
 
     def _same(self, other: HostEvents) -> bool:
         return (self.names == other.names and self.tids == other.tids
@@ -392,7 +431,7 @@ class HostEvents(_EventColumns):
     def __reduce__(self):
         return HostEvents, (self._names if self.codes is None else None,
                             self.tid_numbers if self.tid_numbers is not None else self._tids, self.start,
-                            self.end, self.correlation, self.codes, self.table)
+                            self.end, self.correlation_column, self.codes, self.table)
 
     def __repr__(self) -> str:
         return f"HostEvents({len(self)} events)"
@@ -406,16 +445,20 @@ class DeviceEvents(_EventColumns):
     HostEvents is of HostEvent; ``of`` makes one from such a sequence.
 
     As HostEvents' names, the parse hands over the names as codes into a table (``codes``, ``table``; names
-    None) and the kinds as codes into ``DEVICE_KIND_NAMES`` (``kind_codes``; kinds None), each listed only
-    when first asked for; columns.device_columns reads the codes."""
+    None) and the kinds as codes into ``DEVICE_KIND_NAMES`` (``kind_codes``; kinds None), and the devices,
+    streams and correlation ids as int64 arrays where every one is an integer (their ``*_column``), each
+    listed only when first asked for; columns.device_columns and columns.launch_columns read those."""
 
-    __slots__ = ("_names", "_kinds", "devices", "streams", "start", "end", "correlation", "codes", "table",
-                 "kind_codes")
+    __slots__ = ("_names", "_kinds", "device_column", "stream_column", "correlation_column", "_listed",
+                 "start", "end", "codes", "table", "kind_codes")
 
-    def __init__(self, names: list | None, kinds: list | None, devices: list, streams: list, start, end,
-                 correlation: list, codes: np.ndarray | None = None, table: list | None = None,
+    def __init__(self, names: list | None, kinds: list | None, devices: list | np.ndarray,
+                 streams: list | np.ndarray, start, end, correlation: list | np.ndarray,
+                 codes: np.ndarray | None = None, table: list | None = None,
                  kind_codes: np.ndarray | None = None) -> None:
-        self.devices, self.streams, self.correlation = devices, streams, correlation
+        # each a list, or an int64 array where every value is an integer (listed when first asked for)
+        self.device_column, self.stream_column, self.correlation_column = devices, streams, correlation
+        self._listed: dict = {}
         self.start = _frozen(start)
         self.end = _frozen(end)
         self.codes, self.table = (codes, table) if codes is not None else (None, None)
@@ -433,6 +476,27 @@ class DeviceEvents(_EventColumns):
         if self._kinds is None:
             self._kinds = _KIND_OBJECTS[self.kind_codes].tolist()
         return self._kinds
+
+    def _list(self, name: str) -> list:
+        column = getattr(self, name)
+        if not isinstance(column, np.ndarray):
+            return column
+        if name not in self._listed:
+            self._listed[name] = as_list(column)
+        return self._listed[name]
+
+    @property
+    def devices(self) -> list:
+        return self._list("device_column")
+
+    @property
+    def streams(self) -> list:
+        return self._list("stream_column")
+
+    @property
+    def correlation(self) -> list:
+        """The correlation ids, a list (None where an activity has none)."""
+        return self._list("correlation_column")
 
     @classmethod
     def of(cls, events) -> DeviceEvents:
@@ -453,8 +517,9 @@ class DeviceEvents(_EventColumns):
         pick = lambda column: list(map(column.__getitem__, listed))  # noqa: E731
         return DeviceEvents(None if self.codes is not None else pick(self._names),
                             None if self.kind_codes is not None else pick(self._kinds),
-                            pick(self.devices), pick(self.streams), self.start[rows], self.end[rows],
-                            pick(self.correlation), None if self.codes is None else self.codes[rows], self.table,
+                            _at(self.device_column, rows, listed), _at(self.stream_column, rows, listed),
+                            self.start[rows], self.end[rows], _at(self.correlation_column, rows, listed),
+                            None if self.codes is None else self.codes[rows], self.table,
                             None if self.kind_codes is None else self.kind_codes[rows])
 
     def _kinds_at(self, listed: list) -> list:
@@ -464,11 +529,11 @@ class DeviceEvents(_EventColumns):
         """The activities at ``rows`` (a sequence of indices), as a list of DeviceEvent."""
         rows = np.asarray(rows, dtype=np.int64)
         listed = rows.tolist()
-        pick = lambda column: map(column.__getitem__, listed)  # noqa: E731
+        pick = lambda column: _listed_at(column, rows, listed)  # noqa: E731
         return list(map(tuple.__new__, repeat(DeviceEvent),
-                        zip(self._names_at(listed), self._kinds_at(listed), pick(self.devices),
-                            pick(self.streams), self.start[rows].tolist(), self.end[rows].tolist(),
-                            pick(self.correlation))))
+                        zip(self._names_at(listed), self._kinds_at(listed), pick(self.device_column),
+                            pick(self.stream_column), self.start[rows].tolist(), self.end[rows].tolist(),
+                            pick(self.correlation_column))))
 
     def by_start(self) -> DeviceEvents:
         """The activities sorted by start, ties in their order (``sorted(self, key=start)``)."""
@@ -484,8 +549,11 @@ class DeviceEvents(_EventColumns):
 
     def _row(self, i) -> DeviceEvent:
         at = [int(self._rows([i])[0])]
-        return DeviceEvent(self._names_at(at)[0], self._kinds_at(at)[0], self.devices[i], self.streams[i],
-                           float(self.start[i]), float(self.end[i]), self.correlation[i])
+        rows = np.asarray(at)
+        value = lambda column: _listed_at(column, rows, at)[0]  # noqa: E731
+        return DeviceEvent(self._names_at(at)[0], self._kinds_at(at)[0], value(self.device_column),
+                           value(self.stream_column), float(self.start[i]), float(self.end[i]),
+                           value(self.correlation_column))
 
     def _same(self, other: DeviceEvents) -> bool:
         listed = lambda c: c.tolist() if isinstance(c, np.ndarray) else c  # noqa: E731
@@ -493,8 +561,9 @@ class DeviceEvents(_EventColumns):
 
     def __reduce__(self):
         return DeviceEvents, (self._names if self.codes is None else None,
-                              self._kinds if self.kind_codes is None else None, self.devices, self.streams,
-                              self.start, self.end, self.correlation, self.codes, self.table, self.kind_codes)
+                              self._kinds if self.kind_codes is None else None, self.device_column,
+                              self.stream_column, self.start, self.end, self.correlation_column, self.codes,
+                              self.table, self.kind_codes)
 
     def __repr__(self) -> str:
         return f"DeviceEvents({len(self)} activities)"
@@ -577,9 +646,10 @@ class DeviceEventsBuilder(_ChunkedBuilder):
         coded = table is not None
         kinds_coded = all(c.kind_codes is not None for c in chunks)
         return DeviceEvents(None if coded else joined(lambda c: c.names),
-                            None if kinds_coded else joined(lambda c: c.kinds), joined(lambda c: c.devices),
-                            joined(lambda c: c.streams), np.concatenate([c.start for c in chunks]),
-                            np.concatenate([c.end for c in chunks]), joined(lambda c: c.correlation),
+                            None if kinds_coded else joined(lambda c: c.kinds),
+                            _joined([c.device_column for c in chunks]), _joined([c.stream_column for c in chunks]),
+                            np.concatenate([c.start for c in chunks]), np.concatenate([c.end for c in chunks]),
+                            _joined([c.correlation_column for c in chunks]),
                             np.concatenate([c.codes for c in chunks]) if coded else None, table,
                             np.concatenate([c.kind_codes for c in chunks]) if kinds_coded else None)
 
@@ -656,9 +726,9 @@ class HostEventsBuilder(_ChunkedBuilder):
         self._add(HostEvents(names, tids, start, end, correlation, codes, table))
 
     def _join(self, chunks: list[HostEvents]) -> HostEvents:
-        corr = (None if all(c.correlation is None for c in chunks)
-                else list(chain.from_iterable(repeat(None, len(c)) if c.correlation is None else c.correlation
-                                              for c in chunks)))
+        columns = [c.correlation_column for c in chunks]
+        corr = (None if all(c is None for c in columns)
+                else _joined([[None] * len(k) if c is None else c for k, c in zip(chunks, columns)]))
         table = _one_table(chunks)
         coded = table is not None
         codes = np.concatenate([c.codes for c in chunks]) if coded else None

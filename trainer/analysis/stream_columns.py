@@ -136,12 +136,12 @@ def _read_values(p: _Plan, data_rows: np.ndarray, op_rows: np.ndarray, ann_rows:
     if len(dev_rows):
         p.device = _device_numbers(cols, dev_rows, "device", "pid", 0)
         p.stream = _device_numbers(cols, dev_rows, "stream", "tid", None)
-        p.dev_corr = cols.values("correlation", dev_rows)
+        p.dev_corr = cols.ints_or_values("correlation", dev_rows)  # int64 where all are integers
         if (p.device is None or p.stream is None or p.dev_corr is None
                 or not _no_strings(cols, dev_rows, "correlation")):
             return None
     if len(rt_rows):
-        p.rt_corr = cols.values("correlation", rt_rows)
+        p.rt_corr = cols.ints_or_values("correlation", rt_rows)
         p.rt_tid = cols.ints_or_values("tid", rt_rows)
         if p.rt_corr is None or p.rt_tid is None or not _no_strings(cols, rt_rows, "correlation"):
             return None
@@ -250,8 +250,9 @@ def _encode(p: _Plan) -> dict:
     for name in ("data_spans", "ops", "annotations"):
         out[name] = host(*p.host[name])
     rows = p.dev_rows
-    out["device"] = (p.name[rows], _device_kind_codes(p), p.device or [], p.stream or [], s_all[rows], t_all[rows],
-                     p.dev_corr or [])
+    listed = lambda column: [] if column is None else column  # noqa: E731
+    out["device"] = (p.name[rows], _device_kind_codes(p), listed(p.device), listed(p.stream), s_all[rows],
+                     t_all[rows], listed(p.dev_corr))
     return out
 
 
@@ -265,9 +266,9 @@ def _no_strings(cols: Columns, rows: np.ndarray, field: str) -> bool:
     return not np.any(cols.type(field)[rows] == T_STR)
 
 
-def _device_numbers(cols: Columns, rows: np.ndarray, field: str, fallback: str, missing):
+def _device_numbers(cols: Columns, rows: np.ndarray, field: str, fallback: str, missing) -> np.ndarray | None:
     """``int(args.<field> or 0)``, with the event's ``fallback`` field where args has none (whose own default is
-    ``missing``); None where a value is not an integer or null."""
+    ``missing``), as int64; None where a value is not an integer or null."""
     t, v = cols.type(field)[rows], cols.int(field)[rows]
     ft, fv = cols.type(fallback)[rows], cols.int(fallback)[rows]
     use = t == T_MISSING
@@ -275,7 +276,7 @@ def _device_numbers(cols: Columns, rows: np.ndarray, field: str, fallback: str, 
     v = np.where(use, np.where(ft == T_MISSING, 0, fv), v)
     if not np.all((t == T_INT) | (t == T_NULL)):
         return None
-    return np.where(t == T_NULL, 0, v).tolist()
+    return np.where(t == T_NULL, 0, v)
 
 
 def c_unset():

@@ -126,10 +126,10 @@ def decode_into(c: Collector, part: dict) -> None:
     c.memory.add_columns(part["memory"])
     table = c.name_table.codes_of(part["names"])  # the piece's names' codes in the collector's table
     for name in COLUMN_LISTS:  # HostEventsBuilders: the columns as they came
-        codes, tids, starts, ends, corr = part[name]
-        getattr(c, name).extend_columns(None, tids, starts, ends,
-                                        None if corr is None or all(x is None for x in corr) else corr,
-                                        table[codes], c.name_table.names)
+        codes, tids, starts, ends, corr = part[name]  # corr: None, int64 (every id an integer) or a list
+        if isinstance(corr, list) and all(x is None for x in corr):
+            corr = None
+        getattr(c, name).extend_columns(None, tids, starts, ends, corr, table[codes], c.name_table.names)
     for name in HOST_LISTS:
         if name in COLUMN_LISTS:
             continue
