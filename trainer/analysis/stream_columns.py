@@ -250,9 +250,9 @@ def _encode(p: _Plan) -> dict:
     for name in ("data_spans", "ops", "annotations"):
         out[name] = host(*p.host[name])
     rows = p.dev_rows
-    listed = lambda column: [] if column is None else column  # noqa: E731
-    out["device"] = (p.name[rows], _device_kind_codes(p), listed(p.device), listed(p.stream), s_all[rows],
-                     t_all[rows], listed(p.dev_corr))
+    or_empty = lambda column: [] if column is None else column  # noqa: E731  (int64, a list, or none read)
+    out["device"] = (p.name[rows], _device_kind_codes(p), or_empty(p.device), or_empty(p.stream), s_all[rows],
+                     t_all[rows], or_empty(p.dev_corr))
     return out
 
 
